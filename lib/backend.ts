@@ -1,0 +1,83 @@
+/**
+ * The contract between the process handle (lib/child.ts) and each platform backend
+ * (lib/platform/linux.ts, win32.ts, darwin.ts). A backend turns a BackendSpawnRequest into a live
+ * process and reports, synchronously, what it enforced. It throws SandboxError before anything
+ * runs when it cannot enforce the rules (fail closed).
+ */
+import type { Readable, Writable } from 'node:stream';
+import type { ResolvedRules } from './rules';
+
+/** Per-fd stdio choice: a pipe to JS, the parent's own fd, /dev/null, or a given fd number. */
+export type StdioSpec = 'pipe' | 'inherit' | 'ignore' | number;
+
+export interface BackendSpawnRequest {
+  /** Absolute path of the executable (PATH lookup already done with the child's PATH). */
+  file: string;
+  /** argv including argv[0] (= arg0 when the caller gave one). */
+  argv: string[];
+  /** Exactly the child's environment. */
+  env: Record<string, string>;
+  /** Absolute, existing directory. */
+  cwd: string;
+  /** stdio[0..2], then extra fds to pass through unchanged at the same numbers. */
+  stdio: StdioSpec[];
+  /** null: run plainly (explicit `policy: null`). */
+  rules: ResolvedRules | null;
+}
+
+export type Guarantee = 'enforced' | 'not-enforced' | 'partial' | 'not-requested';
+
+export interface EnforcementReport {
+  platform: NodeJS.Platform;
+  /** false only for an explicit unsandboxed run. */
+  sandboxed: boolean;
+  /** Which backend mode actually ran. */
+  mode: 'none' | 'isolated' | 'landlock' | 'seatbelt' | 'restricted-token';
+  /** Mechanism facts, e.g. { landlockAbi: 7, seccomp: 'filter', namespaces: ['user','mnt',...] }. */
+  mechanisms: Record<string, unknown>;
+  /** What holds for this run. */
+  guarantees: {
+    filesystemRead: Guarantee;
+    filesystemWrite: Guarantee;
+    protectedPaths: Guarantee;
+    denyRead: Guarantee;
+    network: Guarantee;
+    processIsolation: Guarantee;
+    treeTeardown: Guarantee;
+  };
+  /** Every known gap (only non-empty in degraded mode or for not-enforced aspects). */
+  gaps: string[];
+}
+
+export interface ExitInfo {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+}
+
+export interface BackendProcess {
+  pid: number;
+  /** Streams for the fds that were 'pipe' (index = fd), null otherwise. */
+  stdio: Array<Readable | Writable | null>;
+  /** Signals the whole sandboxed tree (process group / namespace init / job). */
+  kill(signal: NodeJS.Signals | number): boolean;
+  /** Resolves once, when the command has exited (its status, not init's). */
+  exited: Promise<ExitInfo>;
+  enforcement: EnforcementReport;
+}
+
+export interface ProbeReport {
+  platform: NodeJS.Platform;
+  arch: string;
+  addonLoaded: boolean;
+  addonError?: string;
+  /** The mode `auto` would choose, or null when nothing can be enforced. */
+  defaultMode: EnforcementReport['mode'] | null;
+  /** Backend-specific facts (landlock ABI, userns, seccomp, ...). */
+  features: Record<string, unknown>;
+}
+
+export interface Backend {
+  readonly name: string;
+  spawn(req: BackendSpawnRequest): BackendProcess;
+  probe(): ProbeReport;
+}

@@ -1,0 +1,48 @@
+/**
+ * The public, ergonomic policy shape accepted by spawn()/run() and produced by the CLI flags.
+ * lib/permissions compiles it (and Codex PermissionProfile JSON) into ResolvedRules (lib/rules.ts).
+ */
+export type TmpMode = 'private' | 'host' | 'none';
+export type SandboxMode = 'auto' | 'isolated' | 'landlock';
+
+export interface ProxyPolicy {
+  /** Domain patterns: `example.com`, `*.example.com` (subdomains), `**.example.com` (apex+subdomains). */
+  allow: string[];
+  deny?: string[];
+  /** Let allowed names resolve to loopback/private addresses (local services). */
+  allowLocal?: boolean;
+  /** `limited`: only GET, HEAD, OPTIONS; no CONNECT. */
+  mode?: 'full' | 'limited';
+}
+
+export interface FilesystemPolicy {
+  /** 'all' (default) or the only readable roots. */
+  read?: 'all' | string[];
+  /** Writable roots. Default: none. */
+  write?: string[];
+  /** Unreadable paths (files or directories). */
+  denyRead?: string[];
+  /** Extra read-only carve-outs inside writable roots (added to the defaults). */
+  protect?: string[];
+  /** How `.git` inside a writable root is protected. Default 'hooks-and-config'. */
+  git?: 'hooks-and-config' | 'whole';
+  tmp?: TmpMode;
+}
+
+export interface ResourceLimits {
+  /** Max processes+threads of the sandbox's uid (RLIMIT_NPROC in isolated mode). */
+  maxProcesses?: number;
+  /** Address-space limit in bytes per process (RLIMIT_AS). */
+  memoryBytes?: number;
+  /** Max open files per process (RLIMIT_NOFILE). */
+  openFiles?: number;
+}
+
+export interface SandboxPolicy {
+  filesystem?: FilesystemPolicy;
+  network?: 'none' | 'full' | { proxy: ProxyPolicy };
+  mode?: SandboxMode;
+  /** Accept a weaker enforcement and list every gap in the report instead of refusing. */
+  degraded?: boolean;
+  limits?: ResourceLimits;
+}

@@ -1,0 +1,32 @@
+/**
+ * ResolvedRules: the single internal form every request compiles to (the public `policy` option,
+ * the CLI flags, and Codex PermissionProfile JSON all go through lib/permissions). Platform planners
+ * (lib/platform/*) consume only this. All paths are absolute and canonical (symlinks resolved).
+ */
+import type { ProxyPolicy, SandboxMode, TmpMode, ResourceLimits } from './policy-types';
+
+export type NetworkRule =
+  | { kind: 'none' }
+  | { kind: 'full' }
+  | { kind: 'proxy'; proxy: Required<Pick<ProxyPolicy, 'allow'>> & ProxyPolicy };
+
+export interface ResolvedRules {
+  /** true: the whole filesystem is readable (minus denyRead). */
+  readAll: boolean;
+  /** When readAll is false: the only readable roots (platform defaults are added by the planner). */
+  readRoots: string[];
+  /** Writable roots, canonical, existing directories or files. */
+  writeRoots: string[];
+  /**
+   * Read-only carve-outs inside writable roots (.git/hooks, .git/config, .codex, .agents, user
+   * `protect` entries, resolved gitdirs). May not exist yet: then they must not be creatable.
+   */
+  readOnly: string[];
+  /** Unreadable paths, canonical. Existing paths only (globs are expanded before this point). */
+  denyRead: string[];
+  tmp: TmpMode;
+  network: NetworkRule;
+  mode: SandboxMode;
+  degraded: boolean;
+  limits: ResourceLimits;
+}
