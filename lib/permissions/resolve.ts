@@ -1,0 +1,271 @@
+/**
+ * The one resolver. Both the ergonomic `policy` option (policy.ts) and Codex PermissionProfile
+ * JSON (profile.ts) are first turned into a ResolverInput (a flat list of path entries with an
+ * access mode), and this module alone turns that list into ResolvedRules.
+ *
+ * Semantics (the same as Codex's FileSystemSandboxPolicy):
+ * - For any path, the most specific entry containing it decides its access.
+ * - For equally specific entries (same canonical path), deny beats write beats read.
+ * - A `root` access covers everything that no entry covers.
+ *
+ * Mapping onto ResolvedRules:
+ * - `readAll`: the root is readable (read or write).
+ * - `writeRoots`: write entries whose nearest enclosing entry is not already write.
+ * - `readOnly`: read entries nested in a writable area, plus the protected metadata of every
+ *   writable root (.git hooks/config or whole .git, followed through `gitdir:` pointers; .codex;
+ *   .agents; `protect` entries). Carve-outs outside every writable root are dropped.
+ * - `denyRead`: deny entries that something readable would otherwise expose.
+ * - `readRoots` (meaningful when readAll is false): read entries not already readable through an
+ *   enclosing entry. An entry re-allowed inside a denied area also lands here; a planner that
+ *   ignores it under readAll leaves the area denied (less access, never more).
+ * Writable roots and readable roots nested inside a denied path are valid (most specific wins):
+ * planners apply denyRead masks before re-exposing such nested roots.
+ */
+import * as path from 'node:path';
+import { SandboxError } from '../errors';
+import type { NetworkRule, ResolvedRules } from '../rules';
+import type { ResourceLimits, SandboxMode, TmpMode } from '../policy-types';
+import {
+  canonicalizeMaybeMissing,
+  isStrictlyWithin,
+  isWithin,
+  lstatOrNull,
+  readTextOrNull,
+  realpathOrNull,
+  symlinkComponents,
+} from './canonical';
+
+export type Access = 'read' | 'write' | 'deny';
+
+/** What to do when an entry's path does not exist. */
+export type MissingBehavior =
+  /** A missing writable root is an error; a missing read/deny entry is dropped. */
+  | 'default'
+  /** Drop the entry silently (Codex `missing_path_behavior: "skip"`). */
+  | 'skip';
+
+export interface ResolverEntry {
+  /** Absolute native path (not yet canonical). */
+  path: string;
+  access: Access;
+  missing: MissingBehavior;
+  /** Where the entry came from, for error messages (e.g. `policy.filesystem.write[0]`). */
+  source: string;
+}
+
+export type GitProtection = 'hooks-and-config' | 'whole';
+
+export interface ResolverInput {
+  /** Access for everything no entry covers. null: nothing (only entries grant access). */
+  root: Access | null;
+  entries: ResolverEntry[];
+  /** Extra read-only carve-outs (absolute), protected even when missing. */
+  protect: string[];
+  git: GitProtection;
+  /** Protect `.codex` / `.agents` / `.git` metadata inside writable roots (default true). */
+  protectMetadata?: boolean;
+  tmp: TmpMode;
+  network: NetworkRule;
+  mode: SandboxMode;
+  degraded: boolean;
+  limits: ResourceLimits;
+}
+
+const PRECEDENCE: Record<Access, number> = { read: 0, write: 1, deny: 2 };
+
+interface CanonEntry {
+  path: string;
+  access: Access;
+  source: string;
+}
+
+function canonicalizeEntry(e: ResolverEntry): CanonEntry | null {
+  if (!path.isAbsolute(e.path)) {
+    throw new SandboxError('EINVALID_POLICY', `${e.source} must be an absolute path, got ${JSON.stringify(e.path)}`, {
+      detail: { field: e.source, path: e.path },
+    });
+  }
+  const real = realpathOrNull(e.path);
+  if (real === null) {
+    if (e.access === 'write' && e.missing !== 'skip') {
+      throw new SandboxError('EINVALID_POLICY', `${e.source}: writable root ${e.path} does not exist`, {
+        detail: { field: e.source, path: e.path },
+      });
+    }
+    return null;
+  }
+  return { path: real, access: e.access, source: e.source };
+}
+
+/**
+ * A writable root reached through a symlink that itself lives inside a writable root could be
+ * re-pointed by the sandboxed command between two runs: refuse it instead of silently widening.
+ */
+function checkSymlinkedWriteRoots(rawWrites: ResolverEntry[], canonWriteRoots: string[]): void {
+  for (const e of rawWrites) {
+    for (const link of symlinkComponents(e.path)) {
+      const owner = canonWriteRoots.find((root) => isWithin(link, root));
+      if (owner !== undefined) {
+        throw new SandboxError(
+          'ESYMLINK_ROOT',
+          `${e.source}: writable root ${e.path} goes through the symlink ${link}, which lies inside the writable root ${owner}; use the real path ${realpathOrNull(e.path) ?? e.path}`,
+          { detail: { field: e.source, path: e.path, symlink: link, writableRoot: owner } },
+        );
+      }
+    }
+  }
+}
+
+/** Parse a `gitdir: <path>` pointer file; relative targets are relative to the file's directory. */
+function readGitdirPointer(file: string): string | null {
+  const text = readTextOrNull(file);
+  if (text === null) return null;
+  const m = /^gitdir:\s*(.+?)\s*$/m.exec(text);
+  if (!m) return null;
+  return path.resolve(path.dirname(file), m[1]!);
+}
+
+/** The protected metadata paths of one writable root (canonical, possibly missing). */
+export function protectedMetadataFor(root: string, git: GitProtection): string[] {
+  const out: string[] = [];
+  const addGitDir = (gitdir: string): void => {
+    if (git === 'whole') {
+      out.push(gitdir);
+    } else {
+      out.push(path.join(gitdir, 'hooks'), path.join(gitdir, 'config'));
+    }
+  };
+  const dotGit = path.join(root, '.git');
+  const st = lstatOrNull(dotGit);
+  if (st !== null && st.isFile()) {
+    // Worktree or submodule: protect the pointer itself (re-pointing it is as good as rewriting
+    // hooks) and the gitdir it names.
+    out.push(dotGit);
+    const target = readGitdirPointer(dotGit);
+    if (target !== null) {
+      const gitdir = canonicalizeMaybeMissing(target);
+      addGitDir(gitdir);
+      // Linked worktree: <main>/.git/worktrees/<name> names the shared repository in `commondir`.
+      const common = readTextOrNull(path.join(gitdir, 'commondir'));
+      if (common !== null && common.trim() !== '') {
+        addGitDir(canonicalizeMaybeMissing(path.resolve(gitdir, common.trim())));
+      }
+    }
+  } else if (st !== null && st.isSymbolicLink()) {
+    // A symlinked .git: protect what it points at; the link inode itself cannot be mounted over,
+    // so also protect the name (planners that can express it will).
+    addGitDir(canonicalizeMaybeMissing(dotGit));
+  } else {
+    addGitDir(dotGit);
+  }
+  out.push(path.join(root, '.codex'), path.join(root, '.agents'));
+  return out;
+}
+
+function sortUnique(paths: string[]): string[] {
+  return [...new Set(paths)].sort();
+}
+
+/** Resolve an entry list into the single internal rule form. */
+export function resolveEntries(input: ResolverInput): ResolvedRules {
+  // 1. Canonicalise and collapse equal paths by precedence.
+  const byPath = new Map<string, CanonEntry>();
+  for (const e of input.entries) {
+    const c = canonicalizeEntry(e);
+    if (c === null) continue;
+    const prev = byPath.get(c.path);
+    if (prev === undefined || PRECEDENCE[c.access] > PRECEDENCE[prev.access]) byPath.set(c.path, c);
+  }
+  // A path entry equal to `/` behaves like the root access itself.
+  let root = input.root;
+  const fsRoot = path.parse(process.cwd()).root;
+  const rootEntry = byPath.get(fsRoot);
+  if (rootEntry !== undefined) {
+    if (root === null || PRECEDENCE[rootEntry.access] > PRECEDENCE[root]) root = rootEntry.access;
+    byPath.delete(fsRoot);
+  }
+  const entries = [...byPath.values()];
+
+  // Effective access inherited from the nearest enclosing entry (or the root).
+  const parentAccess = (p: string): Access | null => {
+    let best: CanonEntry | null = null;
+    for (const other of entries) {
+      if (isStrictlyWithin(p, other.path) && (best === null || other.path.length > best.path.length)) best = other;
+    }
+    return best !== null ? best.access : root;
+  };
+
+  const rootWritable = root === 'write';
+  const readAll = root === 'read' || root === 'write';
+
+  // 2. Writable roots.
+  const allWrites = entries.filter((e) => e.access === 'write');
+  const writeRoots = sortUnique([
+    ...(rootWritable ? [fsRoot] : []),
+    ...allWrites.filter((e) => parentAccess(e.path) !== 'write').map((e) => e.path),
+  ]);
+  if (!rootWritable) {
+    checkSymlinkedWriteRoots(
+      input.entries.filter((e) => e.access === 'write' && realpathOrNull(e.path) !== null),
+      writeRoots,
+    );
+  }
+
+  // 3. Read-only carve-outs inside writable roots.
+  const explicitWrite = new Set(allWrites.map((e) => e.path));
+  const carve: string[] = [];
+  if (input.protectMetadata !== false) {
+    for (const w of allWrites) carve.push(...protectedMetadataFor(w.path, input.git));
+  }
+  for (const p of input.protect) {
+    if (!path.isAbsolute(p)) {
+      throw new SandboxError('EINVALID_POLICY', `protect entry must be an absolute path, got ${JSON.stringify(p)}`, {
+        detail: { path: p },
+      });
+    }
+    carve.push(canonicalizeMaybeMissing(p));
+  }
+  for (const e of entries) {
+    if (e.access === 'read' && parentAccess(e.path) === 'write') carve.push(e.path);
+  }
+  const readOnly = sortUnique(
+    carve.filter(
+      (c) => !explicitWrite.has(c) && writeRoots.some((w) => isStrictlyWithin(c, w)),
+    ),
+  );
+
+  // 4. Deny-read paths: only those something readable would expose.
+  const denyRead = sortUnique(
+    entries
+      .filter((e) => e.access === 'deny')
+      .filter((e) => {
+        const parent = parentAccess(e.path);
+        return parent === 'read' || parent === 'write';
+      })
+      .map((e) => e.path),
+  );
+
+  // 5. Readable roots not already readable through an enclosing entry.
+  const readRoots = sortUnique(
+    entries
+      .filter((e) => e.access === 'read')
+      .filter((e) => {
+        const parent = parentAccess(e.path);
+        return parent === null || parent === 'deny';
+      })
+      .map((e) => e.path),
+  );
+
+  return {
+    readAll,
+    readRoots,
+    writeRoots,
+    readOnly,
+    denyRead,
+    tmp: input.tmp,
+    network: input.network,
+    mode: input.mode,
+    degraded: input.degraded,
+    limits: { ...input.limits },
+  };
+}

@@ -1,0 +1,269 @@
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { SandboxError } from '../../lib/errors';
+import { isLikelySandboxDenied, isSecretEnvName, resolvePolicy } from '../../lib/permissions';
+
+let tmp: string;
+beforeAll(() => {
+  tmp = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), 'ps-perm-')));
+});
+afterAll(() => {
+  fs.rmSync(tmp, { recursive: true, force: true });
+});
+
+function mk(...parts: string[]): string {
+  const p = path.join(tmp, ...parts);
+  fs.mkdirSync(p, { recursive: true });
+  return p;
+}
+
+function expectPolicyError(fn: () => unknown, code: string, message: RegExp | string): void {
+  let caught: unknown;
+  try {
+    fn();
+  } catch (err) {
+    caught = err;
+  }
+  expect(caught).toBeInstanceOf(SandboxError);
+  expect((caught as SandboxError).code).toBe(code);
+  if (typeof message === 'string') expect((caught as SandboxError).message).toBe(message);
+  else expect((caught as SandboxError).message).toMatch(message);
+}
+
+describe('resolvePolicy defaults', () => {
+  it('undefined policy: read all, write nothing, network none, tmp private, auto', () => {
+    expect(resolvePolicy(undefined, '/')).toEqual({
+      readAll: true,
+      readRoots: [],
+      writeRoots: [],
+      readOnly: [],
+      denyRead: [],
+      tmp: 'private',
+      network: { kind: 'none' },
+      mode: 'auto',
+      degraded: false,
+      limits: {},
+    });
+  });
+
+  it('empty objects are the defaults too', () => {
+    expect(resolvePolicy({ filesystem: {}, limits: {} }, '/')).toEqual(resolvePolicy(undefined, '/'));
+  });
+});
+
+describe('resolvePolicy validation', () => {
+  const cases: Array<[string, unknown, RegExp]> = [
+    ['unknown top-level field', { filesytem: {} }, /^policy\.filesytem is not a known field/],
+    ['unknown filesystem field', { filesystem: { wirte: [] } }, /^policy\.filesystem\.wirte is not a known field/],
+    ['unknown proxy field', { network: { proxy: { allow: [], alow: [] } } }, /^policy\.network\.proxy\.alow is not a known field/],
+    ['unknown limits field', { limits: { cpu: 1 } }, /^policy\.limits\.cpu is not a known field/],
+    ['policy not an object', 'strict', /^policy must be an object, got "strict"/],
+    ['write not an array', { filesystem: { write: '/tmp' } }, /^policy\.filesystem\.write must be an array of absolute paths/],
+    ['relative write path', { filesystem: { write: ['rel/dir'] } }, /^policy\.filesystem\.write\[0\] must be an absolute path, got "rel\/dir"/],
+    ['relative read path', { filesystem: { read: ['/', 'x'] } }, /^policy\.filesystem\.read\[1\] must be an absolute path/],
+    ['read as a bad string', { filesystem: { read: 'some' } }, /^policy\.filesystem\.read must be 'all' or an array/],
+    ['NUL in denyRead', { filesystem: { denyRead: ['/a\0b'] } }, /^policy\.filesystem\.denyRead\[0\] must not contain a NUL byte/],
+    ['non-string protect', { filesystem: { protect: [1] } }, /^policy\.filesystem\.protect\[0\] must be a string, got number/],
+    ['bad tmp', { filesystem: { tmp: 'shared' } }, /^policy\.filesystem\.tmp must be one of 'private', 'host', 'none'/],
+    ['bad git', { filesystem: { git: 'all' } }, /^policy\.filesystem\.git must be one of/],
+    ['bad network string', { network: 'proxy' }, /^policy\.network must be 'none', 'full' or/],
+    ['proxy without allow', { network: { proxy: {} } }, /^policy\.network\.proxy\.allow is required/],
+    ['proxy allow not strings', { network: { proxy: { allow: [3] } } }, /^policy\.network\.proxy\.allow\[0\] must be a string/],
+    ['proxy bad mode', { network: { proxy: { allow: ['a.com'], mode: 'half' } } }, /^policy\.network\.proxy\.mode must be one of 'full', 'limited'/],
+    ['bad mode', { mode: 'fast' }, /^policy\.mode must be one of 'auto', 'isolated', 'landlock'/],
+    ['bad degraded', { degraded: 'yes' }, /^policy\.degraded must be a boolean/],
+    ['zero limit', { limits: { maxProcesses: 0 } }, /^policy\.limits\.maxProcesses must be a positive integer, got 0/],
+    ['fractional limit', { limits: { memoryBytes: 1.5 } }, /^policy\.limits\.memoryBytes must be a positive integer, got 1\.5/],
+    ['string limit', { limits: { openFiles: '10' } }, /^policy\.limits\.openFiles must be a positive integer, got "10"/],
+  ];
+  for (const [name, policy, re] of cases) {
+    it(`rejects ${name}`, () => {
+      expectPolicyError(() => resolvePolicy(policy as never, '/'), 'EINVALID_POLICY', re);
+    });
+  }
+
+  it('a missing writable root is EINVALID_POLICY naming the field', () => {
+    const missing = path.join(tmp, 'does-not-exist');
+    expectPolicyError(
+      () => resolvePolicy({ filesystem: { write: [missing] } }, '/'),
+      'EINVALID_POLICY',
+      `policy.filesystem.write[0]: writable root ${missing} does not exist`,
+    );
+  });
+
+  it('accepts full valid policies', () => {
+    const w = mk('valid');
+    const r = resolvePolicy(
+      {
+        filesystem: { read: 'all', write: [w], denyRead: [], protect: [], git: 'whole', tmp: 'host' },
+        network: { proxy: { allow: ['example.com'], deny: ['bad.example.com'], allowLocal: true, mode: 'limited' } },
+        mode: 'landlock',
+        degraded: true,
+        limits: { maxProcesses: 64, memoryBytes: 1 << 30, openFiles: 256 },
+      },
+      '/',
+    );
+    expect(r.writeRoots).toEqual([w]);
+    expect(r.network).toEqual({
+      kind: 'proxy',
+      proxy: { allow: ['example.com'], deny: ['bad.example.com'], allowLocal: true, mode: 'limited' },
+    });
+    expect(r.mode).toBe('landlock');
+    expect(r.degraded).toBe(true);
+    expect(r.tmp).toBe('host');
+    expect(r.limits).toEqual({ maxProcesses: 64, memoryBytes: 1 << 30, openFiles: 256 });
+    expect(r.readOnly).toEqual([path.join(w, '.agents'), path.join(w, '.codex'), path.join(w, '.git')]);
+  });
+
+  it('network full', () => {
+    expect(resolvePolicy({ network: 'full' }, '/').network).toEqual({ kind: 'full' });
+  });
+});
+
+describe('resolvePolicy paths', () => {
+  it('canonicalises roots and drops missing read and deny paths', () => {
+    const real = mk('canon', 'real');
+    const link = path.join(tmp, 'canon', 'link');
+    fs.symlinkSync(real, link);
+    const r = resolvePolicy(
+      { filesystem: { read: [link, path.join(tmp, 'nope')], denyRead: [path.join(tmp, 'nope2')] } },
+      '/',
+    );
+    expect(r.readAll).toBe(false);
+    expect(r.readRoots).toEqual([real]);
+    expect(r.denyRead).toEqual([]);
+  });
+
+  it('default carve-outs for a plain writable root (included even when missing)', () => {
+    const w = mk('plain');
+    const r = resolvePolicy({ filesystem: { write: [w] } }, '/');
+    expect(r.writeRoots).toEqual([w]);
+    expect(r.readOnly).toEqual([
+      path.join(w, '.agents'),
+      path.join(w, '.codex'),
+      path.join(w, '.git', 'config'),
+      path.join(w, '.git', 'hooks'),
+    ]);
+  });
+
+  it('user protect entries inside a writable root are kept, outside ones dropped', () => {
+    const w = mk('prot');
+    const r = resolvePolicy(
+      { filesystem: { write: [w], protect: [path.join(w, 'Makefile'), path.join(tmp, 'elsewhere')] } },
+      '/',
+    );
+    expect(r.readOnly).toContain(path.join(w, 'Makefile'));
+    expect(r.readOnly).not.toContain(path.join(tmp, 'elsewhere'));
+  });
+
+  it('gitdir pointer (linked worktree): protects pointer, worktree gitdir and common dir', () => {
+    const main = mk('wt', 'main');
+    const gitdir = mk('wt', 'main', '.git', 'worktrees', 'feature');
+    fs.writeFileSync(path.join(gitdir, 'commondir'), '../..\n');
+    const wt = mk('wt', 'feature');
+    fs.writeFileSync(path.join(wt, '.git'), `gitdir: ${gitdir}\n`);
+    const onlyWt = resolvePolicy({ filesystem: { write: [wt] } }, '/');
+    // The gitdirs live outside the only writable root: nothing to carve there, but the pointer is.
+    expect(onlyWt.readOnly).toEqual([path.join(wt, '.agents'), path.join(wt, '.codex'), path.join(wt, '.git')]);
+    const both = resolvePolicy({ filesystem: { write: [wt, main] } }, '/');
+    expect(both.readOnly).toEqual(
+      [
+        path.join(main, '.agents'),
+        path.join(main, '.codex'),
+        path.join(main, '.git', 'config'),
+        path.join(main, '.git', 'hooks'),
+        path.join(gitdir, 'config'),
+        path.join(gitdir, 'hooks'),
+        path.join(wt, '.agents'),
+        path.join(wt, '.codex'),
+        path.join(wt, '.git'),
+      ].sort(),
+    );
+  });
+
+  it('relative gitdir pointer (submodule) resolves against the pointer file', () => {
+    const sup = mk('sub', 'super');
+    const modgit = mk('sub', 'super', '.git', 'modules', 'lib');
+    const lib = mk('sub', 'super', 'lib');
+    fs.writeFileSync(path.join(lib, '.git'), 'gitdir: ../.git/modules/lib\n');
+    const r = resolvePolicy({ filesystem: { write: [lib, sup] }, }, '/');
+    expect(r.writeRoots).toEqual([sup]);
+    expect(r.readOnly).toEqual(expect.arrayContaining([path.join(lib, '.git'), path.join(modgit, 'hooks'), path.join(modgit, 'config')]));
+  });
+
+  it("git: 'whole' protects the whole .git", () => {
+    const w = mk('whole');
+    const r = resolvePolicy({ filesystem: { write: [w], git: 'whole' } }, '/');
+    expect(r.readOnly).toContain(path.join(w, '.git'));
+    expect(r.readOnly).not.toContain(path.join(w, '.git', 'hooks'));
+  });
+
+  it('a writable root reached through a symlink inside another writable root is ESYMLINK_ROOT', () => {
+    const outer = mk('sym', 'outer');
+    const target = mk('sym', 'target');
+    const link = path.join(outer, 'link');
+    fs.symlinkSync(target, link);
+    expectPolicyError(
+      () => resolvePolicy({ filesystem: { write: [outer, link] } }, '/'),
+      'ESYMLINK_ROOT',
+      /^policy\.filesystem\.write\[1\]: writable root .* goes through the symlink .*link, which lies inside the writable root/,
+    );
+    // Positive control: the same symlink is fine when nothing writable contains it.
+    const ok = resolvePolicy({ filesystem: { write: [link] } }, '/');
+    expect(ok.writeRoots).toEqual([target]);
+  });
+
+  it('denyRead inside readable areas is kept; nested writable roots collapse', () => {
+    const w = mk('nest');
+    const inner = mk('nest', 'inner');
+    const secret = mk('nest', 'secret');
+    const r = resolvePolicy({ filesystem: { write: [w, inner], denyRead: [secret] } }, '/');
+    expect(r.writeRoots).toEqual([w]);
+    expect(r.denyRead).toEqual([secret]);
+  });
+
+  it('read-only roots: a denied path outside every readable root is dropped', () => {
+    const a = mk('ro', 'a');
+    const b = mk('ro', 'b');
+    const r = resolvePolicy({ filesystem: { read: [a], denyRead: [b, path.join(a)] } }, '/');
+    expect(r.readRoots).toEqual([]);
+    expect(r.denyRead).toEqual([]);
+    const r2 = resolvePolicy({ filesystem: { read: [tmp], denyRead: [b] } }, '/');
+    expect(r2.readRoots).toEqual([tmp]);
+    expect(r2.denyRead).toEqual([b]);
+  });
+});
+
+describe('isSecretEnvName', () => {
+  it.each(['GITHUB_TOKEN', 'NPM_TOKEN', 'OPENAI_API_KEY', 'aws_access_key_id', 'AWS_REGION', 'DB_PASSWORD', 'MY_SECRET', 'SSH_PRIVATE', 'GOOGLE_APPLICATION_CREDENTIALS', 'PGPASSWD', 'SIGNING_KEYS', 'gh_pat'])(
+    '%s looks secret',
+    (name) => expect(isSecretEnvName(name)).toBe(true),
+  );
+  it.each(['PATH', 'HOME', 'LANG', 'TERM', 'SHELL', 'USER', 'TMPDIR', 'NODE_OPTIONS', 'SSH_AUTH_SOCK', 'EDITOR'])(
+    '%s does not',
+    (name) => expect(isSecretEnvName(name)).toBe(false),
+  );
+});
+
+describe('isLikelySandboxDenied', () => {
+  it('never for sandbox none or success', () => {
+    expect(isLikelySandboxDenied('none', 1, null, 'Permission denied')).toBe(false);
+    expect(isLikelySandboxDenied('linuxSeccomp', 0, null, 'Permission denied')).toBe(false);
+  });
+  it('never for exit 2, 126, 127', () => {
+    for (const code of [2, 126, 127]) expect(isLikelySandboxDenied('linuxSeccomp', code, null, 'permission denied')).toBe(false);
+  });
+  it('SIGSYS on linux', () => {
+    expect(isLikelySandboxDenied('linuxSeccomp', 159, null, '')).toBe(true);
+    expect(isLikelySandboxDenied('linuxSeccomp', null, 'SIGSYS', '')).toBe(true);
+    expect(isLikelySandboxDenied('macosSeatbelt', 159, null, '')).toBe(false);
+  });
+  it('keywords, case-insensitive', () => {
+    for (const text of ['Operation not permitted', 'bash: x: Permission denied', 'Read-only file system', 'seccomp', 'SANDBOX', 'landlock', 'Failed to write file']) {
+      expect(isLikelySandboxDenied('linuxSeccomp', 1, null, text)).toBe(true);
+    }
+    expect(isLikelySandboxDenied('linuxSeccomp', 1, null, 'no such file or directory')).toBe(false);
+  });
+});
