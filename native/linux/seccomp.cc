@@ -1,0 +1,462 @@
+// See seccomp.h for what the filter does and why. This file holds the rule table and a small
+// code generator that turns the rows selected for a SeccompConfig into classic BPF.
+#include "seccomp.h"
+
+#include <errno.h>
+#include <linux/audit.h>
+#include <netinet/in.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "syscall_numbers.h"
+
+#if defined(__x86_64__)
+#define PSB_AUDIT_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define PSB_AUDIT_ARCH AUDIT_ARCH_AARCH64
+#else
+#error "seccomp filter: unsupported architecture (x86_64 and aarch64 only)"
+#endif
+
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "seccomp filter: the argument offsets below assume a little-endian seccomp_data"
+#endif
+
+namespace psb {
+namespace {
+
+// Kernel ABI from <linux/seccomp.h>, spelled out here because this directory's own seccomp.h
+// shadows that header whenever native/ is on the include path.
+constexpr uint32_t kSeccompRetKillProcess = 0x80000000u;
+constexpr uint32_t kSeccompRetErrno = 0x00050000u;
+constexpr uint32_t kSeccompRetAllow = 0x7fff0000u;
+constexpr uint32_t kSeccompRetData = 0x0000ffffu;
+constexpr unsigned kSeccompModeFilter = 2;       // prctl(PR_SET_SECCOMP, ...)
+constexpr unsigned kSeccompSetModeFilter = 1;    // seccomp(2) operations
+constexpr unsigned kSeccompGetActionAvail = 2;
+
+struct SeccompData {  // struct seccomp_data
+  int32_t nr;
+  uint32_t arch;
+  uint64_t instruction_pointer;
+  uint64_t args[6];
+};
+static_assert(sizeof(SeccompData) == 64, "struct seccomp_data layout");
+
+// A row whose syscall this architecture lacks carries kSkip and is left out of the program.
+constexpr int kSkip = -1;
+
+// Syscalls that exist on x86_64 only.
+#ifdef __NR_iopl
+constexpr int kNrIopl = __NR_iopl;
+#else
+constexpr int kNrIopl = kSkip;
+#endif
+#ifdef __NR_ioperm
+constexpr int kNrIoperm = __NR_ioperm;
+#else
+constexpr int kNrIoperm = kSkip;
+#endif
+#ifdef __NR_modify_ldt
+constexpr int kNrModifyLdt = __NR_modify_ldt;
+#else
+constexpr int kNrModifyLdt = kSkip;
+#endif
+#ifdef __NR_uselib
+constexpr int kNrUselib = __NR_uselib;
+#else
+constexpr int kNrUselib = kSkip;
+#endif
+
+// x86_64 marks x32 syscalls with this bit in the number; x32 has its own table, so every rule
+// below would be sidestepped by it.
+constexpr uint32_t kX32SyscallBit = 0x40000000u;
+
+// Every namespace flag clone(2) understands; CLONE_NEWTIME only matters for clone3/unshare, but
+// bit 0x80 is never part of a valid exit signal, so testing it costs nothing.
+constexpr uint32_t kCloneNewTime = 0x00000080u;
+constexpr uint32_t kCloneNamespaceFlags = 0x00020000u /* CLONE_NEWNS */ |
+                                          0x02000000u /* CLONE_NEWCGROUP */ |
+                                          0x04000000u /* CLONE_NEWUTS */ |
+                                          0x08000000u /* CLONE_NEWIPC */ |
+                                          0x10000000u /* CLONE_NEWUSER */ |
+                                          0x20000000u /* CLONE_NEWPID */ |
+                                          0x40000000u /* CLONE_NEWNET */ | kCloneNewTime;
+
+constexpr uint32_t kPerLinux = 0x0000u;
+constexpr uint32_t kPerLinux32 = 0x0008u;
+constexpr uint32_t kPersonalityQuery = 0xffffffffu;
+
+// socket(2) type argument: the low nibble is the type, the rest are SOCK_CLOEXEC/SOCK_NONBLOCK.
+constexpr uint32_t kSockTypeMask = 0xfu;
+
+#ifndef MSG_FASTOPEN
+#define MSG_FASTOPEN 0x20000000
+#endif
+
+constexpr uint32_t kAllow = kSeccompRetAllow;
+constexpr uint32_t kEperm = kSeccompRetErrno | (EPERM & kSeccompRetData);
+constexpr uint32_t kEnosys = kSeccompRetErrno | (ENOSYS & kSeccompRetData);
+constexpr uint32_t kKill = kSeccompRetKillProcess;
+
+// ---- The rule table -------------------------------------------------------------------------
+
+// When a row applies: a set of network modes and a set of isolation modes; both must match.
+enum : uint8_t { kNetNone = 1, kNetProxy = 2, kNetFull = 4, kAnyNet = 7 };
+enum : uint8_t { kIsolated = 1, kLandlock = 2, kAnyMode = 3 };
+
+enum class Op : uint8_t {
+  kUnused,
+  kIn,      // (low 32 bits of arg & mask) equals one of values[0..count)
+  kAnyBit,  // (low 32 bits of arg & mask) != 0
+};
+
+struct ArgTest {
+  Op op;
+  uint8_t arg;
+  uint32_t mask;
+  uint8_t count;
+  uint32_t values[3];
+};
+
+constexpr ArgTest In(uint8_t arg, uint32_t mask, uint32_t a) {
+  return ArgTest{Op::kIn, arg, mask, 1, {a, 0, 0}};
+}
+constexpr ArgTest In(uint8_t arg, uint32_t mask, uint32_t a, uint32_t b) {
+  return ArgTest{Op::kIn, arg, mask, 2, {a, b, 0}};
+}
+constexpr ArgTest In(uint8_t arg, uint32_t mask, uint32_t a, uint32_t b, uint32_t c) {
+  return ArgTest{Op::kIn, arg, mask, 3, {a, b, c}};
+}
+constexpr ArgTest AnyBit(uint8_t arg, uint32_t mask) {
+  return ArgTest{Op::kAnyBit, arg, mask, 0, {0, 0, 0}};
+}
+
+constexpr uint32_t kAll = 0xffffffffu;
+constexpr int kMaxTests = 3;
+
+// A clause matches when all of its tests pass (an empty clause never matches).
+struct Clause {
+  ArgTest tests[kMaxTests];
+  uint32_t action;
+};
+
+constexpr int kMaxClauses = 2;
+
+// One syscall's rule: the first matching clause decides, else `otherwise`. A row without clauses
+// is an unconditional `otherwise`. For one config at most one row per syscall may apply.
+struct Rule {
+  int nr;
+  uint8_t nets;
+  uint8_t modes;
+  uint32_t otherwise;
+  Clause clauses[kMaxClauses];
+};
+
+constexpr Rule Deny(int nr, uint8_t nets = kAnyNet, uint8_t modes = kAnyMode) {
+  return Rule{nr, nets, modes, kEperm, {}};
+}
+constexpr Rule When(int nr, uint8_t nets, uint8_t modes, uint32_t otherwise, Clause a,
+                    Clause b = Clause{}) {
+  return Rule{nr, nets, modes, otherwise, {a, b}};
+}
+
+constexpr Rule kRules[] = {
+    // NET-07, PROC-11: io_uring performs socket, connect, open... without those syscalls.
+    Deny(__NR_io_uring_setup),
+    Deny(__NR_io_uring_enter),
+    Deny(__NR_io_uring_register),
+
+    // PROC-04, PROC-05: other processes' memory and fds.
+    Deny(__NR_ptrace),
+    Deny(__NR_process_vm_readv),
+    Deny(__NR_process_vm_writev),
+    Deny(__NR_pidfd_getfd),
+    Deny(__NR_process_madvise),
+
+    // PROC-08, PROC-09, PROC-10: namespaces, the old and new mount API, chroot.
+    Deny(__NR_unshare),
+    Deny(__NR_setns),
+    When(__NR_clone, kAnyNet, kAnyMode, kAllow, Clause{{AnyBit(0, kCloneNamespaceFlags)}, kEperm}),
+    // clone_args lives in memory a filter cannot read: make libc fall back to clone().
+    Rule{__NR_clone3, kAnyNet, kAnyMode, kEnosys, {}},
+    Deny(__NR_mount),
+    Deny(__NR_umount2),
+    Deny(__NR_pivot_root),
+    Deny(__NR_chroot),
+    Deny(__NR_fsopen),
+    Deny(__NR_fsconfig),
+    Deny(__NR_fsmount),
+    Deny(__NR_fspick),
+    Deny(__NR_move_mount),
+    Deny(__NR_open_tree),
+    Deny(__NR_open_tree_attr),
+    Deny(__NR_mount_setattr),
+
+    // PROC-01, PROC-02, PROC-03: terminal injection. The kernel's ioctl() takes an unsigned int
+    // request, so the low 32 bits are what it acts on; In() compares exactly those.
+    When(__NR_ioctl, kAnyNet, kAnyMode, kAllow, Clause{{In(1, kAll, TIOCSTI, TIOCLINUX)}, kEperm}),
+
+    // PROC-15: kernel attack surface no build or test needs.
+    Deny(__NR_bpf),
+    Deny(__NR_perf_event_open),
+    Deny(__NR_userfaultfd),
+    Deny(__NR_add_key),
+    Deny(__NR_request_key),
+    Deny(__NR_keyctl),
+    Deny(__NR_kexec_load),
+    Deny(__NR_kexec_file_load),
+    Deny(__NR_init_module),
+    Deny(__NR_finit_module),
+    Deny(__NR_delete_module),
+    Deny(__NR_swapon),
+    Deny(__NR_swapoff),
+    Deny(__NR_reboot),
+    Deny(__NR_acct),
+    Deny(__NR_quotactl),
+    Deny(__NR_quotactl_fd),
+    Deny(__NR_lookup_dcookie),
+    Deny(__NR_nfsservctl),
+    Deny(__NR_vhangup),
+    Deny(__NR_syslog),
+    Deny(__NR_name_to_handle_at),
+    Deny(__NR_open_by_handle_at),
+    Deny(__NR_fanotify_init),
+    Deny(__NR_settimeofday),
+    Deny(__NR_clock_settime),
+    Deny(__NR_adjtimex),
+    Deny(__NR_clock_adjtime),
+    Deny(kNrIopl),
+    Deny(kNrIoperm),
+    Deny(kNrModifyLdt),
+    Deny(kNrUselib),
+    // READ_IMPLIES_EXEC, ADDR_NO_RANDOMIZE and the other flags only weaken the process; allow the
+    // query and the two plain personalities that runtimes set.
+    When(__NR_personality, kAnyNet, kAnyMode, kEperm,
+         Clause{{In(0, kAll, kPerLinux, kPerLinux32, kPersonalityQuery)}, kAllow}),
+
+    // NET-01..NET-06, NET-09, NET-10, NET-17: socket creation by network mode.
+    Deny(__NR_socket, kNetNone),
+    When(__NR_socket, kNetProxy, kIsolated, kEperm,
+         Clause{{In(0, kAll, AF_INET, AF_INET6), In(1, kSockTypeMask, SOCK_STREAM, SOCK_DGRAM)},
+                kAllow}),
+    When(__NR_socket, kNetProxy, kLandlock, kEperm,
+         Clause{{In(0, kAll, AF_INET, AF_INET6), In(1, kSockTypeMask, SOCK_STREAM),
+                 In(2, kAll, 0, IPPROTO_TCP)},
+                kAllow}),
+    // NET-11: a SOCK_DGRAM pair could sendmsg() to any host datagram socket by name.
+    When(__NR_socketpair, kNetNone | kNetProxy, kAnyMode, kEperm,
+         Clause{{In(0, kAll, AF_UNIX), In(1, kSockTypeMask, SOCK_STREAM, SOCK_SEQPACKET)}, kAllow}),
+    // NET-13: listen() autobinds a port that Landlock's BIND_TCP never sees.
+    Deny(__NR_listen, kNetProxy, kLandlock),
+    // TCP Fast Open connects from inside sendto/sendmsg, not through connect().
+    When(__NR_sendto, kNetProxy, kLandlock, kAllow, Clause{{AnyBit(3, MSG_FASTOPEN)}, kEperm}),
+    When(__NR_sendmsg, kNetProxy, kLandlock, kAllow, Clause{{AnyBit(2, MSG_FASTOPEN)}, kEperm}),
+    When(__NR_sendmmsg, kNetProxy, kLandlock, kAllow, Clause{{AnyBit(3, MSG_FASTOPEN)}, kEperm}),
+
+    // PROC-16: without an ipc namespace, SysV IPC and POSIX message queues are the host's.
+    Deny(__NR_shmget, kAnyNet, kLandlock),
+    Deny(__NR_shmat, kAnyNet, kLandlock),
+    Deny(__NR_shmctl, kAnyNet, kLandlock),
+    Deny(__NR_shmdt, kAnyNet, kLandlock),
+    Deny(__NR_msgget, kAnyNet, kLandlock),
+    Deny(__NR_msgsnd, kAnyNet, kLandlock),
+    Deny(__NR_msgrcv, kAnyNet, kLandlock),
+    Deny(__NR_msgctl, kAnyNet, kLandlock),
+    Deny(__NR_semget, kAnyNet, kLandlock),
+    Deny(__NR_semop, kAnyNet, kLandlock),
+    Deny(__NR_semtimedop, kAnyNet, kLandlock),
+    Deny(__NR_semctl, kAnyNet, kLandlock),
+    Deny(__NR_mq_open, kAnyNet, kLandlock),
+    Deny(__NR_mq_unlink, kAnyNet, kLandlock),
+    Deny(__NR_mq_timedsend, kAnyNet, kLandlock),
+    Deny(__NR_mq_timedreceive, kAnyNet, kLandlock),
+    Deny(__NR_mq_notify, kAnyNet, kLandlock),
+    Deny(__NR_mq_getsetattr, kAnyNet, kLandlock),
+};
+
+// ---- Code generation ------------------------------------------------------------------------
+
+constexpr uint32_t kNrOffset = offsetof(SeccompData, nr);
+constexpr uint32_t kArchOffset = offsetof(SeccompData, arch);
+
+// Little-endian: the low word of args[i] comes first.
+constexpr uint32_t ArgLowOffset(uint8_t arg) {
+  return static_cast<uint32_t>(offsetof(SeccompData, args)) + 8u * arg;
+}
+
+sock_filter Stmt(uint16_t code, uint32_t k) { return sock_filter{code, 0, 0, k}; }
+sock_filter Jump(uint16_t code, uint32_t k, uint8_t jt, uint8_t jf) {
+  return sock_filter{code, jt, jf, k};
+}
+
+uint8_t NetBit(SeccompNet net) {
+  switch (net) {
+    case SeccompNet::kNone: return kNetNone;
+    case SeccompNet::kProxy: return kNetProxy;
+    case SeccompNet::kFull: return kNetFull;
+  }
+  return 0;
+}
+
+bool Applies(const Rule& r, uint8_t net, uint8_t mode) {
+  return r.nr != kSkip && (r.nets & net) != 0 && (r.modes & mode) != 0;
+}
+
+int ClauseTestCount(const Clause& c) {
+  int n = 0;
+  while (n < kMaxTests && c.tests[n].op != Op::kUnused) ++n;
+  return n;
+}
+
+// Instructions one test emits: load, optional AND, then one jump per value (kIn) or one JSET.
+int TestLength(const ArgTest& t) {
+  if (t.op == Op::kAnyBit) return 2;
+  return 1 + (t.mask != kAll ? 1 : 0) + t.count;
+}
+
+int ClauseLength(const Clause& c) {
+  int len = 1;  // the RET
+  for (int i = 0; i < ClauseTestCount(c); ++i) len += TestLength(c.tests[i]);
+  return len;
+}
+
+// Emits one rule body, entered with the syscall number matched; every path ends in a RET.
+// Layout per clause: tests (each either falls through to the next test or jumps to the clause's
+// end), RET action; after the last clause, RET otherwise. All jumps are forward and short.
+int EmitBody(const Rule& r, std::vector<sock_filter>* out) {
+  for (const Clause& c : r.clauses) {
+    int ntests = ClauseTestCount(c);
+    if (ntests == 0) continue;
+    // Instructions left until this clause's RET (exclusive), used to compute the fail target,
+    // which is the instruction right after that RET.
+    int remaining = ClauseLength(c);  // counts the RET itself
+    for (int i = 0; i < ntests; ++i) {
+      const ArgTest& t = c.tests[i];
+      if (t.arg > 5 || (t.op == Op::kIn && (t.count < 1 || t.count > 3))) return -EINVAL;
+      out->push_back(Stmt(BPF_LD | BPF_W | BPF_ABS, ArgLowOffset(t.arg)));
+      --remaining;
+      if (t.op == Op::kAnyBit) {
+        int fail = remaining - 1;  // skips every later instruction of the clause, RET included
+        if (fail > 255) return -E2BIG;
+        out->push_back(Jump(BPF_JMP | BPF_JSET | BPF_K, t.mask, 0, static_cast<uint8_t>(fail)));
+        --remaining;
+        continue;
+      }
+      if (t.mask != kAll) {
+        out->push_back(Stmt(BPF_ALU | BPF_AND | BPF_K, t.mask));
+        --remaining;
+      }
+      for (int v = 0; v < t.count; ++v) {
+        int after = remaining - 1;  // instructions after this jump, up to and including the RET
+        bool last = v == t.count - 1;
+        // A match jumps past the remaining value compares of this test to the next test.
+        int on_match = last ? 0 : t.count - 1 - v;
+        int on_miss = last ? after : 0;  // `after` skips everything through the RET
+        if (on_match > 255 || on_miss > 255) return -E2BIG;
+        out->push_back(Jump(BPF_JMP | BPF_JEQ | BPF_K, t.values[v], static_cast<uint8_t>(on_match),
+                            static_cast<uint8_t>(on_miss)));
+        --remaining;
+      }
+    }
+    out->push_back(Stmt(BPF_RET | BPF_K, c.action));
+  }
+  out->push_back(Stmt(BPF_RET | BPF_K, r.otherwise));
+  return 0;
+}
+
+}  // namespace
+
+int BuildSeccompFilter(const SeccompConfig& cfg, std::vector<sock_filter>* out) noexcept {
+  if (out == nullptr) return -EINVAL;
+  out->clear();
+  const uint8_t net = NetBit(cfg.net);
+  if (net == 0) return -EINVAL;
+  const uint8_t mode = cfg.isolated ? kIsolated : kLandlock;
+
+  // Two rows for one syscall would leave the second unreachable: a table bug, caught here.
+  constexpr size_t kRuleCount = sizeof(kRules) / sizeof(kRules[0]);
+  for (size_t i = 0; i < kRuleCount; ++i) {
+    if (!Applies(kRules[i], net, mode)) continue;
+    for (size_t j = i + 1; j < kRuleCount; ++j) {
+      if (Applies(kRules[j], net, mode) && kRules[j].nr == kRules[i].nr) return -EINVAL;
+    }
+  }
+
+  out->reserve(8 + kRuleCount * 6);
+  // 1. Architecture: anything but the native table is killed before a number is interpreted.
+  out->push_back(Stmt(BPF_LD | BPF_W | BPF_ABS, kArchOffset));
+  out->push_back(Jump(BPF_JMP | BPF_JEQ | BPF_K, PSB_AUDIT_ARCH, 1, 0));
+  out->push_back(Stmt(BPF_RET | BPF_K, kKill));
+  out->push_back(Stmt(BPF_LD | BPF_W | BPF_ABS, kNrOffset));
+#if defined(__x86_64__)
+  // 2. x32: numbers with the x32 bit are another table. Number -1 (a tracer's "skip") is the one
+  //    value with that bit that is not x32; it gets the kernel's own answer, ENOSYS.
+  out->push_back(Jump(BPF_JMP | BPF_JSET | BPF_K, kX32SyscallBit, 0, 3));
+  out->push_back(Jump(BPF_JMP | BPF_JEQ | BPF_K, 0xffffffffu, 1, 0));
+  out->push_back(Stmt(BPF_RET | BPF_K, kKill));
+  out->push_back(Stmt(BPF_RET | BPF_K, kEnosys));
+#endif
+
+  // 3. Rules: `if (nr == N) { body }`, where every body ends in RET, so the accumulator still
+  //    holds nr whenever the next comparison runs.
+  std::vector<sock_filter> body;
+  for (size_t i = 0; i < kRuleCount; ++i) {
+    const Rule& r = kRules[i];
+    if (!Applies(r, net, mode)) continue;
+    body.clear();
+    if (int rc = EmitBody(r, &body)) {
+      out->clear();
+      return rc;
+    }
+    if (body.size() > 255) {
+      out->clear();
+      return -E2BIG;
+    }
+    out->push_back(Jump(BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(r.nr), 0,
+                        static_cast<uint8_t>(body.size())));
+    out->insert(out->end(), body.begin(), body.end());
+  }
+
+  // 4. Default: allow (see seccomp.h for why this is a deny list).
+  out->push_back(Stmt(BPF_RET | BPF_K, kAllow));
+  if (out->size() > BPF_MAXINSNS) {
+    out->clear();
+    return -E2BIG;
+  }
+  return 0;
+}
+
+int InstallSeccompInChild(const sock_fprog* prog) noexcept {
+  if (prog == nullptr || prog->filter == nullptr || prog->len == 0) return -EINVAL;
+  long nnp = syscall(__NR_prctl, PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0);
+  if (nnp < 0) return -errno;
+  if (nnp != 1) return -EPERM;
+  if (syscall(__NR_seccomp, kSeccompSetModeFilter, 0, prog) == 0) return 0;
+  int err = errno;
+  if (err != ENOSYS) return -err;
+  // Kernels 3.5-3.16 have filter mode but no seccomp(2).
+  if (syscall(__NR_prctl, PR_SET_SECCOMP, kSeccompModeFilter, prog, 0, 0) == 0) return 0;
+  return -errno;
+}
+
+int SeccompSupported() noexcept {
+  // EINVAL here means a kernel built without CONFIG_SECCOMP.
+  if (syscall(__NR_prctl, PR_GET_SECCOMP, 0, 0, 0, 0) < 0) return -errno;
+  const uint32_t actions[] = {kSeccompRetKillProcess, kSeccompRetErrno, kSeccompRetAllow};
+  for (uint32_t action : actions) {
+    if (syscall(__NR_seccomp, kSeccompGetActionAvail, 0, &action) != 0) {
+      int err = errno;
+      // No seccomp(2) or no GET_ACTION_AVAIL: too old for KILL_PROCESS.
+      return err == ENOSYS ? -EOPNOTSUPP : -err;
+    }
+  }
+  return 0;
+}
+
+}  // namespace psb

@@ -1,0 +1,98 @@
+// seccomp-bpf filter for sandboxed commands: generated from a rule table, installed in the child.
+//
+// Usage (see spawn_linux.cc):
+//
+//   std::vector<sock_filter> insns;                       // parent, before fork/clone
+//   SeccompConfig cfg; cfg.net = SeccompNet::kNone; cfg.isolated = true;
+//   if (int rc = BuildSeccompFilter(cfg, &insns)) return Status::Sys(..., -rc);
+//   sock_fprog prog{static_cast<unsigned short>(insns.size()), insns.data()};
+//   ... fork/clone ...
+//   // child: caps dropped, PR_SET_NO_NEW_PRIVS set, Landlock applied; seccomp goes last
+//   if (int rc = InstallSeccompInChild(&prog)) { write(errno_pipe, ...); _exit(...); }
+//   execve(...);
+//
+// Threading: BuildSeccompFilter and SeccompSupported run in the parent, on any thread; they share
+// no state. InstallSeccompInChild runs in the child between fork and execve: it makes raw syscalls
+// only (no allocation, no locks), so it is safe in a child forked from multithreaded Node. The
+// filter is installed without SECCOMP_FILTER_FLAG_TSYNC because that child is single-threaded.
+//
+// What the filter is. The sandbox's real walls are the namespaces, the mount tree and Landlock;
+// seccomp removes kernel attack surface and the paths around those walls. It is a deny list with a
+// default of ALLOW: build tools, compilers, runtimes and test suites use hundreds of syscalls,
+// new ones appear with every kernel and libc, and an allow list breaks them in ways that are hard
+// to diagnose. Everything listed here is either not needed by development work or is a known
+// bypass (ids from reference/threats.md):
+//   - architecture check first: a foreign AUDIT_ARCH (i386 via int 0x80, arm32 compat) and, on
+//     x86_64, any number with the x32 bit are killed, so no rule can be dodged through another
+//     syscall table (NET-08, PROC-14);
+//   - io_uring (NET-07, PROC-11): it opens and connects sockets and files without the syscalls
+//     filtered here;
+//   - ptrace, process_vm_*, pidfd_getfd, process_madvise (PROC-04, PROC-05);
+//   - user namespaces and the mount API: unshare, setns, namespace flags on clone, clone3 (gets
+//     ENOSYS so libc falls back to clone, whose flags a filter can read), mount and the fs*/
+//     *_mount/open_tree family, pivot_root, chroot (PROC-08, PROC-09, PROC-10, FS-24);
+//   - TIOCSTI and TIOCLINUX, compared on the low 32 bits of the request, because the kernel's
+//     ioctl takes an unsigned int and ignores the high word (PROC-01, PROC-02, PROC-03);
+//   - other kernel attack surface no build needs: bpf, perf_event_open, userfaultfd, keyrings,
+//     kexec, modules, swap, reboot, acct, quotas, syslog, clock setting, fanotify, file handles,
+//     iopl/ioperm/modify_ldt, uselib, vhangup, and personality changes other than PER_LINUX,
+//     PER_LINUX32 and the 0xffffffff query (PROC-15);
+//   - sockets by network mode (NET-01..NET-17); see SeccompNet below;
+//   - in Landlock mode, where no ipc namespace exists, SysV IPC and POSIX message queues, which
+//     would be shared with the host (PROC-16).
+// Denials return EPERM, except clone3 (ENOSYS).
+#ifndef PSB_NATIVE_LINUX_SECCOMP_H_
+#define PSB_NATIVE_LINUX_SECCOMP_H_
+
+#include <linux/filter.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace psb {
+
+// Which sockets the command may create.
+enum class SeccompNet : uint8_t {
+  // socket() of every family fails with EPERM, AF_UNIX included: a pathname unix socket of a host
+  // daemon cannot be filtered by path here (NET-10), nor an abstract one in Landlock mode (NET-09).
+  // socketpair(AF_UNIX) works for SOCK_STREAM and SOCK_SEQPACKET, which cannot address a peer by
+  // name; SOCK_DGRAM pairs are refused, as sendmsg() on one can name any host socket (NET-11).
+  kNone,
+  // Like kNone, but the proxy must be reachable over TCP.
+  //   isolated: socket(AF_INET/AF_INET6) of type SOCK_STREAM or SOCK_DGRAM; the net namespace
+  //             holds only lo, where the proxy listener lives. Netlink is refused (glibc's
+  //             getaddrinfo copes).
+  //   Landlock: socket(AF_INET/AF_INET6, SOCK_STREAM, 0 or IPPROTO_TCP) only, since Landlock's
+  //             TCP rules cover neither UDP (NET-03), raw sockets nor MPTCP/SCTP; listen() fails,
+  //             as listen() without bind() autobinds a port that BIND_TCP does not see (NET-13);
+  //             sends with MSG_FASTOPEN fail, as they connect without a connect() call.
+  kProxy,
+  // The host network: no socket rules. io_uring stays denied.
+  kFull,
+};
+
+struct SeccompConfig {
+  SeccompNet net = SeccompNet::kNone;
+  // true: isolated mode (user+mnt+pid+ipc(+net) namespaces back us up).
+  // false: Landlock mode (no namespaces) -> stricter filter.
+  bool isolated = true;
+};
+
+// Parent side (may allocate). Replaces *out with the BPF program for cfg.
+// Returns 0 or -errno (-EINVAL on a bad config or a null out).
+int BuildSeccompFilter(const SeccompConfig& cfg, std::vector<sock_filter>* out) noexcept;
+
+// Child side, after fork, before execve: raw syscalls only. Requires no_new_privs already set
+// (returns -EPERM otherwise, rather than relying on a CAP_SYS_ADMIN the command must not keep).
+// Returns 0 or -errno from seccomp(2) (prctl(2) on kernels without the seccomp syscall).
+int InstallSeccompInChild(const sock_fprog* prog) noexcept;
+
+// Parent side probe. Returns 0 when filter mode and the actions the filter uses
+// (KILL_PROCESS, ERRNO) are available; otherwise -errno: -EINVAL when the kernel lacks
+// CONFIG_SECCOMP(_FILTER) or SECCOMP_GET_ACTION_AVAIL (older than 4.14), -EOPNOTSUPP when an
+// action is missing or the seccomp syscall itself is absent.
+int SeccompSupported() noexcept;
+
+}  // namespace psb
+
+#endif  // PSB_NATIVE_LINUX_SECCOMP_H_
