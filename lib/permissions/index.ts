@@ -30,3 +30,37 @@ export { SANDBOX_TYPES } from './sandbox-type';
 export function resolvePolicy(policy: SandboxPolicy | undefined, cwd: string): ResolvedRules {
   return resolveEntries(compilePolicy(policy, cwd));
 }
+
+export {
+  parsePermissionProfile,
+  permissionProfileToJson,
+  readOnlyProfile,
+  workspaceWriteProfile,
+  defaultReadOnlySubpathsForWritableRoot,
+  materializeProjectRoots,
+  hasFullDiskReadAccess,
+  withAdditionalReadableRoots,
+  profileToResolverInput,
+  ProfileError,
+  type PermissionProfile,
+  type FileSystemAccessMode,
+  type FileSystemPath,
+  type FileSystemSpecialPath,
+  type FileSystemSandboxEntry,
+  type ManagedFileSystemPermissions,
+  type NetworkPermission,
+  type MissingPathBehavior,
+  type ParseProfileOptions,
+  type SerializeProfileOptions,
+  type WorkspaceWriteOptions,
+  type ProfileResolveContext,
+} from './profile';
+export { expandGlob, DEFAULT_GLOB_MAX_DEPTH, DEFAULT_GLOB_MAX_MATCHES, type GlobLimits } from './glob';
+export { parseFileUri, fileUriToPath, pathToFileUri, FileUriError, type ParsedFileUri, type PathFlavor } from './uri';
+
+import { profileToResolverInput as toInput, type PermissionProfile as Profile, type ProfileResolveContext as Ctx } from './profile';
+
+/** Resolve a (materialised) PermissionProfile into ResolvedRules through the same resolver. */
+export function resolveProfile(profile: Profile, ctx: Ctx): ResolvedRules {
+  return resolveEntries(toInput(profile, ctx));
+}

@@ -1,0 +1,364 @@
+/**
+ * prepareExecRequest: the TypeScript counterpart of the seed's `prepare_exec_request` (Codex
+ * exec-server). It takes a Codex-shaped `ExecParams` and returns a PreparedExecRequest that
+ * `spawnPrepared()` (lib/index.ts) runs. Steps, in the seed's order:
+ *   1. MXC gate; 2. Windows native launches strip the managed proxy env; 3. managed network
+ *   (through runtime.startManagedNetwork); 4. no sandbox context → plain launch;
+ *   5. URIs → native paths and project-root materialisation; 6. managed CA bundle as a readable
+ *   root; 7. sandbox selection (fail closed); 8. argv checks; 9. rules through the one resolver.
+ * We enforce in-process, so there is no helper re-exec: `arg0` is passed through and `command` is
+ * the caller's argv.
+ *
+ * Errors: a SandboxError (code EREQUEST_INVALID / EREQUEST_INTERNAL) whose message is the seed's
+ * text and whose `detail.rpc` is the JSON-RPC error object; see ./rpc.ts.
+ */
+import { SandboxError } from '../errors';
+import type { ResolvedRules } from '../rules';
+import {
+  applyEnvPolicy,
+  parseEnvPolicy,
+  type ExecEnvPolicy,
+  type GitProtection,
+  type SandboxType,
+} from '../permissions';
+import {
+  materializeProjectRoots,
+  parsePermissionProfile,
+  ProfileError,
+  profileToResolverInput,
+  withAdditionalReadableRoots,
+  type PermissionProfile,
+} from '../permissions/profile';
+import { resolveEntries } from '../permissions/resolve';
+import { fileUriToPath, FileUriError, flavorOf } from '../permissions/uri';
+import { CUSTOM_CA_ENV_KEYS, isManagedCaBundlePath, stripManagedProxyEnv } from './proxy-env';
+import { internalError, invalidParams } from './rpc';
+import { selectSandbox, type WindowsSandboxSelection } from './sandbox-manager';
+
+export * from './rpc';
+export { CUSTOM_CA_ENV_KEYS, MANAGED_PROXY_ENV_KEYS, isManagedCaBundlePath, stripManagedProxyEnv } from './proxy-env';
+export { selectSandbox, platformSandbox, type WindowsSandboxSelection, type SandboxPreference } from './sandbox-manager';
+
+/** Codex `ManagedNetworkSandboxContext` (camelCase on the wire). */
+export interface ManagedNetworkSandboxContext {
+  loopbackPorts?: number[];
+  allowLocalBinding?: boolean;
+  allowUnixSockets?: string[];
+  dangerouslyAllowAllUnixSockets?: boolean;
+  [extra: string]: unknown;
+}
+
+/** Codex `FileSystemSandboxContext` (the `sandbox` object of ExecParams). */
+export interface FileSystemSandboxContext {
+  /** PermissionProfile JSON whose paths are file:// URIs (absolute native paths are accepted too). */
+  permissions: unknown;
+  cwd?: string | null;
+  workspaceRoots?: string[];
+  userHomeDir?: string | null;
+  temporaryDirectories?: unknown;
+  windowsSandboxLevel?: WindowsSandboxSelection;
+  windowsSandboxProxySettingsMode?: 'reconcile' | 'preserve' | null;
+  windowsSandboxPrivateDesktop?: boolean;
+  useLegacyLandlock?: boolean;
+}
+
+/** Codex `ExecParams` (camelCase JSON), the `process/start` params. */
+export interface ExecParams {
+  processId: string;
+  argv: string[];
+  /** file:// URI. */
+  cwd: string;
+  env?: Record<string, string>;
+  envPolicy?: Partial<ExecEnvPolicy> | null;
+  arg0?: string | null;
+  tty?: boolean;
+  pipeStdin?: boolean;
+  sandbox?: FileSystemSandboxContext | null;
+  enforceManagedNetwork?: boolean;
+  managedNetwork?: ManagedNetworkSandboxContext | null;
+  /** RemoteNetworkProxyLaunchConfig: opaque here, interpreted by runtime.startManagedNetwork. */
+  networkProxy?: unknown;
+  metadata?: unknown;
+  shellSnapshot?: unknown;
+}
+
+export interface StartManagedNetworkRequest {
+  networkProxy: unknown;
+  managedNetwork: ManagedNetworkSandboxContext | null;
+  routing: 'dedicatedListeners' | 'sharedIngress';
+  env: Record<string, string>;
+  processId: string;
+}
+
+export interface StartedManagedNetwork {
+  /** The child env, rewritten to point at the proxy. */
+  env: Record<string, string>;
+  managedNetwork: ManagedNetworkSandboxContext;
+  /** Whatever the proxy needs to be stopped later (kept on the prepared request). */
+  handle?: unknown;
+  restrictingSid?: string;
+}
+
+export interface PrepareRuntime {
+  /** Host platform whose rules apply (default process.platform). */
+  platform?: NodeJS.Platform;
+  /** The server's own env, the base for `envPolicy` (default process.env). */
+  baseEnv?: Record<string, string | undefined>;
+  /** Native MXC availability (default: never available). */
+  mxcAvailable?: () => boolean;
+  /**
+   * Starts an executor-local managed proxy. Throw SandboxError EPROXY_CONFIG for a bad config
+   * (→ -32602 "invalid network proxy config: …") or EPROXY_START (→ -32603). Absent: a request
+   * with `networkProxy` fails with -32603.
+   */
+  startManagedNetwork?: (req: StartManagedNetworkRequest) => Promise<StartedManagedNetwork>;
+  /** Whether this executor can enforce a sandbox type (default: the platform's own type). */
+  sandboxSupported?: (type: SandboxType) => boolean;
+  isManagedCaBundlePath?: (p: string) => boolean;
+  /** `.git` protection inside writable roots (default 'hooks-and-config'). */
+  git?: GitProtection;
+  /** `:tmpdir` target (default baseEnv.TMPDIR). */
+  tmpdir?: string;
+}
+
+export interface PreparedExecRequest {
+  processId: string;
+  /** argv; [0] is the program. */
+  command: string[];
+  /** Native absolute path. */
+  cwd: string;
+  env: Record<string, string>;
+  arg0?: string;
+  sandboxType: SandboxType;
+  /** null only for sandboxType 'none'. */
+  rules: ResolvedRules | null;
+  tty: boolean;
+  pipeStdin: boolean;
+  /** The managed network context (prepared by the proxy, or passed through from the request). */
+  managedNetwork?: unknown;
+  windows?: { level: string; proxySettingsMode?: string; workspaceRoots: string[] };
+}
+
+function checkParams(params: unknown): asserts params is ExecParams {
+  const bad = (msg: string): never => {
+    throw invalidParams(`invalid params: ${msg}`);
+  };
+  if (typeof params !== 'object' || params === null || Array.isArray(params)) bad('expected an object');
+  const p = params as Record<string, unknown>;
+  if (typeof p.processId !== 'string') bad('processId must be a string');
+  if (!Array.isArray(p.argv) || !p.argv.every((a) => typeof a === 'string')) bad('argv must be an array of strings');
+  if ((p.argv as string[]).some((a) => a.includes('\0'))) bad('argv must not contain NUL bytes');
+  if (typeof p.cwd !== 'string') bad('cwd must be a file URI string');
+  if (p.env !== undefined && p.env !== null) {
+    if (typeof p.env !== 'object' || Array.isArray(p.env)) bad('env must be an object of strings');
+    for (const [k, v] of Object.entries(p.env as object)) {
+      if (typeof v !== 'string') bad(`env.${k} must be a string`);
+      if (k === '' || k.includes('=') || k.includes('\0') || (v as string).includes('\0')) bad(`env.${k} is not a valid variable`);
+    }
+  }
+  for (const k of ['tty', 'pipeStdin', 'enforceManagedNetwork'] as const) {
+    if (p[k] !== undefined && typeof p[k] !== 'boolean') bad(`${k} must be a boolean`);
+  }
+  if (p.arg0 !== undefined && p.arg0 !== null && (typeof p.arg0 !== 'string' || p.arg0.includes('\0'))) {
+    bad('arg0 must be a string without NUL bytes');
+  }
+  if (p.sandbox !== undefined && p.sandbox !== null) {
+    const s = p.sandbox as Record<string, unknown>;
+    if (typeof s !== 'object' || Array.isArray(s)) bad('sandbox must be an object');
+    if (s.permissions === undefined) bad('sandbox.permissions is required');
+    if (s.workspaceRoots !== undefined && (!Array.isArray(s.workspaceRoots) || !s.workspaceRoots.every((r) => typeof r === 'string'))) {
+      bad('sandbox.workspaceRoots must be an array of file URIs');
+    }
+    if (s.cwd !== undefined && s.cwd !== null && typeof s.cwd !== 'string') bad('sandbox.cwd must be a file URI string');
+    const level = s.windowsSandboxLevel;
+    if (level !== undefined && level !== null && !['disabled', 'restricted-token', 'elevated', 'mxc'].includes(level as string)) {
+      bad(`sandbox.windowsSandboxLevel must be "disabled", "restricted-token", "elevated" or "mxc", got ${JSON.stringify(level)}`);
+    }
+    const mode = s.windowsSandboxProxySettingsMode;
+    if (mode !== undefined && mode !== null && mode !== 'reconcile' && mode !== 'preserve') {
+      bad(`sandbox.windowsSandboxProxySettingsMode must be "reconcile" or "preserve", got ${JSON.stringify(mode)}`);
+    }
+    for (const k of ['windowsSandboxPrivateDesktop', 'useLegacyLandlock']) {
+      if (s[k] !== undefined && typeof s[k] !== 'boolean') bad(`sandbox.${k} must be a boolean`);
+    }
+  }
+}
+
+/** `native_path`: a URI to a native absolute path, with the seed's labelled error. */
+export function nativePath(uri: string, label: string, platform: NodeJS.Platform = process.platform): string {
+  try {
+    return fileUriToPath(uri, flavorOf(platform));
+  } catch (err) {
+    if (err instanceof FileUriError) {
+      throw invalidParams(`${label} URI \`${uri}\` is not valid on this exec-server host: ${err.message}`, { label, uri });
+    }
+    throw err;
+  }
+}
+
+async function prepareManagedNetwork(
+  params: ExecParams,
+  networkProxy: unknown,
+  env: Record<string, string>,
+  runtime: PrepareRuntime,
+): Promise<{ env: Record<string, string>; managedNetwork: ManagedNetworkSandboxContext | null; handle?: unknown }> {
+  const passThrough = params.managedNetwork ?? null;
+  if (networkProxy === undefined || networkProxy === null) return { env, managedNetwork: passThrough };
+  const routing = params.sandbox?.windowsSandboxLevel === 'mxc' ? 'dedicatedListeners' : 'sharedIngress';
+  if (runtime.startManagedNetwork === undefined) {
+    throw internalError('failed to build executor network proxy: a managed network proxy is not available on this executor');
+  }
+  let started: StartedManagedNetwork;
+  try {
+    started = await runtime.startManagedNetwork({ networkProxy, managedNetwork: passThrough, routing, env, processId: params.processId });
+  } catch (err) {
+    const msg = err instanceof Error ? err.message : String(err);
+    if (err instanceof SandboxError && err.code === 'EPROXY_CONFIG') throw invalidParams(`invalid network proxy config: ${msg}`);
+    if (err instanceof SandboxError && err.code === 'EPROXY_START') throw internalError(`failed to start executor network proxy: ${msg}`);
+    if (err instanceof SandboxError && (err.code === 'EREQUEST_INVALID' || err.code === 'EREQUEST_INTERNAL')) throw err;
+    throw internalError(`failed to build executor network proxy: ${msg}`);
+  }
+  return { env: started.env, managedNetwork: started.managedNetwork, handle: started.handle };
+}
+
+export async function prepareExecRequest(params: ExecParams, runtime: PrepareRuntime = {}): Promise<PreparedExecRequest> {
+  checkParams(params);
+  const platform = runtime.platform ?? process.platform;
+  const sandbox = params.sandbox ?? null;
+  const tty = params.tty ?? false;
+  const pipeStdin = params.pipeStdin ?? false;
+  const arg0 = params.arg0 ?? undefined;
+
+  // 1. MXC gate (it fires off Windows too: MXC is never available there).
+  if (sandbox !== null && sandbox.windowsSandboxLevel === 'mxc') {
+    if (arg0 !== undefined || sandbox.windowsSandboxPrivateDesktop === true) {
+      throw invalidParams('MXC custom argv0 and private-desktop launches are not supported');
+    }
+    if (!(runtime.mxcAvailable?.() ?? false)) throw invalidParams('native MXC is unavailable on this executor');
+  }
+
+  // The child env: envPolicy builds it from the server's env, then `env` overlays it.
+  let env: Record<string, string> = { ...(params.env ?? {}) };
+  if (params.envPolicy !== undefined && params.envPolicy !== null) {
+    let policy: ExecEnvPolicy;
+    try {
+      policy = parseEnvPolicy(params.envPolicy);
+    } catch (err) {
+      throw invalidParams(`invalid params: ${(err as Error).message}`);
+    }
+    env = { ...applyEnvPolicy(runtime.baseEnv ?? process.env, policy, platform), ...env };
+  }
+
+  // 2. Windows native launches: the shared proxy ingress routes by the sandbox token's SID, which
+  // a native launch lacks, so leave it direct.
+  let networkProxy: unknown = params.networkProxy ?? null;
+  if (platform === 'win32' && sandbox === null) {
+    if (networkProxy !== null) env = stripManagedProxyEnv(env, runtime.isManagedCaBundlePath);
+    networkProxy = null;
+  }
+
+  // 3. Managed network.
+  const net = await prepareManagedNetwork(params, networkProxy, env, runtime);
+  env = net.env;
+  const managedNetworkField = net.managedNetwork !== null ? { managedNetwork: net.managedNetwork as unknown } : {};
+
+  // 4. No sandbox context: a plain launch.
+  if (sandbox === null) {
+    if (params.argv.length === 0) throw invalidParams('argv must not be empty');
+    return {
+      processId: params.processId,
+      command: [...params.argv],
+      cwd: nativePath(params.cwd, 'cwd', platform),
+      env,
+      ...(arg0 !== undefined ? { arg0 } : {}),
+      sandboxType: 'none',
+      rules: null,
+      tty,
+      pipeStdin,
+      ...managedNetworkField,
+    };
+  }
+
+  // 5. Materialise the permissions against this host's paths.
+  const flavor = flavorOf(platform);
+  let permissions: PermissionProfile;
+  try {
+    permissions = parsePermissionProfile(sandbox.permissions, { flavor }, 'permissions');
+  } catch (err) {
+    if (err instanceof ProfileError && err.kind === 'uri') throw invalidParams(`invalid sandbox permission path URI: ${err.message}`);
+    if (err instanceof ProfileError) throw invalidParams(`invalid params: sandbox.${err.message}`);
+    throw err;
+  }
+  const policyCwdUri = sandbox.cwd ?? params.cwd;
+  const policyCwd = nativePath(policyCwdUri, 'sandbox cwd', platform);
+  const workspaceRoots = (sandbox.workspaceRoots ?? []).map((r) => nativePath(r, 'sandbox workspace root', platform));
+  permissions = materializeProjectRoots(permissions, workspaceRoots, policyCwd);
+
+  // 6. The managed MITM CA bundle must stay readable.
+  const isManagedCa = runtime.isManagedCaBundlePath ?? isManagedCaBundlePath;
+  if (net.managedNetwork !== null) {
+    const bundle = CUSTOM_CA_ENV_KEYS.map((k) => env[k]).find((v): v is string => v !== undefined && isManagedCa(v));
+    if (bundle !== undefined) permissions = withAdditionalReadableRoots(permissions, [bundle]);
+  }
+
+  // 7. Select the sandbox; fail closed when the intent cannot be enforced here.
+  const enforceManagedNetwork = params.enforceManagedNetwork ?? false;
+  const selection = selectSandbox({
+    platform,
+    profile: permissions,
+    windowsSandboxLevel: sandbox.windowsSandboxLevel ?? 'disabled',
+    enforceManagedNetwork,
+    supported: runtime.sandboxSupported,
+  });
+  if (selection.sandboxType === 'none') throw invalidParams('sandbox intent cannot be enforced on this executor');
+
+  // 8. argv.
+  if (params.argv.length === 0) throw invalidParams('argv must not be empty');
+  const cwd = nativePath(params.cwd, 'cwd', platform);
+
+  // 9. Rules, through the same resolver as the ergonomic policy.
+  if (selection.sandboxType === 'windowsRestrictedToken' && enforceManagedNetwork && selection.windowsLevel !== 'elevated') {
+    throw invalidParams('failed to prepare process sandbox: managed networking requires the elevated Windows sandbox backend');
+  }
+  let rules: ResolvedRules;
+  try {
+    rules = resolveEntries(
+      profileToResolverInput(permissions, {
+        cwd: policyCwd,
+        tmpdir: runtime.tmpdir ?? (runtime.baseEnv ?? process.env).TMPDIR,
+        git: runtime.git ?? 'hooks-and-config',
+        mode: sandbox.useLegacyLandlock === true && !enforceManagedNetwork ? 'landlock' : 'auto',
+        // A managed network must only reach the proxy; until the proxy routing is wired into the
+        // rules, "no network" is the fail-closed approximation.
+        ...(enforceManagedNetwork || net.managedNetwork !== null ? { network: { kind: 'none' as const } } : {}),
+      }),
+    );
+  } catch (err) {
+    if (err instanceof SandboxError) {
+      throw invalidParams(`failed to prepare process sandbox: ${err.message}`, { cause: err.code });
+    }
+    throw err;
+  }
+
+  const prepared: PreparedExecRequest = {
+    processId: params.processId,
+    command: [...params.argv],
+    cwd,
+    env,
+    ...(arg0 !== undefined ? { arg0 } : {}),
+    sandboxType: selection.sandboxType,
+    rules,
+    tty,
+    pipeStdin,
+    ...managedNetworkField,
+  };
+  if (selection.sandboxType === 'windowsRestrictedToken') {
+    if (selection.windowsLevel === undefined) throw invalidParams('restricted token sandbox requires a sandbox level');
+    prepared.windows = {
+      level: selection.windowsLevel,
+      proxySettingsMode: sandbox.windowsSandboxProxySettingsMode ?? 'reconcile',
+      workspaceRoots,
+    };
+  }
+  return prepared;
+}
