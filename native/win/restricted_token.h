@@ -1,0 +1,39 @@
+// RestrictedTokenBuilder: a write-restricted primary token for the sandboxed child.
+//
+//   RestrictedTokenBuilder b;
+//   b.AddCapabilitySid(cap);                 // configure: never fails for OS reasons
+//   ScopedHandle token;
+//   Status s = b.Create(&token);             // touches the OS once
+//
+// Create() calls CreateRestrictedToken(DISABLE_MAX_PRIVILEGE | LUA_TOKEN | WRITE_RESTRICTED) on
+// the process token. Restricting SIDs, in this order: the capability SIDs, the logon SID, Everyone.
+// Then the token gets a default DACL (GENERIC_ALL for the logon SID, Everyone and the capability
+// SIDs) so the child can create its own pipes, and SeChangeNotifyPrivilege is enabled.
+// Single-threaded use.
+#pragma once
+
+#include <vector>
+
+#include "scoped_handle.h"
+#include "sid.h"
+
+namespace psb::win {
+
+class RestrictedTokenBuilder {
+ public:
+  void AddCapabilitySid(Sid sid) { capability_sids_.push_back(std::move(sid)); }
+
+  Status Create(ScopedHandle* out) noexcept;
+
+  // After Create(): the logon SID that was used (also needed for the desktop DACL).
+  const Sid& logon_sid() const noexcept { return logon_sid_; }
+
+ private:
+  std::vector<Sid> capability_sids_;
+  Sid logon_sid_;
+};
+
+// IsTokenRestricted, for tests and the enforcement report.
+bool TokenIsRestricted(HANDLE token) noexcept;
+
+}  // namespace psb::win
