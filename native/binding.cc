@@ -39,4 +39,6 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
 }  // namespace
 }  // namespace psb
 
-NODE_API_MODULE(process_sandbox, psb::Init)
+// NODE_API_MODULE pastes its second argument into an identifier, so it must be unqualified.
+using psb::Init;
+NODE_API_MODULE(process_sandbox, Init)
