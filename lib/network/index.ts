@@ -1,0 +1,35 @@
+/**
+ * Managed network: the domain-filtering HTTP/SOCKS5 proxy sandboxed commands reach the network
+ * through, with audit events and a host decider. Node standard library only.
+ */
+export {
+  ManagedProxy,
+  type Attachment,
+  type AuditEvent,
+  type AuditProtocol,
+  type AuditSource,
+  type BlockHeader,
+  type Decider,
+  type DeciderRequest,
+  type LookupFn,
+  type ManagedProxyOptions,
+  type ProxyPolicyConfig,
+} from './proxy';
+export { DomainMatcher, normalizeHost, isIpLiteral, patternError, type DomainVerdict } from './matcher';
+export {
+  classifyAddress,
+  isNonPublicAddress,
+  canonicalIp,
+  parseIPv4,
+  parseIPv6,
+  type AddressClass,
+} from './addresses';
+export {
+  buildProxyEnv,
+  isProxyEnvKey,
+  HTTP_PROXY_URL_KEYS,
+  SOCKS_PROXY_URL_KEYS,
+  NO_PROXY_KEYS,
+  NO_PROXY_LOCAL_VALUE,
+  type ProxyEnvOptions,
+} from './env';

@@ -1,0 +1,829 @@
+/**
+ * ManagedProxy: a loopback HTTP + SOCKS5 proxy that enforces a domain policy for sandboxed
+ * processes, reports every decision, and can defer allowlist misses to the host.
+ *
+ * Usage:
+ *   const proxy = await ManagedProxy.start({ policy: { allow: ['**.npmjs.org'] }, onAudit });
+ *   const { port, detach } = await proxy.attach('proc-1');           // proxy-owned 127.0.0.1:0
+ *   const { port } = await proxy.attach('proc-2', { fd: listenerFd }); // listener made elsewhere
+ *   spawn(cmd, { env: ManagedProxy.proxyEnv(process.env, port) });
+ *   await detach();                                                  // closes with the last one
+ *
+ * One listener per attached process: every connection accepted on a listener is attributed to
+ * that listener's processId, so one proxy serves many concurrent sandboxes. HTTP and SOCKS5 share
+ * a listener; the first byte tells them apart (0x05 is a SOCKS5 greeting, anything else is HTTP).
+ *
+ * A destination is resolved once; the proxy dials exactly the address it checked, so a second DNS
+ * answer cannot redirect an approved name to a local address.
+ *
+ * Everything here runs on the Node event loop; no method is safe to call after close() resolves
+ * except close() itself.
+ */
+import * as dns from 'dns';
+import * as http from 'http';
+import * as net from 'net';
+import type { AddressInfo } from 'net';
+
+import { classifyAddress, type AddressClass } from './addresses';
+import { buildProxyEnv, type ProxyEnvOptions } from './env';
+import { DomainMatcher, isIpLiteral, normalizeHost } from './matcher';
+
+export interface ProxyPolicyConfig {
+  allow: string[];
+  deny?: string[];
+  /** Let allowed names reach loopback and private addresses (local services). */
+  allowLocal?: boolean;
+  /** `limited`: only GET, HEAD and OPTIONS over plain HTTP; CONNECT and SOCKS5 are refused. */
+  mode?: 'full' | 'limited';
+}
+
+export type AuditProtocol = 'http' | 'httpsConnect' | 'socks5Tcp' | 'socks5Udp';
+export type AuditSource = 'allowlist' | 'denylist' | 'decider' | 'policy' | 'mode';
+
+export interface AuditEvent {
+  processId: string;
+  /** ISO 8601. */
+  timestamp: string;
+  /** `domain` for host names, `non_domain` for IP literals. */
+  scope: 'domain' | 'non_domain';
+  decision: 'allow' | 'deny';
+  source: AuditSource;
+  reason: string;
+  protocol: AuditProtocol;
+  host: string;
+  port: number;
+  method: string | null;
+  /** The client's address as `ip:port`, as seen by the proxy. */
+  client: string | null;
+  /** true when the decider allowed a host the allow list did not cover. */
+  policyOverride?: boolean;
+}
+
+export interface DeciderRequest {
+  processId: string;
+  protocol: AuditProtocol;
+  host: string;
+  port: number;
+  method?: string;
+}
+
+export type Decider = (req: DeciderRequest) => Promise<{ decision: 'allow' | 'deny'; reason?: string }>;
+
+export type LookupFn = (host: string) => Promise<Array<{ address: string; family: 4 | 6 }>>;
+
+export interface ManagedProxyOptions {
+  policy: ProxyPolicyConfig;
+  onAudit?: (event: AuditEvent) => void;
+  /** Consulted for allowlist misses only (never for explicit denies or local-address refusals). */
+  decider?: Decider;
+  /** Default 30000. A decider that does not answer in time counts as a denial. */
+  deciderTimeoutMs?: number;
+  /** Injectable resolver. Default: dns.promises.lookup(host, { all: true, verbatim: true }). */
+  lookup?: LookupFn;
+  /** Serve SOCKS5 on the listeners as well as HTTP. Default true. */
+  enableSocks5?: boolean;
+  /** Close the proxy when the last attached process detaches. Default true. */
+  closeWithLastProcess?: boolean;
+  /** Idle time allowed before a request head / SOCKS5 handshake completes. Default 30000. */
+  handshakeTimeoutMs?: number;
+  /** Time allowed for the upstream TCP connect. Default 30000. */
+  connectTimeoutMs?: number;
+}
+
+export interface Attachment {
+  port: number;
+  host: '127.0.0.1';
+  detach(): Promise<void>;
+}
+
+/** Header value of `x-proxy-error` on a refusal. */
+export type BlockHeader =
+  | 'blocked-by-allowlist'
+  | 'blocked-by-denylist'
+  | 'blocked-by-method-policy'
+  | 'blocked-by-policy';
+
+// SOCKS5 reply codes (RFC 1928 §6).
+const SOCKS_OK = 0x00;
+const SOCKS_GENERAL_FAILURE = 0x01;
+const SOCKS_NOT_ALLOWED = 0x02;
+const SOCKS_NET_UNREACHABLE = 0x03;
+const SOCKS_HOST_UNREACHABLE = 0x04;
+const SOCKS_CONN_REFUSED = 0x05;
+const SOCKS_CMD_UNSUPPORTED = 0x07;
+const SOCKS_ATYP_UNSUPPORTED = 0x08;
+
+const LIMITED_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
+
+const HOP_BY_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'proxy-authorization',
+  'proxy-authenticate',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+]);
+
+type Allowed = { allowed: true; address: string; family: 4 | 6 };
+type Refused = {
+  allowed: false;
+  /** 403 + header for policy refusals; 502 for resolution failures. */
+  status: 403 | 502;
+  header: BlockHeader | null;
+  socksReply: number;
+  reason: string;
+};
+type Outcome = Allowed | Refused;
+
+interface Listener {
+  processId: string;
+  server: net.Server;
+  http: http.Server;
+  sockets: Set<net.Socket>;
+  closing: Promise<void> | null;
+}
+
+interface PendingDecision {
+  timer: NodeJS.Timeout;
+  settle: (value: { decision: 'allow' | 'deny'; reason?: string } | 'timeout') => void;
+}
+
+const defaultLookup: LookupFn = async (host) => {
+  const results = await dns.promises.lookup(host, { all: true, verbatim: true });
+  return results.map((r) => ({ address: r.address, family: r.family === 6 ? 6 : 4 }));
+};
+
+function isLocalClass(c: AddressClass): boolean {
+  return c !== 'public';
+}
+
+function clientOf(socket: net.Socket): string | null {
+  if (!socket.remoteAddress) return null;
+  return socket.remoteAddress.includes(':')
+    ? `[${socket.remoteAddress}]:${socket.remotePort}`
+    : `${socket.remoteAddress}:${socket.remotePort}`;
+}
+
+function socksReply(code: number, bound?: AddressInfo | null): Buffer {
+  if (bound && net.isIPv4(bound.address)) {
+    const parts = bound.address.split('.').map(Number);
+    return Buffer.from([5, code, 0, 1, ...parts, (bound.port >> 8) & 0xff, bound.port & 0xff]);
+  }
+  return Buffer.from([5, code, 0, 1, 0, 0, 0, 0, 0, 0]);
+}
+
+function socksCodeForError(err: NodeJS.ErrnoException): number {
+  switch (err.code) {
+    case 'ECONNREFUSED':
+      return SOCKS_CONN_REFUSED;
+    case 'ENETUNREACH':
+      return SOCKS_NET_UNREACHABLE;
+    case 'EHOSTUNREACH':
+    case 'ETIMEDOUT':
+    case 'ENOTFOUND':
+    case 'EAI_AGAIN':
+      return SOCKS_HOST_UNREACHABLE;
+    default:
+      return SOCKS_GENERAL_FAILURE;
+  }
+}
+
+/**
+ * Pipe two sockets both ways with stream backpressure. A graceful end on one side is passed on
+ * as a half-close; an error or reset on either side tears both down.
+ */
+function splice(a: net.Socket, b: net.Socket): void {
+  a.pipe(b);
+  b.pipe(a);
+  const onClose = (other: net.Socket) => (hadError: boolean) => {
+    if (hadError) other.destroy();
+    else if (!other.destroyed) other.end();
+  };
+  a.on('close', onClose(b));
+  b.on('close', onClose(a));
+  a.on('error', () => b.destroy());
+  b.on('error', () => a.destroy());
+}
+
+/** Reads exact byte counts from a socket during the SOCKS5 handshake. */
+class ByteReader {
+  private buffered: Buffer = Buffer.alloc(0);
+  private want = 0;
+  private waiter: { resolve: (b: Buffer) => void; reject: (e: Error) => void } | null = null;
+  private ended = false;
+  private readonly onData = (chunk: Buffer) => {
+    this.buffered = this.buffered.length === 0 ? chunk : Buffer.concat([this.buffered, chunk]);
+    this.pump();
+  };
+  private readonly onEnd = () => {
+    this.ended = true;
+    this.pump();
+  };
+
+  constructor(private readonly socket: net.Socket) {
+    socket.on('data', this.onData);
+    socket.on('end', this.onEnd);
+    socket.on('close', this.onEnd);
+    socket.resume();
+  }
+
+  read(n: number): Promise<Buffer> {
+    return new Promise((resolve, reject) => {
+      this.want = n;
+      this.waiter = { resolve, reject };
+      this.pump();
+    });
+  }
+
+  /** Stop reading; unread bytes go back to the socket for the next consumer. */
+  release(): void {
+    this.socket.off('data', this.onData);
+    this.socket.off('end', this.onEnd);
+    this.socket.off('close', this.onEnd);
+    this.socket.pause();
+    if (this.buffered.length > 0) this.socket.unshift(this.buffered);
+    this.buffered = Buffer.alloc(0);
+  }
+
+  private pump(): void {
+    if (!this.waiter) return;
+    if (this.buffered.length >= this.want) {
+      const out = this.buffered.subarray(0, this.want);
+      this.buffered = this.buffered.subarray(this.want);
+      const w = this.waiter;
+      this.waiter = null;
+      w.resolve(out);
+    } else if (this.ended) {
+      const w = this.waiter;
+      this.waiter = null;
+      w.reject(new Error('connection closed during SOCKS5 handshake'));
+    }
+  }
+}
+
+export class ManagedProxy {
+  private readonly matcher: DomainMatcher;
+  private readonly policy: Readonly<Required<ProxyPolicyConfig>>;
+  private readonly listeners = new Set<Listener>();
+  private readonly pending = new Set<PendingDecision>();
+  private readonly lookup: LookupFn;
+  private readonly deciderTimeoutMs: number;
+  private readonly handshakeTimeoutMs: number;
+  private readonly connectTimeoutMs: number;
+  private closePromise: Promise<void> | null = null;
+
+  private constructor(private readonly options: ManagedProxyOptions, matcher: DomainMatcher) {
+    this.matcher = matcher;
+    this.policy = {
+      allow: [...options.policy.allow],
+      deny: [...(options.policy.deny ?? [])],
+      allowLocal: options.policy.allowLocal === true,
+      mode: options.policy.mode ?? 'full',
+    };
+    this.lookup = options.lookup ?? defaultLookup;
+    this.deciderTimeoutMs = options.deciderTimeoutMs ?? 30_000;
+    this.handshakeTimeoutMs = options.handshakeTimeoutMs ?? 30_000;
+    this.connectTimeoutMs = options.connectTimeoutMs ?? 30_000;
+  }
+
+  /** Validates the policy and returns a proxy with no listeners yet (attach() creates them). */
+  static async start(options: ManagedProxyOptions): Promise<ManagedProxy> {
+    const matcher = ManagedProxy.compilePolicy(options.policy);
+    for (const [name, value] of [
+      ['deciderTimeoutMs', options.deciderTimeoutMs],
+      ['handshakeTimeoutMs', options.handshakeTimeoutMs],
+      ['connectTimeoutMs', options.connectTimeoutMs],
+    ] as const) {
+      if (value !== undefined && (!Number.isFinite(value) || value <= 0)) {
+        throw new TypeError(`Expected ${name} to be a positive number, got ${String(value)}`);
+      }
+    }
+    if (options.decider !== undefined && typeof options.decider !== 'function') {
+      throw new TypeError('Expected decider to be a function');
+    }
+    return new ManagedProxy(options, matcher);
+  }
+
+  /** Validates a policy; throws TypeError with a precise message. */
+  static compilePolicy(policy: ProxyPolicyConfig): DomainMatcher {
+    if (policy === null || typeof policy !== 'object') throw new TypeError('Expected policy to be an object');
+    if (!Array.isArray(policy.allow)) throw new TypeError('Expected policy.allow to be an array of domain patterns');
+    if (policy.deny !== undefined && !Array.isArray(policy.deny)) {
+      throw new TypeError('Expected policy.deny to be an array of domain patterns');
+    }
+    if (policy.mode !== undefined && policy.mode !== 'full' && policy.mode !== 'limited') {
+      throw new TypeError(`Expected policy.mode to be "full" or "limited", got ${JSON.stringify(policy.mode)}`);
+    }
+    if (policy.allowLocal !== undefined && typeof policy.allowLocal !== 'boolean') {
+      throw new TypeError('Expected policy.allowLocal to be a boolean');
+    }
+    return new DomainMatcher(policy.allow, policy.deny ?? []);
+  }
+
+  /** Environment for a child that should use the listener on `port`. See lib/network/env.ts. */
+  static proxyEnv(
+    baseEnv: Record<string, string>,
+    port: number,
+    options?: ProxyEnvOptions,
+  ): Record<string, string> {
+    return buildProxyEnv(baseEnv, port, options);
+  }
+
+  get closed(): boolean {
+    return this.closePromise !== null;
+  }
+
+  /** processIds with a live listener. */
+  get attachedProcessIds(): string[] {
+    return [...this.listeners].filter((l) => !l.closing).map((l) => l.processId);
+  }
+
+  /**
+   * Accept connections for `processId`. With `fd`, the proxy takes ownership of that TCP socket
+   * (bound, or already listening) and closes it on detach; without, it listens on 127.0.0.1:0.
+   */
+  async attach(processId: string, opts: { fd?: number } = {}): Promise<Attachment> {
+    if (this.closed) throw new Error('ManagedProxy is closed');
+    if (typeof processId !== 'string' || processId === '') {
+      throw new TypeError('Expected processId to be a non-empty string');
+    }
+    if (opts.fd !== undefined && (!Number.isInteger(opts.fd) || opts.fd < 0)) {
+      throw new TypeError(`Expected fd to be a non-negative integer, got ${String(opts.fd)}`);
+    }
+    const listener: Listener = {
+      processId,
+      server: net.createServer({ allowHalfOpen: true }),
+      http: http.createServer(),
+      sockets: new Set(),
+      closing: null,
+    };
+    listener.server.on('connection', (socket) => this.onConnection(listener, socket));
+    listener.http.on('request', (req, res) => void this.onHttpRequest(listener, req, res));
+    listener.http.on('connect', (req, socket, head) => void this.onConnect(listener, req, socket as net.Socket, head));
+    listener.http.on('upgrade', (_req, socket: net.Socket) => {
+      socket.end('HTTP/1.1 501 Not Implemented\r\ncontent-length: 0\r\nconnection: close\r\n\r\n');
+    });
+    listener.http.on('clientError', (_err, socket: net.Socket) => {
+      if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n');
+      else socket.destroy();
+    });
+    await new Promise<void>((resolve, reject) => {
+      const onError = (err: Error) => reject(err);
+      listener.server.once('error', onError);
+      const done = () => {
+        listener.server.off('error', onError);
+        resolve();
+      };
+      if (opts.fd !== undefined) listener.server.listen({ fd: opts.fd }, done);
+      else listener.server.listen({ host: '127.0.0.1', port: 0 }, done);
+    });
+    listener.server.on('error', () => {
+      /* accept errors (EMFILE, ...) must not crash the host; the listener keeps going */
+    });
+    this.listeners.add(listener);
+    if (this.closed) {
+      await this.closeListener(listener);
+      throw new Error('ManagedProxy is closed');
+    }
+    const port = (listener.server.address() as AddressInfo).port;
+    return {
+      port,
+      host: '127.0.0.1',
+      detach: () => this.detach(listener),
+    };
+  }
+
+  /** Stops every listener, drops every connection and pending decision. Idempotent. */
+  close(): Promise<void> {
+    if (!this.closePromise) {
+      for (const p of this.pending) {
+        clearTimeout(p.timer);
+        p.settle('timeout');
+      }
+      this.pending.clear();
+      this.closePromise = Promise.all([...this.listeners].map((l) => this.closeListener(l))).then(() => undefined);
+    }
+    return this.closePromise;
+  }
+
+  private async detach(listener: Listener): Promise<void> {
+    await this.closeListener(listener);
+    if (this.options.closeWithLastProcess !== false && this.listeners.size === 0) await this.close();
+  }
+
+  private closeListener(listener: Listener): Promise<void> {
+    if (!listener.closing) {
+      listener.closing = new Promise<void>((resolve) => {
+        listener.server.close(() => resolve());
+        for (const s of listener.sockets) s.destroy();
+        listener.sockets.clear();
+      }).then(() => {
+        this.listeners.delete(listener);
+      });
+    }
+    return listener.closing;
+  }
+
+  private track(listener: Listener, socket: net.Socket): boolean {
+    if (listener.closing) {
+      socket.destroy();
+      return false;
+    }
+    listener.sockets.add(socket);
+    socket.once('close', () => listener.sockets.delete(socket));
+    return true;
+  }
+
+  private onConnection(listener: Listener, socket: net.Socket): void {
+    socket.on('error', () => {
+      /* resets from either side are routine for a proxy */
+    });
+    if (!this.track(listener, socket)) return;
+    socket.setTimeout(this.handshakeTimeoutMs, () => socket.destroy());
+    socket.once('data', (first: Buffer) => {
+      socket.pause();
+      socket.unshift(first);
+      if (first[0] === 0x05) {
+        if (this.options.enableSocks5 === false) {
+          socket.destroy();
+          return;
+        }
+        void this.onSocks(listener, socket);
+      } else {
+        listener.http.emit('connection', socket);
+        socket.resume();
+      }
+    });
+  }
+
+  // ---- policy --------------------------------------------------------------------------------
+
+  private emit(event: AuditEvent): void {
+    if (!this.options.onAudit) return;
+    try {
+      this.options.onAudit(event);
+    } catch {
+      /* an audit sink must not break the proxy */
+    }
+  }
+
+  private consultDecider(req: DeciderRequest): Promise<{ decision: 'allow' | 'deny'; reason?: string } | 'timeout'> {
+    return new Promise((resolve) => {
+      let done = false;
+      const entry: PendingDecision = {
+        timer: setTimeout(() => entry.settle('timeout'), this.deciderTimeoutMs),
+        settle: (value) => {
+          if (done) return;
+          done = true;
+          clearTimeout(entry.timer);
+          this.pending.delete(entry);
+          resolve(value);
+        },
+      };
+      this.pending.add(entry);
+      let call: Promise<{ decision: 'allow' | 'deny'; reason?: string }>;
+      try {
+        call = Promise.resolve(this.options.decider!(req));
+      } catch (err) {
+        call = Promise.reject(err);
+      }
+      call.then(
+        (answer) => {
+          const ok = answer && (answer.decision === 'allow' || answer.decision === 'deny');
+          entry.settle(
+            ok
+              ? { decision: answer.decision, reason: typeof answer.reason === 'string' ? answer.reason : undefined }
+              : { decision: 'deny', reason: 'decider_invalid_answer' },
+          );
+        },
+        () => entry.settle({ decision: 'deny', reason: 'decider_error' }),
+      );
+    });
+  }
+
+  /**
+   * The whole decision for one request: mode, deny list, local-literal check, allow list or
+   * decider, then one resolution and a check of every resolved address. Emits exactly one event.
+   */
+  private async decide(
+    listener: Listener,
+    client: string | null,
+    protocol: AuditProtocol,
+    rawHost: string,
+    port: number,
+    method: string | null,
+  ): Promise<Outcome> {
+    const host = normalizeHost(rawHost);
+    const literal = isIpLiteral(host);
+    const base = {
+      processId: listener.processId,
+      scope: literal ? ('non_domain' as const) : ('domain' as const),
+      protocol,
+      host,
+      port,
+      method,
+      client,
+    };
+    const record = (decision: 'allow' | 'deny', source: AuditSource, reason: string, override?: boolean) =>
+      this.emit({
+        ...base,
+        timestamp: new Date().toISOString(),
+        decision,
+        source,
+        reason,
+        ...(override !== undefined ? { policyOverride: override } : {}),
+      });
+    const refuse = (source: AuditSource, reason: string, header: BlockHeader, socks = SOCKS_NOT_ALLOWED): Refused => {
+      record('deny', source, reason);
+      return { allowed: false, status: 403, header, socksReply: socks, reason };
+    };
+
+    if (host === '' || !(port > 0 && port <= 65535)) return refuse('policy', 'invalid_target', 'blocked-by-policy');
+    if (this.policy.mode === 'limited') {
+      const ok = protocol === 'http' && method !== null && LIMITED_METHODS.has(method);
+      if (!ok) return refuse('mode', 'method_not_allowed', 'blocked-by-method-policy');
+    }
+    const verdict = this.matcher.evaluate(host);
+    if (verdict.verdict === 'denied') return refuse('denylist', 'denied', 'blocked-by-denylist');
+
+    const explicitIp = literal && this.matcher.isExplicitlyAllowedIp(host);
+    if (literal && !explicitIp) {
+      const cls = classifyAddress(host);
+      if (isLocalClass(cls) && (!this.policy.allowLocal || cls === 'metadata')) {
+        return refuse('policy', 'not_allowed_local', 'blocked-by-policy');
+      }
+    }
+
+    let source: AuditSource = 'allowlist';
+    let reason = 'allowed';
+    let override: boolean | undefined;
+    if (verdict.verdict !== 'allowed') {
+      if (!this.options.decider) return refuse('allowlist', 'not_allowed', 'blocked-by-allowlist');
+      const answer = await this.consultDecider({
+        processId: listener.processId,
+        protocol,
+        host,
+        port,
+        ...(method !== null ? { method } : {}),
+      });
+      if (answer === 'timeout') return refuse('decider', 'decider_timeout', 'blocked-by-policy');
+      if (answer.decision === 'deny') return refuse('decider', answer.reason ?? 'policy_denied', 'blocked-by-policy');
+      source = 'decider';
+      reason = answer.reason ?? 'policy_allowed';
+      override = true;
+    }
+    if (this.closed || listener.closing) return refuse('policy', 'proxy_closed', 'blocked-by-policy');
+
+    let addresses: Array<{ address: string; family: 4 | 6 }>;
+    if (literal) {
+      addresses = [{ address: host, family: net.isIPv6(host) ? 6 : 4 }];
+    } else {
+      try {
+        addresses = (await this.lookup(host)).filter((a) => net.isIP(a.address) !== 0);
+      } catch {
+        addresses = [];
+      }
+      if (addresses.length === 0) {
+        record('deny', 'policy', 'dns_resolution_failed');
+        return { allowed: false, status: 502, header: null, socksReply: SOCKS_HOST_UNREACHABLE, reason: 'dns_resolution_failed' };
+      }
+      // Every answer must pass: a name with one public and one private answer is refused, so the
+      // choice of address can never land on a local service.
+      for (const a of addresses) {
+        const cls = classifyAddress(a.address);
+        if (isLocalClass(cls) && (!this.policy.allowLocal || cls === 'metadata')) {
+          return refuse('policy', 'not_allowed_local', 'blocked-by-policy');
+        }
+      }
+    }
+    record('allow', source, reason, override);
+    const chosen = addresses[0];
+    return { allowed: true, address: chosen.address, family: net.isIPv6(chosen.address) ? 6 : 4 };
+  }
+
+  private dial(listener: Listener, target: Allowed, port: number): net.Socket {
+    const upstream = net.connect({ host: target.address, port, family: target.family, allowHalfOpen: true });
+    this.track(listener, upstream);
+    upstream.setTimeout(this.connectTimeoutMs, () => {
+      const err: NodeJS.ErrnoException = new Error('connect timed out');
+      err.code = 'ETIMEDOUT';
+      upstream.destroy(err);
+    });
+    upstream.once('connect', () => upstream.setTimeout(0));
+    return upstream;
+  }
+
+  // ---- HTTP ----------------------------------------------------------------------------------
+
+  private static refusalBody(reason: string): string {
+    return `blocked by network policy: ${reason}\n`;
+  }
+
+  private async onHttpRequest(listener: Listener, req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    const socket = req.socket as net.Socket;
+    socket.setTimeout(0);
+    const plain = (status: number, body: string, extra: Record<string, string> = {}) => {
+      if (res.headersSent) return void res.destroy();
+      res.writeHead(status, {
+        'content-type': 'text/plain; charset=utf-8',
+        'content-length': Buffer.byteLength(body),
+        connection: 'close',
+        ...extra,
+      });
+      res.end(body);
+    };
+    let url: URL;
+    try {
+      url = new URL(req.url ?? '');
+    } catch {
+      return plain(400, 'this is a proxy: send absolute-form requests (http://host/path) or CONNECT\n');
+    }
+    if (url.protocol !== 'http:') {
+      return plain(400, `unsupported scheme ${url.protocol} in absolute-form request; use CONNECT\n`);
+    }
+    const port = url.port ? Number(url.port) : 80;
+    const method = (req.method ?? 'GET').toUpperCase();
+    // Do not read the body until the request is allowed.
+    req.pause();
+    const outcome = await this.decide(listener, clientOf(socket), 'http', url.hostname, port, method);
+    if (!outcome.allowed) {
+      if (outcome.header) return plain(outcome.status, ManagedProxy.refusalBody(outcome.reason), { 'x-proxy-error': outcome.header });
+      return plain(outcome.status, `proxy could not resolve ${url.hostname}\n`);
+    }
+    if (socket.destroyed) return;
+
+    const connectionTokens = String(req.headers.connection ?? '')
+      .split(',')
+      .map((t) => t.trim().toLowerCase())
+      .filter(Boolean);
+    const headers: http.OutgoingHttpHeaders = {};
+    for (let i = 0; i < req.rawHeaders.length; i += 2) {
+      const name = req.rawHeaders[i];
+      const lower = name.toLowerCase();
+      if (HOP_BY_HOP.has(lower) || connectionTokens.includes(lower)) continue;
+      const value = req.rawHeaders[i + 1];
+      const prev = headers[name];
+      headers[name] = prev === undefined ? value : Array.isArray(prev) ? [...prev, value] : [String(prev), value];
+    }
+    if (!Object.keys(headers).some((k) => k.toLowerCase() === 'host')) headers.host = url.host;
+
+    const upstreamReq = http.request({
+      host: outcome.address,
+      family: outcome.family,
+      port,
+      method,
+      path: url.pathname + url.search,
+      headers,
+      agent: false,
+      setHost: false,
+      timeout: this.connectTimeoutMs,
+    });
+    upstreamReq.on('socket', (s: net.Socket) => {
+      this.track(listener, s);
+      s.once('connect', () => upstreamReq.setTimeout(0));
+    });
+    upstreamReq.on('timeout', () => upstreamReq.destroy(Object.assign(new Error('upstream timed out'), { code: 'ETIMEDOUT' })));
+    upstreamReq.on('error', (err: NodeJS.ErrnoException) => {
+      if (!res.headersSent) plain(502, `upstream request failed: ${err.code ?? err.message}\n`);
+      else res.destroy();
+    });
+    upstreamReq.on('response', (upstreamRes) => {
+      const tokens = String(upstreamRes.headers.connection ?? '')
+        .split(',')
+        .map((t) => t.trim().toLowerCase());
+      const out: http.OutgoingHttpHeaders = {};
+      for (let i = 0; i < upstreamRes.rawHeaders.length; i += 2) {
+        const name = upstreamRes.rawHeaders[i];
+        const lower = name.toLowerCase();
+        if (HOP_BY_HOP.has(lower) || tokens.includes(lower)) continue;
+        const value = upstreamRes.rawHeaders[i + 1];
+        const prev = out[name];
+        out[name] = prev === undefined ? value : Array.isArray(prev) ? [...prev, value] : [String(prev), value];
+      }
+      res.writeHead(upstreamRes.statusCode ?? 502, upstreamRes.statusMessage, out);
+      upstreamRes.pipe(res);
+      upstreamRes.on('error', () => res.destroy());
+    });
+    res.on('close', () => {
+      if (!res.writableFinished) upstreamReq.destroy();
+    });
+    req.pipe(upstreamReq);
+    req.resume();
+  }
+
+  private async onConnect(listener: Listener, req: http.IncomingMessage, socket: net.Socket, head: Buffer): Promise<void> {
+    socket.setTimeout(0);
+    const reply = (status: string, body: string, extra = '') =>
+      socket.end(
+        `HTTP/1.1 ${status}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\n` +
+          `${extra}connection: close\r\n\r\n${body}`,
+      );
+    const target = /^\[([^\]]+)\]:(\d{1,5})$/.exec(req.url ?? '') ?? /^([^:[\]]+):(\d{1,5})$/.exec(req.url ?? '');
+    const port = target ? Number(target[2]) : 0;
+    if (!target || port < 1 || port > 65535) return void reply('400 Bad Request', 'CONNECT target must be host:port\n');
+    const outcome = await this.decide(listener, clientOf(socket), 'httpsConnect', target[1], port, 'CONNECT');
+    if (!outcome.allowed) {
+      if (outcome.header) {
+        return void reply('403 Forbidden', ManagedProxy.refusalBody(outcome.reason), `x-proxy-error: ${outcome.header}\r\n`);
+      }
+      return void reply('502 Bad Gateway', `proxy could not resolve ${target[1]}\n`);
+    }
+    if (socket.destroyed) return;
+    const upstream = this.dial(listener, outcome, port);
+    let tunnelUp = false;
+    upstream.on('error', (err: NodeJS.ErrnoException) => {
+      if (!tunnelUp && socket.writable) reply('502 Bad Gateway', `upstream connect failed: ${err.code ?? err.message}\n`);
+    });
+    upstream.once('connect', () => {
+      tunnelUp = true;
+      socket.write('HTTP/1.1 200 Connection Established\r\n\r\n');
+      if (head.length > 0) upstream.write(head);
+      splice(socket, upstream);
+    });
+  }
+
+  // ---- SOCKS5 --------------------------------------------------------------------------------
+
+  private async onSocks(listener: Listener, socket: net.Socket): Promise<void> {
+    const reader = new ByteReader(socket);
+    const fail = (code: number) => {
+      reader.release();
+      if (socket.writable) socket.end(socksReply(code));
+      else socket.destroy();
+    };
+    let host: string;
+    let port: number;
+    let cmd: number;
+    try {
+      const greeting = await reader.read(2);
+      const methods = await reader.read(greeting[1]);
+      if (!methods.includes(0x00)) {
+        reader.release();
+        socket.end(Buffer.from([5, 0xff]));
+        return;
+      }
+      socket.write(Buffer.from([5, 0x00]));
+      const headBytes = await reader.read(4);
+      if (headBytes[0] !== 5) return void socket.destroy();
+      cmd = headBytes[1];
+      const atyp = headBytes[3];
+      if (atyp === 0x01) {
+        host = [...(await reader.read(4))].join('.');
+      } else if (atyp === 0x03) {
+        const len = (await reader.read(1))[0];
+        host = (await reader.read(len)).toString('latin1');
+      } else if (atyp === 0x04) {
+        const b = await reader.read(16);
+        const groups: string[] = [];
+        for (let i = 0; i < 16; i += 2) groups.push(b.readUInt16BE(i).toString(16));
+        host = groups.join(':');
+      } else {
+        return fail(SOCKS_ATYP_UNSUPPORTED);
+      }
+      port = (await reader.read(2)).readUInt16BE(0);
+    } catch {
+      socket.destroy();
+      return;
+    }
+    socket.setTimeout(0);
+    const client = clientOf(socket);
+    if (cmd === 0x03 || cmd === 0x02) {
+      const protocol: AuditProtocol = cmd === 0x03 ? 'socks5Udp' : 'socks5Tcp';
+      const normalized = normalizeHost(host);
+      this.emit({
+        processId: listener.processId,
+        timestamp: new Date().toISOString(),
+        scope: isIpLiteral(normalized) ? 'non_domain' : 'domain',
+        decision: 'deny',
+        source: 'policy',
+        reason: cmd === 0x03 ? 'socks5_udp_unsupported' : 'socks5_bind_unsupported',
+        protocol,
+        host: normalized,
+        port,
+        method: null,
+        client,
+      });
+      return fail(SOCKS_CMD_UNSUPPORTED);
+    }
+    if (cmd !== 0x01) return fail(SOCKS_CMD_UNSUPPORTED);
+    const outcome = await this.decide(listener, client, 'socks5Tcp', host, port, null);
+    if (!outcome.allowed) return fail(outcome.socksReply);
+    if (socket.destroyed) return;
+    const upstream = this.dial(listener, outcome, port);
+    let up = false;
+    upstream.on('error', (err: NodeJS.ErrnoException) => {
+      if (!up) fail(socksCodeForError(err));
+    });
+    upstream.once('connect', () => {
+      up = true;
+      const bound = upstream.address();
+      socket.write(socksReply(SOCKS_OK, typeof bound === 'object' ? (bound as AddressInfo) : null));
+      reader.release();
+      splice(socket, upstream);
+      socket.resume();
+    });
+  }
+}
