@@ -15,6 +15,7 @@
  *   writable root (.git hooks/config or whole .git, followed through `gitdir:` pointers; .codex;
  *   .agents; `protect` entries). Carve-outs outside every writable root are dropped.
  * - `denyRead`: deny entries that something readable would otherwise expose.
+ * - Writable roots are readable; they are not repeated in `readRoots`.
  * - `readRoots` (meaningful when readAll is false): read entries not already readable through an
  *   enclosing entry. An entry re-allowed inside a denied area also lands here; a planner that
  *   ignores it under readAll leaves the area denied (less access, never more).
@@ -32,6 +33,7 @@ import {
   lstatOrNull,
   readTextOrNull,
   realpathOrNull,
+  statOrNull,
   symlinkComponents,
 } from './canonical';
 
@@ -215,7 +217,8 @@ export function resolveEntries(input: ResolverInput): ResolvedRules {
   const explicitWrite = new Set(allWrites.map((e) => e.path));
   const carve: string[] = [];
   if (input.protectMetadata !== false) {
-    for (const w of allWrites) carve.push(...protectedMetadataFor(w.path, input.git));
+    // Metadata only exists below directories; a writable file root has none.
+    for (const w of allWrites) if (statOrNull(w.path)?.isDirectory()) carve.push(...protectedMetadataFor(w.path, input.git));
   }
   for (const p of input.protect) {
     if (!path.isAbsolute(p)) {

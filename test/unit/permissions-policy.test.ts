@@ -267,3 +267,11 @@ describe('isLikelySandboxDenied', () => {
     expect(isLikelySandboxDenied('linuxSeccomp', 1, null, 'no such file or directory')).toBe(false);
   });
 });
+
+describe('writable file roots', () => {
+  it('a writable file gets no metadata carve-outs', () => {
+    const f = path.join(tmp, 'single-file.txt');
+    fs.writeFileSync(f, '');
+    expect(resolvePolicy({ filesystem: { write: [f] } }, '/')).toMatchObject({ writeRoots: [f], readOnly: [] });
+  });
+});
