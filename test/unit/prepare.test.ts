@@ -321,6 +321,33 @@ describe('managed network preparation', () => {
     expect(await rpcFailure(proxyParams(), fail(new Error('boom')))).toEqual({ code: -32603, message: 'failed to build executor network proxy: boom' });
   });
 
+  it('native (non-Windows) requests start the proxy too and keep sandbox none', async () => {
+    const p = await prepareExecRequest(proxyParams({ sandbox: null, env: { PATH: '/bin', HTTP_PROXY: 'http://upstream:1' } }), {
+      platform: 'linux',
+      startManagedNetwork: async (req) => ({
+        env: { ...req.env, HTTP_PROXY: 'http://127.0.0.1:5555' },
+        managedNetwork: { loopbackPorts: [5555] },
+      }),
+    });
+    expect(p.sandboxType).toBe('none');
+    expect(p.rules).toBeNull();
+    expect(p.env).toEqual({ PATH: '/bin', HTTP_PROXY: 'http://127.0.0.1:5555' });
+    expect(p.managedNetwork).toEqual({ loopbackPorts: [5555] });
+  });
+
+  it('MXC routes the proxy through dedicated listeners', async () => {
+    let routing = '';
+    await prepareExecRequest(proxyParams({}, { windowsSandboxLevel: 'mxc' }), {
+      platform: 'linux',
+      mxcAvailable: () => true,
+      startManagedNetwork: async (req) => {
+        routing = req.routing;
+        return { env: req.env, managedNetwork: {} };
+      },
+    });
+    expect(routing).toBe('dedicatedListeners');
+  });
+
   it('a started proxy rewrites env, yields the context, and its CA bundle becomes readable', async () => {
     const caDir = path.join(tmp, 'codexhome', 'proxy');
     fs.mkdirSync(caDir, { recursive: true });
