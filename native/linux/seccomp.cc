@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "raw_syscall.h"
 #include "syscall_numbers.h"
 
 #if defined(__x86_64__)
@@ -433,16 +434,16 @@ int BuildSeccompFilter(const SeccompConfig& cfg, std::vector<sock_filter>* out) 
 }
 
 int InstallSeccompInChild(const sock_fprog* prog) noexcept {
+  // Sys() (raw_syscall.h) rather than syscall(3): this child may share its memory, and with it the
+  // errno of a live Node thread, with the parent (CLONE_VM).
   if (prog == nullptr || prog->filter == nullptr || prog->len == 0) return -EINVAL;
-  long nnp = syscall(__NR_prctl, PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0);
-  if (nnp < 0) return -errno;
+  long nnp = Sys(__NR_prctl, PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0);
+  if (nnp < 0) return static_cast<int>(nnp);
   if (nnp != 1) return -EPERM;
-  if (syscall(__NR_seccomp, kSeccompSetModeFilter, 0, prog) == 0) return 0;
-  int err = errno;
-  if (err != ENOSYS) return -err;
+  long r = Sys(__NR_seccomp, kSeccompSetModeFilter, 0, prog);
+  if (r != -ENOSYS) return static_cast<int>(r);
   // Kernels 3.5-3.16 have filter mode but no seccomp(2).
-  if (syscall(__NR_prctl, PR_SET_SECCOMP, kSeccompModeFilter, prog, 0, 0) == 0) return 0;
-  return -errno;
+  return static_cast<int>(Sys(__NR_prctl, PR_SET_SECCOMP, kSeccompModeFilter, prog, 0, 0));
 }
 
 int SeccompSupported() noexcept {

@@ -12,8 +12,9 @@
 //   execve(...);
 //
 // Threading: BuildSeccompFilter and SeccompSupported run in the parent, on any thread; they share
-// no state. InstallSeccompInChild runs in the child between fork and execve: it makes raw syscalls
-// only (no allocation, no locks), so it is safe in a child forked from multithreaded Node. The
+// no state. InstallSeccompInChild runs in the child between clone and execve: it makes raw
+// syscalls only (raw_syscall.h: no allocation, no locks, no errno), so it is safe in a child
+// cloned from multithreaded Node, CLONE_VM included. The
 // filter is installed without SECCOMP_FILTER_FLAG_TSYNC because that child is single-threaded.
 //
 // What the filter is. The sandbox's real walls are the namespaces, the mount tree and Landlock;
