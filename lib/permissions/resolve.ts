@@ -188,13 +188,17 @@ export function resolveEntries(input: ResolverInput): ResolvedRules {
   }
   const entries = [...byPath.values()];
 
-  // Effective access inherited from the nearest enclosing entry (or the root).
+  // Effective access inherited from the nearest enclosing entry (or the root): walk up the
+  // ancestors, O(depth) per lookup, so thousands of expanded glob matches stay cheap.
   const parentAccess = (p: string): Access | null => {
-    let best: CanonEntry | null = null;
-    for (const other of entries) {
-      if (isStrictlyWithin(p, other.path) && (best === null || other.path.length > best.path.length)) best = other;
+    let cur = p;
+    for (;;) {
+      const up = path.dirname(cur);
+      if (up === cur) return root;
+      const hit = byPath.get(up);
+      if (hit !== undefined) return hit.access;
+      cur = up;
     }
-    return best !== null ? best.access : root;
   };
 
   const rootWritable = root === 'write';
