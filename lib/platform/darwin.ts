@@ -1,0 +1,329 @@
+/**
+ * macOS backend: Seatbelt through `/usr/bin/sandbox-exec`.
+ *
+ *   const plan = planDarwinSpawn(req, { proxyPorts, arg0Customized });
+ *   // plan.file === '/usr/bin/sandbox-exec'; plan.argv = [file, '-p', profile, '-D…', '--', cmd…]
+ *   // the generic POSIX launcher spawns plan.file/plan.argv/plan.env in req.cwd with req.stdio.
+ *
+ * Planning is pure apart from checking that /usr/bin/sandbox-exec exists and the lstat()s of the
+ * profile generator (lib/platform/darwin-profile.ts). Everything that cannot be enforced throws a
+ * SandboxError before anything runs. sandbox-exec is only ever run by absolute path, so a PATH
+ * entry cannot substitute it.
+ *
+ * Failures that only show after launch (sandbox-exec refusing to apply the profile, most often
+ * because the host already runs inside a Seatbelt sandbox) are recognised from its stderr with
+ * isNestedSandboxFailure() / seatbeltLaunchError(); the command itself never ran in that case.
+ */
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { spawnSync } from 'node:child_process';
+import { SandboxError } from '../errors';
+import type { Backend, BackendProcess, BackendSpawnRequest, EnforcementReport, ProbeReport, StdioSpec } from '../backend';
+import {
+  SANDBOX_EXEC_PATH,
+  buildSeatbeltProfile,
+  loadProfileFile,
+  type SeatbeltOptions,
+} from './darwin-profile';
+
+export {
+  SANDBOX_EXEC_PATH,
+  buildSeatbeltProfile,
+  seatbeltArgs,
+  globToSeatbeltRegex,
+  normaliseDarwinPath,
+} from './darwin-profile';
+
+export interface DarwinPlanOptions extends SeatbeltOptions {
+  /** The caller asked for an argv[0] other than the program path: sandbox-exec cannot pass it. */
+  arg0Customized?: boolean;
+  /** Overrides the /usr/bin/sandbox-exec existence check (tests on other hosts). */
+  sandboxExecAvailable?: boolean;
+}
+
+export interface DarwinSpawnPlan {
+  /** /usr/bin/sandbox-exec, or req.file for an explicit unsandboxed run (rules === null). */
+  file: string;
+  /** Full argv including argv[0]. */
+  argv: string[];
+  /** The child's environment (req.env, plus TMPDIR when a private tmp directory was given). */
+  env: Record<string, string>;
+  enforcement: EnforcementReport;
+}
+
+function isExecutableFile(file: string): boolean {
+  try {
+    fs.accessSync(file, fs.constants.X_OK);
+    return fs.statSync(file).isFile();
+  } catch {
+    return false;
+  }
+}
+
+export function sandboxExecAvailable(): boolean {
+  return isExecutableFile(SANDBOX_EXEC_PATH);
+}
+
+function unavailableError(): SandboxError {
+  return new SandboxError(
+    'ESEATBELT_UNAVAILABLE',
+    `${SANDBOX_EXEC_PATH} not found or not executable: the macOS Seatbelt sandbox is unavailable on this host, so nothing was run`,
+    { detail: { path: SANDBOX_EXEC_PATH } },
+  );
+}
+
+const NESTED_MARKER = /sandbox_apply: Operation not permitted/;
+
+/** true when sandbox-exec failed because this process is already inside a Seatbelt sandbox. */
+export function isNestedSandboxFailure(stderr: string | Buffer): boolean {
+  return NESTED_MARKER.test(typeof stderr === 'string' ? stderr : stderr.toString('utf8'));
+}
+
+/**
+ * Maps sandbox-exec's own failure (profile not applied, command never started) to a SandboxError,
+ * or returns null when stderr does not show one. A launcher calls this when the child exits
+ * non-zero before producing anything; the text matched is what sandbox-exec prints itself.
+ */
+export function seatbeltLaunchError(stderr: string | Buffer): SandboxError | null {
+  const text = typeof stderr === 'string' ? stderr : stderr.toString('utf8');
+  if (isNestedSandboxFailure(text)) {
+    return new SandboxError(
+      'ESEATBELT_UNAVAILABLE',
+      'sandbox-exec could not apply the profile: sandbox_apply: Operation not permitted. This process already runs inside a Seatbelt sandbox and macOS does not allow nesting one; run the host outside that sandbox',
+      { syscall: 'sandbox_apply', errno: 1, detail: { nested: true } },
+    );
+  }
+  const line = /^sandbox-exec: (.*)$/m.exec(text);
+  if (line) {
+    return new SandboxError('ESEATBELT_UNAVAILABLE', `sandbox-exec refused the generated profile: ${line[1]}`, {
+      detail: { stderr: line[1] },
+    });
+  }
+  return null;
+}
+
+function hostTmpDirFromEnv(env: Record<string, string>): string | undefined {
+  const dir = env.TMPDIR;
+  if (!dir || !dir.startsWith('/')) return undefined;
+  try {
+    // The caller's TMPDIR is only a convenience grant: use its real path rather than refusing
+    // the run when it happens to sit behind a symlink.
+    return fs.realpathSync(dir);
+  } catch {
+    return undefined;
+  }
+}
+
+/** Turns a spawn request into the sandbox-exec invocation and its enforcement report. */
+export function planDarwinSpawn(req: BackendSpawnRequest, opts: DarwinPlanOptions = {}): DarwinSpawnPlan {
+  const rules = req.rules;
+  if (rules === null) {
+    return {
+      file: req.file,
+      argv: [...req.argv],
+      env: { ...req.env },
+      enforcement: unsandboxedReport(),
+    };
+  }
+  if (opts.arg0Customized) {
+    throw new SandboxError(
+      'EINVALID_ARGUMENT',
+      `a custom argv[0] (${JSON.stringify(req.argv[0])}) cannot be passed through ${SANDBOX_EXEC_PATH}: it starts the command with argv[0] set to the program path. Drop the custom argv[0] on macOS`,
+      { detail: { arg0: req.argv[0], file: req.file } },
+    );
+  }
+  if (rules.mode === 'isolated' || rules.mode === 'landlock') {
+    throw new SandboxError(
+      'EUNSUPPORTED_POLICY',
+      `sandbox mode '${rules.mode}' exists only on Linux; macOS always uses Seatbelt (use mode 'auto')`,
+      { detail: { mode: rules.mode } },
+    );
+  }
+  if (!path.isAbsolute(req.file)) {
+    throw new SandboxError('EINVALID_ARGUMENT', `program path ${JSON.stringify(req.file)} must be absolute`);
+  }
+  if (!(opts.sandboxExecAvailable ?? sandboxExecAvailable())) throw unavailableError();
+
+  const env = { ...req.env };
+  const profileOpts: SeatbeltOptions = {
+    proxyPorts: opts.proxyPorts,
+    denyReadGlobs: opts.denyReadGlobs,
+    hostTmpDir: opts.hostTmpDir ?? (rules.tmp === 'host' ? hostTmpDirFromEnv(req.env) : undefined),
+    privateTmpDir: opts.privateTmpDir,
+  };
+  if (rules.tmp === 'private' && opts.privateTmpDir) env.TMPDIR = opts.privateTmpDir;
+
+  const { profile, params, gaps } = buildSeatbeltProfile(rules, profileOpts);
+  // sandbox-exec execvp()s the first word after `--`; an absolute path means no PATH lookup.
+  const argv = [
+    SANDBOX_EXEC_PATH,
+    '-p',
+    profile,
+    ...Object.entries(params).map(([name, value]) => `-D${name}=${value}`),
+    '--',
+    req.file,
+    ...req.argv.slice(1),
+  ];
+
+  const ports = rules.network.kind === 'proxy' ? [...new Set(opts.proxyPorts ?? [])].sort((a, b) => a - b) : [];
+  const hasDenyRead = rules.denyRead.length > 0 || (opts.denyReadGlobs ?? []).length > 0;
+  const protectedGap = gaps.some((g) => g.startsWith('protectedPaths:'));
+  const allGaps = [
+    ...gaps,
+    'processIsolation: macOS has no PID namespace; other processes can be listed (kern.proc sysctls), but signals and process inspection are limited to this sandbox',
+    'treeTeardown: the tree is signalled through its process group; a descendant that calls setsid() leaves the group',
+  ];
+  if (rules.network.kind !== 'full') {
+    allGaps.push('network: no private loopback on macOS; servers inside the sandbox cannot bind or accept connections');
+  }
+
+  return {
+    file: SANDBOX_EXEC_PATH,
+    argv,
+    env,
+    enforcement: {
+      platform: 'darwin',
+      sandboxed: true,
+      mode: 'seatbelt',
+      mechanisms: {
+        seatbelt: SANDBOX_EXEC_PATH,
+        profileBytes: Buffer.byteLength(profile),
+        parameters: Object.keys(params).length,
+        network: rules.network.kind,
+        ...(rules.network.kind === 'proxy' ? { proxyPorts: ports } : {}),
+        tmp:
+          rules.tmp === 'host'
+            ? 'host'
+            : rules.tmp === 'private' && opts.privateTmpDir
+              ? 'private-directory'
+              : 'read-only',
+      },
+      guarantees: {
+        filesystemRead: rules.readAll && !hasDenyRead ? 'not-requested' : 'enforced',
+        filesystemWrite: 'enforced',
+        protectedPaths: rules.readOnly.length === 0 ? 'not-requested' : protectedGap ? 'partial' : 'enforced',
+        denyRead: hasDenyRead ? 'enforced' : 'not-requested',
+        network: rules.network.kind === 'full' ? 'not-requested' : 'enforced',
+        processIsolation: 'partial',
+        treeTeardown: 'partial',
+      },
+      gaps: allGaps,
+    },
+  };
+}
+
+function unsandboxedReport(): EnforcementReport {
+  return {
+    platform: 'darwin',
+    sandboxed: false,
+    mode: 'none',
+    mechanisms: {},
+    guarantees: {
+      filesystemRead: 'not-requested',
+      filesystemWrite: 'not-requested',
+      protectedPaths: 'not-requested',
+      denyRead: 'not-requested',
+      network: 'not-requested',
+      processIsolation: 'not-requested',
+      treeTeardown: 'not-requested',
+    },
+    gaps: [],
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Probe
+
+let trialCache: { nested: boolean; ok: boolean; error?: string } | undefined;
+
+/**
+ * Runs a trivial allow-all profile once to learn whether sandbox_apply works here (it fails when
+ * the host process is itself sandboxed). Cached for the life of the process.
+ */
+function trialRun(): { nested: boolean; ok: boolean; error?: string } {
+  if (trialCache) return trialCache;
+  const r = spawnSync(SANDBOX_EXEC_PATH, ['-p', '(version 1)(allow default)', '--', '/usr/bin/true'], {
+    encoding: 'utf8',
+    timeout: 10_000,
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  const stderr = r.stderr ?? '';
+  trialCache =
+    r.status === 0
+      ? { nested: false, ok: true }
+      : { nested: isNestedSandboxFailure(stderr), ok: false, error: stderr.trim() || String(r.error ?? r.status) };
+  return trialCache;
+}
+
+export interface DarwinProbeOptions {
+  addonLoaded?: boolean;
+  addonError?: string;
+  /** Run sandbox-exec once to detect a nested sandbox (default: true on macOS). */
+  trial?: boolean;
+}
+
+export function darwinProbe(opts: DarwinProbeOptions = {}): ProbeReport {
+  const onDarwin = process.platform === 'darwin';
+  const available = sandboxExecAvailable();
+  const features: Record<string, unknown> = { sandboxExec: available, sandboxExecPath: SANDBOX_EXEC_PATH };
+  let usable = onDarwin && available;
+  try {
+    loadProfileFile('base.sb');
+    features.profiles = 'ok';
+  } catch (err) {
+    features.profiles = (err as Error).message;
+    usable = false;
+  }
+  if (usable && (opts.trial ?? true)) {
+    const t = trialRun();
+    features.nestedSandbox = t.nested;
+    if (!t.ok) {
+      features.sandboxApplyError = t.error;
+      usable = false;
+    }
+  }
+  return {
+    platform: process.platform,
+    arch: process.arch,
+    addonLoaded: opts.addonLoaded ?? false,
+    ...(opts.addonError !== undefined ? { addonError: opts.addonError } : {}),
+    defaultMode: usable ? 'seatbelt' : null,
+    features,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backend
+
+/** What the generic POSIX launcher needs; it owns stdio, process groups, exit watching, limits. */
+export interface PosixLaunchRequest {
+  file: string;
+  argv: string[];
+  env: Record<string, string>;
+  cwd: string;
+  stdio: StdioSpec[];
+}
+export type PosixLauncher = (launch: PosixLaunchRequest) => Omit<BackendProcess, 'enforcement'>;
+
+/**
+ * The Backend for macOS: plans with planDarwinSpawn and hands the plan to the launcher shared
+ * with the other POSIX platform. `options` supplies per-backend facts (proxy ports, tmp dir).
+ */
+export function createDarwinBackend(
+  launch: PosixLauncher,
+  options: (req: BackendSpawnRequest) => DarwinPlanOptions = () => ({}),
+  probeOptions: DarwinProbeOptions = {},
+): Backend {
+  return {
+    name: 'darwin-seatbelt',
+    spawn(req: BackendSpawnRequest): BackendProcess {
+      const plan = planDarwinSpawn(req, options(req));
+      const proc = launch({ file: plan.file, argv: plan.argv, env: plan.env, cwd: req.cwd, stdio: req.stdio });
+      // Assign rather than spread: the launcher's handle may be a class with prototype methods.
+      return Object.assign(proc, { enforcement: plan.enforcement });
+    },
+    probe(): ProbeReport {
+      return darwinProbe(probeOptions);
+    },
+  };
+}
