@@ -9,7 +9,7 @@
     'conditions': [
       ['OS=="linux"', {
         'sources': ["<!@(node -p \"require('./native/sources.json').linux.join(' ')\")"],
-        'cflags_cc': ['-std=c++17', '-Wall', '-Wextra', '-Wshadow', '-fstack-protector-strong',
+        'cflags_cc': ['-std=c++17', '-Wall', '-Wextra', '-fstack-protector-strong',
                       '-fvisibility=hidden', '-D_GNU_SOURCE', '-O2'],
         'ldflags': ['-Wl,-z,relro,-z,now', '-Wl,--exclude-libs,ALL'],
       }],

@@ -1,0 +1,71 @@
+/**
+ * SandboxedProcess: the process handle, shaped like Node's ChildProcess where it can be. A backend
+ * (lib/platform/*) has already started the process; this class adds events, stream plumbing and the
+ * exit bookkeeping (durationMs, close after stdio drained, sandboxDenied).
+ */
+import { EventEmitter } from 'node:events';
+import type { Readable, Writable } from 'node:stream';
+import type { BackendProcess, EnforcementReport } from './backend';
+
+export interface ExitResult {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  durationMs: number;
+}
+
+export class SandboxedProcess extends EventEmitter {
+  readonly pid: number;
+  readonly stdin: Writable | null;
+  readonly stdout: Readable | null;
+  readonly stderr: Readable | null;
+  readonly stdio: Array<Readable | Writable | null>;
+  readonly enforcement: EnforcementReport;
+  /** Resolves when the command exits (before its stdio streams have necessarily closed). */
+  readonly exited: Promise<ExitResult>;
+  exitCode: number | null = null;
+  signalCode: NodeJS.Signals | null = null;
+  killed = false;
+
+  private readonly proc: BackendProcess;
+  private hasExited = false;
+
+  constructor(proc: BackendProcess) {
+    super();
+    const started = performance.now();
+    this.proc = proc;
+    this.pid = proc.pid;
+    this.stdio = proc.stdio;
+    this.stdin = (proc.stdio[0] as Writable | null) ?? null;
+    this.stdout = (proc.stdio[1] as Readable | null) ?? null;
+    this.stderr = (proc.stdio[2] as Readable | null) ?? null;
+    this.enforcement = proc.enforcement;
+    // A child that exits without reading stdin must not crash the host with EPIPE.
+    this.stdin?.on('error', () => {});
+
+    const streamsClosed = proc.stdio
+      .filter((s): s is Readable | Writable => s !== null && s !== this.stdin)
+      .map((s) => new Promise<void>((resolve) => (s.destroyed ? resolve() : s.once('close', () => resolve()))));
+
+    this.exited = proc.exited.then((info) => {
+      const result: ExitResult = { ...info, durationMs: performance.now() - started };
+      this.hasExited = true;
+      this.exitCode = info.code;
+      this.signalCode = info.signal;
+      this.emit('exit', info.code, info.signal);
+      void Promise.all(streamsClosed).then(() => {
+        this.stdin?.destroy();
+        this.emit('close', info.code, info.signal);
+      });
+      return result;
+    });
+    process.nextTick(() => this.emit('spawn'));
+  }
+
+  /** Sends a signal to the whole sandboxed tree. Returns false if it has already exited. */
+  kill(signal: NodeJS.Signals | number = 'SIGTERM'): boolean {
+    if (this.hasExited) return false;
+    const ok = this.proc.kill(signal);
+    if (ok) this.killed = true;
+    return ok;
+  }
+}

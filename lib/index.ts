@@ -1,0 +1,265 @@
+/**
+ * process-sandbox: run commands inside an OS sandbox, in-process.
+ *
+ *   import { run } from 'process-sandbox';
+ *   const r = await run('git', ['status'], { cwd, policy: { filesystem: { write: [cwd] } } });
+ *
+ * spawn()/run() validate everything before anything starts, resolve the policy into ResolvedRules
+ * (lib/permissions), and hand a BackendSpawnRequest to the platform backend (lib/platform/*), which
+ * fails closed with a SandboxError when it cannot enforce the rules.
+ */
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import type { Backend, BackendSpawnRequest, EnforcementReport, ProbeReport, StdioSpec } from './backend';
+import { SandboxedProcess, type ExitResult } from './child';
+import { SandboxError } from './errors';
+import { tryLoadNative, loadNative } from './native';
+import { isLikelySandboxDenied, resolvePolicy } from './permissions';
+import type { SandboxPolicy } from './policy-types';
+import type { ResolvedRules } from './rules';
+
+export { SandboxError, ERROR_CODES, type SandboxErrorCode } from './errors';
+export { SandboxedProcess, type ExitResult } from './child';
+export type { SandboxPolicy, FilesystemPolicy, ProxyPolicy, ResourceLimits, TmpMode, SandboxMode } from './policy-types';
+export type { ResolvedRules, NetworkRule } from './rules';
+export type { EnforcementReport, ProbeReport, StdioSpec, Guarantee } from './backend';
+
+export interface SpawnOptions {
+  cwd?: string;
+  /** Exactly the child's environment (default: process.env). */
+  env?: Record<string, string | undefined>;
+  /** 'pipe' (default), 'inherit', 'ignore', or per-fd specs; extra entries pass fds 3+. */
+  stdio?: StdioSpec | StdioSpec[];
+  /** The argv[0] the child sees (default: the command as given). */
+  arg0?: string;
+  /** The sandbox policy. Omitted: the default policy. null: run without a sandbox. */
+  policy?: SandboxPolicy | null;
+}
+
+export interface RunOptions extends SpawnOptions {
+  input?: string | Buffer;
+  /** Milliseconds; kills the whole tree when it fires. */
+  timeout?: number;
+  signal?: AbortSignal;
+  /** Bytes of stdout or stderr kept before the tree is killed (default 64 MiB). */
+  maxBuffer?: number;
+  encoding?: BufferEncoding | 'buffer';
+}
+
+export interface RunResult<T = string> {
+  stdout: T;
+  stderr: T;
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  durationMs: number;
+  timedOut: boolean;
+  /** Heuristic: the failure looks like a sandbox denial (see isLikelySandboxDenied). */
+  sandboxDenied: boolean;
+  enforcement: EnforcementReport;
+}
+
+const SPAWN_KEYS = new Set(['cwd', 'env', 'stdio', 'arg0', 'policy']);
+const RUN_KEYS = new Set([...SPAWN_KEYS, 'input', 'timeout', 'signal', 'maxBuffer', 'encoding']);
+
+let backendCache: Backend | undefined;
+
+function backend(): Backend {
+  if (backendCache) return backendCache;
+  const native = loadNative();
+  if (process.platform === 'linux') {
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    backendCache = (require('./platform/linux') as typeof import('./platform/linux')).createLinuxBackend(native);
+  } else if (process.platform === 'win32') {
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    backendCache = (require('./platform/win32') as { createWin32Backend(n: unknown): Backend }).createWin32Backend(native);
+  } else if (process.platform === 'darwin') {
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    backendCache = (require('./platform/darwin') as { createDarwinBackend(n: unknown): Backend }).createDarwinBackend(native);
+  } else {
+    throw new SandboxError('EPLATFORM_UNSUPPORTED', `no sandbox backend exists for platform ${process.platform}`);
+  }
+  return backendCache;
+}
+
+function bad(message: string): never {
+  throw new SandboxError('EINVALID_ARGUMENT', message);
+}
+
+function checkString(v: unknown, what: string, allowEmpty = false): string {
+  if (typeof v !== 'string') bad(`${what} must be a string, got ${v === null ? 'null' : typeof v}`);
+  if (!allowEmpty && v.length === 0) bad(`${what} must not be empty`);
+  if (v.includes('\0')) bad(`${what} must not contain a NUL byte`);
+  return v;
+}
+
+function isExecutableFile(p: string): boolean {
+  try {
+    const st = fs.statSync(p);
+    return st.isFile();
+  } catch {
+    return false;
+  }
+}
+
+/** PATH lookup with the child's PATH, done before anything is spawned. */
+export function resolveExecutable(command: string, env: Record<string, string>, cwd: string): string {
+  if (command.includes('/') || (process.platform === 'win32' && command.includes('\\'))) {
+    const p = path.resolve(cwd, command);
+    if (!fs.existsSync(p)) throw new SandboxError('ENOT_FOUND', `command not found: ${command}`);
+    return p;
+  }
+  const pathVar = env.PATH ?? (process.platform === 'win32' ? env.Path : undefined) ?? '/usr/local/bin:/usr/bin:/bin';
+  for (const dir of pathVar.split(path.delimiter)) {
+    if (!dir) continue;
+    const candidate = path.resolve(cwd, dir, command);
+    if (isExecutableFile(candidate)) {
+      try {
+        fs.accessSync(candidate, fs.constants.X_OK);
+        return candidate;
+      } catch {
+        continue;
+      }
+    }
+  }
+  throw new SandboxError('ENOT_FOUND', `command not found: ${command}`);
+}
+
+interface Normalized {
+  req: BackendSpawnRequest;
+}
+
+function normalize(command: unknown, args: unknown, options: unknown, allowed: Set<string>): Normalized {
+  const cmd = checkString(command, 'command');
+  const argList: unknown[] = args === undefined ? [] : Array.isArray(args) ? args : bad('args must be an array of strings');
+  const argv = argList.map((a, i) => checkString(a, `args[${i}]`, true));
+  if (options !== undefined && (options === null || typeof options !== 'object')) bad('options must be an object');
+  const opts = (options ?? {}) as Record<string, unknown>;
+  for (const k of Object.keys(opts)) if (!allowed.has(k)) bad(`unknown option: ${k}`);
+
+  const cwd = opts.cwd === undefined ? process.cwd() : checkString(opts.cwd, 'options.cwd');
+  if (!path.isAbsolute(cwd)) bad(`options.cwd must be an absolute path, got ${cwd}`);
+  let st: fs.Stats;
+  try {
+    st = fs.statSync(cwd);
+  } catch {
+    bad(`options.cwd does not exist: ${cwd}`);
+  }
+  if (!st.isDirectory()) bad(`options.cwd is not a directory: ${cwd}`);
+
+  const envIn = opts.env === undefined ? process.env : opts.env;
+  if (envIn === null || typeof envIn !== 'object') bad('options.env must be an object');
+  const env: Record<string, string> = {};
+  for (const [k, v] of Object.entries(envIn as Record<string, unknown>)) {
+    if (v === undefined) continue;
+    if (k.length === 0 || k.includes('=') || k.includes('\0')) bad(`options.env has an invalid name: ${JSON.stringify(k)}`);
+    env[k] = checkString(v, `options.env.${k}`, true);
+  }
+
+  let stdio: StdioSpec[];
+  const s = opts.stdio ?? 'pipe';
+  if (typeof s === 'string') stdio = [s, s, s] as StdioSpec[];
+  else if (Array.isArray(s)) stdio = [...s] as StdioSpec[];
+  else bad('options.stdio must be a string or an array');
+  while (stdio.length < 3) stdio.push('pipe');
+  stdio.forEach((x, i) => {
+    const ok = x === 'pipe' || x === 'inherit' || x === 'ignore' || (typeof x === 'number' && Number.isInteger(x) && x >= 0);
+    if (!ok) bad(`options.stdio[${i}] must be 'pipe', 'inherit', 'ignore' or an fd number`);
+  });
+
+  const arg0 = opts.arg0 === undefined ? cmd : checkString(opts.arg0, 'options.arg0');
+
+  let rules: ResolvedRules | null;
+  if (opts.policy === null) rules = null;
+  else rules = resolvePolicy(opts.policy as SandboxPolicy | undefined, cwd);
+
+  const file = resolveExecutable(cmd, env, cwd);
+  return { req: { file, argv: [arg0, ...argv], env, cwd, stdio, rules } };
+}
+
+/** Starts a sandboxed command. Throws SandboxError (and starts nothing) on bad input or when the policy cannot be enforced. */
+export function spawn(command: string, args?: readonly string[], options?: SpawnOptions): SandboxedProcess {
+  const { req } = normalize(command, args, options, SPAWN_KEYS);
+  return new SandboxedProcess(backend().spawn(req));
+}
+
+/** Runs a command to completion and collects its output. */
+export function run(command: string, args?: readonly string[], options?: RunOptions & { encoding: 'buffer' }): Promise<RunResult<Buffer>>;
+export function run(command: string, args?: readonly string[], options?: RunOptions): Promise<RunResult<string>>;
+export function run(command: string, args?: readonly string[], options: RunOptions = {}): Promise<RunResult<string | Buffer>> {
+  return new Promise((resolve, reject) => {
+    const { input, timeout, signal, maxBuffer = 64 * 1024 * 1024, encoding = 'utf8', ...spawnOpts } = options ?? {};
+    let child: SandboxedProcess;
+    try {
+      for (const k of Object.keys(options ?? {})) if (!RUN_KEYS.has(k)) bad(`unknown option: ${k}`);
+      if (timeout !== undefined && !(Number.isFinite(timeout) && timeout > 0)) bad('options.timeout must be a positive number of milliseconds');
+      if (!(Number.isFinite(maxBuffer) && maxBuffer > 0)) bad('options.maxBuffer must be a positive number');
+      if (signal?.aborted) throw new SandboxError('EABORTED', 'the operation was aborted before it started');
+      const stdio = spawnOpts.stdio ?? ['pipe', 'pipe', 'pipe'];
+      child = spawn(command, args, { ...spawnOpts, stdio });
+    } catch (e) {
+      reject(e);
+      return;
+    }
+    const chunks: [Buffer[], Buffer[]] = [[], []];
+    const sizes = [0, 0];
+    let failure: SandboxError | null = null;
+    let timedOut = false;
+    const killTree = () => child.kill('SIGKILL');
+    const collect = (i: 0 | 1, stream: NodeJS.ReadableStream | null) => {
+      stream?.on('data', (b: Buffer) => {
+        sizes[i] += b.length;
+        if (sizes[i] > maxBuffer) {
+          if (!failure) failure = new SandboxError('EMAXBUFFER', `${i === 0 ? 'stdout' : 'stderr'} exceeded maxBuffer (${maxBuffer} bytes); the process tree was killed`);
+          killTree();
+          return;
+        }
+        chunks[i].push(b);
+      });
+    };
+    collect(0, child.stdout);
+    collect(1, child.stderr);
+    const timer = timeout ? setTimeout(() => { timedOut = true; killTree(); }, timeout) : undefined;
+    const onAbort = () => {
+      if (!failure) failure = new SandboxError('EABORTED', 'the operation was aborted; the process tree was killed');
+      killTree();
+    };
+    signal?.addEventListener('abort', onAbort, { once: true });
+    if (child.stdin) {
+      if (input !== undefined) child.stdin.end(input);
+      else child.stdin.end();
+    }
+    child.once('close', (code: number | null, sig: NodeJS.Signals | null) => {
+      if (timer) clearTimeout(timer);
+      signal?.removeEventListener('abort', onAbort);
+      void child.exited.then((info: ExitResult) => {
+        if (failure) {
+          reject(failure);
+          return;
+        }
+        const out = Buffer.concat(chunks[0]);
+        const err = Buffer.concat(chunks[1]);
+        const text = (b: Buffer) => (encoding === 'buffer' ? b : b.toString(encoding));
+        const sandboxType = child.enforcement.sandboxed ? 'linuxSeccomp' : 'none';
+        resolve({
+          stdout: text(out),
+          stderr: text(err),
+          code,
+          signal: sig,
+          durationMs: info.durationMs,
+          timedOut,
+          sandboxDenied: isLikelySandboxDenied(sandboxType, code, sig, out.toString('utf8') + err.toString('utf8')),
+          enforcement: child.enforcement,
+        });
+      });
+    });
+  });
+}
+
+/** What this host can enforce, without spawning a command. */
+export function probe(): ProbeReport {
+  const { binding, error } = tryLoadNative();
+  if (!binding) {
+    return { platform: process.platform, arch: process.arch, addonLoaded: false, addonError: error?.message, defaultMode: null, features: {} };
+  }
+  return backend().probe();
+}

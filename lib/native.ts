@@ -1,0 +1,86 @@
+/**
+ * The only module that loads the addon. node-gyp-build picks build/Release in development and
+ * prebuilds/<platform>-<arch>/ in an installed package. Load errors reach the caller unchanged
+ * (they name the platform tuple or the dlopen failure).
+ */
+import * as path from 'node:path';
+import { ERROR_CODES, SandboxError } from './errors';
+
+export type LinuxMountOp = { kind: number; path: string; data?: string; arg?: number };
+export type LinuxStdio = number | 'in' | 'out';
+
+export interface LinuxNativePlan {
+  mode: 'plain' | 'isolated' | 'landlock';
+  file: string;
+  argv: string[];
+  envp: string[];
+  cwd: string;
+  stdio: LinuxStdio[];
+  setsid?: boolean;
+  newNet?: boolean;
+  mounts?: LinuxMountOp[];
+  tmpSlots?: number;
+  landlock?: {
+    net: 'none' | 'proxy' | 'full';
+    scopeSignals?: boolean;
+    rules: Array<{ path: string; access: 'read' | 'write' | 'device' }>;
+    connectPorts?: number[];
+  };
+  seccomp?: { net: 'none' | 'proxy' | 'full' };
+  rlimitNproc?: number;
+  rlimitAs?: number;
+  rlimitNofile?: number;
+}
+
+export interface LinuxSpawnResult {
+  pid: number;
+  handle: object;
+  fds: Array<number | null>;
+  landlockAbi: number;
+}
+
+export interface LinuxProbe {
+  landlockAbi: number;
+  /** 0 when seccomp filters can be installed, else -errno. */
+  seccomp: number;
+  /** 0 when user+mount+pid+net namespaces work, else -errno. */
+  userns: number;
+  euid: number;
+  kernel?: string;
+  machine?: string;
+}
+
+export interface NativeBinding {
+  platform: string;
+  errorCodes: string[];
+  setErrorClass(cls: typeof SandboxError): void;
+  // Linux
+  spawn?(plan: LinuxNativePlan, onExit: (code: number | null, signal: number | null) => void): LinuxSpawnResult;
+  kill?(handle: object, signal: number): number;
+  probe?(): LinuxProbe | Record<string, unknown>;
+  // Windows and macOS functions are typed by their backends (lib/platform/win32.ts, darwin.ts).
+  [key: string]: unknown;
+}
+
+let cached: NativeBinding | undefined;
+
+export function loadNative(): NativeBinding {
+  if (cached) return cached;
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  const load = require('node-gyp-build') as (dir: string) => NativeBinding;
+  const binding = load(path.join(__dirname, '..'));
+  binding.setErrorClass(SandboxError);
+  cached = binding;
+  return binding;
+}
+
+/** Like loadNative, but returns the load error instead of throwing (for probe()). */
+export function tryLoadNative(): { binding?: NativeBinding; error?: Error } {
+  try {
+    return { binding: loadNative() };
+  } catch (error) {
+    return { error: error as Error };
+  }
+}
+
+export { ERROR_CODES };

@@ -1,0 +1,303 @@
+/**
+ * Linux planning: ResolvedRules -> the addon's plan (mount steps, Landlock rules, seccomp mode,
+ * namespaces) plus the enforcement report. Pure except for lstat/existence checks, so it is unit
+ * tested without spawning. lib/platform/linux.ts runs the plan.
+ */
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import type { EnforcementReport } from '../backend';
+import { SandboxError } from '../errors';
+import type { LinuxMountOp, LinuxNativePlan, LinuxProbe } from '../native';
+import type { ResolvedRules } from '../rules';
+
+/** Mirrors native/linux/spawn_linux.h MountOpKind (append only). */
+export const MountKind = {
+  TmpClone: 0,
+  Tmpfs: 1,
+  Mkdir: 2,
+  Mkfile: 3,
+  MoveSlot: 4,
+  ReadOnlyAll: 5,
+  BindRw: 6,
+  BindRo: 7,
+  Pin: 8,
+  GhostDir: 9,
+  GhostFile: 10,
+  MaskDir: 11,
+  MaskFile: 12,
+  Proc: 13,
+  Dev: 14,
+  SetReadOnly: 15,
+  ClearReadOnly: 16,
+} as const;
+
+/** Default cap on processes+threads per sandbox in isolated mode (counted per user namespace). */
+export const DEFAULT_MAX_PROCESSES = 4096;
+
+/** Read roots every program needs when reads are restricted (Landlock read rules). */
+const PLATFORM_READ_DEFAULTS = ['/bin', '/sbin', '/usr', '/lib', '/lib32', '/lib64', '/libx32', '/etc', '/dev', '/proc', '/sys'];
+/** Device files a sandboxed tool may open for writing. */
+const DEVICE_RULES = ['/dev/null', '/dev/zero', '/dev/full', '/dev/tty', '/dev/ptmx', '/dev/pts'];
+
+export interface LinuxPlanInput {
+  rules: ResolvedRules;
+  file: string;
+  argv: string[];
+  env: Record<string, string>;
+  cwd: string;
+  probe: LinuxProbe;
+  /** Landlock mode with private tmp: the per-run TMPDIR (created by the caller). */
+  landlockTmpDir?: string;
+}
+
+export interface LinuxPlan {
+  mode: 'isolated' | 'landlock';
+  native: Omit<LinuxNativePlan, 'stdio'>;
+  enforcement: EnforcementReport;
+  /** Protected paths that did not exist: init creates them as placeholders; remove after exit. */
+  ghosts: string[];
+}
+
+const isUnder = (p: string, root: string): boolean =>
+  p === root || p.startsWith(root.endsWith('/') ? root : root + '/');
+
+function lstatOrNull(p: string): fs.Stats | null {
+  try {
+    return fs.lstatSync(p);
+  } catch {
+    return null;
+  }
+}
+
+/** Gaps Landlock mode always has (DESIGN.md: refused unless degraded). */
+export const LANDLOCK_INHERENT_GAPS = [
+  'chmod, chown, utime and xattr changes on files outside the writable roots are not blocked (Landlock has no metadata rights)',
+  'processes that leave the process group with setsid() can survive teardown (no pid namespace)',
+];
+
+export function chooseLinuxMode(rules: ResolvedRules, probe: LinuxProbe): 'isolated' | 'landlock' {
+  if (rules.mode === 'isolated') {
+    if (probe.userns !== 0) {
+      throw new SandboxError(
+        'EUSERNS_UNAVAILABLE',
+        `isolated mode needs unprivileged user namespaces, which this host refuses (errno ${-probe.userns}); ` +
+          `enable them (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces>0, or AppArmor's ` +
+          `kernel.apparmor_restrict_unprivileged_userns=0) or use mode 'landlock' with degraded: true`,
+        { errno: -probe.userns },
+      );
+    }
+    return 'isolated';
+  }
+  if (rules.mode === 'landlock') return 'landlock';
+  if (probe.userns === 0) return 'isolated';
+  if (!rules.degraded) {
+    throw new SandboxError(
+      'EUSERNS_UNAVAILABLE',
+      `unprivileged user namespaces are unavailable here (errno ${-probe.userns}), and the Landlock fallback ` +
+        `cannot enforce everything (${LANDLOCK_INHERENT_GAPS.join('; ')}); pass degraded: true (CLI --degraded) ` +
+        `to accept Landlock mode, or enable user namespaces`,
+      { errno: -probe.userns },
+    );
+  }
+  return 'landlock';
+}
+
+function requireSeccomp(probe: LinuxProbe): void {
+  if (probe.seccomp !== 0) {
+    throw new SandboxError(
+      'ESECCOMP_UNSUPPORTED',
+      `seccomp filters are unavailable (errno ${-probe.seccomp}); the kernel needs CONFIG_SECCOMP_FILTER`,
+      { errno: -probe.seccomp },
+    );
+  }
+}
+
+function landlockRules(input: LinuxPlanInput, mode: 'isolated' | 'landlock') {
+  const { rules } = input;
+  const out: Array<{ path: string; access: 'read' | 'write' | 'device' }> = [];
+  if (rules.readAll) {
+    out.push({ path: '/', access: 'read' });
+  } else {
+    const reads = new Set([...PLATFORM_READ_DEFAULTS, ...rules.readRoots, input.file, input.cwd]);
+    for (const r of reads) out.push({ path: r, access: 'read' });
+  }
+  for (const w of rules.writeRoots) out.push({ path: w, access: 'write' });
+  for (const d of DEVICE_RULES) out.push({ path: d, access: 'device' });
+  if (mode === 'isolated') {
+    out.push({ path: '/dev/shm', access: 'write' });
+    if (rules.tmp === 'private') out.push({ path: '/tmp', access: 'write' });
+  } else if (input.landlockTmpDir) {
+    out.push({ path: input.landlockTmpDir, access: 'write' });
+  }
+  return out;
+}
+
+/** Mount steps for isolated mode, in execution order. */
+export function planMounts(input: LinuxPlanInput): { mounts: LinuxMountOp[]; tmpSlots: number; ghosts: string[] } {
+  const { rules, cwd } = input;
+  const mounts: LinuxMountOp[] = [];
+  const ghosts: string[] = [];
+  let tmpSlots = 0;
+
+  if (rules.tmp === 'private') {
+    // Paths under /tmp the command must still see after /tmp is covered by a private tmpfs:
+    // writable roots (read-write) and the cwd (read-only unless inside a writable root).
+    const exposures: string[] = [];
+    const candidates = [...rules.writeRoots, cwd, ...(rules.readAll ? [] : rules.readRoots)];
+    for (const p of [...new Set(candidates)].sort()) {
+      if (p === '/tmp' || !isUnder(p, '/tmp')) continue;
+      if (exposures.some((e) => isUnder(p, e))) continue;
+      exposures.push(p);
+    }
+    exposures.forEach((p, slot) => mounts.push({ kind: MountKind.TmpClone, path: p, arg: slot }));
+    tmpSlots = exposures.length;
+    mounts.push({ kind: MountKind.Tmpfs, path: '/tmp', data: 'mode=1777' });
+    exposures.forEach((p, slot) => {
+      const parts = path.relative('/tmp', p).split('/');
+      for (let i = 1; i < parts.length; i++) {
+        mounts.push({ kind: MountKind.Mkdir, path: path.join('/tmp', ...parts.slice(0, i)) });
+      }
+      const st = lstatOrNull(p);
+      mounts.push({ kind: st && !st.isDirectory() ? MountKind.Mkfile : MountKind.Mkdir, path: p });
+      mounts.push({ kind: MountKind.MoveSlot, path: p, arg: slot });
+    });
+  }
+
+  mounts.push({ kind: MountKind.ReadOnlyAll, path: '/' });
+  if (rules.tmp === 'private') mounts.push({ kind: MountKind.ClearReadOnly, path: '/tmp' });
+
+  const writeRoots = [...rules.writeRoots].sort((a, b) => a.length - b.length);
+  for (const w of writeRoots) {
+    if (lstatOrNull(w)) mounts.push({ kind: MountKind.BindRw, path: w });
+  }
+
+  // Read-only carve-outs. Every directory between the writable root and the carve-out is pinned
+  // (bound onto itself) so it cannot be renamed away and recreated (FS-06).
+  const pinned = new Set<string>();
+  for (const p of [...rules.readOnly].sort((a, b) => a.length - b.length)) {
+    const root = writeRoots.filter((w) => isUnder(p, w)).sort((a, b) => b.length - a.length)[0];
+    if (!root || p === root) continue;
+    const st = lstatOrNull(p);
+    const parent = path.dirname(p);
+    if (!st && !lstatOrNull(parent)?.isDirectory()) continue; // e.g. .git/hooks without .git
+    for (let dir = path.dirname(p); dir !== root && isUnder(dir, root); dir = path.dirname(dir)) {
+      if (pinned.has(dir)) continue;
+      pinned.add(dir);
+      mounts.push({ kind: MountKind.Pin, path: dir });
+    }
+    if (st) {
+      mounts.push({ kind: MountKind.BindRo, path: p });
+    } else {
+      // A missing protected path becomes an empty read-only placeholder so it cannot be created.
+      const looksLikeFile = path.basename(p) === 'config' || /\.[a-z0-9]+$/i.test(path.basename(p));
+      mounts.push({ kind: looksLikeFile ? MountKind.GhostFile : MountKind.GhostDir, path: p });
+      ghosts.push(p);
+    }
+    pinned.add(p);
+  }
+
+  for (const d of rules.denyRead) {
+    const st = lstatOrNull(d);
+    if (!st) continue;
+    mounts.push({ kind: st.isDirectory() ? MountKind.MaskDir : MountKind.MaskFile, path: d });
+  }
+  mounts.push({ kind: MountKind.Proc, path: '/proc' });
+  mounts.push({ kind: MountKind.Dev, path: '/dev' });
+  return { mounts, tmpSlots, ghosts };
+}
+
+export function planLinux(input: LinuxPlanInput): LinuxPlan {
+  const { rules, probe } = input;
+  const mode = chooseLinuxMode(rules, probe);
+  requireSeccomp(probe);
+  const gaps: string[] = [];
+  const abi = probe.landlockAbi;
+  const net = rules.network.kind;
+  if (net === 'proxy') {
+    throw new SandboxError('ENOT_ENFORCED', 'network proxy mode is not available in this build yet');
+  }
+  const needsLandlock = mode === 'landlock' || !rules.readAll;
+  if (needsLandlock && abi < 1) {
+    throw new SandboxError(
+      'ELANDLOCK_UNSUPPORTED',
+      mode === 'landlock'
+        ? 'Landlock mode needs Landlock (Linux 5.13+ with CONFIG_SECURITY_LANDLOCK and landlock in the lsm= list)'
+        : 'restricting reads to listed roots needs Landlock (Linux 5.13+, CONFIG_SECURITY_LANDLOCK)',
+    );
+  }
+  const native: Omit<LinuxNativePlan, 'stdio'> = {
+    mode,
+    file: input.file,
+    argv: input.argv,
+    envp: Object.entries(input.env).map(([k, v]) => `${k}=${v}`),
+    cwd: input.cwd,
+    seccomp: { net },
+  };
+  if (abi >= 1) {
+    native.landlock = { net, rules: landlockRules(input, mode) };
+  }
+  const limits = rules.limits;
+  if (limits.memoryBytes) native.rlimitAs = limits.memoryBytes;
+  if (limits.openFiles) native.rlimitNofile = limits.openFiles;
+  let ghosts: string[] = [];
+  let namespaces: string[] = [];
+  if (mode === 'isolated') {
+    const m = planMounts(input);
+    native.mounts = m.mounts;
+    native.tmpSlots = m.tmpSlots;
+    native.newNet = net !== 'full';
+    native.rlimitNproc = limits.maxProcesses ?? DEFAULT_MAX_PROCESSES;
+    ghosts = m.ghosts;
+    namespaces = ['user', 'mnt', 'pid', 'ipc', 'uts', ...(net !== 'full' ? ['net'] : [])];
+  } else {
+    if (limits.maxProcesses) native.rlimitNproc = limits.maxProcesses;
+    gaps.push(...LANDLOCK_INHERENT_GAPS);
+    if (rules.readOnly.length > 0) {
+      gaps.push(`read-only carve-outs inside writable roots are not enforced: ${rules.readOnly.join(', ')}`);
+    }
+    const deniedButReadable = rules.denyRead.filter((d) => rules.readAll || rules.readRoots.some((r) => isUnder(d, r)));
+    if (deniedButReadable.length > 0) {
+      gaps.push(`deny-read under readable roots is not enforced: ${deniedButReadable.join(', ')}`);
+    }
+    if (rules.tmp === 'private') gaps.push('/tmp itself stays read-only; the private temp dir is TMPDIR only');
+    if (abi < 4 && net !== 'full') gaps.push(`Landlock ABI ${abi} has no TCP rules; seccomp alone blocks sockets`);
+    if (abi < 6) gaps.push(`Landlock ABI ${abi} has no signal or abstract-socket scoping`);
+    if (probe.euid !== 0) gaps.push('the capability bounding set cannot be emptied without privileges (no_new_privs still blocks gaining capabilities)');
+    if (!rules.degraded) {
+      throw new SandboxError(
+        'EUNSUPPORTED_POLICY',
+        `Landlock mode cannot enforce this policy completely: ${gaps.join('; ')}. Pass degraded: true ` +
+          `(CLI --degraded) to run with these gaps listed in the report, or use isolated mode`,
+        { detail: { gaps } },
+      );
+    }
+  }
+  const isolated = mode === 'isolated';
+  const enforcement: EnforcementReport = {
+    platform: 'linux',
+    sandboxed: true,
+    mode,
+    mechanisms: {
+      namespaces,
+      landlockAbi: abi,
+      landlock: abi >= 1,
+      seccomp: 'filter',
+      noNewPrivs: true,
+      capabilities: isolated || probe.euid === 0 ? 'all dropped, bounding set empty' : 'none held; bounding set unchanged',
+      setsid: true,
+      proc: isolated ? 'fresh' : 'host',
+      tmp: rules.tmp,
+    },
+    guarantees: {
+      filesystemRead: rules.readAll ? 'not-requested' : 'enforced',
+      filesystemWrite: isolated ? 'enforced' : 'partial',
+      protectedPaths: rules.readOnly.length === 0 ? 'not-requested' : isolated ? 'enforced' : 'not-enforced',
+      denyRead: rules.denyRead.length === 0 ? 'not-requested' : isolated ? 'enforced' : 'partial',
+      network: net === 'full' ? 'not-requested' : 'enforced',
+      processIsolation: isolated ? 'enforced' : 'partial',
+      treeTeardown: isolated ? 'enforced' : 'partial',
+    },
+    gaps,
+  };
+  return { mode, native, enforcement, ghosts };
+}

@@ -1,0 +1,164 @@
+/**
+ * The Linux backend: runs a LinuxPlan (lib/platform/linux-plan.ts) through the addon and wraps the
+ * result as a BackendProcess. Exit is reported by the addon from the process's pidfd.
+ */
+import * as fs from 'node:fs';
+import * as net from 'node:net';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import type { Readable, Writable } from 'node:stream';
+import type { Backend, BackendProcess, BackendSpawnRequest, EnforcementReport, ExitInfo, ProbeReport } from '../backend';
+import { SandboxError } from '../errors';
+import type { LinuxNativePlan, LinuxProbe, LinuxStdio, NativeBinding } from '../native';
+import { chooseLinuxMode, planLinux } from './linux-plan';
+
+const PLAIN_REPORT: EnforcementReport = {
+  platform: 'linux',
+  sandboxed: false,
+  mode: 'none',
+  mechanisms: {},
+  guarantees: {
+    filesystemRead: 'not-enforced',
+    filesystemWrite: 'not-enforced',
+    protectedPaths: 'not-enforced',
+    denyRead: 'not-enforced',
+    network: 'not-enforced',
+    processIsolation: 'not-enforced',
+    treeTeardown: 'partial',
+  },
+  gaps: ['policy: null: the command runs without a sandbox'],
+};
+
+export function signalNumber(signal: NodeJS.Signals | number): number {
+  if (typeof signal === 'number') return signal;
+  const n = (os.constants.signals as Record<string, number>)[signal];
+  if (n === undefined) throw new SandboxError('EINVALID_ARGUMENT', `unknown signal: ${signal}`);
+  return n;
+}
+
+export function signalName(n: number): NodeJS.Signals | null {
+  for (const [name, value] of Object.entries(os.constants.signals)) if (value === n) return name as NodeJS.Signals;
+  return null;
+}
+
+function removeGhost(p: string): void {
+  // Only a placeholder we made: an empty directory, or an empty read-only file.
+  try {
+    const st = fs.lstatSync(p);
+    if (st.isDirectory()) fs.rmdirSync(p);
+    else if (st.isFile() && st.size === 0) fs.unlinkSync(p);
+  } catch {
+    /* gone already, or no longer empty: leave it */
+  }
+}
+
+export function createLinuxBackend(native: NativeBinding): Backend {
+  let probed: LinuxProbe | undefined;
+  const linuxProbe = (): LinuxProbe => (probed ??= native.probe!() as LinuxProbe);
+
+  return {
+    name: 'linux',
+    probe(): ProbeReport {
+      const p = linuxProbe();
+      let defaultMode: ProbeReport['defaultMode'] = null;
+      try {
+        defaultMode = chooseLinuxMode(
+          { mode: 'auto', degraded: true } as Parameters<typeof chooseLinuxMode>[0],
+          p,
+        );
+      } catch {
+        defaultMode = null;
+      }
+      if (p.seccomp !== 0) defaultMode = null;
+      return {
+        platform: 'linux',
+        arch: process.arch,
+        addonLoaded: true,
+        defaultMode,
+        features: {
+          kernel: p.kernel,
+          landlockAbi: p.landlockAbi,
+          seccomp: p.seccomp === 0,
+          userNamespaces: p.userns === 0,
+          userNamespacesErrno: p.userns === 0 ? undefined : -p.userns,
+          euid: p.euid,
+          isolatedMode: p.userns === 0 && p.seccomp === 0,
+          landlockMode: p.landlockAbi >= 1 && p.seccomp === 0,
+        },
+      };
+    },
+
+    spawn(req: BackendSpawnRequest): BackendProcess {
+      const stdio: LinuxStdio[] = req.stdio.map((s, i) =>
+        s === 'pipe' ? (i === 0 ? 'in' : 'out') : s === 'inherit' ? i : s === 'ignore' ? -1 : s,
+      );
+      let plan: Omit<LinuxNativePlan, 'stdio'>;
+      let enforcement = PLAIN_REPORT;
+      let ghosts: string[] = [];
+      let tmpDir: string | undefined;
+      if (req.rules === null) {
+        plan = {
+          mode: 'plain',
+          file: req.file,
+          argv: req.argv,
+          envp: Object.entries(req.env).map(([k, v]) => `${k}=${v}`),
+          cwd: req.cwd,
+        };
+      } else {
+        const rules = req.rules;
+        const probe = linuxProbe();
+        const mode = chooseLinuxMode(rules, probe);
+        const env = { ...req.env };
+        if (rules.tmp === 'private') {
+          if (mode === 'isolated') {
+            env.TMPDIR = '/tmp';
+          } else {
+            tmpDir = fs.mkdtempSync(path.join(os.tmpdir(), 'process-sandbox-tmp-'));
+            env.TMPDIR = tmpDir;
+          }
+        }
+        try {
+          const p = planLinux({ rules, file: req.file, argv: req.argv, env, cwd: req.cwd, probe, landlockTmpDir: tmpDir });
+          plan = p.native;
+          enforcement = p.enforcement;
+          ghosts = p.ghosts;
+        } catch (e) {
+          if (tmpDir) fs.rmSync(tmpDir, { recursive: true, force: true });
+          throw e;
+        }
+      }
+      let resolveExit!: (e: ExitInfo) => void;
+      const exited = new Promise<ExitInfo>((resolve) => (resolveExit = resolve));
+      const cleanup = () => {
+        for (const g of ghosts) removeGhost(g);
+        if (tmpDir) fs.rmSync(tmpDir, { recursive: true, force: true });
+      };
+      let res;
+      try {
+        res = native.spawn!({ ...plan, stdio }, (code, sig) => {
+          cleanup();
+          resolveExit({ code, signal: sig ? signalName(sig) : null });
+        });
+      } catch (e) {
+        cleanup();
+        throw e;
+      }
+      const streams: Array<Readable | Writable | null> = res.fds.map((fd, i) => {
+        if (fd === null) return null;
+        return i === 0
+          ? new net.Socket({ fd, readable: false, writable: true })
+          : new net.Socket({ fd, readable: true, writable: false });
+      });
+      const handle = res.handle;
+      return {
+        pid: res.pid,
+        stdio: streams,
+        kill: (signal) => native.kill!(handle, signalNumber(signal)) === 0,
+        exited,
+        enforcement: res.landlockAbi
+          ? { ...enforcement, mechanisms: { ...enforcement.mechanisms, landlockAbi: res.landlockAbi } }
+          : enforcement,
+      };
+    },
+  };
+}

@@ -1,0 +1,290 @@
+// Glue only: converts the TS plan (lib/platform/linux.ts) into LinuxSpawnPlan, spawns, and watches
+// the exit through the process's pidfd on the libuv loop (no thread per child).
+#include <errno.h>
+#include <fcntl.h>
+#include <napi.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include <string>
+#include <vector>
+
+#include "../addon_data.h"
+#include "../js_error.h"
+#include "landlock.h"
+#include "seccomp.h"
+#include "spawn_linux.h"
+
+namespace psb {
+namespace {
+
+std::string GetString(const Napi::Object& o, const char* key) {
+  Napi::Value v = o.Get(key);
+  if (!v.IsString()) throw Napi::TypeError::New(o.Env(), std::string("Expected plan.") + key + " to be a string");
+  return v.As<Napi::String>().Utf8Value();
+}
+
+std::vector<std::string> GetStrings(const Napi::Object& o, const char* key) {
+  Napi::Value v = o.Get(key);
+  if (!v.IsArray()) throw Napi::TypeError::New(o.Env(), std::string("Expected plan.") + key + " to be an array");
+  Napi::Array a = v.As<Napi::Array>();
+  std::vector<std::string> out;
+  out.reserve(a.Length());
+  for (uint32_t i = 0; i < a.Length(); ++i) {
+    Napi::Value e = a.Get(i);
+    if (!e.IsString()) throw Napi::TypeError::New(o.Env(), std::string("Expected plan.") + key + " to hold strings");
+    std::string s = e.As<Napi::String>().Utf8Value();
+    if (s.find('\0') != std::string::npos) {
+      throw Napi::TypeError::New(o.Env(), std::string("plan.") + key + " contains a NUL byte");
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+double GetNumber(const Napi::Object& o, const char* key, double def) {
+  Napi::Value v = o.Get(key);
+  if (v.IsUndefined()) return def;
+  if (!v.IsNumber()) throw Napi::TypeError::New(o.Env(), std::string("Expected plan.") + key + " to be a number");
+  return v.As<Napi::Number>().DoubleValue();
+}
+
+bool GetBool(const Napi::Object& o, const char* key, bool def) {
+  Napi::Value v = o.Get(key);
+  if (v.IsUndefined()) return def;
+  if (!v.IsBoolean()) throw Napi::TypeError::New(o.Env(), std::string("Expected plan.") + key + " to be a boolean");
+  return v.As<Napi::Boolean>().Value();
+}
+
+// Owns a spawned process until its exit has been delivered to JS and JS dropped its handle.
+struct ChildWatch {
+  uv_poll_t poll;
+  LinuxSpawnResult res;
+  Napi::FunctionReference on_exit;
+  bool exited = false;
+  int refs = 2;  // the poll handle + the JS External
+
+  void Unref() {
+    if (--refs == 0) delete this;
+  }
+  ~ChildWatch() {
+    if (res.pidfd >= 0) close(res.pidfd);
+    if (res.status_fd >= 0) close(res.status_fd);
+  }
+};
+
+void OnPollClosed(uv_handle_t* h) { static_cast<ChildWatch*>(h->data)->Unref(); }
+
+void OnPidfdReadable(uv_poll_t* handle, int status, int) {
+  ChildWatch* w = static_cast<ChildWatch*>(handle->data);
+  int code = -1, sig = 0;
+  if (status == 0 && !CollectExit(w->res, &code, &sig)) return;  // spurious wakeup
+  w->exited = true;
+  uv_poll_stop(handle);
+  uv_close(reinterpret_cast<uv_handle_t*>(handle), OnPollClosed);
+  Napi::Env env = w->on_exit.Env();
+  Napi::HandleScope scope(env);
+  Napi::Value jcode = code >= 0 ? Napi::Number::New(env, code) : env.Null();
+  Napi::Value jsig = sig > 0 ? Napi::Number::New(env, sig) : env.Null();
+  w->on_exit.MakeCallback(env.Global(), {jcode, jsig});
+  w->on_exit.Reset();
+}
+
+void FillLandlock(Napi::Env env, const Napi::Object& o, LandlockPlan* ll) {
+  int abi = LandlockAbi();
+  if (abi <= 0) {
+    ThrowSandboxError(env, Status::Error(ErrorCode::kELANDLOCK_UNSUPPORTED,
+                                         "Landlock is not available on this kernel (needs Linux 5.13+ with "
+                                         "CONFIG_SECURITY_LANDLOCK and lsm=landlock)"));
+  }
+  ll->abi = abi;
+  ll->handled_fs = LandlockHandledFs(abi);
+  std::string net = GetString(o, "net");
+  if (abi >= 4 && net != "full") ll->handled_net = landlock::kNetBindTcp | landlock::kNetConnectTcp;
+  if (abi >= 6) {
+    if (GetBool(o, "scopeSignals", true)) ll->scoped |= landlock::kScopeSignal;
+    if (net != "full") ll->scoped |= landlock::kScopeAbstractUnix;
+  }
+  Napi::Array rules = o.Get("rules").As<Napi::Array>();
+  for (uint32_t i = 0; i < rules.Length(); ++i) {
+    Napi::Object r = rules.Get(i).As<Napi::Object>();
+    std::string access = GetString(r, "access");
+    uint64_t bits = LandlockReadAccess(abi);
+    if (access == "write") bits = LandlockWriteAccess(abi);
+    if (access == "device") {
+      bits |= landlock::kFsWriteFile | (abi >= 5 ? landlock::kFsIoctlDev : 0) | (abi >= 3 ? landlock::kFsTruncate : 0);
+    }
+    ll->AddPath(GetString(r, "path"), bits);
+  }
+  Napi::Value ports = o.Get("connectPorts");
+  if (ports.IsArray()) {
+    Napi::Array p = ports.As<Napi::Array>();
+    for (uint32_t i = 0; i < p.Length(); ++i) {
+      ll->connect_ports.push_back(static_cast<uint16_t>(p.Get(i).As<Napi::Number>().Uint32Value()));
+    }
+  }
+}
+
+// native.spawn(plan, onExit) -> { pid, handle, fds, landlockAbi }
+Napi::Value Spawn(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() != 2 || !info[0].IsObject() || !info[1].IsFunction()) {
+    throw Napi::TypeError::New(env, "Usage: native.spawn(plan, onExit)");
+  }
+  Napi::Object o = info[0].As<Napi::Object>();
+  LinuxSpawnPlan plan;
+  std::string mode = GetString(o, "mode");
+  if (mode == "plain") {
+    plan.mode = LinuxMode::kPlain;
+  } else if (mode == "isolated") {
+    plan.mode = LinuxMode::kIsolated;
+  } else if (mode == "landlock") {
+    plan.mode = LinuxMode::kLandlock;
+  } else {
+    throw Napi::TypeError::New(env, "Expected plan.mode to be 'plain', 'isolated' or 'landlock'");
+  }
+  plan.file = GetString(o, "file");
+  plan.argv = GetStrings(o, "argv");
+  plan.envp = GetStrings(o, "envp");
+  plan.cwd = GetString(o, "cwd");
+  plan.setsid = GetBool(o, "setsid", plan.mode != LinuxMode::kPlain);
+  plan.drop_caps = plan.mode != LinuxMode::kPlain;
+  plan.new_net = GetBool(o, "newNet", true);
+  plan.rlimit_nproc = static_cast<uint64_t>(GetNumber(o, "rlimitNproc", 0));
+  plan.rlimit_as = static_cast<uint64_t>(GetNumber(o, "rlimitAs", 0));
+  plan.rlimit_nofile = static_cast<uint64_t>(GetNumber(o, "rlimitNofile", 0));
+
+  // stdio: number = host fd to pass, -1 = /dev/null, 'in'/'out' = a new pipe.
+  Napi::Array stdio = o.Get("stdio").As<Napi::Array>();
+  std::vector<int> parent_ends(stdio.Length(), -1);
+  struct PipeCloser {
+    std::vector<int> fds;
+    ~PipeCloser() {
+      for (int fd : fds) close(fd);
+    }
+  } child_ends;
+  std::vector<int> parent_owned;
+  for (uint32_t i = 0; i < stdio.Length(); ++i) {
+    Napi::Value v = stdio.Get(i);
+    if (v.IsNumber()) {
+      plan.stdio.push_back(v.As<Napi::Number>().Int32Value());
+      continue;
+    }
+    std::string kind = v.As<Napi::String>().Utf8Value();
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) < 0) {
+      for (int fd : parent_owned) close(fd);
+      ThrowSandboxError(env, Status::Sys(ErrorCode::kESPAWN, "pipe2(2) failed", "pipe2", errno));
+    }
+    bool child_reads = kind == "in";
+    plan.stdio.push_back(child_reads ? p[0] : p[1]);
+    child_ends.fds.push_back(child_reads ? p[0] : p[1]);
+    parent_ends[i] = child_reads ? p[1] : p[0];
+    parent_owned.push_back(parent_ends[i]);
+  }
+
+  if (plan.mode == LinuxMode::kIsolated) {
+    Napi::Array mounts = o.Get("mounts").As<Napi::Array>();
+    for (uint32_t i = 0; i < mounts.Length(); ++i) {
+      Napi::Object m = mounts.Get(i).As<Napi::Object>();
+      MountOp op;
+      double kind = GetNumber(m, "kind", -1);
+      if (kind < 0 || kind > static_cast<double>(MountOpKind::kClearReadOnly)) {
+        throw Napi::TypeError::New(env, "Expected plan.mounts[].kind to be a known mount step");
+      }
+      op.kind = static_cast<MountOpKind>(static_cast<int>(kind));
+      op.path = GetString(m, "path");
+      Napi::Value d = m.Get("data");
+      if (d.IsString()) op.data = d.As<Napi::String>().Utf8Value();
+      op.arg = static_cast<int>(GetNumber(m, "arg", 0));
+      plan.mounts.push_back(std::move(op));
+    }
+    plan.tmp_slots = static_cast<int>(GetNumber(o, "tmpSlots", 0));
+  }
+  Napi::Value ll = o.Get("landlock");
+  if (ll.IsObject()) {
+    plan.landlock = true;
+    FillLandlock(env, ll.As<Napi::Object>(), &plan.landlock_plan);
+  }
+  Napi::Value sc = o.Get("seccomp");
+  if (sc.IsObject()) {
+    Napi::Object s = sc.As<Napi::Object>();
+    SeccompConfig cfg;
+    std::string net = GetString(s, "net");
+    cfg.net = net == "full" ? SeccompNet::kFull : net == "proxy" ? SeccompNet::kProxy : SeccompNet::kNone;
+    cfg.isolated = plan.mode == LinuxMode::kIsolated;
+    int r = BuildSeccompFilter(cfg, &plan.seccomp_filter);
+    if (r < 0) {
+      for (int fd : parent_owned) close(fd);
+      ThrowSandboxError(env, Status::Sys(ErrorCode::kESECCOMP_INSTALL, "building the seccomp filter failed",
+                                         "seccomp", -r));
+    }
+    plan.seccomp = true;
+  }
+
+  LinuxSpawnResult res;
+  Status s = SpawnLinux(plan, &res);
+  if (!s.ok()) {
+    for (int fd : parent_owned) close(fd);
+    ThrowSandboxError(env, s);
+  }
+
+  ChildWatch* w = new ChildWatch();
+  w->res = res;
+  w->on_exit = Napi::Persistent(info[1].As<Napi::Function>());
+  uv_loop_t* loop = nullptr;
+  napi_get_uv_event_loop(env, &loop);
+  uv_poll_init(loop, &w->poll, res.pidfd);
+  w->poll.data = w;
+  uv_poll_start(&w->poll, UV_READABLE, OnPidfdReadable);
+
+  Napi::Object result = Napi::Object::New(env);
+  result.Set("pid", Napi::Number::New(env, res.pid));
+  result.Set("handle", Napi::External<ChildWatch>::New(env, w, [](Napi::Env, ChildWatch* cw) { cw->Unref(); }));
+  Napi::Array fds = Napi::Array::New(env, parent_ends.size());
+  for (uint32_t i = 0; i < parent_ends.size(); ++i) {
+    fds.Set(i, parent_ends[i] >= 0 ? Napi::Value(Napi::Number::New(env, parent_ends[i])) : env.Null());
+  }
+  result.Set("fds", fds);
+  result.Set("landlockAbi", Napi::Number::New(env, plan.landlock ? plan.landlock_plan.abi : 0));
+  return result;
+}
+
+// native.kill(handle, signal) -> 0 or -errno
+Napi::Value Kill(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() != 2 || !info[0].IsExternal() || !info[1].IsNumber()) {
+    throw Napi::TypeError::New(env, "Usage: native.kill(handle, signal)");
+  }
+  ChildWatch* w = info[0].As<Napi::External<ChildWatch>>().Data();
+  if (w->exited) return Napi::Number::New(env, -ESRCH);
+  return Napi::Number::New(env, SignalTree(w->res, info[1].As<Napi::Number>().Int32Value()));
+}
+
+// native.probe() -> facts about this kernel and process
+Napi::Value Probe(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("landlockAbi", Napi::Number::New(env, LandlockAbi()));
+  o.Set("seccomp", Napi::Number::New(env, SeccompSupported()));
+  o.Set("userns", Napi::Number::New(env, ProbeUserNamespaces(true)));
+  o.Set("euid", Napi::Number::New(env, geteuid()));
+  struct utsname u;
+  if (uname(&u) == 0) {
+    o.Set("kernel", std::string(u.release));
+    o.Set("machine", std::string(u.machine));
+  }
+  return o;
+}
+
+}  // namespace
+
+void InitPlatform(Napi::Env env, Napi::Object exports) {
+  exports.Set("platform", "linux");
+  exports.Set("spawn", Napi::Function::New(env, Spawn, "spawn"));
+  exports.Set("kill", Napi::Function::New(env, Kill, "kill"));
+  exports.Set("probe", Napi::Function::New(env, Probe, "probe"));
+}
+
+}  // namespace psb

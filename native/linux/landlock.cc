@@ -1,0 +1,103 @@
+#include "landlock.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/prctl.h>
+
+#include "raw_syscall.h"
+#include "syscall_numbers.h"
+
+#ifndef __NR_landlock_create_ruleset
+#define __NR_landlock_create_ruleset 444
+#define __NR_landlock_add_rule 445
+#define __NR_landlock_restrict_self 446
+#endif
+
+namespace psb {
+
+namespace {
+
+struct RulesetAttr {
+  uint64_t handled_access_fs;
+  uint64_t handled_access_net;
+  uint64_t scoped;
+};
+
+struct PathBeneathAttr {
+  uint64_t allowed_access;
+  int32_t parent_fd;
+} __attribute__((packed));
+
+struct NetPortAttr {
+  uint64_t allowed_access;
+  uint64_t port;
+};
+
+}  // namespace
+
+int LandlockAbi() noexcept {
+  long v = Sys(__NR_landlock_create_ruleset, 0, 0, landlock::kCreateRulesetVersion);
+  return v < 0 ? 0 : static_cast<int>(v);
+}
+
+uint64_t LandlockHandledFs(int abi) noexcept {
+  if (abi <= 0) return 0;
+  uint64_t fs = (landlock::kFsMakeSym << 1) - 1;  // ABI 1: bits 0..12
+  if (abi >= 2) fs |= landlock::kFsRefer;
+  if (abi >= 3) fs |= landlock::kFsTruncate;
+  if (abi >= 5) fs |= landlock::kFsIoctlDev;
+  return fs;
+}
+
+uint64_t LandlockReadAccess(int abi) noexcept {
+  return (landlock::kFsExecute | landlock::kFsReadFile | landlock::kFsReadDir) &
+         LandlockHandledFs(abi);
+}
+
+uint64_t LandlockWriteAccess(int abi) noexcept { return LandlockHandledFs(abi); }
+
+int ApplyLandlockInChild(const LandlockPlan& plan) noexcept {
+  if (plan.abi <= 0) return -ENOSYS;
+  RulesetAttr attr = {plan.handled_fs, plan.handled_net, plan.scoped};
+  // The attribute struct grew with the ABI; older kernels reject a larger size with E2BIG.
+  unsigned long size = plan.abi >= 6 ? 24 : (plan.abi >= 4 ? 16 : 8);
+  long ruleset = Sys(__NR_landlock_create_ruleset, &attr, size, 0);
+  if (ruleset < 0) return static_cast<int>(ruleset);
+  int fd = static_cast<int>(ruleset);
+  for (size_t i = 0; i < plan.c_paths.size(); ++i) {
+    long pfd = Sys(__NR_openat, AT_FDCWD, plan.c_paths[i], O_PATH | O_CLOEXEC);
+    if (pfd == -ENOENT || pfd == -ENOTDIR) continue;
+    if (pfd < 0) {
+      Sys(__NR_close, fd);
+      return static_cast<int>(pfd);
+    }
+    PathBeneathAttr pb = {plan.path_access[i] & plan.handled_fs, static_cast<int32_t>(pfd)};
+    long r = Sys(__NR_landlock_add_rule, fd, landlock::kRulePathBeneath, &pb, 0);
+    if (r == -EINVAL) {
+      // A non-directory only takes file rights; retry with those.
+      pb.allowed_access &= landlock::kFsExecute | landlock::kFsWriteFile | landlock::kFsReadFile |
+                           landlock::kFsTruncate | landlock::kFsIoctlDev;
+      r = Sys(__NR_landlock_add_rule, fd, landlock::kRulePathBeneath, &pb, 0);
+    }
+    Sys(__NR_close, pfd);
+    if (r < 0) {
+      Sys(__NR_close, fd);
+      return static_cast<int>(r);
+    }
+  }
+  if (plan.handled_net & landlock::kNetConnectTcp) {
+    for (uint16_t port : plan.connect_ports) {
+      NetPortAttr np = {landlock::kNetConnectTcp, port};
+      long r = Sys(__NR_landlock_add_rule, fd, landlock::kRuleNetPort, &np, 0);
+      if (r < 0) {
+        Sys(__NR_close, fd);
+        return static_cast<int>(r);
+      }
+    }
+  }
+  long r = Sys(__NR_landlock_restrict_self, fd, 0);
+  Sys(__NR_close, fd);
+  return r < 0 ? static_cast<int>(r) : 0;
+}
+
+}  // namespace psb

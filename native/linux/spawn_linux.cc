@@ -1,0 +1,806 @@
+#include "spawn_linux.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <sched.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <string>
+
+#include "raw_syscall.h"
+#include "seccomp.h"
+#include "syscall_numbers.h"
+
+// Constants our build headers may lack (glibc 2.36 headers cannot include <linux/mount.h>).
+#ifndef CLONE_PIDFD
+#define CLONE_PIDFD 0x00001000
+#endif
+#ifndef P_PIDFD
+#define P_PIDFD 3
+#endif
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+#ifndef __NR_mount_setattr
+#define __NR_mount_setattr 442
+#endif
+#ifndef __NR_close_range
+#define __NR_close_range 436
+#endif
+#ifndef __NR_pidfd_send_signal
+#define __NR_pidfd_send_signal 424
+#endif
+
+namespace psb {
+namespace {
+
+constexpr unsigned kOpenTreeClone = 1;
+constexpr unsigned kOpenTreeCloexec = O_CLOEXEC;
+constexpr unsigned kAtRecursive = 0x8000;
+constexpr unsigned kMoveMountFEmptyPath = 0x00000004;
+constexpr uint64_t kMountAttrRdonly = 0x00000001;
+constexpr int kSecbitsLockAll = 0x3f | (1 << 6) | (1 << 7);  // NOROOT, NO_SETUID_FIXUP, KEEP_CAPS (+locks), NO_CAP_AMBIENT_RAISE (+lock)
+
+struct MountAttr {
+  uint64_t attr_set;
+  uint64_t attr_clr;
+  uint64_t propagation;
+  uint64_t userns_fd;
+};
+
+struct KernelSigaction {
+  void* handler;
+  unsigned long flags;
+  void* restorer;
+  uint64_t mask;
+};
+
+struct CapHeader {
+  uint32_t version;
+  int pid;
+};
+struct CapData {
+  uint32_t effective, permitted, inheritable;
+};
+
+// What a child writes to the errno pipe. stage 0 is a note (not an error).
+struct ChildReport {
+  int32_t stage;
+  int32_t index;
+  int32_t err;
+};
+
+enum Stage : int32_t {
+  kNote = 0,
+  kStageSignals = 1,
+  kStagePdeath,
+  kStageUidMap,
+  kStageMount,
+  kStageLoopback,
+  kStageCommandClone,
+  kStageSetsid,
+  kStageStdio,
+  kStageCloseFds,
+  kStageChdir,
+  kStageRlimit,
+  kStageCaps,
+  kStageNoNewPrivs,
+  kStageLandlock,
+  kStageSeccomp,
+  kStageExec,
+};
+
+enum NoteBits : int32_t {
+  kNoteProcMasked = 1,  // a fresh /proc could not be mounted; an empty one masks it
+  kNoteNoDevpts = 2,    // /dev/pts could not be mounted
+};
+
+constexpr size_t kMaxSlots = 64;
+
+struct ChildArgs {
+  const LinuxSpawnPlan* plan;
+  char* const* argv;
+  char* const* envp;
+  const int* stdio_fds;
+  int nstdio;
+  const int* keep_fds;  // init: fds to keep open, sorted ascending
+  int nkeep;
+  int err_fd;
+  int status_fd;
+  pid_t parent_pid;
+  sock_fprog fprog;
+  void* cmd_stack_top;
+  char uid_map[48];
+  char gid_map[48];
+  int slots[kMaxSlots];
+  const char* const* mount_paths;
+  const char* const* mount_data;
+  int32_t notes;
+};
+
+// ---- child-side helpers: raw syscalls only ------------------------------------------------
+
+[[noreturn]] void ExitInChild(int code) {
+  for (;;) Sys(__NR_exit_group, code);
+}
+
+[[noreturn]] void FailInChild(const ChildArgs* a, int32_t stage, int32_t index, long err) {
+  ChildReport r = {stage, index, static_cast<int32_t>(-err)};
+  Sys(__NR_write, a->err_fd, &r, sizeof r);
+  ExitInChild(125);
+}
+
+void ResetSignalsInChild() {
+  KernelSigaction dfl = {nullptr /* SIG_DFL */, 0, nullptr, 0};
+  for (int sig = 1; sig <= 64; ++sig) {
+    if (sig == SIGKILL || sig == SIGSTOP) continue;
+    Sys(__NR_rt_sigaction, sig, &dfl, 0, 8);
+  }
+}
+
+long WriteFileInChild(const char* path, const char* text) {
+  long fd = Sys(__NR_openat, AT_FDCWD, path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return fd;
+  long n = Sys(__NR_write, fd, text, strlen(text));
+  Sys(__NR_close, fd);
+  return n < 0 ? n : 0;
+}
+
+long SetAttrInChild(const char* path, unsigned flags, uint64_t set, uint64_t clr) {
+  MountAttr attr = {set, clr, 0, 0};
+  return Sys(__NR_mount_setattr, AT_FDCWD, path, flags, &attr, sizeof attr);
+}
+
+long BindInChild(const char* path) {
+  return Sys(__NR_mount, path, path, 0, MS_BIND | MS_REC, 0);
+}
+
+long CreateFileInChild(const char* path, int mode) {
+  long fd = Sys(__NR_openat, AT_FDCWD, path, O_CREAT | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, mode);
+  if (fd == -EEXIST) return 0;
+  if (fd < 0) return fd;
+  Sys(__NR_close, fd);
+  return 0;
+}
+
+long SetupDevInChild(ChildArgs* a) {
+  static const char* const kNodes[] = {"/dev/null", "/dev/zero", "/dev/full",
+                                       "/dev/random", "/dev/urandom", "/dev/tty"};
+  constexpr int kCount = sizeof kNodes / sizeof kNodes[0];
+  long fds[kCount];
+  for (int i = 0; i < kCount; ++i) {
+    fds[i] = Sys(__NR_open_tree, AT_FDCWD, kNodes[i], kOpenTreeClone | kOpenTreeCloexec);
+  }
+  long r = Sys(__NR_mount, "tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=755,size=64k");
+  if (r < 0) return r;
+  for (int i = 0; i < kCount; ++i) {
+    if (fds[i] < 0) continue;  // the host lacks it (e.g. no /dev/tty): leave it out
+    r = CreateFileInChild(kNodes[i], 0666);
+    if (r < 0) return r;
+    r = Sys(__NR_move_mount, fds[i], "", AT_FDCWD, kNodes[i], kMoveMountFEmptyPath);
+    Sys(__NR_close, fds[i]);
+    if (r < 0) return r;
+  }
+  Sys(__NR_mkdirat, AT_FDCWD, "/dev/pts", 0755);
+  r = Sys(__NR_mount, "devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+          "newinstance,ptmxmode=0666,mode=620");
+  if (r < 0) {
+    a->notes |= kNoteNoDevpts;
+  } else {
+    Sys(__NR_symlinkat, "pts/ptmx", AT_FDCWD, "/dev/ptmx");
+  }
+  Sys(__NR_mkdirat, AT_FDCWD, "/dev/shm", 01777);
+  r = Sys(__NR_mount, "tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
+  if (r < 0) return r;
+  Sys(__NR_symlinkat, "/proc/self/fd", AT_FDCWD, "/dev/fd");
+  Sys(__NR_symlinkat, "/proc/self/fd/0", AT_FDCWD, "/dev/stdin");
+  Sys(__NR_symlinkat, "/proc/self/fd/1", AT_FDCWD, "/dev/stdout");
+  Sys(__NR_symlinkat, "/proc/self/fd/2", AT_FDCWD, "/dev/stderr");
+  // The tmpfs itself becomes read-only: no scratch area besides /dev/shm and the granted roots.
+  return SetAttrInChild("/dev", 0, kMountAttrRdonly, 0);
+}
+
+long RunMountOpInChild(ChildArgs* a, size_t i) {
+  const MountOp& op = a->plan->mounts[i];
+  const char* path = a->mount_paths[i];
+  long r = 0;
+  switch (op.kind) {
+    case MountOpKind::kTmpClone: {
+      long fd = Sys(__NR_open_tree, AT_FDCWD, path,
+                    kOpenTreeClone | kOpenTreeCloexec | kAtRecursive);
+      if (fd < 0 && fd != -ENOENT) return fd;
+      a->slots[op.arg] = static_cast<int>(fd);
+      return 0;
+    }
+    case MountOpKind::kTmpfs:
+      return Sys(__NR_mount, "tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, a->mount_data[i]);
+    case MountOpKind::kMkdir:
+      r = Sys(__NR_mkdirat, AT_FDCWD, path, 0755);
+      return r == -EEXIST ? 0 : r;
+    case MountOpKind::kMkfile:
+      return CreateFileInChild(path, 0644);
+    case MountOpKind::kMoveSlot:
+      if (a->slots[op.arg] < 0) return 0;
+      return Sys(__NR_move_mount, a->slots[op.arg], "", AT_FDCWD, path, kMoveMountFEmptyPath);
+    case MountOpKind::kReadOnlyAll:
+      return SetAttrInChild("/", kAtRecursive, kMountAttrRdonly, 0);
+    case MountOpKind::kBindRw:
+      r = BindInChild(path);
+      if (r < 0) return r;
+      r = SetAttrInChild(path, kAtRecursive, 0, kMountAttrRdonly);
+      // A submount that was read-only on the host is locked read-only; keep it so and open
+      // only the root's own mount.
+      if (r == -EPERM) r = SetAttrInChild(path, 0, 0, kMountAttrRdonly);
+      return r;
+    case MountOpKind::kGhostDir:
+      r = Sys(__NR_mkdirat, AT_FDCWD, path, 0555);
+      if (r < 0 && r != -EEXIST) return r;
+      [[fallthrough]];
+    case MountOpKind::kBindRo:
+      r = BindInChild(path);
+      if (r < 0) return r;
+      return SetAttrInChild(path, kAtRecursive, kMountAttrRdonly, 0);
+    case MountOpKind::kGhostFile:
+      r = CreateFileInChild(path, 0444);
+      if (r < 0) return r;
+      r = BindInChild(path);
+      if (r < 0) return r;
+      return SetAttrInChild(path, kAtRecursive, kMountAttrRdonly, 0);
+    case MountOpKind::kPin:
+      return BindInChild(path);
+    case MountOpKind::kMaskDir:
+      return Sys(__NR_mount, "tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                 "mode=000,size=4k,nr_inodes=2");
+    case MountOpKind::kMaskFile:
+      r = Sys(__NR_mount, "/dev/null", path, 0, MS_BIND, 0);
+      if (r < 0) return r;
+      return SetAttrInChild(path, 0, kMountAttrRdonly, 0);
+    case MountOpKind::kProc:
+      r = Sys(__NR_mount, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, 0);
+      if (r < 0) {
+        a->notes |= kNoteProcMasked;
+        r = Sys(__NR_mount, "tmpfs", "/proc", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                "mode=555,size=4k");
+      }
+      return r;
+    case MountOpKind::kDev:
+      return SetupDevInChild(a);
+    case MountOpKind::kSetReadOnly:
+      return SetAttrInChild(path, 0, kMountAttrRdonly, 0);
+    case MountOpKind::kClearReadOnly:
+      return SetAttrInChild(path, 0, 0, kMountAttrRdonly);
+  }
+  return -EINVAL;
+}
+
+long LoopbackUpInChild() {
+  long s = Sys(__NR_socket, AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return s;
+  struct ifreq ifr;
+  memset(&ifr, 0, sizeof ifr);
+  memcpy(ifr.ifr_name, "lo", 3);
+  ifr.ifr_flags = IFF_UP | IFF_LOOPBACK | IFF_RUNNING;
+  long r = Sys(__NR_ioctl, s, SIOCSIFFLAGS, &ifr);
+  Sys(__NR_close, s);
+  return r;
+}
+
+long DropCapsInChild() {
+  // The bounding set first (needs CAP_SETPCAP), then the securebits lock, then the sets.
+  for (int cap = 0; cap < 64; ++cap) {
+    long r = Sys(__NR_prctl, PR_CAPBSET_DROP, cap, 0, 0, 0);
+    if (r == -EINVAL) break;  // past the kernel's last capability
+    if (r == -EPERM) break;   // no CAP_SETPCAP: an unprivileged Landlock-mode launch
+    if (r < 0) return r;
+  }
+  long r = Sys(__NR_prctl, PR_SET_SECUREBITS, kSecbitsLockAll, 0, 0, 0);
+  if (r < 0 && r != -EPERM) return r;
+  r = Sys(__NR_prctl, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+  if (r < 0 && r != -EINVAL) return r;
+  CapHeader hdr = {0x20080522 /* _LINUX_CAPABILITY_VERSION_3 */, 0};
+  CapData data[2] = {{0, 0, 0}, {0, 0, 0}};
+  return Sys(__NR_capset, &hdr, data);
+}
+
+// The command: runs after clone(CLONE_VM|CLONE_VFORK), from the parent (plain/Landlock) or from
+// init (isolated). Its parent sleeps until execve succeeds or this function exits.
+int CommandInChild(void* argp) {
+  ChildArgs* a = static_cast<ChildArgs*>(argp);
+  const LinuxSpawnPlan& p = *a->plan;
+  ResetSignalsInChild();
+  long r;
+  if (p.setsid) {
+    r = Sys(__NR_setsid);
+  } else {
+    r = Sys(__NR_setpgid, 0, 0);
+  }
+  if (r < 0) FailInChild(a, kStageSetsid, 0, r);
+  r = Sys(__NR_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  if (r < 0) FailInChild(a, kStagePdeath, 0, r);
+  // The parent may have died before PDEATHSIG was armed. (Under init the parent is in another
+  // pid namespace layer; init's own exit kills us anyway.)
+  if (p.mode != LinuxMode::kIsolated && Sys(__NR_getppid) != a->parent_pid) ExitInChild(125);
+  for (int i = 0; i < a->nstdio; ++i) {
+    r = Sys(__NR_dup3, a->stdio_fds[i], i, 0);
+    if (r < 0) FailInChild(a, kStageStdio, i, r);
+  }
+  // Every other fd closes at execve; the errno pipe stays open until then.
+  r = Sys(__NR_close_range, a->nstdio, ~0U, CLOSE_RANGE_CLOEXEC);
+  if (r < 0) FailInChild(a, kStageCloseFds, 0, r);
+  r = Sys(__NR_chdir, p.cwd.c_str());
+  if (r < 0) FailInChild(a, kStageChdir, 0, r);
+  const struct {
+    int resource;
+    uint64_t value;
+  } limits[] = {{RLIMIT_NPROC, p.rlimit_nproc}, {RLIMIT_AS, p.rlimit_as}, {RLIMIT_NOFILE, p.rlimit_nofile}};
+  for (const auto& l : limits) {
+    if (l.value == 0) continue;
+    struct rlimit64 rl = {l.value, l.value};
+    r = Sys(__NR_prlimit64, 0, l.resource, &rl, 0);
+    if (r < 0) FailInChild(a, kStageRlimit, l.resource, r);
+  }
+  if (p.drop_caps) {
+    r = DropCapsInChild();
+    if (r < 0) FailInChild(a, kStageCaps, 0, r);
+  }
+  if (p.landlock || p.seccomp) {
+    r = Sys(__NR_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+    if (r < 0) FailInChild(a, kStageNoNewPrivs, 0, r);
+  }
+  if (p.landlock) {
+    r = ApplyLandlockInChild(p.landlock_plan);
+    if (r < 0) FailInChild(a, kStageLandlock, 0, r);
+  }
+  if (p.seccomp) {
+    r = InstallSeccompInChild(&a->fprog);
+    if (r < 0) FailInChild(a, kStageSeccomp, 0, r);
+  }
+  uint64_t empty = 0;
+  Sys(__NR_rt_sigprocmask, SIG_SETMASK, &empty, 0, 8);
+  r = Sys(__NR_execve, p.file.c_str(), a->argv, a->envp);
+  FailInChild(a, kStageExec, 0, r);
+}
+
+// init of the isolated mode: a fork-style copy of the parent (no CLONE_VM), so it owns its memory.
+int InitInChild(void* argp) {
+  ChildArgs* a = static_cast<ChildArgs*>(argp);
+  const LinuxSpawnPlan& p = *a->plan;
+  ResetSignalsInChild();  // the signal mask stays fully blocked; signals are taken synchronously
+  long r = Sys(__NR_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  if (r < 0) FailInChild(a, kStagePdeath, 0, r);
+  // Drop every inherited fd except the ones we need: init lives as long as the command, and a
+  // stray copy of a host pipe or socket would keep it open.
+  int next = 0;
+  for (int i = 0; i < a->nkeep; ++i) {
+    if (a->keep_fds[i] > next) Sys(__NR_close_range, next, a->keep_fds[i] - 1, 0);
+    next = a->keep_fds[i] + 1;
+  }
+  Sys(__NR_close_range, next, ~0U, 0);
+
+  r = WriteFileInChild("/proc/self/setgroups", "deny");
+  if (r < 0 && r != -ENOENT) FailInChild(a, kStageUidMap, 0, r);
+  r = WriteFileInChild("/proc/self/uid_map", a->uid_map);
+  if (r < 0) FailInChild(a, kStageUidMap, 1, r);
+  r = WriteFileInChild("/proc/self/gid_map", a->gid_map);
+  if (r < 0) FailInChild(a, kStageUidMap, 2, r);
+
+  r = Sys(__NR_mount, 0, "/", 0, MS_REC | MS_PRIVATE, 0);
+  if (r < 0) FailInChild(a, kStageMount, -1, r);
+  for (size_t i = 0; i < p.mounts.size(); ++i) {
+    r = RunMountOpInChild(a, i);
+    if (r < 0) FailInChild(a, kStageMount, static_cast<int32_t>(i), r);
+  }
+  for (size_t s = 0; s < kMaxSlots; ++s) {
+    if (a->slots[s] >= 0) Sys(__NR_close, a->slots[s]);
+  }
+  if (p.new_net) {
+    r = LoopbackUpInChild();
+    if (r < 0) FailInChild(a, kStageLoopback, 0, r);
+  }
+  if (a->notes != 0) {
+    ChildReport note = {kNote, 0, a->notes};
+    Sys(__NR_write, a->err_fd, &note, sizeof note);
+  }
+
+  pid_t cmd = clone(CommandInChild, a->cmd_stack_top, CLONE_VM | CLONE_VFORK | SIGCHLD, a);
+  if (cmd < 0) FailInChild(a, kStageCommandClone, 0, -EAGAIN);
+  Sys(__NR_close, a->err_fd);  // the parent sees EOF once the command has exec'd (or failed)
+
+  uint64_t set = 0;
+  const int kWatched[] = {SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH};
+  for (int sig : kWatched) set |= 1ULL << (sig - 1);
+  for (;;) {
+    siginfo_t si;
+    long sig = Sys(__NR_rt_sigtimedwait, &set, &si, 0, 8);
+    if (sig == SIGCHLD) {
+      for (;;) {
+        int st = 0;
+        long pid = Sys(__NR_wait4, -1, &st, WNOHANG | __WALL, 0);
+        if (pid <= 0) break;
+        if (pid == cmd) {
+          int32_t status = st;
+          Sys(__NR_write, a->status_fd, &status, sizeof status);
+          // Our exit kills every process still in the namespace, daemons included.
+          ExitInChild(0);
+        }
+      }
+    } else if (sig > 0) {
+      Sys(__NR_kill, p.setsid ? -cmd : cmd, sig);
+    }
+  }
+}
+
+// ---- parent side ------------------------------------------------------------------------
+
+struct Stack {
+  void* base = MAP_FAILED;
+  size_t size = 0;
+  bool Allocate(size_t n) {
+    size = n;
+    base = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    return base != MAP_FAILED;
+  }
+  void* top() const { return static_cast<char*>(base) + size; }
+  ~Stack() {
+    if (base != MAP_FAILED) munmap(base, size);
+  }
+};
+
+struct FdList {
+  std::vector<int> fds;
+  int Add(int fd) {
+    if (fd >= 0) fds.push_back(fd);
+    return fd;
+  }
+  void Release(int fd) { fds.erase(std::remove(fds.begin(), fds.end(), fd), fds.end()); }
+  ~FdList() {
+    for (int fd : fds) close(fd);
+  }
+};
+
+const char* StageName(int32_t stage) {
+  switch (stage) {
+    case kStageSignals: return "signal reset";
+    case kStagePdeath: return "prctl(PR_SET_PDEATHSIG)";
+    case kStageUidMap: return "writing uid_map/gid_map";
+    case kStageMount: return "mount";
+    case kStageLoopback: return "bringing up lo";
+    case kStageCommandClone: return "clone(2) of the command";
+    case kStageSetsid: return "setsid(2)";
+    case kStageStdio: return "dup3(2) of stdio";
+    case kStageCloseFds: return "close_range(2)";
+    case kStageChdir: return "chdir(2)";
+    case kStageRlimit: return "prlimit(2)";
+    case kStageCaps: return "dropping capabilities";
+    case kStageNoNewPrivs: return "prctl(PR_SET_NO_NEW_PRIVS)";
+    case kStageLandlock: return "landlock_restrict_self(2)";
+    case kStageSeccomp: return "seccomp(2)";
+    case kStageExec: return "execve(2)";
+    default: return "sandbox setup";
+  }
+}
+
+const char* MountKindName(MountOpKind k) {
+  switch (k) {
+    case MountOpKind::kTmpClone: return "clone tree";
+    case MountOpKind::kTmpfs: return "tmpfs";
+    case MountOpKind::kMkdir: return "mkdir";
+    case MountOpKind::kMkfile: return "create";
+    case MountOpKind::kMoveSlot: return "move tree";
+    case MountOpKind::kReadOnlyAll: return "read-only /";
+    case MountOpKind::kBindRw: return "writable bind";
+    case MountOpKind::kBindRo: return "read-only bind";
+    case MountOpKind::kPin: return "pin";
+    case MountOpKind::kGhostDir: return "protect missing dir";
+    case MountOpKind::kGhostFile: return "protect missing file";
+    case MountOpKind::kMaskDir: return "mask dir";
+    case MountOpKind::kMaskFile: return "mask file";
+    case MountOpKind::kProc: return "proc";
+    case MountOpKind::kDev: return "dev";
+    case MountOpKind::kSetReadOnly: return "read-only";
+    case MountOpKind::kClearReadOnly: return "writable";
+  }
+  return "mount";
+}
+
+Status ReportToStatus(const LinuxSpawnPlan& plan, const ChildReport& r) {
+  int err = r.err;
+  std::string errname = strerrorname_np(err) ? strerrorname_np(err) : std::to_string(err);
+  if (r.stage == kStageExec) {
+    if (err == ENOENT) {
+      return Status::Sys(ErrorCode::kENOT_FOUND, "command not found: " + plan.file, "execve", err);
+    }
+    if (err == EACCES || err == ENOEXEC || err == EPERM || err == EISDIR) {
+      return Status::Sys(ErrorCode::kENOT_EXECUTABLE, "not executable: " + plan.file + " (" + errname + ")",
+                         "execve", err);
+    }
+    return Status::Sys(ErrorCode::kESPAWN, "execve(2) failed for " + plan.file + ": " + errname, "execve", err);
+  }
+  std::string what = StageName(r.stage);
+  ErrorCode code = ErrorCode::kESPAWN;
+  std::string hint;
+  switch (r.stage) {
+    case kStageUidMap:
+      code = ErrorCode::kENAMESPACE_SETUP;
+      hint = "; user namespaces may be restricted (kernel.apparmor_restrict_unprivileged_userns); "
+             "use mode 'landlock' with degraded: true";
+      break;
+    case kStageMount:
+      code = ErrorCode::kEMOUNT_SETUP;
+      if (r.index >= 0 && static_cast<size_t>(r.index) < plan.mounts.size()) {
+        const MountOp& op = plan.mounts[r.index];
+        what = std::string("mount step '") + MountKindName(op.kind) + "' on " + op.path;
+      } else {
+        what = "making / private";
+      }
+      break;
+    case kStageChdir:
+      code = ErrorCode::kEINVALID_ARGUMENT;
+      what = "chdir(2) to " + plan.cwd + " inside the sandbox";
+      hint = "; is the cwd readable under the policy?";
+      break;
+    case kStageCaps:
+    case kStageNoNewPrivs:
+      code = ErrorCode::kECAPS_DROP;
+      break;
+    case kStageLandlock:
+      code = ErrorCode::kELANDLOCK_UNSUPPORTED;
+      break;
+    case kStageSeccomp:
+      code = ErrorCode::kESECCOMP_INSTALL;
+      hint = "; kernel lacks CONFIG_SECCOMP_FILTER?";
+      break;
+    default:
+      break;
+  }
+  return Status::Sys(code, what + " failed: " + errname + hint, StageName(r.stage), err);
+}
+
+}  // namespace
+
+Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
+  const bool isolated = plan.mode == LinuxMode::kIsolated;
+  if (plan.tmp_slots > static_cast<int>(kMaxSlots)) {
+    return Status::Error(ErrorCode::kEINVALID_ARGUMENT, "too many paths under /tmp to expose");
+  }
+  FdList owned;
+  const int nstdio = static_cast<int>(plan.stdio.size());
+  // Every fd the child needs is moved at or above nstdio so that placing stdio cannot clobber it.
+  std::vector<int> staged(nstdio, -1);
+  for (int i = 0; i < nstdio; ++i) {
+    int src = plan.stdio[i];
+    int tmp = -1;
+    if (src < 0) {
+      tmp = open("/dev/null", O_RDWR | O_CLOEXEC);
+      if (tmp < 0) return Status::Sys(ErrorCode::kESPAWN, "open(2) /dev/null failed", "open", errno);
+      owned.Add(tmp);
+      src = tmp;
+    }
+    staged[i] = owned.Add(fcntl(src, F_DUPFD_CLOEXEC, nstdio));
+    if (staged[i] < 0) {
+      return Status::Sys(ErrorCode::kEINVALID_ARGUMENT,
+                         "stdio fd " + std::to_string(plan.stdio[i]) + " is not open", "fcntl", errno);
+    }
+  }
+  int errp[2], statp[2] = {-1, -1};
+  if (pipe2(errp, O_CLOEXEC) < 0) return Status::Sys(ErrorCode::kESPAWN, "pipe2(2) failed", "pipe2", errno);
+  owned.Add(errp[0]);
+  int err_w = owned.Add(fcntl(errp[1], F_DUPFD_CLOEXEC, nstdio));
+  close(errp[1]);
+  if (isolated) {
+    if (pipe2(statp, O_CLOEXEC) < 0) return Status::Sys(ErrorCode::kESPAWN, "pipe2(2) failed", "pipe2", errno);
+    owned.Add(statp[0]);
+    int w = owned.Add(fcntl(statp[1], F_DUPFD_CLOEXEC, nstdio));
+    close(statp[1]);
+    statp[1] = w;
+  }
+
+  std::vector<char*> argv, envp;
+  for (std::string& s : plan.argv) argv.push_back(&s[0]);
+  argv.push_back(nullptr);
+  for (std::string& s : plan.envp) envp.push_back(&s[0]);
+  envp.push_back(nullptr);
+  std::vector<const char*> mpaths, mdata;
+  for (const MountOp& op : plan.mounts) {
+    mpaths.push_back(op.path.c_str());
+    mdata.push_back(op.data.c_str());
+  }
+  plan.landlock_plan.Finalize();
+
+  ChildArgs args;
+  memset(&args, 0, sizeof args);
+  args.plan = &plan;
+  args.argv = argv.data();
+  args.envp = envp.data();
+  args.stdio_fds = staged.data();
+  args.nstdio = nstdio;
+  args.err_fd = err_w;
+  args.status_fd = statp[1];
+  args.parent_pid = getpid();
+  args.fprog.len = static_cast<unsigned short>(plan.seccomp_filter.size());
+  args.fprog.filter = plan.seccomp_filter.data();
+  args.mount_paths = mpaths.data();
+  args.mount_data = mdata.data();
+  for (size_t s = 0; s < kMaxSlots; ++s) args.slots[s] = -1;
+  snprintf(args.uid_map, sizeof args.uid_map, "%u %u 1\n", geteuid(), geteuid());
+  snprintf(args.gid_map, sizeof args.gid_map, "%u %u 1\n", getegid(), getegid());
+  std::vector<int> keep = staged;
+  keep.push_back(err_w);
+  if (statp[1] >= 0) keep.push_back(statp[1]);
+  std::sort(keep.begin(), keep.end());
+  args.keep_fds = keep.data();
+  args.nkeep = static_cast<int>(keep.size());
+
+  Stack init_stack, cmd_stack;
+  if (!init_stack.Allocate(isolated ? 256 * 1024 : 128 * 1024) ||
+      (isolated && !cmd_stack.Allocate(128 * 1024))) {
+    return Status::Sys(ErrorCode::kESPAWN, "mmap(2) of a child stack failed", "mmap", errno);
+  }
+  args.cmd_stack_top = isolated ? cmd_stack.top() : nullptr;
+
+  int flags = CLONE_PIDFD | SIGCHLD;
+  int (*entry)(void*) = CommandInChild;
+  if (isolated) {
+    flags |= CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
+    if (plan.new_net) flags |= CLONE_NEWNET;
+    entry = InitInChild;
+  } else {
+    flags |= CLONE_VM | CLONE_VFORK;
+  }
+  // Signals stay blocked across clone: a handler of the parent must never run in the child.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int pidfd = -1;
+  pid_t pid = clone(entry, init_stack.top(), flags, &args, &pidfd, nullptr, nullptr);
+  int clone_errno = errno;
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (pid < 0) {
+    if (isolated && (clone_errno == EPERM || clone_errno == ENOSPC || clone_errno == EINVAL)) {
+      return Status::Sys(ErrorCode::kEUSERNS_UNAVAILABLE,
+                         std::string("clone(2) with new user/mount/pid namespaces failed: ") +
+                             strerrorname_np(clone_errno) +
+                             "; unprivileged user namespaces are unavailable here (check "
+                             "kernel.unprivileged_userns_clone, user.max_user_namespaces, AppArmor); "
+                             "use mode 'landlock' with degraded: true",
+                         "clone", clone_errno);
+    }
+    return Status::Sys(ErrorCode::kESPAWN, std::string("clone(2) failed: ") + strerrorname_np(clone_errno),
+                       "clone", clone_errno);
+  }
+  owned.Add(pidfd);
+  // The child's copies are all it needs; close ours so EOF on the errno pipe means "exec'd".
+  for (int fd : staged) {
+    owned.Release(fd);
+    close(fd);
+  }
+  owned.Release(err_w);
+  close(err_w);
+  if (statp[1] >= 0) {
+    owned.Release(statp[1]);
+    close(statp[1]);
+  }
+
+  // Blocks until the command has exec'd (EOF) or reported a failure, as libuv's spawn does.
+  ChildReport rep;
+  Status failure;
+  for (;;) {
+    ssize_t n = read(errp[0], &rep, sizeof rep);
+    if (n < 0 && errno == EINTR) continue;
+    if (n == static_cast<ssize_t>(sizeof rep)) {
+      if (rep.stage == kNote) continue;  // notes are informational (see NoteBits)
+      failure = ReportToStatus(plan, rep);
+    }
+    break;
+  }
+  if (!failure.ok()) {
+    Sys(__NR_pidfd_send_signal, pidfd, SIGKILL, 0, 0);
+    siginfo_t si;
+    while (waitid(static_cast<idtype_t>(P_PIDFD), pidfd, &si, WEXITED) < 0 && errno == EINTR) {
+    }
+    return failure;
+  }
+  owned.Release(pidfd);
+  if (isolated) {
+    owned.Release(statp[0]);
+    fcntl(statp[0], F_SETFL, O_NONBLOCK);
+  }
+  out->pid = pid;
+  out->pidfd = pidfd;
+  out->status_fd = isolated ? statp[0] : -1;
+  out->mode = plan.mode;
+  return Status::Ok();
+}
+
+bool CollectExit(const LinuxSpawnResult& res, int* code, int* signal) noexcept {
+  siginfo_t si;
+  memset(&si, 0, sizeof si);
+  if (waitid(static_cast<idtype_t>(P_PIDFD), res.pidfd, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == 0) {
+    return false;
+  }
+  // Landlock mode has no pid namespace: take the rest of the command's group down with it.
+  if (res.mode == LinuxMode::kLandlock) kill(-res.pid, SIGKILL);
+  memset(&si, 0, sizeof si);
+  while (waitid(static_cast<idtype_t>(P_PIDFD), res.pidfd, &si, WEXITED) < 0 && errno == EINTR) {
+  }
+  *code = -1;
+  *signal = 0;
+  if (res.status_fd >= 0) {
+    int32_t st;
+    if (read(res.status_fd, &st, sizeof st) == static_cast<ssize_t>(sizeof st)) {
+      if (WIFEXITED(st)) {
+        *code = WEXITSTATUS(st);
+      } else if (WIFSIGNALED(st)) {
+        *signal = WTERMSIG(st);
+      }
+      return true;
+    }
+  }
+  if (si.si_code == CLD_EXITED) {
+    *code = si.si_status;
+  } else {
+    *signal = si.si_status;
+  }
+  return true;
+}
+
+int SignalTree(const LinuxSpawnResult& res, int sig) noexcept {
+  if (res.mode == LinuxMode::kIsolated) {
+    long r = Sys(__NR_pidfd_send_signal, res.pidfd, sig, 0, 0);
+    return r < 0 ? static_cast<int>(r) : 0;
+  }
+  if (kill(-res.pid, sig) == 0) return 0;
+  long r = Sys(__NR_pidfd_send_signal, res.pidfd, sig, 0, 0);
+  return r < 0 ? static_cast<int>(r) : 0;
+}
+
+namespace {
+struct ProbeArgs {
+  char uid_map[48];
+  char gid_map[48];
+};
+int ProbeInChild(void* argp) {
+  ProbeArgs* a = static_cast<ProbeArgs*>(argp);
+  long r = WriteFileInChild("/proc/self/setgroups", "deny");
+  if (r == 0 || r == -ENOENT) r = WriteFileInChild("/proc/self/uid_map", a->uid_map);
+  if (r == 0) r = WriteFileInChild("/proc/self/gid_map", a->gid_map);
+  if (r == 0) r = Sys(__NR_mount, 0, "/", 0, MS_REC | MS_PRIVATE, 0);
+  if (r == 0) r = Sys(__NR_mount, "tmpfs", "/tmp", "tmpfs", 0, "size=4k");
+  ExitInChild(r < 0 ? static_cast<int>(-r) : 0);
+}
+}  // namespace
+
+int ProbeUserNamespaces(bool with_net) noexcept {
+  ProbeArgs args;
+  snprintf(args.uid_map, sizeof args.uid_map, "%u %u 1\n", geteuid(), geteuid());
+  snprintf(args.gid_map, sizeof args.gid_map, "%u %u 1\n", getegid(), getegid());
+  Stack stack;
+  if (!stack.Allocate(64 * 1024)) return -ENOMEM;
+  int flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | SIGCHLD;
+  if (with_net) flags |= CLONE_NEWNET;
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pid_t pid = clone(ProbeInChild, stack.top(), flags | CLONE_VM | CLONE_VFORK, &args);
+  int e = errno;
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (pid < 0) return -e;
+  int st = 0;
+  while (waitpid(pid, &st, __WALL) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(st)) return -WEXITSTATUS(st);
+  return -ECHILD;
+}
+
+}  // namespace psb

@@ -1,0 +1,106 @@
+// Linux spawner: one entry point for both sandbox modes and for plain (unsandboxed) launches.
+//
+//   LinuxSpawnPlan plan;               // binding_linux.cc fills it from the TS plan (plain data)
+//   LinuxSpawnResult res;
+//   Status s = SpawnLinux(plan, &res); // parent; blocks until the command has exec'd or failed
+//   ... watch res.pidfd; on readable: CollectExit(res, &code, &signal)
+//
+// Threading: SpawnLinux runs on the JS thread. Everything the child needs is allocated before
+// clone. Child-side functions carry the InChild suffix and make raw syscalls only (raw_syscall.h).
+//
+// Shapes:
+//   kPlain / kLandlock: clone(CLONE_VM|CLONE_VFORK) straight into the command: no page-table copy,
+//     the parent thread sleeps until execve. The command calls setsid; teardown is by group.
+//   kIsolated: clone(NEWUSER|NEWNS|NEWPID|NEWIPC|NEWUTS[|NEWNET]) into a small init. init maps its
+//     own uid/gid, builds the mount tree, then clone(CLONE_VM|CLONE_VFORK)s the command, reaps,
+//     forwards TERM/INT/HUP/QUIT/USR1/USR2 to the command's group and reports the command's wait
+//     status over a pipe. init's exit tears down every process left in the pid namespace.
+#pragma once
+
+#include <linux/filter.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "../status.h"
+#include "landlock.h"
+
+namespace psb {
+
+enum class LinuxMode : uint8_t { kPlain, kIsolated, kLandlock };
+
+// One step of the isolated mode's mount tree, executed in order by init. Planned in TS
+// (lib/platform/linux.ts); native only executes.
+enum class MountOpKind : uint8_t {
+  kTmpClone,     // open_tree(path, CLONE|RECURSIVE) into slot `arg` (before /tmp is covered)
+  kTmpfs,        // mount a tmpfs at path, options `data`
+  kMkdir,        // mkdir(path, 0755); EEXIST is fine
+  kMkfile,       // create an empty file at path; EEXIST is fine
+  kMoveSlot,     // move_mount slot `arg` onto path
+  kReadOnlyAll,  // mount_setattr("/", AT_RECURSIVE, +RDONLY)
+  kBindRw,       // bind path onto itself, then clear RDONLY (recursively when allowed)
+  kBindRo,       // bind path onto itself, then set RDONLY recursively
+  kPin,          // bind path onto itself, flags unchanged (renaming/removing it gives EBUSY)
+  kGhostDir,     // mkdir(path, 0555) for a protected path that does not exist yet
+  kGhostFile,    // create an empty 0444 file for a protected path that does not exist yet
+  kMaskDir,      // tmpfs mode=000, read-only, over a deny-read directory
+  kMaskFile,     // /dev/null bound read-only over a deny-read file
+  kProc,         // fresh procfs at /proc, or an empty read-only tmpfs if that is impossible
+  kDev,          // minimal /dev
+  kSetReadOnly,  // mount_setattr(path, 0, +RDONLY) on an existing mount point
+  kClearReadOnly,  // mount_setattr(path, 0, -RDONLY) on an existing mount point (not recursive)
+  // Values are part of the TS contract (lib/platform/linux.ts MountKind): append only.
+};
+
+struct MountOp {
+  MountOpKind kind;
+  std::string path;
+  std::string data;
+  int arg = 0;
+};
+
+struct LinuxSpawnPlan {
+  LinuxMode mode = LinuxMode::kPlain;
+  std::string file;                 // absolute path
+  std::vector<std::string> argv;    // argv[0] included
+  std::vector<std::string> envp;    // "K=V"
+  std::string cwd;
+  std::vector<int> stdio;           // stdio[i] = host fd to place at child fd i (-1: /dev/null)
+  bool new_net = true;              // isolated: unshare the network
+  std::vector<MountOp> mounts;      // isolated only
+  int tmp_slots = 0;
+  bool landlock = false;            // apply plan.landlock in the command
+  LandlockPlan landlock_plan;
+  bool seccomp = false;
+  std::vector<sock_filter> seccomp_filter;
+  bool drop_caps = true;            // empty all capability sets + bounding set, lock securebits
+  bool setsid = true;
+  // Resource limits for the command (0 = leave unchanged).
+  uint64_t rlimit_nproc = 0, rlimit_as = 0, rlimit_nofile = 0;
+};
+
+struct LinuxSpawnResult {
+  pid_t pid = -1;        // host pid of the command (plain/landlock) or of init (isolated)
+  int pidfd = -1;        // owned by the caller after success
+  int status_fd = -1;    // isolated: read end of init's status pipe; owned by the caller
+  LinuxMode mode = LinuxMode::kPlain;
+};
+
+// Parent side. On failure nothing is left running and every fd is closed.
+Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept;
+
+// After pidfd became readable: reaps, and returns the command's exit code or signal.
+// Returns false if the process has not exited yet.
+bool CollectExit(const LinuxSpawnResult& res, int* code, int* signal) noexcept;
+
+// Signals the sandboxed tree. Isolated: SIGKILL kills init (and so the namespace); other signals go
+// to init, which forwards them to the command's group. Plain/Landlock: the command's group.
+int SignalTree(const LinuxSpawnResult& res, int sig) noexcept;
+
+// Probes used by probe(): can this process create the namespaces isolated mode needs?
+// Returns 0 or -errno from the attempt.
+int ProbeUserNamespaces(bool with_net) noexcept;
+
+}  // namespace psb
