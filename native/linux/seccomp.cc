@@ -96,9 +96,8 @@ constexpr uint32_t kPersonalityQuery = 0xffffffffu;
 // socket(2) type argument: the low nibble is the type, the rest are SOCK_CLOEXEC/SOCK_NONBLOCK.
 constexpr uint32_t kSockTypeMask = 0xfu;
 
-#ifndef MSG_FASTOPEN
-#define MSG_FASTOPEN 0x20000000
-#endif
+// send*(2) flag that makes a TCP send connect first (TCP Fast Open).
+constexpr uint32_t kMsgFastOpen = 0x20000000u;
 
 constexpr uint32_t kAllow = kSeccompRetAllow;
 constexpr uint32_t kEperm = kSeccompRetErrno | (EPERM & kSeccompRetData);
@@ -111,6 +110,9 @@ constexpr uint32_t kKill = kSeccompRetKillProcess;
 enum : uint8_t { kNetNone = 1, kNetProxy = 2, kNetFull = 4, kAnyNet = 7 };
 enum : uint8_t { kIsolated = 1, kLandlock = 2, kAnyMode = 3 };
 
+// Tests read only the low 32 bits of an argument. Every argument tested below is an int or
+// unsigned int in the kernel (clone's flags go through lower_32_bits()), so the low word is exactly
+// what the kernel acts on; a 64-bit compare would let `TIOCSTI | 1 << 32` through (PROC-02).
 enum class Op : uint8_t {
   kUnused,
   kIn,      // (low 32 bits of arg & mask) equals one of values[0..count)
@@ -256,9 +258,9 @@ constexpr Rule kRules[] = {
     // NET-13: listen() autobinds a port that Landlock's BIND_TCP never sees.
     Deny(__NR_listen, kNetProxy, kLandlock),
     // TCP Fast Open connects from inside sendto/sendmsg, not through connect().
-    When(__NR_sendto, kNetProxy, kLandlock, kAllow, Clause{{AnyBit(3, MSG_FASTOPEN)}, kEperm}),
-    When(__NR_sendmsg, kNetProxy, kLandlock, kAllow, Clause{{AnyBit(2, MSG_FASTOPEN)}, kEperm}),
-    When(__NR_sendmmsg, kNetProxy, kLandlock, kAllow, Clause{{AnyBit(3, MSG_FASTOPEN)}, kEperm}),
+    When(__NR_sendto, kNetProxy, kLandlock, kAllow, Clause{{AnyBit(3, kMsgFastOpen)}, kEperm}),
+    When(__NR_sendmsg, kNetProxy, kLandlock, kAllow, Clause{{AnyBit(2, kMsgFastOpen)}, kEperm}),
+    When(__NR_sendmmsg, kNetProxy, kLandlock, kAllow, Clause{{AnyBit(3, kMsgFastOpen)}, kEperm}),
 
     // PROC-16: without an ipc namespace, SysV IPC and POSIX message queues are the host's.
     Deny(__NR_shmget, kAnyNet, kLandlock),

@@ -66,7 +66,9 @@ enum class SeccompNet : uint8_t {
   //   Landlock: socket(AF_INET/AF_INET6, SOCK_STREAM, 0 or IPPROTO_TCP) only, since Landlock's
   //             TCP rules cover neither UDP (NET-03), raw sockets nor MPTCP/SCTP; listen() fails,
   //             as listen() without bind() autobinds a port that BIND_TCP does not see (NET-13);
-  //             sends with MSG_FASTOPEN fail, as they connect without a connect() call.
+  //             sends with MSG_FASTOPEN fail, as they connect without a connect() call. (On 6.18,
+  //             Landlock ABI 7, an MPTCP connect and a MSG_FASTOPEN sendto both reached a port
+  //             that CONNECT_TCP denied.)
   kProxy,
   // The host network: no socket rules. io_uring stays denied.
   kFull,
