@@ -22,6 +22,7 @@
  * Writable roots and readable roots nested inside a denied path are valid (most specific wins):
  * planners apply denyRead masks before re-exposing such nested roots.
  */
+import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { SandboxError } from '../errors';
 import type { NetworkRule, ResolvedRules } from '../rules';
@@ -127,14 +128,34 @@ function readGitdirPointer(file: string): string | null {
   return path.resolve(path.dirname(file), m[1]!);
 }
 
+const GIT_PROTECTED_NAMES = ['hooks', 'config', 'config.worktree', 'commondir'];
+
+function listDirs(dir: string): string[] {
+  try {
+    return fs
+      .readdirSync(dir, { withFileTypes: true })
+      .filter((d) => d.isDirectory())
+      .map((d) => path.join(dir, d.name));
+  } catch {
+    return [];
+  }
+}
+
 /** The protected metadata paths of one writable root (canonical, possibly missing). */
 export function protectedMetadataFor(root: string, git: GitProtection): string[] {
   const out: string[] = [];
-  const addGitDir = (gitdir: string): void => {
+  const addGitDir = (gitdir: string, depth = 0): void => {
     if (git === 'whole') {
       out.push(gitdir);
-    } else {
-      out.push(path.join(gitdir, 'hooks'), path.join(gitdir, 'config'));
+      return;
+    }
+    // Every file git reads code-running settings from: hooks, config (core.hooksPath, filters,
+    // aliases), config.worktree (when worktreeConfig is on) and commondir, which would otherwise
+    // let a planted file move hooks/config to a writable place.
+    for (const name of GIT_PROTECTED_NAMES) out.push(path.join(gitdir, name));
+    // Existing submodule gitdirs (<gitdir>/modules/<name>, nested) carry their own hooks/config.
+    if (depth < 3) {
+      for (const mod of listDirs(path.join(gitdir, 'modules'))) addGitDir(mod, depth + 1);
     }
   };
   const dotGit = path.join(root, '.git');

@@ -143,9 +143,25 @@ describe('resolvePolicy paths', () => {
     expect(r.readOnly).toEqual([
       path.join(w, '.agents'),
       path.join(w, '.codex'),
+      path.join(w, '.git', 'commondir'),
       path.join(w, '.git', 'config'),
+      path.join(w, '.git', 'config.worktree'),
       path.join(w, '.git', 'hooks'),
     ]);
+  });
+
+  it('existing submodule gitdirs under .git/modules get the same protection', () => {
+    const w = mk('mods');
+    mk('mods', '.git', 'modules', 'lib', 'modules', 'inner');
+    const r = resolvePolicy({ filesystem: { write: [w] } }, '/');
+    expect(r.readOnly).toEqual(
+      expect.arrayContaining([
+        path.join(w, '.git', 'modules', 'lib', 'hooks'),
+        path.join(w, '.git', 'modules', 'lib', 'config'),
+        path.join(w, '.git', 'modules', 'lib', 'modules', 'inner', 'hooks'),
+        path.join(w, '.git', 'modules', 'lib', 'modules', 'inner', 'config'),
+      ]),
+    );
   });
 
   it('user protect entries inside a writable root are kept, outside ones dropped', () => {
@@ -168,14 +184,13 @@ describe('resolvePolicy paths', () => {
     // The gitdirs live outside the only writable root: nothing to carve there, but the pointer is.
     expect(onlyWt.readOnly).toEqual([path.join(wt, '.agents'), path.join(wt, '.codex'), path.join(wt, '.git')]);
     const both = resolvePolicy({ filesystem: { write: [wt, main] } }, '/');
+    const gitFiles = (d: string) => ['commondir', 'config', 'config.worktree', 'hooks'].map((n) => path.join(d, n));
     expect(both.readOnly).toEqual(
       [
         path.join(main, '.agents'),
         path.join(main, '.codex'),
-        path.join(main, '.git', 'config'),
-        path.join(main, '.git', 'hooks'),
-        path.join(gitdir, 'config'),
-        path.join(gitdir, 'hooks'),
+        ...gitFiles(path.join(main, '.git')),
+        ...gitFiles(gitdir),
         path.join(wt, '.agents'),
         path.join(wt, '.codex'),
         path.join(wt, '.git'),
