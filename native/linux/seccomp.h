@@ -42,6 +42,12 @@
 //   - in Landlock mode, where no ipc namespace exists, SysV IPC and POSIX message queues, which
 //     would be shared with the host (PROC-16).
 // Denials return EPERM, except clone3 (ENOSYS).
+// Left allowed on purpose: socketpair(AF_UNIX) stream IPC, send*/recv* on connected sockets and
+// setsockopt/getsockopt (asyncio, libuv, Chromium and Bun need them); memfd_create + execveat
+// (PROC-12: the sandbox limits what code can reach, not which code runs); pidfd_open, kill and
+// pidfd_send_signal (the pid namespace or Landlock's signal scope bounds them, PROC-06); kcmp;
+// seccomp and landlock_* (they can only add restrictions). Inherited sockets (NET-12) are the fd
+// sweep's job, not this filter's.
 #ifndef PSB_NATIVE_LINUX_SECCOMP_H_
 #define PSB_NATIVE_LINUX_SECCOMP_H_
 
