@@ -66,6 +66,8 @@ export interface ProxyEnvOptions {
   allowLocalBinding?: boolean;
   /** Proxy host as seen by the child. Default 127.0.0.1. */
   host?: string;
+  /** The listener serves SOCKS5 too (default true). When false, ALL_PROXY gets the HTTP URL. */
+  socks?: boolean;
 }
 
 /**
@@ -86,7 +88,7 @@ export function buildProxyEnv(
     if (!isProxyEnvKey(key)) env[key] = value;
   }
   const httpUrl = `http://${host}:${port}`;
-  const socksUrl = `socks5h://${host}:${port}`;
+  const socksUrl = options.socks === false ? httpUrl : `socks5h://${host}:${port}`;
   for (const key of HTTP_PROXY_URL_KEYS) env[key] = httpUrl;
   for (const key of SOCKS_PROXY_URL_KEYS) env[key] = socksUrl;
   const noProxy = options.allowLocalBinding ? NO_PROXY_LOCAL_VALUE : '';

@@ -33,3 +33,12 @@ export {
   NO_PROXY_LOCAL_VALUE,
   type ProxyEnvOptions,
 } from './env';
+export {
+  startManagedNetworkForExec,
+  translateNetworkProxyConfig,
+  type ManagedNetworkForExec,
+  type ManagedNetworkHooks,
+  type ManagedNetworkSandboxContext,
+  type RemoteNetworkProxyConfig,
+  type RemoteNetworkProxyLaunchConfig,
+} from './codex';

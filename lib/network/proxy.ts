@@ -113,6 +113,11 @@ const SOCKS_CONN_REFUSED = 0x05;
 const SOCKS_CMD_UNSUPPORTED = 0x07;
 const SOCKS_ATYP_UNSUPPORTED = 0x08;
 
+// Upstream reads land in fresh buffers that grow while reads fill them (bulk downloads: fewer,
+// larger read/write syscalls) and shrink when they do not (chatty connections keep little memory).
+const MIN_READ = 64 << 10;
+const MAX_READ = 1 << 20;
+
 const LIMITED_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
 
 const HOP_BY_HOP = new Set([
@@ -192,20 +197,23 @@ function socksCodeForError(err: NodeJS.ErrnoException): number {
 }
 
 /**
- * Pipe two sockets both ways with stream backpressure. A graceful end on one side is passed on
- * as a half-close; an error or reset on either side tears both down.
+ * Join a client socket and an upstream socket made by dial(): the client's bytes are piped up
+ * with stream backpressure (dial's read callback carries the other direction). A graceful end on
+ * one side is passed on as a half-close; an error or reset on either side tears both down.
  */
-function splice(a: net.Socket, b: net.Socket): void {
-  a.pipe(b);
-  b.pipe(a);
+function splice(client: net.Socket, upstream: net.Socket): void {
+  client.pipe(upstream);
+  upstream.on('end', () => {
+    if (!client.destroyed) client.end();
+  });
   const onClose = (other: net.Socket) => (hadError: boolean) => {
     if (hadError) other.destroy();
     else if (!other.destroyed) other.end();
   };
-  a.on('close', onClose(b));
-  b.on('close', onClose(a));
-  a.on('error', () => b.destroy());
-  b.on('error', () => a.destroy());
+  client.on('close', onClose(upstream));
+  upstream.on('close', onClose(client));
+  client.on('error', () => upstream.destroy());
+  upstream.on('error', () => client.destroy());
 }
 
 /** Reads exact byte counts from a socket during the SOCKS5 handshake. */
@@ -604,8 +612,33 @@ export class ManagedProxy {
     return { allowed: true, address: chosen.address, family: net.isIPv6(chosen.address) ? 6 : 4 };
   }
 
-  private dial(listener: Listener, target: Allowed, port: number): net.Socket {
-    const upstream = net.connect({ host: target.address, port, family: target.family, allowHalfOpen: true });
+  /**
+   * Connect to the checked address. Upstream bytes go straight to `client` from the read callback
+   * (no 'data' events, no intermediate stream buffering); the client's bytes are piped the other
+   * way by splice(). Reading only starts after 'connect' listeners ran, so the caller's success
+   * reply (200 / SOCKS OK) always precedes upstream data.
+   */
+  private dial(listener: Listener, target: Allowed, port: number, client: net.Socket): net.Socket {
+    let size = MIN_READ;
+    const upstream: net.Socket = net.connect({
+      host: target.address,
+      port,
+      family: target.family,
+      allowHalfOpen: true,
+      onread: {
+        buffer: () => Buffer.allocUnsafe(size),
+        callback: (nread: number, buf: Uint8Array): boolean => {
+          if (nread === buf.length) size = Math.min(size * 2, MAX_READ);
+          else if (nread < buf.length >> 2) size = Math.max(size >> 1, MIN_READ);
+          if (client.destroyed) return false;
+          if (!client.write(buf.subarray(0, nread))) {
+            client.once('drain', () => upstream.resume());
+            return false;
+          }
+          return true;
+        },
+      },
+    });
     this.track(listener, upstream);
     upstream.setTimeout(this.connectTimeoutMs, () => {
       const err: NodeJS.ErrnoException = new Error('connect timed out');
@@ -732,7 +765,7 @@ export class ManagedProxy {
       return void reply('502 Bad Gateway', `proxy could not resolve ${target[1]}\n`);
     }
     if (socket.destroyed) return;
-    const upstream = this.dial(listener, outcome, port);
+    const upstream = this.dial(listener, outcome, port, socket);
     let tunnelUp = false;
     upstream.on('error', (err: NodeJS.ErrnoException) => {
       if (!tunnelUp && socket.writable) reply('502 Bad Gateway', `upstream connect failed: ${err.code ?? err.message}\n`);
@@ -812,7 +845,7 @@ export class ManagedProxy {
     const outcome = await this.decide(listener, client, 'socks5Tcp', host, port, null);
     if (!outcome.allowed) return fail(outcome.socksReply);
     if (socket.destroyed) return;
-    const upstream = this.dial(listener, outcome, port);
+    const upstream = this.dial(listener, outcome, port, socket);
     let up = false;
     upstream.on('error', (err: NodeJS.ErrnoException) => {
       if (!up) fail(socksCodeForError(err));
