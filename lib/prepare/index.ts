@@ -117,6 +117,8 @@ export interface PrepareRuntime {
   isManagedCaBundlePath?: (p: string) => boolean;
   /** `.git` protection inside writable roots (default 'hooks-and-config'). */
   git?: GitProtection;
+  /** Extra read-only carve-outs (absolute native paths) added to the protected metadata. */
+  protect?: string[];
   /** `:tmpdir` target (default baseEnv.TMPDIR). */
   tmpdir?: string;
 }
@@ -327,6 +329,7 @@ export async function prepareExecRequest(params: ExecParams, runtime: PrepareRun
         cwd: policyCwd,
         tmpdir: runtime.tmpdir ?? (runtime.baseEnv ?? process.env).TMPDIR,
         git: runtime.git ?? 'hooks-and-config',
+        protect: runtime.protect ?? [],
         mode: sandbox.useLegacyLandlock === true && !enforceManagedNetwork ? 'landlock' : 'auto',
         // A managed network must only reach the proxy; until the proxy routing is wired into the
         // rules, "no network" is the fail-closed approximation.

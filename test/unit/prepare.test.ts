@@ -221,6 +221,26 @@ describe('fail closed and error texts', () => {
     });
   });
 
+  it('a workspace root reached through a symlink the sandbox could rewrite is refused', async () => {
+    const outer = path.join(tmp, 'outer');
+    const target = path.join(tmp, 'target');
+    fs.mkdirSync(outer);
+    fs.mkdirSync(target);
+    fs.symlinkSync(target, path.join(outer, 'link'));
+    const rpc = await rpcFailure(
+      sandboxed({}, { workspaceRoots: [pathToFileUri(outer), pathToFileUri(path.join(outer, 'link'))] }),
+      { platform: 'linux' },
+    );
+    expect(rpc.code).toBe(-32602);
+    expect(rpc.message).toMatch(/^failed to prepare process sandbox: permissions\.file_system\.entries\[\d+\]: writable root .*link goes through the symlink .*link, which lies inside the writable root /);
+  });
+
+  it('runtime.protect adds carve-outs', async () => {
+    const extra = path.join(ws, 'Makefile');
+    const p = await prepareExecRequest(sandboxed(), { platform: 'linux', protect: [extra] });
+    expect(p.rules?.readOnly).toContain(extra);
+  });
+
   it('malformed params are -32602', async () => {
     expect((await rpcFailure({ processId: 'x', argv: 'ls', cwd: 'file:///' })).message).toBe('invalid params: argv must be an array of strings');
     expect((await rpcFailure({ processId: 'x', argv: ['a\0b'], cwd: 'file:///' })).message).toBe('invalid params: argv must not contain NUL bytes');
