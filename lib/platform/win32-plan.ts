@@ -1,0 +1,304 @@
+/**
+ * Windows planning, pure: ResolvedRules -> what the restricted-token backend will do (capability
+ * grants, deny-write carve-outs, job settings, env overrides) plus the EnforcementReport, or a
+ * SandboxError when the rules ask for something this backend cannot enforce. No I/O here beyond
+ * what the caller passes in (`exists`), so it is unit-testable on every OS.
+ */
+import { SandboxError } from '../errors';
+import type { EnforcementReport, Guarantee } from '../backend';
+import type { ResolvedRules } from '../rules';
+
+export type WindowsSandboxLevel = 'disabled' | 'restricted-token' | 'elevated' | 'mxc';
+
+export interface WindowsLevelMapping {
+  /** false for 'disabled': run with a plain CreateProcessW. */
+  sandboxed: boolean;
+  mode: 'none' | 'restricted-token';
+}
+
+/**
+ * Codex's `windowsSandboxLevel` values. `elevated` (dedicated sandbox users + firewall rules) and
+ * `mxc` (Microsoft's container runner) do not exist in this package yet, so they are refused with
+ * errors that say so, rather than quietly downgraded to the restricted token.
+ */
+export function mapWindowsSandboxLevel(level: WindowsSandboxLevel | string): WindowsLevelMapping {
+  switch (level) {
+    case 'disabled':
+      return { sandboxed: false, mode: 'none' };
+    case 'restricted-token':
+      return { sandboxed: true, mode: 'restricted-token' };
+    case 'elevated':
+      throw new SandboxError(
+        'ENOT_ENFORCED',
+        "windowsSandboxLevel 'elevated' is not implemented: it needs the elevated Windows sandbox backend " +
+          "(dedicated sandbox users and firewall rules set up with administrator rights); use 'restricted-token'",
+        { detail: { windowsSandboxLevel: level } },
+      );
+    case 'mxc':
+      throw new SandboxError('ENOT_ENFORCED', 'native MXC is unavailable on this executor', {
+        detail: { windowsSandboxLevel: level },
+      });
+    default:
+      throw new SandboxError(
+        'EINVALID_POLICY',
+        `windowsSandboxLevel must be 'disabled', 'restricted-token', 'elevated' or 'mxc', got ${JSON.stringify(level)}`,
+      );
+  }
+}
+
+/**
+ * The dead proxy settings of Codex's legacy (unelevated) Windows backend. Advisory only: a
+ * program that ignores them still reaches the network.
+ */
+export const DEAD_PROXY_ENV: Readonly<Record<string, string>> = {
+  HTTP_PROXY: 'http://127.0.0.1:9',
+  HTTPS_PROXY: 'http://127.0.0.1:9',
+  ALL_PROXY: 'http://127.0.0.1:9',
+  NO_PROXY: 'localhost,127.0.0.1,::1',
+  PIP_NO_INDEX: '1',
+  NPM_CONFIG_OFFLINE: 'true',
+  CARGO_NET_OFFLINE: 'true',
+  GIT_ALLOW_PROTOCOL: 'file',
+};
+
+export interface WindowsJobPlan {
+  uiRestrictions: boolean;
+  activeProcessLimit?: number;
+  processMemoryLimit?: number;
+}
+
+export interface WindowsPlan {
+  /** Roots that get a persistent per-root capability SID with inheritable modify rights. */
+  writeRoots: string[];
+  /** Existing carve-outs: deny-write ACE for the capability SIDs of the roots that contain them. */
+  protectedPaths: Array<{ path: string; roots: string[] }>;
+  /** Carve-outs that do not exist: ACLs cannot stop their creation (reported as a gap). */
+  missingProtectedPaths: string[];
+  /** Per-run temp dir (tmp: 'private'): created, granted to a per-run SID, revoked and removed at exit. */
+  privateTmp: boolean;
+  job: WindowsJobPlan;
+  /** Set in the child's env (names compared case-insensitively, as Windows does). */
+  envOverrides: Record<string, string>;
+  report: EnforcementReport;
+}
+
+export interface PlanContext {
+  /** wine version when running under wine (restrictions are not enforced there). */
+  wine: string | null;
+  /** Host temp dir, added to the writable roots for tmp: 'host'. */
+  hostTmp: string;
+  exists(p: string): boolean;
+}
+
+function winKey(p: string): string {
+  return p.replace(/\//g, '\\').replace(/\\+$/, '').toLowerCase();
+}
+
+/** `inner` equals `root` or lies below it (Windows paths, case-insensitive). */
+export function isWithin(root: string, inner: string): boolean {
+  const r = winKey(root);
+  const i = winKey(inner);
+  return i === r || i.startsWith(r.endsWith('\\') ? r : r + '\\');
+}
+
+export function planWindowsSandbox(rules: ResolvedRules, ctx: PlanContext): WindowsPlan {
+  const gaps: string[] = [];
+
+  if (rules.mode !== 'auto') {
+    throw new SandboxError(
+      'EUNSUPPORTED_POLICY',
+      `mode '${rules.mode}' names a Linux backend; on Windows only 'auto' (the restricted-token backend) exists`,
+      { detail: { mode: rules.mode } },
+    );
+  }
+  if (rules.denyRead.length > 0) {
+    throw new SandboxError(
+      'EUNSUPPORTED_POLICY',
+      'deny-read paths require the elevated Windows sandbox backend, which is not implemented; ' +
+        'the restricted-token backend cannot hide files from the child',
+      { detail: { denyRead: rules.denyRead } },
+    );
+  }
+  if (rules.network.kind === 'proxy') {
+    throw new SandboxError(
+      'ENETWORK_NOT_ENFORCEABLE',
+      'managed networking requires the elevated Windows sandbox backend: without administrator rights ' +
+        'Windows cannot confine one process to a proxy',
+      { detail: { network: 'proxy' } },
+    );
+  }
+  let filesystemRead: Guarantee = 'not-requested';
+  if (!rules.readAll) {
+    if (!rules.degraded) {
+      throw new SandboxError(
+        'EUNSUPPORTED_POLICY',
+        'a read-restricted policy (filesystem.read as a list of roots) cannot be expressed by the ' +
+          'restricted-token backend, which restricts writes only; pass degraded: true to run with reads unrestricted',
+        { detail: { readRoots: rules.readRoots } },
+      );
+    }
+    filesystemRead = 'not-enforced';
+    gaps.push('filesystemRead: the restricted-token backend restricts writes only; every path stays readable');
+  }
+
+  const writeRoots: string[] = [];
+  const seen = new Set<string>();
+  const addRoot = (p: string) => {
+    const k = winKey(p);
+    if (!seen.has(k)) {
+      seen.add(k);
+      writeRoots.push(p);
+    }
+  };
+  for (const r of rules.writeRoots) addRoot(r);
+  if (rules.tmp === 'host') addRoot(ctx.hostTmp);
+
+  const protectedPaths: WindowsPlan['protectedPaths'] = [];
+  const missingProtectedPaths: string[] = [];
+  for (const p of rules.readOnly) {
+    const roots = writeRoots.filter((r) => isWithin(r, p));
+    if (roots.length === 0) continue; // not under a writable root: already read-only
+    if (ctx.exists(p)) protectedPaths.push({ path: p, roots });
+    else missingProtectedPaths.push(p);
+  }
+  let protectedGuarantee: Guarantee = 'not-requested';
+  if (protectedPaths.length > 0 || missingProtectedPaths.length > 0) {
+    protectedGuarantee = missingProtectedPaths.length === 0 ? 'enforced' : 'partial';
+  }
+  if (missingProtectedPaths.length > 0) {
+    gaps.push(
+      `protectedPaths: ${missingProtectedPaths.length} protected path(s) do not exist and could be created: ` +
+        missingProtectedPaths.join(', '),
+    );
+  }
+
+  const envOverrides: Record<string, string> = {};
+  let network: Guarantee = 'not-requested';
+  if (rules.network.kind === 'none') {
+    network = 'not-enforced';
+    Object.assign(envOverrides, DEAD_PROXY_ENV);
+    gaps.push(
+      'network: Windows cannot block the network per process without administrator rights; ' +
+        'only dead proxy variables are set (advisory)',
+    );
+  }
+
+  const job: WindowsJobPlan = { uiRestrictions: true };
+  if (rules.limits.maxProcesses !== undefined) job.activeProcessLimit = rules.limits.maxProcesses;
+  if (rules.limits.memoryBytes !== undefined) job.processMemoryLimit = rules.limits.memoryBytes;
+  if (rules.limits.openFiles !== undefined) {
+    gaps.push('limits.openFiles: Windows has no per-process handle limit to set; not enforced');
+  }
+
+  let filesystemWrite: Guarantee = 'enforced';
+  let processIsolation: Guarantee = 'partial';
+  let treeTeardown: Guarantee = 'enforced';
+  if (ctx.wine !== null) {
+    // wine accepts the token, the ACLs and the integrity level, and enforces none of them.
+    if (!rules.degraded) {
+      throw new SandboxError(
+        'ENOT_ENFORCED',
+        `running under wine ${ctx.wine}, which ignores restricted tokens and file ACLs; ` +
+          'pass degraded: true to run with the gaps reported',
+        { detail: { wine: ctx.wine } },
+      );
+    }
+    filesystemWrite = 'not-enforced';
+    processIsolation = 'not-enforced';
+    if (protectedGuarantee !== 'not-requested') protectedGuarantee = 'not-enforced';
+    gaps.push(`wine ${ctx.wine}: token restrictions and file ACLs are not enforced; only the job and desktop are real`);
+  }
+  gaps.push('processIsolation: same user account; a write-restricted token, not a separate identity');
+
+  const report: EnforcementReport = {
+    platform: 'win32',
+    sandboxed: true,
+    mode: 'restricted-token',
+    mechanisms: {
+      token: 'write-restricted',
+      tokenFlags: ['DISABLE_MAX_PRIVILEGE', 'LUA_TOKEN', 'WRITE_RESTRICTED'],
+      capabilitySids: writeRoots.length + (rules.tmp === 'private' ? 1 : 0) || 1,
+      restrictingSids: ['capability', 'logon', 'everyone'],
+      privateDesktop: true,
+      job: { killOnClose: true, ...job },
+      network: rules.network.kind === 'none' ? 'dead-proxy-env' : 'unrestricted',
+      wine: ctx.wine,
+    },
+    guarantees: {
+      filesystemRead,
+      filesystemWrite,
+      protectedPaths: protectedGuarantee,
+      denyRead: 'not-requested',
+      network,
+      processIsolation,
+      treeTeardown,
+    },
+    gaps,
+  };
+  return {
+    writeRoots,
+    protectedPaths,
+    missingProtectedPaths,
+    privateTmp: rules.tmp === 'private',
+    job,
+    envOverrides,
+    report,
+  };
+}
+
+/** The report of an explicit unsandboxed run (`policy: null` / windowsSandboxLevel 'disabled'). */
+export function unsandboxedReport(): EnforcementReport {
+  return {
+    platform: 'win32',
+    sandboxed: false,
+    mode: 'none',
+    mechanisms: { job: { killOnClose: true } },
+    guarantees: {
+      filesystemRead: 'not-requested',
+      filesystemWrite: 'not-requested',
+      protectedPaths: 'not-requested',
+      denyRead: 'not-requested',
+      network: 'not-requested',
+      processIsolation: 'not-requested',
+      treeTeardown: 'enforced',
+    },
+    gaps: [],
+  };
+}
+
+/**
+ * One argv entry quoted for CommandLineToArgvW / the MSVC runtime: wrapped in quotes when it is
+ * empty or holds whitespace or quotes; backslashes doubled only before a quote.
+ */
+export function quoteWindowsArg(arg: string): string {
+  if (arg !== '' && !/[\s"]/.test(arg)) return arg;
+  let out = '"';
+  let backslashes = 0;
+  for (const ch of arg) {
+    if (ch === '\\') {
+      backslashes++;
+    } else if (ch === '"') {
+      out += '\\'.repeat(backslashes * 2 + 1) + '"';
+      backslashes = 0;
+    } else {
+      out += '\\'.repeat(backslashes) + ch;
+      backslashes = 0;
+    }
+  }
+  return out + '\\'.repeat(backslashes * 2) + '"';
+}
+
+export function buildCommandLine(argv: string[]): string {
+  return argv.map(quoteWindowsArg).join(' ');
+}
+
+/** Merge env overrides, replacing existing names case-insensitively (Windows env semantics). */
+export function mergeEnvCaseInsensitive(
+  env: Record<string, string>,
+  overrides: Record<string, string>,
+): Array<[string, string]> {
+  const byKey = new Map<string, [string, string]>();
+  for (const [k, v] of Object.entries(env)) byKey.set(k.toUpperCase(), [k, v]);
+  for (const [k, v] of Object.entries(overrides)) byKey.set(k.toUpperCase(), [k, v]);
+  return [...byKey.values()];
+}

@@ -1,0 +1,328 @@
+/**
+ * The Windows backend: restricted token + capability SIDs + ACL grants + private desktop + job
+ * object (native/win/*), behind the Backend contract of lib/backend.ts. Planning is pure and lives
+ * in win32-plan.ts; this file does the I/O (capability store, ACL edits, spawn) and wraps the
+ * child's pipes as Node streams.
+ */
+import * as crypto from 'node:crypto';
+import * as fs from 'node:fs';
+import * as net from 'node:net';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import type { Readable, Writable } from 'node:stream';
+import { SandboxError } from '../errors';
+import type {
+  Backend,
+  BackendProcess,
+  BackendSpawnRequest,
+  EnforcementReport,
+  ExitInfo,
+  ProbeReport,
+} from '../backend';
+import { CapabilityStore, defaultStateDir, randomCapabilitySid } from './win32-caps';
+import {
+  buildCommandLine,
+  mergeEnvCaseInsensitive,
+  planWindowsSandbox,
+  unsandboxedReport,
+  type WindowsPlan,
+} from './win32-plan';
+
+export {
+  mapWindowsSandboxLevel,
+  planWindowsSandbox,
+  quoteWindowsArg,
+  buildCommandLine,
+  DEAD_PROXY_ENV,
+  type WindowsSandboxLevel,
+  type WindowsLevelMapping,
+  type WindowsPlan,
+} from './win32-plan';
+export { CapabilityStore, defaultStateDir } from './win32-caps';
+
+/** The Windows half of the addon (native/win/binding_win.cc). */
+export interface Win32Native {
+  winWineVersion(): string | null;
+  winSidNormalize(sid: string): string;
+  winSidLookup(sid: string): { domain: string; name: string; use: number };
+  winSidFromName(name: string): string;
+  winTokenSids(): { user: string; logon: string; world: string };
+  winTokenProbe(capabilitySids: string[]): { created: boolean; restricted: boolean };
+  winDesktopProbe(): {
+    name: string;
+    startupName: string;
+    openWhileHeld: boolean;
+    openAfterClose: boolean;
+    errorAfterClose: number;
+  };
+  winAclEdit(op: 'grant-write' | 'deny-write' | 'revoke', path: string, sid: string): boolean;
+  winAclSddl(path: string): string;
+  winSpawn(
+    options: {
+      file: string;
+      commandLine: string;
+      env: Array<[string, string]>;
+      cwd: string;
+      stdio: Array<'pipe' | 'ignore' | number>;
+      sandboxed: boolean;
+      capabilitySids?: string[];
+      privateDesktop?: boolean;
+      job?: { uiRestrictions?: boolean; activeProcessLimit?: number; processMemoryLimit?: number };
+    },
+    onExit: (code: number) => void,
+  ): {
+    pid: number;
+    handle: unknown;
+    fds: Array<number | null>;
+    desktop: string | null;
+    jobViaAttribute: boolean;
+    tokenRestricted: boolean;
+  };
+  winKill(handle: unknown, exitCode: number): boolean;
+  winCloseJob(handle: unknown): void;
+  winRelease(handle: unknown): void;
+}
+
+export interface Win32BackendOptions {
+  /** Where capability SIDs and private temp dirs live. Default %LOCALAPPDATA%\process-sandbox. */
+  stateDir?: string;
+}
+
+function hasNul(s: string): boolean {
+  return s.includes('\0');
+}
+
+function validateRequest(req: BackendSpawnRequest): void {
+  if (req.argv.length === 0) throw new SandboxError('EINVALID_ARGUMENT', 'argv must not be empty');
+  const check = (what: string, v: string) => {
+    if (hasNul(v)) throw new SandboxError('EINVALID_ARGUMENT', `${what} contains a NUL byte`, { detail: { what } });
+  };
+  check('file', req.file);
+  check('cwd', req.cwd);
+  req.argv.forEach((a, i) => check(`argv[${i}]`, a));
+  for (const [k, v] of Object.entries(req.env)) {
+    check(`env name ${JSON.stringify(k.replace(/\0/g, '\\0'))}`, k);
+    check(`env ${k}`, v);
+  }
+  if (!path.win32.isAbsolute(req.cwd)) {
+    throw new SandboxError('EINVALID_ARGUMENT', `cwd must be an absolute path, got ${JSON.stringify(req.cwd)}`);
+  }
+  for (let i = 3; i < req.stdio.length; i++) {
+    if (req.stdio[i] !== 'ignore') {
+      throw new SandboxError(
+        'EINVALID_ARGUMENT',
+        `stdio[${i}]: passing extra file descriptors is not supported on Windows (only stdin, stdout, stderr)`,
+      );
+    }
+  }
+}
+
+function nativeStdio(req: BackendSpawnRequest): Array<'pipe' | 'ignore' | number> {
+  const out: Array<'pipe' | 'ignore' | number> = [];
+  for (let i = 0; i < 3; i++) {
+    const s = req.stdio[i] ?? 'ignore';
+    if (s === 'pipe' || s === 'ignore') out.push(s);
+    else if (s === 'inherit') out.push(i);
+    else if (typeof s === 'number' && Number.isInteger(s) && s >= 0) out.push(s);
+    else throw new SandboxError('EINVALID_ARGUMENT', `stdio[${i}] must be 'pipe', 'inherit', 'ignore' or an fd number`);
+  }
+  return out;
+}
+
+function wrapStreams(fds: Array<number | null>): Array<Readable | Writable | null> {
+  return fds.map((fd, i) => {
+    if (fd === null) return null;
+    return i === 0
+      ? new net.Socket({ fd, readable: false, writable: true })
+      : new net.Socket({ fd, readable: true, writable: false });
+  });
+}
+
+interface Cleanup {
+  revoke: Array<{ path: string; sid: string }>;
+  removeDirs: string[];
+}
+
+export function createWin32Backend(native: Win32Native | null | undefined, options: Win32BackendOptions = {}): Backend {
+  const stateDir = options.stateDir ?? defaultStateDir();
+  const caps = new CapabilityStore(stateDir);
+  let wineCache: string | null | undefined;
+  const wine = (): string | null => {
+    if (wineCache === undefined) wineCache = native ? native.winWineVersion() : null;
+    return wineCache;
+  };
+
+  function requireNative(): Win32Native {
+    if (!native || typeof native.winSpawn !== 'function') {
+      throw new SandboxError('EPLATFORM_UNSUPPORTED', 'the Windows half of the native addon is not loaded');
+    }
+    return native;
+  }
+
+  /** ACL grants for a plan; returns the capability SIDs for the token and what to undo at exit. */
+  function applyPlan(n: Win32Native, plan: WindowsPlan, env: Array<[string, string]>): { sids: string[]; cleanup: Cleanup; aclChanges: number } {
+    const cleanup: Cleanup = { revoke: [], removeDirs: [] };
+    let aclChanges = 0;
+    const rootSids = caps.sidsForRoots(plan.writeRoots);
+    const sids = [...rootSids];
+    try {
+      plan.writeRoots.forEach((root, i) => {
+        if (n.winAclEdit('grant-write', root, rootSids[i]!)) aclChanges++;
+      });
+      for (const p of plan.protectedPaths) {
+        for (const root of p.roots) {
+          const sid = rootSids[plan.writeRoots.indexOf(root)]!;
+          if (n.winAclEdit('deny-write', p.path, sid)) aclChanges++;
+        }
+      }
+      if (plan.privateTmp) {
+        const dir = path.join(stateDir, 'tmp', crypto.randomBytes(8).toString('hex'));
+        fs.mkdirSync(dir, { recursive: true });
+        cleanup.removeDirs.push(dir);
+        const runSid = randomCapabilitySid();
+        n.winAclEdit('grant-write', dir, runSid);
+        cleanup.revoke.push({ path: dir, sid: runSid });
+        sids.push(runSid);
+        for (const name of ['TEMP', 'TMP']) {
+          const idx = env.findIndex(([k]) => k.toUpperCase() === name);
+          if (idx >= 0) env.splice(idx, 1);
+          env.push([name, dir]);
+        }
+      }
+    } catch (err) {
+      runCleanup(n, cleanup);
+      throw err;
+    }
+    if (sids.length === 0) sids.push(caps.readonlySid());
+    return { sids, cleanup, aclChanges };
+  }
+
+  function runCleanup(n: Win32Native, c: Cleanup): void {
+    for (const r of c.revoke) {
+      try {
+        n.winAclEdit('revoke', r.path, r.sid);
+      } catch {
+        // The directory is removed next anyway.
+      }
+    }
+    for (const d of c.removeDirs) {
+      try {
+        fs.rmSync(d, { recursive: true, force: true });
+      } catch {
+        // Best effort: a leftover temp dir under the state dir is harmless.
+      }
+    }
+  }
+
+  function spawn(req: BackendSpawnRequest): BackendProcess {
+    validateRequest(req);
+    const stdio = nativeStdio(req);
+    const n = requireNative();
+    const commandLine = buildCommandLine(req.argv);
+
+    let report: EnforcementReport;
+    let env: Array<[string, string]>;
+    let cleanup: Cleanup = { revoke: [], removeDirs: [] };
+    let sandboxOptions: { sandboxed: boolean; capabilitySids?: string[]; privateDesktop?: boolean; job: object };
+    if (req.rules === null) {
+      report = unsandboxedReport();
+      env = Object.entries(req.env);
+      sandboxOptions = { sandboxed: false, job: { uiRestrictions: false } };
+    } else {
+      const plan = planWindowsSandbox(req.rules, {
+        wine: wine(),
+        hostTmp: os.tmpdir(),
+        exists: (p) => fs.existsSync(p),
+      });
+      env = mergeEnvCaseInsensitive(req.env, plan.envOverrides);
+      const applied = applyPlan(n, plan, env);
+      cleanup = applied.cleanup;
+      report = plan.report;
+      report.mechanisms = { ...report.mechanisms, capabilitySids: applied.sids.length, aclChanges: applied.aclChanges };
+      sandboxOptions = { sandboxed: true, capabilitySids: applied.sids, privateDesktop: true, job: plan.job };
+    }
+
+    let resolveExit!: (info: ExitInfo) => void;
+    const exited = new Promise<ExitInfo>((resolve) => {
+      resolveExit = resolve;
+    });
+    let killedWith: NodeJS.Signals | null = null;
+    let done = false;
+    let handle: unknown;
+    let child: ReturnType<Win32Native['winSpawn']>;
+    try {
+      child = n.winSpawn(
+        { file: req.file, commandLine, env, cwd: req.cwd, stdio, ...sandboxOptions },
+        (code: number) => {
+          done = true;
+          // Closing the job (kill-on-close) ends whatever the command left running.
+          n.winRelease(handle);
+          runCleanup(n, cleanup);
+          resolveExit(killedWith !== null ? { code: null, signal: killedWith } : { code, signal: null });
+        },
+      );
+    } catch (err) {
+      runCleanup(n, cleanup);
+      throw err;
+    }
+    handle = child.handle;
+    report.mechanisms = {
+      ...report.mechanisms,
+      ...(child.desktop !== null ? { privateDesktop: child.desktop } : {}),
+      jobAssignedVia: child.jobViaAttribute ? 'PROC_THREAD_ATTRIBUTE_JOB_LIST' : 'AssignProcessToJobObject',
+      ...(req.rules !== null ? { tokenRestricted: child.tokenRestricted } : {}),
+    };
+
+    return {
+      pid: child.pid,
+      stdio: wrapStreams(child.fds),
+      exited,
+      enforcement: report,
+      kill(signal: NodeJS.Signals | number): boolean {
+        if (done) return false;
+        if (killedWith === null) killedWith = typeof signal === 'string' ? signal : 'SIGKILL';
+        return n.winKill(handle, 1);
+      },
+    };
+  }
+
+  function probe(): ProbeReport {
+    const base: ProbeReport = {
+      platform: 'win32',
+      arch: process.arch,
+      addonLoaded: !!native && typeof native.winSpawn === 'function',
+      defaultMode: null,
+      features: {},
+    };
+    if (!base.addonLoaded) {
+      base.addonError = 'the Windows half of the native addon is not loaded';
+      return base;
+    }
+    const n = native as Win32Native;
+    const features: Record<string, unknown> = { wine: wine(), stateDir };
+    const attempt = (key: string, fn: () => unknown) => {
+      try {
+        features[key] = fn();
+      } catch (err) {
+        features[key] = { error: (err as Error).message, code: (err as { code?: string }).code };
+      }
+    };
+    attempt('tokenSids', () => n.winTokenSids());
+    attempt('restrictedToken', () => n.winTokenProbe([]));
+    attempt('privateDesktop', () => {
+      const d = n.winDesktopProbe();
+      return { created: true, closed: !d.openAfterClose };
+    });
+    features.jobObject = true;
+    features.networkEnforcement = false;
+    features.denyRead = false;
+    features.readRestriction = false;
+    const tokenOk = (features.restrictedToken as { created?: boolean } | undefined)?.created === true;
+    const desktopOk = (features.privateDesktop as { created?: boolean } | undefined)?.created === true;
+    base.features = features;
+    base.defaultMode = tokenOk && desktopOk ? 'restricted-token' : null;
+    return base;
+  }
+
+  return { name: 'win32-restricted-token', spawn, probe };
+}

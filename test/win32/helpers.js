@@ -1,0 +1,116 @@
+'use strict';
+// Shared setup for the Windows suite. Runs inside Windows node.exe (under wine here, or on a real
+// Windows runner): `node --test test/win32/` after scripts/test-win.sh has built
+//   prebuilds/win32-x64/process-sandbox.node   (the addon)
+//   .win/dist/                                  (lib/ compiled to CommonJS)
+//   .win/fixtures/probe_child.exe               (test/win32/fixtures/probe_child.cc)
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
+
+const root = path.resolve(__dirname, '..', '..');
+const distDir = process.env.PSB_WIN_DIST || path.join(root, '.win', 'dist');
+const addonPath = process.env.PSB_WIN_ADDON || path.join(root, 'prebuilds', 'win32-x64', 'process-sandbox.node');
+const probeChild = process.env.PSB_WIN_PROBE_CHILD || path.join(root, '.win', 'fixtures', 'probe_child.exe');
+
+const native = require(addonPath);
+const { SandboxError } = require(path.join(distDir, 'errors.js'));
+native.setErrorClass(SandboxError);
+const win32 = require(path.join(distDir, 'platform', 'win32.js'));
+
+/** wine version, or null on real Windows. Detected natively via ntdll!wine_get_version. */
+const wine = native.winWineVersion();
+const NEEDS_REAL_WINDOWS = wine
+  ? `needs real Windows: wine ${wine} does not enforce restricted tokens, integrity levels or file ACLs`
+  : false;
+
+const systemRoot = process.env.SystemRoot || process.env.SYSTEMROOT || 'C:\\windows';
+const cmdExe = path.join(systemRoot, 'system32', 'cmd.exe');
+
+function tmpDir(prefix) {
+  return fs.mkdtempSync(path.join(os.tmpdir(), `psb-${prefix}-`));
+}
+
+const stateDir = tmpDir('state');
+const backend = win32.createWin32Backend(native, { stateDir });
+
+/** ResolvedRules with defaults; degraded under wine (which cannot enforce, see NEEDS_REAL_WINDOWS). */
+function rules(over = {}) {
+  return {
+    readAll: true,
+    readRoots: [],
+    writeRoots: [],
+    readOnly: [],
+    denyRead: [],
+    tmp: 'host',
+    network: { kind: 'full' },
+    mode: 'auto',
+    degraded: wine !== null,
+    limits: {},
+    ...over,
+  };
+}
+
+function baseEnv(extra = {}) {
+  const env = {};
+  for (const k of ['SystemRoot', 'SYSTEMROOT', 'windir', 'ComSpec', 'PATH', 'Path', 'TEMP', 'TMP', 'PATHEXT']) {
+    if (process.env[k] !== undefined) env[k] = process.env[k];
+  }
+  return { ...env, ...extra };
+}
+
+function collect(stream) {
+  return new Promise((resolve, reject) => {
+    if (!stream) return resolve('');
+    let s = '';
+    stream.setEncoding('utf8');
+    stream.on('data', (d) => (s += d));
+    stream.on('end', () => resolve(s));
+    stream.on('error', reject);
+  });
+}
+
+/** Spawn through the backend and wait for exit and both output streams. */
+async function runBackend(req, input) {
+  const child = backend.spawn({
+    stdio: ['pipe', 'pipe', 'pipe'],
+    cwd: os.tmpdir(),
+    env: baseEnv(),
+    rules: null,
+    ...req,
+  });
+  const out = collect(child.stdio[1]);
+  const err = collect(child.stdio[2]);
+  if (child.stdio[0]) child.stdio[0].end(input ?? '');
+  const [exit, stdout, stderr] = await Promise.all([child.exited, out, err]);
+  return { child, exit, stdout, stderr };
+}
+
+/** Parse probe_child's "key:value" report lines. */
+function parseReport(stdout) {
+  const facts = {};
+  for (const line of stdout.split(/\r?\n/)) {
+    const i = line.indexOf(':');
+    if (i > 0) facts[line.slice(0, i)] = line.slice(i + 1);
+  }
+  return facts;
+}
+
+module.exports = {
+  root,
+  native,
+  win32,
+  backend,
+  stateDir,
+  SandboxError,
+  wine,
+  NEEDS_REAL_WINDOWS,
+  cmdExe,
+  probeChild,
+  tmpDir,
+  rules,
+  baseEnv,
+  collect,
+  runBackend,
+  parseReport,
+};
