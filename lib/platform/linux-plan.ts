@@ -206,7 +206,12 @@ export function planMounts(input: LinuxPlanInput): { mounts: LinuxMountOp[]; tmp
   return { mounts, tmpSlots, ghosts };
 }
 
-export function planLinux(input: LinuxPlanInput): LinuxPlan {
+export function planLinux(original: LinuxPlanInput): LinuxPlan {
+  // tmp 'host': the host's /tmp is simply one more writable root.
+  const input =
+    original.rules.tmp === 'host' && !original.rules.writeRoots.includes('/tmp')
+      ? { ...original, rules: { ...original.rules, writeRoots: [...original.rules.writeRoots, '/tmp'] } }
+      : original;
   const { rules, probe } = input;
   const mode = chooseLinuxMode(rules, probe);
   requireSeccomp(probe);
