@@ -1,0 +1,151 @@
+import { describe, expect, it } from 'vitest';
+
+import {
+  DomainMatcher,
+  canonicalIp,
+  classifyAddress,
+  isIpLiteral,
+  isNonPublicAddress,
+  normalizeHost,
+  parseIPv6,
+} from '../../lib/network';
+
+describe('DomainMatcher', () => {
+  it('matches an exact host case-insensitively, ignoring a trailing dot and a port', () => {
+    const m = new DomainMatcher(['Example.COM.']);
+    expect(m.evaluate('example.com').verdict).toBe('allowed');
+    expect(m.evaluate('EXAMPLE.com.').verdict).toBe('allowed');
+    expect(m.evaluate('example.com:443').verdict).toBe('allowed');
+    expect(m.evaluate('api.example.com').verdict).toBe('notAllowed');
+    expect(m.evaluate('notexample.com').verdict).toBe('notAllowed');
+  });
+
+  it('*.x matches subdomains only', () => {
+    const m = new DomainMatcher(['*.example.com']);
+    expect(m.evaluate('api.example.com').verdict).toBe('allowed');
+    expect(m.evaluate('a.b.example.com').verdict).toBe('allowed');
+    expect(m.evaluate('example.com').verdict).toBe('notAllowed');
+    expect(m.evaluate('evilexample.com').verdict).toBe('notAllowed');
+    expect(m.evaluate('example.com.evil.org').verdict).toBe('notAllowed');
+  });
+
+  it('**.x matches the apex and subdomains', () => {
+    const m = new DomainMatcher(['**.example.com']);
+    expect(m.evaluate('example.com').verdict).toBe('allowed');
+    expect(m.evaluate('api.example.com').verdict).toBe('allowed');
+    expect(m.evaluate('deep.api.example.com').verdict).toBe('allowed');
+    expect(m.evaluate('badexample.com').verdict).toBe('notAllowed');
+  });
+
+  it('a wildcard inside a label stays inside that label', () => {
+    const m = new DomainMatcher(['region*.v2.tunnel.example']);
+    expect(m.evaluate('region1.v2.tunnel.example').verdict).toBe('allowed');
+    expect(m.evaluate('region.v2.tunnel.example').verdict).toBe('allowed');
+    expect(m.evaluate('xregion1.v2.tunnel.example').verdict).toBe('notAllowed');
+    expect(m.evaluate('region1.evil.v2.tunnel.example').verdict).toBe('notAllowed');
+    expect(m.evaluate('foo.region1.v2.tunnel.example').verdict).toBe('notAllowed');
+  });
+
+  it('deny wins over allow', () => {
+    const m = new DomainMatcher(['**.example.com'], ['secret.example.com', '*.internal.example.com']);
+    expect(m.evaluate('www.example.com').verdict).toBe('allowed');
+    expect(m.evaluate('secret.example.com').verdict).toBe('denied');
+    expect(m.evaluate('db.internal.example.com').verdict).toBe('denied');
+    expect(m.evaluate('internal.example.com').verdict).toBe('allowed');
+  });
+
+  it('blocks everything when there are no allow entries', () => {
+    const m = new DomainMatcher([]);
+    expect(m.hasAllowEntries).toBe(false);
+    for (const h of ['example.com', 'localhost', '1.2.3.4', '::1']) expect(m.evaluate(h).verdict).toBe('notAllowed');
+  });
+
+  it('IP literals need an exact entry: wildcards never match them', () => {
+    const m = new DomainMatcher(['*', '*.0.0.1', '**.168.1.1']);
+    expect(m.evaluate('example.org').verdict).toBe('allowed');
+    expect(m.evaluate('127.0.0.1').verdict).toBe('notAllowed');
+    expect(m.evaluate('192.168.1.1').verdict).toBe('notAllowed');
+    expect(m.evaluate('::1').verdict).toBe('notAllowed');
+    const exact = new DomainMatcher(['10.1.2.3', '[::1]', '2001:DB8::0:1']);
+    expect(exact.evaluate('10.1.2.3').verdict).toBe('allowed');
+    expect(exact.evaluate('10.1.2.4').verdict).toBe('notAllowed');
+    expect(exact.evaluate('[0:0:0:0:0:0:0:1]').verdict).toBe('allowed');
+    expect(exact.evaluate('2001:db8::1').verdict).toBe('allowed');
+    expect(exact.isExplicitlyAllowedIp('::1')).toBe(true);
+    expect(exact.isExplicitlyAllowedIp('10.9.9.9')).toBe(false);
+  });
+
+  it('the global * is accepted in the allow list and rejected in the deny list', () => {
+    expect(() => new DomainMatcher(['*'])).not.toThrow();
+    expect(() => new DomainMatcher([], ['*'])).toThrow(/unsupported global wildcard domain pattern "\*"/);
+    expect(() => new DomainMatcher([''])).toThrow(/allow entry is empty/);
+    expect(() => new DomainMatcher(['http://x.com/'])).toThrow(/invalid domain pattern/);
+  });
+});
+
+describe('host normalisation', () => {
+  it('normalises names and IP literals', () => {
+    expect(normalizeHost(' Example.COM. ')).toBe('example.com');
+    expect(normalizeHost('[::1]:443')).toBe('0:0:0:0:0:0:0:1');
+    expect(normalizeHost('10.0.0.1:80')).toBe('10.0.0.1');
+    expect(isIpLiteral('::ffff:127.0.0.1')).toBe(true);
+    expect(isIpLiteral('example.com')).toBe(false);
+    expect(canonicalIp('fe80::1%eth0')).toBe('fe80:0:0:0:0:0:0:1%eth0');
+  });
+
+  it('parses IPv6 forms', () => {
+    expect(parseIPv6('::')).toEqual(new Array(16).fill(0));
+    expect(parseIPv6('::ffff:10.1.2.3')!.slice(10)).toEqual([0xff, 0xff, 10, 1, 2, 3]);
+    expect(parseIPv6('1::2:3')!.slice(0, 2)).toEqual([0, 1]);
+    expect(parseIPv6('not-an-ip')).toBeNull();
+  });
+});
+
+describe('classifyAddress', () => {
+  const cases: Array<[string, string]> = [
+    ['127.0.0.1', 'loopback'],
+    ['127.255.0.9', 'loopback'],
+    ['::1', 'loopback'],
+    ['10.0.0.1', 'private'],
+    ['172.16.0.1', 'private'],
+    ['172.31.255.255', 'private'],
+    ['192.168.1.1', 'private'],
+    ['169.254.1.1', 'linkLocal'],
+    ['fe80::1', 'linkLocal'],
+    ['febf::1', 'linkLocal'],
+    ['fc00::1', 'uniqueLocal'],
+    ['fdff::1', 'uniqueLocal'],
+    ['100.64.0.1', 'cgnat'],
+    ['100.127.255.254', 'cgnat'],
+    ['169.254.169.254', 'metadata'],
+    ['fd00:ec2::254', 'metadata'],
+    ['0.0.0.0', 'unspecified'],
+    ['0.1.2.3', 'unspecified'],
+    ['::', 'unspecified'],
+    ['224.0.0.1', 'multicast'],
+    ['ff02::1', 'multicast'],
+    ['255.255.255.255', 'reserved'],
+    ['192.0.2.1', 'reserved'],
+    ['2001:db8::1', 'reserved'],
+    // IPv4 carried in IPv6 is judged by its IPv4 address.
+    ['::ffff:127.0.0.1', 'loopback'],
+    ['::ffff:7f00:1', 'loopback'],
+    ['::ffff:169.254.169.254', 'metadata'],
+    ['::ffff:10.0.0.1', 'private'],
+    ['64:ff9b::a00:1', 'private'],
+    ['::ffff:8.8.8.8', 'public'],
+    // Public controls.
+    ['8.8.8.8', 'public'],
+    ['172.32.0.1', 'public'],
+    ['100.128.0.1', 'public'],
+    ['2606:4700::1111', 'public'],
+  ];
+  it.each(cases)('%s is %s', (ip, cls) => {
+    expect(classifyAddress(ip)).toBe(cls);
+    expect(isNonPublicAddress(ip)).toBe(cls !== 'public');
+  });
+
+  it('rejects non-addresses', () => {
+    expect(() => classifyAddress('example.com')).toThrow(TypeError);
+  });
+});
