@@ -399,8 +399,8 @@ export function profileToResolverInput(profile: PermissionProfile, ctx: ProfileR
   profile.file_system.entries.forEach((e, i) => {
     const source = `permissions.file_system.entries[${i}]`;
     const missing = e.missing_path_behavior === 'skip' ? 'skip' : 'default';
-    const push = (p: string): void => {
-      entries.push({ path: p, access: e.access, missing, source });
+    const push = (p: string, protectMissingMetadata = true): void => {
+      entries.push({ path: p, access: e.access, missing, source, protectMissingMetadata });
     };
     if (e.path.type === 'path') return push(e.path.path);
     if (e.path.type === 'glob_pattern') {
@@ -427,10 +427,10 @@ export function profileToResolverInput(profile: PermissionProfile, ctx: ProfileR
       case 'current_working_directory':
         return push(withSub(ctx.cwd));
       case 'tmpdir':
-        if (tmpdir !== undefined && tmpdir !== '' && path.isAbsolute(tmpdir)) push(withSub(tmpdir));
+        if (tmpdir !== undefined && tmpdir !== '' && path.isAbsolute(tmpdir)) push(withSub(tmpdir), false);
         return;
       case 'slash_tmp':
-        if (process.platform !== 'win32') push(withSub('/tmp'));
+        if (process.platform !== 'win32') push(withSub('/tmp'), false);
         return;
       case 'unknown':
         ctx.ignored?.push(v.path);

@@ -54,6 +54,12 @@ export interface ResolverEntry {
   missing: MissingBehavior;
   /** Where the entry came from, for error messages (e.g. `policy.filesystem.write[0]`). */
   source: string;
+  /**
+   * For write entries: protect metadata paths (.git hooks/config, .codex, .agents) even when they
+   * do not exist yet (default true). Shared scratch roots (/tmp, $TMPDIR) set false: only the
+   * metadata that already exists there is protected.
+   */
+  protectMissingMetadata?: boolean;
 }
 
 export type GitProtection = 'hooks-and-config' | 'whole';
@@ -80,6 +86,7 @@ interface CanonEntry {
   path: string;
   access: Access;
   source: string;
+  protectMissingMetadata: boolean;
 }
 
 function canonicalizeEntry(e: ResolverEntry): CanonEntry | null {
@@ -97,7 +104,7 @@ function canonicalizeEntry(e: ResolverEntry): CanonEntry | null {
     }
     return null;
   }
-  return { path: real, access: e.access, source: e.source };
+  return { path: real, access: e.access, source: e.source, protectMissingMetadata: e.protectMissingMetadata !== false };
 }
 
 /**
@@ -198,6 +205,7 @@ export function resolveEntries(input: ResolverInput): ResolvedRules {
     if (c === null) continue;
     const prev = byPath.get(c.path);
     if (prev === undefined || PRECEDENCE[c.access] > PRECEDENCE[prev.access]) byPath.set(c.path, c);
+    else if (prev.access === c.access) prev.protectMissingMetadata ||= c.protectMissingMetadata;
   }
   // A path entry equal to `/` behaves like the root access itself.
   let root = input.root;
@@ -243,7 +251,11 @@ export function resolveEntries(input: ResolverInput): ResolvedRules {
   const carve: string[] = [];
   if (input.protectMetadata !== false) {
     // Metadata only exists below directories; a writable file root has none.
-    for (const w of allWrites) if (statOrNull(w.path)?.isDirectory()) carve.push(...protectedMetadataFor(w.path, input.git));
+    for (const w of allWrites) {
+      if (!statOrNull(w.path)?.isDirectory()) continue;
+      const meta = protectedMetadataFor(w.path, input.git);
+      carve.push(...(w.protectMissingMetadata ? meta : meta.filter((m) => lstatOrNull(m) !== null)));
+    }
   }
   for (const p of input.protect) {
     if (!path.isAbsolute(p)) {
@@ -256,10 +268,16 @@ export function resolveEntries(input: ResolverInput): ResolvedRules {
   for (const e of entries) {
     if (e.access === 'read' && parentAccess(e.path) === 'write') carve.push(e.path);
   }
-  const readOnly = sortUnique(
-    carve.filter(
-      (c) => !explicitWrite.has(c) && writeRoots.some((w) => isStrictlyWithin(c, w)),
-    ),
+  const kept = sortUnique(carve.filter((c) => !explicitWrite.has(c) && writeRoots.some((w) => isStrictlyWithin(c, w))));
+  // A carve-out inside another carve-out is already read-only (and a missing one cannot be
+  // created there), unless a writable root in between makes it writable again.
+  const allWriteRoots = [...explicitWrite];
+  const readOnly = kept.filter(
+    (c) =>
+      !kept.some(
+        (outer) =>
+          isStrictlyWithin(c, outer) && !allWriteRoots.some((w) => isWithin(c, w) && isStrictlyWithin(w, outer)),
+      ),
   );
 
   // 4. Deny-read paths: only those something readable would expose.

@@ -22,7 +22,7 @@ import { prepareExecRequest, type ExecParams, type PreparedExecRequest } from '.
 
 const isLinux = process.platform === 'linux';
 
-const PROBE = 'if : > "$1" 2>/dev/null; then exit 0; else exit 3; fi';
+const PROBE = 'if (printf x > "$1") 2>/dev/null; then exit 0; else exit 3; fi';
 
 interface Outcome {
   code: number | null;

@@ -356,3 +356,55 @@ describe('glob deny expansion', () => {
     expect(resolveProfile(profile(1), { cwd: g }).denyRead).toEqual([]);
   });
 });
+
+describe('carve-out hygiene', () => {
+  it('carve-outs nested in another carve-out are dropped (a whole .git covers .git/hooks)', () => {
+    const w = mk('nestcarve');
+    mk('nestcarve', '.git');
+    const r = resolveProfile(materializeProjectRoots(workspaceWriteProfile(), [w], w), { cwd: w, tmpdir: '' });
+    expect(r.readOnly).toContain(path.join(w, '.git'));
+    expect(r.readOnly.filter((p) => p.startsWith(path.join(w, '.git') + path.sep))).toEqual([]);
+  });
+
+  it('a writable root between two carve-outs keeps the inner one', () => {
+    const w = mk('between');
+    const docs = mk('between', 'docs');
+    const out = mk('between', 'docs', 'out');
+    const profile: PermissionProfile = {
+      type: 'managed',
+      network: 'restricted',
+      file_system: {
+        type: 'restricted',
+        entries: [
+          { path: { type: 'special', value: { kind: 'root' } }, access: 'read' },
+          { path: { type: 'path', path: w }, access: 'write' },
+          { path: { type: 'path', path: docs }, access: 'read' },
+          { path: { type: 'path', path: out }, access: 'write' },
+        ],
+      },
+    };
+    const r = resolveProfile(profile, { cwd: w });
+    expect(r.writeRoots).toEqual([w, out]);
+    expect(r.readOnly).toContain(docs);
+    expect(r.readOnly).toContain(path.join(out, '.codex'));
+  });
+
+  it('/tmp and $TMPDIR roots only protect metadata that already exists', () => {
+    const t = mk('scratch-tmpdir');
+    mk('scratch-tmpdir', '.codex');
+    const profile: PermissionProfile = {
+      type: 'managed',
+      network: 'restricted',
+      file_system: {
+        type: 'restricted',
+        entries: [
+          { path: { type: 'special', value: { kind: 'root' } }, access: 'read' },
+          { path: { type: 'special', value: { kind: 'tmpdir' } }, access: 'write' },
+        ],
+      },
+    };
+    const r = resolveProfile(profile, { cwd: '/', tmpdir: t });
+    expect(r.writeRoots).toEqual([t]);
+    expect(r.readOnly).toEqual([path.join(t, '.codex')]);
+  });
+});
