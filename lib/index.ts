@@ -17,12 +17,18 @@ import { tryLoadNative, loadNative } from './native';
 import { isLikelySandboxDenied, resolvePolicy } from './permissions';
 import type { SandboxPolicy } from './policy-types';
 import type { ResolvedRules } from './rules';
+import type { PreparedExecRequest } from './prepare';
+import { createDarwinBackend } from './platform/darwin';
+import { createLinuxBackend } from './platform/linux';
+import { launchWithChildProcess } from './platform/posix-launcher';
+import { createWin32Backend } from './platform/win32';
 
 export { SandboxError, ERROR_CODES, type SandboxErrorCode } from './errors';
 export { SandboxedProcess, type ExitResult } from './child';
 export type { SandboxPolicy, FilesystemPolicy, ProxyPolicy, ResourceLimits, TmpMode, SandboxMode } from './policy-types';
 export type { ResolvedRules, NetworkRule } from './rules';
 export type { EnforcementReport, ProbeReport, StdioSpec, Guarantee } from './backend';
+export { prepareExecRequest, type ExecParams, type PrepareRuntime, type PreparedExecRequest } from './prepare';
 
 export interface SpawnOptions {
   cwd?: string;
@@ -65,19 +71,10 @@ let backendCache: Backend | undefined;
 
 function backend(): Backend {
   if (backendCache) return backendCache;
-  const native = loadNative();
-  if (process.platform === 'linux') {
-    // eslint-disable-next-line @typescript-eslint/no-require-imports
-    backendCache = (require('./platform/linux') as typeof import('./platform/linux')).createLinuxBackend(native);
-  } else if (process.platform === 'win32') {
-    // eslint-disable-next-line @typescript-eslint/no-require-imports
-    backendCache = (require('./platform/win32') as { createWin32Backend(n: unknown): Backend }).createWin32Backend(native);
-  } else if (process.platform === 'darwin') {
-    // eslint-disable-next-line @typescript-eslint/no-require-imports
-    backendCache = (require('./platform/darwin') as { createDarwinBackend(n: unknown): Backend }).createDarwinBackend(native);
-  } else {
-    throw new SandboxError('EPLATFORM_UNSUPPORTED', `no sandbox backend exists for platform ${process.platform}`);
-  }
+  if (process.platform === 'linux') backendCache = createLinuxBackend(loadNative());
+  else if (process.platform === 'win32') backendCache = createWin32Backend(loadNative() as unknown as Parameters<typeof createWin32Backend>[0]);
+  else if (process.platform === 'darwin') backendCache = createDarwinBackend(launchWithChildProcess);
+  else throw new SandboxError('EPLATFORM_UNSUPPORTED', `no sandbox backend exists for platform ${process.platform}`);
   return backendCache;
 }
 
@@ -128,7 +125,13 @@ interface Normalized {
   req: BackendSpawnRequest;
 }
 
-function normalize(command: unknown, args: unknown, options: unknown, allowed: Set<string>): Normalized {
+function normalize(
+  command: unknown,
+  args: unknown,
+  options: unknown,
+  allowed: Set<string>,
+  preResolved?: { rules: ResolvedRules | null },
+): Normalized {
   const cmd = checkString(command, 'command');
   const argList: unknown[] = args === undefined ? [] : Array.isArray(args) ? args : bad('args must be an array of strings');
   const argv = argList.map((a, i) => checkString(a, `args[${i}]`, true));
@@ -169,7 +172,8 @@ function normalize(command: unknown, args: unknown, options: unknown, allowed: S
   const arg0 = opts.arg0 === undefined ? cmd : checkString(opts.arg0, 'options.arg0');
 
   let rules: ResolvedRules | null;
-  if (opts.policy === null) rules = null;
+  if (preResolved) rules = preResolved.rules;
+  else if (opts.policy === null) rules = null;
   else rules = resolvePolicy(opts.policy as SandboxPolicy | undefined, cwd);
 
   const file = resolveExecutable(cmd, env, cwd);
@@ -179,6 +183,24 @@ function normalize(command: unknown, args: unknown, options: unknown, allowed: S
 /** Starts a sandboxed command. Throws SandboxError (and starts nothing) on bad input or when the policy cannot be enforced. */
 export function spawn(command: string, args?: readonly string[], options?: SpawnOptions): SandboxedProcess {
   const { req } = normalize(command, args, options, SPAWN_KEYS);
+  return new SandboxedProcess(backend().spawn(req));
+}
+
+/**
+ * Runs a request prepared by prepareExecRequest (Codex exec-server shapes). The prepared rules are
+ * enforced as they are; `sandboxType: 'none'` runs plainly, exactly as the seed does.
+ */
+export function spawnPrepared(prepared: PreparedExecRequest, options: { stdio?: StdioSpec | StdioSpec[] } = {}): SandboxedProcess {
+  if (!prepared || !Array.isArray(prepared.command) || prepared.command.length === 0) bad('argv must not be empty');
+  for (const k of Object.keys(options)) if (k !== 'stdio') bad(`unknown option: ${k}`);
+  if (prepared.sandboxType !== 'none' && prepared.rules === null) {
+    throw new SandboxError('ENOT_ENFORCED', 'sandbox intent cannot be enforced on this executor');
+  }
+  const [program, ...rest] = prepared.command;
+  const stdio = options.stdio ?? [prepared.pipeStdin || prepared.tty ? 'pipe' : 'ignore', 'pipe', 'pipe'];
+  const spawnOpts: SpawnOptions = { cwd: prepared.cwd, env: prepared.env, stdio };
+  if (prepared.arg0 !== undefined) spawnOpts.arg0 = prepared.arg0;
+  const { req } = normalize(program, rest, spawnOpts, SPAWN_KEYS, { rules: prepared.rules });
   return new SandboxedProcess(backend().spawn(req));
 }
 
