@@ -190,7 +190,12 @@ export function planWindowsSandbox(rules: ResolvedRules, ctx: PlanContext): Wind
     gaps.push('limits.openFiles: Windows has no per-process handle limit to set; not enforced');
   }
 
-  let filesystemWrite: Guarantee = 'enforced';
+  // Everyone and the logon SID are restricting SIDs (Codex's choice; without them the child cannot
+  // even create its own pipes), so whatever grants *them* write access stays writable.
+  let filesystemWrite: Guarantee = 'partial';
+  gaps.push(
+    'filesystemWrite: paths writable by Everyone or by the logon session (e.g. C:\\Users\\Public) stay writable',
+  );
   let processIsolation: Guarantee = 'partial';
   let treeTeardown: Guarantee = 'enforced';
   if (ctx.wine !== null) {

@@ -110,3 +110,11 @@ test('probe() reports the restricted-token mode and what cannot be enforced', ()
   assert.equal(p.features.denyRead, false);
   assert.equal(p.features.wine, h.wine);
 });
+
+test('node-gyp-build finds the prebuild (prebuilds/win32-x64/process-sandbox.node)', () => {
+  const load = require(path.join(h.root, 'node_modules', 'node-gyp-build'));
+  const resolved = load.resolve(h.root);
+  assert.equal(path.basename(resolved), 'process-sandbox.node');
+  assert.equal(path.basename(path.dirname(resolved)), 'win32-x64');
+  assert.equal(load(h.root), h.native, 'the same module instance');
+});

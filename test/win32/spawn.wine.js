@@ -58,11 +58,46 @@ for (const sandboxed of [false, true]) {
   });
 }
 
-test('arguments with spaces, quotes and backslashes arrive intact', { timeout: 60000 }, async () => {
-  // cmd.exe is a poor argv echo, so go through the probe child's env instead: argv quoting is
-  // checked by round-tripping the command line we build against CommandLineToArgvW rules.
-  const { buildCommandLine } = h.win32;
-  assert.equal(buildCommandLine(['a b', 'c"d', 'e\\', 'f\\"g', '']), '"a b" "c\\"d" e\\ "f\\\\\\"g" ""');
+test('stdio given as an fd number: the child writes straight into our file', { timeout: 60000 }, async () => {
+  const file = path.join(h.tmpDir('fd'), 'out.txt');
+  const fd = fs.openSync(file, 'w');
+  try {
+    const child = h.backend.spawn({
+      file: h.cmdExe,
+      argv: ['cmd.exe', '/c', 'echo via-fd'],
+      env: h.baseEnv(),
+      cwd: process.cwd(),
+      stdio: ['ignore', fd, 'ignore'],
+      rules: h.rules(),
+    });
+    assert.equal(child.stdio[1], null);
+    assert.deepEqual(await child.exited, { code: 0, signal: null });
+  } finally {
+    fs.closeSync(fd);
+  }
+  assert.equal(fs.readFileSync(file, 'utf8').trim(), 'via-fd');
+});
+
+test('extra stdio fds are refused on Windows', () => {
+  assert.throws(
+    () => h.backend.spawn({ file: h.cmdExe, argv: ['cmd.exe'], env: h.baseEnv(), cwd: process.cwd(), stdio: ['ignore', 'ignore', 'ignore', 'pipe'], rules: null }),
+    (e) => e.code === 'EINVALID_ARGUMENT' && /stdio\[3\]/.test(e.message),
+  );
+});
+
+test('arguments with spaces, quotes, backslashes and non-ASCII arrive intact', { timeout: 60000 }, async () => {
+  const awkward = ['', ' ', 'a b', 'a"b', 'a\\"b', 'trail\\', 'trail \\', '\\\\server\\share\\x y', '"', 'caf\u00e9 \u2603', '\t'];
+  const { stdout, exit } = await h.runBackend({
+    file: h.probeChild,
+    argv: [h.probeChild, 'argv', ...awkward],
+    rules: h.rules(),
+  });
+  assert.equal(exit.code, 0);
+  const got = stdout
+    .split(/\r?\n/)
+    .filter((l) => l.startsWith('arg:'))
+    .map((l) => Buffer.from(l.slice(4), 'hex').toString('utf8'));
+  assert.deepEqual(got, awkward);
 });
 
 test('network none: dead proxy variables are set and the report says not enforced', { timeout: 60000 }, async () => {

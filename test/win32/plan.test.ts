@@ -1,0 +1,235 @@
+// Windows planning, pure: runs under vitest on every OS (the wine suite covers the native side).
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { SandboxError } from '../../lib/errors';
+import type { ResolvedRules } from '../../lib/rules';
+import {
+  buildCommandLine,
+  DEAD_PROXY_ENV,
+  isWithin,
+  mapWindowsSandboxLevel,
+  mergeEnvCaseInsensitive,
+  planWindowsSandbox,
+  quoteWindowsArg,
+  unsandboxedReport,
+} from '../../lib/platform/win32-plan';
+import { CapabilityStore, defaultStateDir, randomCapabilitySid } from '../../lib/platform/win32-caps';
+
+function rules(over: Partial<ResolvedRules> = {}): ResolvedRules {
+  return {
+    readAll: true,
+    readRoots: [],
+    writeRoots: [],
+    readOnly: [],
+    denyRead: [],
+    tmp: 'none',
+    network: { kind: 'full' },
+    mode: 'auto',
+    degraded: false,
+    limits: {},
+    ...over,
+  };
+}
+
+const ctx = (over: Partial<Parameters<typeof planWindowsSandbox>[1]> = {}) => ({
+  wine: null,
+  hostTmp: 'C:\\Users\\me\\AppData\\Local\\Temp',
+  exists: () => true,
+  ...over,
+});
+
+function codeOf(fn: () => unknown): string | undefined {
+  try {
+    fn();
+  } catch (e) {
+    expect(e).toBeInstanceOf(SandboxError);
+    return (e as SandboxError).code;
+  }
+  return undefined;
+}
+
+describe('mapWindowsSandboxLevel', () => {
+  it('maps disabled and restricted-token', () => {
+    expect(mapWindowsSandboxLevel('disabled')).toEqual({ sandboxed: false, mode: 'none' });
+    expect(mapWindowsSandboxLevel('restricted-token')).toEqual({ sandboxed: true, mode: 'restricted-token' });
+  });
+  it('refuses elevated and mxc with precise errors, and unknown levels as invalid', () => {
+    expect(() => mapWindowsSandboxLevel('elevated')).toThrow(/elevated Windows sandbox backend/);
+    expect(codeOf(() => mapWindowsSandboxLevel('elevated'))).toBe('ENOT_ENFORCED');
+    expect(() => mapWindowsSandboxLevel('mxc')).toThrow('native MXC is unavailable on this executor');
+    expect(codeOf(() => mapWindowsSandboxLevel('sandboxie'))).toBe('EINVALID_POLICY');
+  });
+});
+
+describe('planWindowsSandbox', () => {
+  it('plans a workspace-write run: grants, carve-outs, job, report', () => {
+    const plan = planWindowsSandbox(
+      rules({
+        writeRoots: ['C:\\work\\repo'],
+        readOnly: ['C:\\work\\repo\\.git\\hooks', 'C:\\work\\repo\\.codex', 'D:\\elsewhere\\.git'],
+        limits: { maxProcesses: 64, memoryBytes: 1 << 30 },
+      }),
+      ctx({ exists: (p) => !p.endsWith('.codex') }),
+    );
+    expect(plan.writeRoots).toEqual(['C:\\work\\repo']);
+    expect(plan.protectedPaths).toEqual([{ path: 'C:\\work\\repo\\.git\\hooks', roots: ['C:\\work\\repo'] }]);
+    expect(plan.missingProtectedPaths).toEqual(['C:\\work\\repo\\.codex']);
+    expect(plan.job).toEqual({ uiRestrictions: true, activeProcessLimit: 64, processMemoryLimit: 1 << 30 });
+    expect(plan.envOverrides).toEqual({});
+    expect(plan.report.mode).toBe('restricted-token');
+    expect(plan.report.guarantees).toMatchObject({
+      filesystemRead: 'not-requested',
+      filesystemWrite: 'partial',
+      protectedPaths: 'partial',
+      denyRead: 'not-requested',
+      network: 'not-requested',
+      treeTeardown: 'enforced',
+    });
+    expect(plan.report.gaps.some((g) => g.includes('.codex'))).toBe(true);
+  });
+
+  it('network none: dead proxy env and a report that says not enforced', () => {
+    const plan = planWindowsSandbox(rules({ network: { kind: 'none' } }), ctx());
+    expect(plan.envOverrides).toEqual(DEAD_PROXY_ENV);
+    expect(plan.envOverrides.HTTPS_PROXY).toBe('http://127.0.0.1:9');
+    expect(plan.report.guarantees.network).toBe('not-enforced');
+    expect(plan.report.gaps.some((g) => g.startsWith('network:'))).toBe(true);
+  });
+
+  it('refuses what it cannot enforce', () => {
+    expect(codeOf(() => planWindowsSandbox(rules({ denyRead: ['C:\\secret'] }), ctx()))).toBe('EUNSUPPORTED_POLICY');
+    expect(codeOf(() => planWindowsSandbox(rules({ denyRead: ['C:\\secret'], degraded: true }), ctx()))).toBe(
+      'EUNSUPPORTED_POLICY',
+    );
+    expect(
+      codeOf(() => planWindowsSandbox(rules({ network: { kind: 'proxy', proxy: { allow: ['example.com'] } } }), ctx())),
+    ).toBe('ENETWORK_NOT_ENFORCEABLE');
+    expect(codeOf(() => planWindowsSandbox(rules({ readAll: false, readRoots: ['C:\\x'] }), ctx()))).toBe(
+      'EUNSUPPORTED_POLICY',
+    );
+    expect(codeOf(() => planWindowsSandbox(rules({ mode: 'isolated' }), ctx()))).toBe('EUNSUPPORTED_POLICY');
+    expect(codeOf(() => planWindowsSandbox(rules(), ctx({ wine: '8.0' })))).toBe('ENOT_ENFORCED');
+  });
+
+  it('degraded mode runs read-restricted policies and lists the gap', () => {
+    const plan = planWindowsSandbox(rules({ readAll: false, readRoots: ['C:\\x'], degraded: true }), ctx());
+    expect(plan.report.guarantees.filesystemRead).toBe('not-enforced');
+    expect(plan.report.gaps.some((g) => g.startsWith('filesystemRead:'))).toBe(true);
+  });
+
+  it('under wine (degraded) every token/ACL guarantee is reported as not enforced', () => {
+    const plan = planWindowsSandbox(rules({ degraded: true, writeRoots: ['C:\\w'], readOnly: ['C:\\w\\.git'] }), ctx({ wine: '8.0' }));
+    expect(plan.report.guarantees.filesystemWrite).toBe('not-enforced');
+    expect(plan.report.guarantees.protectedPaths).toBe('not-enforced');
+    expect(plan.report.mechanisms.wine).toBe('8.0');
+  });
+
+  it("tmp 'host' makes the host temp dir a writable root; 'private' asks for a per-run dir", () => {
+    expect(planWindowsSandbox(rules({ tmp: 'host' }), ctx()).writeRoots).toEqual(['C:\\Users\\me\\AppData\\Local\\Temp']);
+    const p = planWindowsSandbox(rules({ tmp: 'private', writeRoots: ['C:\\a', 'c:\\A\\'] }), ctx());
+    expect(p.privateTmp).toBe(true);
+    expect(p.writeRoots).toEqual(['C:\\a']);
+  });
+});
+
+describe('command lines and env', () => {
+  // The MSVC runtime / CommandLineToArgvW rules for arguments after argv[0].
+  function parseArgs(cmd: string): string[] {
+    const args: string[] = [];
+    let i = 0;
+    while (i < cmd.length) {
+      while (cmd[i] === ' ' || cmd[i] === '\t') i++;
+      if (i >= cmd.length) break;
+      let arg = '';
+      let inQuotes = false;
+      while (i < cmd.length) {
+        const c = cmd[i]!;
+        if (!inQuotes && (c === ' ' || c === '\t')) break;
+        if (c === '\\') {
+          let n = 0;
+          while (cmd[i] === '\\') {
+            n++;
+            i++;
+          }
+          if (cmd[i] === '"') {
+            arg += '\\'.repeat(n >> 1);
+            if (n % 2 === 1) {
+              arg += '"';
+              i++;
+            }
+          } else {
+            arg += '\\'.repeat(n);
+          }
+          continue;
+        }
+        if (c === '"') {
+          inQuotes = !inQuotes;
+          i++;
+          continue;
+        }
+        arg += c;
+        i++;
+      }
+      args.push(arg);
+    }
+    return args;
+  }
+
+  it('quotes only when needed', () => {
+    expect(quoteWindowsArg('plain')).toBe('plain');
+    expect(quoteWindowsArg('C:\\dir\\')).toBe('C:\\dir\\');
+    expect(quoteWindowsArg('')).toBe('""');
+    expect(quoteWindowsArg('a b')).toBe('"a b"');
+    expect(quoteWindowsArg('a b\\')).toBe('"a b\\\\"');
+    expect(quoteWindowsArg('say "hi"')).toBe('"say \\"hi\\""');
+  });
+
+  it('round-trips awkward arguments through the CommandLineToArgvW rules', () => {
+    const awkward = ['', ' ', 'a b', 'a"b', 'a\\"b', 'a\\\\"b', 'trail\\', 'trail \\', '\\\\server\\share\\x y', '"', '\\', 'é ü', '\t'];
+    const line = buildCommandLine(['prog.exe', ...awkward]);
+    expect(parseArgs(line).slice(1)).toEqual(awkward);
+  });
+
+  it('env overrides replace names case-insensitively', () => {
+    const env = mergeEnvCaseInsensitive({ https_proxy: 'http://real:3128', Path: 'C:\\bin' }, { HTTPS_PROXY: 'http://127.0.0.1:9' });
+    expect(env).toEqual([
+      ['HTTPS_PROXY', 'http://127.0.0.1:9'],
+      ['Path', 'C:\\bin'],
+    ]);
+  });
+
+  it('isWithin compares Windows paths case-insensitively and on component boundaries', () => {
+    expect(isWithin('C:\\Work', 'c:\\work\\x')).toBe(true);
+    expect(isWithin('C:\\Work', 'C:\\Work')).toBe(true);
+    expect(isWithin('C:\\Work', 'C:\\Workshop')).toBe(false);
+  });
+
+  it('the unsandboxed report says so', () => {
+    expect(unsandboxedReport()).toMatchObject({ sandboxed: false, mode: 'none' });
+  });
+});
+
+describe('CapabilityStore', () => {
+  it('persists one SID per root (case-insensitive) and a read-only SID', () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'psb-caps-'));
+    try {
+      const store = new CapabilityStore(dir);
+      const [a, b] = store.sidsForRoots(['C:\\Work\\A', 'C:\\Work\\B']);
+      expect(a).toMatch(/^S-1-5-21-\d+-\d+-\d+-\d+$/);
+      expect(a).not.toBe(b);
+      expect(new CapabilityStore(dir).sidsForRoots(['c:\\work\\a\\'])).toEqual([a]);
+      const ro = store.readonlySid();
+      expect(new CapabilityStore(dir).readonlySid()).toBe(ro);
+      expect(JSON.parse(fs.readFileSync(path.join(dir, 'capabilities.json'), 'utf8')).version).toBe(1);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('lives under LOCALAPPDATA and mints random S-1-5-21 SIDs', () => {
+    expect(defaultStateDir({ LOCALAPPDATA: 'C:\\Users\\me\\AppData\\Local' })).toMatch(/process-sandbox$/);
+    expect(randomCapabilitySid()).not.toBe(randomCapabilitySid());
+  });
+});
