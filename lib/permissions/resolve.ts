@@ -135,7 +135,7 @@ function readGitdirPointer(file: string): string | null {
   return path.resolve(path.dirname(file), m[1]!);
 }
 
-const GIT_PROTECTED_NAMES = ['hooks', 'config', 'config.worktree', 'commondir'];
+const GIT_PROTECTED_NAMES = ['hooks', 'config', 'config.worktree'];
 
 function listDirs(dir: string): string[] {
   try {
@@ -157,9 +157,13 @@ export function protectedMetadataFor(root: string, git: GitProtection): string[]
       return;
     }
     // Every file git reads code-running settings from: hooks, config (core.hooksPath, filters,
-    // aliases), config.worktree (when worktreeConfig is on) and commondir, which would otherwise
-    // let a planted file move hooks/config to a writable place.
+    // aliases) and config.worktree (when worktreeConfig is on), protected even before they exist.
     for (const name of GIT_PROTECTED_NAMES) out.push(path.join(gitdir, name));
+    // commondir moves hooks/config elsewhere, so an existing one is protected. A missing one is
+    // not: git dies on a commondir it cannot read, so a placeholder would break every repository.
+    // (Known gap: a planted commondir; `git: 'whole'` closes it.)
+    const commondir = path.join(gitdir, 'commondir');
+    if (lstatOrNull(commondir) !== null) out.push(commondir);
     // Existing submodule gitdirs (<gitdir>/modules/<name>, nested) carry their own hooks/config.
     if (depth < 3) {
       for (const mod of listDirs(path.join(gitdir, 'modules'))) addGitDir(mod, depth + 1);

@@ -143,7 +143,6 @@ describe('resolvePolicy paths', () => {
     expect(r.readOnly).toEqual([
       path.join(w, '.agents'),
       path.join(w, '.codex'),
-      path.join(w, '.git', 'commondir'),
       path.join(w, '.git', 'config'),
       path.join(w, '.git', 'config.worktree'),
       path.join(w, '.git', 'hooks'),
@@ -184,13 +183,14 @@ describe('resolvePolicy paths', () => {
     // The gitdirs live outside the only writable root: nothing to carve there, but the pointer is.
     expect(onlyWt.readOnly).toEqual([path.join(wt, '.agents'), path.join(wt, '.codex'), path.join(wt, '.git')]);
     const both = resolvePolicy({ filesystem: { write: [wt, main] } }, '/');
-    const gitFiles = (d: string) => ['commondir', 'config', 'config.worktree', 'hooks'].map((n) => path.join(d, n));
+    const gitFiles = (d: string) => ['config', 'config.worktree', 'hooks'].map((n) => path.join(d, n));
     expect(both.readOnly).toEqual(
       [
         path.join(main, '.agents'),
         path.join(main, '.codex'),
         ...gitFiles(path.join(main, '.git')),
         ...gitFiles(gitdir),
+        path.join(gitdir, 'commondir'),
         path.join(wt, '.agents'),
         path.join(wt, '.codex'),
         path.join(wt, '.git'),
