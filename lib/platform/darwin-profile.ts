@@ -19,7 +19,7 @@
  *   normalised, and a writable root reached through any other symlink is refused (ESYMLINK_ROOT).
  *
  * The only I/O here is reading the .sb files once and lstat() of writable-root components (the
- * symlink check, and whether a protected path's ancestors exist yet).
+ * symlink check).
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -166,15 +166,6 @@ export function assertNoSymlinkInRoot(root: string): void {
   }
 }
 
-function exists(p: string): boolean {
-  try {
-    fs.lstatSync(p);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Regexes (Seatbelt uses POSIX extended regexes)
 
@@ -195,6 +186,11 @@ function literalChar(ch: string, caseInsensitive: boolean): string {
 export function caseInsensitiveSubtreeRegex(p: string): string {
   if (p === '/') return '^/.*$';
   return '^' + [...p].map((ch) => literalChar(ch, true)).join('') + '(/.*)?$';
+}
+
+/** `^<path>$`, ASCII letters in either case: the directory itself, nothing below it. */
+export function caseInsensitiveExactRegex(p: string): string {
+  return '^' + [...p].map((ch) => literalChar(ch, true)).join('') + '$';
 }
 
 function swapCase(s: string): string {
@@ -589,17 +585,25 @@ export function buildSeatbeltProfile(rules: ResolvedRules, opts: SeatbeltOptions
   });
   // Directories between a protected/denied path and its writable root cannot be renamed or
   // removed: otherwise `mv .git x && mkdir -p .git/hooks` or `mv secrets x && cat x/key` escape.
-  const ancestors: string[] = [];
-  for (const target of [...readOnly, ...denyRead]) {
+  // Above a protected path they cannot be created either: Seatbelt checks only the two end points
+  // of a rename, so `mv prepared .git` would otherwise carry a ready-made hooks/ directory into
+  // place when .git does not exist yet. (Where .git exists, refusing to create it changes nothing.)
+  const ancestors = new Map<string, { create: boolean }>();
+  const addAncestors = (target: string, create: boolean): void => {
     for (const root of writeRoots) {
       if (!isWithin(target, root) || target === root) continue;
       for (let a = path.posix.dirname(target); a !== root && isWithin(a, root); a = path.posix.dirname(a)) {
-        ancestors.push(a);
+        const seen = ancestors.get(a);
+        ancestors.set(a, { create: create || (seen?.create ?? false) });
       }
     }
-  }
-  uniq(ancestors).forEach((a, m) => {
-    deny.push(`(deny file-write-unlink (literal ${p.set(`PROTECTED_ANCESTOR_${m}`, a)}))`);
+  };
+  readOnly.forEach((ro) => addAncestors(ro, true));
+  denyRead.forEach((d) => addAncestors(d, false));
+  [...ancestors.entries()].forEach(([a, { create }], m) => {
+    const ops = create ? 'file-write-create file-write-unlink' : 'file-write-unlink';
+    deny.push(`(deny ${ops} (literal ${p.set(`PROTECTED_ANCESTOR_${m}`, a)}))`);
+    deny.push(`(deny ${ops} (regex ${p.set(`PROTECTED_ANCESTOR_${m}_CI`, caseInsensitiveExactRegex(a))}))`);
   });
   // A writable root itself cannot be replaced (removed and recreated as something else).
   for (const rootParam of rootParams) {
@@ -610,22 +614,6 @@ export function buildSeatbeltProfile(rules: ResolvedRules, opts: SeatbeltOptions
   // F_MAKECOMPRESSED (80) and F_TRANSFEREXTENTS (110) modify files through read-only descriptors.
   deny.push('(deny system-fcntl (fcntl-command 80 110))');
   sections.push(deny.join('\n'));
-
-  // A protected path whose parent chain does not exist yet could be planted by renaming a
-  // prepared directory into the missing ancestor's place; Seatbelt checks only the rename's two
-  // end points, not the subtree that moves with it.
-  for (const original of rules.readOnly) {
-    const ro = normaliseDarwinPath(original);
-    const root = writeRoots.find((w) => isWithin(ro, w) && ro !== w);
-    if (root === undefined) continue;
-    // Checked on the caller's spelling: the same file on macOS, and testable elsewhere.
-    const parent = path.posix.dirname(original.replace(/\/+$/, ''));
-    if (path.posix.dirname(ro) !== root && !exists(parent)) {
-      gaps.push(
-        `protectedPaths: ${ro} and its parent do not exist yet; a directory renamed into the parent's place could carry it in`,
-      );
-    }
-  }
 
   const profile = sections.join('\n\n') + '\n';
   assertParamsConsistent(profile, p.values);

@@ -15,6 +15,7 @@
  * isNestedSandboxFailure() / seatbeltLaunchError(); the command itself never ran in that case.
  */
 import * as fs from 'node:fs';
+import * as os from 'node:os';
 import * as path from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { SandboxError } from '../errors';
@@ -167,12 +168,14 @@ export function planDarwinSpawn(req: BackendSpawnRequest, opts: DarwinPlanOption
 
   const ports = rules.network.kind === 'proxy' ? [...new Set(opts.proxyPorts ?? [])].sort((a, b) => a - b) : [];
   const hasDenyRead = rules.denyRead.length > 0 || (opts.denyReadGlobs ?? []).length > 0;
-  const protectedGap = gaps.some((g) => g.startsWith('protectedPaths:'));
   const allGaps = [
     ...gaps,
     'processIsolation: macOS has no PID namespace; other processes can be listed (kern.proc sysctls), but signals and process inspection are limited to this sandbox',
     'treeTeardown: the tree is signalled through its process group; a descendant that calls setsid() leaves the group',
   ];
+  if (rules.tmp === 'private' && opts.privateTmpDir) {
+    allGaps.push('tmp: /tmp is the host\'s and read-only here; TMPDIR points to a per-run directory instead');
+  }
   if (rules.network.kind !== 'full') {
     allGaps.push('network: no private loopback on macOS; servers inside the sandbox cannot bind or accept connections');
   }
@@ -201,7 +204,7 @@ export function planDarwinSpawn(req: BackendSpawnRequest, opts: DarwinPlanOption
       guarantees: {
         filesystemRead: rules.readAll && !hasDenyRead ? 'not-requested' : 'enforced',
         filesystemWrite: 'enforced',
-        protectedPaths: rules.readOnly.length === 0 ? 'not-requested' : protectedGap ? 'partial' : 'enforced',
+        protectedPaths: rules.readOnly.length === 0 ? 'not-requested' : 'enforced',
         denyRead: hasDenyRead ? 'enforced' : 'not-requested',
         network: rules.network.kind === 'full' ? 'not-requested' : 'enforced',
         processIsolation: 'partial',
@@ -306,8 +309,28 @@ export interface PosixLaunchRequest {
 export type PosixLauncher = (launch: PosixLaunchRequest) => Omit<BackendProcess, 'enforcement'>;
 
 /**
+ * A fresh 0700 directory for tmp: 'private' (macOS cannot give a process its own /tmp). It lives
+ * under the host's real temporary directory; `remove()` deletes it with everything inside.
+ */
+export function makePrivateTmpDir(parent: string = os.tmpdir()): { path: string; remove(): void } {
+  const dir = fs.mkdtempSync(path.join(fs.realpathSync(parent), 'process-sandbox-tmp-'));
+  fs.chmodSync(dir, 0o700);
+  return {
+    path: dir,
+    remove(): void {
+      fs.rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/**
  * The Backend for macOS: plans with planDarwinSpawn and hands the plan to the launcher shared
- * with the other POSIX platform. `options` supplies per-backend facts (proxy ports, tmp dir).
+ * with the other POSIX platform. `options` supplies per-backend facts (proxy ports, globs).
+ * For tmp: 'private' without a given directory, it creates one per run and removes it once the
+ * command has exited (or straight away when planning or launching fails).
+ *
+ * The launcher should start the child in a new session (setsid): besides making the process
+ * group killable as a whole, it detaches the terminal, so TIOCSTI cannot inject input into it.
  */
 export function createDarwinBackend(
   launch: PosixLauncher,
@@ -317,8 +340,28 @@ export function createDarwinBackend(
   return {
     name: 'darwin-seatbelt',
     spawn(req: BackendSpawnRequest): BackendProcess {
-      const plan = planDarwinSpawn(req, options(req));
-      const proc = launch({ file: plan.file, argv: plan.argv, env: plan.env, cwd: req.cwd, stdio: req.stdio });
+      const opts = { ...options(req) };
+      let tmp: { path: string; remove(): void } | undefined;
+      if (req.rules?.tmp === 'private' && opts.privateTmpDir === undefined) {
+        tmp = makePrivateTmpDir();
+        opts.privateTmpDir = tmp.path;
+      }
+      let proc: Omit<BackendProcess, 'enforcement'>;
+      let plan: DarwinSpawnPlan;
+      try {
+        plan = planDarwinSpawn(req, opts);
+        proc = launch({ file: plan.file, argv: plan.argv, env: plan.env, cwd: req.cwd, stdio: req.stdio });
+      } catch (err) {
+        tmp?.remove();
+        throw err;
+      }
+      if (tmp) {
+        const t = tmp;
+        proc.exited.then(
+          () => t.remove(),
+          () => t.remove(),
+        );
+      }
       // Assign rather than spread: the launcher's handle may be a class with prototype methods.
       return Object.assign(proc, { enforcement: plan.enforcement });
     },

@@ -125,6 +125,16 @@ describe.runIf(onMac)('Seatbelt end to end (macOS only; skipped on other hosts)'
       expect(sh(ws_rules(), 'echo ok > .git/HEAD', ws).status).toBe(0);
     });
 
+    it('a prepared directory cannot be renamed into the place of a missing protected ancestor', () => {
+      const r = ws_rules({ readOnly: [path.join(ws, '.jj', 'hooks')] });
+      expect(sh(r, 'mkdir -p prep/hooks && echo evil > prep/hooks/post && mv prep .jj', ws).status).not.toBe(0);
+      expect(fs.existsSync(path.join(ws, '.jj'))).toBe(false);
+      expect(sh(r, 'mv prep .JJ', ws).status).not.toBe(0);
+      expect(fs.readdirSync(ws).map((n) => n.toLowerCase())).not.toContain('.jj');
+      // Control: the same rename to an unprotected name works.
+      expect(sh(r, 'mv prep renamed && rm -rf renamed', ws).status).toBe(0);
+    });
+
     it('deny-read files are unreadable, also through another spelling (control: readable without the rule)', () => {
       const denied = ws_rules({ denyRead: [path.join(ws, 'secret.txt')] });
       expect(sh(denied, 'cat secret.txt', ws).status).not.toBe(0);

@@ -7,6 +7,7 @@ import {
   createDarwinBackend,
   darwinProbe,
   isNestedSandboxFailure,
+  normaliseDarwinPath,
   planDarwinSpawn,
   seatbeltLaunchError,
   type PosixLaunchRequest,
@@ -167,10 +168,11 @@ describe('planDarwinSpawn', () => {
     ]);
   });
 
-  it('protectedPaths is partial, with the reason, when a protected path could be planted by rename', () => {
-    const plan = planDarwinSpawn(request({ rules: rules({ readOnly: ['/Users/dev/proj/.git/hooks'] }) }), available);
-    expect(plan.enforcement.guarantees.protectedPaths).toBe('partial');
-    expect(plan.enforcement.gaps.join('\n')).toMatch(/protectedPaths: .*\.git\/hooks/);
+  it('protectedPaths is enforced when protected paths exist, and not-requested without any', () => {
+    expect(planDarwinSpawn(request(), available).enforcement.guarantees.protectedPaths).toBe('enforced');
+    expect(planDarwinSpawn(request({ rules: rules({ readOnly: [] }) }), available).enforcement.guarantees.protectedPaths).toBe(
+      'not-requested',
+    );
   });
 });
 
@@ -235,6 +237,48 @@ describe('createDarwinBackend', () => {
     expect(proc.enforcement.mode).toBe('seatbelt');
     expect(proc.kill('SIGTERM')).toBe(true); // prototype methods survive
     expect(proc.pid).toBe(4242);
+  });
+
+  it('tmp private: creates a 0700 per-run directory, points TMPDIR at it, removes it after exit', async () => {
+    const fs = await import('node:fs');
+    let release!: () => void;
+    const exited = new Promise<{ code: number; signal: null }>((resolve) => {
+      release = () => resolve({ code: 0, signal: null });
+    });
+    let seen: PosixLaunchRequest | undefined;
+    const backend = createDarwinBackend(
+      (launch) => {
+        seen = launch;
+        return { pid: 1, stdio: [null, null, null], exited, kill: () => true };
+      },
+      () => ({ sandboxExecAvailable: true }),
+    );
+    backend.spawn(request({ rules: rules({ tmp: 'private' }) }));
+    const dir = seen!.env.TMPDIR;
+    expect(dir).toMatch(/process-sandbox-tmp-/);
+    expect(fs.statSync(dir).mode & 0o777).toBe(0o700);
+    expect(seen!.argv).toContain(`-DWRITABLE_ROOT_1=${normaliseDarwinPath(dir)}`); // same dir on macOS
+    release();
+    await exited;
+    await new Promise((r) => setImmediate(r));
+    expect(fs.existsSync(dir)).toBe(false);
+  });
+
+  it('tmp private: the directory is removed when planning fails', async () => {
+    const fs = await import('node:fs');
+    const os = await import('node:os');
+    const path = await import('node:path');
+    const parent = fs.realpathSync(os.tmpdir());
+    const before = fs.readdirSync(parent).filter((n) => n.startsWith('process-sandbox-tmp-')).sort();
+    const backend = createDarwinBackend(
+      () => {
+        throw new Error('must not be called');
+      },
+      () => ({ sandboxExecAvailable: true, arg0Customized: true }),
+    );
+    expect(thrown(() => backend.spawn(request({ rules: rules({ tmp: 'private' }) }))).code).toBe('EINVALID_ARGUMENT');
+    const after = fs.readdirSync(parent).filter((n) => n.startsWith('process-sandbox-tmp-')).sort();
+    expect(after.filter((n) => !before.includes(n)).map((n) => path.join(parent, n))).toEqual([]);
   });
 
   it('does not launch anything when planning fails', () => {

@@ -144,6 +144,7 @@ describe('deny-read files and directories', () => {
     const { profile: p2, params: q2 } = buildSeatbeltProfile(rules({ writeRoots: [W], denyRead: [`${W}/conf/keys/id`] }));
     for (const a of [`${W}/conf/keys`, `${W}/conf`]) {
       expect(p2).toContain(`(deny file-write-unlink (literal (param "${paramFor(q2, a)}")))`);
+      expect(p2).toContain(`(deny file-write-unlink (regex (param "${paramFor(q2, a)}_CI")))`);
     }
   });
 
@@ -182,7 +183,7 @@ describe('workspace-write with protected paths', () => {
   });
 
   it('neither the protected paths nor their ancestors up to the root can be unlinked or renamed away', () => {
-    expect(profile).toContain(`(deny file-write-unlink (literal (param "${paramFor(params, `${W}/.git`)}")))`);
+    expect(profile).toContain(`(deny file-write-create file-write-unlink (literal (param "${paramFor(params, `${W}/.git`)}")))`);
     expect(profile).toContain(`(deny file-write-unlink (require-all (literal (param "${root}")) (vnode-type DIRECTORY)))`);
     // The root's own parent is outside every writable root: nothing is emitted for it.
     expect(Object.values(params)).not.toContain('/Users/dev');
@@ -198,17 +199,24 @@ describe('workspace-write with protected paths', () => {
     expect(r2.profile).toContain(`(require-not (subpath (param "${paramFor(r2.params, `${W}/.git/hooks`)}")))`);
   });
 
-  it('reports a gap when a protected path and its parent are both missing', () => {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ps-darwin-'));
-    try {
-      fs.mkdirSync(path.join(dir, '.git'));
-      const present = buildSeatbeltProfile(rules({ writeRoots: [dir], readOnly: [path.join(dir, '.git', 'hooks')] }));
-      expect(present.gaps).toEqual([]);
-      const missing = buildSeatbeltProfile(rules({ writeRoots: [dir], readOnly: [path.join(dir, '.jj', 'hooks')] }));
-      expect(missing.gaps.join('\n')).toMatch(/protectedPaths: .*\.jj\/hooks/);
-    } finally {
-      fs.rmSync(dir, { recursive: true, force: true });
+  it('directories above a protected path cannot be created, so a prepared tree cannot be renamed into place', () => {
+    const r2 = buildSeatbeltProfile(rules({ writeRoots: [W], readOnly: [`${W}/.jj/repo/hooks`] }));
+    for (const a of [`${W}/.jj/repo`, `${W}/.jj`]) {
+      const name = paramFor(r2.params, a);
+      expect(r2.profile).toContain(`(deny file-write-create file-write-unlink (literal (param "${name}")))`);
+      expect(r2.profile).toContain(`(deny file-write-create file-write-unlink (regex (param "${name}_CI")))`);
+      const re = new RegExp(r2.params[`${name}_CI`]);
+      expect(re.test(a.toUpperCase())).toBe(true);
+      expect(re.test(`${a}/x`)).toBe(false); // only the directory itself; its other contents stay writable
     }
+    expect(r2.gaps).toEqual([]);
+  });
+
+  it('directories above a denied path may be created (they exist) but not renamed away', () => {
+    const r2 = buildSeatbeltProfile(rules({ writeRoots: [W], denyRead: [`${W}/conf/key`] }));
+    const name = paramFor(r2.params, `${W}/conf`);
+    expect(r2.profile).toContain(`(deny file-write-unlink (literal (param "${name}")))`);
+    expect(r2.profile).not.toContain(`(deny file-write-create file-write-unlink (literal (param "${name}")))`);
   });
 });
 
