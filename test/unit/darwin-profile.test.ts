@@ -426,5 +426,6 @@ describe('denials come after every allowance', () => {
     expect(denials).toBeGreaterThan(0);
     expect(profile.lastIndexOf('(allow ')).toBeLessThan(denials);
     expect(profile.trimEnd().endsWith('(deny system-fcntl (fcntl-command 80 110))')).toBe(true);
+    expect(profile).toContain('(deny mach-lookup (xpc-service-name-prefix ""))');
   });
 });
