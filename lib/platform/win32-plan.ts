@@ -70,6 +70,11 @@ export interface WindowsJobPlan {
 export interface WindowsPlan {
   /** Roots that get a persistent per-root capability SID with inheritable modify rights. */
   writeRoots: string[];
+  /**
+   * Read-only runs: roots granted to a per-run SID and revoked when the run ends (Codex keeps
+   * grants only for workspace-write runs, where reuse pays off).
+   */
+  temporaryRoots: string[];
   /** Existing carve-outs: deny-write ACE for the capability SIDs of the roots that contain them. */
   protectedPaths: Array<{ path: string; roots: string[] }>;
   /** Carve-outs that do not exist: ACLs cannot stop their creation (reported as a gap). */
@@ -151,7 +156,11 @@ export function planWindowsSandbox(rules: ResolvedRules, ctx: PlanContext): Wind
     }
   };
   for (const r of rules.writeRoots) addRoot(r);
-  if (rules.tmp === 'host') addRoot(ctx.hostTmp);
+  const temporaryRoots: string[] = [];
+  if (rules.tmp === 'host') {
+    if (writeRoots.length > 0) addRoot(ctx.hostTmp);
+    else temporaryRoots.push(ctx.hostTmp);
+  }
 
   const protectedPaths: WindowsPlan['protectedPaths'] = [];
   const missingProtectedPaths: string[] = [];
@@ -222,7 +231,7 @@ export function planWindowsSandbox(rules: ResolvedRules, ctx: PlanContext): Wind
     mechanisms: {
       token: 'write-restricted',
       tokenFlags: ['DISABLE_MAX_PRIVILEGE', 'LUA_TOKEN', 'WRITE_RESTRICTED'],
-      capabilitySids: writeRoots.length + (rules.tmp === 'private' ? 1 : 0) || 1,
+      capabilitySids: writeRoots.length + (rules.tmp === 'private' || temporaryRoots.length > 0 ? 1 : 0) || 1,
       restrictingSids: ['capability', 'logon', 'everyone'],
       privateDesktop: true,
       job: { killOnClose: true, ...job },
@@ -242,6 +251,7 @@ export function planWindowsSandbox(rules: ResolvedRules, ctx: PlanContext): Wind
   };
   return {
     writeRoots,
+    temporaryRoots,
     protectedPaths,
     missingProtectedPaths,
     privateTmp: rules.tmp === 'private',

@@ -175,14 +175,22 @@ export function createWin32Backend(native: Win32Native | null | undefined, optio
           if (n.winAclEdit('deny-write', p.path, sid)) aclChanges++;
         }
       }
+      // One SID for this run's temporary grants; revoked when the run ends.
+      let runSid: string | null = null;
+      const temporaryGrant = (p: string) => {
+        if (runSid === null) {
+          runSid = randomCapabilitySid();
+          sids.push(runSid);
+        }
+        n.winAclEdit('grant-write', p, runSid);
+        cleanup.revoke.push({ path: p, sid: runSid });
+      };
+      for (const p of plan.temporaryRoots) temporaryGrant(p);
       if (plan.privateTmp) {
         const dir = path.join(stateDir, 'tmp', crypto.randomBytes(8).toString('hex'));
         fs.mkdirSync(dir, { recursive: true });
         cleanup.removeDirs.push(dir);
-        const runSid = randomCapabilitySid();
-        n.winAclEdit('grant-write', dir, runSid);
-        cleanup.revoke.push({ path: dir, sid: runSid });
-        sids.push(runSid);
+        temporaryGrant(dir);
         for (const name of ['TEMP', 'TMP']) {
           const idx = env.findIndex(([k]) => k.toUpperCase() === name);
           if (idx >= 0) env.splice(idx, 1);

@@ -60,6 +60,12 @@ Status ApplyEntry(const std::wstring& path, PACL current, ACCESS_MODE mode, DWOR
   return Status::Ok();
 }
 
+// Inheritance only makes sense on directories; a writable or protected *file* gets a plain ACE.
+bool IsDirectory(const std::wstring& path) noexcept {
+  DWORD attrs = ::GetFileAttributesW(path.c_str());
+  return attrs != INVALID_FILE_ATTRIBUTES && (attrs & FILE_ATTRIBUTE_DIRECTORY) != 0;
+}
+
 std::wstring ParentOf(const std::wstring& path) {
   size_t cut = path.find_last_of(L"\\/");
   if (cut == std::wstring::npos || cut < 3) return std::wstring();  // "C:\" has no parent to edit
@@ -73,9 +79,11 @@ Status GrantWrite(const std::wstring& path, const Sid& sid, bool* changed) noexc
   Dacl d;
   Status s = ReadDacl(path, &d);
   if (!s.ok()) return s;
-  const BYTE inherit = OBJECT_INHERIT_ACE | CONTAINER_INHERIT_ACE;
+  const bool dir = IsDirectory(path);
+  const BYTE inherit = dir ? OBJECT_INHERIT_ACE | CONTAINER_INHERIT_ACE : 0;
   if (HasExplicitAce(d.acl, ACCESS_ALLOWED_ACE_TYPE, sid, kWriteRootMask, inherit)) return Status::Ok();
-  s = ApplyEntry(path, d.acl, GRANT_ACCESS, kWriteRootMask, SUB_CONTAINERS_AND_OBJECTS_INHERIT, sid);
+  s = ApplyEntry(path, d.acl, GRANT_ACCESS, kWriteRootMask, dir ? SUB_CONTAINERS_AND_OBJECTS_INHERIT : NO_INHERITANCE,
+                 sid);
   if (s.ok()) *changed = true;
   return s;
 }
@@ -85,9 +93,11 @@ Status DenyWrite(const std::wstring& path, const Sid& sid, bool* changed) noexce
   Dacl d;
   Status s = ReadDacl(path, &d);
   if (!s.ok()) return s;
-  const BYTE inherit = OBJECT_INHERIT_ACE | CONTAINER_INHERIT_ACE;
+  const bool dir = IsDirectory(path);
+  const BYTE inherit = dir ? OBJECT_INHERIT_ACE | CONTAINER_INHERIT_ACE : 0;
   if (!HasExplicitAce(d.acl, ACCESS_DENIED_ACE_TYPE, sid, kDenyWriteMask, inherit)) {
-    s = ApplyEntry(path, d.acl, DENY_ACCESS, kDenyWriteMask, SUB_CONTAINERS_AND_OBJECTS_INHERIT, sid);
+    s = ApplyEntry(path, d.acl, DENY_ACCESS, kDenyWriteMask, dir ? SUB_CONTAINERS_AND_OBJECTS_INHERIT : NO_INHERITANCE,
+                   sid);
     if (!s.ok()) return s;
     *changed = true;
   }

@@ -81,7 +81,21 @@ Status RestrictedTokenBuilder::Create(ScopedHandle* out) noexcept {
                                restricted.Receive())) {
     return WinError(ErrorCode::kETOKEN_CREATE, "CreateRestrictedToken", ::GetLastError());
   }
-  s = SetDefaultDacl(restricted.get(), restricting);
+  Sid user, system;
+  s = Sid::UserSidOf(base.get(), &user);
+  if (!s.ok()) return s;
+  s = Sid::FromString(L"S-1-5-18", &system);
+  if (!s.ok()) return s;
+  std::vector<const Sid*> default_dacl;
+  try {
+    default_dacl.push_back(&user);
+    default_dacl.push_back(&system);
+    default_dacl.push_back(&logon_sid_);
+    for (const Sid& cap : capability_sids_) default_dacl.push_back(&cap);
+  } catch (...) {
+    return WinError(ErrorCode::kETOKEN_CREATE, "SetTokenInformation", ERROR_NOT_ENOUGH_MEMORY);
+  }
+  s = SetDefaultDacl(restricted.get(), default_dacl);
   if (!s.ok()) return s;
   s = EnableChangeNotify(restricted.get());
   if (!s.ok()) return s;

@@ -7,8 +7,11 @@
 //
 // Create() calls CreateRestrictedToken(DISABLE_MAX_PRIVILEGE | LUA_TOKEN | WRITE_RESTRICTED) on
 // the process token. Restricting SIDs, in this order: the capability SIDs, the logon SID, Everyone.
-// Then the token gets a default DACL (GENERIC_ALL for the logon SID, Everyone and the capability
-// SIDs) so the child can create its own pipes, and SeChangeNotifyPrivilege is enabled.
+// Then the token gets a default DACL (GENERIC_ALL for the user, SYSTEM, the logon SID and the
+// capability SIDs) so the child can create and use its own pipes and processes, and
+// SeChangeNotifyPrivilege is enabled. Unlike Codex we leave Everyone out of the default DACL: the
+// logon SID already passes the restricted check, and Everyone would let any account on the
+// machine open the sandboxed processes.
 // Single-threaded use.
 #pragma once
 

@@ -126,8 +126,13 @@ describe('planWindowsSandbox', () => {
     expect(plan.report.mechanisms.wine).toBe('8.0');
   });
 
-  it("tmp 'host' makes the host temp dir a writable root; 'private' asks for a per-run dir", () => {
-    expect(planWindowsSandbox(rules({ tmp: 'host' }), ctx()).writeRoots).toEqual(['C:\\Users\\me\\AppData\\Local\\Temp']);
+  it("tmp 'host': a temporary grant for read-only runs, a kept root for workspace-write; 'private' asks for a per-run dir", () => {
+    const ro = planWindowsSandbox(rules({ tmp: 'host' }), ctx());
+    expect(ro.writeRoots).toEqual([]);
+    expect(ro.temporaryRoots).toEqual(['C:\\Users\\me\\AppData\\Local\\Temp']); // read-only run: revoked at exit
+    const ww = planWindowsSandbox(rules({ tmp: 'host', writeRoots: ['C:\\w'] }), ctx());
+    expect(ww.writeRoots).toEqual(['C:\\w', 'C:\\Users\\me\\AppData\\Local\\Temp']);
+    expect(ww.temporaryRoots).toEqual([]);
     const p = planWindowsSandbox(rules({ tmp: 'private', writeRoots: ['C:\\a', 'c:\\A\\'] }), ctx());
     expect(p.privateTmp).toBe(true);
     expect(p.writeRoots).toEqual(['C:\\a']);
