@@ -11,6 +11,8 @@
  * Wildcards never match IP literals: an IP destination needs its own exact entry.
  * Deny wins over allow. With no allow entries every host is refused.
  */
+import { domainToASCII } from 'url';
+
 import { canonicalIp } from './addresses';
 
 export type DomainVerdict = 'denied' | 'allowed' | 'notAllowed';
@@ -31,7 +33,14 @@ export function normalizeHost(input: string): string {
     host = host.slice(0, host.indexOf(':'));
   }
   host = host.toLowerCase().replace(/\.+$/, '');
-  return canonicalIp(host) ?? host;
+  return canonicalIp(host) ?? toAscii(host);
+}
+
+/** Internationalised names compare in their punycode form, as clients put them on the wire. */
+function toAscii(name: string): string {
+  // eslint-disable-next-line no-control-regex
+  if (/^[\x00-\x7f]*$/.test(name)) return name;
+  return domainToASCII(name) || name;
 }
 
 export function isIpLiteral(host: string): boolean {
@@ -70,7 +79,7 @@ function compilePattern(pattern: string): CompiledPattern {
     body = body.slice(2);
     prefix = '(?:[^.]+\\.)+';
   }
-  const labels = body.split('.').map(escapeLabel).join('\\.');
+  const labels = toAscii(body).split('.').map(escapeLabel).join('\\.');
   return { source: pattern, ip: null, regex: new RegExp(`^${prefix}${labels}$`) };
 }
 

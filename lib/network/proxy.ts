@@ -369,8 +369,13 @@ export class ManagedProxy {
       closing: null,
     };
     listener.server.on('connection', (socket) => this.onConnection(listener, socket));
-    listener.http.on('request', (req, res) => void this.onHttpRequest(listener, req, res));
-    listener.http.on('connect', (req, socket, head) => void this.onConnect(listener, req, socket as net.Socket, head));
+    // A bug in a handler must cost one connection, never the host process.
+    listener.http.on('request', (req, res) => {
+      this.onHttpRequest(listener, req, res).catch(() => req.socket.destroy());
+    });
+    listener.http.on('connect', (req, socket: net.Socket, head: Buffer) => {
+      this.onConnect(listener, req, socket, head).catch(() => socket.destroy());
+    });
     listener.http.on('upgrade', (_req, socket: net.Socket) => {
       socket.end('HTTP/1.1 501 Not Implemented\r\ncontent-length: 0\r\nconnection: close\r\n\r\n');
     });
@@ -459,7 +464,7 @@ export class ManagedProxy {
           socket.destroy();
           return;
         }
-        void this.onSocks(listener, socket);
+        this.onSocks(listener, socket).catch(() => socket.destroy());
       } else {
         listener.http.emit('connection', socket);
         socket.resume();
@@ -607,6 +612,15 @@ export class ManagedProxy {
         }
       }
     }
+    // Never dial one of our own listeners: that would hand the request to another sandbox's
+    // listener and blur attribution.
+    const ownPorts = new Set([...this.listeners].map((l) => (l.server.address() as AddressInfo | null)?.port));
+    for (const a of addresses) {
+      const cls = classifyAddress(a.address);
+      if ((cls === 'loopback' || cls === 'unspecified') && ownPorts.has(port)) {
+        return refuse('policy', 'proxy_loop', 'blocked-by-policy');
+      }
+    }
     record('allow', source, reason, override);
     const chosen = addresses[0];
     return { allowed: true, address: chosen.address, family: net.isIPv6(chosen.address) ? 6 : 4 };
@@ -692,16 +706,17 @@ export class ManagedProxy {
       .split(',')
       .map((t) => t.trim().toLowerCase())
       .filter(Boolean);
-    const headers: http.OutgoingHttpHeaders = {};
+    // RFC 9112 §3.2.2: with an absolute-form target the Host header is replaced by the target's
+    // authority, so the origin sees the name that was checked, not one the client made up.
+    const headers: http.OutgoingHttpHeaders = { Host: url.host };
     for (let i = 0; i < req.rawHeaders.length; i += 2) {
       const name = req.rawHeaders[i];
       const lower = name.toLowerCase();
-      if (HOP_BY_HOP.has(lower) || connectionTokens.includes(lower)) continue;
+      if (HOP_BY_HOP.has(lower) || lower === 'host' || connectionTokens.includes(lower)) continue;
       const value = req.rawHeaders[i + 1];
       const prev = headers[name];
       headers[name] = prev === undefined ? value : Array.isArray(prev) ? [...prev, value] : [String(prev), value];
     }
-    if (!Object.keys(headers).some((k) => k.toLowerCase() === 'host')) headers.host = url.host;
 
     const upstreamReq = http.request({
       host: outcome.address,

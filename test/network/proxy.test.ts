@@ -277,6 +277,21 @@ describe('refusals', () => {
     ]);
   });
 
+  it('sends the checked name as Host, whatever Host header the client made up', async () => {
+    const { port } = await startProxy({ policy: { allow: ['allowed.test'], allowLocal: true } });
+    const res = await httpViaProxy(port, webUrl('allowed.test', '/h'), { headers: { host: 'forbidden.test' } });
+    expect(res.status).toBe(200);
+    expect(JSON.parse(res.body).host).toBe(`allowed.test:${web.port}`);
+  });
+
+  it('refuses to dial one of its own listeners', async () => {
+    const { port, events } = await startProxy({ policy: { allow: ['allowed.test'], allowLocal: true } });
+    const r = await connectViaProxy(port, `allowed.test:${port}`);
+    expect(r.ok).toBe(false);
+    if (!r.ok) expect(r.headers['x-proxy-error']).toBe('blocked-by-policy');
+    expect(events.map((e) => e.reason)).toEqual(['proxy_loop']);
+  });
+
   it('rejects origin-form requests and https:// absolute-form (use CONNECT)', async () => {
     const { port, events } = await startProxy({ policy: { allow: ['allowed.test'], allowLocal: true } });
     const rawRequest = (head: string) =>

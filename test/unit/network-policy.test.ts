@@ -75,6 +75,14 @@ describe('DomainMatcher', () => {
     expect(exact.isExplicitlyAllowedIp('10.9.9.9')).toBe(false);
   });
 
+  it('compares internationalised names in punycode', () => {
+    const m = new DomainMatcher(['bücher.example', '*.straße.example']);
+    expect(m.evaluate('xn--bcher-kva.example').verdict).toBe('allowed');
+    expect(m.evaluate('BÜCHER.example').verdict).toBe('allowed');
+    expect(m.evaluate('shop.xn--strae-oqa.example').verdict).toBe('allowed');
+    expect(m.evaluate('bucher.example').verdict).toBe('notAllowed');
+  });
+
   it('the global * is accepted in the allow list and rejected in the deny list', () => {
     expect(() => new DomainMatcher(['*'])).not.toThrow();
     expect(() => new DomainMatcher([], ['*'])).toThrow(/unsupported global wildcard domain pattern "\*"/);
