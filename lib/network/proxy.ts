@@ -151,9 +151,11 @@ interface Listener {
   closing: Promise<void> | null;
 }
 
+type DeciderAnswer = { decision: 'allow' | 'deny'; reason?: string } | 'timeout' | 'closed';
+
 interface PendingDecision {
   timer: NodeJS.Timeout;
-  settle: (value: { decision: 'allow' | 'deny'; reason?: string } | 'timeout') => void;
+  settle: (value: DeciderAnswer) => void;
 }
 
 const defaultLookup: LookupFn = async (host) => {
@@ -413,8 +415,7 @@ export class ManagedProxy {
   close(): Promise<void> {
     if (!this.closePromise) {
       for (const p of this.pending) {
-        clearTimeout(p.timer);
-        p.settle('timeout');
+        p.settle('closed');
       }
       this.pending.clear();
       this.closePromise = Promise.all([...this.listeners].map((l) => this.closeListener(l))).then(() => undefined);
@@ -483,7 +484,7 @@ export class ManagedProxy {
     }
   }
 
-  private consultDecider(req: DeciderRequest): Promise<{ decision: 'allow' | 'deny'; reason?: string } | 'timeout'> {
+  private consultDecider(req: DeciderRequest): Promise<DeciderAnswer> {
     return new Promise((resolve) => {
       let done = false;
       const entry: PendingDecision = {
@@ -583,6 +584,7 @@ export class ManagedProxy {
         ...(method !== null ? { method } : {}),
       });
       if (answer === 'timeout') return refuse('decider', 'decider_timeout', 'blocked-by-policy');
+      if (answer === 'closed') return refuse('policy', 'proxy_closed', 'blocked-by-policy');
       if (answer.decision === 'deny') return refuse('decider', answer.reason ?? 'policy_denied', 'blocked-by-policy');
       source = 'decider';
       reason = answer.reason ?? 'policy_allowed';

@@ -549,6 +549,16 @@ describe('listeners and cleanup', () => {
     proxies.push(proxy);
     await expect(proxy.attach('')).rejects.toThrow(TypeError);
     await expect(proxy.attach('p', { fd: -1 })).rejects.toThrow(TypeError);
+    // An fd that is not a TCP socket: attach fails, nothing is left listening, and the fd stays
+    // the caller's.
+    const fd = fs.openSync('/dev/null', 'r');
+    try {
+      await expect(proxy.attach('p', { fd })).rejects.toThrow();
+      expect(proxy.attachedProcessIds).toEqual([]);
+      expect(() => fs.fstatSync(fd)).not.toThrow();
+    } finally {
+      fs.closeSync(fd);
+    }
   });
 
   it('serves on a listener fd handed over from elsewhere and closes that fd on detach', async (ctx) => {
