@@ -258,6 +258,7 @@ describe('refusals', () => {
 
   it('a lookup failure is a 502 / SOCKS host unreachable, and a closed port is connection refused', async () => {
     const { port, events } = await startProxy({ policy: { allow: ['**.test'], allowLocal: true } });
+    const [webBefore, tcpBefore] = [web.connections, tcp.connections];
     expect((await httpViaProxy(port, 'http://nxdomain.test/')).status).toBe(502);
     const tunnel = await connectViaProxy(port, 'nxdomain.test:443');
     expect(tunnel.ok).toBe(false);
@@ -268,6 +269,7 @@ describe('refusals', () => {
     const refused = await connectViaProxy(port, `allowed.test:${dead}`);
     expect(refused.ok).toBe(false);
     if (!refused.ok) expect(refused.status).toBe(502);
+    expect([web.connections, tcp.connections]).toEqual([webBefore, tcpBefore]);
     expect(events.map((e) => e.reason)).toEqual([
       'dns_resolution_failed',
       'dns_resolution_failed',
@@ -286,8 +288,10 @@ describe('refusals', () => {
 
   it('refuses to dial one of its own listeners', async () => {
     const { port, events } = await startProxy({ policy: { allow: ['allowed.test'], allowLocal: true } });
+    const before = [web.connections, tcp.connections];
     const r = await connectViaProxy(port, `allowed.test:${port}`);
     expect(r.ok).toBe(false);
+    expect([web.connections, tcp.connections]).toEqual(before);
     if (!r.ok) expect(r.headers['x-proxy-error']).toBe('blocked-by-policy');
     expect(events.map((e) => e.reason)).toEqual(['proxy_loop']);
   });
@@ -376,8 +380,10 @@ describe('decider', () => {
         throw new Error('boom');
       },
     });
+    const before = web.connections;
     expect((await httpViaProxy(port, webUrl('x.test'))).status).toBe(403);
     expect(events[0]).toMatchObject({ decision: 'deny', source: 'decider', reason: 'decider_error' });
+    expect(web.connections).toBe(before);
   });
 });
 
@@ -432,7 +438,9 @@ describe('SOCKS5', () => {
 
   it('is not served when enableSocks5 is false', async () => {
     const { port } = await startProxy({ policy: { allow: ['allowed.test'], allowLocal: true }, enableSocks5: false });
+    const before = tcp.connections;
     await expect(socks5(port, 'allowed.test', tcp.port)).rejects.toThrow(/closed/);
+    expect(tcp.connections).toBe(before);
     expect((await httpViaProxy(port, webUrl('allowed.test'))).status).toBe(200);
   });
 });
