@@ -288,6 +288,7 @@ export function createWin32Backend(native: Win32Native | null | undefined, optio
       enforcement: report,
       kill(signal: NodeJS.Signals | number): boolean {
         if (done) return false;
+        if (signal === 0) return true; // existence check, as process.kill(pid, 0)
         if (killedWith === null) killedWith = typeof signal === 'string' ? signal : 'SIGKILL';
         return n.winKill(handle, 1);
       },

@@ -9,7 +9,10 @@ Status Job::Create(const JobSettings& settings) noexcept {
   if (!handle_.valid()) return WinError(ErrorCode::kEJOB_CREATE, "CreateJobObjectW", ::GetLastError());
 
   JOBOBJECT_EXTENDED_LIMIT_INFORMATION limits{};
-  limits.BasicLimitInformation.LimitFlags = JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE;
+  // No BREAKAWAY_OK: nothing in the job may leave it. DIE_ON_UNHANDLED_EXCEPTION: a crashing
+  // child ends instead of waiting on an error-reporting dialog nobody can see on its desktop.
+  limits.BasicLimitInformation.LimitFlags =
+      JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE | JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION;
   if (settings.active_process_limit > 0) {
     limits.BasicLimitInformation.LimitFlags |= JOB_OBJECT_LIMIT_ACTIVE_PROCESS;
     limits.BasicLimitInformation.ActiveProcessLimit = settings.active_process_limit;
