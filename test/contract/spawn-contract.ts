@@ -1,0 +1,434 @@
+/**
+ * The spawn()/run() contract of issue 2, written once and instantiated per run mode by
+ * spawn.test.ts (policy: null) and spawn-sandboxed.test.ts (the default policy).
+ */
+import { execFileSync } from 'node:child_process';
+import * as crypto from 'node:crypto';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { run, spawn, SandboxError, SandboxedProcess } from '../../lib/index';
+import {
+  fixtureDir,
+  isRunning,
+  killAll,
+  pidsWithArg,
+  readAll,
+  sha256,
+  uniqueSleepArg,
+  waitFor,
+  withPolicy,
+  type ProcStat,
+  type RunMode,
+} from './helpers';
+
+const MiB = 1024 * 1024;
+
+/** Starts `sh -c` with two background sleeps (grandchildren) and returns their host pids. */
+async function startTree(start: (script: string) => SandboxedProcess | Promise<unknown>, opts: { setsid?: boolean } = {}) {
+  const a = uniqueSleepArg();
+  const b = uniqueSleepArg();
+  const first = opts.setsid ? `setsid sleep ${a} &` : `sleep ${a} &`;
+  const handle = start(`${first} sleep ${b} & wait`);
+  let found: ProcStat[] = [];
+  await waitFor(() => {
+    found = [...pidsWithArg(a), ...pidsWithArg(b)];
+    return found.length === 2;
+  }, 'both grandchildren to show up in /proc');
+  return { handle, grandchildren: found };
+}
+
+async function expectAllGone(stats: ProcStat[]): Promise<void> {
+  try {
+    await waitFor(() => stats.every((s) => !isRunning(s)), `pids ${stats.map((s) => s.pid).join(', ')} to be gone`);
+  } finally {
+    killAll(stats);
+  }
+}
+
+async function expectSandboxError(p: Promise<unknown> | (() => unknown), code: string, message?: string | RegExp) {
+  let err: unknown;
+  try {
+    await (typeof p === 'function' ? p() : p);
+  } catch (e) {
+    err = e;
+  }
+  expect(err, `expected a SandboxError ${code}`).toBeInstanceOf(SandboxError);
+  expect((err as SandboxError).code).toBe(code);
+  if (typeof message === 'string') expect((err as Error).message).toBe(message);
+  else if (message) expect((err as Error).message).toMatch(message);
+  return err as SandboxError;
+}
+
+export function defineSpawnContract(mode: RunMode): void {
+  const opts = <T extends object>(o: T = {} as T) => withPolicy(mode, o);
+
+  describe.skipIf(mode.unavailable !== null)(`spawn/run contract (${mode.name})`, () => {
+    let dir: string;
+    beforeAll(() => {
+      dir = fixtureDir();
+    });
+    afterAll(() => {
+      if (dir) fs.rmSync(dir, { recursive: true, force: true });
+    });
+
+    describe('stdio', () => {
+      it('round-trips stdin to stdout through cat (spawn streams)', async () => {
+        const child = spawn('cat', [], opts());
+        const data = crypto.randomBytes(4 * MiB);
+        child.stdin!.end(data);
+        const out = await readAll(child.stdout);
+        expect(sha256(out)).toBe(sha256(data));
+        expect((await child.exited).code).toBe(0);
+      });
+
+      it('round-trips run({ input }) as a string and as a Buffer', async () => {
+        expect((await run('cat', [], opts({ input: 'hello\nworld' }))).stdout).toBe('hello\nworld');
+        const bin = Buffer.from([0, 255, 1, 254, 10]);
+        expect((await run('cat', [], opts({ input: bin, encoding: 'buffer' as const }))).stdout.equals(bin)).toBe(true);
+      });
+
+      it('keeps stdout and stderr apart', async () => {
+        const r = await run('sh', ['-c', 'echo out; echo err >&2'], opts());
+        expect(r.stdout).toBe('out\n');
+        expect(r.stderr).toBe('err\n');
+      });
+
+      it('gives null streams for ignore and inherit', async () => {
+        const child = spawn('sh', ['-c', 'echo gone; echo gone >&2'], opts({ stdio: ['ignore', 'pipe', 'ignore'] as const }));
+        expect(child.stdin).toBeNull();
+        expect(child.stderr).toBeNull();
+        expect((await readAll(child.stdout)).toString()).toBe('gone\n');
+        expect((await child.exited).code).toBe(0);
+      });
+
+      it('delivers 100 MB of stdout with no loss (sha256)', async () => {
+        // seq output is deterministic and not uniform; the host's own seq | sha256sum is the oracle.
+        const n = '13000000';
+        const expected = execFileSync('sh', ['-c', `seq 1 ${n} | sha256sum`], { encoding: 'utf8' }).split(' ')[0];
+        const child = spawn('seq', ['1', n], opts());
+        const hash = crypto.createHash('sha256');
+        let bytes = 0;
+        child.stdout!.on('data', (b: Buffer) => {
+          bytes += b.length;
+          hash.update(b);
+        });
+        await new Promise((r) => child.once('close', r));
+        expect(bytes).toBeGreaterThan(100 * 1000 * 1000);
+        expect(hash.digest('hex')).toBe(expected);
+      });
+
+      it('pipes 100 MB stdin -> cat -> stdout with no loss (sha256)', async () => {
+        const child = spawn('cat', [], opts());
+        const sent = crypto.createHash('sha256');
+        const got = crypto.createHash('sha256');
+        let received = 0;
+        child.stdout!.on('data', (b: Buffer) => {
+          received += b.length;
+          got.update(b);
+        });
+        const closed = new Promise((r) => child.once('close', r));
+        const block = crypto.randomBytes(MiB);
+        for (let i = 0; i < 100; i++) {
+          // A different block each time so reordering would change the hash.
+          const chunk = Buffer.from(block);
+          chunk.writeUInt32LE(i, 0);
+          sent.update(chunk);
+          if (!child.stdin!.write(chunk)) await new Promise((r) => child.stdin!.once('drain', r));
+        }
+        child.stdin!.end();
+        await closed;
+        expect(received).toBe(100 * MiB);
+        expect(got.digest('hex')).toBe(sent.digest('hex'));
+      });
+    });
+
+    describe('exit codes and signals', () => {
+      it.each([0, 1, 42, 255])('reports exit code %i', async (n) => {
+        const r = await run('sh', ['-c', `exit ${n}`], opts());
+        expect(r.code).toBe(n);
+        expect(r.signal).toBeNull();
+      });
+
+      it.each(['SIGTERM', 'SIGKILL', 'SIGUSR1', 'SIGHUP'] as const)('reports death by %s with its name', async (sig) => {
+        const r = await run('sh', ['-c', `kill -${sig.slice(3)} $$; sleep 5`], opts());
+        expect(r.code).toBeNull();
+        expect(r.signal).toBe(sig);
+        const child = spawn('sh', ['-c', `kill -${sig.slice(3)} $$; sleep 5`], opts());
+        expect(await child.exited).toMatchObject({ code: null, signal: sig });
+        expect(child.signalCode).toBe(sig);
+        expect(child.exitCode).toBeNull();
+      });
+
+      it('kill(signal) by name and by number reaches the command', async () => {
+        const a = spawn('sleep', ['30'], opts());
+        expect(a.kill('SIGINT')).toBe(true);
+        expect(await a.exited).toMatchObject({ code: null, signal: 'SIGINT' });
+        expect(a.killed).toBe(true);
+        const b = spawn('sleep', ['30'], opts());
+        expect(b.kill(os.constants.signals.SIGUSR2)).toBe(true);
+        expect(await b.exited).toMatchObject({ code: null, signal: 'SIGUSR2' });
+        const c = spawn('sleep', ['30'], opts());
+        expect(c.kill()).toBe(true);
+        expect(await c.exited).toMatchObject({ code: null, signal: 'SIGTERM' });
+      });
+
+      it('kill() after exit returns false; an unknown signal name is refused', async () => {
+        const child = spawn('true', [], opts());
+        await child.exited;
+        expect(child.kill('SIGKILL')).toBe(false);
+        const live = spawn('sleep', ['30'], opts());
+        try {
+          await expectSandboxError(() => live.kill('SIGNOPE' as NodeJS.Signals), 'EINVALID_ARGUMENT');
+        } finally {
+          live.kill('SIGKILL');
+        }
+        await live.exited;
+      });
+    });
+
+    describe('exec errors', () => {
+      it('ENOT_FOUND "command not found: X" for a name not on PATH', async () => {
+        await expectSandboxError(async () => spawn('no-such-command-psb', [], opts()), 'ENOT_FOUND', 'command not found: no-such-command-psb');
+        await expectSandboxError(run('no-such-command-psb', [], opts()), 'ENOT_FOUND', 'command not found: no-such-command-psb');
+      });
+
+      it('ENOT_FOUND for a missing absolute path', async () => {
+        const p = path.join(dir, 'missing-binary');
+        await expectSandboxError(run(p, [], opts()), 'ENOT_FOUND', `command not found: ${p}`);
+      });
+
+      it('ENOT_FOUND uses the child PATH, not the parent one', async () => {
+        const bin = path.join(dir, 'pathbin');
+        fs.mkdirSync(bin, { recursive: true });
+        fs.writeFileSync(path.join(bin, 'psb-only-here'), '#!/bin/sh\necho found-in-child-path\n', { mode: 0o755 });
+        await expectSandboxError(run('psb-only-here', [], opts()), 'ENOT_FOUND', 'command not found: psb-only-here');
+        const r = await run('psb-only-here', [], opts({ env: { PATH: `${bin}:/usr/bin:/bin` } }));
+        expect(r.stdout).toBe('found-in-child-path\n');
+      });
+
+      it('ENOT_EXECUTABLE "not executable: X" for a file without the execute bit', async () => {
+        const f = path.join(dir, 'not-exec.sh');
+        fs.writeFileSync(f, '#!/bin/sh\necho should-not-run\n', { mode: 0o644 });
+        // Positive control: the same file runs once it is executable.
+        const ctl = path.join(dir, 'exec.sh');
+        fs.writeFileSync(ctl, '#!/bin/sh\necho ran\n', { mode: 0o755 });
+        expect((await run(ctl, [], opts())).stdout).toBe('ran\n');
+        const err = await expectSandboxError(run(f, [], opts()), 'ENOT_EXECUTABLE', new RegExp(`^not executable: ${f}\\b`));
+        expect(err.message).not.toContain('should-not-run');
+      });
+
+      it('ENOT_EXECUTABLE for a directory', async () => {
+        await expectSandboxError(run(dir, [], opts()), 'ENOT_EXECUTABLE', new RegExp(`^not executable: ${dir}\\b`));
+      });
+    });
+
+    describe('cwd, env and arg0', () => {
+      it('runs in the given cwd, and in process.cwd() by default', async () => {
+        expect((await run('pwd', [], opts({ cwd: dir }))).stdout).toBe(`${dir}\n`);
+        expect((await run('pwd', [], opts({ cwd: '/' }))).stdout).toBe('/\n');
+        expect((await run('sh', ['-c', 'pwd -P'], opts())).stdout).toBe(`${fs.realpathSync(process.cwd())}\n`);
+      });
+
+      it('gives the child exactly the env it was given', async () => {
+        const env = { A: '1', WITH_SPACE: 'x y', MULTI: 'line1\nline2', EMPTY: '', 'odd.name': 'v', DROPPED: undefined };
+        const child = spawn('/usr/bin/env', ['-0'], opts({ env }));
+        const out = (await readAll(child.stdout)).toString();
+        const got = Object.fromEntries(
+          out
+            .split('\0')
+            .filter(Boolean)
+            .map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]),
+        );
+        const expected: Record<string, string> = { A: '1', WITH_SPACE: 'x y', MULTI: 'line1\nline2', EMPTY: '', 'odd.name': 'v' };
+        // Landlock mode can only give a private /tmp by pointing TMPDIR at one; that is the one
+        // documented addition. Isolated mode has a real private /tmp and must not touch the env.
+        if (child.enforcement.mode === 'landlock' && got.TMPDIR !== undefined) expected.TMPDIR = got.TMPDIR;
+        expect(got).toEqual(expected);
+      });
+
+      it('an empty env gives an empty environment', async () => {
+        const r = await run('/usr/bin/env', [], opts({ env: {} }));
+        const lines = r.stdout.split('\n').filter(Boolean);
+        expect(lines.filter((l) => !(r.enforcement.mode === 'landlock' && l.startsWith('TMPDIR=')))).toEqual([]);
+      });
+
+      it('inherits process.env when env is omitted', async () => {
+        const key = `PSB_CONTRACT_${process.pid}`;
+        process.env[key] = 'inherited-value';
+        try {
+          const r = await run('/usr/bin/env', [], opts());
+          expect(r.stdout.split('\n')).toContain(`${key}=inherited-value`);
+        } finally {
+          delete process.env[key];
+        }
+      });
+
+      it('arg0 is what the child sees as argv[0] / $0', async () => {
+        expect((await run('sh', ['-c', 'echo "$0"'], opts({ arg0: 'my-shell-name' }))).stdout).toBe('my-shell-name\n');
+        const r = await run('cat', ['/proc/self/cmdline'], opts({ arg0: 'renamed-cat' }));
+        expect(r.stdout.split('\0')).toEqual(['renamed-cat', '/proc/self/cmdline', '']);
+        // Default: the command as given.
+        expect((await run('sh', ['-c', 'echo "$0"'], opts())).stdout).toBe('sh\n');
+      });
+
+      it('passes args verbatim (spaces, quotes, empty strings, unicode)', async () => {
+        const args = ['a b', '', '"q"', "'s'", '$HOME', 'ünï✓', '--', '-n'];
+        const r = await run('sh', ['-c', 'for a in "$@"; do printf "[%s]" "$a"; done', 'sh', ...args], opts());
+        expect(r.stdout).toBe(args.map((a) => `[${a}]`).join(''));
+      });
+    });
+
+    describe('file descriptors', () => {
+      it('the child sees only fds 0, 1, 2 (+ the one ls opens)', async () => {
+        // Extra fds in this process (inherited ones included) must not reach the child.
+        const extra = [fs.openSync('/etc/hostname', 'r'), fs.openSync(dir, 'r')];
+        try {
+          const r = await run('ls', ['/proc/self/fd'], opts());
+          expect(r.stdout.split('\n').filter(Boolean).map(Number).sort((x, y) => x - y)).toEqual([0, 1, 2, 3]);
+        } finally {
+          extra.forEach((fd) => fs.closeSync(fd));
+        }
+      });
+
+      it('an explicitly passed extra fd survives at its slot', async () => {
+        const f = path.join(dir, 'extra-fd.txt');
+        fs.writeFileSync(f, 'through fd 3\n');
+        const fd = fs.openSync(f, 'r');
+        try {
+          const r = await run('sh', ['-c', 'cat <&3; ls /proc/self/fd'], opts({ stdio: ['pipe', 'pipe', 'pipe', fd] as Array<'pipe' | number> }));
+          const [first, ...fds] = r.stdout.split('\n').filter(Boolean);
+          expect(first).toBe('through fd 3');
+          // 0-2, 3 (ours), and the one ls opens.
+          expect(fds.map(Number).sort((x, y) => x - y)).toEqual([0, 1, 2, 3, 4]);
+        } finally {
+          fs.closeSync(fd);
+        }
+      });
+    });
+
+    describe('events and exited', () => {
+      it('emits spawn, then exit, then close (after the streams ended)', async () => {
+        const child = spawn('sh', ['-c', 'echo hi; exit 3'], opts());
+        const events: string[] = [];
+        child.on('spawn', () => events.push('spawn'));
+        child.on('exit', (code, sig) => events.push(`exit:${code}:${sig}`));
+        child.stdout!.on('end', () => events.push('stdout-end'));
+        child.stdout!.resume();
+        child.stderr!.resume();
+        const closeArgs = await new Promise<unknown[]>((r) => child.on('close', (...a) => r(a)));
+        events.push('close');
+        expect(closeArgs).toEqual([3, null]);
+        expect(events[0]).toBe('spawn');
+        expect(events.indexOf('exit:3:null')).toBeGreaterThan(0);
+        expect(events.indexOf('stdout-end')).toBeLessThan(events.indexOf('close'));
+        expect(events.at(-1)).toBe('close');
+        expect(child.exitCode).toBe(3);
+      });
+
+      it('exited resolves to { code, signal, durationMs } without any listener', async () => {
+        const child = spawn('sh', ['-c', 'exit 5'], opts({ stdio: 'ignore' as const }));
+        expect(typeof child.pid).toBe('number');
+        expect(child.pid).toBeGreaterThan(0);
+        const info = await child.exited;
+        expect(Object.keys(info).sort()).toEqual(['code', 'durationMs', 'signal']);
+        expect(info.code).toBe(5);
+        expect(info.signal).toBeNull();
+        expect(typeof info.durationMs).toBe('number');
+        expect(info.durationMs).toBeGreaterThanOrEqual(0);
+        // The same promise every time.
+        expect(child.exited).toBe(child.exited);
+      });
+
+      it('run() resolves with stdout, stderr, code, signal, durationMs', async () => {
+        const r = await run('sh', ['-c', 'printf o; printf e >&2; exit 2'], opts());
+        expect(r).toMatchObject({ stdout: 'o', stderr: 'e', code: 2, signal: null, timedOut: false });
+        expect(typeof r.durationMs).toBe('number');
+        expect(r.enforcement.sandboxed).toBe(mode.name === 'sandboxed');
+      });
+
+      it('a child that never reads stdin does not break the host with EPIPE', async () => {
+        const child = spawn('true', [], opts());
+        await child.exited;
+        child.stdin!.write(Buffer.alloc(1024 * 1024));
+        child.stdin!.end();
+        await new Promise((r) => child.once('close', r));
+      });
+    });
+
+    describe('maxBuffer and encoding', () => {
+      it('EMAXBUFFER when stdout exceeds maxBuffer, and the tree is killed', async () => {
+        const marker = uniqueSleepArg();
+        const p = run('sh', ['-c', `sleep ${marker} & yes`], opts({ maxBuffer: 64 * 1024 }));
+        await expectSandboxError(p, 'EMAXBUFFER');
+        await expectAllGone(pidsWithArg(marker));
+      });
+
+      it('EMAXBUFFER counts stderr too', async () => {
+        await expectSandboxError(run('sh', ['-c', 'yes >&2'], opts({ maxBuffer: 4096 })), 'EMAXBUFFER');
+      });
+
+      it('output exactly at maxBuffer is fine', async () => {
+        const r = await run('head', ['-c', '4096', '/dev/zero'], opts({ maxBuffer: 4096, encoding: 'buffer' as const }));
+        expect(r.stdout.length).toBe(4096);
+      });
+
+      it('encoding: utf8 by default, buffer keeps raw bytes, hex/base64/latin1 decode', async () => {
+        const script = 'printf "\\303\\251\\377\\000x"';
+        const raw = Buffer.from([0xc3, 0xa9, 0xff, 0x00, 0x78]);
+        const asBuf = await run('sh', ['-c', script], opts({ encoding: 'buffer' as const }));
+        expect(Buffer.isBuffer(asBuf.stdout)).toBe(true);
+        expect(asBuf.stdout.equals(raw)).toBe(true);
+        expect(Buffer.isBuffer(asBuf.stderr)).toBe(true);
+        expect((await run('sh', ['-c', script], opts())).stdout).toBe(raw.toString('utf8'));
+        expect((await run('sh', ['-c', script], opts({ encoding: 'hex' as const }))).stdout).toBe(raw.toString('hex'));
+        expect((await run('sh', ['-c', script], opts({ encoding: 'base64' as const }))).stdout).toBe(raw.toString('base64'));
+        expect((await run('sh', ['-c', script], opts({ encoding: 'latin1' as const }))).stdout).toBe(raw.toString('latin1'));
+      });
+    });
+
+    describe('kill, timeout and AbortSignal take down the whole tree', () => {
+      it('kill() ends the command and its grandchildren (checked by host pid)', async () => {
+        const { handle, grandchildren } = await startTree((s) => spawn('sh', ['-c', s], opts({ stdio: 'ignore' as const })));
+        const child = handle as SandboxedProcess;
+        expect(child.kill()).toBe(true);
+        expect((await child.exited).signal).toBe('SIGTERM');
+        await expectAllGone(grandchildren);
+      });
+
+      it('timeout kills the tree and reports timedOut', async () => {
+        let result: Promise<Awaited<ReturnType<typeof run>>> | undefined;
+        const { grandchildren } = await startTree((s) => (result = run('sh', ['-c', s], opts({ timeout: 3000 }))));
+        const r = await result!;
+        expect(r.timedOut).toBe(true);
+        expect(r.signal).toBe('SIGKILL');
+        expect(r.code).toBeNull();
+        await expectAllGone(grandchildren);
+      });
+
+      it('AbortSignal rejects with EABORTED and kills the tree', async () => {
+        const ac = new AbortController();
+        let result: Promise<unknown> | undefined;
+        const { grandchildren } = await startTree((s) => (result = run('sh', ['-c', s], opts({ signal: ac.signal }))));
+        ac.abort();
+        await expectSandboxError(result!, 'EABORTED');
+        await expectAllGone(grandchildren);
+      });
+
+      it('an already-aborted signal rejects with EABORTED and starts nothing', async () => {
+        const marker = path.join(dir, `aborted-${process.pid}`);
+        await expectSandboxError(run('touch', [marker], opts({ signal: AbortSignal.abort() })), 'EABORTED');
+        expect(fs.existsSync(marker)).toBe(false);
+      });
+
+      it.skipIf(!mode.isolatedTree)('setsid() grandchildren die too when the mode has a pid namespace', async () => {
+        const { handle, grandchildren } = await startTree((s) => spawn('sh', ['-c', s], opts({ stdio: 'ignore' as const })), { setsid: true });
+        const child = handle as SandboxedProcess;
+        child.kill('SIGKILL');
+        await child.exited;
+        await expectAllGone(grandchildren);
+      });
+    });
+  });
+}
