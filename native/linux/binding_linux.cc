@@ -57,38 +57,72 @@ bool GetBool(const Napi::Object& o, const char* key, bool def) {
   return v.As<Napi::Boolean>().Value();
 }
 
-// Owns a spawned process until its exit has been delivered to JS and JS dropped its handle.
+// Owns a spawned process until its exit has been delivered to JS, the process has been reaped,
+// and JS dropped its handle. Isolated mode watches init's status pipe first (the command's status
+// arrives there once every sandboxed process is dead), then reaps init from its pidfd without
+// keeping JS waiting for the namespaces' teardown.
 struct ChildWatch {
-  uv_poll_t poll;
+  uv_poll_t status_poll;
+  uv_poll_t pid_poll;
   LinuxSpawnResult res;
   Napi::FunctionReference on_exit;
-  bool exited = false;
-  int refs = 2;  // the poll handle + the JS External
+  bool exited = false;     // delivered to JS
+  int refs = 1;            // the JS External, plus one per open poll handle
 
   void Unref() {
     if (--refs == 0) delete this;
   }
   ~ChildWatch() {
+    // Only reached once init (if any) has been reaped: nothing runs on its stack any more.
+    ReleaseInitStack(&res);
     if (res.pidfd >= 0) close(res.pidfd);
     if (res.status_fd >= 0) close(res.status_fd);
+  }
+  void Deliver(int code, int sig) {
+    if (exited) return;
+    exited = true;
+    Napi::Env env = on_exit.Env();
+    Napi::HandleScope scope(env);
+    Napi::Value jcode = code >= 0 ? Napi::Number::New(env, code) : env.Null();
+    Napi::Value jsig = sig > 0 ? Napi::Number::New(env, sig) : env.Null();
+    Napi::FunctionReference cb = std::move(on_exit);
+    cb.MakeCallback(env.Global(), {jcode, jsig});
   }
 };
 
 void OnPollClosed(uv_handle_t* h) { static_cast<ChildWatch*>(h->data)->Unref(); }
 
+void ClosePoll(uv_poll_t* p) {
+  uv_poll_stop(p);
+  uv_close(reinterpret_cast<uv_handle_t*>(p), OnPollClosed);
+}
+
 void OnPidfdReadable(uv_poll_t* handle, int status, int) {
   ChildWatch* w = static_cast<ChildWatch*>(handle->data);
   int code = -1, sig = 0;
   if (status == 0 && !CollectExit(w->res, &code, &sig)) return;  // spurious wakeup
-  w->exited = true;
-  uv_poll_stop(handle);
-  uv_close(reinterpret_cast<uv_handle_t*>(handle), OnPollClosed);
-  Napi::Env env = w->on_exit.Env();
-  Napi::HandleScope scope(env);
-  Napi::Value jcode = code >= 0 ? Napi::Number::New(env, code) : env.Null();
-  Napi::Value jsig = sig > 0 ? Napi::Number::New(env, sig) : env.Null();
-  w->on_exit.MakeCallback(env.Global(), {jcode, jsig});
-  w->on_exit.Reset();
+  ClosePoll(handle);
+  w->Deliver(code, sig);  // no-op when the status pipe already delivered the command's status
+}
+
+void StartPidPoll(ChildWatch* w, uv_loop_t* loop) {
+  w->refs++;
+  uv_poll_init(loop, &w->pid_poll, w->res.pidfd);
+  w->pid_poll.data = w;
+  uv_poll_start(&w->pid_poll, UV_READABLE, OnPidfdReadable);
+}
+
+void OnStatusReadable(uv_poll_t* handle, int status, int) {
+  ChildWatch* w = static_cast<ChildWatch*>(handle->data);
+  int code = -1, sig = 0;
+  bool eof = false;
+  bool got = status == 0 && ReadCommandStatus(w->res, &code, &sig, &eof);
+  if (!got && !eof && status == 0) return;  // spurious wakeup
+  uv_loop_t* loop = handle->loop;
+  ClosePoll(handle);
+  // Reap init in the background either way; without a report its own status is what we have.
+  StartPidPoll(w, loop);
+  if (got) w->Deliver(code, sig);
 }
 
 void FillLandlock(Napi::Env env, const Napi::Object& o, LandlockPlan* ll) {
@@ -235,9 +269,14 @@ Napi::Value Spawn(const Napi::CallbackInfo& info) {
   w->on_exit = Napi::Persistent(info[1].As<Napi::Function>());
   uv_loop_t* loop = nullptr;
   napi_get_uv_event_loop(env, &loop);
-  uv_poll_init(loop, &w->poll, res.pidfd);
-  w->poll.data = w;
-  uv_poll_start(&w->poll, UV_READABLE, OnPidfdReadable);
+  if (res.status_fd >= 0) {
+    w->refs++;
+    uv_poll_init(loop, &w->status_poll, res.status_fd);
+    w->status_poll.data = w;
+    uv_poll_start(&w->status_poll, UV_READABLE, OnStatusReadable);
+  } else {
+    StartPidPoll(w, loop);
+  }
 
   Napi::Object result = Napi::Object::New(env);
   result.Set("pid", Napi::Number::New(env, res.pid));

@@ -413,9 +413,14 @@ int InitInChild(void* argp) {
     Sys(__NR_write, a->err_fd, &note, sizeof note);
   }
 
+  // From the moment err_fd closes, the parent may free everything `a` points to: copy what the
+  // wait loop needs onto init's own stack first.
+  const int status_fd = a->status_fd;
+  const bool group = p.setsid;
   pid_t cmd = clone(CommandInChild, a->cmd_stack_top, CLONE_VM | CLONE_VFORK | SIGCHLD, a);
   if (cmd < 0) FailInChild(a, kStageCommandClone, 0, -EAGAIN);
   Sys(__NR_close, a->err_fd);  // the parent sees EOF once the command has exec'd (or failed)
+  a = nullptr;
 
   uint64_t set = 0;
   const int kWatched[] = {SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH};
@@ -429,14 +434,19 @@ int InitInChild(void* argp) {
         long pid = Sys(__NR_wait4, -1, &st, WNOHANG | __WALL, 0);
         if (pid <= 0) break;
         if (pid == cmd) {
+          // Kill and reap everything left in the namespace (daemons included) before reporting,
+          // so that when the parent hears "exited" no process of the sandbox is alive. The
+          // namespaces' own teardown then happens after the report, off the caller's path.
+          Sys(__NR_kill, -1, SIGKILL);
+          while (Sys(__NR_wait4, -1, 0, __WALL, 0) != -ECHILD) {
+          }
           int32_t status = st;
-          Sys(__NR_write, a->status_fd, &status, sizeof status);
-          // Our exit kills every process still in the namespace, daemons included.
+          Sys(__NR_write, status_fd, &status, sizeof status);
           ExitInChild(0);
         }
       }
     } else if (sig > 0) {
-      Sys(__NR_kill, p.setsid ? -cmd : cmd, sig);
+      Sys(__NR_kill, group ? -cmd : cmd, sig);
     }
   }
 }
@@ -468,6 +478,29 @@ struct FdList {
     for (int fd : fds) close(fd);
   }
 };
+
+constexpr size_t kInitStackSize = 256 * 1024;
+constexpr size_t kInitTlsOffset = 32 * 1024;  // TLS variables live below the TCB (x86_64)
+
+// init shares our address space but must not depend on the TLS block of the thread that spawned
+// it (a worker thread may exit while the sandbox lives). On x86_64 it gets its own TCB at the
+// bottom of its stack mapping: a copy of ours (stack-protector canary included) with the self
+// pointers moved. Elsewhere it keeps the caller's thread pointer (aarch64 keeps the canary in a
+// global, not in the TCB).
+void* PrepareInitTls(void* stack_base) {
+#if defined(__x86_64__)
+  uintptr_t* fake = reinterpret_cast<uintptr_t*>(static_cast<char*>(stack_base) + kInitTlsOffset);
+  uintptr_t* real;
+  __asm__("mov %%fs:0, %0" : "=r"(real));
+  memcpy(fake, real, 64);
+  fake[0] = reinterpret_cast<uintptr_t>(fake);  // tcb
+  fake[2] = reinterpret_cast<uintptr_t>(fake);  // self
+  return fake;
+#else
+  (void)stack_base;
+  return nullptr;
+#endif
+}
 
 const char* StageName(int32_t stage) {
   switch (stage) {
@@ -643,27 +676,30 @@ Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
   args.nkeep = static_cast<int>(keep.size());
 
   Stack init_stack, cmd_stack;
-  if (!init_stack.Allocate(isolated ? 256 * 1024 : 128 * 1024) ||
+  if (!init_stack.Allocate(isolated ? kInitStackSize : 128 * 1024) ||
       (isolated && !cmd_stack.Allocate(128 * 1024))) {
     return Status::Sys(ErrorCode::kESPAWN, "mmap(2) of a child stack failed", "mmap", errno);
   }
   args.cmd_stack_top = isolated ? cmd_stack.top() : nullptr;
 
-  int flags = CLONE_PIDFD | SIGCHLD;
+  int flags = CLONE_PIDFD | CLONE_VM | SIGCHLD;
   int (*entry)(void*) = CommandInChild;
+  void* tls = nullptr;
   if (isolated) {
     flags |= CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
     if (plan.new_net) flags |= CLONE_NEWNET;
     entry = InitInChild;
+    tls = PrepareInitTls(init_stack.base);
+    if (tls != nullptr) flags |= CLONE_SETTLS;
   } else {
-    flags |= CLONE_VM | CLONE_VFORK;
+    flags |= CLONE_VFORK;
   }
   // Signals stay blocked across clone: a handler of the parent must never run in the child.
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
   int pidfd = -1;
-  pid_t pid = clone(entry, init_stack.top(), flags, &args, &pidfd, nullptr, nullptr);
+  pid_t pid = clone(entry, init_stack.top(), flags, &args, &pidfd, tls, nullptr);
   int clone_errno = errno;
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   if (pid < 0) {
@@ -716,11 +752,39 @@ Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
     owned.Release(statp[0]);
     fcntl(statp[0], F_SETFL, O_NONBLOCK);
   }
+  if (isolated) {
+    out->init_stack = init_stack.base;
+    out->init_stack_size = init_stack.size;
+    init_stack.base = MAP_FAILED;  // init runs on it until it is reaped
+  }
   out->pid = pid;
   out->pidfd = pidfd;
   out->status_fd = isolated ? statp[0] : -1;
   out->mode = plan.mode;
   return Status::Ok();
+}
+
+void ReleaseInitStack(LinuxSpawnResult* res) noexcept {
+  if (res->init_stack != nullptr) munmap(res->init_stack, res->init_stack_size);
+  res->init_stack = nullptr;
+}
+
+bool ReadCommandStatus(const LinuxSpawnResult& res, int* code, int* signal, bool* eof) noexcept {
+  int32_t st;
+  ssize_t n;
+  do {
+    n = read(res.status_fd, &st, sizeof st);
+  } while (n < 0 && errno == EINTR);
+  *eof = n == 0;
+  if (n != static_cast<ssize_t>(sizeof st)) return false;
+  *code = -1;
+  *signal = 0;
+  if (WIFEXITED(st)) {
+    *code = WEXITSTATUS(st);
+  } else if (WIFSIGNALED(st)) {
+    *signal = WTERMSIG(st);
+  }
+  return true;
 }
 
 bool CollectExit(const LinuxSpawnResult& res, int* code, int* signal) noexcept {
@@ -736,17 +800,6 @@ bool CollectExit(const LinuxSpawnResult& res, int* code, int* signal) noexcept {
   }
   *code = -1;
   *signal = 0;
-  if (res.status_fd >= 0) {
-    int32_t st;
-    if (read(res.status_fd, &st, sizeof st) == static_cast<ssize_t>(sizeof st)) {
-      if (WIFEXITED(st)) {
-        *code = WEXITSTATUS(st);
-      } else if (WIFSIGNALED(st)) {
-        *signal = WTERMSIG(st);
-      }
-      return true;
-    }
-  }
   if (si.si_code == CLD_EXITED) {
     *code = si.si_status;
   } else {

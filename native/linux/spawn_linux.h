@@ -11,8 +11,10 @@
 // Shapes:
 //   kPlain / kLandlock: clone(CLONE_VM|CLONE_VFORK) straight into the command: no page-table copy,
 //     the parent thread sleeps until execve. The command calls setsid; teardown is by group.
-//   kIsolated: clone(NEWUSER|NEWNS|NEWPID|NEWIPC|NEWUTS[|NEWNET]) into a small init. init maps its
-//     own uid/gid, builds the mount tree, then clone(CLONE_VM|CLONE_VFORK)s the command, reaps,
+//   kIsolated: clone(CLONE_VM|NEWUSER|NEWNS|NEWPID|NEWIPC|NEWUTS[|NEWNET]) into a small init that
+//     shares the caller's address space (no page-table copy, no copy-on-write faults in Node for
+//     as long as the sandbox lives) and touches only its own stack and TLS block once the command
+//     has exec'd. init maps its own uid/gid, builds the mount tree, then clone(CLONE_VM|CLONE_VFORK)s the command, reaps,
 //     forwards TERM/INT/HUP/QUIT/USR1/USR2 to the command's group and reports the command's wait
 //     status over a pipe. init's exit tears down every process left in the pid namespace.
 #pragma once
@@ -86,14 +88,24 @@ struct LinuxSpawnResult {
   int pidfd = -1;        // owned by the caller after success
   int status_fd = -1;    // isolated: read end of init's status pipe; owned by the caller
   LinuxMode mode = LinuxMode::kPlain;
+  // Isolated: init shares the caller's address space (CLONE_VM) and runs on this mapping. The
+  // caller unmaps it (ReleaseInitStack) only after init has been reaped.
+  void* init_stack = nullptr;
+  size_t init_stack_size = 0;
 };
+
+void ReleaseInitStack(LinuxSpawnResult* res) noexcept;
 
 // Parent side. On failure nothing is left running and every fd is closed.
 Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept;
 
-// After pidfd became readable: reaps, and returns the command's exit code or signal.
-// Returns false if the process has not exited yet.
+// After pidfd became readable: reaps, and returns the process's exit code or signal (for isolated
+// mode that is init's, used only when init died without reporting). False if it has not exited.
 bool CollectExit(const LinuxSpawnResult& res, int* code, int* signal) noexcept;
+
+// Isolated mode: after status_fd became readable. True with the command's status once init has
+// reported it (every process of the sandbox is dead by then); *eof when init died without a report.
+bool ReadCommandStatus(const LinuxSpawnResult& res, int* code, int* signal, bool* eof) noexcept;
 
 // Signals the sandboxed tree. Isolated: SIGKILL kills init (and so the namespace); other signals go
 // to init, which forwards them to the command's group. Plain/Landlock: the command's group.
