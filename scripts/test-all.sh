@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# npm test: build once, run the whole vitest suite as the current user, and — when that user is
+# root — again as an unprivileged user (a sandbox that keeps a capability as root could remount /
+# read-write; a sandbox that needs privileges would fail unprivileged). Prints one closing line
+# "N passed, N failed, N skipped" over both passes and exits non-zero on any failure.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+UNPRIV_USER=${PSB_TEST_USER:-psbtest}
+RESULTS=$(mktemp -d /var/tmp/psb-results.XXXXXX)
+chmod 0777 "$RESULTS"
+
+npm run --silent build:native >/dev/null || { echo "native build failed"; exit 1; }
+npm run --silent build:ts || { echo "TypeScript build failed"; exit 1; }
+
+status=0
+echo "== vitest as $(id -un) (uid $(id -u)) =="
+npx vitest run --reporter=default --reporter=json --outputFile.json="$RESULTS/root.json" "$@" || status=1
+
+if [ "$(id -u)" = 0 ] && [ "${PSB_SKIP_UNPRIVILEGED:-0}" != 1 ]; then
+  id "$UNPRIV_USER" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$UNPRIV_USER"
+  # The unprivileged user needs a tree it can read and write: a copy outside root's home.
+  COPY=$(mktemp -d /var/tmp/psb-unpriv.XXXXXX)
+  tar -C "$ROOT" --exclude=./.win --exclude=./.git -cf - . | tar -C "$COPY" -xf -
+  chown -R "$UNPRIV_USER": "$COPY"
+  chmod 0755 "$COPY"
+  echo "== vitest as $UNPRIV_USER (uid $(id -u "$UNPRIV_USER")) in $COPY =="
+  runuser -u "$UNPRIV_USER" -- env -i PATH="$PATH" HOME="$(getent passwd "$UNPRIV_USER" | cut -d: -f6)" \
+    LANG=C.UTF-8 CI="${CI:-}" bash -c "cd '$COPY' && npx vitest run --reporter=default --reporter=json --outputFile.json='$RESULTS/unpriv.json' $*" || status=1
+  rm -rf "$COPY"
+fi
+
+node -e '
+const fs = require("fs");
+let p = 0, f = 0, s = 0;
+for (const file of fs.readdirSync(process.argv[1])) {
+  const r = JSON.parse(fs.readFileSync(process.argv[1] + "/" + file, "utf8"));
+  p += r.numPassedTests; f += r.numFailedTests; s += r.numPendingTests + (r.numTodoTests || 0);
+  if (r.numFailedTestSuites && !r.numFailedTests) f += r.numFailedTestSuites;
+}
+console.log(`${p} passed, ${f} failed, ${s} skipped`);
+' "$RESULTS" || status=1
+rm -rf "$RESULTS"
+exit $status
