@@ -307,7 +307,11 @@ export function buildCommandLine(argv: string[]): string {
   return argv.map(quoteWindowsArg).join(' ');
 }
 
-/** Merge env overrides, replacing existing names case-insensitively (Windows env semantics). */
+/**
+ * Merge env overrides, replacing existing names case-insensitively (Windows env semantics). Names
+ * that differ only in case collapse to one entry (the last one wins), since a Windows environment
+ * block cannot hold both.
+ */
 export function mergeEnvCaseInsensitive(
   env: Record<string, string>,
   overrides: Record<string, string>,

@@ -234,7 +234,7 @@ export function createWin32Backend(native: Win32Native | null | undefined, optio
     let sandboxOptions: { sandboxed: boolean; capabilitySids?: string[]; privateDesktop?: boolean; job: object };
     if (req.rules === null) {
       report = unsandboxedReport();
-      env = Object.entries(req.env);
+      env = mergeEnvCaseInsensitive(req.env, {});
       sandboxOptions = { sandboxed: false, job: { uiRestrictions: false } };
     } else {
       const plan = planWindowsSandbox(req.rules, {

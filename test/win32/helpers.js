@@ -52,10 +52,10 @@ function rules(over = {}) {
 }
 
 function baseEnv(extra = {}) {
+  // process.env is case-insensitive on Windows: copy each variable once, under its real name.
+  const wanted = new Set(['SYSTEMROOT', 'WINDIR', 'COMSPEC', 'PATH', 'TEMP', 'TMP', 'PATHEXT']);
   const env = {};
-  for (const k of ['SystemRoot', 'SYSTEMROOT', 'windir', 'ComSpec', 'PATH', 'Path', 'TEMP', 'TMP', 'PATHEXT']) {
-    if (process.env[k] !== undefined) env[k] = process.env[k];
-  }
+  for (const [k, v] of Object.entries(process.env)) if (wanted.has(k.toUpperCase())) env[k] = v;
   return { ...env, ...extra };
 }
 

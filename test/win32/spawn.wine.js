@@ -100,6 +100,35 @@ test('arguments with spaces, quotes, backslashes and non-ASCII arrive intact', {
   assert.deepEqual(got, awkward);
 });
 
+test('the environment block is sorted case-insensitively, as Windows requires', { timeout: 60000 }, async () => {
+  const env = h.baseEnv({ zeta: '1', Alpha: '2', beta: '3', GAMMA: '4', '_under': '5' });
+  const { stdout, exit } = await h.runBackend({ file: h.probeChild, argv: [h.probeChild, 'env-names'], env, rules: h.rules() });
+  assert.equal(exit.code, 0);
+  const ours = new Set(Object.keys(env).map((k) => k.toUpperCase()));
+  // wine's process start-up sets SystemRoot again, which moves it to the end of the block.
+  if (h.wine) ours.delete('SYSTEMROOT');
+  const names = stdout.split(/\r?\n/).filter((l) => l.startsWith('name:')).map((l) => l.slice(5)).filter((n) => ours.has(n.toUpperCase()));
+  assert.equal(names.length, ours.size, `all our names arrive: ${names.join(',')}`);
+  const sorted = [...names].sort((a, b) => (a.toUpperCase() < b.toUpperCase() ? -1 : a.toUpperCase() > b.toUpperCase() ? 1 : 0));
+  assert.deepEqual(names, sorted);
+});
+
+test('non-ASCII cwd and env values reach the child intact', { timeout: 60000 }, async () => {
+  const cwd = path.join(h.tmpDir('uni'), 'd\u00eer \u00fc \u4e2d');
+  fs.mkdirSync(cwd);
+  const { stdout, exit } = await h.runBackend({
+    file: h.probeChild,
+    argv: [h.probeChild, 'report', '0'],
+    cwd,
+    env: h.baseEnv({ PSB_PROBE: 'v\u00e4l \u2603' }),
+    rules: h.rules({ writeRoots: [cwd], tmp: 'none' }),
+  });
+  assert.equal(exit.code, 0);
+  const facts = h.parseReport(stdout);
+  assert.equal(facts.env, 'v\u00e4l \u2603');
+  assert.equal(facts.cwd.toLowerCase(), cwd.toLowerCase());
+});
+
 test('network none: dead proxy variables are set and the report says not enforced', { timeout: 60000 }, async () => {
   const { child, stdout } = await h.runBackend({
     file: h.cmdExe,
