@@ -42,7 +42,7 @@ function rules(over = {}) {
     writeRoots: [],
     readOnly: [],
     denyRead: [],
-    tmp: 'host',
+    tmp: 'private', // the policy default; 'host' would re-ACL the whole %TEMP% tree on each read-only run
     network: { kind: 'full' },
     mode: 'auto',
     degraded: wine !== null,

@@ -153,6 +153,19 @@ test('a private tmp is created for the run, given to the child, and removed afte
   assert.equal(fs.existsSync(dir), false);
 });
 
+test("tmp 'host' on a read-only run: a temporary grant on the host temp dir, revoked afterwards", { timeout: 60000 }, async () => {
+  const { exit, child } = await h.runBackend({ file: h.cmdExe, argv: ['cmd.exe', '/c', 'exit 0'], rules: h.rules({ tmp: 'host' }) });
+  assert.equal(exit.code, 0);
+  assert.equal(child.enforcement.mechanisms.capabilitySids, 1);
+});
+
+test("tmp 'host' grant is gone after the run", { skip: h.NEEDS_REAL_WINDOWS, timeout: 60000 }, async () => {
+  const os = require('node:os');
+  const before = h.native.winAclSddl(os.tmpdir());
+  await h.runBackend({ file: h.cmdExe, argv: ['cmd.exe', '/c', 'exit 0'], rules: h.rules({ tmp: 'host' }) });
+  assert.equal(h.native.winAclSddl(os.tmpdir()), before);
+});
+
 test('writable roots get a persisted capability SID, reused on the next run', { timeout: 60000 }, async () => {
   const ws = h.tmpDir('ws');
   const r = h.rules({ writeRoots: [ws], tmp: 'none' });
