@@ -148,6 +148,21 @@ export function openFdCount(): number {
   return fs.readdirSync('/proc/self/fd').length;
 }
 
+/** A summary of this process's open fds by kind ("12 x anon_inode:[pidfd], 3 x pipe, ..."). */
+export function describeFds(): string {
+  const kinds = new Map<string, number>();
+  for (const fd of fs.readdirSync('/proc/self/fd')) {
+    let target = '?';
+    try {
+      target = fs.readlinkSync(`/proc/self/fd/${fd}`).replace(/:\[\d+\]$/, '');
+    } catch {
+      /* closed meanwhile */
+    }
+    kinds.set(target, (kinds.get(target) ?? 0) + 1);
+  }
+  return [...kinds].map(([k, n]) => `${n} x ${k}`).join(', ');
+}
+
 /** Polls until `cond` holds; throws with `what` when it does not within `ms` (a deadline, not a timing assertion). */
 export async function waitFor(cond: () => boolean, what: string, ms = 15_000): Promise<void> {
   const deadline = Date.now() + ms;

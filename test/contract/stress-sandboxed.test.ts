@@ -1,0 +1,5 @@
+/** Resource hygiene, sandboxed with the default policy. */
+import { defineStressContract } from './stress-contract';
+import { sandboxed } from './helpers';
+
+defineStressContract(sandboxed());
