@@ -8,30 +8,6 @@ namespace psb::win {
 
 namespace {
 
-Status RandomHex(std::wstring* out) noexcept {
-  // RtlGenRandom (SystemFunction036) is what rand_s uses; avoids a bcrypt dependency.
-  unsigned char bytes[12];
-  HMODULE advapi = ::GetModuleHandleW(L"advapi32.dll");
-  using GenRandom = BOOLEAN(WINAPI*)(PVOID, ULONG);
-  auto fn = advapi != nullptr ? reinterpret_cast<GenRandom>(reinterpret_cast<void*>(
-                                    ::GetProcAddress(advapi, "SystemFunction036")))
-                              : nullptr;
-  if (fn == nullptr || !fn(bytes, sizeof(bytes))) {
-    return WinError(ErrorCode::kEDESKTOP_CREATE, "RtlGenRandom", ERROR_GEN_FAILURE);
-  }
-  static const wchar_t kHex[] = L"0123456789abcdef";
-  try {
-    out->clear();
-    for (unsigned char b : bytes) {
-      out->push_back(kHex[b >> 4]);
-      out->push_back(kHex[b & 15]);
-    }
-  } catch (...) {
-    return WinError(ErrorCode::kEDESKTOP_CREATE, "RtlGenRandom", ERROR_NOT_ENOUGH_MEMORY);
-  }
-  return Status::Ok();
-}
-
 Status WindowStationName(std::wstring* out) noexcept {
   HWINSTA ws = ::GetProcessWindowStation();  // not owned: must not be closed
   if (ws == nullptr) return WinError(ErrorCode::kEDESKTOP_CREATE, "GetProcessWindowStation", ::GetLastError());
@@ -52,7 +28,7 @@ Status WindowStationName(std::wstring* out) noexcept {
 
 Status PrivateDesktop::Create(const Sid& logon_sid) noexcept {
   std::wstring hex, winsta;
-  Status s = RandomHex(&hex);
+  Status s = RandomHex(12, ErrorCode::kEDESKTOP_CREATE, &hex);
   if (!s.ok()) return s;
   s = WindowStationName(&winsta);
   if (!s.ok()) return s;

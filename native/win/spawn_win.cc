@@ -15,10 +15,13 @@ std::atomic<unsigned> g_pipe_serial{0};
 // One stdio pipe: an overlapped server end for the parent (Node's libuv adopts it) and a
 // synchronous, inheritable client end for the child. Same shape libuv uses for its own children.
 Status CreateStdioPipe(bool child_reads, ScopedHandle* parent_end, ScopedHandle* child_end) noexcept {
-  std::wstring name;
+  // Unpredictable name: nobody can create it first (FILE_FLAG_FIRST_PIPE_INSTANCE would then fail).
+  std::wstring name, rnd;
+  Status s = RandomHex(8, ErrorCode::kESPAWN, &rnd);
+  if (!s.ok()) return s;
   try {
     name = L"\\\\.\\pipe\\process-sandbox-" + std::to_wstring(::GetCurrentProcessId()) + L"-" +
-           std::to_wstring(g_pipe_serial.fetch_add(1)) + L"-" + std::to_wstring(::GetTickCount64());
+           std::to_wstring(g_pipe_serial.fetch_add(1)) + L"-" + rnd;
   } catch (...) {
     return WinError(ErrorCode::kESPAWN, "CreateNamedPipeW", ERROR_NOT_ENOUGH_MEMORY);
   }

@@ -38,6 +38,29 @@ Status WinError(ErrorCode code, const char* api, DWORD err, const std::string& w
   }
 }
 
+Status RandomHex(size_t bytes, ErrorCode code, std::wstring* out) noexcept {
+  // RtlGenRandom (advapi32!SystemFunction036) is what rand_s uses; no bcrypt dependency.
+  unsigned char buf[32];
+  if (bytes > sizeof(buf)) bytes = sizeof(buf);
+  HMODULE advapi = ::GetModuleHandleW(L"advapi32.dll");
+  using GenRandom = BOOLEAN(WINAPI*)(PVOID, ULONG);
+  auto fn = advapi != nullptr ? reinterpret_cast<GenRandom>(reinterpret_cast<void*>(
+                                    ::GetProcAddress(advapi, "SystemFunction036")))
+                              : nullptr;
+  if (fn == nullptr || !fn(buf, static_cast<ULONG>(bytes))) return WinError(code, "RtlGenRandom", ERROR_GEN_FAILURE);
+  static const wchar_t kHex[] = L"0123456789abcdef";
+  try {
+    out->clear();
+    for (size_t i = 0; i < bytes; ++i) {
+      out->push_back(kHex[buf[i] >> 4]);
+      out->push_back(kHex[buf[i] & 15]);
+    }
+  } catch (...) {
+    return WinError(code, "RtlGenRandom", ERROR_NOT_ENOUGH_MEMORY);
+  }
+  return Status::Ok();
+}
+
 std::string WineVersion() noexcept {
   HMODULE ntdll = ::GetModuleHandleW(L"ntdll.dll");
   if (ntdll == nullptr) return std::string();

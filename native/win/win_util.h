@@ -20,6 +20,9 @@ std::string Narrow(const std::wstring& wide) noexcept;
 // `err` must be the GetLastError() value captured straight after the failing call.
 Status WinError(ErrorCode code, const char* api, DWORD err, const std::string& what = {}) noexcept;
 
+// `bytes` random bytes (RtlGenRandom) as lower-case hex, for object names nobody can predict.
+Status RandomHex(size_t bytes, ErrorCode code, std::wstring* out) noexcept;
+
 // The wine version string when running under wine ("8.0"), else empty. Detected through
 // ntdll!wine_get_version, so it never calls an API that wine stubs out.
 std::string WineVersion() noexcept;
