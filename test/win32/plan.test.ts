@@ -238,3 +238,25 @@ describe('CapabilityStore', () => {
     expect(randomCapabilitySid()).not.toBe(randomCapabilitySid());
   });
 });
+
+describe('one list of native sources', () => {
+  const root = path.resolve(__dirname, '..', '..');
+  const sources = JSON.parse(fs.readFileSync(path.join(root, 'native', 'sources.json'), 'utf8')) as Record<string, string[]>;
+
+  it('every native/win/*.cc is in the "win" list, and every listed file exists', () => {
+    const onDisk = fs
+      .readdirSync(path.join(root, 'native', 'win'))
+      .filter((f) => f.endsWith('.cc'))
+      .map((f) => `native/win/${f}`)
+      .sort();
+    expect([...sources.win!].sort()).toEqual(onDisk);
+    for (const f of [...sources.common!, ...sources.win!]) expect(fs.existsSync(path.join(root, f))).toBe(true);
+  });
+
+  it('CMakeLists.txt and binding.gyp both read native/sources.json (no second list)', () => {
+    const cmake = fs.readFileSync(path.join(root, 'CMakeLists.txt'), 'utf8');
+    expect(cmake).toContain('native/sources.json');
+    expect(cmake).not.toMatch(/native\/win\/\w+\.cc/);
+    expect(fs.readFileSync(path.join(root, 'binding.gyp'), 'utf8')).toContain("sources.json').win");
+  });
+});
