@@ -5,6 +5,7 @@
  * runs when it cannot enforce the rules (fail closed).
  */
 import type { Readable, Writable } from 'node:stream';
+import type { ManagedProxy, ManagedProxyOptions } from './network';
 import type { ResolvedRules } from './rules';
 
 /** Per-fd stdio choice: a pipe to JS, the parent's own fd, /dev/null, or a given fd number. */
@@ -23,6 +24,22 @@ export interface BackendSpawnRequest {
   stdio: StdioSpec[];
   /** null: run plainly (explicit `policy: null`). */
   rules: ResolvedRules | null;
+  /** Managed-network hooks, used when rules.network is a proxy. */
+  network?: SpawnNetworkOptions;
+}
+
+export interface SpawnNetworkOptions {
+  /** A running proxy to attach to (one proxy can serve many sandboxes); else one per spawn. */
+  instance?: ManagedProxy;
+  /** Called once per proxy decision (ignored when `instance` is given: it has its own). */
+  onAudit?: ManagedProxyOptions['onAudit'];
+  /** Consulted for allowlist misses (ignored when `instance` is given). */
+  decider?: ManagedProxyOptions['decider'];
+  deciderTimeoutMs?: number;
+  /** Name resolution used by the proxy (default: the system resolver). */
+  lookup?: ManagedProxyOptions['lookup'];
+  /** Attribution of this process's requests in audit events (default: its pid). */
+  processId?: string;
 }
 
 export type Guarantee = 'enforced' | 'not-enforced' | 'partial' | 'not-requested';

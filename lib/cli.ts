@@ -12,7 +12,7 @@
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { SandboxError, exitStatusForError } from './errors';
-import { probe, spawn, type SandboxPolicy } from './index';
+import { probe, spawn, type AuditEvent, type SandboxPolicy } from './index';
 import { withoutSecretEnv } from './permissions';
 
 const USAGE = `Usage:
@@ -167,8 +167,15 @@ async function cmdRun(argv: string[]): Promise<number> {
   for (const [k, v] of Object.entries(baseEnv)) if (v !== undefined) env[k] = v;
   for (const [k, v] of a.env) env[k] = v;
   let child;
+  const audit: AuditEvent[] = [];
   try {
-    child = spawn(a.command[0], a.command.slice(1), { cwd: a.cwd, env, stdio: 'inherit', policy: policyFromArgs(a) });
+    child = spawn(a.command[0], a.command.slice(1), {
+      cwd: a.cwd,
+      env,
+      stdio: 'inherit',
+      policy: policyFromArgs(a),
+      proxy: { onAudit: (e) => audit.push(e) },
+    });
   } catch (e) {
     const status = exitStatusForError(e);
     if (a.json) process.stderr.write(JSON.stringify({ error: { code: (e as SandboxError).code, message: (e as Error).message }, exitStatus: status }) + '\n');
@@ -184,7 +191,7 @@ async function cmdRun(argv: string[]): Promise<number> {
   const sigNum = info.signal ? os.constants.signals[info.signal] : 0;
   const status = info.code ?? 128 + sigNum;
   if (a.json) {
-    process.stderr.write(JSON.stringify({ code: info.code, signal: info.signal, exitStatus: status, durationMs: info.durationMs, timedOut, enforcement: child.enforcement }) + '\n');
+    process.stderr.write(JSON.stringify({ code: info.code, signal: info.signal, exitStatus: status, durationMs: info.durationMs, timedOut, enforcement: child.enforcement, audit }) + '\n');
   }
   return status;
 }

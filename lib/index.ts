@@ -10,7 +10,7 @@
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import type { Backend, BackendSpawnRequest, EnforcementReport, ProbeReport, StdioSpec } from './backend';
+import type { Backend, BackendSpawnRequest, EnforcementReport, ProbeReport, SpawnNetworkOptions, StdioSpec } from './backend';
 import { SandboxedProcess, type ExitResult } from './child';
 import { SandboxError } from './errors';
 import { tryLoadNative, loadNative } from './native';
@@ -27,7 +27,8 @@ export { SandboxError, ERROR_CODES, type SandboxErrorCode } from './errors';
 export { SandboxedProcess, type ExitResult } from './child';
 export type { SandboxPolicy, FilesystemPolicy, ProxyPolicy, ResourceLimits, TmpMode, SandboxMode } from './policy-types';
 export type { ResolvedRules, NetworkRule } from './rules';
-export type { EnforcementReport, ProbeReport, StdioSpec, Guarantee } from './backend';
+export type { EnforcementReport, ProbeReport, StdioSpec, Guarantee, SpawnNetworkOptions } from './backend';
+export { ManagedProxy, type AuditEvent, type Decider, type ManagedProxyOptions } from './network';
 export { prepareExecRequest, type ExecParams, type PrepareRuntime, type PreparedExecRequest } from './prepare';
 
 export interface SpawnOptions {
@@ -40,6 +41,8 @@ export interface SpawnOptions {
   arg0?: string;
   /** The sandbox policy. Omitted: the default policy. null: run without a sandbox. */
   policy?: SandboxPolicy | null;
+  /** Managed-network hooks (audit, decider, a shared proxy) for `network: { proxy }` policies. */
+  proxy?: SpawnNetworkOptions;
 }
 
 export interface RunOptions extends SpawnOptions {
@@ -64,7 +67,7 @@ export interface RunResult<T = string> {
   enforcement: EnforcementReport;
 }
 
-const SPAWN_KEYS = new Set(['cwd', 'env', 'stdio', 'arg0', 'policy']);
+const SPAWN_KEYS = new Set(['cwd', 'env', 'stdio', 'arg0', 'policy', 'proxy']);
 const RUN_KEYS = new Set([...SPAWN_KEYS, 'input', 'timeout', 'signal', 'maxBuffer', 'encoding']);
 
 let backendCache: Backend | undefined;
@@ -176,8 +179,18 @@ function normalize(
   else if (opts.policy === null) rules = null;
   else rules = resolvePolicy(opts.policy as SandboxPolicy | undefined, cwd);
 
+  let network: SpawnNetworkOptions | undefined;
+  if (opts.proxy !== undefined) {
+    if (opts.proxy === null || typeof opts.proxy !== 'object') bad('options.proxy must be an object');
+    network = opts.proxy as SpawnNetworkOptions;
+    for (const k of Object.keys(network)) {
+      if (!['instance', 'onAudit', 'decider', 'deciderTimeoutMs', 'lookup', 'processId'].includes(k)) bad(`unknown option: proxy.${k}`);
+    }
+  }
   const file = resolveExecutable(cmd, env, cwd);
-  return { req: { file, argv: [arg0, ...argv], env, cwd, stdio, rules } };
+  const req: BackendSpawnRequest = { file, argv: [arg0, ...argv], env, cwd, stdio, rules };
+  if (network) req.network = network;
+  return { req };
 }
 
 /** Starts a sandboxed command. Throws SandboxError (and starts nothing) on bad input or when the policy cannot be enforced. */

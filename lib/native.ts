@@ -27,6 +27,7 @@ export interface LinuxNativePlan {
     connectPorts?: number[];
   };
   seccomp?: { net: 'none' | 'proxy' | 'full' };
+  proxyPort?: number;
   rlimitNproc?: number;
   rlimitAs?: number;
   rlimitNofile?: number;
@@ -37,6 +38,8 @@ export interface LinuxSpawnResult {
   handle: object;
   fds: Array<number | null>;
   landlockAbi: number;
+  /** Isolated mode with proxyPort: the listener created inside the namespace. */
+  listenerFd?: number;
 }
 
 export interface LinuxProbe {
@@ -58,6 +61,7 @@ export interface NativeBinding {
   spawn?(plan: LinuxNativePlan, onExit: (code: number | null, signal: number | null) => void): LinuxSpawnResult;
   kill?(handle: object, signal: number): number;
   probe?(): LinuxProbe | Record<string, unknown>;
+  listenLoopback?(): { fd: number; port: number };
   // Windows and macOS functions are typed by their backends (lib/platform/win32.ts, darwin.ts).
   [key: string]: unknown;
 }

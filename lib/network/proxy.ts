@@ -301,6 +301,11 @@ export class ManagedProxy {
 
   /** Validates the policy and returns a proxy with no listeners yet (attach() creates them). */
   static async start(options: ManagedProxyOptions): Promise<ManagedProxy> {
+    return ManagedProxy.create(options);
+  }
+
+  /** Synchronous form of start() (it opens nothing until attach()); spawn() uses it. */
+  static create(options: ManagedProxyOptions): ManagedProxy {
     const matcher = ManagedProxy.compilePolicy(options.policy);
     for (const [name, value] of [
       ['deciderTimeoutMs', options.deciderTimeoutMs],

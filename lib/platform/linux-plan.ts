@@ -48,6 +48,8 @@ export interface LinuxPlanInput {
   probe: LinuxProbe;
   /** Landlock mode with private tmp: the per-run TMPDIR (created by the caller). */
   landlockTmpDir?: string;
+  /** Network proxy: the port the command must reach it on (inside its namespace in isolated mode). */
+  proxyPort?: number;
 }
 
 export interface LinuxPlan {
@@ -218,8 +220,14 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
   const gaps: string[] = [];
   const abi = probe.landlockAbi;
   const net = rules.network.kind;
-  if (net === 'proxy') {
-    throw new SandboxError('ENOT_ENFORCED', 'network proxy mode is not available in this build yet');
+  if (net === 'proxy' && !input.proxyPort) {
+    throw new SandboxError('EPROXY_START', 'network proxy mode needs a proxy port');
+  }
+  if (net === 'proxy' && mode === 'landlock' && abi < 4) {
+    throw new SandboxError(
+      'ELANDLOCK_UNSUPPORTED',
+      `a proxy-only network in Landlock mode needs Landlock TCP rules (ABI 4, Linux 6.7+); this kernel has ABI ${abi}`,
+    );
   }
   const needsLandlock = mode === 'landlock' || !rules.readAll;
   if (needsLandlock && abi < 1) {
@@ -240,6 +248,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
   };
   if (abi >= 1) {
     native.landlock = { net, rules: landlockRules(input, mode) };
+    if (net === 'proxy') native.landlock.connectPorts = [input.proxyPort!];
   }
   const limits = rules.limits;
   if (limits.memoryBytes) native.rlimitAs = limits.memoryBytes;
@@ -251,6 +260,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     native.mounts = m.mounts;
     native.tmpSlots = m.tmpSlots;
     native.newNet = net !== 'full';
+    if (net === 'proxy') native.proxyPort = input.proxyPort;
     native.rlimitNproc = limits.maxProcesses ?? DEFAULT_MAX_PROCESSES;
     ghosts = m.ghosts;
     namespaces = ['user', 'mnt', 'pid', 'ipc', 'uts', ...(net !== 'full' ? ['net'] : [])];
@@ -265,6 +275,9 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       gaps.push(`deny-read under readable roots is not enforced: ${deniedButReadable.join(', ')}`);
     }
     if (rules.tmp === 'private') gaps.push('/tmp itself stays read-only; the private temp dir is TMPDIR only');
+    if (net === 'proxy') {
+      gaps.push(`TCP connects to other hosts on the proxy's port ${input.proxyPort} are not blocked (Landlock rules are per port)`);
+    }
     if (abi < 4 && net !== 'full') gaps.push(`Landlock ABI ${abi} has no TCP rules; seccomp alone blocks sockets`);
     if (abi < 6) gaps.push(`Landlock ABI ${abi} has no signal or abstract-socket scoping`);
     if (probe.euid !== 0) gaps.push('the capability bounding set cannot be emptied without privileges (no_new_privs still blocks gaining capabilities)');
@@ -292,13 +305,14 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       setsid: true,
       proc: isolated ? 'fresh' : 'host',
       tmp: rules.tmp,
+      network: net === 'proxy' ? `proxy only (127.0.0.1:${input.proxyPort}${isolated ? ' inside the namespace' : ''})` : net,
     },
     guarantees: {
       filesystemRead: rules.readAll ? 'not-requested' : 'enforced',
       filesystemWrite: isolated ? 'enforced' : 'partial',
       protectedPaths: rules.readOnly.length === 0 ? 'not-requested' : isolated ? 'enforced' : 'not-enforced',
       denyRead: rules.denyRead.length === 0 ? 'not-requested' : isolated ? 'enforced' : 'partial',
-      network: net === 'full' ? 'not-requested' : 'enforced',
+      network: net === 'full' ? 'not-requested' : net === 'proxy' && !isolated ? 'partial' : 'enforced',
       processIsolation: isolated ? 'enforced' : 'partial',
       treeTeardown: isolated ? 'enforced' : 'partial',
     },

@@ -2,6 +2,7 @@
  * The Linux backend: runs a LinuxPlan (lib/platform/linux-plan.ts) through the addon and wraps the
  * result as a BackendProcess. Exit is reported by the addon from the process's pidfd.
  */
+import * as crypto from 'node:crypto';
 import * as fs from 'node:fs';
 import * as net from 'node:net';
 import * as os from 'node:os';
@@ -10,6 +11,7 @@ import type { Readable, Writable } from 'node:stream';
 import type { Backend, BackendProcess, BackendSpawnRequest, EnforcementReport, ExitInfo, ProbeReport } from '../backend';
 import { SandboxError } from '../errors';
 import type { LinuxNativePlan, LinuxProbe, LinuxStdio, NativeBinding } from '../native';
+import { ManagedProxy } from '../network';
 import { chooseLinuxMode, planLinux } from './linux-plan';
 
 const PLAIN_REPORT: EnforcementReport = {
@@ -93,6 +95,9 @@ export function createLinuxBackend(native: NativeBinding): Backend {
         s === 'pipe' ? (i === 0 ? 'in' : 'out') : s === 'inherit' ? i : s === 'ignore' ? -1 : s,
       );
       let plan: Omit<LinuxNativePlan, 'stdio'>;
+      let proxy: ManagedProxy | undefined;
+      let ownsProxy = false;
+      let hostListenerFd: number | undefined;
       let enforcement = PLAIN_REPORT;
       let ghosts: string[] = [];
       let tmpDir: string | undefined;
@@ -117,31 +122,76 @@ export function createLinuxBackend(native: NativeBinding): Backend {
             env.TMPDIR = tmpDir;
           }
         }
+        let proxyPort: number | undefined;
+        let planEnv = env;
         try {
-          const p = planLinux({ rules, file: req.file, argv: req.argv, env, cwd: req.cwd, probe, landlockTmpDir: tmpDir });
+          if (rules.network.kind === 'proxy') {
+            const hooks = req.network ?? {};
+            if (hooks.instance) {
+              proxy = hooks.instance;
+            } else {
+              proxy = ManagedProxy.create({
+                policy: rules.network.proxy,
+                onAudit: hooks.onAudit,
+                decider: hooks.decider,
+                deciderTimeoutMs: hooks.deciderTimeoutMs,
+                lookup: hooks.lookup,
+              });
+              ownsProxy = true;
+            }
+            if (mode === 'isolated') {
+              // The namespace is empty: any port is free there, and no other sandbox shares it.
+              proxyPort = 20000 + crypto.randomInt(40000);
+            } else {
+              const l = native.listenLoopback!();
+              hostListenerFd = l.fd;
+              proxyPort = l.port;
+            }
+            planEnv = ManagedProxy.proxyEnv(env, proxyPort);
+          }
+          const p = planLinux({ rules, file: req.file, argv: req.argv, env: planEnv, cwd: req.cwd, probe, landlockTmpDir: tmpDir, proxyPort });
           plan = p.native;
           enforcement = p.enforcement;
           ghosts = p.ghosts;
         } catch (e) {
           if (tmpDir) fs.rmSync(tmpDir, { recursive: true, force: true });
+          if (hostListenerFd !== undefined) fs.closeSync(hostListenerFd);
+          if (ownsProxy) void proxy?.close();
           throw e;
         }
       }
       let resolveExit!: (e: ExitInfo) => void;
       const exited = new Promise<ExitInfo>((resolve) => (resolveExit = resolve));
-      const cleanup = () => {
+      let attachment: Promise<{ detach(): Promise<void> } | null> = Promise.resolve(null);
+      const cleanup = async () => {
         for (const g of ghosts) removeGhost(g);
         if (tmpDir) fs.rmSync(tmpDir, { recursive: true, force: true });
+        if (proxy) {
+          // The proxy closes with its last process: no listener, fd or timer outlives the run.
+          await (await attachment)?.detach().catch(() => {});
+          if (ownsProxy) await proxy.close().catch(() => {});
+        }
       };
       let res;
       try {
         res = native.spawn!({ ...plan, stdio }, (code, sig) => {
-          cleanup();
-          resolveExit({ code, signal: sig ? signalName(sig) : null });
+          void cleanup().then(() => resolveExit({ code, signal: sig ? signalName(sig) : null }));
         });
       } catch (e) {
-        cleanup();
+        if (hostListenerFd !== undefined) fs.closeSync(hostListenerFd);
+        void cleanup();
         throw e;
+      }
+      if (proxy) {
+        const fd = res.listenerFd ?? hostListenerFd;
+        const handle0 = res.handle;
+        const processId = req.network?.processId ?? String(res.pid);
+        attachment = proxy.attach(processId, { fd }).catch(() => {
+          // Without its proxy the command has no network at all; stop it rather than leave it hanging.
+          if (fd !== undefined) fs.closeSync(fd);
+          native.kill!(handle0, 9);
+          return null;
+        });
       }
       const streams: Array<Readable | Writable | null> = res.fds.map((fd, i) => {
         if (fd === null) return null;

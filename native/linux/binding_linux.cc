@@ -185,6 +185,7 @@ Napi::Value Spawn(const Napi::CallbackInfo& info) {
   plan.setsid = GetBool(o, "setsid", plan.mode != LinuxMode::kPlain);
   plan.drop_caps = plan.mode != LinuxMode::kPlain;
   plan.new_net = GetBool(o, "newNet", true);
+  plan.proxy_port = static_cast<uint16_t>(GetNumber(o, "proxyPort", 0));
   plan.rlimit_nproc = static_cast<uint64_t>(GetNumber(o, "rlimitNproc", 0));
   plan.rlimit_as = static_cast<uint64_t>(GetNumber(o, "rlimitAs", 0));
   plan.rlimit_nofile = static_cast<uint64_t>(GetNumber(o, "rlimitNofile", 0));
@@ -287,7 +288,20 @@ Napi::Value Spawn(const Napi::CallbackInfo& info) {
   }
   result.Set("fds", fds);
   result.Set("landlockAbi", Napi::Number::New(env, plan.landlock ? plan.landlock_plan.abi : 0));
+  if (res.proxy_listener_fd >= 0) result.Set("listenerFd", Napi::Number::New(env, res.proxy_listener_fd));
   return result;
+}
+
+// native.listenLoopback() -> { fd, port }: a listener on 127.0.0.1 for Landlock mode's proxy.
+Napi::Value ListenLoopbackJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  uint16_t port = 0;
+  int fd = ListenLoopback(&port);
+  if (fd < 0) ThrowSandboxError(env, Status::Sys(ErrorCode::kEPROXY_START, "listen(2) on 127.0.0.1 failed", "listen", -fd));
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("fd", Napi::Number::New(env, fd));
+  o.Set("port", Napi::Number::New(env, port));
+  return o;
 }
 
 // native.kill(handle, signal) -> 0 or -errno
@@ -324,6 +338,7 @@ void InitPlatform(Napi::Env env, Napi::Object exports) {
   exports.Set("spawn", Napi::Function::New(env, Spawn, "spawn"));
   exports.Set("kill", Napi::Function::New(env, Kill, "kill"));
   exports.Set("probe", Napi::Function::New(env, Probe, "probe"));
+  exports.Set("listenLoopback", Napi::Function::New(env, ListenLoopbackJs, "listenLoopback"));
 }
 
 }  // namespace psb

@@ -14,6 +14,8 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 
 #include <algorithm>
 #include <string>
@@ -99,6 +101,7 @@ enum Stage : int32_t {
   kStageLandlock,
   kStageSeccomp,
   kStageExec,
+  kStageProxyListener,
 };
 
 enum NoteBits : int32_t {
@@ -110,6 +113,7 @@ constexpr size_t kMaxSlots = 64;
 
 struct ChildArgs {
   const LinuxSpawnPlan* plan;
+  int fd_channel;  // init -> parent: the proxy listener (SCM_RIGHTS); -1 when unused
   char* const* argv;
   char* const* envp;
   const int* stdio_fds;
@@ -296,6 +300,44 @@ long LoopbackUpInChild() {
   return r;
 }
 
+// The proxy's listener lives inside the command's network namespace, so 127.0.0.1:<port> there
+// reaches the parent's proxy and nothing else. init only creates it and passes it out.
+long CreateProxyListenerInChild(ChildArgs* a, uint16_t port) {
+  long s = Sys(__NR_socket, AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return s;
+  int one = 1;
+  Sys(__NR_setsockopt, s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  struct sockaddr_in addr;
+  memset(&addr, 0, sizeof addr);
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  long r = Sys(__NR_bind, s, &addr, sizeof addr);
+  if (r == 0) r = Sys(__NR_listen, s, 511);
+  if (r == 0) {
+    char ctrl[CMSG_SPACE(sizeof(int))];
+    memset(ctrl, 0, sizeof ctrl);
+    char byte = 'L';
+    struct iovec iov = {&byte, 1};
+    struct msghdr msg;
+    memset(&msg, 0, sizeof msg);
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctrl;
+    msg.msg_controllen = sizeof ctrl;
+    struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    int fd = static_cast<int>(s);
+    memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    r = Sys(__NR_sendmsg, a->fd_channel, &msg, MSG_NOSIGNAL);
+  }
+  Sys(__NR_close, s);
+  Sys(__NR_close, a->fd_channel);
+  return r < 0 ? r : 0;
+}
+
 long DropCapsInChild() {
   // The bounding set first (needs CAP_SETPCAP), then the securebits lock, then the sets.
   for (int cap = 0; cap < 64; ++cap) {
@@ -344,6 +386,12 @@ int CommandInChild(void* argp) {
     int resource;
     uint64_t value;
   } limits[] = {{RLIMIT_NPROC, p.rlimit_nproc}, {RLIMIT_AS, p.rlimit_as}, {RLIMIT_NOFILE, p.rlimit_nofile}};
+  if (p.mode != LinuxMode::kPlain) {
+    // No core dumps: a seccomp kill must not leave a file (PROC-21).
+    struct rlimit64 zero = {0, 0};
+    r = Sys(__NR_prlimit64, 0, RLIMIT_CORE, &zero, 0);
+    if (r < 0) FailInChild(a, kStageRlimit, RLIMIT_CORE, r);
+  }
   for (const auto& l : limits) {
     if (l.value == 0) continue;
     struct rlimit64 rl = {l.value, l.value};
@@ -407,6 +455,10 @@ int InitInChild(void* argp) {
   if (p.new_net) {
     r = LoopbackUpInChild();
     if (r < 0) FailInChild(a, kStageLoopback, 0, r);
+  }
+  if (p.proxy_port != 0) {
+    r = CreateProxyListenerInChild(a, p.proxy_port);
+    if (r < 0) FailInChild(a, kStageProxyListener, 0, r);
   }
   if (a->notes != 0) {
     ChildReport note = {kNote, 0, a->notes};
@@ -520,6 +572,7 @@ const char* StageName(int32_t stage) {
     case kStageLandlock: return "landlock_restrict_self(2)";
     case kStageSeccomp: return "seccomp(2)";
     case kStageExec: return "execve(2)";
+    case kStageProxyListener: return "creating the proxy listener";
     default: return "sandbox setup";
   }
 }
@@ -639,6 +692,17 @@ Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
     statp[1] = w;
   }
 
+  int chan[2] = {-1, -1};
+  if (isolated && plan.proxy_port != 0) {
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, chan) < 0) {
+      return Status::Sys(ErrorCode::kESPAWN, "socketpair(2) failed", "socketpair", errno);
+    }
+    owned.Add(chan[0]);
+    int w = owned.Add(fcntl(chan[1], F_DUPFD_CLOEXEC, nstdio));
+    close(chan[1]);
+    chan[1] = w;
+  }
+
   std::vector<char*> argv, envp;
   for (std::string& s : plan.argv) argv.push_back(&s[0]);
   argv.push_back(nullptr);
@@ -660,6 +724,7 @@ Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
   args.nstdio = nstdio;
   args.err_fd = err_w;
   args.status_fd = statp[1];
+  args.fd_channel = chan[1];
   args.parent_pid = getpid();
   args.fprog.len = static_cast<unsigned short>(plan.seccomp_filter.size());
   args.fprog.filter = plan.seccomp_filter.data();
@@ -671,6 +736,7 @@ Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
   std::vector<int> keep = staged;
   keep.push_back(err_w);
   if (statp[1] >= 0) keep.push_back(statp[1]);
+  if (chan[1] >= 0) keep.push_back(chan[1]);
   std::sort(keep.begin(), keep.end());
   args.keep_fds = keep.data();
   args.nkeep = static_cast<int>(keep.size());
@@ -727,6 +793,10 @@ Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
     owned.Release(statp[1]);
     close(statp[1]);
   }
+  if (chan[1] >= 0) {
+    owned.Release(chan[1]);
+    close(chan[1]);
+  }
 
   // Blocks until the command has exec'd (EOF) or reported a failure, as libuv's spawn does.
   ChildReport rep;
@@ -752,6 +822,28 @@ Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
     owned.Release(statp[0]);
     fcntl(statp[0], F_SETFL, O_NONBLOCK);
   }
+  if (chan[0] >= 0) {
+    // init sent the listener before the command was started, so it is already queued.
+    char byte;
+    char ctrl[CMSG_SPACE(sizeof(int))];
+    struct iovec iov = {&byte, 1};
+    struct msghdr msg;
+    memset(&msg, 0, sizeof msg);
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctrl;
+    msg.msg_controllen = sizeof ctrl;
+    ssize_t n = recvmsg(chan[0], &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    struct cmsghdr* c = n > 0 ? CMSG_FIRSTHDR(&msg) : nullptr;
+    if (c == nullptr || c->cmsg_type != SCM_RIGHTS) {
+      Sys(__NR_pidfd_send_signal, pidfd, SIGKILL, 0, 0);
+      siginfo_t si;
+      while (waitid(static_cast<idtype_t>(P_PIDFD), pidfd, &si, WEXITED) < 0 && errno == EINTR) {
+      }
+      return Status::Error(ErrorCode::kEPROXY_START, "the sandbox did not hand over its proxy listener");
+    }
+    memcpy(&out->proxy_listener_fd, CMSG_DATA(c), sizeof(int));
+  }
   if (isolated) {
     out->init_stack = init_stack.base;
     out->init_stack_size = init_stack.size;
@@ -762,6 +854,24 @@ Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
   out->status_fd = isolated ? statp[0] : -1;
   out->mode = plan.mode;
   return Status::Ok();
+}
+
+int ListenLoopback(uint16_t* port) noexcept {
+  int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return -errno;
+  struct sockaddr_in addr;
+  memset(&addr, 0, sizeof addr);
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0 || listen(s, 511) < 0 ||
+      getsockname(s, reinterpret_cast<sockaddr*>(&addr), &len) < 0) {
+    int e = errno;
+    close(s);
+    return -e;
+  }
+  *port = ntohs(addr.sin_port);
+  return s;
 }
 
 void ReleaseInitStack(LinuxSpawnResult* res) noexcept {

@@ -79,6 +79,9 @@ struct LinuxSpawnPlan {
   std::vector<sock_filter> seccomp_filter;
   bool drop_caps = true;            // empty all capability sets + bounding set, lock securebits
   bool setsid = true;
+  // Isolated mode with a managed proxy: init creates a TCP listener on 127.0.0.1:proxy_port inside
+  // the command's network namespace and hands it to the parent (SCM_RIGHTS). 0 = none.
+  uint16_t proxy_port = 0;
   // Resource limits for the command (0 = leave unchanged).
   uint64_t rlimit_nproc = 0, rlimit_as = 0, rlimit_nofile = 0;
 };
@@ -92,7 +95,12 @@ struct LinuxSpawnResult {
   // caller unmaps it (ReleaseInitStack) only after init has been reaped.
   void* init_stack = nullptr;
   size_t init_stack_size = 0;
+  int proxy_listener_fd = -1;  // isolated + proxy_port: the listener from inside the namespace
 };
+
+// A TCP listener on 127.0.0.1:<ephemeral> in the caller's namespace (Landlock mode's proxy port).
+// Returns the fd (CLOEXEC) or -errno; *port receives the port.
+int ListenLoopback(uint16_t* port) noexcept;
 
 void ReleaseInitStack(LinuxSpawnResult* res) noexcept;
 
