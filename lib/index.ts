@@ -109,10 +109,16 @@ export function resolveExecutable(command: string, env: Record<string, string>, 
     return p;
   }
   const pathVar = env.PATH ?? (process.platform === 'win32' ? env.Path : undefined) ?? '/usr/local/bin:/usr/bin:/bin';
+  // Windows: try each PATHEXT extension unless the name already has one.
+  const exts =
+    process.platform === 'win32' && path.extname(command) === ''
+      ? (env.PATHEXT ?? env.Pathext ?? '.COM;.EXE;.BAT;.CMD').split(';').filter(Boolean)
+      : [''];
   for (const dir of pathVar.split(path.delimiter)) {
     if (!dir) continue;
-    const candidate = path.resolve(cwd, dir, command);
-    if (isExecutableFile(candidate)) {
+    for (const ext of exts) {
+      const candidate = path.resolve(cwd, dir, command + ext);
+      if (!isExecutableFile(candidate)) continue;
       try {
         fs.accessSync(candidate, fs.constants.X_OK);
         return candidate;
@@ -274,7 +280,7 @@ export function run(command: string, args?: readonly string[], options: RunOptio
         const out = Buffer.concat(chunks[0]);
         const err = Buffer.concat(chunks[1]);
         const text = (b: Buffer) => (encoding === 'buffer' ? b : b.toString(encoding));
-        const sandboxType = child.enforcement.sandboxed ? 'linuxSeccomp' : 'none';
+        const sandboxType = sandboxTypeOf(child.enforcement);
         resolve({
           stdout: text(out),
           stderr: text(err),
@@ -288,6 +294,14 @@ export function run(command: string, args?: readonly string[], options: RunOptio
       });
     });
   });
+}
+
+/** The Codex sandbox type naming what enforced a run (for the sandboxDenied hint). */
+function sandboxTypeOf(report: EnforcementReport): 'none' | 'linuxSeccomp' | 'macosSeatbelt' | 'windowsRestrictedToken' {
+  if (!report.sandboxed) return 'none';
+  if (report.platform === 'darwin') return 'macosSeatbelt';
+  if (report.platform === 'win32') return 'windowsRestrictedToken';
+  return 'linuxSeccomp';
 }
 
 /** What this host can enforce, without spawning a command. */
