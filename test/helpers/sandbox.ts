@@ -269,3 +269,18 @@ export function killAll(marker: string): void {
 export function uid(): string {
   return `${process.pid}-${Math.floor(Math.random() * 1e9)}`;
 }
+
+// ---- host scripts -----------------------------------------------------------------------------
+
+/** The compiled public entry point (kept fresh by test/helpers/global-setup.ts). */
+export const DIST_INDEX = path.resolve(__dirname, '..', '..', 'dist', 'index.js');
+
+/**
+ * Writes a plain node script that can `require(lib)` the built package; returns its path. Used for
+ * "host" processes the tests kill or nest (parent death, a sandbox inside a sandbox).
+ */
+export function hostScript(dir: string, name: string, body: string): string {
+  const file = path.join(dir, name);
+  fs.writeFileSync(file, `'use strict';\nconst lib = require(${JSON.stringify(DIST_INDEX)});\n${body}\n`, { mode: 0o644 });
+  return file;
+}
