@@ -1,0 +1,485 @@
+/**
+ * The CLI contract of issue 2, driven exactly as a user would: `node dist/cli.js run [options] --
+ * <command>` and `node dist/cli.js probe [--json]`, as real processes. dist/ is built by
+ * test/helpers/global-setup.ts.
+ *
+ * Exit statuses: the command's own; 128+N on signal N; 125 when the sandbox cannot be set up or the
+ * flags are bad; 126 found but not executable; 127 not found.
+ *
+ * Every denial has its positive control: the same command with the flag that allows it.
+ */
+import { spawn as cpSpawn, spawnSync, type SpawnSyncReturns } from 'node:child_process';
+import * as crypto from 'node:crypto';
+import * as fs from 'node:fs';
+import * as net from 'node:net';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { probe } from '../../lib/index';
+import { fixtureDir, isRunning, killAll, pidsWithArg, requireBuilt, uniqueSleepArg, waitFor, type ProcStat } from '../contract/helpers';
+
+const ROOT = path.resolve(__dirname, '..', '..');
+const CLI = path.join(ROOT, 'dist', 'cli.js');
+const MiB = 1024 * 1024;
+
+const report = process.platform === 'linux' ? probe() : null;
+const canSandbox = report !== null && report.defaultMode !== null;
+const canIsolated = canSandbox && report!.features.isolatedMode === true;
+const canLandlock = canSandbox && report!.features.landlockMode === true;
+if (!canSandbox) console.warn(`SKIPPING sandboxed CLI tests: ${JSON.stringify(report)}`);
+
+/** A small, known environment for the CLI (plus whatever a test adds). */
+function baseEnv(extra: Record<string, string> = {}): Record<string, string> {
+  return { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? '/', LANG: 'C', ...extra };
+}
+
+interface CliResult {
+  status: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+}
+
+function cli(args: string[], opts: { cwd?: string; env?: Record<string, string>; input?: string } = {}): CliResult {
+  const r: SpawnSyncReturns<string> = spawnSync(process.execPath, [CLI, ...args], {
+    cwd: opts.cwd,
+    env: opts.env ?? baseEnv(),
+    input: opts.input ?? '',
+    encoding: 'utf8',
+    timeout: 120_000,
+    maxBuffer: 64 * MiB,
+  });
+  if (r.error) throw r.error;
+  return { status: r.status, signal: r.signal, stdout: r.stdout, stderr: r.stderr };
+}
+
+/** The JSON line --json prints at the end of stderr. */
+function jsonResult(r: CliResult): Record<string, any> {
+  const lines = r.stderr.trim().split('\n');
+  const last = lines[lines.length - 1];
+  try {
+    return JSON.parse(last);
+  } catch {
+    throw new Error(`--json: the last stderr line should be the JSON result, got:\n${r.stderr}`);
+  }
+}
+
+let dir: string;
+beforeAll(() => {
+  requireBuilt('dist');
+  requireBuilt('addon');
+  dir = fixtureDir('psb-cli-');
+});
+afterAll(() => {
+  if (dir) fs.rmSync(dir, { recursive: true, force: true });
+});
+
+describe('package.json wiring', () => {
+  it('declares the bin and the build scripts the tests rely on', () => {
+    const pkg = JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8'));
+    expect(pkg.name).toBe('process-sandbox');
+    expect(pkg.bin?.['process-sandbox']).toBe('dist/cli.js');
+    for (const s of ['build:ts', 'build:native', 'prebuild', 'test', 'install']) expect(pkg.scripts?.[s], `script ${s}`).toBeTypeOf('string');
+    expect(pkg.scripts.prebuild).toMatch(/prebuildify/);
+    expect(pkg.scripts.prebuild).toMatch(/--napi/);
+    expect(pkg.scripts.prebuild).toMatch(/--strip/);
+    expect(pkg.scripts.prebuild).toMatch(/--tag-libc/);
+    expect(pkg.scripts.install).toBe('node-gyp-build');
+  });
+
+  it('dist/cli.js is executable and starts with a node shebang', () => {
+    expect(fs.statSync(CLI).mode & 0o111).not.toBe(0);
+    expect(fs.readFileSync(CLI, 'utf8').startsWith('#!/usr/bin/env node')).toBe(true);
+  });
+});
+
+describe('exit statuses', () => {
+  describe.each([
+    ['plain', ['--no-sandbox']],
+    ['sandboxed', []],
+  ] as const)('%s', (name, flags) => {
+    const skip = name === 'sandboxed' && !canSandbox;
+
+    it.skipIf(skip).each([0, 1, 7, 255])('the command\'s own status %i', (n) => {
+      expect(cli(['run', ...flags, '--', 'sh', '-c', `exit ${n}`], { cwd: dir }).status).toBe(n);
+    });
+
+    it.skipIf(skip).each([
+      ['KILL', 9],
+      ['TERM', 15],
+      ['USR1', 10],
+      ['HUP', 1],
+    ] as const)('128+N when the command dies of SIG%s', (sig, n) => {
+      expect(cli(['run', ...flags, '--', 'sh', '-c', `kill -${sig} $$; sleep 5`], { cwd: dir }).status).toBe(128 + n);
+    });
+
+    it.skipIf(skip)('127 and "command not found: X" for a missing command', () => {
+      const r = cli(['run', ...flags, '--', 'no-such-command-psb'], { cwd: dir });
+      expect(r.status).toBe(127);
+      expect(r.stderr).toContain('command not found: no-such-command-psb');
+    });
+
+    it.skipIf(skip)('126 and "not executable: X" for a file without the execute bit', () => {
+      const f = path.join(dir, `noexec-${name}.sh`);
+      fs.writeFileSync(f, '#!/bin/sh\necho ran\n', { mode: 0o644 });
+      const r = cli(['run', ...flags, '--', f], { cwd: dir });
+      expect(r.status).toBe(126);
+      expect(r.stderr).toContain(`not executable: ${f}`);
+      expect(r.stdout).toBe('');
+      // Positive control: executable, it runs.
+      fs.chmodSync(f, 0o755);
+      expect(cli(['run', ...flags, '--', f], { cwd: dir })).toMatchObject({ status: 0, stdout: 'ran\n' });
+    });
+  });
+
+  it.each([
+    [['run', '--bogus', '--', 'true'], /unknown option: --bogus/],
+    [['run'], /missing command/],
+    [['run', '--network', 'sideways', '--', 'true'], /--network/],
+    [['run', '--tmp', 'shared', '--', 'true'], /--tmp/],
+    [['run', '--mode', 'chroot', '--', 'true'], /--mode/],
+    [['run', '--env', 'NOEQUALS', '--', 'true'], /--env/],
+    [['run', '--timeout', '-1', '--', 'true'], /--timeout/],
+    [['run', '--cwd'], /--cwd/],
+    [['frobnicate'], /unknown command/],
+  ])('125 for bad usage: %j', (args, why) => {
+    const r = cli(args as string[], { cwd: dir });
+    expect(r.status).toBe(125);
+    expect(r.stderr.split('\n')[0]).toMatch(why);
+    expect(r.stderr.split('\n')[0]).toMatch(/^process-sandbox: /);
+  });
+
+  it('125 for a missing --cwd directory, and nothing runs', () => {
+    const marker = path.join(dir, 'cwd-marker');
+    const r = cli(['run', '--no-sandbox', '--cwd', path.join(dir, 'missing'), '--', 'touch', marker], { cwd: dir });
+    expect(r.status).toBe(125);
+    expect(fs.existsSync(marker)).toBe(false);
+  });
+
+  it.skipIf(!canLandlock)('125 with a one-line reason when --mode landlock cannot enforce the policy', () => {
+    const marker = path.join(dir, 'landlock-marker');
+    const r = cli(['run', '--mode', 'landlock', '--', 'touch', marker], { cwd: dir });
+    expect(r.status).toBe(125);
+    const lines = r.stderr.trim().split('\n');
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatch(/^process-sandbox: .*(Landlock|landlock)/);
+    expect(fs.existsSync(marker)).toBe(false);
+  });
+
+  it('--help exits 0 and prints the usage', () => {
+    const r = cli(['--help']);
+    expect(r.status).toBe(0);
+    expect(r.stdout).toContain('process-sandbox run [options] -- <command> [args...]');
+    expect(r.stdout).toContain('process-sandbox probe [--json]');
+  });
+});
+
+describe.skipIf(!canSandbox)('run flags (sandboxed)', () => {
+  it('--cwd sets the working directory (default: the current directory)', () => {
+    const sub = path.join(dir, 'sub');
+    fs.mkdirSync(sub, { recursive: true });
+    expect(cli(['run', '--cwd', sub, '--', 'pwd'], { cwd: dir }).stdout).toBe(`${sub}\n`);
+    expect(cli(['run', '--', 'pwd'], { cwd: sub }).stdout).toBe(`${sub}\n`);
+  });
+
+  it('the cwd is writable by default; --write none makes it read-only', () => {
+    const ws = fixtureDir('psb-cli-ws-');
+    try {
+      const f = path.join(ws, 'written');
+      expect(cli(['run', '--', 'sh', '-c', `echo x > ${f}`], { cwd: ws }).status).toBe(0);
+      expect(fs.readFileSync(f, 'utf8')).toBe('x\n');
+      fs.rmSync(f);
+      const r = cli(['run', '--write', 'none', '--', 'sh', '-c', `echo x > ${f}`], { cwd: ws });
+      expect(r.status).not.toBe(0);
+      expect(fs.existsSync(f)).toBe(false);
+    } finally {
+      fs.rmSync(ws, { recursive: true, force: true });
+    }
+  });
+
+  it('--write <path> makes that path writable instead of the cwd', () => {
+    const ws = fixtureDir('psb-cli-ws-');
+    const other = fixtureDir('psb-cli-other-');
+    try {
+      const r = cli(['run', '--write', other, '--', 'sh', '-c', `echo o > ${other}/o; echo w > ${ws}/w`], { cwd: ws });
+      expect(r.status).not.toBe(0);
+      expect(fs.readFileSync(path.join(other, 'o'), 'utf8')).toBe('o\n');
+      expect(fs.existsSync(path.join(ws, 'w'))).toBe(false);
+    } finally {
+      fs.rmSync(ws, { recursive: true, force: true });
+      fs.rmSync(other, { recursive: true, force: true });
+    }
+  });
+
+  it('--read restricts reads to the given roots', () => {
+    const a = path.join(dir, 'read-a');
+    const b = path.join(dir, 'read-b');
+    fs.mkdirSync(a, { recursive: true });
+    fs.mkdirSync(b, { recursive: true });
+    fs.writeFileSync(path.join(a, 'f'), 'A\n');
+    fs.writeFileSync(path.join(b, 'f'), 'B\n');
+    // Control: without --read both are readable.
+    expect(cli(['run', '--', 'cat', path.join(a, 'f'), path.join(b, 'f')], { cwd: a })).toMatchObject({ status: 0, stdout: 'A\nB\n' });
+    const r = cli(['run', '--read', a, '--', 'cat', path.join(a, 'f'), path.join(b, 'f')], { cwd: a });
+    expect(r.stdout).toBe('A\n');
+    expect(r.status).not.toBe(0);
+  });
+
+  it('--deny-read makes a path unreadable', () => {
+    const secret = path.join(dir, 'secret.txt');
+    fs.writeFileSync(secret, 'hush\n');
+    expect(cli(['run', '--', 'cat', secret], { cwd: dir })).toMatchObject({ status: 0, stdout: 'hush\n' });
+    // Denied files may read as an error or as an empty placeholder; either way the content is gone.
+    const r = cli(['run', '--deny-read', secret, '--', 'cat', secret], { cwd: dir });
+    expect(r.stdout).not.toContain('hush');
+    // Outside a writable root too.
+    const outside = fixtureDir('psb-cli-deny-');
+    try {
+      fs.writeFileSync(path.join(outside, 's'), 'hush\n');
+      expect(cli(['run', '--', 'cat', path.join(outside, 's')], { cwd: dir }).stdout).toBe('hush\n');
+      expect(cli(['run', '--deny-read', outside, '--', 'cat', path.join(outside, 's')], { cwd: dir }).stdout).not.toContain('hush');
+    } finally {
+      fs.rmSync(outside, { recursive: true, force: true });
+    }
+  });
+
+  describe('--network', () => {
+    let server: net.Server;
+    let port: number;
+    beforeAll(async () => {
+      server = net.createServer((s) => s.end('hello\n'));
+      await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+      port = (server.address() as net.AddressInfo).port;
+    });
+    afterAll(() => new Promise<void>((r) => server.close(() => r())));
+
+    // Exit 0 = connected to the host's listener, 3 = refused/denied.
+    const connect = () => [
+      process.execPath,
+      '-e',
+      `require('net').connect(${port},'127.0.0.1').on('connect',()=>process.exit(0)).on('error',()=>process.exit(3))`,
+    ];
+
+    it('--no-sandbox control: the host listener is reachable', () => {
+      expect(cli(['run', '--no-sandbox', '--', ...connect()], { cwd: dir }).status).toBe(0);
+    });
+    it('--network full reaches it', () => {
+      expect(cli(['run', '--network', 'full', '--', ...connect()], { cwd: dir }).status).toBe(0);
+    });
+    it('--network none (and the default) does not', () => {
+      expect(cli(['run', '--network', 'none', '--', ...connect()], { cwd: dir }).status).toBe(3);
+      expect(cli(['run', '--', ...connect()], { cwd: dir }).status).toBe(3);
+    });
+  });
+
+  describe('--tmp', () => {
+    let marker: string;
+    beforeAll(() => {
+      marker = path.join(os.tmpdir(), `psb-cli-host-tmp-${process.pid}`);
+      fs.writeFileSync(marker, 'host\n');
+    });
+    afterAll(() => fs.rmSync(marker, { force: true }));
+    const name = () => path.basename(marker);
+
+    it('private (the default): a fresh, writable /tmp without the host files', () => {
+      for (const flags of [[], ['--tmp', 'private']]) {
+        const r = cli(['run', ...flags, '--', 'sh', '-c', `test ! -e /tmp/${name()} && touch /tmp/inside && echo ok`], { cwd: dir });
+        expect(r).toMatchObject({ status: 0, stdout: 'ok\n' });
+      }
+      expect(fs.existsSync(path.join(os.tmpdir(), 'inside'))).toBe(false);
+    });
+
+    it('host: the host /tmp, writable', () => {
+      const made = path.join('/tmp', `psb-cli-made-${process.pid}`);
+      try {
+        const r = cli(['run', '--tmp', 'host', '--', 'sh', '-c', `cat /tmp/${name()} && touch ${made}`], { cwd: dir });
+        expect(r).toMatchObject({ status: 0, stdout: 'host\n' });
+        expect(fs.existsSync(made)).toBe(true);
+      } finally {
+        fs.rmSync(made, { force: true });
+      }
+    });
+
+    it('none: /tmp gets no writable mount', () => {
+      const made = path.join('/tmp', `psb-cli-none-${process.pid}`);
+      const r = cli(['run', '--tmp', 'none', '--', 'touch', made], { cwd: dir });
+      expect(r.status).not.toBe(0);
+      expect(fs.existsSync(made)).toBe(false);
+    });
+  });
+
+  describe('environment', () => {
+    const secrets = { FOO_TOKEN: 't', AWS_SECRET_ACCESS_KEY: 'a', MY_PASSWORD: 'p', X_API_KEY: 'k', GITHUB_TOKEN: 'g' };
+    const envOf = (r: CliResult) => Object.fromEntries(r.stdout.split('\0').filter(Boolean).map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]));
+
+    it('the default env drops secret-looking variables and keeps the rest', () => {
+      const r = cli(['run', '--', '/usr/bin/env', '-0'], { cwd: dir, env: baseEnv({ ...secrets, PLAIN_VAR: 'kept' }) });
+      const env = envOf(r);
+      expect(env.PLAIN_VAR).toBe('kept');
+      expect(env.PATH).toBe(baseEnv().PATH);
+      for (const k of Object.keys(secrets)) expect(env[k], k).toBeUndefined();
+    });
+
+    it('--keep-env keeps everything', () => {
+      const r = cli(['run', '--keep-env', '--', '/usr/bin/env', '-0'], { cwd: dir, env: baseEnv({ ...secrets, PLAIN_VAR: 'kept' }) });
+      expect(envOf(r)).toMatchObject({ ...secrets, PLAIN_VAR: 'kept' });
+    });
+
+    it('--env sets variables (repeatable, = in values, wins over the inherited value)', () => {
+      const r = cli(['run', '--env', 'A=1', '--env', 'B=x=y', '--env', 'PLAIN_VAR=new', '--env', 'FOO_TOKEN=explicit', '--', '/usr/bin/env', '-0'], {
+        cwd: dir,
+        env: baseEnv({ PLAIN_VAR: 'old', FOO_TOKEN: 'inherited' }),
+      });
+      expect(envOf(r)).toMatchObject({ A: '1', B: 'x=y', PLAIN_VAR: 'new', FOO_TOKEN: 'explicit' });
+    });
+
+    it('--no-sandbox still drops secrets unless --keep-env', () => {
+      expect(envOf(cli(['run', '--no-sandbox', '--', '/usr/bin/env', '-0'], { cwd: dir, env: baseEnv(secrets) })).FOO_TOKEN).toBeUndefined();
+      expect(envOf(cli(['run', '--no-sandbox', '--keep-env', '--', '/usr/bin/env', '-0'], { cwd: dir, env: baseEnv(secrets) })).FOO_TOKEN).toBe('t');
+    });
+  });
+
+  it('--timeout kills the command and everything it started (137)', async () => {
+    const a = uniqueSleepArg();
+    const b = uniqueSleepArg();
+    const child = cpSpawn(process.execPath, [CLI, 'run', '--timeout', '3', '--', 'sh', '-c', `sleep ${a} & sleep ${b} & wait`], { cwd: dir, env: baseEnv(), stdio: 'ignore' });
+    let found: ProcStat[] = [];
+    try {
+      await waitFor(() => (found = [...pidsWithArg(a), ...pidsWithArg(b)]).length === 2, 'the grandchildren to start');
+      const status = await new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
+      expect(status).toBe(137);
+      await waitFor(() => found.every((s) => !isRunning(s)), 'the grandchildren to be gone');
+    } finally {
+      killAll(found);
+      child.kill('SIGKILL');
+    }
+  });
+
+  it('TERM sent to the CLI reaches the command; the CLI exits 143', async () => {
+    const child = cpSpawn(process.execPath, [CLI, 'run', '--', 'sh', '-c', 'echo ready; exec sleep 60'], { cwd: dir, env: baseEnv(), stdio: ['ignore', 'pipe', 'inherit'] });
+    await new Promise<void>((r) => child.stdout!.once('data', () => r()));
+    child.kill('SIGTERM');
+    expect(await new Promise((r) => child.on('exit', (code) => r(code)))).toBe(143);
+  });
+
+  describe('--json', () => {
+    it('prints exit info and the enforcement report as the last stderr line', () => {
+      const r = cli(['run', '--json', '--', 'sh', '-c', 'echo out; echo err >&2; exit 3'], { cwd: dir });
+      expect(r.status).toBe(3);
+      expect(r.stdout).toBe('out\n');
+      expect(r.stderr.split('\n')[0]).toBe('err');
+      const j = jsonResult(r);
+      expect(j).toMatchObject({ code: 3, signal: null, exitStatus: 3, timedOut: false });
+      expect(typeof j.durationMs).toBe('number');
+      expect(j.enforcement).toMatchObject({ platform: 'linux', sandboxed: true });
+      expect(j.enforcement.guarantees).toBeTypeOf('object');
+    });
+
+    it('reports a signal death and --timeout', () => {
+      const j = jsonResult(cli(['run', '--json', '--timeout', '0.5', '--', 'sleep', '30'], { cwd: dir }));
+      expect(j).toMatchObject({ code: null, signal: 'SIGKILL', exitStatus: 137, timedOut: true });
+    });
+
+    it('reports a start failure with its code', () => {
+      const r = cli(['run', '--json', '--', 'no-such-command-psb'], { cwd: dir });
+      expect(r.status).toBe(127);
+      expect(jsonResult(r)).toMatchObject({ error: { code: 'ENOT_FOUND' }, exitStatus: 127 });
+    });
+
+    it('--no-sandbox reports an unsandboxed run and really is unrestricted', () => {
+      const other = fixtureDir('psb-cli-nosb-');
+      try {
+        const r = cli(['run', '--json', '--no-sandbox', '--', 'touch', path.join(other, 'x')], { cwd: dir });
+        expect(r.status).toBe(0);
+        expect(jsonResult(r).enforcement).toMatchObject({ sandboxed: false, mode: 'none' });
+        expect(fs.existsSync(path.join(other, 'x'))).toBe(true);
+      } finally {
+        fs.rmSync(other, { recursive: true, force: true });
+      }
+    });
+  });
+
+  describe('--mode and --degraded', () => {
+    it.skipIf(!canIsolated)('--mode isolated runs isolated', () => {
+      const r = cli(['run', '--json', '--mode', 'isolated', '--', 'true'], { cwd: dir });
+      expect(r.status).toBe(0);
+      expect(jsonResult(r).enforcement.mode).toBe('isolated');
+    });
+
+    it.skipIf(!canLandlock)('--mode landlock --degraded runs in Landlock mode and lists the gaps', () => {
+      const r = cli(['run', '--json', '--mode', 'landlock', '--degraded', '--', 'true'], { cwd: dir });
+      expect(r.status).toBe(0);
+      const e = jsonResult(r).enforcement;
+      expect(e.mode).toBe('landlock');
+      expect(e.gaps.length).toBeGreaterThan(0);
+    });
+
+    it('--mode auto is the default', () => {
+      const a = jsonResult(cli(['run', '--json', '--', 'true'], { cwd: dir })).enforcement.mode;
+      const b = jsonResult(cli(['run', '--json', '--mode', 'auto', '--', 'true'], { cwd: dir })).enforcement.mode;
+      expect(a).toBe(report!.defaultMode);
+      expect(b).toBe(a);
+    });
+  });
+});
+
+describe.each([
+  ['plain', ['--no-sandbox']],
+  ['sandboxed', []],
+] as const)('stdio streams straight through (%s)', (name, flags) => {
+  it.skipIf(name === 'sandboxed' && !canSandbox)('200 MB through cat, no loss, CLI peak RSS far below the stream size', { timeout: 300_000 }, async () => {
+    const total = 200 * MiB;
+    // head stops after exactly `total` bytes, then the command waits so the CLI is still alive
+    // when its VmHWM is read; one more line on stdin releases it.
+    const child = cpSpawn(process.execPath, [CLI, 'run', ...flags, '--', 'sh', '-c', `head -c ${total}; echo DONE >&2; read line`], {
+      cwd: dir,
+      env: baseEnv(),
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    const got = crypto.createHash('sha256');
+    let received = 0;
+    child.stdout!.on('data', (b: Buffer) => {
+      received += b.length;
+      got.update(b);
+    });
+    let stderr = '';
+    const done = new Promise<void>((resolve) => child.stderr!.on('data', (b: Buffer) => (stderr += b).includes('DONE') && resolve()));
+    const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
+    const sent = crypto.createHash('sha256');
+    const block = crypto.randomBytes(MiB);
+    for (let i = 0; i < total / MiB; i++) {
+      const chunk = Buffer.from(block);
+      chunk.writeUInt32LE(i, 0);
+      sent.update(chunk);
+      if (!child.stdin!.write(chunk)) await new Promise((r) => child.stdin!.once('drain', r));
+    }
+    await done;
+    const status = fs.readFileSync(`/proc/${child.pid}/status`, 'utf8');
+    const hwmKiB = Number(/VmHWM:\s+(\d+) kB/.exec(status)![1]);
+    child.stdin!.end('go\n');
+    expect(await exited, `CLI stderr: ${stderr}`).toBe(0);
+    expect(received).toBe(total);
+    expect(got.digest('hex')).toBe(sent.digest('hex'));
+    // Node itself needs some tens of MB; buffering the stream would need 200 MB more.
+    expect(hwmKiB * 1024, `CLI VmHWM ${hwmKiB} kB`).toBeLessThan(120 * MiB);
+  });
+});
+
+describe('probe', () => {
+  it('prints a human summary', () => {
+    const r = cli(['probe']);
+    expect(r.status).toBe(canSandbox ? 0 : 1);
+    expect(r.stdout).toContain(`platform: ${process.platform}-${process.arch}`);
+    expect(r.stdout).toContain('addon: loaded');
+    expect(r.stdout).toMatch(/default mode: /);
+  });
+
+  it('--json prints the probe report', () => {
+    const r = cli(['probe', '--json']);
+    expect(r.status).toBe(canSandbox ? 0 : 1);
+    const j = JSON.parse(r.stdout);
+    expect(j).toMatchObject({ platform: process.platform, arch: process.arch, addonLoaded: true });
+    expect(j.defaultMode).toBe(report?.defaultMode ?? null);
+    expect(j.features).toBeTypeOf('object');
+  });
+});
