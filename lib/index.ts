@@ -144,7 +144,9 @@ function normalize(
   const cmd = checkString(command, 'command');
   const argList: unknown[] = args === undefined ? [] : Array.isArray(args) ? args : bad('args must be an array of strings');
   const argv = argList.map((a, i) => checkString(a, `args[${i}]`, true));
-  if (options !== undefined && (options === null || typeof options !== 'object')) bad('options must be an object');
+  if (options !== undefined && (options === null || typeof options !== 'object' || Array.isArray(options))) {
+    bad('options must be an object');
+  }
   const opts = (options ?? {}) as Record<string, unknown>;
   for (const k of Object.keys(opts)) if (!allowed.has(k)) bad(`unknown option: ${k}`);
 
@@ -219,8 +221,21 @@ export function spawnPrepared(prepared: PreparedExecRequest, options: { stdio?: 
   const stdio = options.stdio ?? [prepared.pipeStdin || prepared.tty ? 'pipe' : 'ignore', 'pipe', 'pipe'];
   const spawnOpts: SpawnOptions = { cwd: prepared.cwd, env: prepared.env, stdio };
   if (prepared.arg0 !== undefined) spawnOpts.arg0 = prepared.arg0;
-  const { req } = normalize(program, rest, spawnOpts, SPAWN_KEYS, { rules: prepared.rules });
-  return new SandboxedProcess(backend().spawn(req));
+  // Managed network (lib/prepare): attach the command to the proxy prepared for it; a plain
+  // launch's host listener is released when the command exits (or when it cannot start).
+  const mp = prepared.managedProxy;
+  if (mp) spawnOpts.proxy = { instance: mp.instance, processId: mp.processId };
+  const release = () => void mp?.attachment?.detach().catch(() => {});
+  let child: SandboxedProcess;
+  try {
+    const { req } = normalize(program, rest, spawnOpts, SPAWN_KEYS, { rules: prepared.rules });
+    child = new SandboxedProcess(backend().spawn(req));
+  } catch (e) {
+    release();
+    throw e;
+  }
+  if (mp?.attachment) void child.exited.then(release, release);
+  return child;
 }
 
 /** Runs a command to completion and collects its output. */

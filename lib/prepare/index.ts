@@ -3,16 +3,26 @@
  * exec-server). It takes a Codex-shaped `ExecParams` and returns a PreparedExecRequest that
  * `spawnPrepared()` (lib/index.ts) runs. Steps, in the seed's order:
  *   1. MXC gate; 2. Windows native launches strip the managed proxy env; 3. managed network
- *   (through runtime.startManagedNetwork); 4. no sandbox context → plain launch;
+ *   (runtime.startManagedNetwork, or our own ManagedProxy by default); 4. no sandbox context →
+ *   plain launch;
  *   5. URIs → native paths and project-root materialisation; 6. managed CA bundle as a readable
  *   root; 7. sandbox selection (fail closed); 8. argv checks; 9. rules through the one resolver.
  * We enforce in-process, so there is no helper re-exec: `arg0` is passed through and `command` is
  * the caller's argv.
  *
+ * Managed network with our own proxy (the default): the PreparedExecRequest carries
+ * `rules.network = { kind: 'proxy', proxy: <policy> }` and `managedProxy`, and spawnPrepared()
+ * attaches the sandboxed command to that proxy (on Linux through a listener created inside its
+ * net namespace, so the proxy port is only known at spawn: the backend writes the proxy variables
+ * then). A plain launch (no sandbox context) gets a host loopback listener right away, as the seed
+ * does, and its env points there. The proxy closes with its last process; a prepared request that
+ * is never spawned holds no listener (see discardPrepared for the plain-launch case).
+ *
  * Errors: a SandboxError (code EREQUEST_INVALID / EREQUEST_INTERNAL) whose message is the seed's
  * text and whose `detail.rpc` is the JSON-RPC error object; see ./rpc.ts.
  */
 import { SandboxError } from '../errors';
+import { isProxyEnvKey, ManagedProxy, startManagedNetworkForExec, type Attachment, type ManagedNetworkHooks, type ProxyPolicyConfig } from '../network';
 import type { ResolvedRules } from '../rules';
 import {
   applyEnvPolicy,
@@ -97,6 +107,12 @@ export interface StartedManagedNetwork {
   /** Whatever the proxy needs to be stopped later (kept on the prepared request). */
   handle?: unknown;
   restrictingSid?: string;
+  /**
+   * A ManagedProxy of this package that the sandboxed command must be routed to, with its policy:
+   * the rules then get `network: { kind: 'proxy' }` and spawnPrepared attaches the command to it.
+   * Without it the sandbox keeps the network closed (fail closed).
+   */
+  managedProxy?: { instance: ManagedProxy; policy: ProxyPolicyConfig };
 }
 
 export interface PrepareRuntime {
@@ -108,10 +124,13 @@ export interface PrepareRuntime {
   mxcAvailable?: () => boolean;
   /**
    * Starts an executor-local managed proxy. Throw SandboxError EPROXY_CONFIG for a bad config
-   * (→ -32602 "invalid network proxy config: …") or EPROXY_START (→ -32603). Absent: a request
-   * with `networkProxy` fails with -32603.
+   * (→ -32602 "invalid network proxy config: …") or EPROXY_START (→ -32603). Absent: our own
+   * ManagedProxy (lib/network/codex.ts) with the `network` hooks below. null: no proxy facility,
+   * and a request with `networkProxy` fails with -32603.
    */
-  startManagedNetwork?: (req: StartManagedNetworkRequest) => Promise<StartedManagedNetwork>;
+  startManagedNetwork?: ((req: StartManagedNetworkRequest) => Promise<StartedManagedNetwork>) | null;
+  /** Audit sink, decider and resolver for the default proxy (the seed's decider and audit observer). */
+  network?: ManagedNetworkHooks;
   /** Whether this executor can enforce a sandbox type (default: the platform's own type). */
   sandboxSupported?: (type: SandboxType) => boolean;
   isManagedCaBundlePath?: (p: string) => boolean;
@@ -138,6 +157,11 @@ export interface PreparedExecRequest {
   pipeStdin: boolean;
   /** The managed network context (prepared by the proxy, or passed through from the request). */
   managedNetwork?: unknown;
+  /**
+   * The proxy this command must be attached to (spawnPrepared passes it as `proxy.instance` with
+   * this processId). `attachment` is set for a plain launch, which reaches a host listener.
+   */
+  managedProxy?: { instance: ManagedProxy; processId: string; attachment?: Attachment };
   windows?: { level: string; proxySettingsMode?: string; workspaceRoots: string[] };
 }
 
@@ -186,6 +210,19 @@ function checkParams(params: unknown): asserts params is ExecParams {
   }
 }
 
+function isAttachment(v: unknown): v is Attachment {
+  return typeof v === 'object' && v !== null && typeof (v as Attachment).detach === 'function' && typeof (v as Attachment).port === 'number';
+}
+
+function proxyRule(policy: ProxyPolicyConfig): ProxyPolicyConfig {
+  return {
+    allow: [...policy.allow],
+    ...(policy.deny !== undefined ? { deny: [...policy.deny] } : {}),
+    ...(policy.allowLocal !== undefined ? { allowLocal: policy.allowLocal } : {}),
+    ...(policy.mode !== undefined ? { mode: policy.mode } : {}),
+  };
+}
+
 /** `native_path`: a URI to a native absolute path, with the seed's labelled error. */
 export function nativePath(uri: string, label: string, platform: NodeJS.Platform = process.platform): string {
   try {
@@ -203,28 +240,106 @@ async function prepareManagedNetwork(
   networkProxy: unknown,
   env: Record<string, string>,
   runtime: PrepareRuntime,
-): Promise<{ env: Record<string, string>; managedNetwork: ManagedNetworkSandboxContext | null; handle?: unknown }> {
+): Promise<{
+  env: Record<string, string>;
+  managedNetwork: ManagedNetworkSandboxContext | null;
+  handle?: unknown;
+  managedProxy?: StartedManagedNetwork['managedProxy'];
+}> {
   const passThrough = params.managedNetwork ?? null;
   if (networkProxy === undefined || networkProxy === null) return { env, managedNetwork: passThrough };
   const routing = params.sandbox?.windowsSandboxLevel === 'mxc' ? 'dedicatedListeners' : 'sharedIngress';
-  if (runtime.startManagedNetwork === undefined) {
+  const start =
+    runtime.startManagedNetwork === undefined
+      ? (req: StartManagedNetworkRequest) => startDefaultManagedNetwork(req, params.sandbox === undefined || params.sandbox === null, runtime.network)
+      : runtime.startManagedNetwork;
+  if (start === null) {
     throw internalError('failed to build executor network proxy: a managed network proxy is not available on this executor');
   }
   let started: StartedManagedNetwork;
   try {
-    started = await runtime.startManagedNetwork({ networkProxy, managedNetwork: passThrough, routing, env, processId: params.processId });
+    started = await start({ networkProxy, managedNetwork: passThrough, routing, env, processId: params.processId });
   } catch (err) {
     const msg = err instanceof Error ? err.message : String(err);
-    if (err instanceof SandboxError && err.code === 'EPROXY_CONFIG') throw invalidParams(`invalid network proxy config: ${msg}`);
-    if (err instanceof SandboxError && err.code === 'EPROXY_START') throw internalError(`failed to start executor network proxy: ${msg}`);
+    // lib/network/codex.ts already words its errors the seed's way; a hook may give the bare reason.
+    const prefixed = (prefix: string) => (msg.startsWith(prefix) ? msg : prefix + msg);
+    if (err instanceof SandboxError && err.code === 'EPROXY_CONFIG') throw invalidParams(prefixed('invalid network proxy config: '));
+    if (err instanceof SandboxError && err.code === 'EPROXY_START') throw internalError(prefixed('failed to start executor network proxy: '));
     if (err instanceof SandboxError && (err.code === 'EREQUEST_INVALID' || err.code === 'EREQUEST_INTERNAL')) throw err;
     throw internalError(`failed to build executor network proxy: ${msg}`);
   }
-  return { env: started.env, managedNetwork: started.managedNetwork, handle: started.handle };
+  return { env: started.env, managedNetwork: started.managedNetwork, handle: started.handle, managedProxy: started.managedProxy };
+}
+
+const CODEX_PROXY_ACTIVE = 'CODEX_NETWORK_PROXY_ACTIVE';
+const CODEX_ALLOW_LOCAL_BINDING = 'CODEX_NETWORK_ALLOW_LOCAL_BINDING';
+const CODEX_ATTRIBUTION = 'CODEX_NETWORK_PROXY_ATTRIBUTION';
+
+/**
+ * The default startManagedNetwork: our ManagedProxy configured from the launch config. A plain
+ * launch is attached to a host loopback listener now (its env gets that port, as in the seed). A
+ * sandboxed command is attached at spawn; until then its env loses every foreign proxy variable
+ * and the backend adds ours for the listener it creates.
+ */
+async function startDefaultManagedNetwork(
+  req: StartManagedNetworkRequest,
+  plainLaunch: boolean,
+  hooks: ManagedNetworkHooks | undefined,
+): Promise<StartedManagedNetwork> {
+  const managed = await startManagedNetworkForExec(req.networkProxy, hooks ?? {});
+  if (managed === null) throw new SandboxError('EPROXY_CONFIG', 'expected an object');
+  const managedNetwork = { ...(req.managedNetwork ?? {}), ...managed.managedNetwork };
+  const policy = managed.options.policy;
+  if (plainLaunch) {
+    let attachment: Attachment;
+    try {
+      attachment = await managed.attach(req.processId);
+    } catch (err) {
+      await managed.proxy.close();
+      throw err;
+    }
+    return {
+      env: managed.env(req.env, attachment.port),
+      managedNetwork: { ...managedNetwork, loopbackPorts: [...managed.managedNetwork.loopbackPorts] },
+      handle: attachment,
+      managedProxy: { instance: managed.proxy, policy },
+    };
+  }
+  const env: Record<string, string> = {};
+  for (const [k, v] of Object.entries(req.env)) if (!isProxyEnvKey(k) && k !== CODEX_ATTRIBUTION) env[k] = v;
+  env[CODEX_PROXY_ACTIVE] = '1';
+  env[CODEX_ALLOW_LOCAL_BINDING] = managed.managedNetwork.allowLocalBinding ? '1' : '0';
+  return { env, managedNetwork, managedProxy: { instance: managed.proxy, policy } };
+}
+
+/**
+ * Releases what prepareExecRequest started for a request that will not be spawned (its proxy and,
+ * for a plain launch, the host listener). Idempotent; a spawned request needs no call.
+ */
+export async function discardPrepared(prepared: PreparedExecRequest): Promise<void> {
+  const mp = prepared.managedProxy;
+  if (!mp) return;
+  await mp.attachment?.detach().catch(() => {});
+  await mp.instance.close().catch(() => {});
 }
 
 export async function prepareExecRequest(params: ExecParams, runtime: PrepareRuntime = {}): Promise<PreparedExecRequest> {
   checkParams(params);
+  let started: ManagedProxy | undefined;
+  try {
+    return await prepareChecked(params, runtime, (proxy) => (started = proxy));
+  } catch (err) {
+    // Nothing outlives a failed preparation: the proxy (and a plain launch's listener) goes too.
+    await started?.close().catch(() => {});
+    throw err;
+  }
+}
+
+async function prepareChecked(
+  params: ExecParams,
+  runtime: PrepareRuntime,
+  onProxy: (proxy: ManagedProxy) => void,
+): Promise<PreparedExecRequest> {
   const platform = runtime.platform ?? process.platform;
   const sandbox = params.sandbox ?? null;
   const tty = params.tty ?? false;
@@ -261,8 +376,18 @@ export async function prepareExecRequest(params: ExecParams, runtime: PrepareRun
 
   // 3. Managed network.
   const net = await prepareManagedNetwork(params, networkProxy, env, runtime);
+  if (net.managedProxy) onProxy(net.managedProxy.instance);
   env = net.env;
   const managedNetworkField = net.managedNetwork !== null ? { managedNetwork: net.managedNetwork as unknown } : {};
+  const managedProxyField = net.managedProxy
+    ? {
+        managedProxy: {
+          instance: net.managedProxy.instance,
+          processId: params.processId,
+          ...(isAttachment(net.handle) ? { attachment: net.handle } : {}),
+        },
+      }
+    : {};
 
   // 4. No sandbox context: a plain launch.
   if (sandbox === null) {
@@ -278,6 +403,7 @@ export async function prepareExecRequest(params: ExecParams, runtime: PrepareRun
       tty,
       pipeStdin,
       ...managedNetworkField,
+      ...managedProxyField,
     };
   }
 
@@ -330,10 +456,14 @@ export async function prepareExecRequest(params: ExecParams, runtime: PrepareRun
         tmpdir: runtime.tmpdir ?? (runtime.baseEnv ?? process.env).TMPDIR,
         git: runtime.git ?? 'hooks-and-config',
         protect: runtime.protect ?? [],
-        mode: sandbox.useLegacyLandlock === true && !enforceManagedNetwork ? 'landlock' : 'auto',
-        // A managed network must only reach the proxy; until the proxy routing is wired into the
-        // rules, "no network" is the fail-closed approximation.
-        ...(enforceManagedNetwork || net.managedNetwork !== null ? { network: { kind: 'none' as const } } : {}),
+        mode: sandbox.useLegacyLandlock === true && !enforceManagedNetwork && !net.managedProxy ? 'landlock' : 'auto',
+        // A managed network reaches only our proxy. A context we cannot route (a caller's own
+        // proxy, or enforceManagedNetwork without a proxy) keeps the network closed: fail closed.
+        ...(net.managedProxy
+          ? { network: { kind: 'proxy' as const, proxy: proxyRule(net.managedProxy.policy) } }
+          : enforceManagedNetwork || net.managedNetwork !== null
+            ? { network: { kind: 'none' as const } }
+            : {}),
       }),
     );
   } catch (err) {
@@ -354,6 +484,7 @@ export async function prepareExecRequest(params: ExecParams, runtime: PrepareRun
     tty,
     pipeStdin,
     ...managedNetworkField,
+    ...managedProxyField,
   };
   if (selection.sandboxType === 'windowsRestrictedToken') {
     if (selection.windowsLevel === undefined) throw invalidParams('restricted token sandbox requires a sandbox level');

@@ -1,4 +1,5 @@
 import * as fs from 'node:fs';
+import * as net from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -11,8 +12,10 @@ import {
   invalidParams,
   internalError,
   type ExecParams,
+  discardPrepared,
   type PrepareRuntime,
 } from '../../lib/prepare';
+import { ManagedProxy } from '../../lib/network';
 
 const GOLDEN = path.join(__dirname, '..', 'fixtures', 'golden');
 const golden = <T>(name: string): T => JSON.parse(fs.readFileSync(path.join(GOLDEN, name), 'utf8')) as T;
@@ -312,8 +315,8 @@ describe('managed network preparation', () => {
   const proxyParams = (extra: Partial<ExecParams> = {}, sandbox: Record<string, unknown> = {}) =>
     sandboxed({ networkProxy: { config: { enabled: true } }, ...extra }, sandbox);
 
-  it('without a proxy facility: -32603, not available', async () => {
-    expect(await rpcFailure(proxyParams(), { platform: 'linux' })).toEqual({
+  it('with the proxy facility switched off (startManagedNetwork: null): -32603, not available', async () => {
+    expect(await rpcFailure(proxyParams(), { platform: 'linux', startManagedNetwork: null })).toEqual({
       code: -32603,
       message: 'failed to build executor network proxy: a managed network proxy is not available on this executor',
     });
@@ -401,6 +404,119 @@ describe('managed network preparation', () => {
     expect(p.rules?.readAll).toBe(false);
     expect(p.rules?.readRoots).toContain(bundle);
     expect(p.rules?.network).toEqual({ kind: 'none' });
+  });
+});
+
+describe('managed network with the default proxy (no startManagedNetwork hook)', () => {
+  const launch = (proxy: Record<string, unknown>, extra: Record<string, unknown> = {}) => ({ proxy: { enabled: true, ...proxy }, ...extra });
+  // A closed server leaves the active-resource list once libuv has run its close callback (a
+  // loop turn or so after server.close() reports done), so let the loop settle before counting.
+  const listeners = async () => {
+    await new Promise((r) => setTimeout(r, 50));
+    return process.getActiveResourcesInfo().filter((r) => r === 'TCPServerWrap').length;
+  };
+
+  it('a sandboxed request routes the network to our proxy: rules, managedProxy and env', async () => {
+    const before = await listeners();
+    const p = await prepareExecRequest(
+      sandboxed({
+        networkProxy: launch({ domains: { 'allowed.test': 'allow', '**.blocked.test': 'deny', 'ignored.test': 'none' }, allowLocalBinding: true }),
+        env: { PATH: '/usr/bin:/bin', HTTP_PROXY: 'http://elsewhere:3128', all_proxy: 'socks5://elsewhere:1080', CODEX_NETWORK_PROXY_ATTRIBUTION: 'tok', KEEP: '1' },
+      }),
+      { platform: 'linux' },
+    );
+    try {
+      expect(p.sandboxType).toBe('linuxSeccomp');
+      expect(p.rules?.network).toEqual({ kind: 'proxy', proxy: { allow: ['allowed.test'], deny: ['**.blocked.test'], allowLocal: true, mode: 'full' } });
+      expect(p.rules?.mode).toBe('auto');
+      expect(p.managedProxy?.instance).toBeInstanceOf(ManagedProxy);
+      expect(p.managedProxy?.processId).toBe('p1');
+      expect(p.managedProxy?.attachment).toBeUndefined();
+      // The port is only known at spawn (the listener is made inside the sandbox's namespace):
+      // foreign proxy variables and the attribution token are gone, the Codex markers are set.
+      expect(p.env).toEqual({ PATH: '/usr/bin:/bin', KEEP: '1', CODEX_NETWORK_PROXY_ACTIVE: '1', CODEX_NETWORK_ALLOW_LOCAL_BINDING: '1' });
+      expect(p.managedNetwork).toEqual({ loopbackPorts: [], allowLocalBinding: true, allowUnixSockets: [], dangerouslyAllowAllUnixSockets: false });
+      // Nothing listens until the command is spawned.
+      expect(p.managedProxy?.instance.attachedProcessIds).toEqual([]);
+      expect(await listeners()).toBe(before);
+    } finally {
+      await discardPrepared(p);
+    }
+    expect(p.managedProxy?.instance.closed).toBe(true);
+  });
+
+  it('enforceManagedNetwork with useLegacyLandlock still lets the mode be chosen (a proxy needs the isolated mode or degraded)', async () => {
+    const p = await prepareExecRequest(sandboxed({ networkProxy: launch({ domains: { 'a.test': 'allow' } }), enforceManagedNetwork: true }, { useLegacyLandlock: true }), {
+      platform: 'linux',
+    });
+    expect(p.rules?.mode).toBe('auto');
+    expect(p.rules?.network.kind).toBe('proxy');
+    await discardPrepared(p);
+  });
+
+  it('a native (plain) launch gets a host listener now: HTTP_PROXY rewritten, CONNECT to an unlisted name is 403, audited', async () => {
+    const events: Array<{ processId: string; host: string; decision: string }> = [];
+    const p = await prepareExecRequest(
+      sandboxed({ sandbox: null, networkProxy: launch({ domains: { 'allowed.test': 'allow' } }), env: { PATH: '/bin', HTTP_PROXY: 'http://upstream:1', CODEX_NETWORK_PROXY_ATTRIBUTION: 'tok' } }),
+      { platform: 'linux', network: { onAudit: (e) => events.push(e) } },
+    );
+    try {
+      expect(p.sandboxType).toBe('none');
+      expect(p.rules).toBeNull();
+      const port = p.managedProxy!.attachment!.port;
+      expect(p.env.HTTP_PROXY).toBe(`http://127.0.0.1:${port}`);
+      expect(p.env.ALL_PROXY).toBe(`socks5h://127.0.0.1:${port}`);
+      expect(p.env.CODEX_NETWORK_PROXY_ACTIVE).toBe('1');
+      expect(p.env.CODEX_NETWORK_PROXY_ATTRIBUTION).toBeUndefined();
+      expect(p.managedNetwork).toMatchObject({ loopbackPorts: [port], allowLocalBinding: false });
+      const head = await new Promise<string>((resolve, reject) => {
+        const s = net.connect(port, '127.0.0.1', () => s.write('CONNECT blocked.example:443 HTTP/1.1\r\nHost: blocked.example:443\r\n\r\n'));
+        let buf = '';
+        s.on('data', (b) => (buf += b.toString()));
+        s.on('close', () => resolve(buf));
+        s.on('error', reject);
+      });
+      expect(head).toMatch(/^HTTP\/1\.1 403/);
+      expect(head.toLowerCase()).toContain('x-proxy-error: blocked-by-allowlist');
+      expect(events).toEqual([expect.objectContaining({ processId: 'p1', host: 'blocked.example', decision: 'deny' })]);
+    } finally {
+      await discardPrepared(p);
+    }
+    expect(p.managedProxy!.instance.closed).toBe(true);
+  });
+
+  it('bad launch configs are -32602 "invalid network proxy config: …" and start nothing', async () => {
+    const before = await listeners();
+    expect(await rpcFailure(sandboxed({ networkProxy: { proxy: { enabled: false } } }), { platform: 'linux' })).toEqual({
+      code: -32602,
+      message: 'invalid network proxy config: executor-local network proxy launch requires an enabled proxy',
+    });
+    expect(await rpcFailure(sandboxed({ networkProxy: { config: {} } }), { platform: 'linux' })).toEqual({
+      code: -32602,
+      message: 'invalid network proxy config: missing field `proxy`',
+    });
+    const bad = await rpcFailure(sandboxed({ networkProxy: launch({ domains: { 'a.test': 'maybe' } }) }), { platform: 'linux' });
+    expect(bad.code).toBe(-32602);
+    expect(bad.message).toMatch(/^invalid network proxy config: unknown variant `maybe`/);
+    expect(await listeners()).toBe(before);
+  });
+
+  it('a failure after the proxy started closes it (no listener left behind)', async () => {
+    const before = await listeners();
+    // A plain launch attaches a host listener first; the empty argv is refused afterwards.
+    expect(await rpcFailure(sandboxed({ sandbox: null, argv: [], networkProxy: launch({ domains: { 'a.test': 'allow' } }) }), { platform: 'linux' })).toEqual({
+      code: -32602,
+      message: 'argv must not be empty',
+    });
+    expect(await listeners()).toBe(before);
+  });
+
+  it('a caller-provided context without a proxy we can route keeps the network closed', async () => {
+    const p = await prepareExecRequest(sandboxed({ managedNetwork: { loopbackPorts: [3128] } }), { platform: 'linux' });
+    expect(p.rules?.network).toEqual({ kind: 'none' });
+    expect(p.managedProxy).toBeUndefined();
+    const q = await prepareExecRequest(sandboxed({ enforceManagedNetwork: true }), { platform: 'linux' });
+    expect(q.rules?.network).toEqual({ kind: 'none' });
   });
 });
 
