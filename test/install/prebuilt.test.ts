@@ -1,0 +1,191 @@
+/**
+ * The prebuilt install path, end to end: `npm run prebuild` (prebuildify), `npm run build:ts`,
+ * `npm pack`, then `npm install <tarball>` into a fresh project with PREBUILDS_ONLY=1, and the
+ * package is used from there through require() and import(), plainly and sandboxed, with no build
+ * step having run (no build/ directory in the installed package).
+ *
+ * All of it happens in a scratch copy of the package, so the shared tree's build/ (which
+ * node-gyp rebuild would wipe) is never touched. node_modules is a symlink to the tree's own.
+ */
+import { spawnSync, type SpawnSyncReturns } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+const ROOT = path.resolve(__dirname, '..', '..');
+const hasNpm = spawnSync('npm', ['--version'], { encoding: 'utf8' }).status === 0;
+if (!hasNpm) console.warn('SKIPPING the prebuilt-install test: npm is not on PATH');
+
+/** node-gyp needs headers; use the ones installed beside node when npm has no nodedir configured. */
+function buildEnv(): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { ...process.env, JOBS: process.env.PSB_BUILD_JOBS ?? '1' };
+  const prefix = path.resolve(process.execPath, '..', '..');
+  if (!env.npm_config_nodedir && fs.existsSync(path.join(prefix, 'include', 'node', 'node_api.h'))) env.npm_config_nodedir = prefix;
+  return env;
+}
+
+function sh(cmd: string, args: string[], cwd: string, env: NodeJS.ProcessEnv = buildEnv()): SpawnSyncReturns<string> {
+  return spawnSync(cmd, args, { cwd, env, encoding: 'utf8', maxBuffer: 64 * 1024 * 1024, timeout: 10 * 60_000 });
+}
+
+function must(r: SpawnSyncReturns<string>, what: string): string {
+  if (r.status !== 0) throw new Error(`${what} failed (status ${r.status}, ${r.error?.message ?? r.signal ?? ''}):\n${r.stdout}\n${r.stderr}`);
+  return r.stdout;
+}
+
+const COPY = ['package.json', 'binding.gyp', 'tsconfig.json', 'native', 'lib', 'scripts', 'README.md', 'LICENSE'];
+
+describe.skipIf(!hasNpm)('prebuilt install from the packed tarball', () => {
+  let work: string;
+  let pkgSrc: string;
+  let proj: string;
+  let installed: string;
+  let tarball: string;
+  let installLog = '';
+
+  beforeAll(() => {
+    work = fs.mkdtempSync(path.join(os.tmpdir(), 'psb-install-'));
+    pkgSrc = path.join(work, 'pkg');
+    fs.mkdirSync(pkgSrc);
+    for (const f of COPY) if (fs.existsSync(path.join(ROOT, f))) fs.cpSync(path.join(ROOT, f), path.join(pkgSrc, f), { recursive: true });
+    fs.symlinkSync(path.join(ROOT, 'node_modules'), path.join(pkgSrc, 'node_modules'));
+
+    must(sh('npm', ['run', 'prebuild'], pkgSrc), 'npm run prebuild');
+    must(sh('npm', ['run', 'build:ts'], pkgSrc), 'npm run build:ts');
+    const packed = JSON.parse(must(sh('npm', ['pack', '--json', '--pack-destination', work], pkgSrc), 'npm pack'));
+    tarball = path.join(work, packed[0].filename);
+
+    proj = path.join(work, 'proj');
+    fs.mkdirSync(proj);
+    fs.writeFileSync(path.join(proj, 'package.json'), JSON.stringify({ name: 'psb-install-probe', version: '1.0.0', private: true }));
+    const env = { ...buildEnv(), PREBUILDS_ONLY: '1' };
+    const common = ['install', '--no-audit', '--no-fund', '--ignore-scripts=false', '--foreground-scripts', tarball];
+    let r = sh('npm', [...common.slice(0, 1), '--offline', ...common.slice(1)], proj, env);
+    installLog = `offline: ${r.stdout}\n${r.stderr}`;
+    if (r.status !== 0) {
+      // node-gyp-build / node-addon-api not in this user's npm cache: the registry is reachable.
+      console.warn('npm install --offline failed; retrying online (the npm registry is reachable here)');
+      r = sh('npm', common, proj, env);
+      installLog += `\nonline: ${r.stdout}\n${r.stderr}`;
+    }
+    must(r, 'npm install <tarball>');
+    installed = path.join(proj, 'node_modules', 'process-sandbox');
+  }, 15 * 60_000);
+
+  afterAll(() => {
+    if (work) fs.rmSync(work, { recursive: true, force: true });
+  });
+
+  it('npm run prebuild wrote prebuilds/<platform>-<arch>/*.node', () => {
+    const dir = path.join(pkgSrc, 'prebuilds', `${process.platform}-${process.arch}`);
+    const nodes = fs.readdirSync(dir).filter((f) => f.endsWith('.node'));
+    expect(nodes.length).toBe(1);
+    if (process.platform === 'linux') expect(nodes[0]).toMatch(/\.glibc\.node$|\.musl\.node$/);
+  });
+
+  it('the tarball ships dist, the prebuild and the build inputs, but no build/', () => {
+    const list = must(sh('tar', ['-tzf', tarball], work), 'tar -t').split('\n');
+    for (const f of ['package/dist/index.js', 'package/dist/index.mjs', 'package/dist/index.d.ts', 'package/dist/cli.js', 'package/binding.gyp', 'package/package.json']) {
+      expect(list, f).toContain(f);
+    }
+    expect(list.some((f) => f.startsWith(`package/prebuilds/${process.platform}-${process.arch}/`) && f.endsWith('.node'))).toBe(true);
+    expect(list.some((f) => f.startsWith('package/build/'))).toBe(false);
+  });
+
+  it('installs without any build step (no build/ in the installed package)', () => {
+    expect(fs.existsSync(path.join(installed, 'package.json'))).toBe(true);
+    expect(fs.existsSync(path.join(installed, 'build')), `install log:\n${installLog}`).toBe(false);
+    expect(fs.existsSync(path.join(installed, 'prebuilds', `${process.platform}-${process.arch}`))).toBe(true);
+    // Runtime dependencies are only node-gyp-build and node-addon-api.
+    const deps = Object.keys(JSON.parse(fs.readFileSync(path.join(installed, 'package.json'), 'utf8')).dependencies ?? {}).sort();
+    expect(deps).toEqual(['node-addon-api', 'node-gyp-build']);
+  });
+
+  const script = (body: string) => `
+    const out = {};
+    const main = async (p) => {
+      out.exports = ['spawn', 'run', 'probe', 'SandboxError'].map((k) => typeof p[k]);
+      const probe = p.probe();
+      out.addonLoaded = probe.addonLoaded;
+      out.defaultMode = probe.defaultMode;
+      const plain = await p.run('sh', ['-c', 'echo plain-ok'], { policy: null });
+      out.plain = plain.stdout;
+      if (probe.defaultMode) {
+        const sb = await p.run('sh', ['-c', 'echo sandboxed-ok'], { cwd: '/' });
+        out.sandboxed = sb.stdout;
+        out.sandboxedMode = sb.enforcement.mode;
+      }
+      try { p.spawn('', []); } catch (e) { out.errorIsSandboxError = e instanceof p.SandboxError && e.code === 'EINVALID_ARGUMENT'; }
+      out.resolved = require('node-gyp-build').resolve(${JSON.stringify('__PKG__')});
+      console.log(JSON.stringify(out));
+    };
+    ${body}
+  `;
+
+  function runIn(file: string, text: string, env: NodeJS.ProcessEnv = { ...process.env, PREBUILDS_ONLY: '1' }) {
+    fs.writeFileSync(path.join(proj, file), text.replaceAll('__PKG__', installed));
+    return sh(process.execPath, [file], proj, env);
+  }
+
+  function expectWorking(r: SpawnSyncReturns<string>) {
+    const out = JSON.parse(must(r, 'the consumer script').trim().split('\n').at(-1)!);
+    expect(out.exports).toEqual(['function', 'function', 'function', 'function']);
+    expect(out.addonLoaded).toBe(true);
+    expect(out.plain).toBe('plain-ok\n');
+    if (out.defaultMode) {
+      expect(out.sandboxed).toBe('sandboxed-ok\n');
+      expect(out.sandboxedMode).toBe(out.defaultMode);
+    } else {
+      console.warn('SKIPPING the sandboxed spawn from the installed package: probe() reports no enforceable mode');
+    }
+    expect(out.errorIsSandboxError).toBe(true);
+    expect(out.resolved).toContain(`${path.sep}prebuilds${path.sep}`);
+  }
+
+  it('require("process-sandbox") spawns plainly and sandboxed', () => {
+    expectWorking(runIn('consumer.cjs', script(`main(require('process-sandbox')).catch((e) => { console.error(e); process.exit(1); });`)));
+  });
+
+  it('import("process-sandbox") spawns plainly and sandboxed', () => {
+    const text = `import { createRequire } from 'node:module';
+      const require = createRequire(import.meta.url);
+      ${script(`const p = await import('process-sandbox'); await main(p);
+      const named = await import('process-sandbox');
+      if (typeof named.spawn !== 'function' || typeof named.default?.spawn !== 'function') throw new Error('ESM exports missing');`)}`;
+    expectWorking(runIn('consumer.mjs', text));
+  });
+
+  it('ships type declarations for both entry points', () => {
+    const pkg = JSON.parse(fs.readFileSync(path.join(installed, 'package.json'), 'utf8'));
+    expect(fs.existsSync(path.join(installed, pkg.types))).toBe(true);
+    expect(fs.existsSync(path.join(installed, pkg.exports['.'].import.types))).toBe(true);
+    expect(fs.existsSync(path.join(installed, pkg.exports['.'].require.types))).toBe(true);
+  });
+
+  it('the installed bin runs a command', () => {
+    const bin = path.join(proj, 'node_modules', '.bin', 'process-sandbox');
+    const r = sh(bin, ['run', '--no-sandbox', '--', 'sh', '-c', 'echo bin-ok; exit 4'], proj, { ...process.env, PREBUILDS_ONLY: '1' });
+    expect(r.stdout).toBe('bin-ok\n');
+    expect(r.status).toBe(4);
+  });
+
+  it('a missing native build reaches the user unchanged (node-gyp-build names the target)', () => {
+    const empty = path.join(work, 'no-prebuilds');
+    fs.mkdirSync(empty, { recursive: true });
+    const env = { ...process.env, PREBUILDS_ONLY: '1', PROCESS_SANDBOX_PREBUILD: empty };
+    const r = runIn(
+      'missing.cjs',
+      `const p = require('process-sandbox');
+       const probe = p.probe();
+       let thrown = null;
+       try { p.spawn('true', [], { policy: null }); } catch (e) { thrown = e.message; }
+       console.log(JSON.stringify({ addonLoaded: probe.addonLoaded, addonError: probe.addonError, thrown }));`,
+      env,
+    );
+    const out = JSON.parse(must(r, 'missing.cjs').trim());
+    expect(out.addonLoaded).toBe(false);
+    expect(out.addonError).toMatch(/^No native build was found for platform=/);
+    expect(out.thrown).toMatch(/^No native build was found for platform=/);
+  });
+});
