@@ -243,6 +243,10 @@ export function run(command: string, args?: readonly string[], options?: RunOpti
 export function run(command: string, args?: readonly string[], options?: RunOptions): Promise<RunResult<string>>;
 export function run(command: string, args?: readonly string[], options: RunOptions = {}): Promise<RunResult<string | Buffer>> {
   return new Promise((resolve, reject) => {
+    if (options !== undefined && (options === null || typeof options !== 'object' || Array.isArray(options))) {
+      reject(new SandboxError('EINVALID_ARGUMENT', 'options must be an object'));
+      return;
+    }
     const { input, timeout, signal, maxBuffer = 64 * 1024 * 1024, encoding = 'utf8', ...spawnOpts } = options ?? {};
     let child: SandboxedProcess;
     try {

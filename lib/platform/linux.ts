@@ -43,6 +43,15 @@ export function signalName(n: number): NodeJS.Signals | null {
   return null;
 }
 
+/** Removes a per-run temp dir; the common case (left empty) is a single rmdir. */
+function removeTmpDir(dir: string): void {
+  try {
+    fs.rmdirSync(dir);
+  } catch {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}
+
 function removeGhost(p: string): void {
   // Only a placeholder we made: an empty directory, or an empty read-only file.
   try {
@@ -116,7 +125,11 @@ export function createLinuxBackend(native: NativeBinding): Backend {
         const env = { ...req.env };
         if (rules.tmp === 'private') {
           if (mode === 'isolated') {
-            env.TMPDIR = '/tmp';
+            // /tmp itself is private. The env stays exactly as given unless its TMPDIR points
+            // somewhere the command could not use (a path outside /tmp and the writable roots).
+            const t = env.TMPDIR;
+            const usable = (p: string) => p === '/tmp' || p.startsWith('/tmp/') || rules.writeRoots.some((w) => p === w || p.startsWith(w + '/'));
+            if (t !== undefined && !usable(t)) env.TMPDIR = '/tmp';
           } else {
             tmpDir = fs.mkdtempSync(path.join(os.tmpdir(), 'process-sandbox-tmp-'));
             env.TMPDIR = tmpDir;
@@ -154,7 +167,7 @@ export function createLinuxBackend(native: NativeBinding): Backend {
           enforcement = p.enforcement;
           ghosts = p.ghosts;
         } catch (e) {
-          if (tmpDir) fs.rmSync(tmpDir, { recursive: true, force: true });
+          if (tmpDir) removeTmpDir(tmpDir);
           if (hostListenerFd !== undefined) fs.closeSync(hostListenerFd);
           if (ownsProxy) void proxy?.close();
           throw e;
@@ -165,7 +178,7 @@ export function createLinuxBackend(native: NativeBinding): Backend {
       let attachment: Promise<{ detach(): Promise<void> } | null> = Promise.resolve(null);
       const cleanup = async () => {
         for (const g of ghosts) removeGhost(g);
-        if (tmpDir) fs.rmSync(tmpDir, { recursive: true, force: true });
+        if (tmpDir) removeTmpDir(tmpDir);
         if (proxy) {
           // The proxy closes with its last process: no listener, fd or timer outlives the run.
           await (await attachment)?.detach().catch(() => {});

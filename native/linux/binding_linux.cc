@@ -22,7 +22,24 @@ namespace {
 std::string GetString(const Napi::Object& o, const char* key) {
   Napi::Value v = o.Get(key);
   if (!v.IsString()) throw Napi::TypeError::New(o.Env(), std::string("Expected plan.") + key + " to be a string");
-  return v.As<Napi::String>().Utf8Value();
+  std::string s = v.As<Napi::String>().Utf8Value();
+  // A NUL would silently truncate the path the kernel sees.
+  if (s.find('\0') != std::string::npos) {
+    throw Napi::TypeError::New(o.Env(), std::string("plan.") + key + " contains a NUL byte");
+  }
+  return s;
+}
+
+Napi::Array GetArray(const Napi::Object& o, const char* key) {
+  Napi::Value v = o.Get(key);
+  if (!v.IsArray()) throw Napi::TypeError::New(o.Env(), std::string("Expected plan.") + key + " to be an array");
+  return v.As<Napi::Array>();
+}
+
+Napi::Object GetObjectAt(const Napi::Array& a, uint32_t i, const char* what) {
+  Napi::Value v = a.Get(i);
+  if (!v.IsObject()) throw Napi::TypeError::New(a.Env(), std::string("Expected ") + what + " entries to be objects");
+  return v.As<Napi::Object>();
 }
 
 std::vector<std::string> GetStrings(const Napi::Object& o, const char* key) {
@@ -67,13 +84,21 @@ struct ChildWatch {
   LinuxSpawnResult res;
   Napi::FunctionReference on_exit;
   bool exited = false;     // delivered to JS
+  bool reaped = false;     // waited for; pidfd no longer usable for signals
   int refs = 1;            // the JS External, plus one per open poll handle
 
   void Unref() {
     if (--refs == 0) delete this;
   }
+  // The process is reaped: nothing runs on init's stack any more, and no fd need outlive it even
+  // while JS still holds the handle. (The pidfd itself is closed when its poll handle closes.)
+  void Reaped() {
+    reaped = true;
+    ReleaseInitStack(&res);
+    if (res.status_fd >= 0) close(res.status_fd);
+    res.status_fd = -1;
+  }
   ~ChildWatch() {
-    // Only reached once init (if any) has been reaped: nothing runs on its stack any more.
     ReleaseInitStack(&res);
     if (res.pidfd >= 0) close(res.pidfd);
     if (res.status_fd >= 0) close(res.status_fd);
@@ -90,7 +115,14 @@ struct ChildWatch {
   }
 };
 
-void OnPollClosed(uv_handle_t* h) { static_cast<ChildWatch*>(h->data)->Unref(); }
+void OnPollClosed(uv_handle_t* h) {
+  ChildWatch* w = static_cast<ChildWatch*>(h->data);
+  if (h == reinterpret_cast<uv_handle_t*>(&w->pid_poll) && w->reaped && w->res.pidfd >= 0) {
+    close(w->res.pidfd);  // libuv no longer watches it
+    w->res.pidfd = -1;
+  }
+  w->Unref();
+}
 
 void ClosePoll(uv_poll_t* p) {
   uv_poll_stop(p);
@@ -102,6 +134,7 @@ void OnPidfdReadable(uv_poll_t* handle, int status, int) {
   int code = -1, sig = 0;
   if (status == 0 && !CollectExit(w->res, &code, &sig)) return;  // spurious wakeup
   ClosePoll(handle);
+  w->Reaped();
   w->Deliver(code, sig);  // no-op when the status pipe already delivered the command's status
 }
 
@@ -140,9 +173,9 @@ void FillLandlock(Napi::Env env, const Napi::Object& o, LandlockPlan* ll) {
     if (GetBool(o, "scopeSignals", true)) ll->scoped |= landlock::kScopeSignal;
     if (net != "full") ll->scoped |= landlock::kScopeAbstractUnix;
   }
-  Napi::Array rules = o.Get("rules").As<Napi::Array>();
+  Napi::Array rules = GetArray(o, "rules");
   for (uint32_t i = 0; i < rules.Length(); ++i) {
-    Napi::Object r = rules.Get(i).As<Napi::Object>();
+    Napi::Object r = GetObjectAt(rules, i, "plan.landlock.rules");
     std::string access = GetString(r, "access");
     uint64_t bits = LandlockReadAccess(abi);
     if (access == "write") bits = LandlockWriteAccess(abi);
@@ -155,7 +188,9 @@ void FillLandlock(Napi::Env env, const Napi::Object& o, LandlockPlan* ll) {
   if (ports.IsArray()) {
     Napi::Array p = ports.As<Napi::Array>();
     for (uint32_t i = 0; i < p.Length(); ++i) {
-      ll->connect_ports.push_back(static_cast<uint16_t>(p.Get(i).As<Napi::Number>().Uint32Value()));
+      Napi::Value port = p.Get(i);
+      if (!port.IsNumber()) throw Napi::TypeError::New(env, "Expected plan.landlock.connectPorts to hold numbers");
+      ll->connect_ports.push_back(static_cast<uint16_t>(port.As<Napi::Number>().Uint32Value()));
     }
   }
 }
@@ -191,7 +226,13 @@ Napi::Value Spawn(const Napi::CallbackInfo& info) {
   plan.rlimit_nofile = static_cast<uint64_t>(GetNumber(o, "rlimitNofile", 0));
 
   // stdio: number = host fd to pass, -1 = /dev/null, 'in'/'out' = a new pipe.
-  Napi::Array stdio = o.Get("stdio").As<Napi::Array>();
+  Napi::Array stdio = GetArray(o, "stdio");
+  for (uint32_t i = 0; i < stdio.Length(); ++i) {
+    Napi::Value v = stdio.Get(i);
+    bool ok = v.IsNumber() || (v.IsString() && (v.As<Napi::String>().Utf8Value() == "in" ||
+                                                v.As<Napi::String>().Utf8Value() == "out"));
+    if (!ok) throw Napi::TypeError::New(env, "Expected plan.stdio entries to be fd numbers, 'in' or 'out'");
+  }
   std::vector<int> parent_ends(stdio.Length(), -1);
   struct PipeCloser {
     std::vector<int> fds;
@@ -220,9 +261,9 @@ Napi::Value Spawn(const Napi::CallbackInfo& info) {
   }
 
   if (plan.mode == LinuxMode::kIsolated) {
-    Napi::Array mounts = o.Get("mounts").As<Napi::Array>();
+    Napi::Array mounts = GetArray(o, "mounts");
     for (uint32_t i = 0; i < mounts.Length(); ++i) {
-      Napi::Object m = mounts.Get(i).As<Napi::Object>();
+      Napi::Object m = GetObjectAt(mounts, i, "plan.mounts");
       MountOp op;
       double kind = GetNumber(m, "kind", -1);
       if (kind < 0 || kind > static_cast<double>(MountOpKind::kClearReadOnly)) {
@@ -311,7 +352,7 @@ Napi::Value Kill(const Napi::CallbackInfo& info) {
     throw Napi::TypeError::New(env, "Usage: native.kill(handle, signal)");
   }
   ChildWatch* w = info[0].As<Napi::External<ChildWatch>>().Data();
-  if (w->exited) return Napi::Number::New(env, -ESRCH);
+  if (w->exited || w->reaped || w->res.pidfd < 0) return Napi::Number::New(env, -ESRCH);
   return Napi::Number::New(env, SignalTree(w->res, info[1].As<Napi::Number>().Int32Value()));
 }
 

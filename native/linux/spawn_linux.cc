@@ -471,6 +471,9 @@ int InitInChild(void* argp) {
   const bool group = p.setsid;
   pid_t cmd = clone(CommandInChild, a->cmd_stack_top, CLONE_VM | CLONE_VFORK | SIGCHLD, a);
   if (cmd < 0) FailInChild(a, kStageCommandClone, 0, -EAGAIN);
+  // The command has its own copies now. init keeps only the status pipe, so the command's stdio
+  // reaches EOF exactly when the sandbox's last holder of it is gone.
+  for (int i = 0; i < a->nstdio; ++i) Sys(__NR_close, a->stdio_fds[i]);
   Sys(__NR_close, a->err_fd);  // the parent sees EOF once the command has exec'd (or failed)
   a = nullptr;
 
