@@ -149,7 +149,43 @@ function listDirs(dir: string): string[] {
 }
 
 /** The protected metadata paths of one writable root (canonical, possibly missing). */
-export function protectedMetadataFor(root: string, git: GitProtection): string[] {
+/** Nested repositories are searched this deep below a writable root, within this many directories. */
+export const NESTED_REPO_MAX_DEPTH = 3;
+export const NESTED_REPO_MAX_DIRS = 256;
+const NESTED_REPO_SKIP = new Set(['.git', 'node_modules']);
+
+/**
+ * Directories below `root` (not root itself) that hold a `.git` entry: nested repositories and
+ * submodule checkouts, whose hooks and config run code later just like the root's (FS-08). The
+ * walk is bounded (depth and directory count) so spawning stays cheap in large trees.
+ */
+export function findNestedRepos(root: string): string[] {
+  const found: string[] = [];
+  let budget = NESTED_REPO_MAX_DIRS;
+  let level = [root];
+  for (let depth = 1; depth <= NESTED_REPO_MAX_DEPTH && level.length > 0 && budget > 0; depth++) {
+    const next: string[] = [];
+    for (const dir of level) {
+      if (budget-- <= 0) break;
+      let entries: fs.Dirent[];
+      try {
+        entries = fs.readdirSync(dir, { withFileTypes: true });
+      } catch {
+        continue;
+      }
+      for (const e of entries) {
+        if (!e.isDirectory() || NESTED_REPO_SKIP.has(e.name)) continue;
+        const child = path.join(dir, e.name);
+        if (lstatOrNull(path.join(child, '.git')) !== null) found.push(child);
+        next.push(child);
+      }
+    }
+    level = next;
+  }
+  return found;
+}
+
+export function protectedMetadataFor(root: string, git: GitProtection, nested = true): string[] {
   const out: string[] = [];
   const addGitDir = (gitdir: string, depth = 0): void => {
     if (git === 'whole') {
@@ -193,6 +229,12 @@ export function protectedMetadataFor(root: string, git: GitProtection): string[]
     addGitDir(dotGit);
   }
   out.push(path.join(root, '.codex'), path.join(root, '.agents'));
+  if (nested) {
+    for (const repo of findNestedRepos(root)) {
+      // Only what exists: a nested directory is not a workspace root of its own.
+      out.push(...protectedMetadataFor(repo, git, false).filter((m) => lstatOrNull(m) !== null && !m.endsWith('/.codex') && !m.endsWith('/.agents')));
+    }
+  }
   return out;
 }
 

@@ -29,6 +29,7 @@ export const MountKind = {
   Dev: 14,
   SetReadOnly: 15,
   ClearReadOnly: 16,
+  Sys: 17,
 } as const;
 
 /** Default cap on processes+threads per sandbox in isolated mode (counted per user namespace). */
@@ -204,6 +205,7 @@ export function planMounts(input: LinuxPlanInput): { mounts: LinuxMountOp[]; tmp
     mounts.push({ kind: st.isDirectory() ? MountKind.MaskDir : MountKind.MaskFile, path: d });
   }
   mounts.push({ kind: MountKind.Proc, path: '/proc' });
+  if (rules.network.kind !== 'full') mounts.push({ kind: MountKind.Sys, path: '/sys' });
   mounts.push({ kind: MountKind.Dev, path: '/dev' });
   return { mounts, tmpSlots, ghosts };
 }
@@ -278,6 +280,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     if (net === 'proxy') {
       gaps.push(`TCP connects to other hosts on the proxy's port ${input.proxyPort} are not blocked (Landlock rules are per port)`);
     }
+    gaps.push('host processes stay visible in /proc (command lines, not memory or environment)');
     if (abi < 4 && net !== 'full') gaps.push(`Landlock ABI ${abi} has no TCP rules; seccomp alone blocks sockets`);
     if (abi < 6) gaps.push(`Landlock ABI ${abi} has no signal or abstract-socket scoping`);
     if (probe.euid !== 0) gaps.push('the capability bounding set cannot be emptied without privileges (no_new_privs still blocks gaining capabilities)');

@@ -266,7 +266,7 @@ Napi::Value Spawn(const Napi::CallbackInfo& info) {
       Napi::Object m = GetObjectAt(mounts, i, "plan.mounts");
       MountOp op;
       double kind = GetNumber(m, "kind", -1);
-      if (kind < 0 || kind > static_cast<double>(MountOpKind::kClearReadOnly)) {
+      if (kind < 0 || kind > static_cast<double>(MountOpKind::kSys)) {
         throw Napi::TypeError::New(env, "Expected plan.mounts[].kind to be a known mount step");
       }
       op.kind = static_cast<MountOpKind>(static_cast<int>(kind));

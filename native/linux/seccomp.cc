@@ -74,6 +74,18 @@ constexpr int kNrUselib = __NR_uselib;
 constexpr int kNrUselib = kSkip;
 #endif
 
+#ifdef __NR_open
+constexpr int kNrOpen = __NR_open;
+constexpr int kNrCreat = __NR_creat;
+constexpr int kNrChmod = __NR_chmod;
+constexpr int kNrMknod = __NR_mknod;
+#else
+constexpr int kNrOpen = kSkip;
+constexpr int kNrCreat = kSkip;
+constexpr int kNrChmod = kSkip;
+constexpr int kNrMknod = kSkip;
+#endif
+
 // x86_64 marks x32 syscalls with this bit in the number; x32 has its own table, so every rule
 // below would be sidestepped by it.
 constexpr uint32_t kX32SyscallBit = 0x40000000u;
@@ -141,6 +153,8 @@ constexpr ArgTest AnyBit(uint8_t arg, uint32_t mask) {
 }
 
 constexpr uint32_t kAll = 0xffffffffu;
+constexpr uint32_t kSetIdBits = 06000;                // S_ISUID | S_ISGID
+constexpr uint32_t kCreateFlags = 0100 | 020000000;   // O_CREAT | __O_TMPFILE
 constexpr int kMaxTests = 3;
 
 // A clause matches when all of its tests pass (an empty clause never matches).
@@ -242,6 +256,20 @@ constexpr Rule kRules[] = {
     // query and the two plain personalities that runtimes set.
     When(__NR_personality, kAnyNet, kAnyMode, kEperm,
          Clause{{In(0, kAll, kPerLinux, kPerLinux32, kPersonalityQuery)}, kAllow}),
+
+    // FS-25: no setuid/setgid file may be made inside (it would be honoured outside later, and as
+    // root it would be setuid-root). Modes are unsigned ints, tested on their low word. openat2's
+    // mode sits in memory a filter cannot read: ENOSYS makes callers fall back to openat.
+    When(kNrChmod, kAnyNet, kAnyMode, kAllow, Clause{{AnyBit(1, kSetIdBits)}, kEperm}),
+    When(__NR_fchmod, kAnyNet, kAnyMode, kAllow, Clause{{AnyBit(1, kSetIdBits)}, kEperm}),
+    When(__NR_fchmodat, kAnyNet, kAnyMode, kAllow, Clause{{AnyBit(2, kSetIdBits)}, kEperm}),
+    When(__NR_fchmodat2, kAnyNet, kAnyMode, kAllow, Clause{{AnyBit(2, kSetIdBits)}, kEperm}),
+    When(kNrCreat, kAnyNet, kAnyMode, kAllow, Clause{{AnyBit(1, kSetIdBits)}, kEperm}),
+    When(kNrOpen, kAnyNet, kAnyMode, kAllow, Clause{{AnyBit(1, kCreateFlags), AnyBit(2, kSetIdBits)}, kEperm}),
+    When(__NR_openat, kAnyNet, kAnyMode, kAllow, Clause{{AnyBit(2, kCreateFlags), AnyBit(3, kSetIdBits)}, kEperm}),
+    Rule{__NR_openat2, kAnyNet, kAnyMode, kEnosys, {}},
+    When(kNrMknod, kAnyNet, kAnyMode, kAllow, Clause{{AnyBit(1, kSetIdBits)}, kEperm}),
+    When(__NR_mknodat, kAnyNet, kAnyMode, kAllow, Clause{{AnyBit(2, kSetIdBits)}, kEperm}),
 
     // NET-01..NET-06, NET-09, NET-10, NET-17: socket creation by network mode.
     Deny(__NR_socket, kNetNone),

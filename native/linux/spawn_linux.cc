@@ -107,6 +107,7 @@ enum Stage : int32_t {
 enum NoteBits : int32_t {
   kNoteProcMasked = 1,  // a fresh /proc could not be mounted; an empty one masks it
   kNoteNoDevpts = 2,    // /dev/pts could not be mounted
+  kNoteHostSys = 4,     // a namespace sysfs could not be mounted; the host's /sys stays (read-only)
 };
 
 constexpr size_t kMaxSlots = 64;
@@ -284,6 +285,12 @@ long RunMountOpInChild(ChildArgs* a, size_t i) {
       return SetAttrInChild(path, 0, kMountAttrRdonly, 0);
     case MountOpKind::kClearReadOnly:
       return SetAttrInChild(path, 0, 0, kMountAttrRdonly);
+    case MountOpKind::kSys:
+      // The host's /sys/class/net lists the host's interfaces; a sysfs mounted here shows the
+      // namespace's own. Where the kernel refuses, the host's stays, read-only.
+      r = Sys(__NR_mount, "sysfs", "/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, 0);
+      if (r < 0) a->notes |= kNoteHostSys;
+      return 0;
   }
   return -EINVAL;
 }
@@ -599,6 +606,7 @@ const char* MountKindName(MountOpKind k) {
     case MountOpKind::kDev: return "dev";
     case MountOpKind::kSetReadOnly: return "read-only";
     case MountOpKind::kClearReadOnly: return "writable";
+    case MountOpKind::kSys: return "sysfs";
   }
   return "mount";
 }

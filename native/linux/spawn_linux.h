@@ -53,6 +53,7 @@ enum class MountOpKind : uint8_t {
   kDev,          // minimal /dev
   kSetReadOnly,  // mount_setattr(path, 0, +RDONLY) on an existing mount point
   kClearReadOnly,  // mount_setattr(path, 0, -RDONLY) on an existing mount point (not recursive)
+  kSys,            // read-only sysfs of the command's own network namespace at /sys (kept if impossible)
   // Values are part of the TS contract (lib/platform/linux.ts MountKind): append only.
 };
 

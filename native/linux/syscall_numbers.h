@@ -49,6 +49,9 @@
 #ifndef __NR_close_range
 #define __NR_close_range 436
 #endif
+#ifndef __NR_openat2
+#define __NR_openat2 437
+#endif
 #ifndef __NR_pidfd_getfd
 #define __NR_pidfd_getfd 438
 #endif
@@ -69,6 +72,9 @@
 #endif
 #ifndef __NR_landlock_restrict_self
 #define __NR_landlock_restrict_self 446
+#endif
+#ifndef __NR_fchmodat2
+#define __NR_fchmodat2 452
 #endif
 #ifndef __NR_open_tree_attr
 #define __NR_open_tree_attr 467
