@@ -127,8 +127,23 @@ async function withLock<T>(fn: () => T): Promise<T> {
   }
 }
 
+/**
+ * node-gyp needs Node's headers. Without a configured nodedir it downloads them, which fails
+ * offline; an unprivileged user has no ~/.npmrc saying nodedir=/usr, so point it at the headers
+ * installed beside this node when they exist.
+ */
+function buildEnv(): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { ...process.env };
+  const prefix = path.resolve(process.execPath, '..', '..');
+  if (!env.npm_config_nodedir && fs.existsSync(path.join(prefix, 'include', 'node', 'node_api.h'))) {
+    const configured = spawnSync('npm', ['config', 'get', 'nodedir'], { encoding: 'utf8' }).stdout?.trim();
+    if (!configured || configured === 'undefined' || configured === 'null') env.npm_config_nodedir = prefix;
+  }
+  return env;
+}
+
 function runStep(cmd: string, args: string[]): string | undefined {
-  const r = spawnSync(cmd, args, { cwd: ROOT, encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
+  const r = spawnSync(cmd, args, { cwd: ROOT, env: buildEnv(), encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
   if (r.status === 0) return undefined;
   const log = `${r.stdout ?? ''}\n${r.stderr ?? ''}`.trim().split('\n').slice(-40).join('\n');
   return `\`${cmd} ${args.join(' ')}\` failed (${r.error?.message ?? `status ${r.status}, signal ${r.signal}`}):\n${log}`;
