@@ -31,8 +31,12 @@ async function startTree(start: (script: string) => SandboxedProcess | Promise<u
   const b = uniqueSleepArg();
   const first = opts.setsid ? `setsid sleep ${a} &` : `sleep ${a} &`;
   const handle = start(`${first} sleep ${b} & wait`);
+  // A run() that fails to start must fail the test with its own error, not as an unhandled rejection.
+  let startError: unknown;
+  if (handle instanceof Promise) handle.catch((e) => (startError = e ?? new Error('start failed')));
   let found: ProcStat[] = [];
   await waitFor(() => {
+    if (startError) throw startError;
     found = [...pidsWithArg(a), ...pidsWithArg(b)];
     return found.length === 2;
   }, 'both grandchildren to show up in /proc');
