@@ -40,6 +40,8 @@ export interface LinuxSpawnResult {
   landlockAbi: number;
   /** Isolated mode with proxyPort: the listener created inside the namespace. */
   listenerFd?: number;
+  /** Isolated mode without a proxy: init joined the process-wide empty network namespace. */
+  sharedNetns?: boolean;
 }
 
 export interface LinuxProbe {

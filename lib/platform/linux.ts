@@ -63,6 +63,17 @@ function removeGhost(p: string): void {
   }
 }
 
+/** Facts only known after the spawn: the Landlock ABI applied, and whether the net namespace is shared. */
+function withNativeFacts(report: EnforcementReport, res: { landlockAbi: number; sharedNetns?: boolean }): EnforcementReport {
+  if (!report.sandboxed) return report;
+  const mechanisms = { ...report.mechanisms };
+  if (res.landlockAbi) mechanisms.landlockAbi = res.landlockAbi;
+  if (res.sharedNetns) {
+    mechanisms.namespaces = (mechanisms.namespaces as string[]).map((n) => (n === 'net' ? 'net (shared, empty)' : n));
+  }
+  return { ...report, mechanisms };
+}
+
 export function createLinuxBackend(native: NativeBinding): Backend {
   let probed: LinuxProbe | undefined;
   const linuxProbe = (): LinuxProbe => (probed ??= native.probe!() as LinuxProbe);
@@ -218,9 +229,7 @@ export function createLinuxBackend(native: NativeBinding): Backend {
         stdio: streams,
         kill: (signal) => native.kill!(handle, signalNumber(signal)) === 0,
         exited,
-        enforcement: res.landlockAbi
-          ? { ...enforcement, mechanisms: { ...enforcement.mechanisms, landlockAbi: res.landlockAbi } }
-          : enforcement,
+        enforcement: withNativeFacts(enforcement, res),
       };
     },
   };

@@ -330,6 +330,7 @@ Napi::Value Spawn(const Napi::CallbackInfo& info) {
   result.Set("fds", fds);
   result.Set("landlockAbi", Napi::Number::New(env, plan.landlock ? plan.landlock_plan.abi : 0));
   if (res.proxy_listener_fd >= 0) result.Set("listenerFd", Napi::Number::New(env, res.proxy_listener_fd));
+  result.Set("sharedNetns", Napi::Boolean::New(env, res.shared_netns));
   return result;
 }
 

@@ -18,6 +18,7 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
+#include <mutex>
 #include <string>
 
 #include "raw_syscall.h"
@@ -102,6 +103,7 @@ enum Stage : int32_t {
   kStageSeccomp,
   kStageExec,
   kStageProxyListener,
+  kStageJoinNamespace,
 };
 
 enum NoteBits : int32_t {
@@ -132,6 +134,15 @@ struct ChildArgs {
   const char* const* mount_paths;
   const char* const* mount_data;
   int32_t notes;
+  // Shared-netns path (network: none): stage0 joins the template namespaces, then clones init.
+  int tmpl_user_fd;
+  int tmpl_net_fd;
+  int tmpl_sys_fd;  // -1, or a detached sysfs of the shared network namespace to clone onto /sys
+  int init_flags;
+  void* init_stack_top;
+  void* init_tls;
+  pid_t init_pid;   // written by stage0: init's pid or -errno
+  int init_pidfd;   // written by the kernel through CLONE_PIDFD
 };
 
 // ---- child-side helpers: raw syscalls only ------------------------------------------------
@@ -288,7 +299,14 @@ long RunMountOpInChild(ChildArgs* a, size_t i) {
     case MountOpKind::kSys:
       // The host's /sys/class/net lists the host's interfaces; a sysfs mounted here shows the
       // namespace's own. Where the kernel refuses, the host's stays, read-only.
-      r = Sys(__NR_mount, "sysfs", "/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, 0);
+      if (a->tmpl_sys_fd >= 0) {
+        long c = Sys(__NR_open_tree, a->tmpl_sys_fd, "", kOpenTreeClone | kOpenTreeCloexec | 0x1000 /* AT_EMPTY_PATH */);
+        r = c < 0 ? c : Sys(__NR_move_mount, c, "", AT_FDCWD, "/sys", kMoveMountFEmptyPath);
+        if (c >= 0) Sys(__NR_close, c);
+        Sys(__NR_close, a->tmpl_sys_fd);
+      } else {
+        r = Sys(__NR_mount, "sysfs", "/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, 0);
+      }
       if (r < 0) a->notes |= kNoteHostSys;
       return 0;
   }
@@ -459,7 +477,9 @@ int InitInChild(void* argp) {
   for (size_t s = 0; s < kMaxSlots; ++s) {
     if (a->slots[s] >= 0) Sys(__NR_close, a->slots[s]);
   }
-  if (p.new_net) {
+  // lo is needed only by the proxy's listener: with no network at all, socket() is refused by
+  // seccomp anyway, and bringing lo up is a large share of a namespace's setup cost.
+  if (p.new_net && p.proxy_port != 0) {
     r = LoopbackUpInChild();
     if (r < 0) FailInChild(a, kStageLoopback, 0, r);
   }
@@ -513,6 +533,76 @@ int InitInChild(void* argp) {
   }
 }
 
+// stage0 (network: none): runs with CLONE_VM|CLONE_VFORK|CLONE_FILES, so the parent sleeps until
+// it exits and the pidfd it asks for lands in the parent's fd table. It joins the process-wide
+// template user namespace (where it holds every capability, as the namespace's owner) and the
+// template's empty network namespace, then clones init as the parent's child (CLONE_PARENT) in a
+// fresh user namespace nested in the template. init inherits the empty network namespace: no
+// per-sandbox network namespace has to be created and torn down, which is most of the cost of a
+// sandbox. Sandboxes can share it safely: no interface is up and seccomp refuses socket().
+int Stage0InChild(void* argp) {
+  ChildArgs* a = static_cast<ChildArgs*>(argp);
+  long r = Sys(__NR_setns, a->tmpl_user_fd, CLONE_NEWUSER);
+  if (r < 0) FailInChild(a, kStageJoinNamespace, 0, r);
+  r = Sys(__NR_setns, a->tmpl_net_fd, CLONE_NEWNET);
+  if (r < 0) FailInChild(a, kStageJoinNamespace, 1, r);
+  pid_t pid = clone(InitInChild, a->init_stack_top, a->init_flags, a, &a->init_pidfd, a->init_tls, nullptr);
+  // glibc's wrapper reports through errno; reading it is harmless (the parent thread sleeps).
+  a->init_pid = pid < 0 ? -errno : pid;
+  ExitInChild(0);
+}
+
+struct TemplateArgs {
+  int sock;
+  int parent_sock;  // our copy of the parent's end: closed first, or EOF could never come
+  char uid_map[48];
+  char gid_map[48];
+};
+
+// The template: a process in a new user+network namespace that maps its own uid/gid, says so, and
+// waits for the parent to open its namespaces before exiting. CLONE_VM, raw syscalls only.
+int TemplateInChild(void* argp) {
+  TemplateArgs* t = static_cast<TemplateArgs*>(argp);
+  Sys(__NR_close, t->parent_sock);
+  long r = WriteFileInChild("/proc/self/setgroups", "deny");
+  if (r == 0 || r == -ENOENT) r = WriteFileInChild("/proc/self/uid_map", t->uid_map);
+  if (r == 0) r = WriteFileInChild("/proc/self/gid_map", t->gid_map);
+  // A read-only sysfs of the template's network namespace, as a detached mount: each sandbox
+  // clones it onto /sys (only a holder of CAP_SYS_ADMIN over this network namespace may mount
+  // one, and a sandbox's init holds it only over its own nested user namespace).
+  long mfd = -1;
+  if (r == 0) {
+    long fsfd = Sys(__NR_fsopen, "sysfs", 1 /* FSOPEN_CLOEXEC */);
+    if (fsfd >= 0) {
+      if (Sys(__NR_fsconfig, fsfd, 6 /* FSCONFIG_CMD_CREATE */, 0, 0, 0) == 0) {
+        mfd = Sys(__NR_fsmount, fsfd, 1 /* FSMOUNT_CLOEXEC */, 0x1 | 0x2 | 0x4 | 0x8 /* RDONLY NOSUID NODEV NOEXEC */);
+      }
+      Sys(__NR_close, fsfd);
+    }
+  }
+  char ok = r == 0 ? 'Y' : 'N';
+  struct iovec iov = {&ok, 1};
+  char ctrl[CMSG_SPACE(sizeof(int))];
+  memset(ctrl, 0, sizeof ctrl);
+  struct msghdr msg;
+  memset(&msg, 0, sizeof msg);
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  if (mfd >= 0) {
+    msg.msg_control = ctrl;
+    msg.msg_controllen = sizeof ctrl;
+    struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    int fd = static_cast<int>(mfd);
+    memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  }
+  Sys(__NR_sendmsg, t->sock, &msg, MSG_NOSIGNAL);
+  Sys(__NR_read, t->sock, &ok, 1);  // returns at EOF: the parent is done with us
+  ExitInChild(0);
+}
+
 // ---- parent side ------------------------------------------------------------------------
 
 struct Stack {
@@ -540,6 +630,78 @@ struct FdList {
     for (int fd : fds) close(fd);
   }
 };
+
+struct NetTemplate {
+  std::mutex mu;
+  bool tried = false;
+  int user_fd = -1;
+  int net_fd = -1;
+  int sys_fd = -1;  // detached read-only sysfs of the template network namespace, or -1
+};
+NetTemplate g_net_template;
+
+// Returns true with the template's namespace fds (created on first use, kept for the process's
+// lifetime). False when this host cannot make one; callers then create a network namespace per
+// sandbox as usual.
+bool GetNetTemplate(int* user_fd, int* net_fd, int* sys_fd) {
+  std::lock_guard<std::mutex> lock(g_net_template.mu);
+  if (!g_net_template.tried) {
+    g_net_template.tried = true;
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0) {
+      TemplateArgs t;
+      t.sock = sv[1];
+      t.parent_sock = sv[0];
+      snprintf(t.uid_map, sizeof t.uid_map, "%u %u 1\n", geteuid(), geteuid());
+      snprintf(t.gid_map, sizeof t.gid_map, "%u %u 1\n", getegid(), getegid());
+      Stack stack;
+      if (stack.Allocate(64 * 1024)) {
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        pid_t pid = clone(TemplateInChild, stack.top(), CLONE_VM | CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWNS | SIGCHLD, &t);
+        pthread_sigmask(SIG_SETMASK, &old, nullptr);
+        if (pid > 0) {
+          char ok = 0;
+          char ctrl[CMSG_SPACE(sizeof(int))];
+          struct iovec iov = {&ok, 1};
+          struct msghdr msg;
+          memset(&msg, 0, sizeof msg);
+          msg.msg_iov = &iov;
+          msg.msg_iovlen = 1;
+          msg.msg_control = ctrl;
+          msg.msg_controllen = sizeof ctrl;
+          ssize_t got = recvmsg(sv[0], &msg, MSG_CMSG_CLOEXEC);
+          struct cmsghdr* c = got > 0 ? CMSG_FIRSTHDR(&msg) : nullptr;
+          if (c != nullptr && c->cmsg_type == SCM_RIGHTS) memcpy(&g_net_template.sys_fd, CMSG_DATA(c), sizeof(int));
+          if (got == 1 && ok == 'Y') {
+            std::string base = "/proc/" + std::to_string(pid) + "/ns/";
+            int u = open((base + "user").c_str(), O_RDONLY | O_CLOEXEC);
+            int n = open((base + "net").c_str(), O_RDONLY | O_CLOEXEC);
+            if (u >= 0 && n >= 0) {
+              g_net_template.user_fd = u;
+              g_net_template.net_fd = n;
+            } else {
+              if (u >= 0) close(u);
+              if (n >= 0) close(n);
+            }
+          }
+          close(sv[0]);
+          sv[0] = -1;
+          int st;
+          while (waitpid(pid, &st, __WALL) < 0 && errno == EINTR) {
+          }
+        }
+      }
+      if (sv[0] >= 0) close(sv[0]);
+      close(sv[1]);
+    }
+  }
+  *user_fd = g_net_template.user_fd;
+  *net_fd = g_net_template.net_fd;
+  *sys_fd = g_net_template.sys_fd;
+  return *user_fd >= 0;
+}
 
 constexpr size_t kInitStackSize = 256 * 1024;
 constexpr size_t kInitTlsOffset = 32 * 1024;  // TLS variables live below the TCB (x86_64)
@@ -583,6 +745,7 @@ const char* StageName(int32_t stage) {
     case kStageSeccomp: return "seccomp(2)";
     case kStageExec: return "execve(2)";
     case kStageProxyListener: return "creating the proxy listener";
+    case kStageJoinNamespace: return "setns(2) into the shared network namespace";
     default: return "sandbox setup";
   }
 }
@@ -728,6 +891,7 @@ Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
 
   ChildArgs args;
   memset(&args, 0, sizeof args);
+  args.tmpl_user_fd = args.tmpl_net_fd = args.tmpl_sys_fd = -1;
   args.plan = &plan;
   args.argv = argv.data();
   args.envp = envp.data();
@@ -776,8 +940,58 @@ Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
   int pidfd = -1;
-  pid_t pid = clone(entry, init_stack.top(), flags, &args, &pidfd, tls, nullptr);
-  int clone_errno = errno;
+  pid_t pid;
+  int clone_errno = 0;
+  int tmpl_user = -1, tmpl_net = -1, tmpl_sys = -1;
+  const bool shared_net = isolated && plan.new_net && plan.proxy_port == 0 && plan.share_netns &&
+                          GetNetTemplate(&tmpl_user, &tmpl_net, &tmpl_sys);
+  if (shared_net) {
+    args.tmpl_user_fd = tmpl_user;
+    args.tmpl_net_fd = tmpl_net;
+    args.tmpl_sys_fd = tmpl_sys;
+    // init starts from a copy of our fd table: keep the sysfs mount fd through its fd sweep.
+    if (tmpl_sys >= 0) {
+      keep.push_back(tmpl_sys);
+      std::sort(keep.begin(), keep.end());
+      args.keep_fds = keep.data();
+      args.nkeep = static_cast<int>(keep.size());
+    }
+    args.init_flags = (flags & ~CLONE_NEWNET) | CLONE_PARENT;
+    args.init_stack_top = init_stack.top();
+    args.init_tls = tls;
+    args.init_pid = -EAGAIN;
+    args.init_pidfd = -1;
+    Stack stage0_stack;
+    pid = -1;
+    if (stage0_stack.Allocate(64 * 1024)) {
+      pid_t s0 = clone(Stage0InChild, stage0_stack.top(), CLONE_VM | CLONE_VFORK | CLONE_FILES | SIGCHLD, &args);
+      if (s0 > 0) {
+        int st;
+        while (waitpid(s0, &st, __WALL) < 0 && errno == EINTR) {
+        }
+        pid = args.init_pid;
+        pidfd = args.init_pidfd;
+        if (pid < 0) clone_errno = -pid;
+        if (pid < 0 && WIFEXITED(st) && WEXITSTATUS(st) == 125) clone_errno = 0;  // reported on err pipe
+      } else {
+        clone_errno = errno;
+      }
+    } else {
+      clone_errno = ENOMEM;
+    }
+    if (pid < 0 && clone_errno == 0) {
+      pthread_sigmask(SIG_SETMASK, &old, nullptr);
+      ChildReport rep;
+      close(err_w);
+      owned.Release(err_w);
+      if (read(errp[0], &rep, sizeof rep) == static_cast<ssize_t>(sizeof rep)) return ReportToStatus(plan, rep);
+      return Status::Error(ErrorCode::kENAMESPACE_SETUP, "joining the shared network namespace failed");
+    }
+    out->shared_netns = pid > 0;
+  } else {
+    pid = clone(entry, init_stack.top(), flags, &args, &pidfd, tls, nullptr);
+    clone_errno = errno;
+  }
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   if (pid < 0) {
     if (isolated && (clone_errno == EPERM || clone_errno == ENOSPC || clone_errno == EINVAL)) {

@@ -72,6 +72,8 @@ struct LinuxSpawnPlan {
   std::string cwd;
   std::vector<int> stdio;           // stdio[i] = host fd to place at child fd i (-1: /dev/null)
   bool new_net = true;              // isolated: unshare the network
+  // isolated, no proxy: join the process-wide empty network namespace instead of creating one.
+  bool share_netns = true;
   std::vector<MountOp> mounts;      // isolated only
   int tmp_slots = 0;
   bool landlock = false;            // apply plan.landlock in the command
@@ -97,6 +99,7 @@ struct LinuxSpawnResult {
   void* init_stack = nullptr;
   size_t init_stack_size = 0;
   int proxy_listener_fd = -1;  // isolated + proxy_port: the listener from inside the namespace
+  bool shared_netns = false;   // isolated: init joined the shared empty network namespace
 };
 
 // A TCP listener on 127.0.0.1:<ephemeral> in the caller's namespace (Landlock mode's proxy port).
