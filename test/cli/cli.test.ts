@@ -46,10 +46,11 @@ function cli(args: string[], opts: { cwd?: string; env?: Record<string, string>;
     env: opts.env ?? baseEnv(),
     input: opts.input ?? '',
     encoding: 'utf8',
-    timeout: 120_000,
+    timeout: 30_000,
+    killSignal: 'SIGKILL',
     maxBuffer: 64 * MiB,
   });
-  if (r.error) throw r.error;
+  if (r.error) throw new Error(`process-sandbox ${args.join(' ')}: ${r.error.message} (a hung CLI is killed after 30 s)\nstderr: ${r.stderr}`);
   return { status: r.status, signal: r.signal, stdout: r.stdout, stderr: r.stderr };
 }
 
@@ -358,6 +359,13 @@ describe.skipIf(!canSandbox)('run flags (sandboxed)', () => {
   it('TERM sent to the CLI reaches the command; the CLI exits 143', async () => {
     const child = cpSpawn(process.execPath, [CLI, 'run', '--', 'sh', '-c', 'echo ready; exec sleep 60'], { cwd: dir, env: baseEnv(), stdio: ['ignore', 'pipe', 'inherit'] });
     await new Promise<void>((r) => child.stdout!.once('data', () => r()));
+    // The CLI installs its forwarding handler right after starting the command; wait until the
+    // kernel shows TERM as caught (SigCgt) so the test does not race that window.
+    const caught = () => {
+      const m = /SigCgt:\s+([0-9a-f]+)/.exec(fs.readFileSync(`/proc/${child.pid}/status`, 'utf8'));
+      return m !== null && ((BigInt(`0x${m[1]}`) >> BigInt(os.constants.signals.SIGTERM - 1)) & 1n) === 1n;
+    };
+    await waitFor(caught, 'the CLI to catch SIGTERM');
     child.kill('SIGTERM');
     expect(await new Promise((r) => child.on('exit', (code) => r(code)))).toBe(143);
   });

@@ -9,7 +9,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { run, spawn, SandboxError } from '../../lib/index';
-import { fixtureDir, killAll, pidsWithArg, uniqueSleepArg, waitFor, withPolicy, type RunMode } from './helpers';
+import { fixtureDir, killAll, requireBuilt, pidsWithArg, uniqueSleepArg, waitFor, withPolicy, type RunMode } from './helpers';
 
 type Call = { command?: unknown; args?: unknown; options?: Record<string, unknown> | unknown };
 
@@ -47,6 +47,7 @@ export function defineBadInputContract(mode: RunMode): void {
   describe.skipIf(mode.unavailable !== null)(`bad input starts nothing (${mode.name})`, () => {
     let dir: string;
     beforeAll(() => {
+      requireBuilt('addon');
       dir = fixtureDir();
     });
     afterAll(() => {

@@ -14,8 +14,15 @@ import type { Readable } from 'node:stream';
 import { inject } from 'vitest';
 import { probe, type SandboxPolicy } from '../../lib/index';
 
+declare module 'vitest' {
+  // Filled by test/helpers/global-setup.ts: build failures of the addon and dist/.
+  export interface ProvidedContext {
+    buildErrors: { addon?: string; dist?: string };
+  }
+}
+
 export interface RunMode {
-  name: 'plain' | 'sandboxed';
+  name: 'plain' | 'sandboxed' | 'landlock-degraded';
   /** null = explicitly unsandboxed; undefined = the default policy. */
   policy: SandboxPolicy | null | undefined;
   /** Why this mode cannot run here, or null when it can. */
@@ -49,6 +56,18 @@ export function sandboxed(): RunMode {
     else if (!isolatedTree) console.warn(`SKIPPING setsid teardown checks: default mode is ${probe().defaultMode}, not isolated`);
   }
   return sandboxedMode;
+}
+
+let landlockMode: RunMode | undefined;
+/** Landlock mode, forced, with degraded enforcement accepted: the fallback path of hosts without user namespaces. */
+export function landlockDegraded(): RunMode {
+  if (!landlockMode) {
+    let unavailable = sandboxUnavailable();
+    if (unavailable === null && probe().features.landlockMode !== true) unavailable = `Landlock mode is not available here: ${JSON.stringify(probe().features)}`;
+    landlockMode = { name: 'landlock-degraded', policy: { mode: 'landlock', degraded: true }, unavailable, isolatedTree: false };
+    if (unavailable) console.warn(`SKIPPING landlock contract: ${unavailable}`);
+  }
+  return landlockMode;
 }
 
 /** The options object carrying the mode's policy (omitting the key entirely for the default). */

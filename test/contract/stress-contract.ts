@@ -4,9 +4,9 @@
  * collector happens to collect its JS handle. Instantiated by stress.test.ts and
  * stress-sandboxed.test.ts.
  */
-import { describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { run, spawn, type SandboxedProcess } from '../../lib/index';
-import { childZombies, describeFds, openFdCount, waitFor, withPolicy, type RunMode } from './helpers';
+import { childZombies, describeFds, openFdCount, requireBuilt, waitFor, withPolicy, type RunMode } from './helpers';
 
 /** Exited children are reaped (a zombie may exist for a moment between exit and reaping). */
 async function noZombies(): Promise<void> {
@@ -17,6 +17,8 @@ export function defineStressContract(mode: RunMode): void {
   const opts = <T extends object>(o: T = {} as T) => withPolicy(mode, o);
 
   describe.skipIf(mode.unavailable !== null)(`resource hygiene (${mode.name})`, () => {
+    beforeAll(() => requireBuilt('addon'));
+
     // First in the file, so fds left for the GC by earlier tests cannot hide a leak here.
     it('an exited process holds no fd even while its handle is still referenced', async () => {
       await run('true', [], opts());
