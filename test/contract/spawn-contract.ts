@@ -288,7 +288,10 @@ export function defineSpawnContract(mode: RunMode): void {
 
     describe('file descriptors', () => {
       it('the child sees only fds 0, 1, 2 (+ the one ls opens)', async () => {
-        // Extra fds in this process (inherited ones included) must not reach the child.
+        // Extra fds in this process must not reach the child, and neither may the spawner's own
+        // pipes. (A parent fd without close-on-exec cannot be made from JS: Node marks inherited
+        // fds close-on-exec at startup and libuv opens everything with O_CLOEXEC; the spawner's
+        // close_range covers fds native code may leave behind.)
         const extra = [fs.openSync('/etc/hostname', 'r'), fs.openSync(dir, 'r')];
         try {
           const r = await run('ls', ['/proc/self/fd'], opts());
