@@ -183,7 +183,15 @@ function buildAddon(): string | undefined {
   console.log(`[global-setup] building the addon (node-gyp, -j ${jobs})`);
   // An existing configuration is rebuilt incrementally (make tracks header deps); a new or changed
   // binding.gyp/sources.json needs a full rebuild.
-  return configStale() ? runStep(bin, ['rebuild', '-j', jobs]) : runStep(bin, ['build', '-j', jobs]);
+  const err = configStale() ? runStep(bin, ['rebuild', '-j', jobs]) : runStep(bin, ['build', '-j', jobs]);
+  // make leaves the .node alone when only files it does not compile changed (native/win/*, docs);
+  // mark it current so the next run does not invoke make again.
+  const out = addonFile();
+  if (!err && out) {
+    const now = new Date();
+    fs.utimesSync(out, now, now);
+  }
+  return err;
 }
 
 function buildDist(): string | undefined {
