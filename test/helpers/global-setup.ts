@@ -25,11 +25,7 @@ export interface BuildErrors {
   dist?: string;
 }
 
-declare module 'vitest' {
-  export interface ProvidedContext {
-    buildErrors: BuildErrors;
-  }
-}
+// The matching `ProvidedContext` augmentation lives in test/contract/helpers.ts, beside inject().
 
 function newestMtime(paths: string[], filter: (p: string) => boolean = () => true): number {
   let newest = 0;
