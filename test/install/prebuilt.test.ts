@@ -5,7 +5,7 @@
  * step having run (no build/ directory in the installed package).
  *
  * All of it happens in a scratch copy of the package, so the shared tree's build/ (which
- * node-gyp rebuild would wipe) is never touched. node_modules is a symlink to the tree's own.
+ * node-gyp rebuild would wipe) is never touched and a read-only tree works.
  */
 import { spawnSync, type SpawnSyncReturns } from 'node:child_process';
 import * as fs from 'node:fs';
@@ -49,7 +49,15 @@ describe.skipIf(!hasNpm)('prebuilt install from the packed tarball', () => {
     pkgSrc = path.join(work, 'pkg');
     fs.mkdirSync(pkgSrc);
     for (const f of COPY) if (fs.existsSync(path.join(ROOT, f))) fs.cpSync(path.join(ROOT, f), path.join(pkgSrc, f), { recursive: true });
-    fs.symlinkSync(path.join(ROOT, 'node_modules'), path.join(pkgSrc, 'node_modules'));
+    // The tree's node_modules by symlink, except node-addon-api: gyp writes makefiles beside its
+    // .gyp file, and the tree may be read-only (the suite run by an unprivileged user).
+    const nm = path.join(pkgSrc, 'node_modules');
+    fs.mkdirSync(nm);
+    for (const e of fs.readdirSync(path.join(ROOT, 'node_modules'))) {
+      const from = path.join(ROOT, 'node_modules', e);
+      if (e === 'node-addon-api') fs.cpSync(from, path.join(nm, e), { recursive: true });
+      else fs.symlinkSync(from, path.join(nm, e));
+    }
 
     must(sh('npm', ['run', 'prebuild'], pkgSrc), 'npm run prebuild');
     must(sh('npm', ['run', 'build:ts'], pkgSrc), 'npm run build:ts');
