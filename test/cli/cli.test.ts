@@ -280,7 +280,8 @@ describe.skipIf(!defaultIsolated)('run flags (sandboxed)', () => {
   describe('--tmp', () => {
     let marker: string;
     beforeAll(() => {
-      marker = path.join(os.tmpdir(), `psb-cli-host-tmp-${process.pid}`);
+      // /tmp itself, not os.tmpdir(): the modes are about the /tmp mount, whatever TMPDIR says.
+      marker = path.join('/tmp', `psb-cli-host-tmp-${process.pid}`);
       fs.writeFileSync(marker, 'host\n');
     });
     afterAll(() => fs.rmSync(marker, { force: true }));
@@ -288,10 +289,11 @@ describe.skipIf(!defaultIsolated)('run flags (sandboxed)', () => {
 
     it('private (the default): a fresh, writable /tmp without the host files', () => {
       for (const flags of [[], ['--tmp', 'private']]) {
-        const r = cli(['run', ...flags, '--', 'sh', '-c', `test ! -e /tmp/${name()} && touch /tmp/inside && echo ok`], { cwd: dir });
+        const inside = `psb-cli-inside-${process.pid}`;
+        const r = cli(['run', ...flags, '--', 'sh', '-c', `test ! -e /tmp/${name()} && touch /tmp/${inside} && echo ok`], { cwd: dir });
         expect(r).toMatchObject({ status: 0, stdout: 'ok\n' });
+        expect(fs.existsSync(path.join('/tmp', inside))).toBe(false);
       }
-      expect(fs.existsSync(path.join(os.tmpdir(), 'inside'))).toBe(false);
     });
 
     it('host: the host /tmp, writable', () => {
