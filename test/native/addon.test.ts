@@ -121,6 +121,10 @@ describe.runIf(isLinux)('native.spawn / native.kill argument checks', () => {
     expectTypeError([{ ...base(), envp: [null] }, () => {}], /plan\.envp/);
   });
 
+  it('an empty argv is refused (argc 0 is the pkexec CVE-2021-4034 shape)', () => {
+    expectTypeError([{ ...base(), argv: [] }, () => {}], /plan\.argv/);
+  });
+
   it('NUL bytes are refused in argv and envp', () => {
     expectTypeError([{ ...base(), argv: ['tr\0ue'] }, () => {}], /NUL/);
     expectTypeError([{ ...base(), envp: ['A=x\0y'] }, () => {}], /NUL/);
