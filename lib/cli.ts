@@ -166,7 +166,16 @@ async function cmdRun(argv: string[]): Promise<number> {
   const env: Record<string, string> = {};
   for (const [k, v] of Object.entries(baseEnv)) if (v !== undefined) env[k] = v;
   for (const [k, v] of a.env) env[k] = v;
-  let child;
+  // Signals sent to the CLI go to the sandboxed tree; the CLI exits with the command's status.
+  // The handlers are in place before the spawn, so no signal can slip between the two; one that
+  // arrives before the child exists is delivered to it as soon as it does.
+  let child: ReturnType<typeof spawn> | undefined;
+  let pendingSignal: NodeJS.Signals | undefined;
+  const forward = (sig: NodeJS.Signals) => {
+    if (child) child.kill(sig);
+    else pendingSignal = sig;
+  };
+  for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(sig, forward);
   const audit: AuditEvent[] = [];
   try {
     child = spawn(a.command[0], a.command.slice(1), {
@@ -178,12 +187,12 @@ async function cmdRun(argv: string[]): Promise<number> {
     });
   } catch (e) {
     const status = exitStatusForError(e);
+    fail((e as Error).message, status);
+    // The JSON result is always the last line on stderr.
     if (a.json) process.stderr.write(JSON.stringify({ error: { code: (e as SandboxError).code, message: (e as Error).message }, exitStatus: status }) + '\n');
-    return fail((e as Error).message, status);
+    return status;
   }
-  // Signals sent to the CLI go to the sandboxed tree; the CLI exits with the command's status.
-  const forward = (sig: NodeJS.Signals) => child.kill(sig);
-  for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(sig, forward);
+  if (pendingSignal) child.kill(pendingSignal);
   let timedOut = false;
   const timer = a.timeout ? setTimeout(() => { timedOut = true; child.kill('SIGKILL'); }, a.timeout * 1000) : undefined;
   const info = await child.exited;

@@ -215,6 +215,8 @@ Napi::Value Spawn(const Napi::CallbackInfo& info) {
   }
   plan.file = GetString(o, "file");
   plan.argv = GetStrings(o, "argv");
+  // argc 0 lets a program read envp as argv (the pkexec CVE-2021-4034 pattern): never allowed.
+  if (plan.argv.empty()) throw Napi::TypeError::New(env, "Expected plan.argv to hold at least argv[0]");
   plan.envp = GetStrings(o, "envp");
   plan.cwd = GetString(o, "cwd");
   plan.setsid = GetBool(o, "setsid", plan.mode != LinuxMode::kPlain);

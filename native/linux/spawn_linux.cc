@@ -405,8 +405,6 @@ int CommandInChild(void* argp) {
   // Every other fd closes at execve; the errno pipe stays open until then.
   r = Sys(__NR_close_range, a->nstdio, ~0U, CLOSE_RANGE_CLOEXEC);
   if (r < 0) FailInChild(a, kStageCloseFds, 0, r);
-  r = Sys(__NR_chdir, p.cwd.c_str());
-  if (r < 0) FailInChild(a, kStageChdir, 0, r);
   const struct {
     int resource;
     uint64_t value;
@@ -427,6 +425,10 @@ int CommandInChild(void* argp) {
     r = DropCapsInChild();
     if (r < 0) FailInChild(a, kStageCaps, 0, r);
   }
+  // After the capability drop: the cwd must be enterable by the sandboxed identity itself (a
+  // capability could otherwise walk into a deny-read mask).
+  r = Sys(__NR_chdir, p.cwd.c_str());
+  if (r < 0) FailInChild(a, kStageChdir, 0, r);
   if (p.landlock || p.seccomp) {
     r = Sys(__NR_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
     if (r < 0) FailInChild(a, kStageNoNewPrivs, 0, r);
