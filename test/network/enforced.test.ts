@@ -72,6 +72,11 @@ async function hostUnix(name: string, address: string): Promise<void> {
 /** Let in-flight packets land before judging a listener (not a timing assertion). */
 const settle = () => new Promise((r) => setTimeout(r, 200));
 
+if (!nodeHonoursEnvProxy()) {
+  // eslint-disable-next-line no-console
+  console.warn(`[enforced] SKIPPING the NODE_USE_ENV_PROXY variant: Node ${process.versions.node} does not honour it (22.21+ or 24+ does)`);
+}
+
 describe.runIf(caps.linux)('managed network enforced by the Linux sandbox', () => {
   beforeAll(async () => {
     [web, denied, yes, no] = await Promise.all([startHttpServer(), startHttpServer(), startHttpServer(), startHttpServer()]);
@@ -106,6 +111,68 @@ describe.runIf(caps.linux)('managed network enforced by the Linux sandbox', () =
         // The residual gap of the Landlock mode is stated.
         expect(r.enforcement.gaps.some((g) => /proxy's port \d+ are not blocked/.test(g))).toBe(true);
       }
+    });
+
+    it.skipIf(skip)('the command sees only our proxy variables: caller-supplied ones pointing elsewhere are replaced or dropped', async () => {
+      const env = {
+        ...BASE_ENV,
+        HTTP_PROXY: 'http://evil.example:3128',
+        https_proxy: 'http://evil.example:3128',
+        ALL_PROXY: 'socks5://evil.example:1080',
+        NO_PROXY: '*',
+        RSYNC_PROXY: 'evil.example:873',
+        GIT_PROXY_COMMAND: '/bin/evil',
+        npm_config_https_proxy: 'http://evil.example:3128',
+      };
+      const r = await runWithProxy(mode, POLICY, '/usr/bin/env', [], { env });
+      const seen = Object.fromEntries(
+        r.stdout
+          .trim()
+          .split('\n')
+          .map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]),
+      );
+      const port = /^http:\/\/127\.0\.0\.1:(\d+)$/.exec(seen.HTTP_PROXY)?.[1];
+      expect(port, r.stdout).toBeDefined();
+      expect(String(r.enforcement.mechanisms.network)).toContain(`127.0.0.1:${port}`);
+      expect(seen).toMatchObject({
+        https_proxy: `http://127.0.0.1:${port}`,
+        npm_config_https_proxy: `http://127.0.0.1:${port}`,
+        ALL_PROXY: `socks5h://127.0.0.1:${port}`,
+        NO_PROXY: '',
+        NODE_USE_ENV_PROXY: '1',
+      });
+      expect(seen.RSYNC_PROXY).toBeUndefined();
+      expect(seen.GIT_PROXY_COMMAND).toBeUndefined();
+      expect(r.stdout).not.toContain('evil.example');
+    });
+
+    it.skipIf(skip)('SOCKS5 (curl -x $ALL_PROXY): an allowed name works, a denied one is refused and reaches nothing', async () => {
+      const before = counts();
+      const sh = [
+        `curl -sS -m 20 -x "$ALL_PROXY" -o /dev/null -w '%{http_code}\n' "${url('allowed.test', web, '/s1')}"`,
+        `curl -sS -m 20 -x "$ALL_PROXY" -o /dev/null "${url('denied.test', denied, '/s2')}" 2>/dev/null; echo "denied=$?"`,
+      ].join('\n');
+      const r = await runWithProxy(mode, POLICY, '/bin/sh', ['-c', sh], { processId: id('socks') });
+      const [ok, refused] = r.stdout.trim().split('\n');
+      expect(ok, r.stderr).toBe('200');
+      expect(refused).toMatch(/^denied=[1-9]\d*$/);
+      expect(brief(r.events)).toEqual([`${id('socks')} socks5Tcp allowed.test allow allowlist`, `${id('socks')} socks5Tcp denied.test deny denylist`]);
+      expect(counts()).toEqual({ ...before, web: before.web + 1 });
+    });
+
+    it.skipIf(skip)('limited mode: GET passes; POST and CONNECT get 403 blocked-by-method-policy and reach nothing', async () => {
+      const before = counts();
+      const u = url('allowed.test', web, '/lim');
+      const hdr = (args: string) => `curl -sS -m 20 ${args} -D - -o /dev/null "${u}" | tr -d '\r' | grep -Ei '^(HTTP/|x-proxy-error:)' | tr '\n' ' '; echo`;
+      const sh = [hdr(''), hdr('-X POST -d x=1'), `curl -sS -m 20 -p -o /dev/null -w '%{http_connect}\n' "${u}" 2>/dev/null || true`].join('\n');
+      const r = await runWithProxy(mode, { ...POLICY, mode: 'limited' }, '/bin/sh', ['-c', sh], { processId: id('limited') });
+      expect(r.stdout.trim().split('\n').map((l) => l.trim()), r.stderr).toEqual([
+        'HTTP/1.1 200 OK',
+        'HTTP/1.1 403 Forbidden x-proxy-error: blocked-by-method-policy',
+        '403',
+      ]);
+      expect(r.events.map((e) => `${e.protocol} ${e.method} ${e.decision}`)).toEqual(['http GET allow', 'http POST deny', 'httpsConnect CONNECT deny']);
+      expect(counts()).toEqual({ ...before, web: before.web + 1 });
     });
 
     it.skipIf(skip)('without degraded: true, a proxy policy in this mode is refused (isolated: accepted)', async () => {
@@ -229,10 +296,6 @@ describe.runIf(caps.linux)('managed network enforced by the Linux sandbox', () =
         expect(counts()).toEqual({ ...before, web: before.web + 2 });
       },
     );
-    if (!nodeHonoursEnvProxy()) {
-      // eslint-disable-next-line no-console
-      console.warn(`[enforced] SKIPPING the NODE_USE_ENV_PROXY variant: Node ${process.versions.node} does not honour it (22.21+ or 24+ does)`);
-    }
 
     it.skipIf(skip)('a direct connection to the server\'s address fails (curl, node, python); unsandboxed it arrives', async () => {
       const before = counts();
