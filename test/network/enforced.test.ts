@@ -22,11 +22,13 @@ import path from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 
 import type { ProxyPolicy } from '../../lib/policy-types';
-import { run } from '../../lib/index';
+import { run, spawn } from '../../lib/index';
+import type { AuditEvent } from '../../lib/network';
+import { modePolicy } from '../helpers/capabilities';
 import { caps, MODES } from '../helpers/capabilities';
 import { eventually, makeScene, NODE, PROBE, PYTHON, type Scene } from '../helpers/sandbox';
-import { BASE_ENV, brief, NODE_CLIENT, nodeHonoursEnvProxy, parseResult, PY_CLIENT, runWithProxy } from './enforced-helpers';
-import { startHttpServer, type CountingHttpServer } from './helpers';
+import { BASE_ENV, brief, lookup, NODE_CLIENT, nodeHonoursEnvProxy, parseResult, PY_CLIENT, runWithProxy } from './enforced-helpers';
+import { httpViaProxy, startHttpServer, type CountingHttpServer } from './helpers';
 
 const NET_DENIED = ['EPERM', 'EACCES', 'ECONNREFUSED', 'ENETUNREACH', 'EHOSTUNREACH', 'EADDRNOTAVAIL', 'ENOENT', 'EAFNOSUPPORT'];
 
@@ -173,6 +175,34 @@ describe.runIf(caps.linux)('managed network enforced by the Linux sandbox', () =
       ]);
       expect(r.events.map((e) => `${e.protocol} ${e.method} ${e.decision}`)).toEqual(['http GET allow', 'http POST deny', 'httpsConnect CONNECT deny']);
       expect(counts()).toEqual({ ...before, web: before.web + 1 });
+    });
+
+    // In the isolated mode the listener lives in the sandbox's namespace: a host process cannot
+    // reach it. In the Landlock mode it is a host loopback listener. KNOWN GAP (reported, not in
+    // the report's gaps list): any host process can use it, with the sandbox's allow list and
+    // attributed to the sandbox's processId. `.fails` marks that gap in the Landlock mode.
+    (mode === 'landlock' ? it.fails : it).skipIf(skip)('only the sandboxed command can use its proxy listener', async () => {
+      const events: AuditEvent[] = [];
+      const child = spawn('/bin/sleep', ['30'], {
+        env: BASE_ENV,
+        policy: modePolicy(mode, { network: { proxy: POLICY } }),
+        proxy: { lookup, onAudit: (e) => events.push(e), processId: id('listener') },
+      });
+      try {
+        const port = Number(/127\.0\.0\.1:(\d+)/.exec(String(child.enforcement.mechanisms.network))?.[1]);
+        expect(port).toBeGreaterThan(0);
+        await settle(); // the parent attaches the listener asynchronously
+        const before = web.connections;
+        const outcome = await httpViaProxy(port, url('allowed.test', web, '/from-host')).then(
+          (res) => String(res.status),
+          (e: NodeJS.ErrnoException) => e.code ?? 'error',
+        );
+        expect(events, `a host process used the sandbox's proxy (${outcome})`).toEqual([]);
+        expect(web.connections).toBe(before);
+      } finally {
+        child.kill('SIGKILL');
+        await child.exited;
+      }
     });
 
     it.skipIf(skip)('without degraded: true, a proxy policy in this mode is refused (isolated: accepted)', async () => {
