@@ -75,7 +75,6 @@ function lstatOrNull(p: string): fs.Stats | null {
 /** Gaps Landlock mode always has (DESIGN.md: refused unless degraded). */
 export const LANDLOCK_INHERENT_GAPS = [
   'chmod, chown, utime and xattr changes on files outside the writable roots are not blocked (Landlock has no metadata rights)',
-  'processes that leave the process group with setsid() can survive teardown (no pid namespace)',
 ];
 
 export function chooseLinuxMode(rules: ResolvedRules, probe: LinuxProbe): 'isolated' | 'landlock' {
@@ -307,6 +306,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       capabilities: isolated || probe.euid === 0 ? 'all dropped, bounding set empty' : 'none held; bounding set unchanged',
       setsid: true,
       proc: isolated ? 'fresh' : 'host',
+      init: isolated ? 'pid 1 of the sandbox' : 'subreaper',
       tmp: rules.tmp,
       network: net === 'proxy' ? `proxy only (127.0.0.1:${input.proxyPort}${isolated ? ' inside the namespace' : ''})` : net,
     },
@@ -317,7 +317,9 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       denyRead: rules.denyRead.length === 0 ? 'not-requested' : isolated ? 'enforced' : 'partial',
       network: net === 'full' ? 'not-requested' : net === 'proxy' && !isolated ? 'partial' : 'enforced',
       processIsolation: isolated ? 'enforced' : 'partial',
-      treeTeardown: isolated ? 'enforced' : 'partial',
+      // Landlock mode: init is a subreaper, so every orphan of the tree (setsid daemons too) is
+      // its child and is killed at exit, on kill(), and when the host process dies.
+      treeTeardown: 'enforced',
     },
     gaps,
   };

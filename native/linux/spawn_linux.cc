@@ -145,6 +145,15 @@ struct ChildArgs {
   int init_pidfd;   // written by the kernel through CLONE_PIDFD
 };
 
+// Landlock mode's init: "the parent died" (its PDEATHSIG) and "kill the sandbox" (from SignalTree).
+// Real-time signals nothing else sends it; both start the same teardown.
+constexpr int kParentDiedSignal = 36;  // SIGRTMIN + 2 (glibc keeps 32 and 33 for itself)
+constexpr int kKillTreeSignal = 37;
+
+struct ChildArgs;
+void SetUpNamespacesInChild(ChildArgs* a);
+[[noreturn]] void LaunchAndWaitInChild(ChildArgs* a);
+
 // ---- child-side helpers: raw syscalls only ------------------------------------------------
 
 [[noreturn]] void ExitInChild(int code) {
@@ -397,7 +406,7 @@ int CommandInChild(void* argp) {
   if (r < 0) FailInChild(a, kStagePdeath, 0, r);
   // The parent may have died before PDEATHSIG was armed. (Under init the parent is in another
   // pid namespace layer; init's own exit kills us anyway.)
-  if (p.mode != LinuxMode::kIsolated && Sys(__NR_getppid) != a->parent_pid) ExitInChild(125);
+  if (p.mode == LinuxMode::kPlain && Sys(__NR_getppid) != a->parent_pid) ExitInChild(125);
   for (int i = 0; i < a->nstdio; ++i) {
     r = Sys(__NR_dup3, a->stdio_fds[i], i, 0);
     if (r < 0) FailInChild(a, kStageStdio, i, r);
@@ -447,13 +456,24 @@ int CommandInChild(void* argp) {
   FailInChild(a, kStageExec, 0, r);
 }
 
-// init of the isolated mode: a fork-style copy of the parent (no CLONE_VM), so it owns its memory.
+// init of both sandbox modes. It shares the parent's address space (CLONE_VM) on its own stack and
+// TLS block; once the command has exec'd it touches nothing but those (see LaunchAndWaitInChild).
 int InitInChild(void* argp) {
   ChildArgs* a = static_cast<ChildArgs*>(argp);
   const LinuxSpawnPlan& p = *a->plan;
+  const bool isolated = p.mode == LinuxMode::kIsolated;
   ResetSignalsInChild();  // the signal mask stays fully blocked; signals are taken synchronously
-  long r = Sys(__NR_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  // Isolated: our death ends the pid namespace, so SIGKILL is all it takes. Landlock: we must
+  // outlive the parent long enough to kill the tree, so its death arrives as a signal we wait for.
+  long r = Sys(__NR_prctl, PR_SET_PDEATHSIG, isolated ? SIGKILL : kParentDiedSignal, 0, 0, 0);
   if (r < 0) FailInChild(a, kStagePdeath, 0, r);
+  if (!isolated) {
+    // Orphans anywhere below us (setsid daemons included) are re-parented to us, so teardown can
+    // find and kill every one of them without a pid namespace.
+    r = Sys(__NR_prctl, PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    if (r < 0) FailInChild(a, kStagePdeath, 1, r);
+    if (Sys(__NR_getppid) != a->parent_pid) ExitInChild(125);  // the parent is already gone
+  }
   // Drop every inherited fd except the ones we need: init lives as long as the command, and a
   // stray copy of a host pipe or socket would keep it open.
   int next = 0;
@@ -463,7 +483,14 @@ int InitInChild(void* argp) {
   }
   Sys(__NR_close_range, next, ~0U, 0);
 
-  r = WriteFileInChild("/proc/self/setgroups", "deny");
+  if (isolated) SetUpNamespacesInChild(a);
+  LaunchAndWaitInChild(a);
+}
+
+// isolated init: identity maps, the mount tree, the namespace's network pieces.
+void SetUpNamespacesInChild(ChildArgs* a) {
+  const LinuxSpawnPlan& p = *a->plan;
+  long r = WriteFileInChild("/proc/self/setgroups", "deny");
   if (r < 0 && r != -ENOENT) FailInChild(a, kStageUidMap, 0, r);
   r = WriteFileInChild("/proc/self/uid_map", a->uid_map);
   if (r < 0) FailInChild(a, kStageUidMap, 1, r);
@@ -493,6 +520,52 @@ int InitInChild(void* argp) {
     ChildReport note = {kNote, 0, a->notes};
     Sys(__NR_write, a->err_fd, &note, sizeof note);
   }
+}
+
+// Landlock-mode teardown without a pid namespace: kill the command's group and every child we
+// have (as subreaper, that is every orphan of the tree), reap, and repeat until none is left.
+void KillTreeInChild(pid_t cmd) {
+  char path[64];
+  char buf[4096];
+  long self = Sys(__NR_getpid);
+  // "/proc/<pid>/task/<pid>/children": built by hand, no snprintf after clone.
+  char num[24];
+  int n = 0;
+  for (long v = self; v > 0; v /= 10) num[n++] = static_cast<char>('0' + v % 10);
+  int len = 0;
+  const char* pre = "/proc/";
+  for (const char* c = pre; *c; ++c) path[len++] = *c;
+  for (int i = n - 1; i >= 0; --i) path[len++] = num[i];
+  for (const char* c = "/task/"; *c; ++c) path[len++] = *c;
+  for (int i = n - 1; i >= 0; --i) path[len++] = num[i];
+  for (const char* c = "/children"; *c; ++c) path[len++] = *c;
+  path[len] = 0;
+  for (;;) {
+    Sys(__NR_kill, -cmd, SIGKILL);
+    long fd = Sys(__NR_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      long got = Sys(__NR_read, fd, buf, sizeof buf - 1);
+      Sys(__NR_close, fd);
+      long pid = 0;
+      for (long i = 0; i < got; ++i) {
+        if (buf[i] >= '0' && buf[i] <= '9') {
+          pid = pid * 10 + (buf[i] - '0');
+        } else {
+          if (pid > 0) Sys(__NR_kill, pid, SIGKILL);
+          pid = 0;
+        }
+      }
+      if (pid > 0) Sys(__NR_kill, pid, SIGKILL);
+    }
+    if (Sys(__NR_wait4, -1, 0, __WALL, 0) == -ECHILD) return;
+  }
+}
+
+// Both modes: start the command, forward signals, and report its status once nothing of the
+// sandbox is left.
+[[noreturn]] void LaunchAndWaitInChild(ChildArgs* a) {
+  const LinuxSpawnPlan& p = *a->plan;
+  const bool isolated = p.mode == LinuxMode::kIsolated;
 
   // From the moment err_fd closes, the parent may free everything `a` points to: copy what the
   // wait loop needs onto init's own stack first.
@@ -507,8 +580,21 @@ int InitInChild(void* argp) {
   a = nullptr;
 
   uint64_t set = 0;
-  const int kWatched[] = {SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH};
+  const int kWatched[] = {SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH,
+                          kParentDiedSignal, kKillTreeSignal};
   for (int sig : kWatched) set |= 1ULL << (sig - 1);
+  // Kill and reap everything left (daemons included) before reporting, so that when the parent
+  // hears "exited" no process of the sandbox is alive. In isolated mode kill(-1) reaches exactly
+  // the namespace; the namespaces' own teardown then happens after the report.
+  auto teardown = [&]() {
+    if (isolated) {
+      Sys(__NR_kill, -1, SIGKILL);
+      while (Sys(__NR_wait4, -1, 0, __WALL, 0) != -ECHILD) {
+      }
+    } else {
+      KillTreeInChild(cmd);
+    }
+  };
   for (;;) {
     siginfo_t si;
     long sig = Sys(__NR_rt_sigtimedwait, &set, &si, 0, 8);
@@ -518,17 +604,18 @@ int InitInChild(void* argp) {
         long pid = Sys(__NR_wait4, -1, &st, WNOHANG | __WALL, 0);
         if (pid <= 0) break;
         if (pid == cmd) {
-          // Kill and reap everything left in the namespace (daemons included) before reporting,
-          // so that when the parent hears "exited" no process of the sandbox is alive. The
-          // namespaces' own teardown then happens after the report, off the caller's path.
-          Sys(__NR_kill, -1, SIGKILL);
-          while (Sys(__NR_wait4, -1, 0, __WALL, 0) != -ECHILD) {
-          }
+          teardown();
           int32_t status = st;
           Sys(__NR_write, status_fd, &status, sizeof status);
           ExitInChild(0);
         }
       }
+    } else if (sig == kParentDiedSignal || sig == kKillTreeSignal) {
+      // Killing the sandbox: the command is killed with the rest, and reported as such.
+      teardown();
+      int32_t status = SIGKILL;  // a wait status for "killed by SIGKILL"
+      Sys(__NR_write, status_fd, &status, sizeof status);
+      ExitInChild(0);
     } else if (sig > 0) {
       Sys(__NR_kill, group ? -cmd : cmd, sig);
     }
@@ -833,6 +920,9 @@ Status ReportToStatus(const LinuxSpawnPlan& plan, const ChildReport& r) {
 
 Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
   const bool isolated = plan.mode == LinuxMode::kIsolated;
+  // Both sandbox modes run the command under a small init (see LaunchAndWaitInChild); a plain
+  // launch is a single vfork-style child.
+  const bool uses_init = plan.mode != LinuxMode::kPlain;
   if (plan.tmp_slots > static_cast<int>(kMaxSlots)) {
     return Status::Error(ErrorCode::kEINVALID_ARGUMENT, "too many paths under /tmp to expose");
   }
@@ -860,7 +950,7 @@ Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
   owned.Add(errp[0]);
   int err_w = owned.Add(fcntl(errp[1], F_DUPFD_CLOEXEC, nstdio));
   close(errp[1]);
-  if (isolated) {
+  if (uses_init) {
     if (pipe2(statp, O_CLOEXEC) < 0) return Status::Sys(ErrorCode::kESPAWN, "pipe2(2) failed", "pipe2", errno);
     owned.Add(statp[0]);
     int w = owned.Add(fcntl(statp[1], F_DUPFD_CLOEXEC, nstdio));
@@ -919,18 +1009,18 @@ Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
   args.nkeep = static_cast<int>(keep.size());
 
   Stack init_stack, cmd_stack;
-  if (!init_stack.Allocate(isolated ? kInitStackSize : 128 * 1024) ||
-      (isolated && !cmd_stack.Allocate(128 * 1024))) {
+  if (!init_stack.Allocate(uses_init ? kInitStackSize : 128 * 1024) ||
+      (uses_init && !cmd_stack.Allocate(128 * 1024))) {
     return Status::Sys(ErrorCode::kESPAWN, "mmap(2) of a child stack failed", "mmap", errno);
   }
-  args.cmd_stack_top = isolated ? cmd_stack.top() : nullptr;
+  args.cmd_stack_top = uses_init ? cmd_stack.top() : nullptr;
 
   int flags = CLONE_PIDFD | CLONE_VM | SIGCHLD;
   int (*entry)(void*) = CommandInChild;
   void* tls = nullptr;
-  if (isolated) {
-    flags |= CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
-    if (plan.new_net) flags |= CLONE_NEWNET;
+  if (uses_init) {
+    if (isolated) flags |= CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
+    if (isolated && plan.new_net) flags |= CLONE_NEWNET;
     entry = InitInChild;
     tls = PrepareInitTls(init_stack.base);
     if (tls != nullptr) flags |= CLONE_SETTLS;
@@ -1045,7 +1135,7 @@ Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
     return failure;
   }
   owned.Release(pidfd);
-  if (isolated) {
+  if (uses_init) {
     owned.Release(statp[0]);
     fcntl(statp[0], F_SETFL, O_NONBLOCK);
   }
@@ -1071,14 +1161,14 @@ Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
     }
     memcpy(&out->proxy_listener_fd, CMSG_DATA(c), sizeof(int));
   }
-  if (isolated) {
+  if (uses_init) {
     out->init_stack = init_stack.base;
     out->init_stack_size = init_stack.size;
     init_stack.base = MAP_FAILED;  // init runs on it until it is reaped
   }
   out->pid = pid;
   out->pidfd = pidfd;
-  out->status_fd = isolated ? statp[0] : -1;
+  out->status_fd = uses_init ? statp[0] : -1;
   out->mode = plan.mode;
   return Status::Ok();
 }
@@ -1130,8 +1220,6 @@ bool CollectExit(const LinuxSpawnResult& res, int* code, int* signal) noexcept {
   if (waitid(static_cast<idtype_t>(P_PIDFD), res.pidfd, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == 0) {
     return false;
   }
-  // Landlock mode has no pid namespace: take the rest of the command's group down with it.
-  if (res.mode == LinuxMode::kLandlock) kill(-res.pid, SIGKILL);
   memset(&si, 0, sizeof si);
   while (waitid(static_cast<idtype_t>(P_PIDFD), res.pidfd, &si, WEXITED) < 0 && errno == EINTR) {
   }
@@ -1146,7 +1234,11 @@ bool CollectExit(const LinuxSpawnResult& res, int* code, int* signal) noexcept {
 }
 
 int SignalTree(const LinuxSpawnResult& res, int sig) noexcept {
-  if (res.mode == LinuxMode::kIsolated) {
+  if (res.mode != LinuxMode::kPlain) {
+    // To init. Isolated: SIGKILL ends init and with it the pid namespace; other signals are
+    // forwarded to the command's group. Landlock: init must stay alive to kill the tree, so
+    // SIGKILL becomes its teardown signal.
+    if (res.mode == LinuxMode::kLandlock && sig == SIGKILL) sig = kKillTreeSignal;
     long r = Sys(__NR_pidfd_send_signal, res.pidfd, sig, 0, 0);
     return r < 0 ? static_cast<int>(r) : 0;
   }
