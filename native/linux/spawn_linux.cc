@@ -334,6 +334,27 @@ long LoopbackUpInChild() {
   return r;
 }
 
+// Sends one byte, plus `fd` as SCM_RIGHTS when fd >= 0. Raw syscalls only (child side).
+long SendFdInChild(int sock, int fd, char byte) {
+  char ctrl[CMSG_SPACE(sizeof(int))];
+  memset(ctrl, 0, sizeof ctrl);
+  struct iovec iov = {&byte, 1};
+  struct msghdr msg;
+  memset(&msg, 0, sizeof msg);
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  if (fd >= 0) {
+    msg.msg_control = ctrl;
+    msg.msg_controllen = sizeof ctrl;
+    struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  }
+  return Sys(__NR_sendmsg, sock, &msg, MSG_NOSIGNAL);
+}
+
 // The proxy's listener lives inside the command's network namespace, so 127.0.0.1:<port> there
 // reaches the parent's proxy and nothing else. init only creates it and passes it out.
 long CreateProxyListenerInChild(ChildArgs* a, uint16_t port) {
@@ -348,25 +369,7 @@ long CreateProxyListenerInChild(ChildArgs* a, uint16_t port) {
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   long r = Sys(__NR_bind, s, &addr, sizeof addr);
   if (r == 0) r = Sys(__NR_listen, s, 511);
-  if (r == 0) {
-    char ctrl[CMSG_SPACE(sizeof(int))];
-    memset(ctrl, 0, sizeof ctrl);
-    char byte = 'L';
-    struct iovec iov = {&byte, 1};
-    struct msghdr msg;
-    memset(&msg, 0, sizeof msg);
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = ctrl;
-    msg.msg_controllen = sizeof ctrl;
-    struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    int fd = static_cast<int>(s);
-    memcpy(CMSG_DATA(c), &fd, sizeof fd);
-    r = Sys(__NR_sendmsg, a->fd_channel, &msg, MSG_NOSIGNAL);
-  }
+  if (r == 0) r = SendFdInChild(a->fd_channel, static_cast<int>(s), 'L');
   Sys(__NR_close, s);
   Sys(__NR_close, a->fd_channel);
   return r < 0 ? r : 0;
@@ -670,24 +673,7 @@ int TemplateInChild(void* argp) {
     }
   }
   char ok = r == 0 ? 'Y' : 'N';
-  struct iovec iov = {&ok, 1};
-  char ctrl[CMSG_SPACE(sizeof(int))];
-  memset(ctrl, 0, sizeof ctrl);
-  struct msghdr msg;
-  memset(&msg, 0, sizeof msg);
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  if (mfd >= 0) {
-    msg.msg_control = ctrl;
-    msg.msg_controllen = sizeof ctrl;
-    struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    int fd = static_cast<int>(mfd);
-    memcpy(CMSG_DATA(c), &fd, sizeof fd);
-  }
-  Sys(__NR_sendmsg, t->sock, &msg, MSG_NOSIGNAL);
+  SendFdInChild(t->sock, static_cast<int>(mfd), ok);
   Sys(__NR_read, t->sock, &ok, 1);  // returns at EOF: the parent is done with us
   ExitInChild(0);
 }
@@ -719,6 +705,27 @@ struct FdList {
     for (int fd : fds) close(fd);
   }
 };
+
+// Parent side: receives one byte and, if one came with it, an fd (CLOEXEC). Returns the number of
+// bytes read (1, or <= 0 on EOF/error); *fd is -1 when no fd was passed.
+ssize_t RecvFd(int sock, char* byte, int* fd, int flags) {
+  char ctrl[CMSG_SPACE(sizeof(int))];
+  struct iovec iov = {byte, 1};
+  struct msghdr msg;
+  memset(&msg, 0, sizeof msg);
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = ctrl;
+  msg.msg_controllen = sizeof ctrl;
+  ssize_t n;
+  do {
+    n = recvmsg(sock, &msg, flags | MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  *fd = -1;
+  struct cmsghdr* c = n > 0 ? CMSG_FIRSTHDR(&msg) : nullptr;
+  if (c != nullptr && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) memcpy(fd, CMSG_DATA(c), sizeof(int));
+  return n;
+}
 
 struct NetTemplate {
   std::mutex mu;
@@ -752,17 +759,7 @@ bool GetNetTemplate(int* user_fd, int* net_fd, int* sys_fd) {
         pthread_sigmask(SIG_SETMASK, &old, nullptr);
         if (pid > 0) {
           char ok = 0;
-          char ctrl[CMSG_SPACE(sizeof(int))];
-          struct iovec iov = {&ok, 1};
-          struct msghdr msg;
-          memset(&msg, 0, sizeof msg);
-          msg.msg_iov = &iov;
-          msg.msg_iovlen = 1;
-          msg.msg_control = ctrl;
-          msg.msg_controllen = sizeof ctrl;
-          ssize_t got = recvmsg(sv[0], &msg, MSG_CMSG_CLOEXEC);
-          struct cmsghdr* c = got > 0 ? CMSG_FIRSTHDR(&msg) : nullptr;
-          if (c != nullptr && c->cmsg_type == SCM_RIGHTS) memcpy(&g_net_template.sys_fd, CMSG_DATA(c), sizeof(int));
+          ssize_t got = RecvFd(sv[0], &ok, &g_net_template.sys_fd, 0);
           if (got == 1 && ok == 'Y') {
             std::string base = "/proc/" + std::to_string(pid) + "/ns/";
             int u = open((base + "user").c_str(), O_RDONLY | O_CLOEXEC);
@@ -1142,24 +1139,13 @@ Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
   if (chan[0] >= 0) {
     // init sent the listener before the command was started, so it is already queued.
     char byte;
-    char ctrl[CMSG_SPACE(sizeof(int))];
-    struct iovec iov = {&byte, 1};
-    struct msghdr msg;
-    memset(&msg, 0, sizeof msg);
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = ctrl;
-    msg.msg_controllen = sizeof ctrl;
-    ssize_t n = recvmsg(chan[0], &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-    struct cmsghdr* c = n > 0 ? CMSG_FIRSTHDR(&msg) : nullptr;
-    if (c == nullptr || c->cmsg_type != SCM_RIGHTS) {
+    if (RecvFd(chan[0], &byte, &out->proxy_listener_fd, MSG_DONTWAIT) != 1 || out->proxy_listener_fd < 0) {
       Sys(__NR_pidfd_send_signal, pidfd, SIGKILL, 0, 0);
       siginfo_t si;
       while (waitid(static_cast<idtype_t>(P_PIDFD), pidfd, &si, WEXITED) < 0 && errno == EINTR) {
       }
       return Status::Error(ErrorCode::kEPROXY_START, "the sandbox did not hand over its proxy listener");
     }
-    memcpy(&out->proxy_listener_fd, CMSG_DATA(c), sizeof(int));
   }
   if (uses_init) {
     out->init_stack = init_stack.base;
