@@ -278,6 +278,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     if (rules.tmp === 'private') gaps.push('/tmp itself stays read-only; the private temp dir is TMPDIR only');
     if (net === 'proxy') {
       gaps.push(`TCP connects to other hosts on the proxy's port ${input.proxyPort} are not blocked (Landlock rules are per port)`);
+      gaps.push(`the proxy listens on the host's 127.0.0.1:${input.proxyPort}, so other local processes can use it too (and are attributed to this sandbox)`);
     }
     gaps.push('host processes stay visible in /proc (command lines, not memory or environment)');
     if (abi < 4 && net !== 'full') gaps.push(`Landlock ABI ${abi} has no TCP rules; seccomp alone blocks sockets`);

@@ -152,6 +152,9 @@ export function createLinuxBackend(native: NativeBinding): Backend {
           if (rules.network.kind === 'proxy') {
             const hooks = req.network ?? {};
             if (hooks.instance) {
+              if (hooks.instance.closed) {
+                throw new SandboxError('EPROXY_START', 'the managed proxy given in options.proxy.instance is closed');
+              }
               proxy = hooks.instance;
             } else {
               proxy = ManagedProxy.create({
