@@ -241,6 +241,17 @@ export async function eventually(cond: () => boolean, ms = 10_000): Promise<bool
   }
 }
 
+/** Host pids of `sleep <marker>` processes exactly (not the shells whose scripts mention it). */
+export function sleepers(marker: string): number[] {
+  return pidsWith(marker).filter((p) => {
+    try {
+      return fs.readFileSync(`/proc/${p}/cmdline`, 'utf8') === `sleep\0${marker}\0`;
+    } catch {
+      return false;
+    }
+  });
+}
+
 /** Asserts no process carrying `marker` is left (waiting a little for reaping). */
 export async function expectNoProcess(marker: string): Promise<void> {
   await eventually(() => pidsWith(marker).length === 0);

@@ -1,0 +1,400 @@
+/**
+ * Robustness classes (reference/threats.md ROB-01..ROB-14) through the public API, both modes.
+ *
+ * Bad input is refused with a SandboxError code before anything starts (checked by a command that
+ * would leave a file behind had it run). Exit statuses and signals map faithfully. Killing,
+ * timing out, flooding or orphaning never leaves a process, a file, a temp dir or a mount behind;
+ * host parent death takes the whole sandboxed tree down.
+ */
+import { spawn as spawnHost } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+
+import { run, spawn, SandboxError } from '../../lib/index';
+import type { SandboxPolicy } from '../../lib/policy-types';
+import { caps, MODES, modePolicy } from '../helpers/capabilities';
+import {
+  BASE_ENV,
+  eventually,
+  expectNoProcess,
+  hostMounts,
+  hostScript,
+  killAll,
+  makeScene,
+  NODE,
+  pidsWith,
+  sleepers,
+  sh,
+  snapshot,
+  expectUnchanged,
+  uniqueSleep,
+  type Scene,
+} from '../helpers/sandbox';
+
+/** The command's TMPDIR as it printed it ("TMPDIR=<dir>" line); must be gone from the host after the run. */
+function tmpdirFrom(out: string): string | null {
+  const m = /^TMPDIR=(\S+)$/m.exec(out);
+  return m && m[1]!.startsWith('/tmp/') && !isolatedTmp(m[1]!) ? m[1]! : null;
+}
+function isolatedTmp(p: string): boolean {
+  return p === '/tmp';
+}
+
+async function rejection(p: Promise<unknown> | (() => unknown)): Promise<SandboxError> {
+  try {
+    await (typeof p === 'function' ? p() : p);
+  } catch (e) {
+    expect(e).toBeInstanceOf(SandboxError);
+    return e as SandboxError;
+  }
+  throw new Error('expected a SandboxError, but it resolved');
+}
+
+const mountsAtStart = caps.linux ? hostMounts() : [];
+
+describe.runIf(caps.linux)('robustness', () => {
+  describe.each(MODES)('$name mode', ({ name: mode, skip }) => {
+    let scene: Scene;
+    let policy: SandboxPolicy;
+    const isolated = mode === 'isolated';
+    const markers: string[] = [];
+
+    beforeEach(() => {
+      scene = makeScene(`rob-${mode}`);
+      policy = modePolicy(mode, { filesystem: { write: [scene.ws] } });
+    });
+    afterEach(async () => {
+      for (const m of markers.splice(0)) killAll(m);
+      // No run leaves a protected-path placeholder or a mount behind. (Landlock-mode TMPDIRs are
+      // checked by name in the tests that kill: other suites create their own concurrently.)
+      expect(fs.readdirSync(scene.ws).filter((n) => ['.codex', '.agents'].includes(n))).toEqual([]);
+      expect(hostMounts()).toEqual(mountsAtStart);
+      scene.cleanup();
+    });
+
+    const canary = () => `touch ${scene.ws}/ran`;
+    const ran = () => fs.existsSync(`${scene.ws}/ran`);
+
+    it.skipIf(skip)('ROB-01/ROB-04: empty argv and NUL bytes are refused before anything runs', async () => {
+      const bad: Array<() => unknown> = [
+        () => run('', [], { policy }),
+        () => run('/bin/sh', ['-c', canary(), 'a\0b'], { policy }),
+        () => run('/bin/sh\0x', ['-c', canary()], { policy }),
+        () => run('/bin/sh', ['-c', canary()], { policy, env: { A: 'x\0y' } }),
+        () => run('/bin/sh', ['-c', canary()], { policy, env: { 'A\0B': 'x' } }),
+        () => run('/bin/sh', ['-c', canary()], { policy, env: { 'A=B': 'x' } }),
+        () => run('/bin/sh', ['-c', canary()], { policy, cwd: `${scene.ws}\0` }),
+        () => run('/bin/sh', ['-c', canary()], { policy, arg0: '' }),
+        () => run('/bin/sh', 'not-an-array' as unknown as string[], { policy }),
+        () => run('/bin/sh', [1 as unknown as string], { policy }),
+        () => spawn('/bin/sh', ['-c', canary()], { policy, bogus: 1 } as never),
+      ];
+      for (const [i, f] of bad.entries()) {
+        const e = await rejection(f);
+        expect(e.code, `case ${i}: ${e.message}`).toBe('EINVALID_ARGUMENT');
+      }
+      expect(ran()).toBe(false);
+      // Control: the same command with clean input runs, and an empty-string argument is fine.
+      const ok = await run('/bin/sh', ['-c', canary(), ''], { env: BASE_ENV, policy });
+      expect(ok.code).toBe(0);
+      expect(ran()).toBe(true);
+    });
+
+    it.skipIf(skip)('ROB-02: missing or non-executable programs are ENOT_FOUND / ENOT_EXECUTABLE', async () => {
+      fs.writeFileSync(`${scene.ws}/plain.txt`, 'echo hi\n', { mode: 0o644 });
+      fs.writeFileSync(`${scene.ws}/badinterp`, '#!/nonexistent/interp\n', { mode: 0o755 });
+      fs.writeFileSync(`${scene.ws}/garbage`, Buffer.from([0x7f, 0x45, 0x4c, 0x46, 1, 2, 3]), { mode: 0o755 });
+      const cases: Array<[string, string[]]> = [
+        ['/nonexistent/program', ['ENOT_FOUND']],
+        ['no-such-command-psb', ['ENOT_FOUND']],
+        [`${scene.ws}/plain.txt`, ['ENOT_EXECUTABLE']],
+        [scene.ws, ['ENOT_EXECUTABLE', 'ENOT_FOUND']],
+        [`${scene.ws}/badinterp`, ['ENOT_FOUND', 'ENOT_EXECUTABLE']],
+        [`${scene.ws}/garbage`, ['ENOT_EXECUTABLE', 'ESPAWN']],
+      ];
+      for (const [file, codes] of cases) {
+        const e = await rejection(() => run(file, [], { env: BASE_ENV, cwd: scene.ws, policy }));
+        expect(codes, `${file}: ${e.code} ${e.message}`).toContain(e.code);
+      }
+      // A program in a deny-read directory (isolated mode masks it).
+      if (isolated) {
+        fs.mkdirSync(`${scene.out}/bin`);
+        fs.copyFileSync('/bin/true', `${scene.out}/bin/t`);
+        fs.chmodSync(`${scene.out}/bin/t`, 0o755);
+        const e = await rejection(() => run(`${scene.out}/bin/t`, [], { env: BASE_ENV, policy: modePolicy(mode, { filesystem: { denyRead: [`${scene.out}/bin`] } }) }));
+        expect(['ENOT_FOUND', 'ENOT_EXECUTABLE']).toContain(e.code);
+        expect((await run(`${scene.out}/bin/t`, [], { env: BASE_ENV, policy })).code).toBe(0);
+      }
+    });
+
+    it.skipIf(skip)('ROB-03: cwd edge cases', async () => {
+      for (const cwd of ['relative/dir', `${scene.ws}/missing`, `${scene.out}/ro.txt`]) {
+        const e = await rejection(() => run('/bin/pwd', [], { cwd, env: BASE_ENV, policy }));
+        expect(e.code, cwd).toBe('EINVALID_ARGUMENT');
+      }
+      const odd = path.join(scene.ws, 'with space', 'ünï cödé', "quote'd");
+      fs.mkdirSync(odd, { recursive: true });
+      fs.symlinkSync(odd, `${scene.ws}/link`);
+      for (const [cwd, want] of [
+        [odd, odd],
+        [`${scene.ws}/link`, odd],
+        [scene.out, scene.out], // read-only cwd works
+        ['/', '/'],
+      ] as const) {
+        const r = await run('/bin/pwd', ['-P'], { cwd, env: BASE_ENV, policy });
+        expect(r.stdout.trim(), cwd).toBe(want);
+      }
+      // A cwd under the host /tmp stays visible with a private /tmp.
+      const tmpCwd = fs.mkdtempSync(path.join(os.tmpdir(), 'psb-rob-cwd-'));
+      try {
+        fs.writeFileSync(path.join(tmpCwd, 'marker'), 'm');
+        const r = await run('/bin/cat', ['marker'], { cwd: tmpCwd, env: BASE_ENV, policy });
+        expect(r.stdout).toBe('m');
+      } finally {
+        fs.rmSync(tmpCwd, { recursive: true, force: true });
+      }
+      if (isolated) {
+        // A cwd inside a deny-read directory: refused, or the command starts in the empty mask and
+        // sees none of the real entries.
+        try {
+          const r = await run('/bin/sh', ['-c', 'ls -A .; cat inner.txt'], { cwd: `${scene.out}/dir`, env: BASE_ENV, policy: modePolicy(mode, { filesystem: { denyRead: [`${scene.out}/dir`] } }) });
+          expect(r.stdout).not.toContain('inner');
+        } catch (e) {
+          expect(e).toBeInstanceOf(SandboxError);
+        }
+      }
+    });
+
+    it.skipIf(skip)('ROB-05: huge and odd argv/env pass through intact; oversized ones fail cleanly', async () => {
+      const big = 'x'.repeat(100_000);
+      const odd = ['', ' ', 'a\nb', 'tab\there', 'ünïcödé ✓', '--', '-c', '$(id)', '`id`', '"\'', '=', '%s%n'];
+      const env: Record<string, string> = { PATH: BASE_ENV.PATH!, BIG: big, WEIRD: 'a=b=c\n', EMPTY: '' };
+      for (let i = 0; i < 1000; i++) env[`V${i}`] = String(i);
+      const r = await run(NODE, ['-e', 'console.log(JSON.stringify({a: process.argv.slice(1), e: process.env}))', big, ...odd], { env, policy });
+      const out = JSON.parse(r.stdout) as { a: string[]; e: Record<string, string> };
+      expect(out.a).toEqual([big, ...odd]);
+      expect(out.e.BIG).toBe(big);
+      expect(out.e.WEIRD).toBe('a=b=c\n');
+      expect(out.e.EMPTY).toBe('');
+      expect(out.e.V999).toBe('999');
+      // Beyond ARG_MAX: refused with a SandboxError, nothing left running.
+      const huge = 'y'.repeat(200_000);
+      const e = await rejection(() => run('/bin/true', Array.from({ length: 20 }, () => huge), { env: BASE_ENV, policy }));
+      expect(e.code).toMatch(/^E[A-Z_]+$/);
+    });
+
+    it.skipIf(skip)('ROB-06: invalid policies are refused with a code and nothing runs', async () => {
+      const bad: unknown[] = [
+        { filesystem: { write: ['relative/path'] } },
+        { filesystem: { write: 'not-a-list' } },
+        { filesystem: { bogus: true } },
+        { network: 'sometimes' },
+        { mode: 'chroot' },
+        { bogus: 1 },
+        { filesystem: { tmp: 'shared' } },
+        { limits: { maxProcesses: -1 } },
+        { filesystem: { write: [`${scene.ws}/does-not-exist`] } },
+        'strict',
+      ];
+      for (const p of bad) {
+        const e = await rejection(() => run('/bin/sh', ['-c', canary()], { env: BASE_ENV, policy: p as SandboxPolicy }));
+        expect(e.code, JSON.stringify(p)).toMatch(/^EINVALID_(POLICY|ARGUMENT)$/);
+      }
+      expect(ran()).toBe(false);
+    });
+
+    it.skipIf(skip)('ROB-07: exit codes and signals are reported faithfully', async () => {
+      for (const code of [0, 1, 42, 255]) {
+        const r = await sh(`exit ${code}`, { policy });
+        expect([r.code, r.signal]).toEqual([code, null]);
+      }
+      for (const sig of ['SIGTERM', 'SIGKILL', 'SIGSEGV', 'SIGABRT', 'SIGUSR1'] as const) {
+        const r = await sh(`kill -${sig.slice(3)} $$`, { policy });
+        expect([r.code, r.signal], sig).toEqual([null, sig]);
+      }
+      // Control: the same mapping unsandboxed.
+      expect((await sh('kill -TERM $$', { policy: null })).signal).toBe('SIGTERM');
+    });
+
+    it.skipIf(skip)('ROB-08: a timeout kills the whole tree and is reported', async () => {
+      const marker = uniqueSleep();
+      markers.push(marker);
+      const r = await sh(`echo TMPDIR=$TMPDIR; sleep ${marker} & sleep ${marker}`, { policy, timeout: 300 });
+      expect(r.timedOut).toBe(true);
+      expect(r.signal).toBe('SIGKILL');
+      await expectNoProcess(marker);
+      const tmp = tmpdirFrom(r.stdout);
+      if (tmp) expect(fs.existsSync(tmp), `${tmp} outlived the run`).toBe(false);
+    });
+
+    it.skipIf(skip)('ROB-09: kill() takes down the whole tree, setsid daemons included', async () => {
+      const [m1, m2, m3] = [uniqueSleep(), uniqueSleep(), uniqueSleep()];
+      markers.push(m1, m2, m3);
+      const child = spawn('/bin/sh', ['-c', `sleep ${m1} & setsid sh -c 'sleep ${m2} &' ; echo up; sleep ${m3}`], { env: BASE_ENV, policy });
+      await new Promise<void>((res) => child.stdout!.once('data', () => res()));
+      expect(await eventually(() => [m1, m2, m3].every((m) => sleepers(m).length === 1))).toBe(true);
+      expect(child.kill('SIGKILL')).toBe(true);
+      const exit = await child.exited;
+      expect(exit.signal).toBe('SIGKILL');
+      await expectNoProcess(m1);
+      await expectNoProcess(m3);
+      // The setsid daemon too, unless the report admits the gap (older Landlock-mode teardown).
+      if (/setsid/.test(child.enforcement.gaps.join('\n'))) expect(isolated).toBe(false);
+      else await expectNoProcess(m2);
+      // kill() after exit says so.
+      expect(child.kill('SIGKILL')).toBe(false);
+    });
+
+    it.skipIf(skip)('ROB-10: orphans are reaped and TERM/INT/HUP/USR1 reach the command', async () => {
+      // Orphans that exit: no zombie may pile up while the command keeps running.
+      const z = await sh('for i in 1 2 3 4 5; do (sh -c "exit 0" &) ; done; sleep 0.5; ps -eo stat= 2>/dev/null | grep -c "^Z" || true', { policy });
+      if (isolated) expect(z.stdout.trim()).toBe('0');
+      for (const sig of ['SIGTERM', 'SIGINT', 'SIGHUP', 'SIGUSR1'] as const) {
+        const child = spawn('/bin/sh', ['-c', `trap 'echo got-${sig}; exit 7' ${sig.slice(3)}; echo ready; while :; do sleep 0.05; done`], { env: BASE_ENV, policy });
+        let out = '';
+        child.stdout!.on('data', (b: Buffer) => (out += b.toString()));
+        await eventually(() => out.includes('ready'));
+        child.kill(sig);
+        const exit = await child.exited;
+        await eventually(() => out.includes(`got-${sig}`), 2000);
+        expect(out, sig).toContain(`got-${sig}`);
+        expect(exit.code).toBe(7);
+      }
+    });
+
+    it.skipIf(skip)('ROB-11: floods, binary output, big input and closed streams', async () => {
+      // A flood past maxBuffer: EMAXBUFFER and the tree is killed.
+      const marker = uniqueSleep();
+      markers.push(marker);
+      const e = await rejection(() => sh(`sleep ${marker} & head -c 50000000 /dev/zero`, { policy, maxBuffer: 1 << 20 }));
+      expect(e.code).toBe('EMAXBUFFER');
+      await expectNoProcess(marker);
+      // Binary stdout survives byte for byte.
+      const bin = await run('/bin/sh', ['-c', 'printf "\\000\\377\\001\\200"'], { env: BASE_ENV, policy, encoding: 'buffer' });
+      expect([...bin.stdout]).toEqual([0, 255, 1, 128]);
+      // 4 MiB through stdin and back.
+      const input = Buffer.alloc(4 << 20, 'abc');
+      const cat = await run('/bin/cat', [], { env: BASE_ENV, policy, input, encoding: 'buffer' });
+      expect(cat.stdout.equals(input)).toBe(true);
+      // stderr flood alongside stdout.
+      const both = await sh('head -c 3000000 /dev/zero; head -c 3000000 /dev/zero >&2', { policy });
+      expect([both.stdout.length, both.stderr.length]).toEqual([3000000, 3000000]);
+      // The command closes stdout early and keeps going; the reader sees EOF, the exit is seen.
+      const closed = await sh('echo early; exec >&-; sleep 0.2; exit 3', { policy });
+      expect([closed.stdout, closed.code]).toEqual(['early\n', 3]);
+      // stdio 'ignore': writes go nowhere, no EPIPE crash.
+      const ign = await run('/bin/sh', ['-c', 'head -c 1000000 /dev/zero; echo done >&2'], { env: BASE_ENV, policy, stdio: ['ignore', 'ignore', 'pipe'] });
+      expect(ign.stderr).toBe('done\n');
+      expect(ign.code).toBe(0);
+    });
+
+    it.skipIf(skip)('ROB-12: limits on files and memory hold', async () => {
+      const nofile = await run(NODE, ['-e', "const fs=require('fs');let n=0;try{for(;n<500;n++)fs.openSync('/dev/null','r')}catch(e){console.log(e.code,n)}"], {
+        env: BASE_ENV,
+        policy: { ...policy, limits: { openFiles: 64 } },
+      });
+      expect(nofile.stdout).toMatch(/^EMFILE \d+/);
+      const mem = await run('/usr/bin/python3', ['-c', 'try:\n  b=bytearray(1<<30); print("allocated")\nexcept MemoryError:\n  print("MemoryError")'], {
+        env: BASE_ENV,
+        policy: { ...policy, limits: { memoryBytes: 256 << 20 } },
+      });
+      expect(mem.stdout.trim()).toBe('MemoryError');
+      // Control: without the limits both succeed.
+      const ctl = await run('/usr/bin/python3', ['-c', 'b=bytearray(1<<30); print("allocated")'], { env: BASE_ENV, policy });
+      expect(ctl.stdout.trim()).toBe('allocated');
+    });
+
+    it.skipIf(skip)('ROB-12: maxProcesses caps a (bounded) fork storm', async () => {
+      const marker = uniqueSleep();
+      markers.push(marker);
+      // 60 attempts against a cap of 16: the cap, not the loop, must stop it.
+      const r = await sh(`n=0; for i in $(seq 1 60); do sleep ${marker} </dev/null >/dev/null 2>&1 & n=$((n+1)); done; sleep 0.3; echo alive=$(ps -e 2>/dev/null | grep -c sleep || true)`, {
+        policy: { ...policy, limits: { maxProcesses: 16 } },
+        timeout: 20_000,
+      });
+      const alive = sleepers(marker).length;
+      killAll(marker);
+      expect(alive, r.stdout + r.stderr).toBeLessThanOrEqual(16);
+      // Control: without the cap all 60 start.
+      const m2 = uniqueSleep();
+      markers.push(m2);
+      await sh(`for i in $(seq 1 60); do sleep ${m2} </dev/null >/dev/null 2>&1 & done; sleep 0.3; exit 0`, { policy: null, timeout: 20_000 }).catch(() => undefined);
+      expect(sleepers(m2).length).toBe(60);
+    });
+
+    it.skipIf(skip)('ROB-13: when the host process dies, the whole sandboxed tree dies', async () => {
+      const [bg, cmd] = [uniqueSleep(), uniqueSleep()];
+      markers.push(bg, cmd);
+      const script = hostScript(
+        scene.root,
+        'host.js',
+        `const c = lib.spawn('/bin/sh', ['-c', 'echo TMPDIR=$TMPDIR; sleep ${bg} & sleep ${cmd}'], { env: { PATH: '/usr/bin:/bin' }, policy: ${JSON.stringify(policy)} });
+         c.stdout.on('data', (b) => process.stdout.write(b));
+         console.log('PID ' + c.pid);
+         setInterval(() => {}, 1000);`,
+      );
+      const host = spawnHost(NODE, [script], { stdio: ['ignore', 'pipe', 'inherit'] });
+      let out = '';
+      host.stdout!.on('data', (b: Buffer) => (out += b.toString()));
+      expect(await eventually(() => /^TMPDIR=/m.test(out) && sleepers(bg).length === 1 && sleepers(cmd).length === 1)).toBe(true);
+      host.kill('SIGKILL');
+      await new Promise((res) => host.once('exit', res));
+      await expectNoProcess(cmd); // the command itself
+      await expectNoProcess(bg); // and its background child
+      // Placeholders a dead host could not remove are BUG-ROB13 (next test), not this one's.
+      for (const n of ['.codex', '.agents']) fs.rmSync(path.join(scene.ws, n), { recursive: true, force: true });
+      const tmp = tmpdirFrom(out);
+      if (tmp) fs.rmSync(tmp, { recursive: true, force: true });
+    });
+
+    // BUG-ROB13 (reported): cleanup after exit runs in the host process, so when the host dies the
+    // protected-path placeholders (.codex, .agents: isolated mode) and the per-run TMPDIR
+    // (/tmp/process-sandbox-tmp-*: Landlock mode) stay on the host for good. Remove `.fails` once
+    // nothing is left behind (e.g. placeholders made only inside the mount namespace).
+    it.fails.skipIf(skip)('ROB-13: a dead host leaves no placeholder or temp dir behind', async () => {
+      const cmd = uniqueSleep();
+      markers.push(cmd);
+      const script = hostScript(
+        scene.root,
+        'host2.js',
+        `const c = lib.spawn('/bin/sh', ['-c', 'echo TMPDIR=$TMPDIR; exec sleep ${cmd}'], { env: { PATH: '/usr/bin:/bin' }, policy: ${JSON.stringify(policy)} });
+         c.stdout.on('data', (b) => process.stdout.write(b));
+         setInterval(() => {}, 1000);`,
+      );
+      const host = spawnHost(NODE, [script], { stdio: ['ignore', 'pipe', 'inherit'] });
+      let out = '';
+      host.stdout!.on('data', (b: Buffer) => (out += b.toString()));
+      expect(await eventually(() => /^TMPDIR=/m.test(out) && sleepers(cmd).length === 1)).toBe(true);
+      host.kill('SIGKILL');
+      await new Promise((res) => host.once('exit', res));
+      await expectNoProcess(cmd);
+      const tmp = tmpdirFrom(out);
+      const left = [...fs.readdirSync(scene.ws).filter((n) => ['.codex', '.agents'].includes(n)), ...(tmp && fs.existsSync(tmp) ? [tmp] : [])];
+      for (const n of fs.readdirSync(scene.ws)) fs.rmSync(path.join(scene.ws, n), { recursive: true, force: true });
+      if (tmp) fs.rmSync(tmp, { recursive: true, force: true });
+      expect(left).toEqual([]);
+    });
+
+    it.skipIf(skip)('ROB-14: concurrent runs stay separate and clean up after themselves', async () => {
+      const before = snapshot(scene.out);
+      const runs = Array.from({ length: 8 }, (_, i) =>
+        sh(`echo ${i} > "\${TMPDIR:-/tmp}/id"; sleep 0.1; cat "\${TMPDIR:-/tmp}/id"; echo ${i} > ${scene.ws}/out-${i}`, {
+          policy: i % 2 ? policy : modePolicy(mode, { filesystem: { write: [scene.ws], denyRead: [`${scene.out}/dir`] } }),
+        }),
+      );
+      const results = await Promise.all(runs);
+      results.forEach((r, i) => {
+        expect(r.code, r.stderr).toBe(0);
+        expect(r.stdout.trim()).toBe(String(i)); // each run saw only its own TMPDIR
+      });
+      expect(fs.readdirSync(scene.ws).sort()).toEqual(Array.from({ length: 8 }, (_, i) => `out-${i}`).sort());
+      expectUnchanged(before, snapshot(scene.out));
+      // Killed while starting up: no leftovers either (checked in afterEach).
+      const quick = Array.from({ length: 4 }, () => spawn('/bin/sleep', ['5'], { env: BASE_ENV, policy }));
+      for (const q of quick) q.kill('SIGKILL');
+      for (const q of quick) expect((await q.exited).signal).toBe('SIGKILL');
+    });
+  });
+});
