@@ -189,11 +189,9 @@ describe.runIf(caps.linux)('enforced managed network: bulk, concurrency, cleanup
       expect(await backTo(before)).toEqual(before);
     });
 
-    // BUG (reported): a shared `proxy.instance` that is already closed (e.g. it closed with the
-    // previous process that used it) is accepted by spawn(); the command starts and is then
-    // SIGKILLed when the attach fails, with no error. Expected: spawn() throws a SandboxError
-    // before anything runs. Remove `.fails` once lib/platform/linux.ts checks `instance.closed`.
-    (skip ? it.skip : it.fails)('spawning with a closed shared proxy is refused before anything runs', async () => {
+    // A shared `proxy.instance` that is already closed (e.g. it closed with the previous process
+    // that used it) is refused before anything runs.
+    (skip ? it.skip : it)('spawning with a closed shared proxy is refused before anything runs', async () => {
       const proxy = ManagedProxy.create({ policy: { allow: ['allowed.test'] }, lookup });
       await proxy.close();
       let err: unknown;
