@@ -10,26 +10,13 @@ import * as path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { darwinProbe, isNestedSandboxFailure, planDarwinSpawn, type DarwinPlanOptions } from '../../lib/platform/darwin';
 import type { ResolvedRules } from '../../lib/rules';
+import { makeRules } from '../helpers/rules';
 
 const onMac = process.platform === 'darwin';
 const probe = onMac ? darwinProbe() : undefined;
 const usable = probe?.defaultMode === 'seatbelt';
 
-function rules(over: Partial<ResolvedRules> = {}): ResolvedRules {
-  return {
-    readAll: true,
-    readRoots: [],
-    writeRoots: [],
-    readOnly: [],
-    denyRead: [],
-    tmp: 'none',
-    network: { kind: 'none' },
-    mode: 'auto',
-    degraded: false,
-    limits: {},
-    ...over,
-  };
-}
+const rules = (over: Partial<ResolvedRules> = {}): ResolvedRules => makeRules(over);
 
 interface Result {
   status: number | null;

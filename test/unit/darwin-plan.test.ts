@@ -15,22 +15,9 @@ import {
 import { SandboxError } from '../../lib/errors';
 import type { BackendSpawnRequest } from '../../lib/backend';
 import type { ResolvedRules } from '../../lib/rules';
+import { makeRules } from '../helpers/rules';
 
-function rules(over: Partial<ResolvedRules> = {}): ResolvedRules {
-  return {
-    readAll: true,
-    readRoots: [],
-    writeRoots: ['/Users/dev/proj'],
-    readOnly: ['/Users/dev/proj/.git/hooks'],
-    denyRead: [],
-    tmp: 'none',
-    network: { kind: 'none' },
-    mode: 'auto',
-    degraded: false,
-    limits: {},
-    ...over,
-  };
-}
+const rules = (over: Partial<ResolvedRules> = {}): ResolvedRules => makeRules({ writeRoots: ['/Users/dev/proj'], readOnly: ['/Users/dev/proj/.git/hooks'], ...over });
 
 function request(over: Partial<BackendSpawnRequest> = {}): BackendSpawnRequest {
   return {

@@ -13,22 +13,9 @@ import {
 } from '../../lib/platform/darwin-profile';
 import { SandboxError } from '../../lib/errors';
 import type { ResolvedRules } from '../../lib/rules';
+import { makeRules } from '../helpers/rules';
 
-function rules(over: Partial<ResolvedRules> = {}): ResolvedRules {
-  return {
-    readAll: true,
-    readRoots: [],
-    writeRoots: [],
-    readOnly: [],
-    denyRead: [],
-    tmp: 'none',
-    network: { kind: 'none' },
-    mode: 'auto',
-    degraded: false,
-    limits: {},
-    ...over,
-  };
-}
+const rules = (over: Partial<ResolvedRules> = {}): ResolvedRules => makeRules(over);
 
 const W = '/Users/dev/proj';
 

@@ -5,22 +5,9 @@ import { describe, expect, it } from 'vitest';
 import { buildSeatbeltProfile, loadProfileFile } from '../../lib/platform/darwin-profile';
 import { readSbpl, referencedParams, stringLiterals, SbplSyntaxError } from '../../lib/platform/darwin-sbpl';
 import type { ResolvedRules } from '../../lib/rules';
+import { makeRules } from '../helpers/rules';
 
-function rules(over: Partial<ResolvedRules> = {}): ResolvedRules {
-  return {
-    readAll: true,
-    readRoots: [],
-    writeRoots: [],
-    readOnly: [],
-    denyRead: [],
-    tmp: 'none',
-    network: { kind: 'none' },
-    mode: 'auto',
-    degraded: false,
-    limits: {},
-    ...over,
-  };
-}
+const rules = (over: Partial<ResolvedRules> = {}): ResolvedRules => makeRules(over);
 
 const W = '/Users/dev/proj';
 const ODD = [

@@ -16,22 +16,9 @@ import {
   unsandboxedReport,
 } from '../../lib/platform/win32-plan';
 import { CapabilityStore, defaultStateDir, randomCapabilitySid } from '../../lib/platform/win32-caps';
+import { makeRules } from '../helpers/rules';
 
-function rules(over: Partial<ResolvedRules> = {}): ResolvedRules {
-  return {
-    readAll: true,
-    readRoots: [],
-    writeRoots: [],
-    readOnly: [],
-    denyRead: [],
-    tmp: 'none',
-    network: { kind: 'full' },
-    mode: 'auto',
-    degraded: false,
-    limits: {},
-    ...over,
-  };
-}
+const rules = (over: Partial<ResolvedRules> = {}): ResolvedRules => makeRules({ network: { kind: 'full' }, ...over });
 
 const ctx = (over: Partial<Parameters<typeof planWindowsSandbox>[1]> = {}) => ({
   wine: null,
