@@ -1,0 +1,164 @@
+/**
+ * Mode selection, fail-closed refusals and the enforcement report, as seen through the public API;
+ * plus the tmp modes (private / host / none) with their host-side effects.
+ */
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+
+import { probe, run, spawn } from '../../lib/index';
+import type { SandboxPolicy } from '../../lib/policy-types';
+import { caps, MODES, modePolicy } from '../helpers/capabilities';
+import { BASE_ENV, hostMounts, makeScene, probeOps, sh, type Scene } from '../helpers/sandbox';
+
+describe.runIf(caps.linux)('modes and reports', () => {
+  it('probe() answers without spawning and agrees with the capabilities', () => {
+    const p = probe();
+    expect(p.platform).toBe('linux');
+    expect(p.addonLoaded).toBe(true);
+    const f = p.features as Record<string, unknown>;
+    expect(typeof f.landlockAbi).toBe('number');
+    expect(f.isolatedMode).toBe(caps.userns);
+    expect(p.defaultMode).toBe(caps.userns ? 'isolated' : null);
+  });
+
+  it.runIf(caps.userns)('the default policy (auto) runs in isolated mode, with the documented defaults', async () => {
+    const scene = makeScene('modes-default');
+    try {
+      const r = await run('/bin/sh', ['-c', 'echo x > f; echo write=$?; ls -A /tmp | wc -l'], { cwd: scene.ws, env: BASE_ENV });
+      expect(r.enforcement).toMatchObject({
+        sandboxed: true,
+        mode: 'isolated',
+        mechanisms: { seccomp: 'filter', noNewPrivs: true, namespaces: expect.arrayContaining(['user', 'mnt', 'pid', 'ipc', expect.stringMatching(/^net/)]) },
+        guarantees: { filesystemWrite: 'enforced', network: 'enforced', processIsolation: 'enforced', treeTeardown: 'enforced' },
+        gaps: [],
+      });
+      // Default: read all, write nothing (not even the cwd), private empty /tmp.
+      expect(r.stdout).toMatch(/write=[1-9]/);
+      expect(r.stdout).toMatch(/\n0\n$/);
+      expect(fs.existsSync(`${scene.ws}/f`)).toBe(false);
+    } finally {
+      scene.cleanup();
+    }
+  });
+
+  it.runIf(!caps.userns)('without user namespaces the default policy refuses (fail closed), naming the fix', async () => {
+    await expect(run('/bin/true', [], { env: BASE_ENV })).rejects.toMatchObject({ code: 'EUSERNS_UNAVAILABLE', message: expect.stringMatching(/degraded/) });
+  });
+
+  it.runIf(caps.landlock)('Landlock mode refuses without degraded, and lists every gap with it', async () => {
+    const scene = makeScene('modes-ll');
+    try {
+      const policy: SandboxPolicy = { mode: 'landlock', filesystem: { write: [scene.ws], denyRead: [`${scene.out}/dir`] } };
+      const err = await run('/bin/true', [], { env: BASE_ENV, policy }).catch((e: unknown) => e);
+      expect(err).toMatchObject({ name: 'SandboxError', code: 'EUNSUPPORTED_POLICY' });
+      expect((err as Error).message).toMatch(/degraded/);
+      // Nothing was spawned (a command that would leave a trace).
+      await run('/bin/sh', ['-c', `touch ${scene.ws}/ran`], { env: BASE_ENV, policy }).catch(() => undefined);
+      expect(fs.existsSync(`${scene.ws}/ran`)).toBe(false);
+      const r = await run('/bin/true', [], { env: BASE_ENV, policy: { ...policy, degraded: true } });
+      expect(r.enforcement.mode).toBe('landlock');
+      expect(r.enforcement.mechanisms).toMatchObject({ landlockAbi: caps.landlockAbi, seccomp: 'filter', noNewPrivs: true });
+      expect(r.enforcement.guarantees.denyRead).not.toBe('enforced');
+      expect(r.enforcement.guarantees.protectedPaths).toBe('not-enforced');
+      const gaps = r.enforcement.gaps.join('\n');
+      expect(gaps).toMatch(/chmod, chown, utime and xattr/);
+      expect(gaps).toMatch(/carve-outs/);
+      expect(gaps).toContain(`${scene.out}/dir`);
+    } finally {
+      scene.cleanup();
+    }
+  });
+
+  it('policy: null runs unsandboxed and says so', async () => {
+    const r = await run('/bin/cat', ['/proc/self/status'], { env: BASE_ENV, policy: null });
+    expect(r.enforcement).toMatchObject({ sandboxed: false, mode: 'none' });
+    expect(r.enforcement.gaps.length).toBeGreaterThan(0);
+    expect(r.stdout).toMatch(/^Seccomp:\s+0$/m);
+  });
+
+  describe.each(MODES)('$name mode', ({ name: mode, skip }) => {
+    let scene: Scene;
+    const mounts = hostMounts();
+    beforeEach(() => {
+      scene = makeScene(`modes-${mode}`);
+    });
+    afterEach(() => {
+      scene.cleanup();
+      expect(hostMounts()).toEqual(mounts);
+    });
+
+    it.skipIf(skip)('spawn() and run() report the same mode; network full is reported as not requested', async () => {
+      const policy = modePolicy(mode, { network: 'full', filesystem: { write: [scene.ws] } });
+      const child = spawn('/bin/true', [], { env: BASE_ENV, policy });
+      expect(child.enforcement.mode).toBe(mode);
+      expect(typeof child.pid).toBe('number');
+      await child.exited;
+      const r = await run('/bin/true', [], { env: BASE_ENV, policy });
+      expect(r.enforcement).toEqual(child.enforcement);
+      expect(r.enforcement.guarantees.network).toBe('not-requested');
+      if (mode === 'isolated') expect((r.enforcement.mechanisms.namespaces as string[]).filter((n) => n.startsWith('net'))).toEqual([]);
+    });
+
+    it.skipIf(skip)("tmp 'private': writable, empty of host files, gone after the run", async () => {
+      const hostFile = path.join(os.tmpdir(), `psb-modes-host-${process.pid}`);
+      fs.writeFileSync(hostFile, 'host');
+      try {
+        const r = await sh('d=${TMPDIR:-/tmp}; echo $d; echo mine > "$d/private-file" && cat "$d/private-file"; cat ' + hostFile + ' 2>/dev/null; true', {
+          cwd: scene.ws,
+          policy: modePolicy(mode, { filesystem: { write: [scene.ws], tmp: 'private' } }),
+        });
+        const [dir, content, ...rest] = r.stdout.trim().split('\n');
+        expect(content).toBe('mine');
+        if (mode === 'isolated') expect(rest).toEqual([]); // the host /tmp is hidden
+        // The private dir (Landlock: a per-run host dir) does not outlive the run.
+        expect(fs.existsSync(`${dir}/private-file`)).toBe(false);
+        expect(fs.readFileSync(hostFile, 'utf8')).toBe('host');
+      } finally {
+        fs.rmSync(hostFile, { force: true });
+      }
+    });
+
+    it.skipIf(skip)("tmp 'host': the host /tmp is writable (and only then)", async () => {
+      const name = path.join('/tmp', `psb-modes-${process.pid}-${Date.now()}`);
+      try {
+        const r = await probeOps([['write', name, 'from-sandbox']], { cwd: scene.ws, policy: modePolicy(mode, { filesystem: { write: [scene.ws], tmp: 'host' } }) });
+        expect(r).toEqual(['ok']);
+        expect(fs.readFileSync(name, 'utf8')).toBe('from-sandbox');
+      } finally {
+        fs.rmSync(name, { force: true });
+      }
+    });
+
+    it.skipIf(skip)("tmp 'none': /tmp is read-only", async () => {
+      const name = path.join('/tmp', `psb-modes-none-${process.pid}`);
+      const r = await probeOps([['write', name, 'x']], { cwd: scene.ws, policy: modePolicy(mode, { filesystem: { write: [scene.ws], tmp: 'none' } }) });
+      expect(['EROFS', 'EACCES']).toContain(r[0]);
+      expect(fs.existsSync(name)).toBe(false);
+    });
+
+    it.skipIf(skip)('a writable root under /tmp stays writable and visible with a private /tmp', async () => {
+      const ws = fs.mkdtempSync(path.join(os.tmpdir(), 'psb-modes-tmpws-'));
+      try {
+        fs.writeFileSync(path.join(ws, 'seed'), 'seed');
+        const r = await sh('cat seed && echo out > made', { cwd: ws, policy: modePolicy(mode, { filesystem: { write: [ws] } }) });
+        expect(r.stdout).toBe('seed');
+        expect(fs.readFileSync(path.join(ws, 'made'), 'utf8')).toBe('out\n');
+      } finally {
+        fs.rmSync(ws, { recursive: true, force: true });
+      }
+    });
+
+    it.skipIf(skip)('read roots: only the listed roots (plus the platform) are readable', async () => {
+      const policy = modePolicy(mode, { filesystem: { read: [scene.ws, path.dirname(process.execPath), path.resolve(__dirname, '..', '..')], write: [scene.ws] } });
+      fs.writeFileSync(`${scene.ws}/in.txt`, 'in');
+      const r = await probeOps([['read', `${scene.ws}/in.txt`], ['read', `${scene.out}/secret.txt`], ['read', '/etc/hostname']], { cwd: scene.ws, policy });
+      expect(r[0]).toBe('ok:in');
+      expect(['EACCES', 'ENOENT']).toContain(r[1]);
+      expect(r[2]!.startsWith('ok')).toBe(true); // /etc is part of the platform defaults
+      const report = await run('/bin/true', [], { env: BASE_ENV, policy });
+      expect(report.enforcement.guarantees.filesystemRead).toBe('enforced');
+    });
+  });
+});
