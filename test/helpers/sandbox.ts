@@ -60,7 +60,24 @@ export function makeScene(tag: string): Scene {
     ws,
     out,
     cleanup() {
-      // Undo anything a failed test may have left read-only so the tree can be removed.
+      // Undo anything a test may have left read-only (directories the sandbox made 0555 or 000)
+      // so that an unprivileged run can remove the tree too.
+      const open = (p: string) => {
+        let st: fs.Stats;
+        try {
+          st = fs.lstatSync(p);
+        } catch {
+          return;
+        }
+        if (!st.isDirectory()) return;
+        try {
+          fs.chmodSync(p, 0o755);
+        } catch {
+          /* not ours */
+        }
+        for (const n of fs.readdirSync(p)) open(path.join(p, n));
+      };
+      open(root);
       fs.rmSync(root, { recursive: true, force: true });
     },
   };
@@ -190,18 +207,40 @@ let syscallCopy: string | undefined;
 
 /**
  * The compiled try_syscall probe, copied to a world-readable place outside /tmp (the isolated
- * mode's private /tmp hides the host's).
+ * mode's private /tmp hides the host's): /var/tmp/process-sandbox-test-bin-<uid>/, reused across
+ * runs. A directory or copy we do not own, or that others could write, is never trusted.
  */
 export function syscallProbe(): string {
   if (syscallCopy) return syscallCopy;
   const src = trySyscallPath();
-  const dir = fs.mkdtempSync(path.join(SCRATCH_ROOT, 'psb-bin-'));
+  const uid = process.getuid?.() ?? 0;
+  const dir = path.join(SCRATCH_ROOT, `process-sandbox-test-bin-${uid}`);
+  try {
+    fs.mkdirSync(dir, { mode: 0o755 });
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+  }
+  const st = fs.lstatSync(dir);
+  if (!st.isDirectory() || st.uid !== uid || (st.mode & 0o022) !== 0) {
+    throw new Error(`${dir} is not a directory owned by uid ${uid} and closed to others; remove it`);
+  }
   fs.chmodSync(dir, 0o755);
   const dest = path.join(dir, path.basename(src));
-  fs.copyFileSync(src, dest);
-  fs.chmodSync(dest, 0o755);
+  const ok = (() => {
+    try {
+      const d = fs.lstatSync(dest);
+      return d.isFile() && d.uid === uid && (d.mode & 0o022) === 0 && d.size === fs.statSync(src).size;
+    } catch {
+      return false;
+    }
+  })();
+  if (!ok) {
+    const tmp = `${dest}.${process.pid}.tmp`;
+    fs.copyFileSync(src, tmp);
+    fs.chmodSync(tmp, 0o755);
+    fs.renameSync(tmp, dest); // atomic: concurrent test files never run a half-written copy
+  }
   syscallCopy = dest;
-  process.once('exit', () => fs.rmSync(dir, { recursive: true, force: true }));
   return dest;
 }
 

@@ -69,9 +69,12 @@ describe.runIf(caps.linux)('robustness', () => {
       for (const m of markers.splice(0)) killAll(m);
       // No run leaves a protected-path placeholder or a mount behind. (Landlock-mode TMPDIRs are
       // checked by name in the tests that kill: other suites create their own concurrently.)
-      expect(fs.readdirSync(scene.ws).filter((n) => ['.codex', '.agents'].includes(n))).toEqual([]);
-      expect(hostMounts()).toEqual(mountsAtStart);
-      scene.cleanup();
+      try {
+        expect(fs.readdirSync(scene.ws).filter((n) => ['.codex', '.agents'].includes(n))).toEqual([]);
+        expect(hostMounts()).toEqual(mountsAtStart);
+      } finally {
+        scene.cleanup();
+      }
     });
 
     const canary = () => `touch ${scene.ws}/ran`;
