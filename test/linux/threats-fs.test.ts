@@ -257,6 +257,23 @@ describe.runIf(caps.linux)('file-system threats', () => {
         expect(await probeOps([['mkdirp', `${scene.ws}/.codexx/x`]], { cwd: scene.ws, policy: pol })).toEqual(['ok']);
       });
 
+      // DESIGN RISK (reported): with no .git at start, nothing is protected, so the command can
+      // plant .git/config (core.fsmonitor, core.hooksPath) or .git/hooks/* that the next `git
+      // status` outside the sandbox runs. Protecting a missing .git conflicts with `git init` in a
+      // fresh workspace (tools.test.ts); the lead decides. Remove `.fails` (or this test) then.
+      it.fails.runIf(!skip && isolated)('FS-10: a workspace without .git cannot gain git metadata that runs outside later', async () => {
+        const r = await probeOps(
+          [
+            ['mkdirp', `${scene.ws}/.git/hooks`],
+            ['write', `${scene.ws}/.git/hooks/pre-commit`, '#!/bin/sh\necho pwned\n'],
+            ['write', `${scene.ws}/.git/config`, '[core]\n\tfsmonitor = /var/tmp/evil\n'],
+          ],
+          { cwd: scene.ws, policy },
+        );
+        const planted = ['.git/hooks/pre-commit', '.git/config'].filter((p) => fs.existsSync(path.join(scene.ws, p)));
+        expect(planted, JSON.stringify(r)).toEqual([]);
+      });
+
       it.runIf(!skip && isolated)('FS-12: persistence files that run later outside stay untouched', async () => {
         git(scene.ws, 'init', '-q');
         fs.mkdirSync(`${scene.ws}/.codex`);
@@ -489,6 +506,26 @@ describe.runIf(caps.linux)('file-system threats', () => {
           { cwd: scene.ws, policy: pol },
         );
         expect(viaCwd.stdout).not.toContain('inner');
+        // A file handle bypasses path lookup entirely: name a readable sibling, then ask for the
+        // masked inode's handle by guessing; open_by_handle_at itself must be refused.
+        if (caps.python) {
+          const code =
+            'import ctypes,os,sys,struct\n' +
+            'libc=ctypes.CDLL(None,use_errno=True)\n' +
+            'buf=ctypes.create_string_buffer(struct.pack("II",128,0)+bytes(128))\n' +
+            'mid=ctypes.c_int()\n' +
+            'r=libc.name_to_handle_at(-100,sys.argv[1].encode(),buf,ctypes.byref(mid),0)\n' +
+            'if r!=0: print("name", ctypes.get_errno()); sys.exit()\n' +
+            'mfd=os.open(sys.argv[2],os.O_RDONLY)\n' +
+            'fd=libc.open_by_handle_at(mfd,buf,os.O_RDONLY)\n' +
+            'print("open", "ok" if fd>=0 else ctypes.get_errno())\n';
+          const h = await py(code, [`${scene.out}/secret.txt`, scene.out], { cwd: scene.ws, policy: pol });
+          expect(h.stdout.trim(), h.stderr).toMatch(/^(name|open) (1|13|38)$/); // EPERM, EACCES, ENOSYS
+          if (caps.root) {
+            const hc = await py(code, [`${scene.out}/secret.txt`, scene.out], { cwd: scene.ws, policy: null });
+            expect(hc.stdout.trim()).toBe('open ok');
+          }
+        }
         // Control: without the rule the same names read the file.
         const ctl = await probeOps(ops.slice(0, 6), { cwd: scene.ws, policy: modePolicy(mode, { filesystem: { write: [scene.ws] } }) });
         expect(ctl).toEqual(['ok:inner', 'ok:inner.txt', 'ok:inner', 'ok:inner', 'ok:inner', 'ok:inner']);

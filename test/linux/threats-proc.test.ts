@@ -114,6 +114,12 @@ describe.runIf(caps.linux)('process and kernel-surface threats', () => {
       expect(stiHigh).not.toBe('ok');
       expect(linux).not.toBe('ok');
       expect(boxed.stdout).toContain('INJECTED -');
+      // The filter itself, independent of the tty: TIOCSTI, TIOCSTI with high bits, TIOCLINUX.
+      for (const p of ['tiocsti', 'tiocsti-high', 'tioclinux']) {
+        const t = await tryProbe(policy, [p]);
+        expect(t.result, `${p}: ${t.stdout}`).toMatchObject({ ok: false, errno: 'EPERM' });
+        expect((await tryProbe(null, [p])).result?.ok, `${p} control`).toBe(true);
+      }
       // Control: unsandboxed, the same process takes the tty and injects.
       const ctl = go(null);
       expect(ctl.stdout, ctl.stderr).toMatch(/^RESULT ok/m);

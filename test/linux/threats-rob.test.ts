@@ -55,6 +55,35 @@ async function rejection(p: Promise<unknown> | (() => unknown)): Promise<Sandbox
 const mountsAtStart = caps.linux ? hostMounts() : [];
 
 describe.runIf(caps.linux)('robustness', () => {
+  it.runIf(caps.userns && caps.landlock)('ROB-14: both modes at once, interleaved kills, nothing left behind', async () => {
+    const scene = makeScene('rob-mixed');
+    const mounts = hostMounts();
+    try {
+      const marker = uniqueSleep();
+      const kinds = Array.from({ length: 8 }, (_, i) => (i % 2 ? 'isolated' : 'landlock') as 'isolated' | 'landlock');
+      const runs = kinds.map((m, i) =>
+        sh(`echo ${m}-${i}; echo TMPDIR=$TMPDIR; ${i % 4 === 3 ? `sleep ${marker}` : 'true'}`, {
+          cwd: scene.ws,
+          policy: modePolicy(m, { filesystem: { write: [scene.ws] } }),
+          ...(i % 4 === 3 ? { timeout: 500 } : {}),
+        }),
+      );
+      const results = await Promise.all(runs);
+      results.forEach((r, i) => {
+        expect(r.enforcement.mode).toBe(kinds[i]);
+        expect(r.stdout.split('\n')[0]).toBe(`${kinds[i]}-${i}`);
+        expect(r.timedOut).toBe(i % 4 === 3);
+        const tmp = tmpdirFrom(r.stdout);
+        if (tmp) expect(fs.existsSync(tmp), `${tmp} outlived its run`).toBe(false);
+      });
+      await expectNoProcess(marker);
+      expect(fs.readdirSync(scene.ws)).toEqual([]);
+      expect(hostMounts()).toEqual(mounts);
+    } finally {
+      scene.cleanup();
+    }
+  });
+
   describe.each(MODES)('$name mode', ({ name: mode, skip }) => {
     let scene: Scene;
     let policy: SandboxPolicy;
