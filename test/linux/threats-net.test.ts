@@ -11,6 +11,7 @@
 import { spawn as spawnHost, type ChildProcess } from 'node:child_process';
 import dgram from 'node:dgram';
 import fs from 'node:fs';
+import http from 'node:http';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -31,6 +32,7 @@ class Host {
   tcpAny = 0;
   udp4 = 0;
   udp6 = 0;
+  http = 0;
   resolverPort = 0;
   unixPath = '';
   abstract = `psb-abs-${process.pid}-${Date.now()}`;
@@ -79,6 +81,13 @@ class Host {
     }
     this.tcpAny = await this.tcp('tcpAny', '0.0.0.0');
     this.udp4 = await this.udp('udp4', 'udp4', '127.0.0.1');
+    const web = http.createServer((req, res) => {
+      this.hits.push('http');
+      res.end('host-web');
+    });
+    this.servers.push(web as unknown as net.Server);
+    await new Promise<void>((res) => web.listen(0, '127.0.0.1', () => res()));
+    this.http = (web.address() as net.AddressInfo).port;
     this.resolverPort = await this.udp('resolver', 'udp4', '127.0.0.53');
     for (const addrs of Object.values(os.networkInterfaces())) {
       for (const a of addrs ?? []) if (!a.internal && a.family === 'IPv4' && !this.externalIp) this.externalIp = a.address;
@@ -360,19 +369,66 @@ describe.runIf(caps.linux)('network threats', () => {
       expect((await tryProbe(null, ['listen-noBind'])).result?.ok).toBe(true);
     });
 
-    it.skipIf(skip)('NET-14: metadata service and loopback are unreachable; the proxy mode fails closed until it exists', async () => {
+    it.skipIf(skip)('NET-14: under the proxy, loopback and the metadata service stay out of reach', async () => {
+      // Inside: direct connects, then requests through the proxy the sandbox announces.
+      const js = `
+        const http = require('http');
+        const net = require('net');
+        const u = new URL(process.env.HTTP_PROXY || process.env.http_proxy);
+        const via = (target) => new Promise((res) => {
+          const r = http.request({ host: u.hostname, port: u.port, path: target, headers: { host: new URL(target).host }, timeout: 5000 }, (resp) => {
+            let b = ''; resp.on('data', (d) => (b += d)); resp.on('end', () => res(resp.statusCode + ':' + b.slice(0, 20)));
+          });
+          r.on('error', (e) => res(e.code)); r.on('timeout', () => { r.destroy(); res('timeout'); }); r.end();
+        });
+        const direct = (host, port) => new Promise((res) => {
+          const s = net.connect({ host, port }); s.setTimeout(3000, () => { s.destroy(); res('timeout'); });
+          s.on('connect', () => { s.destroy(); res('ok'); }); s.on('error', (e) => res(e.code));
+        });
+        (async () => {
+          const out = [
+            await direct('127.0.0.1', ${host.http}),
+            await direct('169.254.169.254', 80),
+            await via('http://127.0.0.1:${host.http}/'),
+            await via('http://localhost:${host.http}/'),
+            await via('http://169.254.169.254/latest/meta-data/'),
+          ];
+          console.log(JSON.stringify(out));
+        })();`;
+      // Names only: an exact IP literal on the allow list is an explicit opt-in by design.
+      const proxied = (allowLocal: boolean) => modePolicy(mode, { network: { proxy: { allow: ['localhost', '*.example.com'], allowLocal } } });
+      let r;
+      try {
+        r = await run(process.execPath, ['-e', js], { env: BASE_ENV, policy: proxied(false), timeout: 60_000 });
+      } catch (e) {
+        // A build without the proxy must refuse with a code, never run unfiltered.
+        expect(e).toMatchObject({ name: 'SandboxError', code: expect.stringMatching(/^E[A-Z_]+$/) });
+        return;
+      }
+      const [d1, d2, v1, v2, v3] = JSON.parse(r.stdout.trim()) as string[];
+      expect(NET_DENIED, `direct loopback: ${d1}`).toContain(d1);
+      expect(NET_DENIED, `direct metadata: ${d2}`).toContain(d2);
+      for (const v of [v1, v2, v3]) expect(v!.startsWith('200'), `${r.stdout}`).toBe(false);
+      await settle();
+      expect(host.hits, 'the host web server was reached').toEqual([]);
+      // Even allowLocal never opens the metadata endpoint.
+      const r2 = await run(process.execPath, ['-e', js], { env: BASE_ENV, policy: proxied(true), timeout: 60_000 });
+      const res2 = JSON.parse(r2.stdout.trim()) as string[];
+      await settle();
+      const hitsWithLocal = host.hits.length;
+      expect(res2[4]!.startsWith('200')).toBe(false);
+      // Control: with allowLocal the allowed name reaches the host web server through the proxy.
+      expect(res2[3]!.startsWith('200'), r2.stdout).toBe(true);
+      expect(res2[2]!.startsWith('200'), r2.stdout).toBe(false); // 127.0.0.1 is not on the list
+      expect(hitsWithLocal).toBeGreaterThan(0);
+      expect(res2[0]).not.toBe('ok');
+    });
+
+    it.skipIf(skip)('NET-14: metadata service and loopback are unreachable with network none', async () => {
       const r = await probeOps([['tcp', '169.254.169.254', 80], ['tcp', '127.0.0.1', host.tcp4]], { cwd: host.scene.ws, policy: none() });
       for (const x of r) expect(NET_DENIED).toContain(x);
       await settle();
       expect(host.hits).toEqual([]);
-      let refused: unknown;
-      try {
-        await run('/bin/true', [], { env: BASE_ENV, policy: modePolicy(mode, { network: { proxy: { allow: ['example.com'] } } }) });
-      } catch (e) {
-        refused = e;
-      }
-      // Either the proxy mode works (and then must be tested elsewhere) or it is refused with a code.
-      if (refused) expect(refused).toMatchObject({ name: 'SandboxError', code: expect.stringMatching(/^E[A-Z_]+$/) });
     });
   });
 });
