@@ -612,7 +612,14 @@ describe.runIf(caps.linux)('file-system threats', () => {
         ['write', `/proc/${host}/root${scene.out}/ro.txt`],
         ['write', `/proc/${host}/cwd/psb-planted`],
       ];
-      const r = await probeOps(ops, { cwd: scene.ws, policy });
+      // A file this process holds open read-write, reached through its /proc fd link.
+      const held = fs.openSync(`${scene.out}/ro.txt`, 'r+');
+      let r: string[];
+      try {
+        r = await probeOps([...ops, ['open', `/proc/${host}/fd/${held}`, 'r+'], ['write', `/proc/${host}/fd/${held}`]], { cwd: scene.ws, policy });
+      } finally {
+        fs.closeSync(held);
+      }
       for (const x of r) expect(['EACCES', 'ENOENT', 'EPERM', 'EROFS'], JSON.stringify(r)).toContain(x);
       expectUnchanged(before, snapshot(scene.out));
       // Control: unsandboxed, the same process's environ and root are readable.
@@ -664,6 +671,28 @@ describe.runIf(caps.linux)('file-system threats', () => {
       // A setuid bit planted by the sandbox would be honoured outside it later.
       const mode = fs.existsSync(`${scene.ws}/t`) ? fs.statSync(`${scene.ws}/t`).mode : 0;
       expect(mode & 0o6000, 'a setuid/setgid bit set inside the sandbox reached the host').toBe(0);
+      // Every other way to get a set-id bit or a file capability onto a new file.
+      if (caps.python) {
+        const code =
+          'import ctypes,os\n' +
+          'libc=ctypes.CDLL(None,use_errno=True)\n' +
+          'def t(f):\n  try:\n    r=f()\n    return "ok" if (r is None or r>=0) else str(ctypes.get_errno())\n  except OSError as e:\n    return str(e.errno)\n' +
+          'open("base","w").close()\n' +
+          'print(" ".join([t(lambda: os.open("o1", os.O_CREAT|os.O_WRONLY, 0o4755)), t(lambda: libc.creat(b"o2", 0o6755)),' +
+          ' t(lambda: os.mknod("o3", 0o104755)), t(lambda: libc.syscall(452, -100, b"base", 0o4755, 0)),' +
+          ' t(lambda: os.chmod("base", 0o2755)), t(lambda: os.fchmod(os.open("base", os.O_RDONLY), 0o4755)),' +
+          ' t(lambda: os.setxattr("base", "security.capability", bytes([1,0,0,2]) + bytes(16)))]))\n';
+        const x = await py(code, [], { cwd: scene.ws, policy });
+        expect(x.stdout.trim().split(' ').filter((e) => e === 'ok'), x.stdout + x.stderr).toEqual([]);
+        for (const f of fs.readdirSync(scene.ws)) {
+          expect(fs.lstatSync(path.join(scene.ws, f)).mode & 0o6000, f).toBe(0);
+        }
+        // Control: unsandboxed, the same set-id calls succeed on a scratch copy.
+        const ctlDir = path.join(scene.root, 'ctl');
+        fs.mkdirSync(ctlDir);
+        const c = await py(code, [], { cwd: ctlDir, policy: null });
+        expect(c.stdout.trim().split(' ').slice(0, 6), c.stderr).toEqual(['ok', 'ok', 'ok', 'ok', 'ok', 'ok']);
+      }
     });
 
     it.skipIf(skip)('FS-27: filling scratch space stays inside the run and is discarded', async () => {

@@ -126,6 +126,34 @@ describe.runIf(caps.linux)('process and kernel-surface threats', () => {
       expect(ctl.stdout).toMatch(/INJECTED 58/);
     });
 
+    // BUG-PTS (reported, Landlock mode): /dev/pts is a writable device rule, so the command can
+    // open any other terminal of the same user (/dev/pts/N of another session) and write escape
+    // sequences or a fake prompt into it; the report does not list it. Isolated mode has its own
+    // devpts instance. Remove `.fails` once the Landlock mode refuses or lists it.
+    (isolated ? it : it.fails).skipIf(skip || !caps.python)('PROC-01: other terminals of the same user cannot be written', async () => {
+      const code =
+        'import os,pty,subprocess,sys,json\n' +
+        'm,s=pty.openpty(); name=os.ttyname(s)\n' +
+        'r=subprocess.run([sys.argv[1], sys.argv[2], name, sys.argv[3]], capture_output=True, text=True)\n' +
+        'os.set_blocking(m, False)\n' +
+        'try:\n  got=os.read(m,200).decode()\nexcept BlockingIOError:\n  got=""\n' +
+        'print(json.dumps({"out": r.stdout.strip(), "got": got}))\n';
+      const driver = hostScript(
+        scene.root,
+        'pts-driver.js',
+        `const pol = JSON.parse(process.argv[3]);
+         const cmd = ['-c', 'printf PWNED > ' + process.argv[2] + '; echo rc=$?'];
+         const go = pol === null ? Promise.resolve(require('child_process').spawnSync('/bin/sh', cmd, { encoding: 'utf8' })) : lib.run('/bin/sh', cmd, { env: { PATH: '/usr/bin:/bin' }, stdio: ['ignore', 'pipe', 'pipe'], policy: pol });
+         go.then((r) => console.log(r.stdout.trim() + ' gaps=' + JSON.stringify(r.enforcement ? r.enforcement.gaps : [])));`,
+      );
+      const go = (pol: SandboxPolicy | null) => JSON.parse(spawnSync(PYTHON, ['-c', code, NODE, driver, JSON.stringify(pol)], { encoding: 'utf8', timeout: 60_000 }).stdout) as { out: string; got: string };
+      const boxed = go(policy);
+      const listed = /tty|terminal|\/dev\/pts/i.test(boxed.out.split(' gaps=')[1] ?? '');
+      expect(boxed.got === '' || listed, JSON.stringify(boxed)).toBe(true);
+      // Control: unsandboxed the write lands on the other terminal.
+      expect(go(null).got).toBe('PWNED');
+    });
+
     it.skipIf(skip)('PROC-04/PROC-05: no ptrace or memory access to other processes', async () => {
       const marker = uniqueSleep();
       markers.push(marker);
@@ -387,8 +415,12 @@ describe.runIf(caps.linux)('process and kernel-surface threats', () => {
         expect(names.filter((n) => n !== 'TMPDIR')).toEqual(['ONLY', 'PATH']);
         expect(r.stdout).not.toContain('hunter2');
         // init (isolated) is a copy of this process; neither its environ nor its memory leaks.
-        const leak = await sh('cat /proc/1/environ /proc/1/cmdline 2>/dev/null | tr "\\0" "\\n" | grep -c hunter2', { policy });
+        const leak = await sh('cat /proc/1/environ /proc/1/cmdline /proc/$PPID/environ 2>/dev/null | tr "\\0" "\\n" | grep -c hunter2', { policy });
         expect(leak.stdout.trim()).toBe('0');
+        // Whatever reaps the command (isolated: init; Landlock: the subreaper) is a copy of this
+        // process: its environment and memory must stay closed.
+        const parent = await sh('for f in environ mem maps; do cat /proc/$PPID/$f >/dev/null 2>&1 && echo $f=open || echo $f=closed; done', { policy });
+        expect(parent.stdout.trim().split('\n')).toEqual(['environ=closed', 'mem=closed', 'maps=closed']);
       } finally {
         delete process.env.PSB_HOST_SECRET_TOKEN;
       }
