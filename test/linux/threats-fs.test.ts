@@ -274,6 +274,29 @@ describe.runIf(caps.linux)('file-system threats', () => {
         expect(planted, JSON.stringify(r)).toEqual([]);
       });
 
+      // BUG-GHOST-RACE (reported): run A makes the missing .codex as a placeholder on the host;
+      // run B, started while A runs, sees it as existing and binds it read-only; A's exit removes
+      // the placeholder, which detaches B's bind, and B then creates .codex/config.toml for real.
+      // Agents run commands concurrently in one workspace, so this is reachable. Remove `.fails`
+      // once placeholders no longer live on the host (or are reference-counted).
+      it.fails.runIf(!skip && isolated)('FS-10: a concurrent run cannot lose its protection when another run cleans up', async () => {
+        const a = sh('sleep 0.5', { cwd: scene.ws, policy });
+        // Wait until A's placeholders exist, then start B.
+        for (let i = 0; i < 100 && !fs.existsSync(`${scene.ws}/.codex`); i++) await new Promise((res) => setTimeout(res, 20));
+        expect(fs.existsSync(`${scene.ws}/.codex`)).toBe(true);
+        const b = sh(
+          // B waits until A is gone (its marker file), then tries to plant a config.
+          `while [ ! -e ${scene.root}/a-done ]; do sleep 0.05; done; sleep 0.2; mkdir -p .codex 2>/dev/null; echo 'evil = 1' > .codex/config.toml 2>/dev/null; echo rc=$?`,
+          { cwd: scene.ws, policy },
+        );
+        await a;
+        fs.writeFileSync(`${scene.root}/a-done`, '');
+        const rb = await b;
+        const planted = fs.existsSync(`${scene.ws}/.codex/config.toml`);
+        fs.rmSync(`${scene.ws}/.codex`, { recursive: true, force: true });
+        expect(planted, rb.stdout).toBe(false);
+      });
+
       it.runIf(!skip && isolated)('FS-12: persistence files that run later outside stay untouched', async () => {
         git(scene.ws, 'init', '-q');
         fs.mkdirSync(`${scene.ws}/.codex`);
@@ -571,6 +594,17 @@ describe.runIf(caps.linux)('file-system threats', () => {
         const ctl = await probeOps([['read', `${scene.ws}/.env`], ['read', `${scene.ws}/keys/id.pem`]], { cwd: scene.ws, policy: modePolicy(mode, { filesystem: { write: [scene.ws] } }) });
         expect(ctl).toEqual(['ok:TOKEN=abc', 'ok:PRIVATE KEY']);
       });
+    });
+
+    // BUG-NESTED-DENY (reported): a writable root inside a deny-read directory (valid per
+    // lib/permissions/resolve.ts: most specific wins) fails to spawn with ELANDLOCK_UNSUPPORTED
+    // "landlock_restrict_self(2) failed: EACCES": the mask is mounted after the writable bind and
+    // hides it. Expected: the nested root is re-exposed (or a policy error that says why).
+    it.fails.runIf(!skip && isolated)('FS-20: a writable root nested in a deny-read directory works, its siblings stay hidden', async () => {
+      const pol = modePolicy(mode, { filesystem: { write: [`${scene.out}/dir`], denyRead: [scene.out] } });
+      const r = await probeOps([['read', `${scene.out}/secret.txt`], ['write', `${scene.out}/dir/new.txt`, 'n']], { cwd: '/', policy: pol });
+      expect(r[0]!.startsWith('ok')).toBe(false);
+      expect(r[1]).toBe('ok');
     });
 
     it.skipIf(skip)('FS-22: scratch areas are private or read-only, never the host\'s', async () => {
