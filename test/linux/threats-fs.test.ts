@@ -172,10 +172,14 @@ describe.runIf(caps.linux)('file-system threats', () => {
             ['write', `${scene.ws}/.git/config`, '[core]\n\thooksPath = /var/tmp\n'],
             ['write', `${scene.ws}/.git/hooks/pre-commit`, '#!/bin/sh\necho pwned\n'],
             ['rename', `${scene.ws}/.codex`, `${scene.ws}/codex-old`],
+            ['link', `${scene.ws}/.git/config`, `${scene.ws}/config-alias`],
+            ['rename', `${scene.ws}/notgit/hooks`, `${scene.ws}/.git/hooks/planted`],
+            ['symlink', `${scene.ws}/notgit`, `${scene.ws}/.git/hooks/link`],
           ],
           { cwd: scene.ws, policy },
         );
         expectDenied(r, 'carve-out tampering', [...DENIED, 'ENOTEMPTY']);
+        expect(fs.existsSync(`${scene.ws}/config-alias`)).toBe(false);
         expectUnchanged(gitBefore, snapshot(`${scene.ws}/.git`), '.git');
         expect(fs.existsSync(`${scene.ws}/git-old`)).toBe(false);
         // Control: the same moves on an unprotected look-alike work inside the same sandbox.

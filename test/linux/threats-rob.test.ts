@@ -259,6 +259,12 @@ describe.runIf(caps.linux)('robustness', () => {
       await expectNoProcess(marker);
       const tmp = tmpdirFrom(r.stdout);
       if (tmp) expect(fs.existsSync(tmp), `${tmp} outlived the run`).toBe(false);
+      // A command that stops itself, or ignores TERM/INT/HUP, is still taken down.
+      const m2 = uniqueSleep();
+      markers.push(m2);
+      const stopped = await sh(`trap '' TERM INT HUP; sleep ${m2} & kill -STOP $$; wait`, { policy, timeout: 300 });
+      expect(stopped.timedOut).toBe(true);
+      await expectNoProcess(m2);
     });
 
     it.skipIf(skip)('ROB-09: kill() takes down the whole tree, setsid daemons included', async () => {
