@@ -198,6 +198,35 @@ describe.runIf(caps.linux)('file-system threats', () => {
       });
 
       // An independent repository nested in the workspace has hooks and config of its own.
+      // BUG-SYMLINK-CARVEOUT (reported): when a protected name is a symlink (.codex -> real,
+      // .git/hooks -> ../../shared-hooks), the target is bound read-only but the link itself is an
+      // ordinary entry of the writable root: the command removes it, makes a real directory of
+      // that name and plants config.toml / a hook, which stays on the host. Expected: the link is
+      // protected too (pin its parent or bind a placeholder over the name).
+      it.fails.runIf(!skip && isolated)('FS-06: a carve-out that is a symlink cannot be replaced', async () => {
+        fs.mkdirSync(`${scene.ws}/real`);
+        fs.symlinkSync('real', `${scene.ws}/.codex`);
+        git(scene.ws, 'init', '-q');
+        fs.renameSync(`${scene.ws}/.git/hooks`, `${scene.ws}/shared-hooks`);
+        fs.symlinkSync('../shared-hooks', `${scene.ws}/.git/hooks`);
+        const r = await probeOps(
+          [
+            ['write', `${scene.ws}/real/config.toml`, 'x'],
+            ['unlink', `${scene.ws}/.codex`],
+            ['mkdir', `${scene.ws}/.codex`],
+            ['write', `${scene.ws}/.codex/config.toml`, 'evil = 1'],
+            ['unlink', `${scene.ws}/.git/hooks`],
+            ['mkdir', `${scene.ws}/.git/hooks`],
+            ['write', `${scene.ws}/.git/hooks/pre-commit`, '#!/bin/sh\necho pwned\n'],
+          ],
+          { cwd: scene.ws, policy },
+        );
+        expect(r[0], 'the link target itself is protected').not.toBe('ok');
+        const planted = ['.codex/config.toml', '.git/hooks/pre-commit'].filter((p) => fs.existsSync(path.join(scene.ws, p)));
+        expect(planted, JSON.stringify(r)).toEqual([]);
+        expect(fs.lstatSync(`${scene.ws}/.codex`).isSymbolicLink()).toBe(true);
+      });
+
       it.runIf(!skip && isolated)('FS-08: a nested repository keeps its hooks and config read-only', async () => {
         git(scene.ws, 'init', '-q');
         fs.mkdirSync(`${scene.ws}/sub`);
