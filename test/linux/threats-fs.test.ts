@@ -243,6 +243,32 @@ describe.runIf(caps.linux)('file-system threats', () => {
         expectUnchanged(before, snapshot(`${scene.ws}/sub/.git`));
       });
 
+      // BUG-HOOKSPATH (reported): a repository whose (protected) config sets core.hooksPath to a
+      // directory inside the workspace, as husky does (.husky/_ or .husky), keeps that directory
+      // writable: a hook planted there runs at the next `git commit` outside the sandbox.
+      it.fails.runIf(!skip && isolated)('FS-12: hooks in a core.hooksPath directory inside the workspace stay read-only', async () => {
+        git(scene.ws, 'init', '-q');
+        git(scene.ws, 'config', 'core.hooksPath', '.husky');
+        fs.mkdirSync(`${scene.ws}/.husky`);
+        const r = await probeOps([['write', `${scene.ws}/.husky/pre-commit`, '#!/bin/sh\necho HOOK-RAN\n'], ['chmod', `${scene.ws}/.husky/pre-commit`, '755']], { cwd: scene.ws, policy });
+        const planted = fs.existsSync(`${scene.ws}/.husky/pre-commit`);
+        let ran = '';
+        if (planted) ran = git(scene.ws, 'commit', '-q', '--allow-empty', '-m', 'outside');
+        expect({ r, planted, ran }).toMatchObject({ planted: false });
+      });
+
+      // BUG-DEEP-NESTED (reported): nested repositories are searched 3 levels deep (and within
+      // 256 directories); a repository one level deeper keeps writable hooks and config, and the
+      // report does not say so.
+      it.fails.runIf(!skip && isolated)('FS-08: a nested repository four levels down keeps its hooks read-only', async () => {
+        git(scene.ws, 'init', '-q');
+        const deep = `${scene.ws}/a/b/c/d`;
+        fs.mkdirSync(deep, { recursive: true });
+        git(deep, 'init', '-q');
+        const r = await probeOps([['write', `${deep}/.git/hooks/pre-commit`, '#!/bin/sh\necho pwned\n']], { cwd: scene.ws, policy });
+        expectDenied(r, 'deep nested repo hook');
+      });
+
       it.runIf(!skip && isolated)('FS-09: a gitdir pointer file is followed and the pointer itself is protected', async () => {
         // ws/repo/.git is a pointer to ws/store (the gitdir lives inside the writable root too).
         fs.mkdirSync(`${scene.ws}/repo`);
