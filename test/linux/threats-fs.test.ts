@@ -726,7 +726,7 @@ describe.runIf(caps.linux)('file-system threats', () => {
       const outBefore = snapshot(scene.out);
       fs.mkdirSync(`${scene.ws}/mnt`);
       const code =
-        'import ctypes,os,sys\n' +
+        'import ctypes,os,sys,struct\n' +
         'libc=ctypes.CDLL(None,use_errno=True)\n' +
         'ws,out=sys.argv[1],sys.argv[2]\n' +
         'def t(r):\n  return "ok" if r==0 else str(ctypes.get_errno())\n' +
@@ -736,7 +736,12 @@ describe.runIf(caps.linux)('file-system threats', () => {
         '     t(libc.umount2((ws+"/.git/hooks").encode(),2)),\n' +
         '     t(libc.mount(b"tmpfs",(ws+"/mnt").encode(),b"tmpfs",0,None)),\n' +
         '     t(libc.mount(out.encode(),(ws+"/mnt").encode(),None,MS_BIND,None)),\n' +
-        '     t(libc.unshare(0x10000000|0x00020000))]\n' +
+        '     t(libc.unshare(0x10000000|0x00020000)),\n' +
+        '     t(libc.syscall(442,-100,b"/",0x8000,ctypes.c_char_p(struct.pack("QQQQ",0,1,0,0)),32)),\n' +
+        '     t(libc.syscall(155,ws.encode(),(ws+"/mnt").encode())),\n' +
+        '     t(libc.syscall(433,-100,b"/",0)),\n' +
+        '     t(libc.syscall(429,-100,(ws+"/mnt").encode(),-100,out.encode(),0)),\n' +
+        '     t(libc.syscall(161,(ws+"/mnt").encode()))]\n' +
         'print(" ".join(res))\n' +
         'open(out+"/ro.txt","w").write("pwned")\n';
       const r = await py(code, [scene.ws, scene.out], { cwd: scene.ws, policy });
