@@ -493,6 +493,24 @@ describe.runIf(caps.linux)('file-system threats', () => {
       expect(fs.readdirSync(scene.ws)).toEqual([]);
     });
 
+    // BUG-BLOCKDEV (reported, Landlock mode as root): /dev is readable (read-all, and /dev is in
+    // the platform read defaults even with read roots), and uid 0 owns the block devices, so the
+    // command opens raw disks for reading: on an ordinary host that is every file, deny-read ones
+    // included. (This VM refuses /dev/vda even to root, so a loop or zram device stands in.)
+    const blockDev = ['/dev/sda', '/dev/nvme0n1', '/dev/vda', '/dev/loop0', '/dev/zram0'].find((d) => {
+      try {
+        fs.closeSync(fs.openSync(d, 'r'));
+        return true;
+      } catch {
+        return false;
+      }
+    });
+    (isolated ? it : it.fails).skipIf(skip || !caps.root || !blockDev)('FS-16 (root): raw block devices cannot be opened for reading', async () => {
+      const r = await probeOps([['open', blockDev!, 'r']], { cwd: scene.ws, policy });
+      expect(['EACCES', 'EPERM', 'ENOENT']).toContain(r[0]);
+      expect(await probeOps([['open', blockDev!, 'r']], { cwd: scene.ws, policy: null })).toEqual(['ok']);
+    });
+
     it.skipIf(skip || !caps.root)('FS-16 control (root): mknod works unsandboxed', async () => {
       const r = await py('import os,sys\nos.mknod(sys.argv[1]+"/null2", 0o600|0o020000, os.makedev(1,3)); print("ok")', [scene.out], { cwd: scene.ws, policy: null });
       expect(r.stdout.trim()).toBe('ok');
