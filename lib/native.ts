@@ -23,7 +23,7 @@ export interface LinuxNativePlan {
   landlock?: {
     net: 'none' | 'proxy' | 'full';
     scopeSignals?: boolean;
-    rules: Array<{ path: string; access: 'read' | 'write' | 'device' }>;
+    rules: Array<{ path: string; access: 'read' | 'write' | 'device' | 'list' }>;
     connectPorts?: number[];
   };
   seccomp?: { net: 'none' | 'proxy' | 'full' };

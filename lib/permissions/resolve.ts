@@ -149,6 +149,47 @@ function listDirs(dir: string): string[] {
 }
 
 /** The protected metadata paths of one writable root (canonical, possibly missing). */
+/**
+ * Paths a git config file points at that decide what code runs: core.hooksPath and the files it
+ * includes (include.path, includeIf.*.path), followed through nested includes. Relative hooksPath
+ * resolves against the worktree, relative includes against the including file.
+ */
+export function gitConfigCodePaths(configFile: string, worktree: string, depth = 0): string[] {
+  const text = readTextOrNull(configFile);
+  if (text === null || depth > 4) return [];
+  const out: string[] = [];
+  const home = process.env.HOME ?? '';
+  const expand = (v: string, base: string) => {
+    const t = v.trim().replace(/^"(.*)"$/, '$1');
+    if (t === '') return null;
+    if (t.startsWith('~/')) return path.join(home, t.slice(2));
+    return path.resolve(base, t);
+  };
+  let section = '';
+  for (const raw of text.split(/\r?\n/)) {
+    const line = raw.replace(/(^|\s)[#;].*$/, '').trim();
+    const sec = /^\[\s*([A-Za-z0-9.-]+)(?:\s+"[^"]*")?\s*\]/.exec(line);
+    if (sec) {
+      section = sec[1]!.toLowerCase();
+      continue;
+    }
+    const kv = /^([A-Za-z0-9-]+)\s*=\s*(.*)$/.exec(line);
+    if (!kv) continue;
+    const key = kv[1]!.toLowerCase();
+    if (section === 'core' && key === 'hookspath') {
+      const p = expand(kv[2]!, worktree);
+      if (p) out.push(canonicalizeMaybeMissing(p));
+    } else if ((section === 'include' || section === 'includeif') && key === 'path') {
+      const p = expand(kv[2]!, path.dirname(configFile));
+      if (p) {
+        out.push(canonicalizeMaybeMissing(p));
+        out.push(...gitConfigCodePaths(p, worktree, depth + 1));
+      }
+    }
+  }
+  return out;
+}
+
 /** Nested repositories are searched this deep below a writable root, within this many directories. */
 export const NESTED_REPO_MAX_DEPTH = 3;
 export const NESTED_REPO_MAX_DIRS = 256;
@@ -200,6 +241,9 @@ export function protectedMetadataFor(root: string, git: GitProtection, nested = 
     // (Known gap: a planted commondir; `git: 'whole'` closes it.)
     const commondir = path.join(gitdir, 'commondir');
     if (lstatOrNull(commondir) !== null) out.push(commondir);
+    // Settings can live outside .git: core.hooksPath (husky's .husky/, say) and included config
+    // files. Where those sit in the workspace they are as dangerous as .git/hooks itself.
+    for (const name of ['config', 'config.worktree']) out.push(...gitConfigCodePaths(path.join(gitdir, name), root));
     // Existing submodule gitdirs (<gitdir>/modules/<name>, nested) carry their own hooks/config.
     if (depth < 3) {
       for (const mod of listDirs(path.join(gitdir, 'modules'))) addGitDir(mod, depth + 1);

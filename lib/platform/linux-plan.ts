@@ -114,14 +114,43 @@ function requireSeccomp(probe: LinuxProbe): void {
   }
 }
 
+/** Device files any tool may read (Landlock mode grants these instead of all of /dev). */
+const DEVICE_READS = ['/dev/random', '/dev/urandom', '/dev/fd', '/dev/stdin', '/dev/stdout', '/dev/stderr'];
+
+type LandlockRule = { path: string; access: 'read' | 'write' | 'device' | 'list' };
+
+/**
+ * "Read everything" for Landlock mode. Landlock rules only add, so "/" would include the host's
+ * /dev: as root that means raw disks (FS-16). Instead: every top-level entry but /dev, listing
+ * anywhere, and the harmless device files by name. (Isolated mode's /dev is our own minimal one.)
+ */
+function landlockReadAllRules(): LandlockRule[] {
+  const out: LandlockRule[] = [{ path: '/', access: 'list' }];
+  let names: string[] = [];
+  try {
+    names = fs.readdirSync('/');
+  } catch {
+    names = [];
+  }
+  for (const n of names) if (n !== 'dev') out.push({ path: `/${n}`, access: 'read' });
+  for (const d of DEVICE_READS) out.push({ path: d, access: 'read' });
+  return out;
+}
+
 function landlockRules(input: LinuxPlanInput, mode: 'isolated' | 'landlock') {
   const { rules } = input;
-  const out: Array<{ path: string; access: 'read' | 'write' | 'device' }> = [];
+  const out: LandlockRule[] = [];
   if (rules.readAll) {
-    out.push({ path: '/', access: 'read' });
+    if (mode === 'isolated') out.push({ path: '/', access: 'read' });
+    else out.push(...landlockReadAllRules());
   } else {
-    const reads = new Set([...PLATFORM_READ_DEFAULTS, ...rules.readRoots, input.file, input.cwd]);
+    const defaults = mode === 'isolated' ? PLATFORM_READ_DEFAULTS : PLATFORM_READ_DEFAULTS.filter((d) => d !== '/dev');
+    const reads = new Set([...defaults, ...rules.readRoots, input.file, input.cwd]);
     for (const r of reads) out.push({ path: r, access: 'read' });
+    if (mode === 'landlock') {
+      out.push({ path: '/dev', access: 'list' });
+      for (const d of DEVICE_READS) out.push({ path: d, access: 'read' });
+    }
   }
   for (const w of rules.writeRoots) out.push({ path: w, access: 'write' });
   for (const d of DEVICE_RULES) out.push({ path: d, access: 'device' });

@@ -179,6 +179,7 @@ void FillLandlock(Napi::Env env, const Napi::Object& o, LandlockPlan* ll) {
     std::string access = GetString(r, "access");
     uint64_t bits = LandlockReadAccess(abi);
     if (access == "write") bits = LandlockWriteAccess(abi);
+    if (access == "list") bits = landlock::kFsReadDir;
     if (access == "device") {
       bits |= landlock::kFsWriteFile | (abi >= 5 ? landlock::kFsIoctlDev : 0) | (abi >= 3 ? landlock::kFsTruncate : 0);
     }
