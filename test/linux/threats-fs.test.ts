@@ -227,6 +227,21 @@ describe.runIf(caps.linux)('file-system threats', () => {
         expect(fs.lstatSync(`${scene.ws}/.codex`).isSymbolicLink()).toBe(true);
       });
 
+      it.runIf(!skip && isolated)("git: 'whole' keeps all of .git read-only; hooks-and-config keeps objects writable", async () => {
+        git(scene.ws, 'init', '-q');
+        fs.writeFileSync(`${scene.ws}/a.txt`, 'a');
+        const before = snapshot(`${scene.ws}/.git`);
+        const env = { ...BASE_ENV, HOME: scene.ws, GIT_CONFIG_NOSYSTEM: '1', GIT_AUTHOR_NAME: 'a', GIT_AUTHOR_EMAIL: 'a@b', GIT_COMMITTER_NAME: 'a', GIT_COMMITTER_EMAIL: 'a@b' };
+        const whole = modePolicy(mode, { filesystem: { write: [scene.ws], git: 'whole' } });
+        const r = await sh('git add a.txt && git commit -qm x; echo rc=$?; echo y > .git/description; echo desc=$?', { cwd: scene.ws, env, policy: whole });
+        expect(r.stdout).toMatch(/rc=[1-9]/);
+        expect(r.stdout).toMatch(/desc=[1-9]/);
+        expectUnchanged(before, snapshot(`${scene.ws}/.git`));
+        // Control: the default protection lets the same commit through.
+        const ok = await sh('git add a.txt && git commit -qm x; echo rc=$?', { cwd: scene.ws, env, policy });
+        expect(ok.stdout.trim()).toBe('rc=0');
+      });
+
       it.runIf(!skip && isolated)('FS-08: a nested repository keeps its hooks and config read-only', async () => {
         git(scene.ws, 'init', '-q');
         fs.mkdirSync(`${scene.ws}/sub`);
