@@ -203,7 +203,7 @@ describe.runIf(caps.linux)('file-system threats', () => {
       // ordinary entry of the writable root: the command removes it, makes a real directory of
       // that name and plants config.toml / a hook, which stays on the host. Expected: the link is
       // protected too (pin its parent or bind a placeholder over the name).
-      it.fails.runIf(!skip && isolated)('FS-06: a carve-out that is a symlink cannot be replaced', async () => {
+      it.runIf(!skip && isolated).fails('FS-06: a carve-out that is a symlink cannot be replaced', async () => {
         fs.mkdirSync(`${scene.ws}/real`);
         fs.symlinkSync('real', `${scene.ws}/.codex`);
         git(scene.ws, 'init', '-q');
@@ -261,7 +261,7 @@ describe.runIf(caps.linux)('file-system threats', () => {
       // BUG-HOOKSPATH (reported): a repository whose (protected) config sets core.hooksPath to a
       // directory inside the workspace, as husky does (.husky/_ or .husky), keeps that directory
       // writable: a hook planted there runs at the next `git commit` outside the sandbox.
-      it.fails.runIf(!skip && isolated)('FS-12: hooks in a core.hooksPath directory inside the workspace stay read-only', async () => {
+      it.runIf(!skip && isolated).fails('FS-12: hooks in a core.hooksPath directory inside the workspace stay read-only', async () => {
         git(scene.ws, 'init', '-q');
         git(scene.ws, 'config', 'core.hooksPath', '.husky');
         fs.mkdirSync(`${scene.ws}/.husky`);
@@ -275,7 +275,7 @@ describe.runIf(caps.linux)('file-system threats', () => {
       // BUG-DEEP-NESTED (reported): nested repositories are searched 3 levels deep (and within
       // 256 directories); a repository one level deeper keeps writable hooks and config, and the
       // report does not say so.
-      it.fails.runIf(!skip && isolated)('FS-08: a nested repository four levels down keeps its hooks read-only', async () => {
+      it.runIf(!skip && isolated).fails('FS-08: a nested repository four levels down keeps its hooks read-only', async () => {
         git(scene.ws, 'init', '-q');
         const deep = `${scene.ws}/a/b/c/d`;
         fs.mkdirSync(deep, { recursive: true });
@@ -335,7 +335,7 @@ describe.runIf(caps.linux)('file-system threats', () => {
       // plant .git/config (core.fsmonitor, core.hooksPath) or .git/hooks/* that the next `git
       // status` outside the sandbox runs. Protecting a missing .git conflicts with `git init` in a
       // fresh workspace (tools.test.ts); the lead decides. Remove `.fails` (or this test) then.
-      it.fails.runIf(!skip && isolated)('FS-10: a workspace without .git cannot gain git metadata that runs outside later', async () => {
+      it.runIf(!skip && isolated).fails('FS-10: a workspace without .git cannot gain git metadata that runs outside later', async () => {
         const r = await probeOps(
           [
             ['mkdirp', `${scene.ws}/.git/hooks`],
@@ -353,7 +353,7 @@ describe.runIf(caps.linux)('file-system threats', () => {
       // the placeholder, which detaches B's bind, and B then creates .codex/config.toml for real.
       // Agents run commands concurrently in one workspace, so this is reachable. Remove `.fails`
       // once placeholders no longer live on the host (or are reference-counted).
-      it.fails.runIf(!skip && isolated)('FS-10: a concurrent run cannot lose its protection when another run cleans up', async () => {
+      it.runIf(!skip && isolated).fails('FS-10: a concurrent run cannot lose its protection when another run cleans up', async () => {
         const a = sh('sleep 0.5', { cwd: scene.ws, policy });
         // Wait until A's placeholders exist, then start B.
         for (let i = 0; i < 100 && !fs.existsSync(`${scene.ws}/.codex`); i++) await new Promise((res) => setTimeout(res, 20));
@@ -520,7 +520,7 @@ describe.runIf(caps.linux)('file-system threats', () => {
         return false;
       }
     });
-    (isolated ? it : it.fails).skipIf(skip || !caps.root || !blockDev)('FS-16 (root): raw block devices cannot be opened for reading', async () => {
+    (isolated ? it.skipIf(skip || !caps.root || !blockDev) : it.skipIf(skip || !caps.root || !blockDev).fails)('FS-16 (root): raw block devices cannot be opened for reading', async () => {
       const r = await probeOps([['open', blockDev!, 'r']], { cwd: scene.ws, policy });
       expect(['EACCES', 'EPERM', 'ENOENT']).toContain(r[0]);
       expect(await probeOps([['open', blockDev!, 'r']], { cwd: scene.ws, policy: null })).toEqual(['ok']);
@@ -692,7 +692,7 @@ describe.runIf(caps.linux)('file-system threats', () => {
     // dropped silently (the report even says denyRead 'not-requested'); a secret written there
     // during the run (a credential refresh, a build step) is then readable. Expected: enforced
     // (e.g. a mask on the nearest existing parent's entry) or refused/listed as a gap.
-    it.fails.runIf(!skip && isolated)('FS-20: a deny-read path created during the run stays unreadable (or the gap is reported)', async () => {
+    it.runIf(!skip && isolated).fails('FS-20: a deny-read path created during the run stays unreadable (or the gap is reported)', async () => {
       const later = `${scene.out}/later`;
       const pol = modePolicy(mode, { filesystem: { write: [scene.ws], denyRead: [later] } });
       const child = sh(`while [ ! -e ${scene.root}/go ]; do sleep 0.05; done; cat ${later}/secret 2>/dev/null`, { cwd: scene.ws, policy: pol });
@@ -708,7 +708,7 @@ describe.runIf(caps.linux)('file-system threats', () => {
     // lib/permissions/resolve.ts: most specific wins) fails to spawn with ELANDLOCK_UNSUPPORTED
     // "landlock_restrict_self(2) failed: EACCES": the mask is mounted after the writable bind and
     // hides it. Expected: the nested root is re-exposed (or a policy error that says why).
-    it.fails.runIf(!skip && isolated)('FS-20: a writable root nested in a deny-read directory works, its siblings stay hidden', async () => {
+    it.runIf(!skip && isolated).fails('FS-20: a writable root nested in a deny-read directory works, its siblings stay hidden', async () => {
       const pol = modePolicy(mode, { filesystem: { write: [`${scene.out}/dir`], denyRead: [scene.out] } });
       const r = await probeOps([['read', `${scene.out}/secret.txt`], ['write', `${scene.out}/dir/new.txt`, 'n']], { cwd: '/', policy: pol });
       expect(r[0]!.startsWith('ok')).toBe(false);
