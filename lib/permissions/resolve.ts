@@ -102,6 +102,11 @@ function canonicalizeEntry(e: ResolverEntry): CanonEntry | null {
         detail: { field: e.source, path: e.path },
       });
     }
+    // A deny-read path that does not exist yet must not become readable once created: keep it, so
+    // planners can hold its place (Linux) or match it by name (macOS).
+    if (e.access === 'deny' && e.missing !== 'skip') {
+      return { path: canonicalizeMaybeMissing(e.path), access: e.access, source: e.source, protectMissingMetadata: false };
+    }
     return null;
   }
   return { path: real, access: e.access, source: e.source, protectMissingMetadata: e.protectMissingMetadata !== false };

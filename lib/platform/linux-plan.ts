@@ -220,7 +220,8 @@ export function planMounts(input: LinuxPlanInput): { mounts: LinuxMountOp[]; tmp
       mounts.push({ kind: MountKind.BindRo, path: p });
     } else {
       // A missing protected path becomes an empty read-only placeholder so it cannot be created.
-      const looksLikeFile = path.basename(p) === 'config' || /\.[a-z0-9]+$/i.test(path.basename(p));
+      // `config`, `config.worktree`, `x.cfg` are files; `.codex`, `.agents`, `hooks` directories.
+      const looksLikeFile = path.basename(p) === 'config' || /^[^.].*\.[a-z0-9]+$/i.test(path.basename(p));
       mounts.push({ kind: looksLikeFile ? MountKind.GhostFile : MountKind.GhostDir, path: p });
       ghosts.push(p);
     }
@@ -229,7 +230,17 @@ export function planMounts(input: LinuxPlanInput): { mounts: LinuxMountOp[]; tmp
 
   for (const d of rules.denyRead) {
     const st = lstatOrNull(d);
-    if (!st) continue;
+    if (!st) {
+      // Missing at start: inside a writable root it could be created and then read, so an empty
+      // placeholder holds the name under an unreadable mask for the run (removed afterwards).
+      const inWritable = writeRoots.some((w) => isUnder(d, w) && d !== w);
+      if (inWritable && lstatOrNull(path.dirname(d))?.isDirectory()) {
+        mounts.push({ kind: MountKind.Mkdir, path: d });
+        mounts.push({ kind: MountKind.MaskDir, path: d });
+        ghosts.push(d);
+      }
+      continue;
+    }
     mounts.push({ kind: st.isDirectory() ? MountKind.MaskDir : MountKind.MaskFile, path: d });
   }
   mounts.push({ kind: MountKind.Proc, path: '/proc' });
