@@ -164,10 +164,11 @@ function landlockRules(input: LinuxPlanInput, mode: 'isolated' | 'landlock') {
 }
 
 /** Mount steps for isolated mode, in execution order. */
-export function planMounts(input: LinuxPlanInput): { mounts: LinuxMountOp[]; tmpSlots: number; ghosts: string[] } {
+export function planMounts(input: LinuxPlanInput): { mounts: LinuxMountOp[]; tmpSlots: number; ghosts: string[]; gaps: string[] } {
   const { rules, cwd } = input;
   const mounts: LinuxMountOp[] = [];
   const ghosts: string[] = [];
+  const gaps: string[] = [];
   let tmpSlots = 0;
 
   if (rules.tmp === 'private') {
@@ -216,7 +217,21 @@ export function planMounts(input: LinuxPlanInput): { mounts: LinuxMountOp[]; tmp
       pinned.add(dir);
       mounts.push({ kind: MountKind.Pin, path: dir });
     }
-    if (st) {
+    if (st?.isSymbolicLink()) {
+      // A mount cannot be placed on a symlink: its target can be made read-only, but the link
+      // itself stays an ordinary entry of the writable root, which the command could replace
+      // with a real directory holding planted config. Refuse rather than pretend.
+      if (!rules.degraded) {
+        throw new SandboxError(
+          'EUNSUPPORTED_POLICY',
+          `the protected path ${p} is a symlink inside the writable root ${root}; the link itself cannot be made ` +
+            `read-only. Replace it with the real directory or file, or pass degraded: true to accept the gap`,
+          { detail: { path: p } },
+        );
+      }
+      gaps.push(`the protected symlink ${p} can be replaced (only its target is read-only)`);
+      mounts.push({ kind: MountKind.BindRo, path: p });
+    } else if (st) {
       mounts.push({ kind: MountKind.BindRo, path: p });
     } else {
       // A missing protected path becomes an empty read-only placeholder so it cannot be created.
@@ -246,7 +261,7 @@ export function planMounts(input: LinuxPlanInput): { mounts: LinuxMountOp[]; tmp
   mounts.push({ kind: MountKind.Proc, path: '/proc' });
   if (rules.network.kind !== 'full') mounts.push({ kind: MountKind.Sys, path: '/sys' });
   mounts.push({ kind: MountKind.Dev, path: '/dev' });
-  return { mounts, tmpSlots, ghosts };
+  return { mounts, tmpSlots, ghosts, gaps };
 }
 
 export function planLinux(original: LinuxPlanInput): LinuxPlan {
@@ -304,6 +319,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     if (net === 'proxy') native.proxyPort = input.proxyPort;
     native.rlimitNproc = limits.maxProcesses ?? DEFAULT_MAX_PROCESSES;
     ghosts = m.ghosts;
+    gaps.push(...m.gaps);
     namespaces = ['user', 'mnt', 'pid', 'ipc', 'uts', ...(net !== 'full' ? ['net'] : [])];
   } else {
     if (limits.maxProcesses) native.rlimitNproc = limits.maxProcesses;
@@ -354,7 +370,8 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     guarantees: {
       filesystemRead: rules.readAll ? 'not-requested' : 'enforced',
       filesystemWrite: isolated ? 'enforced' : 'partial',
-      protectedPaths: rules.readOnly.length === 0 ? 'not-requested' : isolated ? 'enforced' : 'not-enforced',
+      protectedPaths:
+        rules.readOnly.length === 0 ? 'not-requested' : !isolated ? 'not-enforced' : gaps.length > 0 ? 'partial' : 'enforced',
       denyRead: rules.denyRead.length === 0 ? 'not-requested' : isolated ? 'enforced' : 'partial',
       network: net === 'full' ? 'not-requested' : net === 'proxy' && !isolated ? 'partial' : 'enforced',
       processIsolation: isolated ? 'enforced' : 'partial',
