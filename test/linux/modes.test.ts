@@ -71,6 +71,18 @@ describe.runIf(caps.linux)('modes and reports', () => {
     }
   });
 
+  // Regression seen at 8d658ed: Landlock rules for /dev/stdin, /dev/stdout, /dev/stderr and
+  // /dev/fd are opened (O_PATH, following the links) in the child, where they resolve to its own
+  // stdio; a pipe or socket there lives on an internal mount and landlock_add_rule(2) answers
+  // EBADFD, so every spawn with piped stdio failed with "landlock_restrict_self(2) failed: EBADFD".
+  it.runIf(caps.landlock)('Landlock mode spawns with piped, ignored and inherited-file stdio', async () => {
+    const policy: SandboxPolicy = { mode: 'landlock', degraded: true };
+    for (const stdio of [['pipe', 'pipe', 'pipe'], ['ignore', 'pipe', 'ignore'], ['ignore', 'ignore', 'ignore']] as const) {
+      const r = await run('/bin/sh', ['-c', 'echo ok'], { env: BASE_ENV, policy, stdio: [...stdio] });
+      expect(r.code, JSON.stringify(stdio)).toBe(0);
+    }
+  });
+
   it('policy: null runs unsandboxed and says so', async () => {
     const r = await run('/bin/cat', ['/proc/self/status'], { env: BASE_ENV, policy: null });
     expect(r.enforcement).toMatchObject({ sandboxed: false, mode: 'none' });
