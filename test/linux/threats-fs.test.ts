@@ -198,33 +198,38 @@ describe.runIf(caps.linux)('file-system threats', () => {
       });
 
       // An independent repository nested in the workspace has hooks and config of its own.
-      // BUG-SYMLINK-CARVEOUT (reported): when a protected name is a symlink (.codex -> real,
-      // .git/hooks -> ../../shared-hooks), the target is bound read-only but the link itself is an
-      // ordinary entry of the writable root: the command removes it, makes a real directory of
-      // that name and plants config.toml / a hook, which stays on the host. Expected: the link is
-      // protected too (pin its parent or bind a placeholder over the name).
-      it.runIf(!skip && isolated).fails('FS-06: a carve-out that is a symlink cannot be replaced', async () => {
+      // A protected name that is a symlink (.codex -> real, .git/hooks -> ../shared-hooks): the
+      // link itself is an ordinary entry of the writable root, so the command could remove it,
+      // make a real directory of that name and plant config.toml / a hook. Secure outcomes: the
+      // run is refused with a code, or the link cannot be replaced.
+      it.runIf(!skip && isolated)('FS-06: a carve-out that is a symlink cannot be replaced', async () => {
         fs.mkdirSync(`${scene.ws}/real`);
         fs.symlinkSync('real', `${scene.ws}/.codex`);
         git(scene.ws, 'init', '-q');
         fs.renameSync(`${scene.ws}/.git/hooks`, `${scene.ws}/shared-hooks`);
         fs.symlinkSync('../shared-hooks', `${scene.ws}/.git/hooks`);
-        const r = await probeOps(
-          [
-            ['write', `${scene.ws}/real/config.toml`, 'x'],
-            ['unlink', `${scene.ws}/.codex`],
-            ['mkdir', `${scene.ws}/.codex`],
-            ['write', `${scene.ws}/.codex/config.toml`, 'evil = 1'],
-            ['unlink', `${scene.ws}/.git/hooks`],
-            ['mkdir', `${scene.ws}/.git/hooks`],
-            ['write', `${scene.ws}/.git/hooks/pre-commit`, '#!/bin/sh\necho pwned\n'],
-          ],
-          { cwd: scene.ws, policy },
-        );
-        expect(r[0], 'the link target itself is protected').not.toBe('ok');
+        const ops = [
+          ['write', `${scene.ws}/real/config.toml`, 'x'],
+          ['unlink', `${scene.ws}/.codex`],
+          ['mkdir', `${scene.ws}/.codex`],
+          ['write', `${scene.ws}/.codex/config.toml`, 'evil = 1'],
+          ['unlink', `${scene.ws}/.git/hooks`],
+          ['mkdir', `${scene.ws}/.git/hooks`],
+          ['write', `${scene.ws}/.git/hooks/pre-commit`, '#!/bin/sh\necho pwned\n'],
+        ];
+        let r: string[] | null = null;
+        try {
+          r = await probeOps(ops, { cwd: scene.ws, policy });
+        } catch (e) {
+          expect(e, 'refused before anything ran').toMatchObject({ name: 'SandboxError', code: expect.stringMatching(/^E[A-Z_]+$/) });
+        }
+        if (r) expect(r[0], 'the link target itself is protected').not.toBe('ok');
         const planted = ['.codex/config.toml', '.git/hooks/pre-commit'].filter((p) => fs.existsSync(path.join(scene.ws, p)));
         expect(planted, JSON.stringify(r)).toEqual([]);
         expect(fs.lstatSync(`${scene.ws}/.codex`).isSymbolicLink()).toBe(true);
+        // Control: with degraded: true (the documented escape hatch) the run goes ahead.
+        const d = await run('/bin/true', [], { cwd: scene.ws, env: BASE_ENV, policy: { ...policy, degraded: true } }).catch((e: unknown) => e);
+        expect(d).toMatchObject({ code: 0 });
       });
 
       it.runIf(!skip && isolated)("git: 'whole' keeps all of .git read-only; hooks-and-config keeps objects writable", async () => {
