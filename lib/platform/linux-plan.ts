@@ -115,7 +115,9 @@ function requireSeccomp(probe: LinuxProbe): void {
 }
 
 /** Device files any tool may read (Landlock mode grants these instead of all of /dev). */
-const DEVICE_READS = ['/dev/random', '/dev/urandom', '/dev/fd', '/dev/stdin', '/dev/stdout', '/dev/stderr'];
+// (/dev/fd and /dev/std* are symlinks into /proc, which is readable; a rule on them would resolve
+// to the command's own pipes, which Landlock refuses.)
+const DEVICE_READS = ['/dev/random', '/dev/urandom'];
 
 type LandlockRule = { path: string; access: 'read' | 'write' | 'device' | 'list' };
 
