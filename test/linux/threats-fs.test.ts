@@ -513,10 +513,9 @@ describe.runIf(caps.linux)('file-system threats', () => {
       expect(fs.readdirSync(scene.ws)).toEqual([]);
     });
 
-    // BUG-BLOCKDEV (reported, Landlock mode as root): /dev is readable (read-all, and /dev is in
-    // the platform read defaults even with read roots), and uid 0 owns the block devices, so the
-    // command opens raw disks for reading: on an ordinary host that is every file, deny-read ones
-    // included. (This VM refuses /dev/vda even to root, so a loop or zram device stands in.)
+    // As root, uid 0 owns the block devices: only the sandbox keeps raw disks (every file,
+    // deny-read ones included) closed. (This VM refuses /dev/vda even to root, so a loop or zram
+    // device stands in.)
     const blockDev = ['/dev/sda', '/dev/nvme0n1', '/dev/vda', '/dev/loop0', '/dev/zram0'].find((d) => {
       try {
         fs.closeSync(fs.openSync(d, 'r'));
@@ -525,7 +524,7 @@ describe.runIf(caps.linux)('file-system threats', () => {
         return false;
       }
     });
-    (isolated ? it.skipIf(skip || !caps.root || !blockDev) : it.skipIf(skip || !caps.root || !blockDev).fails)('FS-16 (root): raw block devices cannot be opened for reading', async () => {
+    it.skipIf(skip || !caps.root || !blockDev)('FS-16 (root): raw block devices cannot be opened for reading', async () => {
       const r = await probeOps([['open', blockDev!, 'r']], { cwd: scene.ws, policy });
       expect(['EACCES', 'EPERM', 'ENOENT']).toContain(r[0]);
       expect(await probeOps([['open', blockDev!, 'r']], { cwd: scene.ws, policy: null })).toEqual(['ok']);
