@@ -166,11 +166,22 @@ function landlockRules(input: LinuxPlanInput, mode: 'isolated' | 'landlock') {
 }
 
 /** Mount steps for isolated mode, in execution order. */
-export function planMounts(input: LinuxPlanInput): { mounts: LinuxMountOp[]; tmpSlots: number; ghosts: string[]; gaps: string[] } {
+export interface MountPlan {
+  mounts: LinuxMountOp[];
+  tmpSlots: number;
+  ghosts: string[];
+  /** Protected paths only partly protected (degraded). */
+  protectGaps: string[];
+  /** Deny-read paths only partly enforced. */
+  denyGaps: string[];
+}
+
+export function planMounts(input: LinuxPlanInput): MountPlan {
   const { rules, cwd } = input;
   const mounts: LinuxMountOp[] = [];
   const ghosts: string[] = [];
-  const gaps: string[] = [];
+  const protectGaps: string[] = [];
+  const denyGaps: string[] = [];
   let tmpSlots = 0;
 
   if (rules.tmp === 'private') {
@@ -231,7 +242,7 @@ export function planMounts(input: LinuxPlanInput): { mounts: LinuxMountOp[]; tmp
           { detail: { path: p } },
         );
       }
-      gaps.push(`the protected symlink ${p} can be replaced (only its target is read-only)`);
+      protectGaps.push(`the protected symlink ${p} can be replaced (only its target is read-only)`);
       mounts.push({ kind: MountKind.BindRo, path: p });
     } else if (st) {
       mounts.push({ kind: MountKind.BindRo, path: p });
@@ -255,6 +266,9 @@ export function planMounts(input: LinuxPlanInput): { mounts: LinuxMountOp[]; tmp
         mounts.push({ kind: MountKind.Mkdir, path: d });
         mounts.push({ kind: MountKind.MaskDir, path: d });
         ghosts.push(d);
+      } else if (!inWritable) {
+        // The command cannot create it, but the host could, during the run.
+        denyGaps.push(`the deny-read path ${d} did not exist at start; if something outside creates it during the run, it is readable`);
       }
       continue;
     }
@@ -263,7 +277,7 @@ export function planMounts(input: LinuxPlanInput): { mounts: LinuxMountOp[]; tmp
   mounts.push({ kind: MountKind.Proc, path: '/proc' });
   if (rules.network.kind !== 'full') mounts.push({ kind: MountKind.Sys, path: '/sys' });
   mounts.push({ kind: MountKind.Dev, path: '/dev' });
-  return { mounts, tmpSlots, ghosts, gaps };
+  return { mounts, tmpSlots, ghosts, protectGaps, denyGaps };
 }
 
 export function planLinux(original: LinuxPlanInput): LinuxPlan {
@@ -313,6 +327,8 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
   if (limits.openFiles) native.rlimitNofile = limits.openFiles;
   let ghosts: string[] = [];
   let namespaces: string[] = [];
+  let protectPartial = false;
+  let denyPartial = false;
   if (mode === 'isolated') {
     const m = planMounts(input);
     native.mounts = m.mounts;
@@ -321,7 +337,9 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     if (net === 'proxy') native.proxyPort = input.proxyPort;
     native.rlimitNproc = limits.maxProcesses ?? DEFAULT_MAX_PROCESSES;
     ghosts = m.ghosts;
-    gaps.push(...m.gaps);
+    gaps.push(...m.protectGaps, ...m.denyGaps);
+    protectPartial = m.protectGaps.length > 0;
+    denyPartial = m.denyGaps.length > 0;
     namespaces = ['user', 'mnt', 'pid', 'ipc', 'uts', ...(net !== 'full' ? ['net'] : [])];
   } else {
     if (limits.maxProcesses) native.rlimitNproc = limits.maxProcesses;
@@ -339,6 +357,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       gaps.push(`the proxy listens on the host's 127.0.0.1:${input.proxyPort}, so other local processes can use it too (and are attributed to this sandbox)`);
     }
     gaps.push('host processes stay visible in /proc (command lines, not memory or environment)');
+    gaps.push("other terminals of the same user (/dev/pts/*) can be opened and written (the host's devpts is shared)");
     if (abi < 4 && net !== 'full') gaps.push(`Landlock ABI ${abi} has no TCP rules; seccomp alone blocks sockets`);
     if (abi < 6) gaps.push(`Landlock ABI ${abi} has no signal or abstract-socket scoping`);
     if (probe.euid !== 0) gaps.push('the capability bounding set cannot be emptied without privileges (no_new_privs still blocks gaining capabilities)');
@@ -373,8 +392,8 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       filesystemRead: rules.readAll ? 'not-requested' : 'enforced',
       filesystemWrite: isolated ? 'enforced' : 'partial',
       protectedPaths:
-        rules.readOnly.length === 0 ? 'not-requested' : !isolated ? 'not-enforced' : gaps.length > 0 ? 'partial' : 'enforced',
-      denyRead: rules.denyRead.length === 0 ? 'not-requested' : isolated ? 'enforced' : 'partial',
+        rules.readOnly.length === 0 ? 'not-requested' : !isolated ? 'not-enforced' : protectPartial ? 'partial' : 'enforced',
+      denyRead: rules.denyRead.length === 0 ? 'not-requested' : isolated && !denyPartial ? 'enforced' : 'partial',
       network: net === 'full' ? 'not-requested' : net === 'proxy' && !isolated ? 'partial' : 'enforced',
       processIsolation: isolated ? 'enforced' : 'partial',
       // Landlock mode: init is a subreaper, so every orphan of the tree (setsid daemons too) is

@@ -52,6 +52,33 @@ function removeTmpDir(dir: string): void {
   }
 }
 
+/**
+ * Placeholders (missing protected or deny-read paths) live on the host for a run's duration.
+ * Concurrent runs in one workspace share them: a later run sees the placeholder as an existing
+ * path and binds it, and removing it would detach that bind. So every run that relies on a
+ * placeholder holds a reference, and the last one out removes it.
+ */
+const placeholderRefs = new Map<string, number>();
+
+function holdPlaceholders(created: string[], protectedPaths: string[]): string[] {
+  const held = [...created];
+  for (const p of protectedPaths) if (placeholderRefs.has(p) && !created.includes(p)) held.push(p);
+  for (const p of held) placeholderRefs.set(p, (placeholderRefs.get(p) ?? 0) + 1);
+  return held;
+}
+
+function releasePlaceholders(held: string[]): void {
+  for (const p of held) {
+    const n = (placeholderRefs.get(p) ?? 1) - 1;
+    if (n > 0) {
+      placeholderRefs.set(p, n);
+    } else {
+      placeholderRefs.delete(p);
+      removeGhost(p);
+    }
+  }
+}
+
 function removeGhost(p: string): void {
   // Only a placeholder we made: an empty directory, or an empty read-only file.
   try {
@@ -179,7 +206,7 @@ export function createLinuxBackend(native: NativeBinding): Backend {
           const p = planLinux({ rules, file: req.file, argv: req.argv, env: planEnv, cwd: req.cwd, probe, landlockTmpDir: tmpDir, proxyPort });
           plan = p.native;
           enforcement = p.enforcement;
-          ghosts = p.ghosts;
+          ghosts = holdPlaceholders(p.ghosts, [...rules.readOnly, ...rules.denyRead]);
         } catch (e) {
           if (tmpDir) removeTmpDir(tmpDir);
           if (hostListenerFd !== undefined) fs.closeSync(hostListenerFd);
@@ -191,7 +218,8 @@ export function createLinuxBackend(native: NativeBinding): Backend {
       const exited = new Promise<ExitInfo>((resolve) => (resolveExit = resolve));
       let attachment: Promise<{ detach(): Promise<void> } | null> = Promise.resolve(null);
       const cleanup = async () => {
-        for (const g of ghosts) removeGhost(g);
+        releasePlaceholders(ghosts);
+        ghosts = [];
         if (tmpDir) removeTmpDir(tmpDir);
         if (proxy) {
           // The proxy closes with its last process: no listener, fd or timer outlives the run.
