@@ -277,6 +277,21 @@ describe.runIf(caps.linux)('file-system threats', () => {
         expect({ r, planted, ran }).toMatchObject({ planted: false });
       });
 
+      // BUG-GITCONFIG-EXEC (reported): besides core.hooksPath, git config can name programs by
+      // path (core.fsmonitor, core.sshCommand, diff.external, filter.*.clean/smudge/process,
+      // credential.helper, alias.x = !cmd). When that program lives in the writable workspace, the
+      // command rewrites it and the next `git status` outside runs it.
+      it.runIf(!skip && isolated).fails('FS-12: a program that git config names inside the workspace stays read-only', async () => {
+        git(scene.ws, 'init', '-q');
+        fs.mkdirSync(`${scene.ws}/tools`);
+        fs.writeFileSync(`${scene.ws}/tools/fsmon.sh`, '#!/bin/sh\nexit 0\n', { mode: 0o755 });
+        git(scene.ws, 'config', 'core.fsmonitor', `${scene.ws}/tools/fsmon.sh`);
+        const before = snapshot(`${scene.ws}/tools`);
+        const r = await probeOps([['write', `${scene.ws}/tools/fsmon.sh`, '#!/bin/sh\necho FSMON-RAN >&2\nexit 0\n']], { cwd: scene.ws, policy });
+        expect(r[0]).not.toBe('ok');
+        expectUnchanged(before, snapshot(`${scene.ws}/tools`));
+      });
+
       // BUG-DEEP-NESTED (reported): nested repositories are searched 3 levels deep (and within
       // 256 directories); a repository one level deeper keeps writable hooks and config, and the
       // report does not say so.
