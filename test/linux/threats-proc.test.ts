@@ -126,11 +126,9 @@ describe.runIf(caps.linux)('process and kernel-surface threats', () => {
       expect(ctl.stdout).toMatch(/INJECTED 58/);
     });
 
-    // BUG-PTS (reported, Landlock mode): /dev/pts is a writable device rule, so the command can
-    // open any other terminal of the same user (/dev/pts/N of another session) and write escape
-    // sequences or a fake prompt into it; the report does not list it. Isolated mode has its own
-    // devpts instance. Remove `.fails` once the Landlock mode refuses or lists it.
-    (isolated ? it.skipIf(skip || !caps.python) : it.skipIf(skip || !caps.python).fails)('PROC-01: other terminals of the same user cannot be written', async () => {
+    // Landlock mode: /dev/pts is a writable device rule, so the command can open another terminal
+    // of the same user; the report lists that gap. Isolated mode has its own devpts instance.
+    it.skipIf(skip || !caps.python)('PROC-01: other terminals of the same user cannot be written', async () => {
       const code =
         'import os,pty,subprocess,sys,json\n' +
         'm,s=pty.openpty(); name=os.ttyname(s)\n' +
