@@ -8,7 +8,7 @@
  * express (carve-outs, deny-read under readable roots, metadata) run in isolated mode; in Landlock
  * mode the test asserts that the gap is listed in the enforcement report instead.
  */
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn as spawnHost } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -20,7 +20,9 @@ import {
   BASE_ENV,
   expectUnchanged,
   hostMounts,
+  hostScript,
   makeScene,
+  NODE,
   probeOps,
   py,
   PYTHON,
@@ -366,6 +368,31 @@ describe.runIf(caps.linux)('file-system threats', () => {
         );
         const planted = ['.git/hooks/pre-commit', '.git/config'].filter((p) => fs.existsSync(path.join(scene.ws, p)));
         expect(planted, JSON.stringify(r)).toEqual([]);
+      });
+
+      // BUG-GHOST-RACE-XPROC (reported): the placeholder reference count lives in one Node
+      // process. Run A from another host process (a second CLI invocation, another agent session
+      // on the same workspace): A's exit removes the placeholder under B, B's bind detaches, and B
+      // plants .codex/config.toml on the host. Remove `.fails` once placeholders are safe across
+      // processes (e.g. made only inside the mount namespace, or locked on the host).
+      it.runIf(!skip && isolated).fails('FS-10: a run in another host process cannot strip this run\'s protection', async () => {
+        const script = hostScript(
+          scene.root,
+          'run-a.js',
+          `lib.run('/bin/sh', ['-c', 'sleep 0.6'], { cwd: ${JSON.stringify(scene.ws)}, env: { PATH: '/usr/bin:/bin' }, policy: ${JSON.stringify(policy)} })
+             .then(() => require('fs').writeFileSync(${JSON.stringify(`${scene.root}/a-done`)}, ''));`,
+        );
+        const a = spawnHost(NODE, [script], { stdio: 'ignore' });
+        for (let i = 0; i < 200 && !fs.existsSync(`${scene.ws}/.codex`); i++) await new Promise((res) => setTimeout(res, 20));
+        expect(fs.existsSync(`${scene.ws}/.codex`)).toBe(true);
+        const rb = await sh(
+          `while [ ! -e ${scene.root}/a-done ]; do sleep 0.05; done; sleep 0.2; mkdir -p .codex 2>/dev/null; echo 'evil = 1' > .codex/config.toml 2>/dev/null; echo rc=$?`,
+          { cwd: scene.ws, policy },
+        );
+        await new Promise((res) => (a.exitCode !== null ? res(null) : a.once('exit', res)));
+        const planted = fs.existsSync(`${scene.ws}/.codex/config.toml`);
+        fs.rmSync(`${scene.ws}/.codex`, { recursive: true, force: true });
+        expect(planted, rb.stdout).toBe(false);
       });
 
       // Run A makes the missing .codex as a placeholder on the host; run B, started while A runs,
