@@ -139,6 +139,16 @@ asyncio.run(main())
       expect(r.stdout.trim()).toBe('ping sub 1 line');
     });
 
+    // BUG-LL-SHM (reported, Landlock mode): python's multiprocessing (and anything using POSIX
+    // semaphores or shm_open) needs a writable /dev/shm; Landlock mode grants none, so Lock() and
+    // Pool() die with PermissionError. Granting the host's /dev/shm would open a channel to host
+    // processes (PROC-16); the lead decides. Isolated mode has a private /dev/shm.
+    (mode === 'isolated' ? it.skipIf(skip || !caps.python) : it.skipIf(skip || !caps.python).fails)('python3: multiprocessing Pool and Lock', async () => {
+      const r = await py('import multiprocessing as m\nl = m.Lock()\nwith m.Pool(2) as p:\n    print(sum(p.map(abs, [-1, -2, 3])))', [], { cwd: scene.ws, policy });
+      expect(r.stderr).toBe('');
+      expect(r.stdout.trim()).toBe('6');
+    });
+
     it.skipIf(skip)('a shell pipeline and mktemp (file and directory)', async () => {
       const r = await sh(
         'seq 1 1000 | grep 7 | sort -rn | head -3 | tr "\\n" " "; echo; f=$(mktemp) && d=$(mktemp -d) && echo data > "$f" && cp "$f" "$d/x" && cat "$d/x" && rm -r "$f" "$d" && echo cleaned',
