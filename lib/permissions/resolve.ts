@@ -181,6 +181,13 @@ export function gitConfigCodePaths(configFile: string, worktree: string, depth =
     const kv = /^([A-Za-z0-9-]+)\s*=\s*(.*)$/.exec(line);
     if (!kv) continue;
     const key = kv[1]!.toLowerCase();
+    if (runsProgram(section, key)) {
+      // A program git runs later (fsmonitor, ssh, diff/merge drivers, filters, credential
+      // helpers, `!` aliases): if it names a file in the workspace, that file is protected.
+      const program = programPath(kv[2]!, worktree);
+      if (program) out.push(canonicalizeMaybeMissing(program));
+      continue;
+    }
     if (section === 'core' && key === 'hookspath') {
       const p = expand(kv[2]!, worktree);
       if (p) out.push(canonicalizeMaybeMissing(p));
@@ -193,6 +200,31 @@ export function gitConfigCodePaths(configFile: string, worktree: string, depth =
     }
   }
   return out;
+}
+
+const PROGRAM_KEYS: Record<string, string[]> = {
+  core: ['fsmonitor', 'sshcommand', 'editor', 'pager', 'askpass'],
+  diff: ['external', 'command', 'textconv'],
+  merge: ['driver'],
+  filter: ['clean', 'smudge', 'process'],
+  credential: ['helper'],
+  sequence: ['editor'],
+  gpg: ['program'],
+  alias: ['*'],
+};
+
+function runsProgram(section: string, key: string): boolean {
+  const keys = PROGRAM_KEYS[section.split('.')[0]!];
+  return keys !== undefined && (keys.includes(key) || keys.includes('*'));
+}
+
+/** The file a command-valued git setting runs, when it is a path (relative: from the worktree). */
+function programPath(value: string, worktree: string): string | null {
+  let v = value.trim().replace(/^"(.*)"$/, '$1');
+  if (v.startsWith('!')) v = v.slice(1).trim();
+  const first = v.split(/\s+/)[0] ?? '';
+  if (first === '' || !first.includes('/')) return null; // a bare name is looked up in PATH
+  return path.resolve(worktree, first);
 }
 
 /** Nested repositories are searched this deep below a writable root, within this many directories. */
