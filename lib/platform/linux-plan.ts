@@ -272,7 +272,27 @@ export function planMounts(input: LinuxPlanInput): MountPlan {
       }
       continue;
     }
-    mounts.push({ kind: st.isDirectory() ? MountKind.MaskDir : MountKind.MaskFile, path: d });
+    const nested = st.isDirectory() ? writeRoots.filter((w) => w !== d && isUnder(w, d)) : [];
+    if (nested.length === 0) {
+      mounts.push({ kind: st.isDirectory() ? MountKind.MaskDir : MountKind.MaskFile, path: d });
+      continue;
+    }
+    // Most specific wins: writable roots inside a deny-read directory stay usable. Their mounts
+    // are cloned, the directory is covered by an empty tmpfs that can be traversed but not listed,
+    // and only the paths down to those roots are recreated in it before it turns read-only.
+    const slots = nested.map((w) => {
+      const slot = tmpSlots++;
+      mounts.push({ kind: MountKind.TmpClone, path: w, arg: slot });
+      return slot;
+    });
+    mounts.push({ kind: MountKind.Tmpfs, path: d, data: 'mode=0111,size=64k' });
+    nested.forEach((w, i) => {
+      const parts = path.relative(d, w).split('/');
+      for (let j = 1; j < parts.length; j++) mounts.push({ kind: MountKind.Mkdir, path: path.join(d, ...parts.slice(0, j)) });
+      mounts.push({ kind: lstatOrNull(w)?.isDirectory() === false ? MountKind.Mkfile : MountKind.Mkdir, path: w });
+      mounts.push({ kind: MountKind.MoveSlot, path: w, arg: slots[i] });
+    });
+    mounts.push({ kind: MountKind.SetReadOnly, path: d });
   }
   mounts.push({ kind: MountKind.Proc, path: '/proc' });
   if (rules.network.kind !== 'full') mounts.push({ kind: MountKind.Sys, path: '/sys' });

@@ -66,7 +66,9 @@ int ApplyLandlockInChild(const LandlockPlan& plan) noexcept {
   int fd = static_cast<int>(ruleset);
   for (size_t i = 0; i < plan.c_paths.size(); ++i) {
     long pfd = Sys(__NR_openat, AT_FDCWD, plan.c_paths[i], O_PATH | O_CLOEXEC);
-    if (pfd == -ENOENT || pfd == -ENOTDIR) continue;
+    // Unreachable (missing, or under a deny-read mask): nothing beneath it is granted, which is
+    // the safe direction.
+    if (pfd == -ENOENT || pfd == -ENOTDIR || pfd == -EACCES) continue;
     if (pfd < 0) {
       Sys(__NR_close, fd);
       return static_cast<int>(pfd);
