@@ -64,6 +64,8 @@ export interface NativeBinding {
   kill?(handle: object, signal: number): number;
   probe?(): LinuxProbe | Record<string, unknown>;
   listenLoopback?(): { fd: number; port: number };
+  lockPlaceholder?(path: string): number;
+  releasePlaceholder?(fd: number, path: string, remove: boolean): boolean;
   // Windows and macOS functions are typed by their backends (lib/platform/win32.ts, darwin.ts).
   [key: string]: unknown;
 }

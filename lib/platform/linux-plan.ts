@@ -263,7 +263,7 @@ export function planMounts(input: LinuxPlanInput): MountPlan {
       // placeholder holds the name under an unreadable mask for the run (removed afterwards).
       const inWritable = writeRoots.some((w) => isUnder(d, w) && d !== w);
       if (inWritable && lstatOrNull(path.dirname(d))?.isDirectory()) {
-        mounts.push({ kind: MountKind.Mkdir, path: d });
+        mounts.push({ kind: MountKind.GhostDir, path: d });
         mounts.push({ kind: MountKind.MaskDir, path: d });
         ghosts.push(d);
       } else if (!inWritable) {

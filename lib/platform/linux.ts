@@ -53,40 +53,71 @@ function removeTmpDir(dir: string): void {
 }
 
 /**
- * Placeholders (missing protected or deny-read paths) live on the host for a run's duration.
- * Concurrent runs in one workspace share them: a later run sees the placeholder as an existing
- * path and binds it, and removing it would detach that bind. So every run that relies on a
- * placeholder holds a reference, and the last one out removes it.
+ * Placeholders for missing protected or deny-read paths live on the host while runs use them.
+ * Concurrent runs in one workspace (in this process or another) share them: a later run sees the
+ * placeholder as an existing path and binds it, and removing it would detach that bind. So every
+ * run holds a shared lock on each placeholder-looking path it relies on, and a placeholder is
+ * removed only by a run that can take it exclusively. A placeholder left by a host that died is
+ * picked up and removed the same way by the next run that uses it.
  */
-const placeholderRefs = new Map<string, number>();
-
-function holdPlaceholders(created: string[], protectedPaths: string[]): string[] {
-  const held = [...created];
-  for (const p of protectedPaths) if (placeholderRefs.has(p) && !created.includes(p)) held.push(p);
-  for (const p of held) placeholderRefs.set(p, (placeholderRefs.get(p) ?? 0) + 1);
-  return held;
+interface HeldPlaceholder {
+  path: string;
+  fd: number;
 }
 
-function releasePlaceholders(held: string[]): void {
-  for (const p of held) {
-    const n = (placeholderRefs.get(p) ?? 1) - 1;
-    if (n > 0) {
-      placeholderRefs.set(p, n);
-    } else {
-      placeholderRefs.delete(p);
-      removeGhost(p);
-    }
+/** Ours look like this: an empty 0555 directory, or an empty 0444 file. */
+function looksLikePlaceholder(p: string): boolean {
+  try {
+    const st = fs.lstatSync(p);
+    const mode = st.mode & 0o7777;
+    if (st.isDirectory()) return mode === 0o555 && fs.readdirSync(p).length === 0;
+    return st.isFile() && mode === 0o444 && st.size === 0;
+  } catch {
+    return false;
   }
 }
 
-function removeGhost(p: string): void {
-  // Only a placeholder we made: an empty directory, or an empty read-only file.
+function lockPlaceholders(native: NativeBinding, paths: string[]): HeldPlaceholder[] {
+  const held: HeldPlaceholder[] = [];
+  for (const p of paths) {
+    if (!looksLikePlaceholder(p)) continue;
+    const fd = native.lockPlaceholder!(p);
+    if (fd >= 0) held.push({ path: p, fd });
+  }
+  return held;
+}
+
+function releasePlaceholders(native: NativeBinding, held: HeldPlaceholder[]): void {
+  for (const h of held) native.releasePlaceholder!(h.fd, h.path, looksLikePlaceholder(h.path));
+}
+
+const TMP_PREFIX = 'process-sandbox-tmp-';
+let staleTmpSwept = false;
+
+/**
+ * Landlock mode's per-run TMPDIRs are named after the host pid. A host that was killed never
+ * removed its own; the first Landlock-mode spawn of each process removes those whose host is gone.
+ */
+function sweepStaleTmpDirs(): void {
+  if (staleTmpSwept) return;
+  staleTmpSwept = true;
+  const uid = process.getuid?.();
+  let names: string[] = [];
   try {
-    const st = fs.lstatSync(p);
-    if (st.isDirectory()) fs.rmdirSync(p);
-    else if (st.isFile() && st.size === 0) fs.unlinkSync(p);
+    names = fs.readdirSync(os.tmpdir()).filter((n) => n.startsWith(TMP_PREFIX));
   } catch {
-    /* gone already, or no longer empty: leave it */
+    return;
+  }
+  for (const n of names) {
+    const pid = Number(n.slice(TMP_PREFIX.length).split('-')[0]);
+    if (!Number.isInteger(pid) || pid <= 0 || pid === process.pid) continue;
+    const dir = path.join(os.tmpdir(), n);
+    try {
+      if (fs.lstatSync(dir).uid !== uid) continue;
+      process.kill(pid, 0);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === 'ESRCH') fs.rmSync(dir, { recursive: true, force: true });
+    }
   }
 }
 
@@ -147,6 +178,7 @@ export function createLinuxBackend(native: NativeBinding): Backend {
       let hostListenerFd: number | undefined;
       let enforcement = PLAIN_REPORT;
       let ghosts: string[] = [];
+      let held: HeldPlaceholder[] = [];
       let tmpDir: string | undefined;
       if (req.rules === null) {
         plan = {
@@ -169,7 +201,8 @@ export function createLinuxBackend(native: NativeBinding): Backend {
             const usable = (p: string) => p === '/tmp' || p.startsWith('/tmp/') || rules.writeRoots.some((w) => p === w || p.startsWith(w + '/'));
             if (t !== undefined && !usable(t)) env.TMPDIR = '/tmp';
           } else {
-            tmpDir = fs.mkdtempSync(path.join(os.tmpdir(), 'process-sandbox-tmp-'));
+            sweepStaleTmpDirs();
+            tmpDir = fs.mkdtempSync(path.join(os.tmpdir(), `${TMP_PREFIX}${process.pid}-`));
             env.TMPDIR = tmpDir;
           }
         }
@@ -206,7 +239,9 @@ export function createLinuxBackend(native: NativeBinding): Backend {
           const p = planLinux({ rules, file: req.file, argv: req.argv, env: planEnv, cwd: req.cwd, probe, landlockTmpDir: tmpDir, proxyPort });
           plan = p.native;
           enforcement = p.enforcement;
-          ghosts = holdPlaceholders(p.ghosts, [...rules.readOnly, ...rules.denyRead]);
+          ghosts = p.ghosts;
+          // Existing placeholders (another run's, or a dead host's) are held before the spawn.
+          held = lockPlaceholders(native, [...rules.readOnly, ...rules.denyRead]);
         } catch (e) {
           if (tmpDir) removeTmpDir(tmpDir);
           if (hostListenerFd !== undefined) fs.closeSync(hostListenerFd);
@@ -218,8 +253,8 @@ export function createLinuxBackend(native: NativeBinding): Backend {
       const exited = new Promise<ExitInfo>((resolve) => (resolveExit = resolve));
       let attachment: Promise<{ detach(): Promise<void> } | null> = Promise.resolve(null);
       const cleanup = async () => {
-        releasePlaceholders(ghosts);
-        ghosts = [];
+        releasePlaceholders(native, held);
+        held = [];
         if (tmpDir) removeTmpDir(tmpDir);
         if (proxy) {
           // The proxy closes with its last process: no listener, fd or timer outlives the run.
@@ -234,9 +269,12 @@ export function createLinuxBackend(native: NativeBinding): Backend {
         });
       } catch (e) {
         if (hostListenerFd !== undefined) fs.closeSync(hostListenerFd);
+        held.push(...lockPlaceholders(native, ghosts)); // whatever init made before it failed
         void cleanup();
         throw e;
       }
+      // The placeholders init just made for this run.
+      held.push(...lockPlaceholders(native, ghosts));
       if (proxy) {
         const fd = res.listenerFd ?? hostListenerFd;
         const handle0 = res.handle;

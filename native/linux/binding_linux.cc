@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <napi.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 #include <uv.h>
@@ -376,6 +378,44 @@ Napi::Value Probe(const Napi::CallbackInfo& info) {
   return o;
 }
 
+// native.lockPlaceholder(path) -> fd (holding a shared flock) or -errno.
+// Placeholders for missing protected paths live on the host while runs use them; every run that
+// relies on one holds a shared lock on it, across processes, so that no run removes it from under
+// another (which would detach that run's bind and let it create the path for real).
+Napi::Value LockPlaceholder(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() != 1 || !info[0].IsString()) throw Napi::TypeError::New(env, "Usage: native.lockPlaceholder(path)");
+  std::string path = info[0].As<Napi::String>().Utf8Value();
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) return Napi::Number::New(env, -errno);
+  if (flock(fd, LOCK_SH) < 0) {
+    int e = errno;
+    close(fd);
+    return Napi::Number::New(env, -e);
+  }
+  return Napi::Number::New(env, fd);
+}
+
+// native.releasePlaceholder(fd, path, remove) -> true when it removed the placeholder. Removal
+// happens only if no other run holds it (LOCK_EX succeeds) and `path` is still the same inode.
+Napi::Value ReleasePlaceholder(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() != 3 || !info[0].IsNumber() || !info[1].IsString() || !info[2].IsBoolean()) {
+    throw Napi::TypeError::New(env, "Usage: native.releasePlaceholder(fd, path, remove)");
+  }
+  int fd = info[0].As<Napi::Number>().Int32Value();
+  std::string path = info[1].As<Napi::String>().Utf8Value();
+  bool removed = false;
+  if (info[2].As<Napi::Boolean>().Value() && flock(fd, LOCK_EX | LOCK_NB) == 0) {
+    struct stat a, b;
+    if (fstat(fd, &a) == 0 && lstat(path.c_str(), &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev) {
+      removed = (S_ISDIR(b.st_mode) ? rmdir(path.c_str()) : unlink(path.c_str())) == 0;
+    }
+  }
+  close(fd);
+  return Napi::Boolean::New(env, removed);
+}
+
 }  // namespace
 
 void InitPlatform(Napi::Env env, Napi::Object exports) {
@@ -384,6 +424,8 @@ void InitPlatform(Napi::Env env, Napi::Object exports) {
   exports.Set("kill", Napi::Function::New(env, Kill, "kill"));
   exports.Set("probe", Napi::Function::New(env, Probe, "probe"));
   exports.Set("listenLoopback", Napi::Function::New(env, ListenLoopbackJs, "listenLoopback"));
+  exports.Set("lockPlaceholder", Napi::Function::New(env, LockPlaceholder, "lockPlaceholder"));
+  exports.Set("releasePlaceholder", Napi::Function::New(env, ReleasePlaceholder, "releasePlaceholder"));
 }
 
 }  // namespace psb

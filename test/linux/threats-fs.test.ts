@@ -370,12 +370,11 @@ describe.runIf(caps.linux)('file-system threats', () => {
         expect(planted, JSON.stringify(r)).toEqual([]);
       });
 
-      // BUG-GHOST-RACE-XPROC (reported): the placeholder reference count lives in one Node
-      // process. Run A from another host process (a second CLI invocation, another agent session
-      // on the same workspace): A's exit removes the placeholder under B, B's bind detaches, and B
-      // plants .codex/config.toml on the host. Remove `.fails` once placeholders are safe across
-      // processes (e.g. made only inside the mount namespace, or locked on the host).
-      it.runIf(!skip && isolated).fails('FS-10: a run in another host process cannot strip this run\'s protection', async () => {
+      // Run A from another host process (a second CLI invocation, another agent session on the
+      // same workspace): every run holds a shared lock on the placeholders it relies on, so A's
+      // exit cannot remove the placeholder under B (which would detach B's bind and let B plant
+      // .codex/config.toml on the host).
+      it.runIf(!skip && isolated)('FS-10: a run in another host process cannot strip this run\'s protection', async () => {
         const script = hostScript(
           scene.root,
           'run-a.js',
