@@ -98,3 +98,26 @@ export interface Backend {
   spawn(req: BackendSpawnRequest): BackendProcess;
   probe(): ProbeReport;
 }
+
+/** The report of an explicit unsandboxed run (`policy: null`): nothing was requested or enforced. */
+export function unsandboxedReport(
+  platform: NodeJS.Platform,
+  extra: { mechanisms?: Record<string, unknown>; treeTeardown?: Guarantee; gaps?: string[] } = {},
+): EnforcementReport {
+  return {
+    platform,
+    sandboxed: false,
+    mode: 'none',
+    mechanisms: extra.mechanisms ?? {},
+    guarantees: {
+      filesystemRead: 'not-requested',
+      filesystemWrite: 'not-requested',
+      protectedPaths: 'not-requested',
+      denyRead: 'not-requested',
+      network: 'not-requested',
+      processIsolation: 'not-requested',
+      treeTeardown: extra.treeTeardown ?? 'not-requested',
+    },
+    gaps: extra.gaps ?? [],
+  };
+}

@@ -20,6 +20,7 @@ import * as path from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { SandboxError } from '../errors';
 import type { Backend, BackendProcess, BackendSpawnRequest, EnforcementReport, ProbeReport, StdioSpec } from '../backend';
+import { unsandboxedReport } from '../backend';
 import {
   SANDBOX_EXEC_PATH,
   buildSeatbeltProfile,
@@ -123,7 +124,7 @@ export function planDarwinSpawn(req: BackendSpawnRequest, opts: DarwinPlanOption
       file: req.file,
       argv: [...req.argv],
       env: { ...req.env },
-      enforcement: unsandboxedReport(),
+      enforcement: unsandboxedReport('darwin'),
     };
   }
   if (opts.arg0Customized) {
@@ -215,24 +216,6 @@ export function planDarwinSpawn(req: BackendSpawnRequest, opts: DarwinPlanOption
   };
 }
 
-function unsandboxedReport(): EnforcementReport {
-  return {
-    platform: 'darwin',
-    sandboxed: false,
-    mode: 'none',
-    mechanisms: {},
-    guarantees: {
-      filesystemRead: 'not-requested',
-      filesystemWrite: 'not-requested',
-      protectedPaths: 'not-requested',
-      denyRead: 'not-requested',
-      network: 'not-requested',
-      processIsolation: 'not-requested',
-      treeTeardown: 'not-requested',
-    },
-    gaps: [],
-  };
-}
 
 // ---------------------------------------------------------------------------------------------
 // Probe

@@ -9,27 +9,16 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import type { Readable, Writable } from 'node:stream';
 import type { Backend, BackendProcess, BackendSpawnRequest, EnforcementReport, ExitInfo, ProbeReport } from '../backend';
+import { unsandboxedReport } from '../backend';
 import { SandboxError } from '../errors';
 import type { LinuxNativePlan, LinuxProbe, LinuxStdio, NativeBinding } from '../native';
 import { ManagedProxy } from '../network';
 import { chooseLinuxMode, planLinux } from './linux-plan';
 
-const PLAIN_REPORT: EnforcementReport = {
-  platform: 'linux',
-  sandboxed: false,
-  mode: 'none',
-  mechanisms: {},
-  guarantees: {
-    filesystemRead: 'not-enforced',
-    filesystemWrite: 'not-enforced',
-    protectedPaths: 'not-enforced',
-    denyRead: 'not-enforced',
-    network: 'not-enforced',
-    processIsolation: 'not-enforced',
-    treeTeardown: 'partial',
-  },
+const PLAIN_REPORT = unsandboxedReport('linux', {
+  treeTeardown: 'partial',
   gaps: ['policy: null: the command runs without a sandbox'],
-};
+});
 
 export function signalNumber(signal: NodeJS.Signals | number): number {
   if (typeof signal === 'number') return signal;

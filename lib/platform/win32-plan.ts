@@ -6,6 +6,7 @@
  */
 import { SandboxError } from '../errors';
 import type { EnforcementReport, Guarantee } from '../backend';
+import { unsandboxedReport as unsandboxedReportFor } from '../backend';
 import type { ResolvedRules } from '../rules';
 
 export type WindowsSandboxLevel = 'disabled' | 'restricted-token' | 'elevated' | 'mxc';
@@ -263,22 +264,7 @@ export function planWindowsSandbox(rules: ResolvedRules, ctx: PlanContext): Wind
 
 /** The report of an explicit unsandboxed run (`policy: null` / windowsSandboxLevel 'disabled'). */
 export function unsandboxedReport(): EnforcementReport {
-  return {
-    platform: 'win32',
-    sandboxed: false,
-    mode: 'none',
-    mechanisms: { job: { killOnClose: true } },
-    guarantees: {
-      filesystemRead: 'not-requested',
-      filesystemWrite: 'not-requested',
-      protectedPaths: 'not-requested',
-      denyRead: 'not-requested',
-      network: 'not-requested',
-      processIsolation: 'not-requested',
-      treeTeardown: 'enforced',
-    },
-    gaps: [],
-  };
+  return unsandboxedReportFor('win32', { mechanisms: { job: { killOnClose: true } }, treeTeardown: 'enforced' });
 }
 
 /**
