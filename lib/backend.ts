@@ -26,6 +26,8 @@ export interface BackendSpawnRequest {
   rules: ResolvedRules | null;
   /** Managed-network hooks, used when rules.network is a proxy. */
   network?: SpawnNetworkOptions;
+  /** The caller chose an argv[0] other than the command (a wrapper like sandbox-exec cannot pass one). */
+  arg0Customized?: boolean;
 }
 
 export interface SpawnNetworkOptions {

@@ -76,7 +76,7 @@ function backend(): Backend {
   if (backendCache) return backendCache;
   if (process.platform === 'linux') backendCache = createLinuxBackend(loadNative());
   else if (process.platform === 'win32') backendCache = createWin32Backend(loadNative() as unknown as Parameters<typeof createWin32Backend>[0]);
-  else if (process.platform === 'darwin') backendCache = createDarwinBackend(launchWithChildProcess);
+  else if (process.platform === 'darwin') backendCache = createDarwinBackend(launchWithChildProcess, (req) => ({ arg0Customized: req.arg0Customized === true }));
   else throw new SandboxError('EPLATFORM_UNSUPPORTED', `no sandbox backend exists for platform ${process.platform}`);
   return backendCache;
 }
@@ -198,6 +198,7 @@ function normalize(
   const file = resolveExecutable(cmd, env, cwd);
   const req: BackendSpawnRequest = { file, argv: [arg0, ...argv], env, cwd, stdio, rules };
   if (network) req.network = network;
+  if (opts.arg0 !== undefined && opts.arg0 !== cmd) req.arg0Customized = true;
   return { req };
 }
 
