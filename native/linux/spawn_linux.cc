@@ -543,7 +543,9 @@ void KillTreeInChild(pid_t cmd) {
   for (int i = n - 1; i >= 0; --i) path[len++] = num[i];
   for (const char* c = "/children"; *c; ++c) path[len++] = *c;
   path[len] = 0;
-  for (;;) {
+  // Never block on a child we may not have killed (one re-parented to us between reading the
+  // list and waiting): poll with WNOHANG, re-reading and re-killing until none is left.
+  for (int round = 0;; ++round) {
     Sys(__NR_kill, -cmd, SIGKILL);
     long fd = Sys(__NR_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
     if (fd >= 0) {
@@ -560,7 +562,15 @@ void KillTreeInChild(pid_t cmd) {
       }
       if (pid > 0) Sys(__NR_kill, pid, SIGKILL);
     }
-    if (Sys(__NR_wait4, -1, 0, __WALL, 0) == -ECHILD) return;
+    long reaped;
+    while ((reaped = Sys(__NR_wait4, -1, 0, __WALL | WNOHANG, 0)) > 0) {
+    }
+    if (reaped == -ECHILD) return;
+    // Without /proc/<pid>/task/<pid>/children (CONFIG_PROC_CHILDREN) we cannot find escapees:
+    // give up after a while rather than hang the report.
+    if (fd < 0 && round > 1000) return;
+    struct timespec pause = {0, 1000000};  // 1 ms
+    Sys(__NR_nanosleep, &pause, 0);
   }
 }
 
