@@ -269,19 +269,27 @@ long RunMountOpInChild(ChildArgs* a, size_t i) {
       if (r == -EPERM) r = SetAttrInChild(path, 0, 0, kMountAttrRdonly);
       return r;
     case MountOpKind::kGhostDir:
+      // Exact modes regardless of the umask: 0555/0444 is how hosts recognise a placeholder
+      // (lib/platform/linux.ts) to remove it later.
       r = Sys(__NR_mkdirat, AT_FDCWD, path, 0555);
       if (r < 0 && r != -EEXIST) return r;
+      if (r == 0) Sys(__NR_fchmodat, AT_FDCWD, path, 0555);
       [[fallthrough]];
     case MountOpKind::kBindRo:
       r = BindInChild(path);
       if (r < 0) return r;
       return SetAttrInChild(path, kAtRecursive, kMountAttrRdonly, 0);
-    case MountOpKind::kGhostFile:
-      r = CreateFileInChild(path, 0444);
-      if (r < 0) return r;
+    case MountOpKind::kGhostFile: {
+      long fd = Sys(__NR_openat, AT_FDCWD, path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0444);
+      if (fd < 0 && fd != -EEXIST) return fd;
+      if (fd >= 0) {
+        Sys(__NR_fchmod, fd, 0444);  // only a file we created
+        Sys(__NR_close, fd);
+      }
       r = BindInChild(path);
       if (r < 0) return r;
       return SetAttrInChild(path, kAtRecursive, kMountAttrRdonly, 0);
+    }
     case MountOpKind::kPin:
       return BindInChild(path);
     case MountOpKind::kMaskDir:
