@@ -379,6 +379,9 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     gaps.push('host processes stay visible in /proc (command lines, not memory or environment)');
     gaps.push("other terminals of the same user (/dev/pts/*) can be opened and written (the host's devpts is shared)");
     gaps.push("POSIX shared memory and semaphores (/dev/shm) are unavailable: the host's would be shared");
+    if (!limits.maxProcesses) {
+      gaps.push("no process cap by default: RLIMIT_NPROC would count all of the user's processes (set limits.maxProcesses)");
+    }
     if (abi < 4 && net !== 'full') gaps.push(`Landlock ABI ${abi} has no TCP rules; seccomp alone blocks sockets`);
     if (abi < 6) gaps.push(`Landlock ABI ${abi} has no signal or abstract-socket scoping`);
     if (probe.euid !== 0) gaps.push('the capability bounding set cannot be emptied without privileges (no_new_privs still blocks gaining capabilities)');
