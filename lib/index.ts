@@ -130,17 +130,13 @@ export function resolveExecutable(command: string, env: Record<string, string>, 
   throw new SandboxError('ENOT_FOUND', `command not found: ${command}`);
 }
 
-interface Normalized {
-  req: BackendSpawnRequest;
-}
-
 function normalize(
   command: unknown,
   args: unknown,
   options: unknown,
   allowed: Set<string>,
   preResolved?: { rules: ResolvedRules | null },
-): Normalized {
+): BackendSpawnRequest {
   const cmd = checkString(command, 'command');
   const argList: unknown[] = args === undefined ? [] : Array.isArray(args) ? args : bad('args must be an array of strings');
   const argv = argList.map((a, i) => checkString(a, `args[${i}]`, true));
@@ -199,12 +195,12 @@ function normalize(
   const req: BackendSpawnRequest = { file, argv: [arg0, ...argv], env, cwd, stdio, rules };
   if (network) req.network = network;
   if (opts.arg0 !== undefined && opts.arg0 !== cmd) req.arg0Customized = true;
-  return { req };
+  return req;
 }
 
 /** Starts a sandboxed command. Throws SandboxError (and starts nothing) on bad input or when the policy cannot be enforced. */
 export function spawn(command: string, args?: readonly string[], options?: SpawnOptions): SandboxedProcess {
-  const { req } = normalize(command, args, options, SPAWN_KEYS);
+  const req = normalize(command, args, options, SPAWN_KEYS);
   return new SandboxedProcess(backend().spawn(req));
 }
 
@@ -229,7 +225,7 @@ export function spawnPrepared(prepared: PreparedExecRequest, options: { stdio?: 
   const release = () => void mp?.attachment?.detach().catch(() => {});
   let child: SandboxedProcess;
   try {
-    const { req } = normalize(program, rest, spawnOpts, SPAWN_KEYS, { rules: prepared.rules });
+    const req = normalize(program, rest, spawnOpts, SPAWN_KEYS, { rules: prepared.rules });
     child = new SandboxedProcess(backend().spawn(req));
   } catch (e) {
     release();

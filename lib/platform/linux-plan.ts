@@ -42,6 +42,8 @@ const DEVICE_RULES = ['/dev/null', '/dev/zero', '/dev/full', '/dev/tty', '/dev/p
 
 export interface LinuxPlanInput {
   rules: ResolvedRules;
+  /** The mode chooseLinuxMode picked (the backend picks it once, before preparing the run). */
+  mode: 'isolated' | 'landlock';
   file: string;
   argv: string[];
   env: Record<string, string>;
@@ -306,8 +308,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     original.rules.tmp === 'host' && !original.rules.writeRoots.includes('/tmp')
       ? { ...original, rules: { ...original.rules, writeRoots: [...original.rules.writeRoots, '/tmp'] } }
       : original;
-  const { rules, probe } = input;
-  const mode = chooseLinuxMode(rules, probe);
+  const { rules, probe, mode } = input;
   requireSeccomp(probe);
   const gaps: string[] = [];
   const abi = probe.landlockAbi;

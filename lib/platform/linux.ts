@@ -225,7 +225,7 @@ export function createLinuxBackend(native: NativeBinding): Backend {
             }
             planEnv = ManagedProxy.proxyEnv(env, proxyPort);
           }
-          const p = planLinux({ rules, file: req.file, argv: req.argv, env: planEnv, cwd: req.cwd, probe, landlockTmpDir: tmpDir, proxyPort });
+          const p = planLinux({ rules, mode, file: req.file, argv: req.argv, env: planEnv, cwd: req.cwd, probe, landlockTmpDir: tmpDir, proxyPort });
           plan = p.native;
           enforcement = p.enforcement;
           ghosts = p.ghosts;

@@ -86,8 +86,7 @@ struct ChildReport {
 
 enum Stage : int32_t {
   kNote = 0,
-  kStageSignals = 1,
-  kStagePdeath,
+  kStagePdeath = 1,
   kStageUidMap,
   kStageMount,
   kStageLoopback,
@@ -832,7 +831,6 @@ void* PrepareInitTls(void* stack_base) {
 
 const char* StageName(int32_t stage) {
   switch (stage) {
-    case kStageSignals: return "signal reset";
     case kStagePdeath: return "prctl(PR_SET_PDEATHSIG)";
     case kStageUidMap: return "writing uid_map/gid_map";
     case kStageMount: return "mount";
