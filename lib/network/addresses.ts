@@ -19,10 +19,44 @@ export type AddressClass =
   | 'multicast'
   | 'reserved';
 
-/** Parse an IPv4 dotted quad into 4 bytes, or null. */
+/**
+ * Parse an IPv4 address with inet_aton(3) rules, which is what resolvers and the kernel's
+ * callers accept: 1 to 4 parts, each decimal, octal (leading 0) or hex (0x), the last part
+ * filling the remaining bytes. So `2130706433`, `0x7f.1`, `0177.0.0.1`, `127.1` and
+ * `127.000.000.001` are all 127.0.0.1: every spelling must meet the same policy as the dotted quad.
+ * Returns 4 bytes, or null when `text` is not an IPv4 address in any of these forms.
+ */
 export function parseIPv4(text: string): number[] | null {
-  if (isIP(text) !== 4) return null;
-  return text.split('.').map((part) => Number(part));
+  if (text === '' || text.length > 64) return null;
+  const parts = text.split('.');
+  if (parts.length > 4) return null;
+  const nums: number[] = [];
+  for (const part of parts) {
+    let n: number;
+    if (/^0[xX][0-9a-fA-F]*$/.test(part)) n = part.length === 2 ? 0 : parseInt(part.slice(2), 16);
+    else if (/^0[0-7]*$/.test(part)) n = parseInt(part, 8);
+    else if (/^[1-9][0-9]*$/.test(part)) n = parseInt(part, 10);
+    else return null;
+    if (!Number.isSafeInteger(n)) return null;
+    nums.push(n);
+  }
+  const last = nums.pop()!;
+  if (nums.some((n) => n > 255)) return null;
+  const rest = 4 - nums.length;
+  if (last >= 2 ** (8 * rest)) return null;
+  const bytes = [...nums];
+  for (let i = rest - 1; i >= 0; i--) bytes.push(Math.floor(last / 2 ** (8 * i)) % 256);
+  return bytes;
+}
+
+/**
+ * True when `host` ends in a numeric label (decimal, or 0x hex) and so can only be an IPv4
+ * address: such a name that parseIPv4 rejects (`1.2.3.4.5`, `0x1g`, `256.1.1.1`) is invalid,
+ * never a host name to look up (WHATWG URL rules; resolvers disagree on what they do with it).
+ */
+export function looksNumericHost(host: string): boolean {
+  const labels = host.replace(/\.$/, '').split('.');
+  return /^(?:0[xX][0-9a-fA-F]*|[0-9]+)$/.test(labels[labels.length - 1] ?? '');
 }
 
 /** Parse an IPv6 literal (no brackets, optional %zone) into 16 bytes, or null. */
@@ -59,12 +93,24 @@ function inV4(b: number[], base: [number, number, number, number], prefix: numbe
   return (ip & mask) >>> 0 === (net & mask) >>> 0;
 }
 
+/**
+ * Cloud instance metadata and platform endpoints. Refused whatever `allowLocal` says (only an
+ * exact IP literal on the allow list reaches one): all of link-local 169.254.0.0/16 (AWS, GCP,
+ * Azure, OpenStack and ECS task metadata live there), Alibaba's 100.100.100.200, Oracle's
+ * 192.0.0.192, Azure's wire server 168.63.129.16, and AWS's IPv6 fd00:ec2::/64.
+ */
+const METADATA_V4: ReadonlyArray<[number, number, number, number]> = [
+  [100, 100, 100, 200],
+  [192, 0, 0, 192],
+  [168, 63, 129, 16],
+];
+
 function classifyV4(b: number[]): AddressClass {
-  if (b[0] === 169 && b[1] === 254 && b[2] === 169 && b[3] === 254) return 'metadata';
+  if (b[0] === 169 && b[1] === 254) return 'metadata';
+  if (METADATA_V4.some((m) => m.every((x, i) => x === b[i]))) return 'metadata';
   if (b[0] === 127) return 'loopback';
   if (inV4(b, [0, 0, 0, 0], 8)) return 'unspecified';
   if (b[0] === 10 || inV4(b, [172, 16, 0, 0], 12) || inV4(b, [192, 168, 0, 0], 16)) return 'private';
-  if (inV4(b, [169, 254, 0, 0], 16)) return 'linkLocal';
   if (inV4(b, [100, 64, 0, 0], 10)) return 'cgnat';
   if (inV4(b, [224, 0, 0, 0], 4)) return 'multicast';
   if (
@@ -90,9 +136,9 @@ function classifyV6(b: number[]): AddressClass {
   if (mapped || compat || nat64) return classifyV4(b.slice(12, 16));
   if (zeroUpTo(15) && b[15] === 1) return 'loopback';
   if (zeroUpTo(16)) return 'unspecified';
-  // fd00:ec2::254 (AWS IMDS over IPv6)
-  const imds = [0xfd, 0x00, 0x0e, 0xc2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x02, 0x54];
-  if (b.every((x, i) => x === imds[i])) return 'metadata';
+  // fd00:ec2::/64 (AWS IMDS and its neighbours over IPv6)
+  const imds = [0xfd, 0x00, 0x0e, 0xc2, 0, 0, 0, 0];
+  if (imds.every((x, i) => x === b[i])) return 'metadata';
   if ((b[0] & 0xfe) === 0xfc) return 'uniqueLocal';
   if (b[0] === 0xfe && (b[1] & 0xc0) === 0x80) return 'linkLocal';
   if (b[0] === 0xfe && (b[1] & 0xc0) === 0xc0) return 'private'; // deprecated site-local fec0::/10
@@ -120,10 +166,15 @@ export function stripBrackets(host: string): string {
   return host.startsWith('[') && host.endsWith(']') ? host.slice(1, -1) : host;
 }
 
-/** Canonical text of an IP literal (IPv6 fully expanded, lowercase; zone kept), or null. */
+/**
+ * Canonical text of an IP literal (IPv4 as a dotted quad whatever its spelling, IPv6 fully
+ * expanded, lowercase; zone kept), or null. Bracketed text is only ever IPv6.
+ */
 export function canonicalIp(text: string): string | null {
-  const bare = stripBrackets(text.trim());
-  const v4 = parseIPv4(bare);
+  const trimmed = text.trim();
+  const bracketed = trimmed.startsWith('[');
+  const bare = stripBrackets(trimmed);
+  const v4 = bracketed ? null : parseIPv4(bare);
   if (v4) return v4.join('.');
   const v6 = parseIPv6(bare);
   if (!v6) return null;

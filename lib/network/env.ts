@@ -16,11 +16,11 @@ export const HTTP_PROXY_URL_KEYS = [
   'wss_proxy',
   'YARN_HTTP_PROXY',
   'YARN_HTTPS_PROXY',
+  // npm reads `proxy` and `https-proxy`; it has no `http-proxy` and warns "Unknown env config" on
+  // every command when one is set (a caller's npm_config_http_proxy is still stripped, below).
   'npm_config_proxy',
-  'npm_config_http_proxy',
   'npm_config_https_proxy',
   'NPM_CONFIG_PROXY',
-  'NPM_CONFIG_HTTP_PROXY',
   'NPM_CONFIG_HTTPS_PROXY',
   'BUNDLE_HTTP_PROXY',
   'BUNDLE_HTTPS_PROXY',

@@ -10,10 +10,14 @@
  *   10.1.2.3, [::1]   an exact IP literal
  * Wildcards never match IP literals: an IP destination needs its own exact entry.
  * Deny wins over allow. With no allow entries every host is refused.
+ *
+ * Refused patterns: a wildcard over a public suffix (`*.com`, `**.co.uk`), a wildcard inside the
+ * registrable name (`*example.com` would match `evilexample.com`), `*.`, empty labels, names over
+ * 253 characters or labels over 63, and numeric names that are not an IPv4 address.
  */
 import { domainToASCII } from 'url';
 
-import { canonicalIp } from './addresses';
+import { canonicalIp, looksNumericHost } from './addresses';
 
 export type DomainVerdict = 'denied' | 'allowed' | 'notAllowed';
 
@@ -47,6 +51,42 @@ export function isIpLiteral(host: string): boolean {
   return canonicalIp(host) !== null;
 }
 
+/** Longest host name (RFC 1035); longer targets are refused before any lookup. */
+export const MAX_HOST_LENGTH = 253;
+
+/**
+ * Two-label public suffixes under which a wildcard would cover unrelated registrants. Not the
+ * whole public suffix list (no dependency): the common country-code second levels. One-label
+ * suffixes (`*.com`, `*.io`) are refused by the label count alone.
+ */
+const MULTI_LABEL_PUBLIC_SUFFIXES = new Set(
+  [
+    'co.uk org.uk ac.uk gov.uk me.uk net.uk ltd.uk plc.uk',
+    'com.au net.au org.au edu.au gov.au id.au',
+    'co.nz org.nz net.nz govt.nz ac.nz',
+    'co.jp ne.jp or.jp ac.jp go.jp',
+    'co.kr or.kr ne.kr',
+    'com.br net.br org.br gov.br',
+    'com.cn net.cn org.cn gov.cn edu.cn',
+    'co.in net.in org.in gov.in ac.in firm.in',
+    'co.za org.za gov.za',
+    'com.mx org.mx gob.mx',
+    'com.ar com.tr com.tw com.hk com.sg com.my com.ph com.pk com.ng com.eg com.sa com.ua',
+    'co.id co.il co.th co.ke',
+  ]
+    .join(' ')
+    .split(' '),
+);
+
+/** Non-public names a scoped wildcard may cover (`*.localhost`, `**.internal`). */
+const PRIVATE_SUFFIXES = new Set(['localhost', 'local', 'internal', 'test', 'example', 'invalid', 'lan', 'home.arpa', 'corp', 'intranet']);
+
+/** True when a host name is too long or has an empty or over-long label. */
+export function badHostShape(host: string): boolean {
+  if (host.length > MAX_HOST_LENGTH) return true;
+  return host.split('.').some((l) => l === '' || l.length > 63);
+}
+
 function escapeLabel(label: string): string {
   return label.replace(/[.+^${}()|[\]\\]/g, '\\$&').replace(/\*/g, '[^.]*').replace(/\?/g, '[^.]');
 }
@@ -56,18 +96,34 @@ export function patternError(pattern: string, list: 'allow' | 'deny'): string | 
   if (typeof pattern !== 'string') return `${list} entry must be a string`;
   const p = pattern.trim();
   if (p === '') return `${list} entry is empty`;
-  if (p === '*' || p === '**' || p === '*.' || p === '**.') {
+  if (p === '*' || p === '**') {
     return list === 'deny'
       ? 'unsupported global wildcard domain pattern "*"; use exact hosts or scoped wildcards like *.example.com or **.example.com'
       : null;
   }
   if (/[\s/\\@#]/.test(p) || p.includes('\0')) return `invalid domain pattern ${JSON.stringify(pattern)}`;
+  if (canonicalIp(p) !== null) return null;
+  const invalid = (why: string) => `invalid domain pattern ${JSON.stringify(pattern)}: ${why}`;
+  const body = p.toLowerCase().replace(/\.$/, '').replace(/^\*\*?\./, '');
+  const scoped = body !== p.toLowerCase().replace(/\.$/, '');
+  if (badHostShape(body)) return invalid('empty or over-long label, or longer than 253 characters');
+  if (looksNumericHost(body)) return invalid('a numeric name that is not an IPv4 address');
+  const labels = body.split('.');
+  // The registrable part (the last two labels, three under a two-label public suffix) must be
+  // spelled out: a wildcard there matches names of unrelated owners.
+  const fixed = MULTI_LABEL_PUBLIC_SUFFIXES.has(labels.slice(-2).join('.')) ? 3 : 2;
+  if (labels.slice(-fixed).some((l) => /[*?]/.test(l))) {
+    return invalid('a wildcard inside the registrable domain matches unrelated names; spell it out (e.g. *.example.com)');
+  }
+  if (labels.length < fixed && (scoped || /[*?]/.test(body)) && !PRIVATE_SUFFIXES.has(body)) {
+    return invalid('a wildcard over a public suffix matches every site under it');
+  }
   return null;
 }
 
 function compilePattern(pattern: string): CompiledPattern {
   const p = pattern.trim();
-  if (p === '*' || p === '**' || p === '*.' || p === '**.') return { source: pattern, ip: null, regex: /^.+$/ };
+  if (p === '*' || p === '**') return { source: pattern, ip: null, regex: /^.+$/ };
   const ip = canonicalIp(p);
   if (ip) return { source: pattern, ip, regex: null };
   let body = p.toLowerCase().replace(/\.+$/, '');

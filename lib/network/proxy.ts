@@ -20,13 +20,14 @@
  * except close() itself.
  */
 import * as dns from 'dns';
+import * as fs from 'fs';
 import * as http from 'http';
 import * as net from 'net';
 import type { AddressInfo } from 'net';
 
-import { classifyAddress, type AddressClass } from './addresses';
+import { classifyAddress, looksNumericHost, type AddressClass } from './addresses';
 import { buildProxyEnv, type ProxyEnvOptions } from './env';
-import { DomainMatcher, isIpLiteral, normalizeHost } from './matcher';
+import { badHostShape, DomainMatcher, isIpLiteral, MAX_HOST_LENGTH, normalizeHost } from './matcher';
 
 export interface ProxyPolicyConfig {
   allow: string[];
@@ -57,6 +58,8 @@ export interface AuditEvent {
   client: string | null;
   /** true when the decider allowed a host the allow list did not cover. */
   policyOverride?: boolean;
+  /** Connection-limit events: how many connections were refused since the previous event. */
+  count?: number;
 }
 
 export interface DeciderRequest {
@@ -84,10 +87,31 @@ export interface ManagedProxyOptions {
   enableSocks5?: boolean;
   /** Close the proxy when the last attached process detaches. Default true. */
   closeWithLastProcess?: boolean;
-  /** Idle time allowed before a request head / SOCKS5 handshake completes. Default 30000. */
+  /**
+   * Absolute time allowed for a request head / SOCKS5 handshake, from the first byte of the
+   * connection (a client trickling one byte at a time gets no more). Default 30000.
+   */
   handshakeTimeoutMs?: number;
   /** Time allowed for the upstream TCP connect. Default 30000. */
   connectTimeoutMs?: number;
+  /** Caps that keep one sandbox from exhausting the host (see ProxyLimits). */
+  limits?: ProxyLimits;
+}
+
+/**
+ * Per-sandbox (per attached processId) caps, and the idle timeout of established tunnels. A
+ * connection over a cap is answered `429 Too Many Requests` (`x-proxy-error:
+ * blocked-by-connection-limit`) and closed; over the process-wide socket budget, `503`. Each
+ * refusal is an audit event (reason `connection_limit` / `socket_budget`; at most one per second
+ * per sandbox, with `count`).
+ */
+export interface ProxyLimits {
+  /** Client connections open at once, tunnels included. Default 256. */
+  connectionsPerProcess?: number;
+  /** Client connections still sending their request head or SOCKS5 handshake. Default 32. */
+  pendingHandshakesPerProcess?: number;
+  /** An established tunnel (CONNECT, SOCKS5, WebSocket) with no traffic either way for this long is closed. Default 600000. */
+  tunnelIdleTimeoutMs?: number;
 }
 
 export interface Attachment {
@@ -101,7 +125,8 @@ export type BlockHeader =
   | 'blocked-by-allowlist'
   | 'blocked-by-denylist'
   | 'blocked-by-method-policy'
-  | 'blocked-by-policy';
+  | 'blocked-by-policy'
+  | 'blocked-by-connection-limit';
 
 // SOCKS5 reply codes (RFC 1928 §6).
 const SOCKS_OK = 0x00;
@@ -149,7 +174,36 @@ interface Listener {
   http: http.Server;
   sockets: Set<net.Socket>;
   closing: Promise<void> | null;
+  /** Client connections (not upstream sockets) open now. */
+  clients: number;
+  /** Client connections whose first head / handshake is not complete. */
+  pendingHandshakes: number;
+  /** Refusals not yet reported, and when the last limit event went out. */
+  refusedSinceEvent: number;
+  lastLimitEvent: number;
 }
+
+/**
+ * Process-wide socket budget. File descriptors are a per-process resource shared by every proxy
+ * and by the host itself: the proxy stops accepting and dialing well before the soft
+ * RLIMIT_NOFILE, leaving headroom (a quarter of the limit, at least 256) for the host's own files.
+ */
+const socketBudget = (() => {
+  let soft = 1024;
+  try {
+    const m = /^Max open files\s+(\d+|unlimited)/m.exec(fs.readFileSync('/proc/self/limits', 'utf8'));
+    if (m) soft = m[1] === 'unlimited' ? 1 << 20 : Number(m[1]);
+  } catch {
+    /* not Linux: assume the conservative default */
+  }
+  return { max: Math.max(64, soft - Math.max(256, Math.floor(soft / 4))), open: 0 };
+})();
+
+const DEFAULT_LIMITS: Required<ProxyLimits> = {
+  connectionsPerProcess: 256,
+  pendingHandshakesPerProcess: 32,
+  tunnelIdleTimeoutMs: 600_000,
+};
 
 type DeciderAnswer = { decision: 'allow' | 'deny'; reason?: string } | 'timeout' | 'closed';
 
@@ -203,7 +257,15 @@ function socksCodeForError(err: NodeJS.ErrnoException): number {
  * with stream backpressure (dial's read callback carries the other direction). A graceful end on
  * one side is passed on as a half-close; an error or reset on either side tears both down.
  */
-function splice(client: net.Socket, upstream: net.Socket): void {
+function splice(client: net.Socket, upstream: net.Socket, idleMs: number): void {
+  // A tunnel nobody uses any more still holds two fds: close it after idleMs without traffic
+  // (setTimeout re-arms on activity of that socket, in either direction).
+  const idle = () => {
+    client.destroy();
+    upstream.destroy();
+  };
+  client.setTimeout(idleMs, idle);
+  upstream.setTimeout(idleMs, idle);
   client.pipe(upstream);
   upstream.on('end', () => {
     if (!client.destroyed) client.end();
@@ -283,6 +345,9 @@ export class ManagedProxy {
   private readonly deciderTimeoutMs: number;
   private readonly handshakeTimeoutMs: number;
   private readonly connectTimeoutMs: number;
+  private readonly limits: Required<ProxyLimits>;
+  /** Client socket -> "its first head / handshake is complete" (clears the absolute deadline). */
+  private readonly handshakes = new WeakMap<net.Socket, () => void>();
   private closePromise: Promise<void> | null = null;
 
   private constructor(private readonly options: ManagedProxyOptions, matcher: DomainMatcher) {
@@ -297,6 +362,7 @@ export class ManagedProxy {
     this.deciderTimeoutMs = options.deciderTimeoutMs ?? 30_000;
     this.handshakeTimeoutMs = options.handshakeTimeoutMs ?? 30_000;
     this.connectTimeoutMs = options.connectTimeoutMs ?? 30_000;
+    this.limits = { ...DEFAULT_LIMITS, ...(options.limits ?? {}) };
   }
 
   /** Validates the policy and returns a proxy with no listeners yet (attach() creates them). */
@@ -311,9 +377,18 @@ export class ManagedProxy {
       ['deciderTimeoutMs', options.deciderTimeoutMs],
       ['handshakeTimeoutMs', options.handshakeTimeoutMs],
       ['connectTimeoutMs', options.connectTimeoutMs],
+      ['limits.connectionsPerProcess', options.limits?.connectionsPerProcess],
+      ['limits.pendingHandshakesPerProcess', options.limits?.pendingHandshakesPerProcess],
+      ['limits.tunnelIdleTimeoutMs', options.limits?.tunnelIdleTimeoutMs],
     ] as const) {
       if (value !== undefined && (!Number.isFinite(value) || value <= 0)) {
         throw new TypeError(`Expected ${name} to be a positive number, got ${String(value)}`);
+      }
+    }
+    if (options.limits !== undefined) {
+      if (options.limits === null || typeof options.limits !== 'object') throw new TypeError('Expected limits to be an object');
+      for (const k of Object.keys(options.limits)) {
+        if (!(k in DEFAULT_LIMITS)) throw new TypeError(`Unknown field limits.${k}`);
       }
     }
     if (options.decider !== undefined && typeof options.decider !== 'function') {
@@ -371,23 +446,35 @@ export class ManagedProxy {
     const listener: Listener = {
       processId,
       server: net.createServer({ allowHalfOpen: true }),
-      http: http.createServer(),
+      // Heads are capped at 16 KiB (a larger one is a 431) and must arrive within
+      // handshakeTimeoutMs of their first byte, on kept-alive connections too.
+      http: http.createServer({ maxHeaderSize: 16 * 1024, headersTimeout: this.handshakeTimeoutMs, requestTimeout: 0 }),
       sockets: new Set(),
       closing: null,
+      clients: 0,
+      pendingHandshakes: 0,
+      refusedSinceEvent: 0,
+      lastLimitEvent: 0,
     };
     listener.server.on('connection', (socket) => this.onConnection(listener, socket));
     // A bug in a handler must cost one connection, never the host process.
     listener.http.on('request', (req, res) => {
-      this.onHttpRequest(listener, req, res).catch(() => req.socket.destroy());
+      this.onHttpRequest(listener, req, res, false).catch(() => req.socket.destroy());
+    });
+    // `Expect: 100-continue`: the client waits for the 100 before sending its body. Node would
+    // send it at once; the policy decides first (onHttpRequest sends the 100 only when allowed).
+    listener.http.on('checkContinue', (req, res) => {
+      this.onHttpRequest(listener, req, res, true).catch(() => req.socket.destroy());
     });
     listener.http.on('connect', (req, socket: net.Socket, head: Buffer) => {
       this.onConnect(listener, req, socket, head).catch(() => socket.destroy());
     });
-    listener.http.on('upgrade', (_req, socket: net.Socket) => {
-      socket.end('HTTP/1.1 501 Not Implemented\r\ncontent-length: 0\r\nconnection: close\r\n\r\n');
+    listener.http.on('upgrade', (req, socket: net.Socket, head: Buffer) => {
+      this.onUpgrade(listener, req, socket, head).catch(() => socket.destroy());
     });
-    listener.http.on('clientError', (_err, socket: net.Socket) => {
-      if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n');
+    listener.http.on('clientError', (err: NodeJS.ErrnoException, socket: net.Socket) => {
+      const status = err.code === 'HPE_HEADER_OVERFLOW' ? '431 Request Header Fields Too Large' : '400 Bad Request';
+      if (socket.writable) socket.end(`HTTP/1.1 ${status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n`);
       else socket.destroy();
     });
     await new Promise<void>((resolve, reject) => {
@@ -452,16 +539,89 @@ export class ManagedProxy {
       return false;
     }
     listener.sockets.add(socket);
-    socket.once('close', () => listener.sockets.delete(socket));
+    socketBudget.open++;
+    socket.once('close', () => {
+      listener.sockets.delete(socket);
+      socketBudget.open--;
+    });
     return true;
+  }
+
+  /** One audit event per second at most per sandbox while its connections are being refused. */
+  private noteRefusal(listener: Listener, reason: 'connection_limit' | 'socket_budget', client: string | null): void {
+    listener.refusedSinceEvent++;
+    const now = Date.now();
+    if (now - listener.lastLimitEvent < 1000) return;
+    listener.lastLimitEvent = now;
+    const count = listener.refusedSinceEvent;
+    listener.refusedSinceEvent = 0;
+    this.emit({
+      processId: listener.processId,
+      timestamp: new Date(now).toISOString(),
+      scope: 'non_domain',
+      decision: 'deny',
+      source: 'policy',
+      reason,
+      protocol: 'http',
+      host: '',
+      port: 0,
+      method: null,
+      client,
+      count,
+    });
+  }
+
+  /** True when the process-wide socket budget has room for `n` more sockets. */
+  private static budgetAllows(n: number): boolean {
+    return socketBudget.open + n <= socketBudget.max;
   }
 
   private onConnection(listener: Listener, socket: net.Socket): void {
     socket.on('error', () => {
       /* resets from either side are routine for a proxy */
     });
+    // Over a cap the connection is answered and closed at once: it costs the host one fd for
+    // the time of one write, and the sandbox gets a clear status instead of a hang.
+    const overBudget = !ManagedProxy.budgetAllows(2);
+    if (
+      overBudget ||
+      listener.clients >= this.limits.connectionsPerProcess ||
+      listener.pendingHandshakes >= this.limits.pendingHandshakesPerProcess
+    ) {
+      this.noteRefusal(listener, overBudget ? 'socket_budget' : 'connection_limit', clientOf(socket));
+      const status = overBudget ? '503 Service Unavailable' : '429 Too Many Requests';
+      const body = `blocked by network policy: ${overBudget ? 'proxy socket budget exhausted' : 'too many connections from this sandbox'}\n`;
+      socket.end(
+        `HTTP/1.1 ${status}\r\nx-proxy-error: blocked-by-connection-limit\r\ncontent-type: text/plain; charset=utf-8\r\n` +
+          `content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+      );
+      socket.destroySoon();
+      setTimeout(() => socket.destroy(), 1000).unref();
+      return;
+    }
     if (!this.track(listener, socket)) return;
-    socket.setTimeout(this.handshakeTimeoutMs, () => socket.destroy());
+    listener.clients++;
+    listener.pendingHandshakes++;
+    let pending = true;
+    const handshakeDone = () => {
+      if (!pending) return;
+      pending = false;
+      listener.pendingHandshakes--;
+      clearTimeout(deadline);
+    };
+    socket.once('close', () => {
+      listener.clients--;
+      handshakeDone();
+    });
+    // An absolute deadline for the first head or handshake: a timer that re-armed on every byte
+    // would let a client trickling one byte at a time hold the connection forever.
+    const deadline = setTimeout(() => socket.destroy(), this.handshakeTimeoutMs);
+    this.handshakes.set(socket, handshakeDone);
+    // The listener allows half-open sockets (tunnels need them); a client that goes away before
+    // its head is complete must not hold the slot until the deadline.
+    socket.once('end', () => {
+      if (pending) socket.destroy();
+    });
     socket.once('data', (first: Buffer) => {
       socket.pause();
       socket.unshift(first);
@@ -541,7 +701,8 @@ export class ManagedProxy {
       processId: listener.processId,
       scope: literal ? ('non_domain' as const) : ('domain' as const),
       protocol,
-      host,
+      // A refused 10 kB name is reported, not echoed whole.
+      host: host.length > MAX_HOST_LENGTH ? `${host.slice(0, MAX_HOST_LENGTH)}…` : host,
       port,
       method,
       client,
@@ -561,6 +722,11 @@ export class ManagedProxy {
     };
 
     if (host === '' || !(port > 0 && port <= 65535)) return refuse('policy', 'invalid_target', 'blocked-by-policy');
+    // A name is looked up only when it is a well-formed host name: never an over-long one, and
+    // never a numeric one that is not an IPv4 address in any inet_aton spelling.
+    if (!literal && (badHostShape(host) || looksNumericHost(host) || !/^[a-z0-9_.-]+$/.test(host))) {
+      return refuse('policy', 'invalid_target', 'blocked-by-policy');
+    }
     if (this.policy.mode === 'limited') {
       const ok = protocol === 'http' && method !== null && LIMITED_METHODS.has(method);
       if (!ok) return refuse('mode', 'method_not_allowed', 'blocked-by-method-policy');
@@ -676,9 +842,14 @@ export class ManagedProxy {
     return `blocked by network policy: ${reason}\n`;
   }
 
-  private async onHttpRequest(listener: Listener, req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+  private async onHttpRequest(
+    listener: Listener,
+    req: http.IncomingMessage,
+    res: http.ServerResponse,
+    expectContinue: boolean,
+  ): Promise<void> {
     const socket = req.socket as net.Socket;
-    socket.setTimeout(0);
+    this.handshakes.get(socket)?.();
     const plain = (status: number, body: string, extra: Record<string, string> = {}) => {
       if (res.headersSent) return void res.destroy();
       res.writeHead(status, {
@@ -708,6 +879,11 @@ export class ManagedProxy {
       return plain(outcome.status, `proxy could not resolve ${url.hostname}\n`);
     }
     if (socket.destroyed) return;
+    if (!ManagedProxy.budgetAllows(1)) {
+      this.noteRefusal(listener, 'socket_budget', clientOf(socket));
+      return plain(503, 'blocked by network policy: proxy socket budget exhausted\n', { 'x-proxy-error': 'blocked-by-connection-limit' });
+    }
+    if (expectContinue) res.writeContinue();
 
     const connectionTokens = String(req.headers.connection ?? '')
       .split(',')
@@ -719,7 +895,8 @@ export class ManagedProxy {
     for (let i = 0; i < req.rawHeaders.length; i += 2) {
       const name = req.rawHeaders[i];
       const lower = name.toLowerCase();
-      if (HOP_BY_HOP.has(lower) || lower === 'host' || connectionTokens.includes(lower)) continue;
+      // Expect was answered here (after the decision); the body follows unconditionally.
+      if (HOP_BY_HOP.has(lower) || lower === 'host' || lower === 'expect' || connectionTokens.includes(lower)) continue;
       const value = req.rawHeaders[i + 1];
       const prev = headers[name];
       headers[name] = prev === undefined ? value : Array.isArray(prev) ? [...prev, value] : [String(prev), value];
@@ -770,7 +947,7 @@ export class ManagedProxy {
   }
 
   private async onConnect(listener: Listener, req: http.IncomingMessage, socket: net.Socket, head: Buffer): Promise<void> {
-    socket.setTimeout(0);
+    this.handshakes.get(socket)?.();
     const reply = (status: string, body: string, extra = '') =>
       socket.end(
         `HTTP/1.1 ${status}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\n` +
@@ -787,6 +964,10 @@ export class ManagedProxy {
       return void reply('502 Bad Gateway', `proxy could not resolve ${target[1]}\n`);
     }
     if (socket.destroyed) return;
+    if (!ManagedProxy.budgetAllows(1)) {
+      this.noteRefusal(listener, 'socket_budget', clientOf(socket));
+      return void reply('503 Service Unavailable', 'blocked by network policy: proxy socket budget exhausted\n', 'x-proxy-error: blocked-by-connection-limit\r\n');
+    }
     const upstream = this.dial(listener, outcome, port, socket);
     let tunnelUp = false;
     upstream.on('error', (err: NodeJS.ErrnoException) => {
@@ -796,7 +977,65 @@ export class ManagedProxy {
       tunnelUp = true;
       socket.write('HTTP/1.1 200 Connection Established\r\n\r\n');
       if (head.length > 0) upstream.write(head);
-      splice(socket, upstream);
+      splice(socket, upstream, this.limits.tunnelIdleTimeoutMs);
+    });
+  }
+
+  /**
+   * An absolute-form `Upgrade` request (WebSocket over plain HTTP): the same decision as any
+   * request to that host (limited mode refuses it: a tunnel carries any method), then the head is
+   * replayed to the checked address and both directions are relayed as a tunnel.
+   */
+  private async onUpgrade(listener: Listener, req: http.IncomingMessage, socket: net.Socket, head: Buffer): Promise<void> {
+    this.handshakes.get(socket)?.();
+    const reply = (status: string, body: string, extra = '') =>
+      socket.end(
+        `HTTP/1.1 ${status}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\n` +
+          `${extra}connection: close\r\n\r\n${body}`,
+      );
+    let url: URL;
+    try {
+      url = new URL(req.url ?? '');
+    } catch {
+      return void reply('400 Bad Request', 'this is a proxy: send absolute-form requests (http://host/path) or CONNECT\n');
+    }
+    if (url.protocol !== 'http:' && url.protocol !== 'ws:') {
+      return void reply('400 Bad Request', `unsupported scheme ${url.protocol} in absolute-form request; use CONNECT\n`);
+    }
+    const port = url.port ? Number(url.port) : 80;
+    const method = (req.method ?? 'GET').toUpperCase();
+    const outcome =
+      this.policy.mode === 'limited'
+        ? await this.decide(listener, clientOf(socket), 'httpsConnect', url.hostname, port, 'UPGRADE')
+        : await this.decide(listener, clientOf(socket), 'http', url.hostname, port, method);
+    if (!outcome.allowed) {
+      if (outcome.header) {
+        return void reply('403 Forbidden', ManagedProxy.refusalBody(outcome.reason), `x-proxy-error: ${outcome.header}\r\n`);
+      }
+      return void reply('502 Bad Gateway', `proxy could not resolve ${url.hostname}\n`);
+    }
+    if (socket.destroyed) return;
+    if (!ManagedProxy.budgetAllows(1)) {
+      this.noteRefusal(listener, 'socket_budget', clientOf(socket));
+      return void reply('503 Service Unavailable', 'blocked by network policy: proxy socket budget exhausted\n', 'x-proxy-error: blocked-by-connection-limit\r\n');
+    }
+    // The origin sees the checked authority as Host; proxy credentials never leave.
+    const lines = [`${method} ${url.pathname}${url.search} HTTP/1.1`, `Host: ${url.host}`];
+    for (let i = 0; i < req.rawHeaders.length; i += 2) {
+      const lower = req.rawHeaders[i].toLowerCase();
+      if (lower === 'host' || lower === 'proxy-connection' || lower === 'proxy-authorization') continue;
+      lines.push(`${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}`);
+    }
+    const upstream = this.dial(listener, outcome, port, socket);
+    let up = false;
+    upstream.on('error', (err: NodeJS.ErrnoException) => {
+      if (!up && socket.writable) reply('502 Bad Gateway', `upstream connect failed: ${err.code ?? err.message}\n`);
+    });
+    upstream.once('connect', () => {
+      up = true;
+      upstream.write(`${lines.join('\r\n')}\r\n\r\n`);
+      if (head.length > 0) upstream.write(head);
+      splice(socket, upstream, this.limits.tunnelIdleTimeoutMs);
     });
   }
 
@@ -843,7 +1082,7 @@ export class ManagedProxy {
       socket.destroy();
       return;
     }
-    socket.setTimeout(0);
+    this.handshakes.get(socket)?.();
     const client = clientOf(socket);
     if (cmd === 0x03 || cmd === 0x02) {
       const protocol: AuditProtocol = cmd === 0x03 ? 'socks5Udp' : 'socks5Tcp';
@@ -867,6 +1106,10 @@ export class ManagedProxy {
     const outcome = await this.decide(listener, client, 'socks5Tcp', host, port, null);
     if (!outcome.allowed) return fail(outcome.socksReply);
     if (socket.destroyed) return;
+    if (!ManagedProxy.budgetAllows(1)) {
+      this.noteRefusal(listener, 'socket_budget', client);
+      return fail(SOCKS_GENERAL_FAILURE);
+    }
     const upstream = this.dial(listener, outcome, port, socket);
     let up = false;
     upstream.on('error', (err: NodeJS.ErrnoException) => {
@@ -877,7 +1120,7 @@ export class ManagedProxy {
       const bound = upstream.address();
       socket.write(socksReply(SOCKS_OK, typeof bound === 'object' ? (bound as AddressInfo) : null));
       reader.release();
-      splice(socket, upstream);
+      splice(socket, upstream, this.limits.tunnelIdleTimeoutMs);
       socket.resume();
     });
   }

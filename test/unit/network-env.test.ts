@@ -1,3 +1,4 @@
+import { spawnSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 
 import { SandboxError } from '../../lib/errors';
@@ -25,6 +26,17 @@ describe('ManagedProxy.proxyEnv', () => {
     RSYNC_PROXY: 'elsewhere:873',
     GIT_PROXY_COMMAND: '/usr/bin/corkscrew',
   };
+
+  it('npm reads the proxy from what we inject, without "Unknown env config" warnings', () => {
+    const env = ManagedProxy.proxyEnv({ ...base, npm_config_http_proxy: 'http://elsewhere:4', PATH: process.env.PATH ?? '/usr/bin', HOME: process.env.HOME ?? '/root' }, 4242);
+    expect(env.npm_config_http_proxy).toBeUndefined();
+    const r = spawnSync('npm', ['config', 'get', 'https-proxy'], { env, encoding: 'utf8', timeout: 60_000 });
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.stdout.trim()).toBe('http://127.0.0.1:4242');
+    expect(r.stderr).not.toMatch(/Unknown env config/);
+    const proxy = spawnSync('npm', ['config', 'get', 'proxy'], { env, encoding: 'utf8', timeout: 60_000 });
+    expect(proxy.stdout.trim()).toBe('http://127.0.0.1:4242');
+  });
 
   it('points every proxy variable at the port and keeps the rest', () => {
     const env = ManagedProxy.proxyEnv(base, 4242);

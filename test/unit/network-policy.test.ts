@@ -7,6 +7,7 @@ import {
   isIpLiteral,
   isNonPublicAddress,
   normalizeHost,
+  parseIPv4,
   parseIPv6,
 } from '../../lib/network';
 
@@ -61,7 +62,9 @@ describe('DomainMatcher', () => {
   });
 
   it('IP literals need an exact entry: wildcards never match them', () => {
-    const m = new DomainMatcher(['*', '*.0.0.1', '**.168.1.1']);
+    // (Wildcards over numeric labels, `*.0.0.1`, are refused outright: see pattern validation.)
+    expect(() => new DomainMatcher(['*.0.0.1'])).toThrow(/numeric name/);
+    const m = new DomainMatcher(['*', '**.example.org']);
     expect(m.evaluate('example.org').verdict).toBe('allowed');
     expect(m.evaluate('127.0.0.1').verdict).toBe('notAllowed');
     expect(m.evaluate('192.168.1.1').verdict).toBe('notAllowed');
@@ -83,6 +86,17 @@ describe('DomainMatcher', () => {
     expect(m.evaluate('bucher.example').verdict).toBe('notAllowed');
   });
 
+  it('refuses patterns that would match unrelated owners or are malformed', () => {
+    for (const bad of ['*.com', '**.com', '*.co.uk', '**.com.au', '*example.com', 'exam*.com', '*.', '**.', 'a..b.com', '.example.com',
+      `${'a'.repeat(64)}.com`, `${'a.'.repeat(130)}com`, '1.2.3.4.5', '*.0.0.1', 'ex?mple.com']) {
+      expect(() => new DomainMatcher([bad]), bad).toThrow(/invalid domain pattern/);
+    }
+    // Controls: scoped wildcards under a registrable name, label wildcards left of it, private suffixes.
+    for (const good of ['*.example.com', '**.example.co.uk', 'region*.s3.example.com', '*.localhost', '**.internal', 'localhost', 'example.com', 'co.uk']) {
+      expect(() => new DomainMatcher([good]), good).not.toThrow();
+    }
+  });
+
   it('the global * is accepted in the allow list and rejected in the deny list', () => {
     expect(() => new DomainMatcher(['*'])).not.toThrow();
     expect(() => new DomainMatcher([], ['*'])).toThrow(/unsupported global wildcard domain pattern "\*"/);
@@ -99,6 +113,20 @@ describe('host normalisation', () => {
     expect(isIpLiteral('::ffff:127.0.0.1')).toBe(true);
     expect(isIpLiteral('example.com')).toBe(false);
     expect(canonicalIp('fe80::1%eth0')).toBe('fe80:0:0:0:0:0:0:1%eth0');
+  });
+
+  it('canonicalises every inet_aton spelling of an IPv4 address', () => {
+    for (const spelling of ['2130706433', '0x7f.1', '0177.0.0.1', '127.1', '127.000.000.001', '0x7f000001', '127.0.1', '0x7F.0.0.0x1']) {
+      expect(normalizeHost(spelling), spelling).toBe('127.0.0.1');
+      expect(isIpLiteral(spelling), spelling).toBe(true);
+    }
+    expect(normalizeHost('0251.0376.0251.0376')).toBe('169.254.169.254');
+    expect(normalizeHost('2852039166')).toBe('169.254.169.254');
+    expect(normalizeHost('[::ffff:0x7f.1]')).not.toBe('127.0.0.1'); // brackets are IPv6 only
+    // Not IPv4 in any spelling: stays a name (and the proxy refuses numeric-looking names).
+    for (const bad of ['256.1.1.1', '1.2.3.4.5', '0x1g', '4294967296', '08.1.1.1']) expect(parseIPv4(bad), bad).toBeNull();
+    expect(parseIPv4('4294967295')).toEqual([255, 255, 255, 255]);
+    expect(parseIPv4('1.2.65535')).toEqual([1, 2, 255, 255]);
   });
 
   it('parses IPv6 forms', () => {
@@ -118,7 +146,15 @@ describe('classifyAddress', () => {
     ['172.16.0.1', 'private'],
     ['172.31.255.255', 'private'],
     ['192.168.1.1', 'private'],
-    ['169.254.1.1', 'linkLocal'],
+    // All of 169.254.0.0/16 is metadata territory (refused even with allowLocal).
+    ['169.254.1.1', 'metadata'],
+    ['169.254.170.2', 'metadata'],
+    ['100.100.100.200', 'metadata'],
+    ['192.0.0.192', 'metadata'],
+    ['168.63.129.16', 'metadata'],
+    ['fd00:ec2::23', 'metadata'],
+    ['fd00:ec2:0:0:1::1', 'metadata'],
+    ['fd00:ec2:1::1', 'uniqueLocal'],
     ['fe80::1', 'linkLocal'],
     ['febf::1', 'linkLocal'],
     ['fc00::1', 'uniqueLocal'],
