@@ -14,7 +14,7 @@ import type { Backend, BackendSpawnRequest, EnforcementReport, ProbeReport, Spaw
 import { SandboxedProcess, type ExitResult } from './child';
 import { SandboxError } from './errors';
 import { tryLoadNative, loadNative } from './native';
-import { isLikelySandboxDenied, resolvePolicy } from './permissions';
+import { isLikelySandboxDenied, resolvePolicy, withoutSecretEnv } from './permissions';
 import type { SandboxPolicy } from './policy-types';
 import type { ResolvedRules } from './rules';
 import type { PreparedExecRequest } from './prepare';
@@ -33,7 +33,10 @@ export { prepareExecRequest, type ExecParams, type PrepareRuntime, type Prepared
 
 export interface SpawnOptions {
   cwd?: string;
-  /** Exactly the child's environment (default: process.env). */
+  /**
+   * Exactly the child's environment. Default: process.env without variables that look like
+   * secrets (see README "Environment"); pass `env: process.env` to hand everything on.
+   */
   env?: Record<string, string | undefined>;
   /** 'pipe' (default), 'inherit', 'ignore', or per-fd specs; extra entries pass fds 3+. */
   stdio?: StdioSpec | StdioSpec[];
@@ -156,7 +159,9 @@ function normalize(
   }
   if (!st.isDirectory()) bad(`options.cwd is not a directory: ${cwd}`);
 
-  const envIn = opts.env === undefined ? process.env : opts.env;
+  // Omitted: process.env minus secret-looking variables, the same default as the CLI (a sandbox
+  // that cannot write anywhere can still print $GITHUB_TOKEN). An explicit env is passed exactly.
+  const envIn = opts.env === undefined ? withoutSecretEnv(process.env) : opts.env;
   if (envIn === null || typeof envIn !== 'object') bad('options.env must be an object');
   const env: Record<string, string> = {};
   for (const [k, v] of Object.entries(envIn as Record<string, unknown>)) {

@@ -6,7 +6,9 @@ import { SandboxError } from '../errors';
 
 /**
  * Patterns (case-insensitive, `*` = any run, `?` = one char) of names that look like secrets.
- * The first three are Codex's default excludes; the rest widen the net the same way.
+ * The first three are Codex's default excludes; the rest widen the net the same way. Matching is
+ * case-insensitive everywhere: Windows env names are, and on POSIX `github_token` is as secret
+ * as `GITHUB_TOKEN`.
  */
 export const SECRET_ENV_PATTERNS: readonly string[] = [
   '*KEY*',
@@ -19,7 +21,38 @@ export const SECRET_ENV_PATTERNS: readonly string[] = [
   '*PRIVATE*',
   'AWS_*',
   '*_PAT',
+  // Auth material by another name: NPM_CONFIG__AUTH (base64 user:pass), *_AUTHORIZATION headers,
+  // BASIC_AUTH, SSH_AUTH_SOCK (the agent socket signs as the user; the path itself is the
+  // capability when the socket is reachable from inside).
+  '*_AUTH*',
+  'AUTH',
+  'AUTH_*',
+  'AUTHORIZATION*',
+  'SSH_AUTH_SOCK',
+  'NPM_CONFIG__AUTH',
+  // Connection strings carry passwords (SENTRY_DSN, DATABASE_DSN, ODBC DSNs).
+  '*_DSN',
+  'DSN',
 ];
+
+/**
+ * Names `*_AUTH*` would catch that are identity, not credentials. Git reads these for every
+ * commit; scrubbing them would make `git commit` inside the sandbox fail for no security gain.
+ */
+const NOT_SECRET_ENV_NAMES: readonly string[] = ['GIT_AUTHOR_NAME', 'GIT_AUTHOR_EMAIL', 'GIT_AUTHOR_DATE'];
+
+/**
+ * A URL with credentials in its userinfo anywhere in the value: `scheme://user:pass@host`, or
+ * `scheme://TOKEN@host` with a token-like user (20+ chars, as GitHub and GitLab tokens are).
+ * A plain short user (`ssh://git@github.com`) is not a secret. Checked on every variable's
+ * value, not only `*_URL` names: `DATABASE`, `REDIS`, `HTTPS_PROXY` and `PIP_INDEX_URL` all carry
+ * such URLs in the wild.
+ */
+const CREDENTIAL_URL = /[a-z][a-z0-9+.-]*:\/\/(?:[^\s/?#@:]*:[^\s/?#@]*|[A-Za-z0-9_.~%-]{20,})@/i;
+
+export function hasCredentialUrl(value: string): boolean {
+  return CREDENTIAL_URL.test(value);
+}
 
 /** Codex's default excludes for `envPolicy` (ignoreDefaultExcludes turns them off). */
 export const CODEX_DEFAULT_ENV_EXCLUDES: readonly string[] = ['*KEY*', '*SECRET*', '*TOKEN*'];
@@ -46,16 +79,25 @@ export function envNameMatches(name: string, patterns: readonly string[]): boole
   return patterns.some((p) => envPatternToRegExp(p).test(name));
 }
 
-/** True when a variable name looks like it holds a secret (used for the CLI's default env). */
+/** True when a variable name looks like it holds a secret (used for the default env). */
 export function isSecretEnvName(name: string): boolean {
+  if (NOT_SECRET_ENV_NAMES.includes(name.toUpperCase())) return false;
   return envNameMatches(name, SECRET_ENV_PATTERNS);
 }
 
-/** Drop secret-looking names from an environment (returns a new object). */
+/** True when a variable should be scrubbed: a secret-looking name, or a value holding a URL with credentials. */
+export function isSecretEnvEntry(name: string, value: string): boolean {
+  return isSecretEnvName(name) || hasCredentialUrl(value);
+}
+
+/**
+ * Drop secret-looking variables from an environment (returns a new object). This is the default
+ * env of the CLI and of spawn()/run() when `env` is omitted; an explicit `env` is passed exactly.
+ */
 export function withoutSecretEnv(env: Record<string, string | undefined>): Record<string, string> {
   const out: Record<string, string> = {};
   for (const [k, v] of Object.entries(env)) {
-    if (v !== undefined && !isSecretEnvName(k)) out[k] = v;
+    if (v !== undefined && !isSecretEnvEntry(k, v)) out[k] = v;
   }
   return out;
 }

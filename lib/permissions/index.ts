@@ -10,6 +10,8 @@ import { resolveEntries } from './resolve';
 export { isLikelySandboxDenied } from './denial';
 export {
   isSecretEnvName,
+  isSecretEnvEntry,
+  hasCredentialUrl,
   withoutSecretEnv,
   applyEnvPolicy,
   parseEnvPolicy,

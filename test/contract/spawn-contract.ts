@@ -271,6 +271,27 @@ export function defineSpawnContract(mode: RunMode): void {
         }
       });
 
+      it('env omitted drops secret-looking variables; an explicit env is passed exactly', async () => {
+        const vars: Record<string, string> = {
+          [`PSB_${process.pid}_TOKEN`]: 'tok',
+          [`PSB_${process.pid}_DSN`]: 'dsn',
+          [`PSB_${process.pid}_URL`]: 'postgres://u:pw@db/x',
+          [`psb_${process.pid}_auth`]: 'lower',
+          [`PSB_${process.pid}_PLAIN_URL`]: 'https://example.com/x',
+        };
+        Object.assign(process.env, vars);
+        try {
+          const names = (out: string) => out.split('\n').map((l) => l.slice(0, l.indexOf('='))).filter((k) => k.toUpperCase().startsWith(`PSB_${process.pid}_`));
+          const dflt = names((await run('/usr/bin/env', [], opts())).stdout);
+          expect(dflt).toEqual([`PSB_${process.pid}_PLAIN_URL`]);
+          // Positive control: the same variables, passed explicitly, all arrive.
+          const exact = names((await run('/usr/bin/env', [], opts({ env: process.env }))).stdout);
+          expect(exact.sort()).toEqual(Object.keys(vars).sort());
+        } finally {
+          for (const k of Object.keys(vars)) delete process.env[k];
+        }
+      });
+
       it('arg0 is what the child sees as argv[0] / $0', async () => {
         expect((await run('sh', ['-c', 'echo "$0"'], opts({ arg0: 'my-shell-name' }))).stdout).toBe('my-shell-name\n');
         const r = await run('cat', ['/proc/self/cmdline'], opts({ arg0: 'renamed-cat' }));

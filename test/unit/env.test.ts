@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { SandboxError } from '../../lib/errors';
-import { applyEnvPolicy, parseEnvPolicy, withoutSecretEnv } from '../../lib/permissions';
+import { applyEnvPolicy, hasCredentialUrl, isSecretEnvEntry, isSecretEnvName, parseEnvPolicy, withoutSecretEnv } from '../../lib/permissions';
 
 const base = {
   PATH: '/usr/bin:/bin',
@@ -81,5 +81,59 @@ describe('withoutSecretEnv (the CLI default env)', () => {
       LANG: 'C.UTF-8',
       EDITOR: 'vi',
     });
+  });
+});
+
+describe('secret scrubbing beyond *KEY*/*SECRET*/*TOKEN* (issue 10)', () => {
+  it.each([
+    'NPM_CONFIG__AUTH',
+    'npm_config__auth',
+    'npm_config__authToken',
+    'SSH_AUTH_SOCK',
+    'ssh_auth_sock',
+    'BASIC_AUTH',
+    'PROXY_AUTHORIZATION',
+    'X_AUTH_HEADER',
+    'AUTH',
+    'AUTH_HEADER',
+    'Authorization',
+    'SENTRY_DSN',
+    'database_dsn',
+    'DSN',
+  ])('%s is scrubbed (names compare case-insensitively)', (name) => {
+    expect(isSecretEnvName(name)).toBe(true);
+  });
+
+  it.each(['GIT_AUTHOR_NAME', 'GIT_AUTHOR_EMAIL', 'GIT_AUTHOR_DATE', 'git_author_name', 'AUTHOR', 'PATH', 'OAUTHLIB_DEBUG_LEVEL_NAME_X', 'DSNAME', 'EDITOR'])(
+    '%s is kept (positive control: identity, not credentials)',
+    (name) => {
+      expect(isSecretEnvName(name)).toBe(false);
+    },
+  );
+
+  it.each([
+    ['DATABASE_URL', 'postgres://app:hunter2@db.internal:5432/app'],
+    ['REDIS_URL', 'redis://:onlypass@cache:6379'],
+    ['PIP_INDEX_URL', 'https://user:p%40ss@pypi.example.com/simple'],
+    ['HTTPS_PROXY', 'http://me:pw@proxy.corp:3128'],
+    ['GIT_REMOTE', 'https://ghp_abcdefghijklmnopqrstuvwxyz0123456789@github.com/o/r.git'],
+    ['DATABASE', 'mysql://root:x@localhost/db'],
+    ['MIRRORS', 'https://a.example/ https://u:p@b.example/'],
+  ])('%s=%s is scrubbed: the value holds a URL with credentials', (name, value) => {
+    expect(hasCredentialUrl(value)).toBe(true);
+    expect(isSecretEnvEntry(name, value)).toBe(true);
+    expect(withoutSecretEnv({ [name]: value, LANG: 'C' })).toEqual({ LANG: 'C' });
+  });
+
+  it.each([
+    ['DATABASE_URL', 'postgres://db.internal:5432/app'],
+    ['HOMEPAGE_URL', 'https://example.com/@user/page'],
+    ['GIT_URL', 'ssh://git@github.com/o/r.git'],
+    ['HTTP_PROXY', 'http://proxy.corp:3128'],
+    ['NOTE', 'mail me at a@b.example: ok'],
+    ['PATH', '/usr/local/bin:/usr/bin:/bin'],
+  ])('%s=%s is kept: no credentials in the URL (positive control)', (name, value) => {
+    expect(hasCredentialUrl(value)).toBe(false);
+    expect(withoutSecretEnv({ [name]: value })).toEqual({ [name]: value });
   });
 });
