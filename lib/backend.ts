@@ -28,6 +28,8 @@ export interface BackendSpawnRequest {
   network?: SpawnNetworkOptions;
   /** The caller chose an argv[0] other than the command (a wrapper like sandbox-exec cannot pass one). */
   arg0Customized?: boolean;
+  /** Run on a pseudo-terminal of this size (stdio is then ignored: fds 0-2 are the terminal). */
+  pty?: { cols: number; rows: number };
 }
 
 export interface SpawnNetworkOptions {
@@ -82,6 +84,8 @@ export interface BackendProcess {
   /** Resolves once, when the command has exited (its status, not init's). */
   exited: Promise<ExitInfo>;
   enforcement: EnforcementReport;
+  /** With `pty`: the master side (one duplex stream of terminal output/input) and its resize. */
+  pty?: { stream: Readable & Writable; resize(cols: number, rows: number): void };
 }
 
 export interface ProbeReport {

@@ -6,6 +6,7 @@
 import { EventEmitter } from 'node:events';
 import type { Readable, Writable } from 'node:stream';
 import type { BackendProcess, EnforcementReport } from './backend';
+import { SandboxError } from './errors';
 
 export interface ExitResult {
   code: number | null;
@@ -26,6 +27,9 @@ export class SandboxedProcess extends EventEmitter {
   signalCode: NodeJS.Signals | null = null;
   killed = false;
 
+  /** true when the command runs on a pseudo-terminal (spawn's `pty` option). */
+  readonly isPty: boolean;
+
   private readonly proc: BackendProcess;
   private hasExited = false;
 
@@ -39,6 +43,7 @@ export class SandboxedProcess extends EventEmitter {
     this.stdout = (proc.stdio[1] as Readable | null) ?? null;
     this.stderr = (proc.stdio[2] as Readable | null) ?? null;
     this.enforcement = proc.enforcement;
+    this.isPty = proc.pty !== undefined;
     // A child that exits without reading stdin must not crash the host with EPIPE.
     this.stdin?.on('error', () => {});
 
@@ -59,6 +64,38 @@ export class SandboxedProcess extends EventEmitter {
       return result;
     });
     process.nextTick(() => this.emit('spawn'));
+  }
+
+  /**
+   * node-pty's shape, for `pty` processes: terminal output (the one stream: the command's stdout
+   * and stderr interleaved as the terminal shows them). Returns a disposable.
+   */
+  onData(listener: (data: string) => void): { dispose(): void } {
+    const stream = this.ptyOrThrow().stream;
+    const fn = (b: Buffer) => listener(b.toString('utf8'));
+    stream.on('data', fn);
+    return { dispose: () => void stream.off('data', fn) };
+  }
+
+  /** Writes to the terminal (what a user would type). pty processes only. */
+  write(data: string | Buffer): void {
+    const stream = this.ptyOrThrow().stream;
+    if (!stream.destroyed) stream.write(data);
+  }
+
+  /** Changes the terminal size (TIOCSWINSZ; the command gets SIGWINCH). pty processes only. */
+  resize(cols: number, rows: number): void {
+    const pty = this.ptyOrThrow();
+    for (const [n, v] of [['cols', cols], ['rows', rows]] as const) {
+      if (!Number.isInteger(v) || v < 1 || v > 65535) throw new SandboxError('EINVALID_ARGUMENT', `${n} must be an integer from 1 to 65535`);
+    }
+    if (this.hasExited) return;
+    pty.resize(cols, rows);
+  }
+
+  private ptyOrThrow(): NonNullable<BackendProcess['pty']> {
+    if (!this.proc.pty) throw new SandboxError('EINVALID_ARGUMENT', 'this process has no pseudo-terminal (spawn it with the pty option)');
+    return this.proc.pty;
   }
 
   /** Sends a signal to the whole sandboxed tree. Returns false if it has already exited. */

@@ -46,6 +46,12 @@ export interface SpawnOptions {
   policy?: SandboxPolicy | null;
   /** Managed-network hooks (audit, decider, a shared proxy) for `network: { proxy }` policies. */
   proxy?: SpawnNetworkOptions;
+  /**
+   * Run on a pseudo-terminal of this size (Linux): fds 0-2 are the terminal, output is one stream
+   * (`onData` or `stdout`), input goes through `write`, and `resize` changes the size. Not with
+   * `stdio`. Elsewhere a SandboxError EPLATFORM_UNSUPPORTED.
+   */
+  pty?: { cols?: number; rows?: number };
 }
 
 export interface RunOptions extends SpawnOptions {
@@ -70,7 +76,7 @@ export interface RunResult<T = string> {
   enforcement: EnforcementReport;
 }
 
-const SPAWN_KEYS = new Set(['cwd', 'env', 'stdio', 'arg0', 'policy', 'proxy']);
+const SPAWN_KEYS = new Set(['cwd', 'env', 'stdio', 'arg0', 'policy', 'proxy', 'pty']);
 const RUN_KEYS = new Set([...SPAWN_KEYS, 'input', 'timeout', 'signal', 'maxBuffer', 'encoding']);
 
 let backendCache: Backend | undefined;
@@ -196,11 +202,29 @@ function normalize(
       if (!['instance', 'onAudit', 'decider', 'deciderTimeoutMs', 'lookup', 'processId'].includes(k)) bad(`unknown option: proxy.${k}`);
     }
   }
+  const pty = opts.pty === undefined ? undefined : checkPty(opts.pty, opts.stdio !== undefined);
   const file = resolveExecutable(cmd, env, cwd);
   const req: BackendSpawnRequest = { file, argv: [arg0, ...argv], env, cwd, stdio, rules };
+  if (pty) req.pty = pty;
   if (network) req.network = network;
   if (opts.arg0 !== undefined && opts.arg0 !== cmd) req.arg0Customized = true;
   return req;
+}
+
+function checkPty(v: unknown, hasStdio: boolean): { cols: number; rows: number } {
+  if (v === null || typeof v !== 'object' || Array.isArray(v)) bad('options.pty must be an object { cols, rows }');
+  const o = v as Record<string, unknown>;
+  for (const k of Object.keys(o)) if (k !== 'cols' && k !== 'rows') bad(`unknown option: pty.${k}`);
+  const size = (k: 'cols' | 'rows', dflt: number): number => {
+    const n = o[k] ?? dflt;
+    if (typeof n !== 'number' || !Number.isInteger(n) || n < 1 || n > 65535) bad(`options.pty.${k} must be an integer from 1 to 65535`);
+    return n;
+  };
+  if (hasStdio) bad('options.pty and options.stdio cannot be combined: the terminal is fds 0-2');
+  if (process.platform !== 'linux') {
+    throw new SandboxError('EPLATFORM_UNSUPPORTED', `pseudo-terminals are not supported on ${process.platform} yet (Linux only)`);
+  }
+  return { cols: size('cols', 80), rows: size('rows', 24) };
 }
 
 /** Starts a sandboxed command. Throws SandboxError (and starts nothing) on bad input or when the policy cannot be enforced. */
@@ -213,15 +237,21 @@ export function spawn(command: string, args?: readonly string[], options?: Spawn
  * Runs a request prepared by prepareExecRequest (Codex exec-server shapes). The prepared rules are
  * enforced as they are; `sandboxType: 'none'` runs plainly, exactly as the seed does.
  */
-export function spawnPrepared(prepared: PreparedExecRequest, options: { stdio?: StdioSpec | StdioSpec[] } = {}): SandboxedProcess {
+export function spawnPrepared(
+  prepared: PreparedExecRequest,
+  options: { stdio?: StdioSpec | StdioSpec[]; pty?: { cols?: number; rows?: number } } = {},
+): SandboxedProcess {
   if (!prepared || !Array.isArray(prepared.command) || prepared.command.length === 0) bad('argv must not be empty');
-  for (const k of Object.keys(options)) if (k !== 'stdio') bad(`unknown option: ${k}`);
+  for (const k of Object.keys(options)) if (k !== 'stdio' && k !== 'pty') bad(`unknown option: ${k}`);
   if (prepared.sandboxType !== 'none' && prepared.rules === null) {
     throw new SandboxError('ENOT_ENFORCED', 'sandbox intent cannot be enforced on this executor');
   }
   const [program, ...rest] = prepared.command;
-  const stdio = options.stdio ?? [prepared.pipeStdin || prepared.tty ? 'pipe' : 'ignore', 'pipe', 'pipe'];
-  const spawnOpts: SpawnOptions = { cwd: prepared.cwd, env: prepared.env, stdio };
+  // `tty`: a pseudo-terminal (80x24 unless options.pty says otherwise, as the seed's default).
+  const spawnOpts: SpawnOptions = { cwd: prepared.cwd, env: prepared.env };
+  if (prepared.tty) spawnOpts.pty = options.pty ?? { cols: 80, rows: 24 };
+  else spawnOpts.stdio = options.stdio ?? [prepared.pipeStdin ? 'pipe' : 'ignore', 'pipe', 'pipe'];
+  if (prepared.tty && options.stdio !== undefined) bad('options.stdio cannot be combined with a tty request');
   if (prepared.arg0 !== undefined) spawnOpts.arg0 = prepared.arg0;
   // Managed network (lib/prepare): attach the command to the proxy prepared for it; a plain
   // launch's host listener is released when the command exits (or when it cannot start).

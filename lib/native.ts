@@ -17,6 +17,8 @@ export interface LinuxNativePlan {
   cwd: string;
   stdio: LinuxStdio[];
   setsid?: boolean;
+  /** fd 0 is a pty slave: make it the controlling terminal (needs setsid). */
+  ctty?: boolean;
   newNet?: boolean;
   mounts?: LinuxMountOp[];
   tmpSlots?: number;
@@ -66,6 +68,9 @@ export interface NativeBinding {
   listenLoopback?(): { fd: number; port: number };
   lockPlaceholder?(path: string): number;
   releasePlaceholder?(fd: number, path: string, remove: boolean): boolean;
+  /** A pseudo-terminal pair (both close-on-exec) with the given window size. */
+  openPty?(cols: number, rows: number): { master: number; slave: number; name: string };
+  resizePty?(fd: number, cols: number, rows: number): void;
   // Windows and macOS functions are typed by their backends (lib/platform/win32.ts, darwin.ts).
   [key: string]: unknown;
 }

@@ -7,6 +7,7 @@ import * as fs from 'node:fs';
 import * as net from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import * as tty from 'node:tty';
 import type { Readable, Writable } from 'node:stream';
 import type { Backend, BackendProcess, BackendSpawnRequest, EnforcementReport, ExitInfo, ProbeReport } from '../backend';
 import { unsandboxedReport } from '../backend';
@@ -158,9 +159,22 @@ export function createLinuxBackend(native: NativeBinding): Backend {
     },
 
     spawn(req: BackendSpawnRequest): BackendProcess {
-      const stdio: LinuxStdio[] = req.stdio.map((s, i) =>
-        s === 'pipe' ? (i === 0 ? 'in' : 'out') : s === 'inherit' ? i : s === 'ignore' ? -1 : s,
-      );
+      const pty = req.pty ? openPty(native, req.pty) : undefined;
+      try {
+        return spawnOn(req, pty);
+      } finally {
+        // The child has its own copies (or never started): the parent keeps only the master, so
+        // the master reads EIO once the last holder of the slave is gone.
+        if (pty) fs.closeSync(pty.slave);
+      }
+    },
+  };
+
+  function spawnOn(req: BackendSpawnRequest, pty: OpenedPty | undefined): BackendProcess {
+    {
+      const stdio: LinuxStdio[] = pty
+        ? [pty.slave, pty.slave, pty.slave]
+        : req.stdio.map((s, i) => (s === 'pipe' ? (i === 0 ? 'in' : 'out') : s === 'inherit' ? i : s === 'ignore' ? -1 : s));
       let plan: Omit<LinuxNativePlan, 'stdio'>;
       let proxy: ManagedProxy | undefined;
       let ownsProxy = false;
@@ -251,12 +265,15 @@ export function createLinuxBackend(native: NativeBinding): Backend {
           if (ownsProxy) await proxy.close().catch(() => {});
         }
       };
+      // A pty slave becomes the controlling terminal of the command's new session.
+      if (pty) plan = { ...plan, setsid: true, ctty: true };
       let res;
       try {
         res = native.spawn!({ ...plan, stdio }, (code, sig) => {
           void cleanup().then(() => resolveExit({ code, signal: sig ? signalName(sig) : null }));
         });
       } catch (e) {
+        if (pty) fs.closeSync(pty.master);
         if (hostListenerFd !== undefined) fs.closeSync(hostListenerFd);
         held.push(...lockPlaceholders(native, ghosts)); // whatever init made before it failed
         void cleanup();
@@ -282,13 +299,44 @@ export function createLinuxBackend(native: NativeBinding): Backend {
           : new net.Socket({ fd, readable: true, writable: false });
       });
       const handle = res.handle;
-      return {
+      const out: BackendProcess = {
         pid: res.pid,
         stdio: streams,
         kill: (signal) => native.kill!(handle, signalNumber(signal)) === 0,
         exited,
         enforcement: withNativeFacts(enforcement, res),
       };
-    },
-  };
+      if (pty) {
+        const stream = ptyStream(pty.master);
+        out.stdio = [null, stream, null];
+        out.pty = { stream, resize: (cols, rows) => native.resizePty!(pty.master, cols, rows) };
+        out.enforcement = { ...out.enforcement, mechanisms: { ...out.enforcement.mechanisms, pty: true } };
+      }
+      return out;
+    }
+  }
+}
+
+interface OpenedPty {
+  master: number;
+  slave: number;
+}
+
+function openPty(native: NativeBinding, size: { cols: number; rows: number }): OpenedPty {
+  if (!native.openPty) throw new SandboxError('EPLATFORM_UNSUPPORTED', 'this build of the addon has no pseudo-terminal support');
+  const { master, slave } = native.openPty(size.cols, size.rows);
+  return { master, slave };
+}
+
+/**
+ * The master side as one duplex stream. Linux reports the slave's last close as EIO on the
+ * master (after any buffered output has been read): that is the end of the terminal's output,
+ * not an error. The stream owns the fd and closes it.
+ */
+function ptyStream(master: number): tty.ReadStream {
+  const stream = new tty.ReadStream(master);
+  const destroy = stream.destroy.bind(stream);
+  stream.destroy = (err?: Error) => destroy((err as NodeJS.ErrnoException | undefined)?.code === 'EIO' ? undefined : err);
+  stream.on('error', () => {});
+  return stream;
 }

@@ -15,6 +15,7 @@
 #include "../addon_data.h"
 #include "../js_error.h"
 #include "landlock.h"
+#include "pty_linux.h"
 #include "seccomp.h"
 #include "spawn_linux.h"
 
@@ -223,6 +224,9 @@ Napi::Value Spawn(const Napi::CallbackInfo& info) {
   plan.envp = GetStrings(o, "envp");
   plan.cwd = GetString(o, "cwd");
   plan.setsid = GetBool(o, "setsid", plan.mode != LinuxMode::kPlain);
+  // A pty: fd 0 becomes the controlling terminal, which needs a new session.
+  plan.ctty = GetBool(o, "ctty", false);
+  if (plan.ctty && !plan.setsid) throw Napi::TypeError::New(env, "plan.ctty needs plan.setsid");
   plan.drop_caps = plan.mode != LinuxMode::kPlain;
   plan.new_net = GetBool(o, "newNet", true);
   plan.proxy_port = static_cast<uint16_t>(GetNumber(o, "proxyPort", 0));
@@ -426,6 +430,7 @@ void InitPlatform(Napi::Env env, Napi::Object exports) {
   exports.Set("listenLoopback", Napi::Function::New(env, ListenLoopbackJs, "listenLoopback"));
   exports.Set("lockPlaceholder", Napi::Function::New(env, LockPlaceholder, "lockPlaceholder"));
   exports.Set("releasePlaceholder", Napi::Function::New(env, ReleasePlaceholder, "releasePlaceholder"));
+  RegisterPty(env, exports);
 }
 
 }  // namespace psb

@@ -399,6 +399,14 @@ long DropCapsInChild() {
   return Sys(__NR_capset, &hdr, data);
 }
 
+// pty (spawn's `pty` option): fd 0 is the slave the parent opened; make it this new session's
+// controlling terminal so job control, ^C and SIGWINCH reach the command. Index 3 under the
+// stdio stage tells it apart from the dup3 of fds 0-2.
+void SetControllingTerminalInChild(const ChildArgs* a) {
+  long r = Sys(__NR_ioctl, 0, TIOCSCTTY, 0);
+  if (r < 0) FailInChild(a, kStageStdio, 3, r);
+}
+
 // The command: runs after clone(CLONE_VM|CLONE_VFORK), from the parent (plain/Landlock) or from
 // init (isolated). Its parent sleeps until execve succeeds or this function exits.
 int CommandInChild(void* argp) {
@@ -421,6 +429,7 @@ int CommandInChild(void* argp) {
     r = Sys(__NR_dup3, a->stdio_fds[i], i, 0);
     if (r < 0) FailInChild(a, kStageStdio, i, r);
   }
+  if (p.ctty) SetControllingTerminalInChild(a);
   // Every other fd closes at execve; the errno pipe stays open until then.
   r = Sys(__NR_close_range, a->nstdio, ~0U, CLOSE_RANGE_CLOEXEC);
   if (r < 0) FailInChild(a, kStageCloseFds, 0, r);
@@ -890,6 +899,7 @@ Status ReportToStatus(const LinuxSpawnPlan& plan, const ChildReport& r) {
     return Status::Sys(ErrorCode::kESPAWN, "execve(2) failed for " + plan.file + ": " + errname, "execve", err);
   }
   std::string what = StageName(r.stage);
+  if (r.stage == kStageStdio && r.index == 3) what = "ioctl(TIOCSCTTY) on the pty slave";
   ErrorCode code = ErrorCode::kESPAWN;
   std::string hint;
   switch (r.stage) {

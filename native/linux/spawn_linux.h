@@ -82,6 +82,7 @@ struct LinuxSpawnPlan {
   std::vector<sock_filter> seccomp_filter;
   bool drop_caps = true;            // empty all capability sets + bounding set, lock securebits
   bool setsid = true;
+  bool ctty = false;                // after setsid + stdio: TIOCSCTTY on fd 0 (a pty slave)
   // Isolated mode with a managed proxy: init creates a TCP listener on 127.0.0.1:proxy_port inside
   // the command's network namespace and hands it to the parent (SCM_RIGHTS). 0 = none.
   uint16_t proxy_port = 0;

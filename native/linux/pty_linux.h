@@ -1,0 +1,7 @@
+#pragma once
+#include <napi.h>
+
+namespace psb {
+// Adds openPty/resizePty to the Linux binding's exports (see pty_linux.cc).
+void RegisterPty(Napi::Env env, Napi::Object exports);
+}  // namespace psb
