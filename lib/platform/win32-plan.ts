@@ -133,6 +133,21 @@ export function planWindowsSandbox(rules: ResolvedRules, ctx: PlanContext): Wind
       { detail: { network: 'proxy' } },
     );
   }
+  if (rules.network.kind === 'none' && !rules.degraded) {
+    // Fail closed (issue #14): the default policy asks for no network, and nothing here can stop
+    // a same-user process from opening sockets. Running it with a "not-enforced" line in the
+    // report is exactly the silent downgrade every other unenforceable rule refuses.
+    throw new SandboxError(
+      'ENETWORK_NOT_ENFORCEABLE',
+      "network: 'none' (the default) cannot be enforced on Windows by this backend: without administrator " +
+        'rights Windows cannot block the network for one process, so the child could open sockets. ' +
+        'Enforcement needs the elevated Windows sandbox backend (a dedicated sandbox user plus Windows Firewall ' +
+        "rules, set up once with administrator rights), which is not implemented yet. To run anyway, pass " +
+        "degraded: true (only advisory dead proxy variables are set, and the report says network: not-enforced), " +
+        "or network: 'full' if the command may use the network",
+      { detail: { network: 'none', enforceableWith: 'elevated backend (not implemented)' } },
+    );
+  }
   let filesystemRead: Guarantee = 'not-requested';
   if (!rules.readAll) {
     if (!rules.degraded) {

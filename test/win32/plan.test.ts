@@ -77,8 +77,23 @@ describe('planWindowsSandbox', () => {
     expect(plan.report.gaps.some((g) => g.includes('.codex'))).toBe(true);
   });
 
-  it('network none: dead proxy env and a report that says not enforced', () => {
-    const plan = planWindowsSandbox(rules({ network: { kind: 'none' } }), ctx());
+  it('network none (the default) is refused unless degraded, with a message that says how to get enforcement', () => {
+    let err: unknown;
+    try {
+      planWindowsSandbox(rules({ network: { kind: 'none' } }), ctx());
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(SandboxError);
+    expect((err as SandboxError).code).toBe('ENETWORK_NOT_ENFORCEABLE');
+    expect((err as SandboxError).message).toMatch(/elevated Windows sandbox backend/);
+    expect((err as SandboxError).message).toMatch(/degraded: true/);
+    // Positive control: the same rules with the network allowed plan fine.
+    expect(planWindowsSandbox(rules({ network: { kind: 'full' } }), ctx()).report.guarantees.network).toBe('not-requested');
+  });
+
+  it('network none, degraded: dead proxy env and a report that says not enforced', () => {
+    const plan = planWindowsSandbox(rules({ network: { kind: 'none' }, degraded: true }), ctx());
     expect(plan.envOverrides).toEqual(DEAD_PROXY_ENV);
     expect(plan.envOverrides.HTTPS_PROXY).toBe('http://127.0.0.1:9');
     expect(plan.report.guarantees.network).toBe('not-enforced');

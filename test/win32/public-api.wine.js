@@ -22,7 +22,7 @@ test('run(): a workspace-write policy runs cmd.exe and reports the enforcement',
   const r = await api.run(h.cmdExe, ['/c', 'echo', 'api-ok'], {
     cwd: ws,
     env: h.baseEnv(),
-    policy: { degraded, filesystem: { write: [ws] }, network: 'none' },
+    policy: { degraded: true, filesystem: { write: [ws] }, network: 'none' }, // network none needs degraded on Windows
   });
   assert.equal(r.stdout.trim(), 'api-ok');
   assert.equal(r.code, 0);
@@ -41,7 +41,7 @@ test('spawn(): stdin, stdout, stderr and the exit code through SandboxedProcess'
   const child = api.spawn(h.probeChild, ['report', '9'], {
     cwd: ws,
     env: h.baseEnv({ PSB_PROBE: 'api' }),
-    policy: { degraded, filesystem: { write: [ws] } },
+    policy: { degraded, filesystem: { write: [ws] }, network: 'full' },
   });
   const out = h.collect(child.stdout);
   const err = h.collect(child.stderr);
@@ -64,14 +64,21 @@ test('run() timeout kills the job', { timeout: 60000 }, async () => {
   const r = await api.run(h.probeChild, ['sleep', '600000'], {
     env: h.baseEnv(),
     timeout: 300,
-    policy: { degraded },
+    policy: { degraded, network: 'full' },
   });
   assert.equal(r.timedOut, true);
 });
 
-test('under wine, the default policy is refused rather than run unenforced', { skip: h.wine ? false : 'only meaningful under wine' }, () => {
+test('the default policy (network none) is refused on Windows unless degraded', () => {
   assert.throws(
     () => api.spawn(h.cmdExe, ['/c', 'echo', 'x'], { env: h.baseEnv() }),
+    (e) => e.code === 'ENETWORK_NOT_ENFORCEABLE' && /degraded: true/.test(e.message),
+  );
+});
+
+test('under wine, a policy without degraded is refused rather than run unenforced', { skip: h.wine ? false : 'only meaningful under wine' }, () => {
+  assert.throws(
+    () => api.spawn(h.cmdExe, ['/c', 'echo', 'x'], { env: h.baseEnv(), policy: { network: 'full' } }),
     (e) => e.code === 'ENOT_ENFORCED' && /wine/.test(e.message),
   );
 });

@@ -134,7 +134,7 @@ test('network none: dead proxy variables are set and the report says not enforce
     file: h.cmdExe,
     argv: ['cmd.exe', '/c', 'echo %HTTPS_PROXY%'],
     env: h.baseEnv({ https_proxy: 'http://real-proxy:3128' }),
-    rules: h.rules({ network: { kind: 'none' } }),
+    rules: h.rules({ network: { kind: 'none' }, degraded: true }), // refused without degraded on Windows
   });
   assert.equal(stdout.trim(), 'http://127.0.0.1:9');
   assert.equal(child.enforcement.guarantees.network, 'not-enforced');
@@ -190,6 +190,15 @@ test('deny-read, a managed proxy and a read-restricted policy are refused', () =
   refuses({ denyRead: ['C:\\secret'] }, 'EUNSUPPORTED_POLICY', /deny-read/);
   refuses({ network: { kind: 'proxy', proxy: { allow: ['example.com'] } } }, 'ENETWORK_NOT_ENFORCEABLE', /managed networking/);
   refuses({ readAll: false, readRoots: ['C:\\x'], degraded: false }, 'EUNSUPPORTED_POLICY', /read-restricted/);
+});
+
+test('network none without degraded is refused on every Windows host (fail closed), and nothing runs', { timeout: 60000 }, async () => {
+  const marker = require('node:path').join(h.tmpDir('net'), 'ran.txt');
+  assert.throws(
+    () => h.backend.spawn({ file: h.cmdExe, argv: ['cmd.exe', '/c', `echo x> "${marker}"`], env: h.baseEnv(), cwd: process.cwd(), stdio: ['ignore', 'ignore', 'ignore'], rules: h.rules({ network: { kind: 'none' }, degraded: false }) }),
+    (e) => e instanceof h.SandboxError && e.code === 'ENETWORK_NOT_ENFORCEABLE' && /elevated Windows sandbox backend/.test(e.message) && /degraded: true/.test(e.message),
+  );
+  assert.equal(fs.existsSync(marker), false, 'the refused command did not run');
 });
 
 test('under wine, a sandboxed run without degraded is refused (wine enforces nothing)', { skip: h.wine ? false : 'only meaningful under wine' }, () => {
