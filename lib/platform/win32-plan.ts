@@ -4,6 +4,7 @@
  * SandboxError when the rules ask for something this backend cannot enforce. No I/O here beyond
  * what the caller passes in (`exists`), so it is unit-testable on every OS.
  */
+import * as path from 'node:path';
 import { SandboxError } from '../errors';
 import type { EnforcementReport, Guarantee } from '../backend';
 import { unsandboxedReport as unsandboxedReportFor } from '../backend';
@@ -321,4 +322,65 @@ export function mergeEnvCaseInsensitive(
   for (const [k, v] of Object.entries(env)) byKey.set(k.toUpperCase(), [k, v]);
   for (const [k, v] of Object.entries(overrides)) byKey.set(k.toUpperCase(), [k, v]);
   return [...byKey.values()];
+}
+
+/**
+ * A batch file as Win32 would see it: CreateProcess runs `.bat`/`.cmd` through cmd.exe, and the
+ * path lookup drops trailing dots and spaces, so `t.bat.` and `t.BAT ` are batch files too.
+ */
+export function isBatchFile(file: string): boolean {
+  const name = file.replace(/::\$DATA$/i, '').replace(/[. ]+$/, '');
+  return /\.(bat|cmd)$/i.test(name);
+}
+
+// Plain words cmd.exe passes through unchanged; anything else is quoted. `,` `;` `=` split batch
+// arguments, and `^ & | < > ( )` are cmd syntax outside quotes.
+const CMD_PLAIN = /^[A-Za-z0-9_\-+.:/\\@]+$/;
+// What cmd.exe interprets even inside double quotes, so no quoting can make it safe: `%` (variable
+// expansion, also %VAR:~..% and %~ forms), `"` (ends the quoted region: BatBadBut), line breaks
+// (end the command), and other control characters.
+const CMD_UNQUOTABLE = /["%\x00-\x08\x0a-\x1f\x7f]/;
+
+/**
+ * The cmd.exe invocation for running a batch file with arguments (BatBadBut, CVE-2024-24576 /
+ * CVE-2024-27980). CreateProcess would hand a `.bat` to `cmd.exe /c` with our MSVC-quoted command
+ * line, which cmd parses by different rules: `"&calc` escapes the quotes and runs a second command,
+ * `%VAR%` expands. Instead we start cmd.exe ourselves, with AutoRun off (/d), delayed expansion off
+ * (/v:OFF, so `!` is literal), and /s so exactly the outer quotes are stripped; every argument is
+ * either a plain word or wrapped in double quotes, inside which cmd treats `& | < > ^ ( )` as text.
+ * Arguments holding `"`, `%` or line breaks cannot be passed safely and are refused, as Node
+ * (EINVAL without shell: true) and Rust (InvalidInput) refuse them.
+ *
+ * What the batch file then does with %1 is its own business: a script that expands `%~1` unquoted
+ * into a command line re-parses it (second-order injection, outside what any launcher can fix).
+ */
+export function buildBatchCommandLine(
+  file: string,
+  argv: string[],
+  systemRoot: string,
+): { application: string; commandLine: string } {
+  if (CMD_UNQUOTABLE.test(file)) {
+    throw new SandboxError(
+      'EINVALID_ARGUMENT',
+      `the batch file path ${JSON.stringify(file)} contains a character cmd.exe would interpret ('%', '"' or a control character)`,
+      { detail: { file } },
+    );
+  }
+  const parts = [`"${file}"`];
+  argv.slice(1).forEach((arg, i) => {
+    const bad = CMD_UNQUOTABLE.exec(arg);
+    if (bad) {
+      const ch = bad[0] === '"' ? '"' : bad[0] === '%' ? '%' : `\\x${bad[0].charCodeAt(0).toString(16).padStart(2, '0')}`;
+      throw new SandboxError(
+        'EINVALID_ARGUMENT',
+        `argv[${i + 1}] cannot be passed safely to the batch file ${path.win32.basename(file)}: it contains '${ch}', ` +
+          'which cmd.exe interprets even inside quotes (command injection, BatBadBut). Node and Rust refuse such ' +
+          'arguments too; run the program the batch file wraps directly, or pass the value through the environment',
+        { detail: { argIndex: i + 1, character: ch, file } },
+      );
+    }
+    parts.push(arg !== '' && CMD_PLAIN.test(arg) ? arg : `"${arg}"`);
+  });
+  const cmd = path.win32.join(systemRoot, 'System32', 'cmd.exe');
+  return { application: cmd, commandLine: `"${cmd}" /d /e:ON /v:OFF /s /c "${parts.join(' ')}"` };
 }

@@ -21,7 +21,9 @@ import type {
 } from '../backend';
 import { CapabilityStore, defaultStateDir, randomCapabilitySid } from './win32-caps';
 import {
+  buildBatchCommandLine,
   buildCommandLine,
+  isBatchFile,
   mergeEnvCaseInsensitive,
   planWindowsSandbox,
   unsandboxedReport,
@@ -33,6 +35,8 @@ export {
   planWindowsSandbox,
   quoteWindowsArg,
   buildCommandLine,
+  buildBatchCommandLine,
+  isBatchFile,
   DEAD_PROXY_ENV,
   type WindowsSandboxLevel,
   type WindowsLevelMapping,
@@ -226,7 +230,17 @@ export function createWin32Backend(native: Win32Native | null | undefined, optio
     validateRequest(req);
     const stdio = nativeStdio(req);
     const n = requireNative();
-    const commandLine = buildCommandLine(req.argv);
+    // Batch files run through cmd.exe, whose parsing differs from the MSVC rules buildCommandLine
+    // quotes for: build the cmd.exe command line ourselves or refuse (BatBadBut).
+    let file = req.file;
+    let commandLine: string;
+    if (isBatchFile(req.file)) {
+      const bat = buildBatchCommandLine(req.file, req.argv, process.env.SystemRoot || process.env.SYSTEMROOT || 'C:\\Windows');
+      file = bat.application;
+      commandLine = bat.commandLine;
+    } else {
+      commandLine = buildCommandLine(req.argv);
+    }
 
     let report: EnforcementReport;
     let env: Array<[string, string]>;
@@ -260,7 +274,7 @@ export function createWin32Backend(native: Win32Native | null | undefined, optio
     let child: ReturnType<Win32Native['winSpawn']>;
     try {
       child = n.winSpawn(
-        { file: req.file, commandLine, env, cwd: req.cwd, stdio, ...sandboxOptions },
+        { file, commandLine, env, cwd: req.cwd, stdio, ...sandboxOptions },
         (code: number) => {
           done = true;
           // Closing the job (kill-on-close) ends whatever the command left running.

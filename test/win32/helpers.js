@@ -86,6 +86,16 @@ async function runBackend(req, input) {
   return { child, exit, stdout, stderr };
 }
 
+/** Poll `check` until it returns true or `ms` pass (never one look, never a fixed sleep). */
+async function pollFor(check, ms) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    if (check()) return true;
+    if (Date.now() > deadline) return false;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
 /** Parse probe_child's "key:value" report lines. */
 function parseReport(stdout) {
   const facts = {};
@@ -114,4 +124,5 @@ module.exports = {
   collect,
   runBackend,
   parseReport,
+  pollFor,
 };

@@ -6,7 +6,9 @@ import { describe, expect, it } from 'vitest';
 import { SandboxError } from '../../lib/errors';
 import type { ResolvedRules } from '../../lib/rules';
 import {
+  buildBatchCommandLine,
   buildCommandLine,
+  isBatchFile,
   DEAD_PROXY_ENV,
   isWithin,
   mapWindowsSandboxLevel,
@@ -260,5 +262,32 @@ describe('one list of native sources', () => {
     expect(cmake).toContain('native/sources.json');
     expect(cmake).not.toMatch(/native\/win\/\w+\.cc/);
     expect(fs.readFileSync(path.join(root, 'binding.gyp'), 'utf8')).toContain("sources.json').win");
+  });
+});
+
+describe('batch files through cmd.exe (BatBadBut)', () => {
+  it('recognises .bat and .cmd the way Win32 does (case, trailing dots and spaces)', () => {
+    for (const f of ['C:\\x\\t.bat', 'C:\\x\\NPM.CMD', 'C:\\x\\t.bat.', 'C:\\x\\t.Bat  ', 'C:\\x\\t.cmd::$DATA']) {
+      expect(isBatchFile(f)).toBe(true);
+    }
+    for (const f of ['C:\\x\\t.exe', 'C:\\x\\bat', 'C:\\x\\t.bat.exe', 'C:\\x\\t.cmdx']) expect(isBatchFile(f)).toBe(false);
+  });
+
+  it('runs cmd.exe itself with AutoRun and delayed expansion off, every non-plain argument quoted', () => {
+    const r = buildBatchCommandLine('C:\\my tools\\t.bat', ['t', 'plain', 'two words', '', 'a&b|c<d>e^f(g)', 'x;y,z=w'], 'C:\\Windows');
+    expect(r.application).toBe('C:\\Windows\\System32\\cmd.exe');
+    expect(r.commandLine).toBe(
+      '"C:\\Windows\\System32\\cmd.exe" /d /e:ON /v:OFF /s /c ""C:\\my tools\\t.bat" plain "two words" "" "a&b|c<d>e^f(g)" "x;y,z=w""',
+    );
+  });
+
+  it("refuses what cmd.exe interprets even inside quotes: '\"', '%', line breaks", () => {
+    for (const bad of ['"&echo INJECTED', '%PATH%', '100%', 'a\nb', 'a\rb', 'a\x1ab']) {
+      expect(codeOf(() => buildBatchCommandLine('C:\\x\\t.bat', ['t', 'ok', bad], 'C:\\Windows'))).toBe('EINVALID_ARGUMENT');
+    }
+    expect(() => buildBatchCommandLine('C:\\x\\t.bat', ['t', '"&calc'], 'C:\\Windows')).toThrow(/argv\[1\].*BatBadBut/);
+    expect(codeOf(() => buildBatchCommandLine('C:\\100%\\t.bat', ['t'], 'C:\\Windows'))).toBe('EINVALID_ARGUMENT');
+    // '!' is literal with /v:OFF; a tab is fine inside quotes.
+    expect(buildBatchCommandLine('C:\\x\\t.bat', ['t', '!x!', 'a\tb'], 'C:\\Windows').commandLine).toContain('"!x!" "a\tb"');
   });
 });
