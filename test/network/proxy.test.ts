@@ -569,7 +569,9 @@ describe('listeners and cleanup', () => {
       const now = resourceCounts();
       return ['TCPServerWrap', 'TCPSocketWrap', 'Timeout'].every((k) => (now[k] ?? 0) <= (baseline[k] ?? 0));
     });
-    expect({ clean, now: resourceCounts(), baseline }).toEqual({ clean: true, now: baseline, baseline });
+    // At most what was there before (`clean`): a timer of the test runner's that was alive at the
+    // baseline may fire meanwhile, so exact equality would race with the runner, not test the proxy.
+    expect({ clean, now: resourceCounts(), baseline }).toMatchObject({ clean: true });
   });
 
   it('with closeWithLastProcess false the proxy stays up until close()', async () => {
