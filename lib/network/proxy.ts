@@ -196,8 +196,20 @@ const socketBudget = (() => {
   } catch {
     /* not Linux: assume the conservative default */
   }
-  return { max: Math.max(64, soft - Math.max(256, Math.floor(soft / 4))), open: 0 };
+  return { max: Math.max(64, soft - Math.max(256, Math.floor(soft / 4))), open: 0, reserved: 0 };
 })();
+
+/**
+ * Accepted clients that still hold a reservation for their first upstream socket. Without it a
+ * burst of connections accepted before any head is parsed fills the budget with client sockets
+ * alone, and then every tunnel is refused at dial time: whether anything is served would depend on
+ * how the event loop happened to interleave accepts and reads.
+ */
+const upstreamReservations = new WeakSet<net.Socket>();
+
+function releaseReservation(client: net.Socket): void {
+  if (upstreamReservations.delete(client)) socketBudget.reserved--;
+}
 
 const DEFAULT_LIMITS: Required<ProxyLimits> = {
   connectionsPerProcess: 256,
@@ -573,7 +585,16 @@ export class ManagedProxy {
 
   /** True when the process-wide socket budget has room for `n` more sockets. */
   private static budgetAllows(n: number): boolean {
-    return socketBudget.open + n <= socketBudget.max;
+    return socketBudget.open + socketBudget.reserved + n <= socketBudget.max;
+  }
+
+  /** Room for one upstream socket of `client`: its own reservation, else a free slot. */
+  private static claimUpstreamSlot(client: net.Socket): boolean {
+    if (upstreamReservations.has(client)) {
+      releaseReservation(client);
+      return true;
+    }
+    return ManagedProxy.budgetAllows(1);
   }
 
   private onConnection(listener: Listener, socket: net.Socket): void {
@@ -600,6 +621,8 @@ export class ManagedProxy {
       return;
     }
     if (!this.track(listener, socket)) return;
+    upstreamReservations.add(socket);
+    socketBudget.reserved++;
     listener.clients++;
     listener.pendingHandshakes++;
     let pending = true;
@@ -610,6 +633,7 @@ export class ManagedProxy {
       clearTimeout(deadline);
     };
     socket.once('close', () => {
+      releaseReservation(socket);
       listener.clients--;
       handshakeDone();
     });
@@ -879,7 +903,7 @@ export class ManagedProxy {
       return plain(outcome.status, `proxy could not resolve ${url.hostname}\n`);
     }
     if (socket.destroyed) return;
-    if (!ManagedProxy.budgetAllows(1)) {
+    if (!ManagedProxy.claimUpstreamSlot(socket)) {
       this.noteRefusal(listener, 'socket_budget', clientOf(socket));
       return plain(503, 'blocked by network policy: proxy socket budget exhausted\n', { 'x-proxy-error': 'blocked-by-connection-limit' });
     }
@@ -964,7 +988,7 @@ export class ManagedProxy {
       return void reply('502 Bad Gateway', `proxy could not resolve ${target[1]}\n`);
     }
     if (socket.destroyed) return;
-    if (!ManagedProxy.budgetAllows(1)) {
+    if (!ManagedProxy.claimUpstreamSlot(socket)) {
       this.noteRefusal(listener, 'socket_budget', clientOf(socket));
       return void reply('503 Service Unavailable', 'blocked by network policy: proxy socket budget exhausted\n', 'x-proxy-error: blocked-by-connection-limit\r\n');
     }
@@ -1015,7 +1039,7 @@ export class ManagedProxy {
       return void reply('502 Bad Gateway', `proxy could not resolve ${url.hostname}\n`);
     }
     if (socket.destroyed) return;
-    if (!ManagedProxy.budgetAllows(1)) {
+    if (!ManagedProxy.claimUpstreamSlot(socket)) {
       this.noteRefusal(listener, 'socket_budget', clientOf(socket));
       return void reply('503 Service Unavailable', 'blocked by network policy: proxy socket budget exhausted\n', 'x-proxy-error: blocked-by-connection-limit\r\n');
     }
@@ -1106,7 +1130,7 @@ export class ManagedProxy {
     const outcome = await this.decide(listener, client, 'socks5Tcp', host, port, null);
     if (!outcome.allowed) return fail(outcome.socksReply);
     if (socket.destroyed) return;
-    if (!ManagedProxy.budgetAllows(1)) {
+    if (!ManagedProxy.claimUpstreamSlot(socket)) {
       this.noteRefusal(listener, 'socket_budget', client);
       return fail(SOCKS_GENERAL_FAILURE);
     }
