@@ -10,6 +10,7 @@ import * as net from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import type { Readable, Writable } from 'node:stream';
+import * as tty from 'node:tty';
 import { SandboxError } from '../errors';
 import type {
   Backend,
@@ -90,6 +91,10 @@ export interface Win32Native {
 export interface Win32BackendOptions {
   /** Where capability SIDs and private temp dirs live. Default %LOCALAPPDATA%\process-sandbox. */
   stateDir?: string;
+  /** Whether host fd `fd` is a console. Default tty.isatty (true for console handles). For tests. */
+  isConsole?: (fd: number) => boolean;
+  /** Where console stdio of a sandboxed child is forwarded. Default process.stdin/stdout/stderr. */
+  hostStdio?: () => [Readable, Writable, Writable];
 }
 
 function hasNul(s: string): boolean {
@@ -121,16 +126,82 @@ function validateRequest(req: BackendSpawnRequest): void {
   }
 }
 
-function nativeStdio(req: BackendSpawnRequest): Array<'pipe' | 'ignore' | number> {
+/**
+ * The native stdio choices. A sandboxed child never gets a console handle of ours ('inherit' or an
+ * fd that is the user's terminal): with the console input handle it could WriteConsoleInput
+ * keystrokes that the user's shell runs after we exit, and it could read or rewrite the screen.
+ * Those entries become pipes that the backend forwards to and from the host's own streams
+ * (`forward[i]`). Files and pipes are passed through as they are.
+ */
+function nativeStdio(
+  req: BackendSpawnRequest,
+  isConsole: (fd: number) => boolean,
+): { stdio: Array<'pipe' | 'ignore' | number>; forward: boolean[] } {
   const out: Array<'pipe' | 'ignore' | number> = [];
+  const forward = [false, false, false];
   for (let i = 0; i < 3; i++) {
     const s = req.stdio[i] ?? 'ignore';
-    if (s === 'pipe' || s === 'ignore') out.push(s);
-    else if (s === 'inherit') out.push(i);
-    else if (typeof s === 'number' && Number.isInteger(s) && s >= 0) out.push(s);
+    let fd: number;
+    if (s === 'pipe' || s === 'ignore') {
+      out.push(s);
+      continue;
+    } else if (s === 'inherit') fd = i;
+    else if (typeof s === 'number' && Number.isInteger(s) && s >= 0) fd = s;
     else throw new SandboxError('EINVALID_ARGUMENT', `stdio[${i}] must be 'pipe', 'inherit', 'ignore' or an fd number`);
+    if (req.rules !== null && isConsole(fd)) {
+      out.push('pipe');
+      forward[i] = true;
+    } else {
+      out.push(fd);
+    }
   }
-  return out;
+  return { stdio: out, forward };
+}
+
+function defaultIsConsole(fd: number): boolean {
+  try {
+    return tty.isatty(fd);
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Wire forwarded stdio: host stdin -> child stdin, child stdout/stderr -> host stdout/stderr.
+ * Returns a promise for the outputs having ended (so the exit is reported after the last byte is
+ * written) and a function that detaches stdin when the child is gone.
+ */
+function forwardStdio(
+  streams: Array<Readable | Writable | null>,
+  forward: boolean[],
+  host: [Readable, Writable, Writable],
+): { outputsDone: Promise<void>; detach: () => void } {
+  const waits: Array<Promise<void>> = [];
+  let detach = () => {};
+  const input = forward[0] ? (streams[0] as Writable | null) : null;
+  if (input) {
+    const src = host[0];
+    input.on('error', () => {}); // the child may exit before reading everything (EPIPE)
+    src.pipe(input);
+    detach = () => {
+      src.unpipe(input);
+      input.destroy();
+      // Reading the console keeps the host's event loop alive; stop unless someone else listens.
+      if (src.listenerCount('data') === 0 && typeof src.pause === 'function') src.pause();
+    };
+  }
+  for (const i of [1, 2]) {
+    const out = forward[i] ? (streams[i] as Readable | null) : null;
+    if (!out) continue;
+    waits.push(
+      new Promise<void>((resolve) => {
+        out.once('close', () => resolve());
+        out.on('error', () => resolve());
+      }),
+    );
+    out.pipe(host[i] as Writable, { end: false });
+  }
+  return { outputsDone: Promise.all(waits).then(() => undefined), detach };
 }
 
 function wrapStreams(fds: Array<number | null>): Array<Readable | Writable | null> {
@@ -149,6 +220,8 @@ interface Cleanup {
 
 export function createWin32Backend(native: Win32Native | null | undefined, options: Win32BackendOptions = {}): Backend {
   const stateDir = options.stateDir ?? defaultStateDir();
+  const isConsole = options.isConsole ?? defaultIsConsole;
+  const hostStdio = options.hostStdio ?? (() => [process.stdin, process.stdout, process.stderr] as [Readable, Writable, Writable]);
   const caps = new CapabilityStore(stateDir);
   let wineCache: string | null | undefined;
   const wine = (): string | null => {
@@ -228,7 +301,7 @@ export function createWin32Backend(native: Win32Native | null | undefined, optio
 
   function spawn(req: BackendSpawnRequest): BackendProcess {
     validateRequest(req);
-    const stdio = nativeStdio(req);
+    const { stdio, forward } = nativeStdio(req, isConsole);
     const n = requireNative();
     // Batch files run through cmd.exe, whose parsing differs from the MSVC rules buildCommandLine
     // quotes for: build the cmd.exe command line ourselves or refuse (BatBadBut).
@@ -272,6 +345,7 @@ export function createWin32Backend(native: Win32Native | null | undefined, optio
     let done = false;
     let handle: unknown;
     let child: ReturnType<Win32Native['winSpawn']>;
+    let forwarding: ReturnType<typeof forwardStdio> | null = null;
     try {
       child = n.winSpawn(
         { file, commandLine, env, cwd: req.cwd, stdio, ...sandboxOptions },
@@ -280,7 +354,13 @@ export function createWin32Backend(native: Win32Native | null | undefined, optio
           // Closing the job (kill-on-close) ends whatever the command left running.
           n.winRelease(handle);
           runCleanup(n, cleanup);
-          resolveExit(killedWith !== null ? { code: null, signal: killedWith } : { code, signal: null });
+          const info: ExitInfo = killedWith !== null ? { code: null, signal: killedWith } : { code, signal: null };
+          if (forwarding === null) {
+            resolveExit(info);
+          } else {
+            forwarding.detach();
+            void forwarding.outputsDone.then(() => resolveExit(info));
+          }
         },
       );
     } catch (err) {
@@ -295,9 +375,18 @@ export function createWin32Backend(native: Win32Native | null | undefined, optio
       ...(req.rules !== null ? { tokenRestricted: child.tokenRestricted } : {}),
     };
 
+    const streams = wrapStreams(child.fds);
+    if (forward.some(Boolean)) {
+      forwarding = forwardStdio(streams, forward, hostStdio());
+      forward.forEach((f, i) => {
+        if (f) streams[i] = null; // the caller asked for 'inherit': no stream of its own
+      });
+      report.mechanisms = { ...report.mechanisms, consoleForwardedThroughPipes: forward.map((f, i) => (f ? i : -1)).filter((i) => i >= 0) };
+    }
+
     return {
       pid: child.pid,
-      stdio: wrapStreams(child.fds),
+      stdio: streams,
       exited,
       enforcement: report,
       kill(signal: NodeJS.Signals | number): boolean {

@@ -62,6 +62,13 @@ Status OpenNulInheritable(ScopedHandle* out) noexcept {
   return Status::Ok();
 }
 
+// A console handle (the user's terminal). GetFileType alone is not enough: NUL is FILE_TYPE_CHAR
+// too, and only a console answers GetConsoleMode.
+bool IsConsoleHandle(HANDLE h) noexcept {
+  DWORD mode = 0;
+  return ::GetFileType(h) == FILE_TYPE_CHAR && ::GetConsoleMode(h, &mode) != FALSE;
+}
+
 Status DuplicateInheritable(HANDLE h, ScopedHandle* out) noexcept {
   HANDLE self = ::GetCurrentProcess();
   if (!::DuplicateHandle(self, h, self, out->Receive(), 0, TRUE, DUPLICATE_SAME_ACCESS)) {
@@ -157,6 +164,16 @@ Status Spawn(const SpawnOptions& o, SpawnResult* r) noexcept {
         break;
       case StdioChoice::kHandle:
         if (o.stdio[i].handle != nullptr && o.stdio[i].handle != INVALID_HANDLE_VALUE) {
+          // Never hand the user's console to a sandboxed child: with a console input handle it
+          // can WriteConsoleInput keystrokes that the user's shell runs after we exit, and read
+          // or rewrite the screen buffer. lib/platform/win32.ts forwards consoles through pipes;
+          // this is the backstop for callers of the addon itself.
+          if (o.sandboxed && IsConsoleHandle(o.stdio[i].handle)) {
+            return Status::Error(ErrorCode::kEINVALID_ARGUMENT,
+                                 "stdio[" + std::to_string(i) +
+                                     "] is a console handle; a sandboxed child must not get the user's console "
+                                     "(it could inject keystrokes with WriteConsoleInput): use 'pipe'");
+          }
           s = DuplicateInheritable(o.stdio[i].handle, &child_ends[i]);
         } else {
           s = OpenNulInheritable(&child_ends[i]);
