@@ -28,6 +28,7 @@ import type { AddressInfo } from 'net';
 import { classifyAddress, looksNumericHost, type AddressClass } from './addresses';
 import { buildProxyEnv, type ProxyEnvOptions } from './env';
 import { badHostShape, DomainMatcher, isIpLiteral, MAX_HOST_LENGTH, normalizeHost } from './matcher';
+import { drainBuffered, nativeRelay, socketFd } from './relay';
 
 export interface ProxyPolicyConfig {
   allow: string[];
@@ -96,6 +97,11 @@ export interface ManagedProxyOptions {
   connectTimeoutMs?: number;
   /** Caps that keep one sandbox from exhausting the host (see ProxyLimits). */
   limits?: ProxyLimits;
+  /**
+   * How established CONNECT / SOCKS5 tunnels move bytes. `auto` (default): inside the kernel
+   * (splice in the addon) where available, else JS stream piping; `js`: always JS piping.
+   */
+  relay?: 'auto' | 'js';
 }
 
 /**
@@ -181,6 +187,40 @@ interface Listener {
   /** Refusals not yet reported, and when the last limit event went out. */
   refusedSinceEvent: number;
   lastLimitEvent: number;
+  /** Tunnels handed to the kernel relay (closed with the listener). */
+  relays: Set<RelayEntry>;
+  /**
+   * Keep-alive pool for plain-HTTP upstream connections. One per sandbox: a connection is reused
+   * only for the same checked address and port (the agent's key is the address we dialled, never
+   * a name), and never carries another sandbox's requests.
+   */
+  agent: http.Agent;
+}
+
+/** A tunnel in the kernel relay: it counts as one client connection and RELAY_FDS fds. */
+interface RelayEntry {
+  handle: object | null;
+  released: boolean;
+}
+
+/** fds a kernel-relayed tunnel holds: two socket duplicates and a pipe (two fds) per direction. */
+const RELAY_FDS = 6;
+
+/** Idle pooled upstream connections kept per sandbox (over all origins), and for how long. */
+const MAX_IDLE_UPSTREAM = 16;
+const IDLE_UPSTREAM_MS = 15_000;
+
+function upstreamAgent(): http.Agent {
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 64, maxFreeSockets: MAX_IDLE_UPSTREAM, timeout: IDLE_UPSTREAM_MS });
+  // maxFreeSockets is per origin: a sandbox touching many origins would otherwise park that many
+  // idle fds on each for the whole timeout, outside its connection cap. The agent's own 'free'
+  // listener (registered first) has filed the socket; drop it again when over the total.
+  agent.on('free', (socket: net.Socket) => {
+    let idle = 0;
+    for (const list of Object.values(agent.freeSockets)) idle += list?.length ?? 0;
+    if (idle > MAX_IDLE_UPSTREAM) socket.destroy();
+  });
+  return agent;
 }
 
 /**
@@ -403,6 +443,9 @@ export class ManagedProxy {
         if (!(k in DEFAULT_LIMITS)) throw new TypeError(`Unknown field limits.${k}`);
       }
     }
+    if (options.relay !== undefined && options.relay !== 'auto' && options.relay !== 'js') {
+      throw new TypeError(`Expected relay to be "auto" or "js", got ${JSON.stringify(options.relay)}`);
+    }
     if (options.decider !== undefined && typeof options.decider !== 'function') {
       throw new TypeError('Expected decider to be a function');
     }
@@ -467,6 +510,8 @@ export class ManagedProxy {
       pendingHandshakes: 0,
       refusedSinceEvent: 0,
       lastLimitEvent: 0,
+      relays: new Set(),
+      agent: upstreamAgent(),
     };
     listener.server.on('connection', (socket) => this.onConnection(listener, socket));
     // A bug in a handler must cost one connection, never the host process.
@@ -538,6 +583,9 @@ export class ManagedProxy {
         listener.server.close(() => resolve());
         for (const s of listener.sockets) s.destroy();
         listener.sockets.clear();
+        const relay = nativeRelay();
+        for (const entry of [...listener.relays]) if (entry.handle) relay?.relayClose(entry.handle);
+        listener.agent.destroy();
       }).then(() => {
         this.listeners.delete(listener);
       });
@@ -550,6 +598,7 @@ export class ManagedProxy {
       socket.destroy();
       return false;
     }
+    if (listener.sockets.has(socket)) return true; // a pooled upstream connection, reused
     listener.sockets.add(socket);
     socketBudget.open++;
     socket.once('close', () => {
@@ -829,7 +878,7 @@ export class ManagedProxy {
    * way by splice(). Reading only starts after 'connect' listeners ran, so the caller's success
    * reply (200 / SOCKS OK) always precedes upstream data.
    */
-  private dial(listener: Listener, target: Allowed, port: number, client: net.Socket): net.Socket {
+  private dial(listener: Listener, target: Allowed, port: number, client: net.Socket, paused = false): net.Socket {
     let size = MIN_READ;
     const upstream: net.Socket = net.connect({
       host: target.address,
@@ -850,6 +899,8 @@ export class ManagedProxy {
         },
       },
     });
+    // A tunnel bound for the kernel relay must not start reading into JS when it connects.
+    if (paused) upstream.pause();
     this.track(listener, upstream);
     upstream.setTimeout(this.connectTimeoutMs, () => {
       const err: NodeJS.ErrnoException = new Error('connect timed out');
@@ -926,47 +977,72 @@ export class ManagedProxy {
       headers[name] = prev === undefined ? value : Array.isArray(prev) ? [...prev, value] : [String(prev), value];
     }
 
-    const upstreamReq = http.request({
-      host: outcome.address,
-      family: outcome.family,
-      port,
-      method,
-      path: url.pathname + url.search,
-      headers,
-      agent: false,
-      setHost: false,
-      timeout: this.connectTimeoutMs,
-    });
-    upstreamReq.on('socket', (s: net.Socket) => {
-      this.track(listener, s);
-      s.once('connect', () => upstreamReq.setTimeout(0));
-    });
-    upstreamReq.on('timeout', () => upstreamReq.destroy(Object.assign(new Error('upstream timed out'), { code: 'ETIMEDOUT' })));
-    upstreamReq.on('error', (err: NodeJS.ErrnoException) => {
-      if (!res.headersSent) plain(502, `upstream request failed: ${err.code ?? err.message}\n`);
-      else res.destroy();
-    });
-    upstreamReq.on('response', (upstreamRes) => {
-      const tokens = String(upstreamRes.headers.connection ?? '')
-        .split(',')
-        .map((t) => t.trim().toLowerCase());
-      const out: http.OutgoingHttpHeaders = {};
-      for (let i = 0; i < upstreamRes.rawHeaders.length; i += 2) {
-        const name = upstreamRes.rawHeaders[i];
-        const lower = name.toLowerCase();
-        if (HOP_BY_HOP.has(lower) || tokens.includes(lower)) continue;
-        const value = upstreamRes.rawHeaders[i + 1];
-        const prev = out[name];
-        out[name] = prev === undefined ? value : Array.isArray(prev) ? [...prev, value] : [String(prev), value];
-      }
-      res.writeHead(upstreamRes.statusCode ?? 502, upstreamRes.statusMessage, out);
-      upstreamRes.pipe(res);
-      upstreamRes.on('error', () => res.destroy());
-    });
+    // A request without a body can be sent again when a pooled connection turns out to have been
+    // closed by the origin meanwhile (the keep-alive race); one with a body cannot.
+    const bodiless =
+      req.headers['transfer-encoding'] === undefined &&
+      (req.headers['content-length'] === undefined || req.headers['content-length'] === '0');
+    let current: http.ClientRequest | null = null;
+    let retried = false;
+    const send = (): void => {
+      const upstreamReq = http.request({
+        host: outcome.address,
+        family: outcome.family,
+        port,
+        method,
+        path: url.pathname + url.search,
+        headers,
+        agent: listener.agent,
+        setHost: false,
+        timeout: this.connectTimeoutMs,
+      });
+      current = upstreamReq;
+      upstreamReq.on('socket', (s: net.Socket) => {
+        this.track(listener, s);
+        // The timeout bounds the connect only; a reused keep-alive connection is already up.
+        if (s.connecting) s.once('connect', () => upstreamReq.setTimeout(0));
+        else upstreamReq.setTimeout(0);
+      });
+      upstreamReq.on('timeout', () => upstreamReq.destroy(Object.assign(new Error('upstream timed out'), { code: 'ETIMEDOUT' })));
+      upstreamReq.on('error', (err: NodeJS.ErrnoException) => {
+        if (
+          upstreamReq.reusedSocket &&
+          bodiless &&
+          !retried &&
+          !res.headersSent &&
+          !socket.destroyed &&
+          (err.code === 'ECONNRESET' || err.code === 'EPIPE')
+        ) {
+          retried = true;
+          return send();
+        }
+        if (!res.headersSent) plain(502, `upstream request failed: ${err.code ?? err.message}\n`);
+        else res.destroy();
+      });
+      upstreamReq.on('response', (upstreamRes) => {
+        const tokens = String(upstreamRes.headers.connection ?? '')
+          .split(',')
+          .map((t) => t.trim().toLowerCase());
+        const out: http.OutgoingHttpHeaders = {};
+        for (let i = 0; i < upstreamRes.rawHeaders.length; i += 2) {
+          const name = upstreamRes.rawHeaders[i];
+          const lower = name.toLowerCase();
+          if (HOP_BY_HOP.has(lower) || tokens.includes(lower)) continue;
+          const value = upstreamRes.rawHeaders[i + 1];
+          const prev = out[name];
+          out[name] = prev === undefined ? value : Array.isArray(prev) ? [...prev, value] : [String(prev), value];
+        }
+        res.writeHead(upstreamRes.statusCode ?? 502, upstreamRes.statusMessage, out);
+        upstreamRes.pipe(res);
+        upstreamRes.on('error', () => res.destroy());
+      });
+      if (bodiless) upstreamReq.end();
+      else req.pipe(upstreamReq);
+    };
     res.on('close', () => {
-      if (!res.writableFinished) upstreamReq.destroy();
+      if (!res.writableFinished) current?.destroy();
     });
-    req.pipe(upstreamReq);
+    send();
     req.resume();
   }
 
@@ -992,17 +1068,76 @@ export class ManagedProxy {
       this.noteRefusal(listener, 'socket_budget', clientOf(socket));
       return void reply('503 Service Unavailable', 'blocked by network policy: proxy socket budget exhausted\n', 'x-proxy-error: blocked-by-connection-limit\r\n');
     }
-    const upstream = this.dial(listener, outcome, port, socket);
+    const upstream = this.dial(listener, outcome, port, socket, this.useNativeRelay());
     let tunnelUp = false;
     upstream.on('error', (err: NodeJS.ErrnoException) => {
       if (!tunnelUp && socket.writable) reply('502 Bad Gateway', `upstream connect failed: ${err.code ?? err.message}\n`);
     });
     upstream.once('connect', () => {
       tunnelUp = true;
-      socket.write('HTTP/1.1 200 Connection Established\r\n\r\n');
-      if (head.length > 0) upstream.write(head);
-      splice(socket, upstream, this.limits.tunnelIdleTimeoutMs);
+      socket.pause();
+      socket.write('HTTP/1.1 200 Connection Established\r\n\r\n', () => this.tunnel(listener, socket, upstream, head));
     });
+  }
+
+  private useNativeRelay(): boolean {
+    return this.options.relay !== 'js' && nativeRelay() !== null;
+  }
+
+  /**
+   * Relay an established tunnel (the success reply, if any, has been flushed to the client;
+   * `toUpstream` goes first, then everything else). Kernel relay where available: whatever JS
+   * already read from the client goes first, then the addon owns duplicates of both fds and the JS
+   * sockets are destroyed in the same tick. Otherwise stream piping.
+   */
+  private tunnel(listener: Listener, client: net.Socket, upstream: net.Socket, toUpstream: Buffer | null): void {
+    if (client.destroyed || upstream.destroyed || listener.closing) {
+      client.destroy();
+      upstream.destroy();
+      return;
+    }
+    const idle = this.limits.tunnelIdleTimeoutMs;
+    let prefix = toUpstream && toUpstream.length > 0 ? toUpstream : null;
+    const relay = this.useNativeRelay() ? nativeRelay() : null;
+    const fa = socketFd(client);
+    const fb = socketFd(upstream);
+    // The relay holds four fds more than the two sockets it replaces: it needs budget room.
+    if (relay && fa >= 0 && fb >= 0 && ManagedProxy.budgetAllows(RELAY_FDS - 2)) {
+      client.pause();
+      upstream.pause();
+      const fromClient = drainBuffered(client);
+      if (fromClient) prefix = prefix ? Buffer.concat([prefix, fromClient]) : fromClient;
+      // The tunnel keeps counting against the sandbox's connection cap and the fd budget until
+      // the relay reports it done (exactly once; the JS sockets' own accounting ends when they
+      // are destroyed below).
+      const entry: RelayEntry = { handle: null, released: false };
+      const release = () => {
+        if (entry.released) return;
+        entry.released = true;
+        listener.relays.delete(entry);
+        listener.clients--;
+        socketBudget.open -= RELAY_FDS;
+      };
+      listener.relays.add(entry);
+      listener.clients++;
+      socketBudget.open += RELAY_FDS;
+      try {
+        // Upstream sockets come from dial(), whose onread callback never buffers in the stream,
+        // and it was paused before connecting: nothing of theirs is in JS.
+        entry.handle = relay.relay(fa, fb, prefix, null, idle, release);
+      } catch {
+        release(); // fall back to piping below
+      }
+      if (entry.handle !== null) {
+        client.destroy();
+        upstream.destroy();
+        return;
+      }
+    }
+    if (prefix) upstream.write(prefix);
+    splice(client, upstream, idle);
+    client.resume();
+    upstream.resume();
   }
 
   /**
@@ -1050,16 +1185,16 @@ export class ManagedProxy {
       if (lower === 'host' || lower === 'proxy-connection' || lower === 'proxy-authorization') continue;
       lines.push(`${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}`);
     }
-    const upstream = this.dial(listener, outcome, port, socket);
+    const upstream = this.dial(listener, outcome, port, socket, this.useNativeRelay());
     let up = false;
     upstream.on('error', (err: NodeJS.ErrnoException) => {
       if (!up && socket.writable) reply('502 Bad Gateway', `upstream connect failed: ${err.code ?? err.message}\n`);
     });
     upstream.once('connect', () => {
       up = true;
-      upstream.write(`${lines.join('\r\n')}\r\n\r\n`);
-      if (head.length > 0) upstream.write(head);
-      splice(socket, upstream, this.limits.tunnelIdleTimeoutMs);
+      socket.pause();
+      const replay = Buffer.from(`${lines.join('\r\n')}\r\n\r\n`, 'latin1');
+      this.tunnel(listener, socket, upstream, head.length > 0 ? Buffer.concat([replay, head]) : replay);
     });
   }
 
@@ -1134,7 +1269,7 @@ export class ManagedProxy {
       this.noteRefusal(listener, 'socket_budget', client);
       return fail(SOCKS_GENERAL_FAILURE);
     }
-    const upstream = this.dial(listener, outcome, port, socket);
+    const upstream = this.dial(listener, outcome, port, socket, this.useNativeRelay());
     let up = false;
     upstream.on('error', (err: NodeJS.ErrnoException) => {
       if (!up) fail(socksCodeForError(err));
@@ -1142,10 +1277,10 @@ export class ManagedProxy {
     upstream.once('connect', () => {
       up = true;
       const bound = upstream.address();
-      socket.write(socksReply(SOCKS_OK, typeof bound === 'object' ? (bound as AddressInfo) : null));
       reader.release();
-      splice(socket, upstream, this.limits.tunnelIdleTimeoutMs);
-      socket.resume();
+      socket.write(socksReply(SOCKS_OK, typeof bound === 'object' ? (bound as AddressInfo) : null), () =>
+        this.tunnel(listener, socket, upstream, null),
+      );
     });
   }
 }

@@ -16,6 +16,7 @@
 #include "../js_error.h"
 #include "landlock.h"
 #include "pty_linux.h"
+#include "relay.h"
 #include "seccomp.h"
 #include "spawn_linux.h"
 
@@ -431,6 +432,7 @@ void InitPlatform(Napi::Env env, Napi::Object exports) {
   exports.Set("lockPlaceholder", Napi::Function::New(env, LockPlaceholder, "lockPlaceholder"));
   exports.Set("releasePlaceholder", Napi::Function::New(env, ReleasePlaceholder, "releasePlaceholder"));
   RegisterPty(env, exports);
+  InitRelay(env, exports);
 }
 
 }  // namespace psb

@@ -154,7 +154,9 @@ describe.runIf(caps.linux)('enforced managed network: bulk, concurrency, cleanup
       // Outside: the server got exactly these 200 requests, each from the sandbox it names.
       const got = web.requests.slice(requestsBefore);
       expect(got).toHaveLength(N * PER);
-      expect(web.connections - connectionsBefore).toBe(N * PER);
+      // Pooled upstream connections: at least one, never more than one per request.
+      expect(web.connections - connectionsBefore).toBeGreaterThan(0);
+      expect(web.connections - connectionsBefore).toBeLessThanOrEqual(N * PER);
       for (const q of got) expect(q.url.split('/')[1]).toBe(q.headers['x-tag']);
       // The shared proxy closed with its last process.
       expect(proxy.closed).toBe(true);

@@ -11,25 +11,31 @@ import * as net from 'net';
 export interface CountingHttpServer {
   port: number;
   connections: number;
-  requests: Array<{ method: string; url: string; headers: http.IncomingHttpHeaders; body: string }>;
+  requests: Array<{ method: string; url: string; headers: http.IncomingHttpHeaders; body: string; remotePort: number }>;
+  /** Connections open right now. */
+  open: number;
   close(): Promise<void>;
 }
 
 /** Replies with JSON describing the request it got. */
 export async function startHttpServer(): Promise<CountingHttpServer> {
-  const state: CountingHttpServer = { port: 0, connections: 0, requests: [], close: async () => {} };
+  const state: CountingHttpServer = { port: 0, connections: 0, open: 0, requests: [], close: async () => {} };
   const server = http.createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
       const body = Buffer.concat(chunks).toString();
-      state.requests.push({ method: req.method ?? '', url: req.url ?? '', headers: req.headers, body });
+      state.requests.push({ method: req.method ?? '', url: req.url ?? '', headers: req.headers, body, remotePort: req.socket.remotePort ?? 0 });
       const out = JSON.stringify({ method: req.method, url: req.url, host: req.headers.host, body, tag: req.headers['x-tag'] ?? null });
       res.writeHead(200, { 'content-type': 'application/json', 'x-upstream': 'yes' });
       res.end(req.method === 'HEAD' ? undefined : out);
     });
   });
-  server.on('connection', () => state.connections++);
+  server.on('connection', (sock: net.Socket) => {
+    state.connections++;
+    state.open++;
+    sock.once('close', () => state.open--);
+  });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   state.port = (server.address() as net.AddressInfo).port;
   state.close = () =>
@@ -45,22 +51,33 @@ export interface CountingTcpServer {
   connections: number;
   /** sha256 (hex) of each SEND stream the server finished writing. */
   sent: string[];
+  /** sha256 (hex) of each HASH stream the server read to its end. */
+  received: string[];
+  /** Connections open right now. */
+  open: number;
   close(): Promise<void>;
 }
 
 /**
  * A raw TCP server standing in for a TLS origin behind CONNECT. First line decides:
  *   "ECHO\n"      echo everything back;
- *   "SEND <n>\n"  stream n pseudo-random bytes, then end (digest recorded in `sent`).
+ *   "SEND <n>\n"  stream n pseudo-random bytes, then end (digest recorded in `sent`);
+ *   "HASH\n"      read until the peer half-closes, then answer "<bytes> <sha256 hex>\n" and end
+ *                 (the digest is also recorded in `received`);
+ *   "HOLD\n"      send nothing, close when the peer half-closes.
  */
 export async function startTcpServer(): Promise<CountingTcpServer> {
   const block = randomBytes(1 << 20);
-  const state: CountingTcpServer = { port: 0, connections: 0, sent: [], close: async () => {} };
+  const state: CountingTcpServer = { port: 0, connections: 0, sent: [], received: [], open: 0, close: async () => {} };
   const sockets = new Set<net.Socket>();
   const server = net.createServer({ allowHalfOpen: true }, (sock) => {
     state.connections++;
+    state.open++;
     sockets.add(sock);
-    sock.on('close', () => sockets.delete(sock));
+    sock.on('close', () => {
+      state.open--;
+      sockets.delete(sock);
+    });
     sock.on('error', () => {});
     let head = Buffer.alloc(0);
     let started = false;
@@ -82,6 +99,21 @@ export async function startTcpServer(): Promise<CountingTcpServer> {
         sock.pipe(sock);
         return;
       }
+      if (line === 'HASH') {
+        const hash = createHash('sha256').update(rest);
+        let bytes = rest.length;
+        sock.on('data', (c: Buffer) => {
+          bytes += c.length;
+          hash.update(c);
+        });
+        sock.on('end', () => {
+          const hex = hash.digest('hex');
+          state.received.push(hex);
+          sock.end(`${bytes} ${hex}\n`);
+        });
+        return;
+      }
+      if (line === 'HOLD') return void sock.on('end', () => sock.end());
       const m = /^SEND (\d+)$/.exec(line);
       if (!m) return void sock.destroy();
       let left = Number(m[1]);

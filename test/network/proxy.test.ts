@@ -126,7 +126,7 @@ describe('allowed domains', () => {
   it('curl works through HTTP absolute-form, CONNECT (-p) and SOCKS5 (--socks5-hostname)', async (ctx) => {
     if (!curl) ctx.skip('curl not installed');
     const { port, events } = await startProxy({ policy: { allow: ['allowed.test'], allowLocal: true } });
-    const before = web.connections;
+    const before = web.requests.length;
     const plain = await run('curl', ['-sS', '--proxy', `http://127.0.0.1:${port}`, webUrl('allowed.test', '/curl-plain')]);
     expect(plain.code, plain.stderr).toBe(0);
     expect(JSON.parse(plain.stdout).url).toBe('/curl-plain');
@@ -140,7 +140,7 @@ describe('allowed domains', () => {
     const viaEnv = await run('curl', ['-sS', webUrl('allowed.test', '/curl-env')], ManagedProxy.proxyEnv({}, port));
     expect(viaEnv.code, viaEnv.stderr).toBe(0);
     expect(JSON.parse(viaEnv.stdout).url).toBe('/curl-env');
-    expect(web.connections).toBe(before + 4);
+    expect(web.requests.length).toBe(before + 4);
     expect(events.map((e) => e.protocol)).toEqual(['http', 'httpsConnect', 'socks5Tcp', 'http']);
     expect(events.every((e) => e.decision === 'allow' && e.host === 'allowed.test')).toBe(true);
   });
@@ -339,7 +339,7 @@ describe('decider', () => {
       policy: { allow: ['allowed.test'], deny: ['denied.test'], allowLocal: true },
       decider,
     });
-    const before = web.connections;
+    const before = web.requests.length;
     expect((await httpViaProxy(port, webUrl('allowed.test'))).status).toBe(200);
     const denied = await httpViaProxy(port, webUrl('denied.test'));
     expect(denied.headers['x-proxy-error']).toBe('blocked-by-denylist');
@@ -351,7 +351,7 @@ describe('decider', () => {
     expect(tunnel.ok).toBe(true);
     if (tunnel.ok) tunnel.socket.destroy();
     expect(asked).toEqual([`proc-1 http ask-allow.test:${web.port} GET`, `proc-1 http ask-deny.test:${web.port} GET`, `proc-1 httpsConnect ask-allow.test:${tcp.port} CONNECT`]);
-    expect(web.connections).toBe(before + 2);
+    expect(web.requests.length).toBe(before + 2);
     expect(events.map((e) => [e.host, e.decision, e.source, e.reason, e.policyOverride])).toEqual([
       ['allowed.test', 'allow', 'allowlist', 'allowed', undefined],
       ['denied.test', 'deny', 'denylist', 'denied', undefined],
@@ -404,7 +404,7 @@ describe('decider', () => {
 describe('limited mode', () => {
   it('allows GET/HEAD/OPTIONS over plain HTTP and refuses other methods, CONNECT and SOCKS5', async () => {
     const { port, events } = await startProxy({ policy: { allow: ['allowed.test'], allowLocal: true, mode: 'limited' } });
-    const webBefore = web.connections;
+    const webBefore = web.requests.length;
     const tcpBefore = tcp.connections;
     expect((await httpViaProxy(port, webUrl('allowed.test'))).status).toBe(200);
     expect((await httpViaProxy(port, webUrl('allowed.test'), { method: 'HEAD' })).status).toBe(200);
@@ -416,7 +416,7 @@ describe('limited mode', () => {
     expect(tunnel.ok).toBe(false);
     if (!tunnel.ok) expect(tunnel.headers['x-proxy-error']).toBe('blocked-by-method-policy');
     expect((await socks5(port, 'allowed.test', tcp.port)).reply).toBe(0x02);
-    expect(web.connections).toBe(webBefore + 3);
+    expect(web.requests.length).toBe(webBefore + 3);
     expect(tcp.connections).toBe(tcpBefore);
     expect(events.map((e) => [e.method, e.decision, e.source])).toEqual([
       ['GET', 'allow', 'allowlist'],
@@ -511,7 +511,8 @@ describe('bulk and concurrency', () => {
     const attachments = await Promise.all(Array.from({ length: 8 }, (_, i) => proxy.attach(`sandbox-${i}`)));
     expect(new Set(attachments.map((a) => a.port)).size).toBe(8);
     expect(proxy.attachedProcessIds.sort()).toEqual(Array.from({ length: 8 }, (_, i) => `sandbox-${i}`).sort());
-    const before = web.connections;
+    const before = web.requests.length;
+    const connectionsBefore = web.connections;
     const results = await Promise.all(
       Array.from({ length: 200 }, (_, n) => {
         const i = n % 8;
@@ -526,7 +527,10 @@ describe('bulk and concurrency', () => {
     );
     expect(results.every((r) => r.status === 200)).toBe(true);
     results.forEach((r, n) => expect(JSON.parse(r.body).tag).toBe(`sandbox-${n % 8}`));
-    expect(web.connections).toBe(before + 100);
+    expect(web.requests.length).toBe(before + 100);
+    // Each sandbox has its own upstream pool: at least one connection each, never one per request.
+    expect(web.connections - connectionsBefore).toBeGreaterThanOrEqual(8);
+    expect(web.connections - connectionsBefore).toBeLessThanOrEqual(100);
     expect(events).toHaveLength(200);
     for (const e of events) {
       expect(e.decision).toBe('allow');
@@ -535,6 +539,94 @@ describe('bulk and concurrency', () => {
     const perProcess = new Map<string, number>();
     for (const e of events) perProcess.set(e.processId, (perProcess.get(e.processId) ?? 0) + 1);
     expect([...perProcess.values()]).toEqual(new Array(8).fill(25));
+  });
+});
+
+describe('keep-alive upstream pool (plain HTTP)', () => {
+  it('sequential requests reuse one upstream connection', async () => {
+    const { port } = await startProxy({ policy: { allow: ['allowed.test'], allowLocal: true } });
+    const [requestsBefore, connectionsBefore] = [web.requests.length, web.connections];
+    for (let i = 0; i < 20; i++) expect((await httpViaProxy(port, webUrl('allowed.test', `/seq${i}`))).status).toBe(200);
+    expect(web.requests.length - requestsBefore).toBe(20);
+    // One connection, or two if the origin closed one meanwhile (never one per request).
+    expect(web.connections - connectionsBefore).toBeGreaterThanOrEqual(1);
+    expect(web.connections - connectionsBefore).toBeLessThanOrEqual(2);
+  });
+
+  it("never carries one sandbox's request on another sandbox's connection", async () => {
+    const events: AuditEvent[] = [];
+    const proxy = await ManagedProxy.start({ lookup, onAudit: (e) => events.push(e), policy: { allow: ['allowed.test'], allowLocal: true } });
+    proxies.push(proxy);
+    const a = await proxy.attach('a');
+    const b = await proxy.attach('b');
+    const before = web.requests.length;
+    for (let i = 0; i < 10; i++) {
+      const [ra, rb] = await Promise.all([
+        httpViaProxy(a.port, webUrl('allowed.test', '/a'), { headers: { 'x-tag': 'a' } }),
+        httpViaProxy(b.port, webUrl('allowed.test', '/b'), { headers: { 'x-tag': 'b' } }),
+      ]);
+      expect([ra.status, rb.status]).toEqual([200, 200]);
+    }
+    const got = web.requests.slice(before);
+    expect(got).toHaveLength(20);
+    const portsOf = (tag: string) => new Set(got.filter((q) => q.headers['x-tag'] === tag).map((q) => q.remotePort));
+    const [pa, pb] = [portsOf('a'), portsOf('b')];
+    expect(pa.size).toBeGreaterThan(0);
+    expect(pb.size).toBeGreaterThan(0);
+    expect([...pa].filter((p) => pb.has(p))).toEqual([]);
+    // Pooling happened within each sandbox (fewer connections than requests).
+    expect(pa.size + pb.size).toBeLessThan(20);
+  });
+
+  it('a request without a body is sent again when the pooled connection was closed under it; one with a body is not', async () => {
+    // An origin that answers the first request on a connection and resets it on the second.
+    let requests = 0;
+    const origin = net.createServer((sock) => {
+      let n = 0;
+      let buf = '';
+      sock.on('error', () => undefined);
+      sock.on('data', (c: Buffer) => {
+        buf += c.toString('latin1');
+        while (buf.includes('\r\n\r\n')) {
+          const head = buf.slice(0, buf.indexOf('\r\n\r\n'));
+          const len = Number(/content-length: *(\d+)/i.exec(head)?.[1] ?? 0);
+          if (buf.length < head.length + 4 + len) return;
+          buf = buf.slice(head.length + 4 + len);
+          requests++;
+          if (++n === 1) sock.write('HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: keep-alive\r\n\r\nok');
+          else return void sock.resetAndDestroy();
+        }
+      });
+    });
+    await new Promise<void>((r) => origin.listen(0, '127.0.0.1', r));
+    try {
+      const { port } = await startProxy({ policy: { allow: ['flaky.test'], allowLocal: true } });
+      const url = `http://flaky.test:${(origin.address() as net.AddressInfo).port}/`;
+      expect((await httpViaProxy(port, url)).status).toBe(200);
+      // GET on the pooled connection: reset, then retried on a fresh one.
+      const again = await httpViaProxy(port, url);
+      expect([again.status, again.body]).toEqual([200, 'ok']);
+      expect(requests).toBe(3);
+      // POST with a body on the pooled connection: reset, not retried (502).
+      const post = await httpViaProxy(port, url, { method: 'POST', body: 'once' });
+      expect(post.status).toBe(502);
+      expect(requests).toBe(4);
+    } finally {
+      await new Promise((r) => origin.close(r));
+    }
+  });
+
+  it('keeps at most 16 idle upstream connections per sandbox, over all origins', async () => {
+    const servers = await Promise.all(Array.from({ length: 24 }, () => startHttpServer()));
+    try {
+      const { port } = await startProxy({ policy: { allow: ['allowed.test'], allowLocal: true } });
+      for (const srv of servers) expect((await httpViaProxy(port, `http://allowed.test:${srv.port}/`)).status).toBe(200);
+      const open = () => servers.reduce((n, srv) => n + srv.open, 0);
+      expect(await waitFor(() => open() <= 16)).toBe(true);
+      expect(open()).toBeGreaterThanOrEqual(1);
+    } finally {
+      await Promise.all(servers.map((srv) => srv.close()));
+    }
   });
 });
 

@@ -1,0 +1,487 @@
+// Tunnel relay for the managed proxy. Once the proxy has allowed a CONNECT, SOCKS5 or WebSocket
+// tunnel, the bytes move between the two sockets inside the kernel: splice(2) from one socket into
+// a pipe and from the pipe into the other socket, one pipe per direction. Driven by uv_poll
+// handles on the JS thread's loop (level-triggered, like every libuv watcher): no thread per
+// tunnel and no copy through JS, which capped the proxy at a fraction of a direct transfer.
+//
+//   h = relay(fdA, fdB, prefixAtoB, prefixBtoA, idleMs, onDone(err, bytesAtoB, bytesBtoA))
+//   relayClose(h)   // tears the tunnel down; onDone runs once, with "closed"
+//
+// Ownership: relay() duplicates both fds (F_DUPFD_CLOEXEC) and owns the duplicates; the caller
+// then destroys its own sockets at once, in the same tick (libuv drops its epoll registration and
+// closes its fd synchronously in uv_close, so nothing else reads the sockets after that). The
+// connections stay open because the duplicates still reference them; they close when the relay
+// closes its duplicates, after the poll handles are closed (libuv must stop watching an fd before
+// it is closed).
+//
+// Semantics: a half-close passes through (EOF from one side becomes shutdown(SHUT_WR) on the
+// other once that direction's pipe is drained); the relay ends when both directions are shut, on
+// an error on either side (after moving whatever can still be moved), on idleMs without activity,
+// on relayClose(), and when the Node environment is torn down (then without calling onDone).
+// onDone is never called from inside relay() itself: a tunnel that is already finished when it is
+// set up reports on the next loop turn.
+//
+// Threading: everything runs on the thread of the env that created the relay.
+#include <errno.h>
+#include <fcntl.h>
+#include <napi.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include <string>
+
+#include "relay.h"
+
+namespace psb {
+namespace {
+
+// Bytes asked for per splice from a socket into a pipe.
+constexpr size_t kChunk = 1 << 20;
+// A direction starts with the kernel's default pipe (64 KiB) and grows its pipe to this size the
+// first time one splice fills it (a bulk transfer): one splice then moves up to 1 MiB, which
+// costs a third of the CPU of 64 KiB pipes per byte (measured, loopback). Idle and chatty tunnels
+// (most of them) keep default pipes. A stalled reader can pin at most this much in the pipe, small
+// next to the socket buffers the kernel already allows (tcp_rmem/tcp_wmem maxima are MiBs).
+// Unprivileged, the kernel caps it at /proc/sys/fs/pipe-max-size and refuses it past the user's
+// pipe-user-pages-soft; the default pipe is then kept.
+constexpr int kBulkPipeSize = 1 << 20;
+// Bounded work per wakeup (each step is one splice) keeps one busy tunnel from starving the rest
+// of the loop; level-triggered polls bring it straight back.
+constexpr int kMaxStepsPerWakeup = 16;
+
+// Tags the External so relayClose() never casts someone else's External.
+constexpr napi_type_tag kRelayTag = {0x7073625f72656c61ULL, 0x795f68616e646c65ULL};
+
+struct Side {
+  uv_poll_t poll;
+  int fd = -1;
+  int events = 0;  // what the poll currently waits for
+  bool poll_open = false;
+};
+
+// Bytes flowing from side `from` to side `to`.
+struct Dir {
+  int from = 0, to = 1;
+  int pipe_r = -1, pipe_w = -1;
+  size_t in_pipe = 0;
+  size_t pipe_cap = 0;  // F_GETPIPE_SZ
+  bool pipe_grown = false;
+  std::string prefix;  // bytes the caller had already read from `from` (written first)
+  size_t prefix_off = 0;
+  bool eof = false;   // `from` will send nothing more
+  bool shut = false;  // `to` got shutdown(SHUT_WR)
+  bool want_read = false, want_write = false;
+  double bytes = 0;
+};
+
+struct Relay {
+  napi_env env = nullptr;
+  Side side[2];
+  Dir dir[2];
+  uv_timer_t timer;
+  bool timer_open = false;
+  uv_idle_t later;  // reports a tunnel that finished during relay() on the next loop turn
+  bool later_open = false;
+  uint64_t idle_ms = 0;
+  uint64_t last_activity = 0;
+  Napi::FunctionReference on_done;
+  std::string error;
+  bool finished = false;
+  bool report_pending = false;  // finished, onDone not called yet
+  bool in_setup = true;         // inside relay(): never call onDone from there
+  // While any uv handle of ours is open (or closing), an async cleanup hook keeps a terminating
+  // env (a Worker) from unloading the addon: libuv would otherwise call OnHandleClosed in
+  // unmapped code. The hook is removed when the last handle has closed.
+  napi_async_cleanup_hook_handle cleanup = nullptr;
+  bool tearing_down = false;
+  int open_handles = 0;
+  int refs = 1;  // the JS External, plus one per open uv handle
+
+  void Unref() {
+    if (--refs == 0) delete this;
+  }
+  ~Relay() {
+    for (Dir& d : dir) {
+      if (d.pipe_r >= 0) close(d.pipe_r);
+      if (d.pipe_w >= 0) close(d.pipe_w);
+    }
+    for (Side& s : side) {
+      if (s.fd >= 0) close(s.fd);
+    }
+  }
+};
+
+void OnHandleClosed(uv_handle_t* h) {
+  Relay* r = static_cast<Relay*>(h->data);
+  for (Side& s : r->side) {
+    // The poll handle is closed: libuv no longer watches the fd, so it may be closed now.
+    if (h == reinterpret_cast<uv_handle_t*>(&s.poll) && s.fd >= 0) {
+      close(s.fd);
+      s.fd = -1;
+    }
+  }
+  if (--r->open_handles == 0 && r->cleanup) {
+    napi_remove_async_cleanup_hook(r->cleanup);
+    r->cleanup = nullptr;
+  }
+  r->Unref();
+}
+
+void CloseHandle(Relay* r, uv_handle_t* h) {
+  h->data = r;
+  uv_close(h, OnHandleClosed);
+}
+
+// Calls onDone. From relayClose() an exception thrown by onDone propagates to the JS caller; from
+// a libuv callback it becomes an uncaught exception (a C++ exception escaping into libuv would
+// terminate the process).
+void Report(Relay* r, bool from_js = false) {
+  if (!r->report_pending || r->on_done.IsEmpty()) return;
+  r->report_pending = false;
+  Napi::Env env(r->env);
+  Napi::HandleScope scope(env);
+  Napi::FunctionReference cb = std::move(r->on_done);
+  try {
+    Napi::Value err = r->error.empty() ? env.Null() : Napi::String::New(env, r->error);
+    // MakeCallback: outside JS it also runs the microtasks the callback queued.
+    cb.MakeCallback(env.Global(), {err, Napi::Number::New(env, r->dir[0].bytes), Napi::Number::New(env, r->dir[1].bytes)});
+  } catch (const Napi::Error& e) {
+    if (from_js) throw;
+    napi_fatal_exception(env, e.Value());
+  }
+}
+
+void OnLater(uv_idle_t* h) {
+  Relay* r = static_cast<Relay*>(h->data);
+  uv_idle_stop(h);
+  r->later_open = false;
+  CloseHandle(r, reinterpret_cast<uv_handle_t*>(h));
+  Report(r);
+}
+
+// Stops everything and releases the fds (the sockets' duplicates after their polls are closed).
+// Calls onDone unless the env is going away or we are still inside relay().
+void Finish(Relay* r, const char* error, bool call_js = true, bool from_js = false) {
+  if (r->finished) return;
+  r->finished = true;
+  if (error && error != r->error.c_str()) r->error = error;
+  if (r->timer_open) {
+    uv_timer_stop(&r->timer);
+    r->timer_open = false;
+    CloseHandle(r, reinterpret_cast<uv_handle_t*>(&r->timer));
+  }
+  for (Side& s : r->side) {
+    if (!s.poll_open) continue;
+    uv_poll_stop(&s.poll);
+    s.poll_open = false;
+    CloseHandle(r, reinterpret_cast<uv_handle_t*>(&s.poll));
+  }
+  for (Dir& d : r->dir) {
+    if (d.pipe_r >= 0) close(d.pipe_r);
+    if (d.pipe_w >= 0) close(d.pipe_w);
+    d.pipe_r = d.pipe_w = -1;
+  }
+  if (!call_js) {
+    r->on_done.Reset();
+    return;
+  }
+  r->report_pending = true;
+  if (!r->in_setup) return Report(r, from_js);
+  uv_loop_t* loop = nullptr;
+  napi_get_uv_event_loop(r->env, &loop);
+  if (loop && uv_idle_init(loop, &r->later) == 0) {
+    r->later.data = r;
+    r->later_open = true;
+    r->refs++;
+    r->open_handles++;
+    uv_idle_start(&r->later, OnLater);
+  }
+}
+
+// The env (main thread at exit, or a worker being terminated) is going away: release the kernel
+// objects and the uv handles, and call no JS. The env waits until OnHandleClosed removes the hook.
+void TeardownHook(napi_async_cleanup_hook_handle, void* arg) {
+  Relay* r = static_cast<Relay*>(arg);
+  r->tearing_down = true;
+  if (r->later_open) {
+    uv_idle_stop(&r->later);
+    r->later_open = false;
+    CloseHandle(r, reinterpret_cast<uv_handle_t*>(&r->later));
+  }
+  r->report_pending = false;
+  Finish(r, "closed", false);
+  r->on_done.Reset();
+}
+
+std::string ErrorText(const char* op, int err) {
+  return std::string(op) + ": " + uv_err_name(-err);
+}
+
+// The pending error of a socket (SO_ERROR), or 0.
+int SocketError(int fd) {
+  int err = 0;
+  socklen_t len = sizeof(err);
+  if (fd < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) return 0;
+  return err;
+}
+
+// Moves what it can in one direction. Returns false on a hard error (r->error says which); else
+// want_read / want_write say what to wait for.
+bool Pump(Relay* r, Dir& d) {
+  const int from = r->side[d.from].fd, to = r->side[d.to].fd;
+  d.want_read = d.want_write = false;
+  for (int step = 0; step < kMaxStepsPerWakeup; step++) {
+    if (d.prefix_off < d.prefix.size()) {
+      ssize_t n = send(to, d.prefix.data() + d.prefix_off, d.prefix.size() - d.prefix_off, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        d.prefix_off += static_cast<size_t>(n);
+        d.bytes += static_cast<double>(n);
+        if (d.prefix_off == d.prefix.size()) {
+          std::string().swap(d.prefix);  // free it: a tunnel can live for hours
+          d.prefix_off = 0;
+        }
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        d.want_write = true;
+        return true;
+      }
+      r->error = ErrorText("write", n < 0 ? errno : EPIPE);
+      return false;
+    }
+    if (d.in_pipe > 0) {
+      // splice into a socket raises SIGPIPE on a dead peer (no MSG_NOSIGNAL there); relay()
+      // refuses to run unless SIGPIPE is ignored or handled, as Node does by default.
+      ssize_t n = splice(d.pipe_r, nullptr, to, nullptr, d.in_pipe, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+      if (n > 0) {
+        d.in_pipe -= static_cast<size_t>(n);
+        d.bytes += static_cast<double>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        d.want_write = true;
+        return true;
+      }
+      r->error = ErrorText("write", n < 0 ? errno : EPIPE);
+      return false;
+    }
+    if (d.eof) {
+      if (!d.shut) {
+        shutdown(to, SHUT_WR);  // an error here shows up on the next read or write of `to`
+        d.shut = true;
+      }
+      return true;
+    }
+    // The pipe is empty here, so EAGAIN can only mean "no data on the socket".
+    ssize_t n = splice(from, nullptr, d.pipe_w, nullptr, kChunk, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+    if (n > 0) {
+      d.in_pipe += static_cast<size_t>(n);
+      if (!d.pipe_grown && static_cast<size_t>(n) >= d.pipe_cap) {
+        d.pipe_grown = true;  // one attempt: refused means the user is at its pipe limits
+        int cap = fcntl(d.pipe_w, F_SETPIPE_SZ, kBulkPipeSize);
+        if (cap > 0) d.pipe_cap = static_cast<size_t>(cap);
+      }
+      continue;
+    }
+    if (n == 0) {
+      d.eof = true;
+      continue;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      d.want_read = true;
+      return true;
+    }
+    r->error = ErrorText("read", errno);
+    return false;
+  }
+  // Out of steps with work left: level-triggered polls bring us back.
+  d.want_write = d.in_pipe > 0 || d.prefix_off < d.prefix.size();
+  d.want_read = !d.want_write && !d.eof;
+  return true;
+}
+
+void OnPoll(uv_poll_t* handle, int status, int events);
+
+void Step(Relay* r) {
+  if (r->finished) return;
+  for (Dir& d : r->dir) {
+    if (!Pump(r, d)) return Finish(r, r->error.c_str());
+  }
+  if (r->dir[0].shut && r->dir[1].shut) return Finish(r, nullptr);
+  for (int i = 0; i < 2; i++) {
+    Side& s = r->side[i];
+    int ev = 0;
+    for (const Dir& d : r->dir) {
+      if (d.from == i && d.want_read) ev |= UV_READABLE;
+      if (d.to == i && d.want_write) ev |= UV_WRITABLE;
+    }
+    if (ev == s.events) continue;
+    s.events = ev;
+    int rc = ev != 0 ? uv_poll_start(&s.poll, ev, OnPoll) : uv_poll_stop(&s.poll);
+    if (rc != 0) return Finish(r, ErrorText("poll", -rc).c_str());
+  }
+}
+
+void OnPoll(uv_poll_t* handle, int status, int) {
+  // Both polls and the timer point at the Relay; either side's event may unblock either direction.
+  Relay* r = static_cast<Relay*>(handle->data);
+  if (r->finished) return;
+  r->last_activity = uv_now(handle->loop);
+  if (status < 0) {
+    // libuv reports POLLERR (a reset, typically) as an error and stops this poll. Move what can
+    // still be moved (data that arrived before the reset), then end the tunnel.
+    Side* s = &r->side[0].poll == handle ? &r->side[0] : &r->side[1];
+    s->events = 0;
+    int err = SocketError(s->fd);
+    Step(r);
+    if (!r->finished) Finish(r, err != 0 ? ErrorText("socket", err).c_str() : ErrorText("poll", -status).c_str());
+    return;
+  }
+  Step(r);
+}
+
+void OnTimer(uv_timer_t* t) {
+  Relay* r = static_cast<Relay*>(t->data);
+  if (r->finished) return;
+  if (uv_now(t->loop) - r->last_activity >= r->idle_ms) Finish(r, "idle");
+}
+
+Relay* FromExternal(const Napi::CallbackInfo& info) {
+  Napi::Value v = info.Length() > 0 ? info[0] : info.Env().Undefined();
+  bool tagged = false;
+  if (v.IsExternal()) napi_check_object_type_tag(info.Env(), v, &kRelayTag, &tagged);
+  if (!tagged) throw Napi::TypeError::New(info.Env(), "Expected a relay handle");
+  return v.As<Napi::External<Relay>>().Data();
+}
+
+std::string BufferOrEmpty(const Napi::Value& v) {
+  if (v.IsNull() || v.IsUndefined()) return {};
+  if (!v.IsBuffer()) throw Napi::TypeError::New(v.Env(), "Expected a Buffer or null");
+  auto b = v.As<Napi::Buffer<char>>();
+  return std::string(b.Data(), b.Length());
+}
+
+Napi::Value RelayJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 6 || !info[0].IsNumber() || !info[1].IsNumber() || !info[4].IsNumber() || !info[5].IsFunction()) {
+    throw Napi::TypeError::New(env, "relay(fdA, fdB, prefixAtoB, prefixBtoA, idleMs, onDone)");
+  }
+  const int fds[2] = {info[0].As<Napi::Number>().Int32Value(), info[1].As<Napi::Number>().Int32Value()};
+  const double idle = info[4].As<Napi::Number>().DoubleValue();
+  if (!(idle > 0) || idle > 1e12) throw Napi::TypeError::New(env, "relay: idleMs must be a positive number");
+  for (int fd : fds) {
+    int type = 0;
+    socklen_t len = sizeof(type);
+    // Only stream sockets: splice into a pipe needs them, and anything else is a caller bug.
+    if (fd < 0 || getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM) {
+      throw Napi::TypeError::New(env, "relay: both fds must be connected stream sockets");
+    }
+  }
+  if (fds[0] == fds[1]) throw Napi::TypeError::New(env, "relay: the two fds must differ");
+  // splice(2) into a socket has no MSG_NOSIGNAL: with SIGPIPE at its default action a peer that
+  // went away would kill the host. Node ignores SIGPIPE; an embedder that does not gets an error
+  // here (the caller then relays in JS).
+  struct sigaction sa;
+  if (sigaction(SIGPIPE, nullptr, &sa) != 0 || sa.sa_handler == SIG_DFL) {
+    throw Napi::Error::New(env, "relay: SIGPIPE is not ignored in this process");
+  }
+  std::string prefix_ab = BufferOrEmpty(info[2]);
+  std::string prefix_ba = BufferOrEmpty(info[3]);
+  uv_loop_t* loop = nullptr;
+  if (napi_get_uv_event_loop(env, &loop) != napi_ok || loop == nullptr) throw Napi::Error::New(env, "relay: no event loop");
+
+  auto* r = new Relay();
+  r->env = env;
+  r->dir[0].prefix = std::move(prefix_ab);
+  r->dir[1].prefix = std::move(prefix_ba);
+  r->dir[1].from = 1;
+  r->dir[1].to = 0;
+  r->idle_ms = static_cast<uint64_t>(idle);
+  // Before any uv handle exists (see Relay::cleanup).
+  if (napi_add_async_cleanup_hook(env, TeardownHook, r, &r->cleanup) != napi_ok) {
+    delete r;
+    throw Napi::Error::New(env, "relay: napi_add_async_cleanup_hook failed");
+  }
+  std::string failed;
+  for (int i = 0; i < 2 && failed.empty(); i++) {
+    r->side[i].fd = fcntl(fds[i], F_DUPFD_CLOEXEC, 3);
+    if (r->side[i].fd < 0) {
+      failed = ErrorText("dup", errno);
+      break;
+    }
+    int p[2];
+    if (pipe2(p, O_NONBLOCK | O_CLOEXEC) != 0) {
+      failed = ErrorText("pipe2", errno);
+      break;
+    }
+    r->dir[i].pipe_r = p[0];
+    r->dir[i].pipe_w = p[1];
+    int cap = fcntl(p[1], F_GETPIPE_SZ);
+    r->dir[i].pipe_cap = cap > 0 ? static_cast<size_t>(cap) : 4096;
+  }
+  for (int i = 0; i < 2 && failed.empty(); i++) {
+    int rc = uv_poll_init(loop, &r->side[i].poll, r->side[i].fd);
+    if (rc != 0) {
+      failed = ErrorText("uv_poll_init", -rc);
+      break;
+    }
+    r->side[i].poll.data = r;
+    r->side[i].poll_open = true;
+    r->refs++;
+    r->open_handles++;
+  }
+  if (failed.empty()) {
+    int rc = uv_timer_init(loop, &r->timer);
+    if (rc != 0) failed = ErrorText("uv_timer_init", -rc);
+  }
+  if (!failed.empty()) {
+    // Open poll handles must be closed through libuv; the Relay (and the fds) go with the last one.
+    for (Side& s : r->side) {
+      if (!s.poll_open) continue;
+      s.poll_open = false;
+      CloseHandle(r, reinterpret_cast<uv_handle_t*>(&s.poll));
+    }
+    r->finished = true;
+    if (r->open_handles == 0) {
+      napi_remove_async_cleanup_hook(r->cleanup);
+      r->cleanup = nullptr;
+    }
+    r->Unref();
+    throw Napi::Error::New(env, "relay: " + failed);
+  }
+  r->timer.data = r;
+  r->timer_open = true;
+  r->refs++;
+  r->open_handles++;
+  r->last_activity = uv_now(loop);
+  uint64_t tick = r->idle_ms / 4 > 0 ? r->idle_ms / 4 : 1;
+  uv_timer_start(&r->timer, OnTimer, tick, tick);
+  r->on_done = Napi::Persistent(info[5].As<Napi::Function>());
+  auto handle = Napi::External<Relay>::New(env, r, [](Napi::Env, Relay* rel) { rel->Unref(); });
+  napi_type_tag_object(env, handle, &kRelayTag);
+  Step(r);  // prefixes, and whatever is already buffered in the kernel
+  r->in_setup = false;
+  return handle;
+}
+
+Napi::Value RelayCloseJs(const Napi::CallbackInfo& info) {
+  Relay* r = FromExternal(info);
+  bool was_open = !r->finished;
+  Finish(r, "closed", true, true);
+  return Napi::Boolean::New(info.Env(), was_open);
+}
+
+}  // namespace
+
+void InitRelay(Napi::Env env, Napi::Object exports) {
+  exports.Set("relay", Napi::Function::New(env, RelayJs, "relay"));
+  exports.Set("relayClose", Napi::Function::New(env, RelayCloseJs, "relayClose"));
+}
+
+}  // namespace psb

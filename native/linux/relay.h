@@ -1,0 +1,11 @@
+// Managed-proxy tunnel relay (splice between two sockets on the libuv loop). See relay.cc.
+#pragma once
+
+#include <napi.h>
+
+namespace psb {
+
+// Adds relay() and relayClose() to the addon's exports.
+void InitRelay(Napi::Env env, Napi::Object exports);
+
+}  // namespace psb
