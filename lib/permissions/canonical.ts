@@ -68,11 +68,47 @@ export function statOrNull(p: string): fs.Stats | null {
   }
 }
 
-export function readTextOrNull(p: string): string | null {
+/** Workspace text files read while planning (git config, pointers) are read up to this size. */
+export const MAX_PLAN_READ_BYTES = 1 << 20;
+
+/**
+ * The text of a small regular file, or null. The workspace is written by the sandboxed command,
+ * so what a plan reads there is hostile input: a FIFO would block the host forever on open or
+ * read, /dev/zero would never end, a symlink could be swapped between checks. So: resolve the
+ * path first, open the result with O_NONBLOCK|O_NOFOLLOW (a FIFO opens at once, a swapped-in link
+ * fails), fstat the open file and refuse anything but a regular file, and read at most `maxBytes`
+ * (what lies beyond is not looked at).
+ */
+export function readTextOrNull(p: string, maxBytes = MAX_PLAN_READ_BYTES): string | null {
+  let real: string | null;
   try {
-    return fs.readFileSync(p, 'utf8');
+    real = realpathOrNull(p);
   } catch {
     return null;
+  }
+  if (real === null) return null;
+  const { O_RDONLY, O_NONBLOCK, O_NOFOLLOW } = fs.constants;
+  let fd: number;
+  try {
+    fd = fs.openSync(real, O_RDONLY | O_NONBLOCK | O_NOFOLLOW);
+  } catch {
+    return null;
+  }
+  try {
+    const st = fs.fstatSync(fd);
+    if (!st.isFile()) return null;
+    const buf = Buffer.alloc(Math.min(st.size, maxBytes));
+    let got = 0;
+    while (got < buf.length) {
+      const n = fs.readSync(fd, buf, got, buf.length - got, got);
+      if (n <= 0) break;
+      got += n;
+    }
+    return buf.subarray(0, got).toString('utf8');
+  } catch {
+    return null;
+  } finally {
+    fs.closeSync(fd);
   }
 }
 

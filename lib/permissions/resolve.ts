@@ -159,9 +159,15 @@ function listDirs(dir: string): string[] {
  * includes (include.path, includeIf.*.path), followed through nested includes. Relative hooksPath
  * resolves against the worktree, relative includes against the including file.
  */
-export function gitConfigCodePaths(configFile: string, worktree: string, depth = 0): string[] {
+export function gitConfigCodePaths(configFile: string, worktree: string, depth = 0, seen = new Set<string>()): string[] {
+  // Includes form a graph the sandboxed command may have shaped: each file is read once (a loop
+  // ends where it closes, keeping everything found on the way), at most GIT_INCLUDE_MAX_DEPTH
+  // deep (git's own limit) and GIT_INCLUDE_MAX_FILES in all. Reads are bounded (readTextOrNull).
+  const key = canonicalizeMaybeMissing(configFile);
+  if (depth > GIT_INCLUDE_MAX_DEPTH || seen.has(key) || seen.size >= GIT_INCLUDE_MAX_FILES) return [];
+  seen.add(key);
   const text = readTextOrNull(configFile);
-  if (text === null || depth > 4) return [];
+  if (text === null) return [];
   const out: string[] = [];
   const home = process.env.HOME ?? '';
   const expand = (v: string, base: string) => {
@@ -195,12 +201,16 @@ export function gitConfigCodePaths(configFile: string, worktree: string, depth =
       const p = expand(kv[2]!, path.dirname(configFile));
       if (p) {
         out.push(canonicalizeMaybeMissing(p));
-        out.push(...gitConfigCodePaths(p, worktree, depth + 1));
+        out.push(...gitConfigCodePaths(p, worktree, depth + 1, seen));
       }
     }
   }
   return out;
 }
+
+/** git refuses includes nested deeper than this (MAX_INCLUDE_DEPTH in git's config.c). */
+export const GIT_INCLUDE_MAX_DEPTH = 10;
+export const GIT_INCLUDE_MAX_FILES = 64;
 
 const PROGRAM_KEYS: Record<string, string[]> = {
   core: ['fsmonitor', 'sshcommand', 'editor', 'pager', 'askpass'],

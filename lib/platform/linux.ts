@@ -67,12 +67,29 @@ function looksLikePlaceholder(p: string): boolean {
   }
 }
 
+const EWOULDBLOCK = os.constants.errno.EWOULDBLOCK;
+
+/**
+ * The addon never waits on a lock (a sandboxed command can hold one on a placeholder it sees).
+ * A placeholder locked by someone else cannot be relied on: without our shared lock, the holder's
+ * run could remove it mid-run and the command could then create the path for real. Fail closed.
+ */
 function lockPlaceholders(native: NativeBinding, paths: string[]): HeldPlaceholder[] {
   const held: HeldPlaceholder[] = [];
   for (const p of paths) {
     if (!looksLikePlaceholder(p)) continue;
     const fd = native.lockPlaceholder!(p);
-    if (fd >= 0) held.push({ path: p, fd });
+    if (fd >= 0) {
+      held.push({ path: p, fd });
+    } else if (fd === -EWOULDBLOCK) {
+      releasePlaceholders(native, held);
+      throw new SandboxError(
+        'ESPAWN',
+        `the placeholder ${p} is locked by another process (a running sandboxed command can hold it); ` +
+          `it cannot be relied on to keep the protected path from being created, so nothing was started`,
+        { detail: { path: p } },
+      );
+    }
   }
   return held;
 }
@@ -275,12 +292,21 @@ export function createLinuxBackend(native: NativeBinding): Backend {
       } catch (e) {
         if (pty) fs.closeSync(pty.master);
         if (hostListenerFd !== undefined) fs.closeSync(hostListenerFd);
-        held.push(...lockPlaceholders(native, ghosts)); // whatever init made before it failed
+        try {
+          held.push(...lockPlaceholders(native, ghosts)); // whatever init made before it failed
+        } catch {
+          // held by someone else: left for the next run to remove
+        }
         void cleanup();
         throw e;
       }
-      // The placeholders init just made for this run.
-      held.push(...lockPlaceholders(native, ghosts));
+      // The placeholders init just made for this run. Should one already be locked by someone
+      // else (the command itself could race for it), the run cannot rely on it: stop the command.
+      try {
+        held.push(...lockPlaceholders(native, ghosts));
+      } catch {
+        native.kill!(res.handle, 9);
+      }
       if (proxy) {
         const fd = res.listenerFd ?? hostListenerFd;
         const handle0 = res.handle;

@@ -6,6 +6,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
+#include <time.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -393,7 +394,20 @@ Napi::Value LockPlaceholder(const Napi::CallbackInfo& info) {
   std::string path = info[0].As<Napi::String>().Utf8Value();
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) return Napi::Number::New(env, -errno);
-  if (flock(fd, LOCK_SH) < 0) {
+  // Never a blocking flock on the JS thread: the placeholder is visible inside the sandbox, so a
+  // command can flock(LOCK_EX) it and hold it for as long as it runs. A host run that releases a
+  // placeholder holds LOCK_EX only for an fstat+rmdir, so a few short retries ride that out; a
+  // lock still held after them is someone else's, and the caller fails the spawn (-EWOULDBLOCK)
+  // instead of freezing the event loop.
+  constexpr int kTries = 10;
+  const struct timespec kPause = {0, 2 * 1000 * 1000};  // 2 ms: at most ~20 ms in all
+  int r = -1;
+  for (int i = 0; i < kTries; ++i) {
+    r = flock(fd, LOCK_SH | LOCK_NB);
+    if (r == 0 || errno != EWOULDBLOCK) break;
+    if (i + 1 < kTries) nanosleep(&kPause, nullptr);
+  }
+  if (r < 0) {
     int e = errno;
     close(fd);
     return Napi::Number::New(env, -e);
