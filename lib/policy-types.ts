@@ -24,8 +24,13 @@ export interface FilesystemPolicy {
   denyRead?: string[];
   /** Extra read-only carve-outs inside writable roots (added to the defaults). */
   protect?: string[];
-  /** How `.git` inside a writable root is protected. Default 'hooks-and-config'. */
-  git?: 'hooks-and-config' | 'whole';
+  /**
+   * How `.git` inside a writable root is protected. Default 'hooks-and-config': hooks, config and
+   * what config points at are read-only. 'whole': all of `.git`. With either, a missing `.git`
+   * cannot be created (no `git init`). 'allow-init': like the default for an existing `.git`, and
+   * a missing one may be created (the report lists this gap).
+   */
+  git?: 'hooks-and-config' | 'whole' | 'allow-init';
   tmp?: TmpMode;
 }
 

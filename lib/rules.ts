@@ -29,4 +29,6 @@ export interface ResolvedRules {
   mode: SandboxMode;
   degraded: boolean;
   limits: ResourceLimits;
+  /** Gaps the caller opted into at resolution time (e.g. git: 'allow-init'); every report lists them. */
+  gaps?: string[];
 }

@@ -12,6 +12,9 @@ const DENIAL_KEYWORDS = [
   'sandbox',
   'landlock',
   'failed to write file',
+  // A protected file is a read-only mount point: replacing it by rename (git's config.lock
+  // dance, editors' atomic saves) fails with EBUSY rather than EROFS.
+  'device or resource busy',
 ];
 
 /** SIGSYS on Linux (the seccomp kill signal on x86-64/arm64). */

@@ -6,7 +6,7 @@ import * as path from 'node:path';
 import { SandboxError } from '../errors';
 import type { NetworkRule } from '../rules';
 import type { SandboxPolicy } from '../policy-types';
-import type { ResolverEntry, ResolverInput } from './resolve';
+import { GIT_PROTECTIONS, type ResolverEntry, type ResolverInput } from './resolve';
 
 function fail(field: string, message: string, extra: Record<string, unknown> = {}): never {
   throw new SandboxError('EINVALID_POLICY', `${field} ${message}`, { detail: { field, ...extra } });
@@ -132,7 +132,7 @@ export function compilePolicy(policy: SandboxPolicy | undefined, _cwd: string): 
     );
   }
   const protect = f.protect === undefined ? [] : checkPathList(f.protect, `${fsField}.protect`);
-  const git = f.git === undefined ? 'hooks-and-config' : checkEnum(f.git, `${fsField}.git`, ['hooks-and-config', 'whole'] as const);
+  const git = f.git === undefined ? 'hooks-and-config' : checkEnum(f.git, `${fsField}.git`, GIT_PROTECTIONS);
   const tmp = f.tmp === undefined ? 'private' : checkEnum(f.tmp, `${fsField}.tmp`, ['private', 'host', 'none'] as const);
 
   const network = compileNetwork(p.network);

@@ -398,7 +398,9 @@ export function profileToResolverInput(profile: PermissionProfile, ctx: ProfileR
   const tmpdir = ctx.tmpdir ?? process.env.TMPDIR;
   profile.file_system.entries.forEach((e, i) => {
     const source = `permissions.file_system.entries[${i}]`;
-    const missing = e.missing_path_behavior === 'skip' ? 'skip' : 'default';
+    // Codex skips a missing writable root (one profile can list paths of several hosts); only an
+    // explicit `missing_path_behavior: "error"` makes it an error.
+    const missing = e.missing_path_behavior === 'skip' || (e.access === 'write' && e.missing_path_behavior !== 'error') ? 'skip' : 'default';
     const push = (p: string, protectMissingMetadata = true): void => {
       entries.push({ path: p, access: e.access, missing, source, protectMissingMetadata });
     };

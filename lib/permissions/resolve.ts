@@ -62,7 +62,14 @@ export interface ResolverEntry {
   protectMissingMetadata?: boolean;
 }
 
-export type GitProtection = 'hooks-and-config' | 'whole';
+/**
+ * How `.git` inside a writable root is protected. 'hooks-and-config' (default) and 'whole' both
+ * keep a missing `.git` from being created (a placeholder holds the name, as Codex does); only
+ * 'allow-init' lets the command create a new repository there (an existing one is protected as
+ * with 'hooks-and-config'), and the report lists that gap.
+ */
+export type GitProtection = 'hooks-and-config' | 'whole' | 'allow-init';
+export const GIT_PROTECTIONS: readonly GitProtection[] = ['hooks-and-config', 'whole', 'allow-init'];
 
 export interface ResolverInput {
   /** Access for everything no entry covers. null: nothing (only entries grant access). */
@@ -191,16 +198,16 @@ export function gitConfigCodePaths(configFile: string, worktree: string, depth =
       // A program git runs later (fsmonitor, ssh, diff/merge drivers, filters, credential
       // helpers, `!` aliases): if it names a file in the workspace, that file is protected.
       const program = programPath(kv[2]!, worktree);
-      if (program) out.push(canonicalizeMaybeMissing(program));
+      if (program) out.push(...withLinks(program));
       continue;
     }
     if (section === 'core' && key === 'hookspath') {
       const p = expand(kv[2]!, worktree);
-      if (p) out.push(canonicalizeMaybeMissing(p));
+      if (p) out.push(...withLinks(p));
     } else if ((section === 'include' || section === 'includeif') && key === 'path') {
       const p = expand(kv[2]!, path.dirname(configFile));
       if (p) {
-        out.push(canonicalizeMaybeMissing(p));
+        out.push(...withLinks(p));
         out.push(...gitConfigCodePaths(p, worktree, depth + 1, seen));
       }
     }
@@ -235,6 +242,17 @@ function programPath(value: string, worktree: string): string | null {
   const first = v.split(/\s+/)[0] ?? '';
   if (first === '' || !first.includes('/')) return null; // a bare name is looked up in PATH
   return path.resolve(worktree, first);
+}
+
+/**
+ * A protected path as git (or the host) will look it up later: its canonical target, plus every
+ * symlink on the way as the link's own location. Protecting only the target is not enough: the
+ * command could replace a link that lies in its writable root with a real directory holding
+ * planted hooks or config, and the next lookup by name finds those. Planners protect the link
+ * names they are given, or refuse (a link itself cannot be made read-only by a mount).
+ */
+export function withLinks(p: string): string[] {
+  return [canonicalizeMaybeMissing(p), ...symlinkComponents(p)];
 }
 
 /** Nested repositories are searched this deep below a writable root, within this many directories. */
@@ -305,6 +323,7 @@ export function protectedMetadataFor(root: string, git: GitProtection, nested = 
     const target = readGitdirPointer(dotGit);
     if (target !== null) {
       const gitdir = canonicalizeMaybeMissing(target);
+      out.push(...symlinkComponents(target));
       addGitDir(gitdir);
       // Linked worktree: <main>/.git/worktrees/<name> names the shared repository in `commondir`.
       const common = readTextOrNull(path.join(gitdir, 'commondir'));
@@ -313,10 +332,15 @@ export function protectedMetadataFor(root: string, git: GitProtection, nested = 
       }
     }
   } else if (st !== null && st.isSymbolicLink()) {
-    // A symlinked .git: protect what it points at; the link inode itself cannot be mounted over,
-    // so also protect the name (planners that can express it will).
+    // A symlinked .git: protect what it points at, and the link itself (replacing it with a real
+    // directory would be a fresh .git with planted hooks). Planners refuse what they cannot hold.
+    out.push(dotGit);
     addGitDir(canonicalizeMaybeMissing(dotGit));
-  } else {
+  } else if (st === null && git !== 'allow-init') {
+    // No repository yet: `git init` by the command would plant hooks and config that run when
+    // git is next used here outside. The name itself is held (a placeholder), as Codex does.
+    out.push(dotGit);
+  } else if (st !== null) {
     addGitDir(dotGit);
   }
   out.push(path.join(root, '.codex'), path.join(root, '.agents'));
@@ -372,7 +396,7 @@ export function resolveEntries(input: ResolverInput): ResolvedRules {
 
   // 2. Writable roots.
   const allWrites = entries.filter((e) => e.access === 'write');
-  const writeRoots = sortUnique([
+  let writeRoots = sortUnique([
     ...(rootWritable ? [fsRoot] : []),
     ...allWrites.filter((e) => parentAccess(e.path) !== 'write').map((e) => e.path),
   ]);
@@ -386,12 +410,18 @@ export function resolveEntries(input: ResolverInput): ResolvedRules {
   // 3. Read-only carve-outs inside writable roots.
   const explicitWrite = new Set(allWrites.map((e) => e.path));
   const carve: string[] = [];
+  const gaps: string[] = [];
   if (input.protectMetadata !== false) {
     // Metadata only exists below directories; a writable file root has none.
     for (const w of allWrites) {
       if (!statOrNull(w.path)?.isDirectory()) continue;
       const meta = protectedMetadataFor(w.path, input.git);
       carve.push(...(w.protectMissingMetadata ? meta : meta.filter((m) => lstatOrNull(m) !== null)));
+      if (input.git === 'allow-init' && w.protectMissingMetadata && lstatOrNull(path.join(w.path, '.git')) === null) {
+        gaps.push(
+          `git: 'allow-init': ${path.join(w.path, '.git')} can be created; hooks and config planted in it run when git is used there outside the sandbox`,
+        );
+      }
     }
   }
   for (const p of input.protect) {
@@ -400,7 +430,7 @@ export function resolveEntries(input: ResolverInput): ResolvedRules {
         detail: { path: p },
       });
     }
-    carve.push(canonicalizeMaybeMissing(p));
+    carve.push(...withLinks(p));
   }
   for (const e of entries) {
     if (e.access === 'read' && parentAccess(e.path) === 'write') carve.push(e.path);
@@ -416,6 +446,10 @@ export function resolveEntries(input: ResolverInput): ResolvedRules {
           isStrictlyWithin(c, outer) && !allWriteRoots.some((w) => isWithin(c, w) && isStrictlyWithin(w, outer)),
       ),
   );
+  // An explicit writable entry inside a carve-out (ws/.codex/cache under the protected .codex)
+  // is the most specific entry there: it is a writable root of its own, re-opened inside it.
+  const reopened = allWrites.map((e) => e.path).filter((w) => !writeRoots.includes(w) && readOnly.some((c) => isStrictlyWithin(w, c)));
+  if (reopened.length > 0) writeRoots = sortUnique([...writeRoots, ...reopened]);
 
   // 4. Deny-read paths: only those something readable would expose.
   const denyRead = sortUnique(
@@ -450,5 +484,6 @@ export function resolveEntries(input: ResolverInput): ResolvedRules {
     mode: input.mode,
     degraded: input.degraded,
     limits: { ...input.limits },
+    ...(gaps.length > 0 ? { gaps } : {}),
   };
 }

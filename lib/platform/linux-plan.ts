@@ -63,6 +63,27 @@ export interface LinuxPlan {
   ghosts: string[];
 }
 
+/** Protected names that are files (placeholders are created as empty read-only files). */
+const FILE_PLACEHOLDER_NAMES = new Set(['config', 'config.worktree', 'commondir']);
+
+/**
+ * A missing protected path is held by an empty placeholder of the right kind: `config`,
+ * `config.worktree`, `x.cfg` and the listed start-up files are files; `.git`, `.codex`, `.agents`,
+ * `hooks` are directories.
+ */
+export function placeholderIsFile(p: string): boolean {
+  const base = path.basename(p);
+  return FILE_PLACEHOLDER_NAMES.has(base) || /^[^.].*\.[a-z0-9]+$/i.test(base);
+}
+
+function realpathOrNull(p: string): string | null {
+  try {
+    return fs.realpathSync.native(p);
+  } catch {
+    return null;
+  }
+}
+
 const isUnder = (p: string, root: string): boolean =>
   p === root || p.startsWith(root.endsWith('/') ? root : root + '/');
 
@@ -214,19 +235,38 @@ export function planMounts(input: LinuxPlanInput): MountPlan {
   if (rules.tmp === 'private') mounts.push({ kind: MountKind.ClearReadOnly, path: '/tmp' });
 
   const writeRoots = [...rules.writeRoots].sort((a, b) => a.length - b.length);
-  for (const w of writeRoots) {
-    if (lstatOrNull(w)) mounts.push({ kind: MountKind.BindRw, path: w });
-  }
 
-  // Read-only carve-outs. Every directory between the writable root and the carve-out is pinned
-  // (bound onto itself) so it cannot be renamed away and recreated (FS-06).
+  // Writable roots and read-only carve-outs are applied together, outermost first: a writable
+  // root nested in a carve-out (ws/.codex/cache, a root under a `protect`ed directory) is bound
+  // after the carve-out made its parent read-only, so it stays writable, and the placeholders
+  // inside it are created in its writable bind instead of failing with EROFS.
+  // Read-only areas applied so far (a symlinked carve-out counts as its target).
+  const readOnlyAreas: string[] = [];
+  const alreadyReadOnly = (p: string): boolean =>
+    readOnlyAreas.some((ro) => isUnder(p, ro) && !writeRoots.some((w) => isUnder(p, w) && w !== ro && isUnder(w, ro)));
+  type Step = { path: string; write: boolean };
+  const steps: Step[] = [
+    ...writeRoots.map((w) => ({ path: w, write: true })),
+    ...rules.readOnly.map((p) => ({ path: p, write: false })),
+  ].sort((a, b) => a.path.length - b.path.length || Number(b.write) - Number(a.write));
+
+  // Every directory between the writable root and the carve-out is pinned (bound onto itself) so
+  // it cannot be renamed away and recreated (FS-06).
   const pinned = new Set<string>();
-  for (const p of [...rules.readOnly].sort((a, b) => a.length - b.length)) {
+  for (const step of steps) {
+    const p = step.path;
+    if (step.write) {
+      if (lstatOrNull(p)) mounts.push({ kind: MountKind.BindRw, path: p });
+      continue;
+    }
     const root = writeRoots.filter((w) => isUnder(p, w)).sort((a, b) => b.length - a.length)[0];
     if (!root || p === root) continue;
     const st = lstatOrNull(p);
     const parent = path.dirname(p);
     if (!st && !lstatOrNull(parent)?.isDirectory()) continue; // e.g. .git/hooks without .git
+    // Under a read-only area with no writable root in between, a missing path cannot be created
+    // (and an existing one is read-only already): nothing to do.
+    if (!st && alreadyReadOnly(p)) continue;
     for (let dir = path.dirname(p); dir !== root && isUnder(dir, root); dir = path.dirname(dir)) {
       if (pinned.has(dir)) continue;
       pinned.add(dir);
@@ -245,15 +285,19 @@ export function planMounts(input: LinuxPlanInput): MountPlan {
         );
       }
       protectGaps.push(`the protected symlink ${p} can be replaced (only its target is read-only)`);
-      mounts.push({ kind: MountKind.BindRo, path: p });
+      const target = realpathOrNull(p);
+      if (target !== null) {
+        mounts.push({ kind: MountKind.BindRo, path: p });
+        readOnlyAreas.push(target);
+      }
     } else if (st) {
       mounts.push({ kind: MountKind.BindRo, path: p });
+      readOnlyAreas.push(p);
     } else {
       // A missing protected path becomes an empty read-only placeholder so it cannot be created.
-      // `config`, `config.worktree`, `x.cfg` are files; `.codex`, `.agents`, `hooks` directories.
-      const looksLikeFile = path.basename(p) === 'config' || /^[^.].*\.[a-z0-9]+$/i.test(path.basename(p));
-      mounts.push({ kind: looksLikeFile ? MountKind.GhostFile : MountKind.GhostDir, path: p });
+      mounts.push({ kind: placeholderIsFile(p) ? MountKind.GhostFile : MountKind.GhostDir, path: p });
       ghosts.push(p);
+      readOnlyAreas.push(p);
     }
     pinned.add(p);
   }
@@ -264,6 +308,7 @@ export function planMounts(input: LinuxPlanInput): MountPlan {
       // Missing at start: inside a writable root it could be created and then read, so an empty
       // placeholder holds the name under an unreadable mask for the run (removed afterwards).
       const inWritable = writeRoots.some((w) => isUnder(d, w) && d !== w);
+      if (inWritable && alreadyReadOnly(d)) continue; // uncreatable there: nothing to hold
       if (inWritable && lstatOrNull(path.dirname(d))?.isDirectory()) {
         mounts.push({ kind: MountKind.GhostDir, path: d });
         mounts.push({ kind: MountKind.MaskDir, path: d });
@@ -298,7 +343,34 @@ export function planMounts(input: LinuxPlanInput): MountPlan {
   }
   mounts.push({ kind: MountKind.Proc, path: '/proc' });
   if (rules.network.kind !== 'full') mounts.push({ kind: MountKind.Sys, path: '/sys' });
+  // Isolated mode builds its own /dev, which would silently cover a writable root there. The
+  // host's /dev/shm (or a directory in it) asked for as a writable root is carried over onto the
+  // new /dev/shm, like the /tmp exposures; any other /dev path cannot be, and is refused.
+  const devRoots = writeRoots.filter((w) => isUnder(w, '/dev') && lstatOrNull(w));
+  const shmSlots: Array<{ path: string; slot: number }> = [];
+  for (const w of devRoots) {
+    if (!isUnder(w, '/dev/shm')) {
+      throw new SandboxError(
+        'EUNSUPPORTED_POLICY',
+        `the writable root ${w} is in /dev, which isolated mode replaces with its own minimal /dev; only /dev/shm ` +
+          `(or a directory in it) can be shared with the host`,
+        { detail: { path: w } },
+      );
+    }
+    if (shmSlots.some((e) => isUnder(w, e.path))) continue;
+    const slot = tmpSlots++;
+    mounts.push({ kind: MountKind.TmpClone, path: w, arg: slot });
+    shmSlots.push({ path: w, slot });
+  }
   mounts.push({ kind: MountKind.Dev, path: '/dev' });
+  for (const { path: w, slot } of shmSlots) {
+    const parts = path.relative('/dev/shm', w).split('/').filter((x) => x !== '');
+    for (let i = 1; i < parts.length; i++) mounts.push({ kind: MountKind.Mkdir, path: path.join('/dev/shm', ...parts.slice(0, i)) });
+    if (parts.length > 0) {
+      mounts.push({ kind: lstatOrNull(w)?.isDirectory() === false ? MountKind.Mkfile : MountKind.Mkdir, path: w });
+    }
+    mounts.push({ kind: MountKind.MoveSlot, path: w, arg: slot });
+  }
   return { mounts, tmpSlots, ghosts, protectGaps, denyGaps };
 }
 
@@ -310,7 +382,8 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       : original;
   const { rules, probe, mode } = input;
   requireSeccomp(probe);
-  const gaps: string[] = [];
+  // Gaps the caller opted into while resolving (git: 'allow-init').
+  const gaps: string[] = [...(rules.gaps ?? [])];
   const abi = probe.landlockAbi;
   const net = rules.network.kind;
   if (net === 'proxy' && !input.proxyPort) {
@@ -359,7 +432,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     native.rlimitNproc = limits.maxProcesses ?? DEFAULT_MAX_PROCESSES;
     ghosts = m.ghosts;
     gaps.push(...m.protectGaps, ...m.denyGaps);
-    protectPartial = m.protectGaps.length > 0;
+    protectPartial = m.protectGaps.length > 0 || (rules.gaps ?? []).length > 0;
     denyPartial = m.denyGaps.length > 0;
     namespaces = ['user', 'mnt', 'pid', 'ipc', 'uts', ...(net !== 'full' ? ['net'] : [])];
   } else {

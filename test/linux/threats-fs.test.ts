@@ -353,21 +353,94 @@ describe.runIf(caps.linux)('file-system threats', () => {
         expect(await probeOps([['mkdirp', `${scene.ws}/.codexx/x`]], { cwd: scene.ws, policy: pol })).toEqual(['ok']);
       });
 
-      // DESIGN RISK (reported): with no .git at start, nothing is protected, so the command can
-      // plant .git/config (core.fsmonitor, core.hooksPath) or .git/hooks/* that the next `git
-      // status` outside the sandbox runs. Protecting a missing .git conflicts with `git init` in a
-      // fresh workspace (tools.test.ts); the lead decides. Remove `.fails` (or this test) then.
-      it.runIf(!skip && isolated).fails('FS-10: a workspace without .git cannot gain git metadata that runs outside later', async () => {
-        const r = await probeOps(
-          [
-            ['mkdirp', `${scene.ws}/.git/hooks`],
-            ['write', `${scene.ws}/.git/hooks/pre-commit`, '#!/bin/sh\necho pwned\n'],
-            ['write', `${scene.ws}/.git/config`, '[core]\n\tfsmonitor = /var/tmp/evil\n'],
-          ],
-          { cwd: scene.ws, policy },
-        );
-        const planted = ['.git/hooks/pre-commit', '.git/config'].filter((p) => fs.existsSync(path.join(scene.ws, p)));
-        expect(planted, JSON.stringify(r)).toEqual([]);
+      // With no .git at start, the name itself is held by a placeholder (as Codex does), so the
+      // command cannot plant .git/config (core.fsmonitor, core.hooksPath) or .git/hooks/* that the
+      // next `git status` outside runs. git: 'allow-init' is the explicit opt-out (tools.test.ts).
+      it.runIf(!skip && isolated)('FS-10: a workspace without .git cannot gain git metadata that runs outside later', async () => {
+        const ops = [
+          ['mkdirp', `${scene.ws}/.git/hooks`],
+          ['write', `${scene.ws}/.git/hooks/pre-commit`, '#!/bin/sh\necho pwned\n'],
+          ['write', `${scene.ws}/.git/config`, '[core]\n\tfsmonitor = /var/tmp/evil\n'],
+        ];
+        const before = snapshot(scene.ws);
+        const r = await probeOps(ops, { cwd: scene.ws, policy });
+        expectDenied(r, 'create .git', [...DENIED, 'EEXIST', 'ENOTDIR', 'ENOENT', 'EISDIR']);
+        expectUnchanged(before, snapshot(scene.ws));
+        expect(fs.existsSync(path.join(scene.ws, '.git'))).toBe(false);
+        // Control: the opt-in lets the same ops through (and the report says so).
+        const allow = modePolicy(mode, { filesystem: { write: [scene.ws], git: 'allow-init' } });
+        expect(await probeOps(ops, { cwd: scene.ws, policy: allow })).toEqual(['ok', 'ok', 'ok']);
+        expect(fs.existsSync(path.join(scene.ws, '.git/hooks/pre-commit'))).toBe(true);
+      });
+
+      // A protected path reached through a symlink inside the writable root (.git itself, a
+      // core.hooksPath directory, a link on the way to it): protecting only the target leaves the
+      // link replaceable by a real directory holding planted hooks. Isolated mode refuses unless
+      // degraded (a mount cannot hold a link), and degraded lists the link as a gap.
+      describe.runIf(!skip && isolated)('FS-28: symlinked protected paths', () => {
+        const scenarios: Array<{ name: string; setup: (ws: string) => void; link: string; plant: string }> = [
+          {
+            name: '.git itself is a symlink to a gitdir in the workspace',
+            setup: (ws) => {
+              git(ws, 'init', '-q');
+              fs.renameSync(`${ws}/.git`, `${ws}/realgit`);
+              fs.symlinkSync('realgit', `${ws}/.git`);
+            },
+            link: '.git',
+            plant: '.git/hooks/pre-commit',
+          },
+          {
+            name: 'core.hooksPath is a symlink',
+            setup: (ws) => {
+              git(ws, 'init', '-q');
+              fs.mkdirSync(`${ws}/realhooks`);
+              fs.symlinkSync('realhooks', `${ws}/hooks-link`);
+              git(ws, 'config', 'core.hooksPath', 'hooks-link');
+            },
+            link: 'hooks-link',
+            plant: 'hooks-link/pre-commit',
+          },
+          {
+            name: 'a directory on the way to core.hooksPath is a symlink',
+            setup: (ws) => {
+              git(ws, 'init', '-q');
+              fs.mkdirSync(`${ws}/realtools/hooks`, { recursive: true });
+              fs.symlinkSync('realtools', `${ws}/tools`);
+              git(ws, 'config', 'core.hooksPath', 'tools/hooks');
+            },
+            link: 'tools',
+            plant: 'tools/hooks/pre-commit',
+          },
+          {
+            name: '.agents is a symlink',
+            setup: (ws) => {
+              fs.mkdirSync(`${ws}/realagents`);
+              fs.symlinkSync('realagents', `${ws}/.agents`);
+            },
+            link: '.agents',
+            plant: '.agents/skills.md',
+          },
+        ];
+        it.each(scenarios)('$name', async ({ setup, link, plant }) => {
+          setup(scene.ws);
+          const linkPath = path.join(scene.ws, link);
+          const attack = [
+            ['unlink', linkPath],
+            ['mkdirp', path.dirname(path.join(scene.ws, plant))],
+            ['write', path.join(scene.ws, plant), '#!/bin/sh\necho pwned\n'],
+          ];
+          const refused = await probeOps(attack, { cwd: scene.ws, policy }).then(
+            (r) => r,
+            (e: unknown) => e,
+          );
+          expect(refused, 'refused before anything ran').toMatchObject({ name: 'SandboxError', code: 'EUNSUPPORTED_POLICY' });
+          expect(fs.lstatSync(linkPath).isSymbolicLink(), 'the link is still a link').toBe(true);
+          // Degraded: the run goes ahead and the report names the link as a gap.
+          const d = await run('/bin/true', [], { cwd: scene.ws, env: BASE_ENV, policy: { ...policy, degraded: true } });
+          expect(d.code).toBe(0);
+          expect(d.enforcement.gaps.join('\n')).toContain(linkPath);
+          expect(d.enforcement.guarantees.protectedPaths).toBe('partial');
+        });
       });
 
       // Run A from another host process (a second CLI invocation, another agent session on the
@@ -782,6 +855,57 @@ describe.runIf(caps.linux)('file-system threats', () => {
       expect(t.code).toBe(0);
       const file = t.stdout.trim().split('\n')[1];
       expect(fs.existsSync(file), `${file} survived on the host`).toBe(false);
+    });
+
+    // FS-22's control: /dev/shm asked for as a writable root is the host's own, in both modes
+    // (isolated mode used to cover it silently with its private one).
+    it.skipIf(skip)('FS-22: /dev/shm as a writable root is the host\'s /dev/shm', async () => {
+      const tag = `psb-shm-${process.pid}-${Date.now()}`;
+      const pol = modePolicy(mode, { filesystem: { write: [scene.ws, '/dev/shm'] } });
+      try {
+        expect(await probeOps([['write', `/dev/shm/${tag}`, 'shared']], { cwd: scene.ws, policy: pol })).toEqual(['ok']);
+        expect(fs.readFileSync(`/dev/shm/${tag}`, 'utf8')).toBe('shared');
+        // The host's files there are visible inside too.
+        fs.writeFileSync(`/dev/shm/${tag}.host`, 'from-host');
+        expect(await probeOps([['read', `/dev/shm/${tag}.host`]], { cwd: scene.ws, policy: pol })).toEqual(['ok:from-host']);
+      } finally {
+        fs.rmSync(`/dev/shm/${tag}`, { force: true });
+        fs.rmSync(`/dev/shm/${tag}.host`, { force: true });
+      }
+      // A /dev path other than /dev/shm cannot be carried into isolated mode's /dev: refused.
+      if (isolated) {
+        const e = await run('/bin/true', [], { cwd: scene.ws, env: BASE_ENV, policy: modePolicy(mode, { filesystem: { write: ['/dev/null'] } }) }).catch((x: unknown) => x);
+        expect(e).toMatchObject({ name: 'SandboxError', code: 'EUNSUPPORTED_POLICY' });
+      }
+    });
+
+    // A writable root nested in a protected directory (ws/.codex/cache under .codex, a root
+    // under a `protect`ed directory) is the most specific entry there: it stays writable, and its
+    // own missing metadata gets placeholders instead of failing the run with EROFS.
+    it.runIf(!skip && isolated)('FS-29: a writable root inside a read-only carve-out stays writable and keeps its own protection', async () => {
+      fs.mkdirSync(`${scene.ws}/.codex/cache`, { recursive: true });
+      fs.mkdirSync(`${scene.ws}/vendor/sub`, { recursive: true });
+      const pol = modePolicy(mode, {
+        filesystem: { write: [scene.ws, `${scene.ws}/.codex/cache`, `${scene.ws}/vendor/sub`], protect: [`${scene.ws}/vendor`] },
+      });
+      const r = await probeOps(
+        [
+          ['write', `${scene.ws}/.codex/cache/c.txt`, 'c'],
+          ['write', `${scene.ws}/vendor/sub/v.txt`, 'v'],
+          ['write', `${scene.ws}/.codex/config.toml`, 'evil = 1'],
+          ['write', `${scene.ws}/vendor/planted`, 'x'],
+          ['mkdir', `${scene.ws}/vendor/sub/.codex`],
+          ['mkdirp', `${scene.ws}/.codex/cache/.git/hooks`],
+        ],
+        { cwd: scene.ws, policy: pol },
+      );
+      expect(r.slice(0, 2)).toEqual(['ok', 'ok']);
+      expectDenied(r.slice(2), 'protected around the nested roots', [...DENIED, 'EEXIST', 'ENOTDIR', 'ENOENT']);
+      expect(fs.readFileSync(`${scene.ws}/.codex/cache/c.txt`, 'utf8')).toBe('c');
+      expect(fs.readFileSync(`${scene.ws}/vendor/sub/v.txt`, 'utf8')).toBe('v');
+      for (const p of ['.codex/config.toml', 'vendor/planted', 'vendor/sub/.codex', '.codex/cache/.git']) {
+        expect(fs.existsSync(`${scene.ws}/${p}`), p).toBe(false);
+      }
     });
 
     it.skipIf(skip)('FS-23: another process\'s root, cwd and environ are not reachable through /proc', async () => {

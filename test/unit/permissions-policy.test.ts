@@ -136,17 +136,55 @@ describe('resolvePolicy paths', () => {
     expect(r.denyRead).toEqual([]);
   });
 
-  it('default carve-outs for a plain writable root (included even when missing)', () => {
+  it('default carve-outs for a plain writable root (included even when missing; a missing .git is held whole)', () => {
     const w = mk('plain');
     const r = resolvePolicy({ filesystem: { write: [w] } }, '/');
     expect(r.writeRoots).toEqual([w]);
-    expect(r.readOnly).toEqual([
+    expect(r.readOnly).toEqual([path.join(w, '.agents'), path.join(w, '.codex'), path.join(w, '.git')]);
+    expect(r.gaps).toBeUndefined();
+    // With an existing .git: its hooks and config.
+    mk('plain', '.git');
+    expect(resolvePolicy({ filesystem: { write: [w] } }, '/').readOnly).toEqual([
       path.join(w, '.agents'),
       path.join(w, '.codex'),
       path.join(w, '.git', 'config'),
       path.join(w, '.git', 'config.worktree'),
       path.join(w, '.git', 'hooks'),
     ]);
+  });
+
+  it("git: 'allow-init' leaves a missing .git creatable and says so; unknown git values are errors", () => {
+    const w = mk('allowinit');
+    const r = resolvePolicy({ filesystem: { write: [w], git: 'allow-init' } }, '/');
+    expect(r.readOnly).toEqual([path.join(w, '.agents'), path.join(w, '.codex')]);
+    expect(r.gaps).toEqual([expect.stringContaining(`git: 'allow-init': ${path.join(w, '.git')} can be created`)]);
+    // An existing .git keeps its hooks and config protected.
+    mk('allowinit', '.git');
+    const r2 = resolvePolicy({ filesystem: { write: [w], git: 'allow-init' } }, '/');
+    expect(r2.readOnly).toContain(path.join(w, '.git', 'hooks'));
+    expect(r2.gaps).toBeUndefined();
+    expect(() => resolvePolicy({ filesystem: { write: [w], git: 'allow_init' as never } }, '/')).toThrow(
+      /policy\.filesystem\.git must be one of 'hooks-and-config', 'whole', 'allow-init'/,
+    );
+  });
+
+  it('protected paths reached through symlinks also protect the links (.git, hooksPath, links on the way)', () => {
+    const w = mk('links');
+    mk('links', 'realgit', 'hooks');
+    fs.writeFileSync(path.join(w, 'realgit', 'config'), '[core]\n\thooksPath = tools/hooks\n');
+    fs.symlinkSync('realgit', path.join(w, '.git'));
+    mk('links', 'realtools', 'hooks');
+    fs.symlinkSync('realtools', path.join(w, 'tools'));
+    const r = resolvePolicy({ filesystem: { write: [w] } }, '/');
+    expect(r.readOnly).toEqual(
+      expect.arrayContaining([
+        path.join(w, '.git'),
+        path.join(w, 'realgit', 'hooks'),
+        path.join(w, 'realgit', 'config'),
+        path.join(w, 'tools'),
+        path.join(w, 'realtools', 'hooks'),
+      ]),
+    );
   });
 
   it('existing submodule gitdirs under .git/modules get the same protection', () => {

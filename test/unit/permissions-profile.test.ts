@@ -285,15 +285,24 @@ describe('profile → rules', () => {
     expect(resolveProfile({ type: 'managed', file_system: { type: 'unrestricted' }, network: 'enabled' }, { cwd: '/' })).toMatchObject({ writeRoots: ['/'], network: { kind: 'full' } });
   });
 
-  it('missing write entry: error by default, skipped with missing_path_behavior skip', () => {
+  it('missing write entry: skipped (as Codex does), an error only with missing_path_behavior error', () => {
     const missing = path.join(tmp, 'nope');
-    const mkp = (skip: boolean): PermissionProfile => ({
+    const present = path.join(tmp, 'present-root');
+    fs.mkdirSync(present, { recursive: true });
+    const mkp = (mpb?: 'skip' | 'error'): PermissionProfile => ({
       type: 'managed',
       network: 'restricted',
-      file_system: { type: 'restricted', entries: [{ path: { type: 'path', path: missing }, access: 'write', ...(skip ? { missing_path_behavior: 'skip' as const } : {}) }] },
+      file_system: {
+        type: 'restricted',
+        entries: [
+          { path: { type: 'path', path: missing }, access: 'write', ...(mpb ? { missing_path_behavior: mpb } : {}) },
+          { path: { type: 'path', path: present }, access: 'write' },
+        ],
+      },
     });
-    expect(() => resolveProfile(mkp(false), { cwd: '/' })).toThrow(`permissions.file_system.entries[0]: writable root ${missing} does not exist`);
-    expect(resolveProfile(mkp(true), { cwd: '/' }).writeRoots).toEqual([]);
+    expect(() => resolveProfile(mkp('error'), { cwd: '/' })).toThrow(`permissions.file_system.entries[0]: writable root ${missing} does not exist`);
+    expect(resolveProfile(mkp('skip'), { cwd: '/' }).writeRoots).toEqual([fs.realpathSync(present)]);
+    expect(resolveProfile(mkp(), { cwd: '/' }).writeRoots).toEqual([fs.realpathSync(present)]);
   });
 
   it('unknown special tokens are ignored and reported', () => {
@@ -307,6 +316,9 @@ describe('profile → rules', () => {
     const w = mk('gitmode');
     const profile = materializeProjectRoots(readOnlyProfileWith('project_roots', 'write'), [w], w);
     expect(resolveProfile(profile, { cwd: w, git: 'whole' }).readOnly).toContain(path.join(w, '.git'));
+    // No .git yet: held whole either way; with one, the default protects hooks and config.
+    expect(resolveProfile(profile, { cwd: w }).readOnly).toContain(path.join(w, '.git'));
+    mk('gitmode', '.git');
     expect(resolveProfile(profile, { cwd: w }).readOnly).toContain(path.join(w, '.git', 'hooks'));
   });
 });

@@ -118,10 +118,8 @@ describe('sandbox_request_wraps_native_argv_on_executor (re-expressed)', () => {
     expect(rules.readAll).toBe(true);
     expect(rules.writeRoots.some((w) => ws === w || ws.startsWith(w + '/'))).toBe(true);
     // No .git yet: the profile's `.git` entry is skipped (missing_path_behavior: skip), and our own
-    // protected metadata still keeps hooks/config from being created.
-    expect(rules.readOnly).toEqual(
-      expect.arrayContaining([path.join(ws, '.git', 'hooks'), path.join(ws, '.git', 'config'), path.join(ws, '.codex'), path.join(ws, '.agents')]),
-    );
+    // protected metadata still keeps .git (and so hooks/config) from being created.
+    expect(rules.readOnly).toEqual(expect.arrayContaining([path.join(ws, '.git'), path.join(ws, '.codex'), path.join(ws, '.agents')]));
     expect(rules.network).toEqual({ kind: 'none' });
   });
 
@@ -216,7 +214,10 @@ describe('fail closed and error texts', () => {
     const permissions = {
       type: 'managed',
       network: 'restricted',
-      file_system: { type: 'restricted', entries: [{ path: { type: 'path', path: pathToFileUri(missing) }, access: 'write' }] },
+      file_system: {
+        type: 'restricted',
+        entries: [{ path: { type: 'path', path: pathToFileUri(missing) }, access: 'write', missing_path_behavior: 'error' }],
+      },
     };
     expect(await rpcFailure(sandboxed({}, { permissions }), { platform: 'linux' })).toEqual({
       code: -32602,
