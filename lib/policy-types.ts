@@ -25,6 +25,14 @@ export interface FilesystemPolicy {
   /** Extra read-only carve-outs inside writable roots (added to the defaults). */
   protect?: string[];
   /**
+   * Named sets of protected names, searched in every writable root. 'startup-files': shell,
+   * editor, git and agent start-up files (.bashrc, .bash_profile, .zshrc, .zprofile, .profile,
+   * .gitconfig, .gitmodules, .mcp.json, .ripgreprc, .vscode/, .idea/, .claude/commands,
+   * .claude/agents): at the root of each writable root even when missing, and existing ones up to
+   * 3 levels below (within 512 directories; the report says when the search was cut short).
+   */
+  protectPresets?: Array<'startup-files'>;
+  /**
    * How `.git` inside a writable root is protected. Default 'hooks-and-config': hooks, config and
    * what config points at are read-only. 'whole': all of `.git`. With either, a missing `.git`
    * cannot be created (no `git init`). 'allow-init': like the default for an existing `.git`, and

@@ -6,7 +6,7 @@ import * as path from 'node:path';
 import { SandboxError } from '../errors';
 import type { NetworkRule } from '../rules';
 import type { SandboxPolicy } from '../policy-types';
-import { GIT_PROTECTIONS, type ResolverEntry, type ResolverInput } from './resolve';
+import { GIT_PROTECTIONS, PROTECT_PRESETS, type ResolverEntry, type ResolverInput } from './resolve';
 
 function fail(field: string, message: string, extra: Record<string, unknown> = {}): never {
   throw new SandboxError('EINVALID_POLICY', `${field} ${message}`, { detail: { field, ...extra } });
@@ -110,7 +110,7 @@ export function compilePolicy(policy: SandboxPolicy | undefined, _cwd: string): 
   const f =
     p.filesystem === undefined
       ? {}
-      : checkObject(p.filesystem, fsField, ['read', 'write', 'denyRead', 'protect', 'git', 'tmp']);
+      : checkObject(p.filesystem, fsField, ['read', 'write', 'denyRead', 'protect', 'protectPresets', 'git', 'tmp']);
 
   const entries: ResolverEntry[] = [];
   let root: ResolverInput['root'] = 'read';
@@ -133,6 +133,11 @@ export function compilePolicy(policy: SandboxPolicy | undefined, _cwd: string): 
   }
   const protect = f.protect === undefined ? [] : checkPathList(f.protect, `${fsField}.protect`);
   const git = f.git === undefined ? 'hooks-and-config' : checkEnum(f.git, `${fsField}.git`, GIT_PROTECTIONS);
+  let protectPresets: ResolverInput['protectPresets'];
+  if (f.protectPresets !== undefined) {
+    if (!Array.isArray(f.protectPresets)) fail(`${fsField}.protectPresets`, `must be an array of preset names, got ${describe(f.protectPresets)}`);
+    protectPresets = f.protectPresets.map((x, i) => checkEnum(x, `${fsField}.protectPresets[${i}]`, PROTECT_PRESETS));
+  }
   const tmp = f.tmp === undefined ? 'private' : checkEnum(f.tmp, `${fsField}.tmp`, ['private', 'host', 'none'] as const);
 
   const network = compileNetwork(p.network);
@@ -145,5 +150,5 @@ export function compilePolicy(policy: SandboxPolicy | undefined, _cwd: string): 
     if (l.memoryBytes !== undefined) limits.memoryBytes = checkPositiveInt(l.memoryBytes, 'policy.limits.memoryBytes');
     if (l.openFiles !== undefined) limits.openFiles = checkPositiveInt(l.openFiles, 'policy.limits.openFiles');
   }
-  return { root, entries, protect, git, tmp, network, mode, degraded, limits };
+  return { root, entries, protect, git, tmp, network, mode, degraded, limits, ...(protectPresets ? { protectPresets } : {}) };
 }

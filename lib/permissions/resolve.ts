@@ -78,8 +78,10 @@ export interface ResolverInput {
   /** Extra read-only carve-outs (absolute), protected even when missing. */
   protect: string[];
   git: GitProtection;
-  /** Protect `.codex` / `.agents` / `.git` metadata inside writable roots (default true). */
+  /** Protect `.codex` / `.agents` / `.aws` / `.git` metadata inside writable roots (default true). */
   protectMetadata?: boolean;
+  /** Named sets of protected names searched in every writable root (opt-in). */
+  protectPresets?: ProtectPreset[];
   tmp: TmpMode;
   network: NetworkRule;
   mode: SandboxMode;
@@ -255,6 +257,80 @@ export function withLinks(p: string): string[] {
   return [canonicalizeMaybeMissing(p), ...symlinkComponents(p)];
 }
 
+/**
+ * Opt-in protection presets. 'startup-files': files and directories that shells, editors, git
+ * and agent tools read and act on later (sandbox-runtime's mandatory deny list): a command that
+ * rewrites them runs code outside the sandbox the next time a shell, editor or agent starts there.
+ */
+export type ProtectPreset = 'startup-files';
+export const PROTECT_PRESETS: readonly ProtectPreset[] = ['startup-files'];
+export const STARTUP_FILES = ['.bashrc', '.bash_profile', '.zshrc', '.zprofile', '.profile', '.gitconfig', '.gitmodules', '.mcp.json', '.ripgreprc'];
+export const STARTUP_DIRS = ['.vscode', '.idea', '.claude/commands', '.claude/agents'];
+/** The preset is searched this deep below a writable root, within this many directories. */
+export const STARTUP_SEARCH_MAX_DEPTH = 3;
+export const STARTUP_SEARCH_MAX_DIRS = 512;
+const SEARCH_SKIP = new Set(['.git', 'node_modules']);
+
+/**
+ * The 'startup-files' paths of one writable root: at the root every name (a missing one by its
+ * first missing component, so a placeholder holds it), below it the existing ones found by a
+ * bounded walk. `truncated` says whether the walk stopped before the end of the tree.
+ */
+export function startupFilesFor(root: string, includeMissing: boolean): { paths: string[]; truncated: boolean } {
+  const names = [...STARTUP_FILES, ...STARTUP_DIRS];
+  const out: string[] = [];
+  for (const name of names) {
+    const parts = name.split('/');
+    let cur = root;
+    for (const part of parts) {
+      cur = path.join(cur, part);
+      if (lstatOrNull(cur) === null) break;
+    }
+    if (lstatOrNull(cur) !== null || includeMissing) out.push(cur);
+  }
+  const firsts = new Map<string, string[]>();
+  for (const name of names) {
+    const [first, ...rest] = name.split('/');
+    firsts.set(first!, [...(firsts.get(first!) ?? []), rest.join('/')]);
+  }
+  let budget = STARTUP_SEARCH_MAX_DIRS;
+  let truncated = false;
+  let level = [root];
+  for (let depth = 1; level.length > 0; depth++) {
+    const next: string[] = [];
+    for (const dir of level) {
+      if (budget-- <= 0) {
+        truncated = true;
+        break;
+      }
+      let entries: fs.Dirent[];
+      try {
+        entries = fs.readdirSync(dir, { withFileTypes: true });
+      } catch {
+        continue;
+      }
+      for (const e of entries) {
+        const child = path.join(dir, e.name);
+        const tails = firsts.get(e.name);
+        if (tails !== undefined && dir !== root) {
+          for (const t of tails) {
+            const p = t === '' ? child : path.join(child, t);
+            if (t === '' || lstatOrNull(p) !== null) out.push(p);
+          }
+        }
+        if (e.isDirectory() && !SEARCH_SKIP.has(e.name)) next.push(child);
+      }
+    }
+    if (budget <= 0 && next.length > 0) truncated = true;
+    if (depth >= STARTUP_SEARCH_MAX_DEPTH) {
+      if (next.length > 0) truncated = true;
+      break;
+    }
+    level = next;
+  }
+  return { paths: out, truncated };
+}
+
 /** Nested repositories are searched this deep below a writable root, within this many directories. */
 export const NESTED_REPO_MAX_DEPTH = 3;
 export const NESTED_REPO_MAX_DIRS = 256;
@@ -343,11 +419,16 @@ export function protectedMetadataFor(root: string, git: GitProtection, nested = 
   } else if (st !== null) {
     addGitDir(dotGit);
   }
-  out.push(path.join(root, '.codex'), path.join(root, '.agents'));
+  // Agent and cloud-CLI configuration (Codex protects `.aws` in writable roots too).
+  out.push(path.join(root, '.codex'), path.join(root, '.agents'), path.join(root, '.aws'));
   if (nested) {
     for (const repo of findNestedRepos(root)) {
       // Only what exists: a nested directory is not a workspace root of its own.
-      out.push(...protectedMetadataFor(repo, git, false).filter((m) => lstatOrNull(m) !== null && !m.endsWith('/.codex') && !m.endsWith('/.agents')));
+      out.push(
+        ...protectedMetadataFor(repo, git, false).filter(
+          (m) => lstatOrNull(m) !== null && !m.endsWith('/.codex') && !m.endsWith('/.agents') && !m.endsWith('/.aws'),
+        ),
+      );
     }
   }
   return out;
@@ -417,6 +498,16 @@ export function resolveEntries(input: ResolverInput): ResolvedRules {
       if (!statOrNull(w.path)?.isDirectory()) continue;
       const meta = protectedMetadataFor(w.path, input.git);
       carve.push(...(w.protectMissingMetadata ? meta : meta.filter((m) => lstatOrNull(m) !== null)));
+      if (input.protectPresets?.includes('startup-files')) {
+        const found = startupFilesFor(w.path, w.protectMissingMetadata);
+        carve.push(...found.paths);
+        if (found.truncated) {
+          gaps.push(
+            `protectPresets 'startup-files': the search in ${w.path} stopped after ${STARTUP_SEARCH_MAX_DEPTH} levels or ` +
+              `${STARTUP_SEARCH_MAX_DIRS} directories; start-up files deeper in the tree are not protected`,
+          );
+        }
+      }
       if (input.git === 'allow-init' && w.protectMissingMetadata && lstatOrNull(path.join(w.path, '.git')) === null) {
         gaps.push(
           `git: 'allow-init': ${path.join(w.path, '.git')} can be created; hooks and config planted in it run when git is used there outside the sandbox`,

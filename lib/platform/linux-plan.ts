@@ -8,6 +8,7 @@ import * as path from 'node:path';
 import type { EnforcementReport } from '../backend';
 import { SandboxError } from '../errors';
 import type { LinuxMountOp, LinuxNativePlan, LinuxProbe } from '../native';
+import { STARTUP_FILES } from '../permissions/resolve';
 import type { ResolvedRules } from '../rules';
 
 /** Mirrors native/linux/spawn_linux.h MountOpKind (append only). */
@@ -64,7 +65,7 @@ export interface LinuxPlan {
 }
 
 /** Protected names that are files (placeholders are created as empty read-only files). */
-const FILE_PLACEHOLDER_NAMES = new Set(['config', 'config.worktree', 'commondir']);
+const FILE_PLACEHOLDER_NAMES = new Set(['config', 'config.worktree', 'commondir', ...STARTUP_FILES]);
 
 /**
  * A missing protected path is held by an empty placeholder of the right kind: `config`,

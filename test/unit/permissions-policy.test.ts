@@ -114,7 +114,7 @@ describe('resolvePolicy validation', () => {
     expect(r.degraded).toBe(true);
     expect(r.tmp).toBe('host');
     expect(r.limits).toEqual({ maxProcesses: 64, memoryBytes: 1 << 30, openFiles: 256 });
-    expect(r.readOnly).toEqual([path.join(w, '.agents'), path.join(w, '.codex'), path.join(w, '.git')]);
+    expect(r.readOnly).toEqual([path.join(w, '.agents'), path.join(w, '.aws'), path.join(w, '.codex'), path.join(w, '.git')]);
   });
 
   it('network full', () => {
@@ -140,12 +140,13 @@ describe('resolvePolicy paths', () => {
     const w = mk('plain');
     const r = resolvePolicy({ filesystem: { write: [w] } }, '/');
     expect(r.writeRoots).toEqual([w]);
-    expect(r.readOnly).toEqual([path.join(w, '.agents'), path.join(w, '.codex'), path.join(w, '.git')]);
+    expect(r.readOnly).toEqual([path.join(w, '.agents'), path.join(w, '.aws'), path.join(w, '.codex'), path.join(w, '.git')]);
     expect(r.gaps).toBeUndefined();
     // With an existing .git: its hooks and config.
     mk('plain', '.git');
     expect(resolvePolicy({ filesystem: { write: [w] } }, '/').readOnly).toEqual([
       path.join(w, '.agents'),
+      path.join(w, '.aws'),
       path.join(w, '.codex'),
       path.join(w, '.git', 'config'),
       path.join(w, '.git', 'config.worktree'),
@@ -156,7 +157,7 @@ describe('resolvePolicy paths', () => {
   it("git: 'allow-init' leaves a missing .git creatable and says so; unknown git values are errors", () => {
     const w = mk('allowinit');
     const r = resolvePolicy({ filesystem: { write: [w], git: 'allow-init' } }, '/');
-    expect(r.readOnly).toEqual([path.join(w, '.agents'), path.join(w, '.codex')]);
+    expect(r.readOnly).toEqual([path.join(w, '.agents'), path.join(w, '.aws'), path.join(w, '.codex')]);
     expect(r.gaps).toEqual([expect.stringContaining(`git: 'allow-init': ${path.join(w, '.git')} can be created`)]);
     // An existing .git keeps its hooks and config protected.
     mk('allowinit', '.git');
@@ -165,6 +166,40 @@ describe('resolvePolicy paths', () => {
     expect(r2.gaps).toBeUndefined();
     expect(() => resolvePolicy({ filesystem: { write: [w], git: 'allow_init' as never } }, '/')).toThrow(
       /policy\.filesystem\.git must be one of 'hooks-and-config', 'whole', 'allow-init'/,
+    );
+  });
+
+  it("protectPresets 'startup-files': root names even when missing, existing ones below (bounded, truncation reported)", () => {
+    const w = mk('startup');
+    fs.writeFileSync(path.join(w, '.bashrc'), '');
+    mk('startup', 'a', 'b');
+    fs.writeFileSync(path.join(w, 'a', 'b', '.zshrc'), '');
+    mk('startup', 'a', '.vscode');
+    mk('startup', 'nm', 'node_modules');
+    fs.writeFileSync(path.join(w, 'nm', 'node_modules', '.profile'), '');
+    const r = resolvePolicy({ filesystem: { write: [w], protectPresets: ['startup-files'] } }, '/');
+    expect(r.readOnly).toEqual(
+      expect.arrayContaining([
+        path.join(w, '.bashrc'),
+        path.join(w, '.profile'), // missing: held by a placeholder
+        path.join(w, '.mcp.json'),
+        path.join(w, '.vscode'),
+        path.join(w, '.claude'), // first missing component of .claude/commands
+        path.join(w, 'a', 'b', '.zshrc'),
+        path.join(w, 'a', '.vscode'),
+      ]),
+    );
+    expect(r.readOnly).not.toContain(path.join(w, 'nm', 'node_modules', '.profile'));
+    expect(r.readOnly).not.toContain(path.join(w, 'a', '.idea')); // missing below the root: not held
+    expect(r.gaps).toBeUndefined();
+    // Without the preset none of this is protected.
+    expect(resolvePolicy({ filesystem: { write: [w] } }, '/').readOnly).not.toContain(path.join(w, '.bashrc'));
+    // Deeper than the search goes: reported.
+    mk('startup', 'a', 'b', 'c', 'd');
+    const deep = resolvePolicy({ filesystem: { write: [w], protectPresets: ['startup-files'] } }, '/');
+    expect(deep.gaps).toEqual([expect.stringContaining("protectPresets 'startup-files': the search in")]);
+    expect(() => resolvePolicy({ filesystem: { write: [w], protectPresets: ['dotfiles' as never] } }, '/')).toThrow(
+      /policy\.filesystem\.protectPresets\[0\] must be one of 'startup-files'/,
     );
   });
 
@@ -219,17 +254,19 @@ describe('resolvePolicy paths', () => {
     fs.writeFileSync(path.join(wt, '.git'), `gitdir: ${gitdir}\n`);
     const onlyWt = resolvePolicy({ filesystem: { write: [wt] } }, '/');
     // The gitdirs live outside the only writable root: nothing to carve there, but the pointer is.
-    expect(onlyWt.readOnly).toEqual([path.join(wt, '.agents'), path.join(wt, '.codex'), path.join(wt, '.git')]);
+    expect(onlyWt.readOnly).toEqual([path.join(wt, '.agents'), path.join(wt, '.aws'), path.join(wt, '.codex'), path.join(wt, '.git')]);
     const both = resolvePolicy({ filesystem: { write: [wt, main] } }, '/');
     const gitFiles = (d: string) => ['config', 'config.worktree', 'hooks'].map((n) => path.join(d, n));
     expect(both.readOnly).toEqual(
       [
         path.join(main, '.agents'),
+        path.join(main, '.aws'),
         path.join(main, '.codex'),
         ...gitFiles(path.join(main, '.git')),
         ...gitFiles(gitdir),
         path.join(gitdir, 'commondir'),
         path.join(wt, '.agents'),
+        path.join(wt, '.aws'),
         path.join(wt, '.codex'),
         path.join(wt, '.git'),
       ].sort(),
