@@ -367,6 +367,17 @@ export function findNestedRepos(root: string): string[] {
   return found;
 }
 
+/** Our placeholder for a missing directory: empty, mode exactly 0555 (lib/platform/linux.ts). */
+function isPlaceholderDir(p: string): boolean {
+  const st = lstatOrNull(p);
+  if (st === null || !st.isDirectory() || (st.mode & 0o7777) !== 0o555) return false;
+  try {
+    return fs.readdirSync(p).length === 0;
+  } catch {
+    return false;
+  }
+}
+
 export function protectedMetadataFor(root: string, git: GitProtection, nested = true): string[] {
   const out: string[] = [];
   const addGitDir = (gitdir: string, depth = 0): void => {
@@ -391,7 +402,9 @@ export function protectedMetadataFor(root: string, git: GitProtection, nested = 
     }
   };
   const dotGit = path.join(root, '.git');
-  const st = lstatOrNull(dotGit);
+  // A concurrent run's placeholder (an empty 0555 directory) is a missing .git: protecting
+  // hooks/config inside it would fill the placeholder, which then outlives every run.
+  const st = isPlaceholderDir(dotGit) ? null : lstatOrNull(dotGit);
   if (st !== null && st.isFile()) {
     // Worktree or submodule: protect the pointer itself (re-pointing it is as good as rewriting
     // hooks) and the gitdir it names.

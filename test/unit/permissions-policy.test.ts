@@ -154,6 +154,19 @@ describe('resolvePolicy paths', () => {
     ]);
   });
 
+  it("another run's .git placeholder (empty, 0555) counts as a missing .git, so nothing is created inside it", () => {
+    const w = mk('ghostgit');
+    fs.mkdirSync(path.join(w, '.git'), { mode: 0o555 });
+    fs.chmodSync(path.join(w, '.git'), 0o555);
+    try {
+      const r = resolvePolicy({ filesystem: { write: [w] } }, '/');
+      expect(r.readOnly).toContain(path.join(w, '.git'));
+      expect(r.readOnly).not.toContain(path.join(w, '.git', 'hooks'));
+    } finally {
+      fs.chmodSync(path.join(w, '.git'), 0o755);
+    }
+  });
+
   it("git: 'allow-init' leaves a missing .git creatable and says so; unknown git values are errors", () => {
     const w = mk('allowinit');
     const r = resolvePolicy({ filesystem: { write: [w], git: 'allow-init' } }, '/');
