@@ -79,8 +79,22 @@ export interface WindowsPlan {
   temporaryRoots: string[];
   /** Existing carve-outs: deny-write ACE for the capability SIDs of the roots that contain them. */
   protectedPaths: Array<{ path: string; roots: string[] }>;
-  /** Carve-outs that do not exist: ACLs cannot stop their creation (reported as a gap). */
+  /**
+   * Missing carve-outs (`.git` before `git init`, `.codex`, ...): an empty placeholder is created
+   * at the highest missing ancestor inside the root, then protected like protectedPaths, so the
+   * name cannot be created; removed at exit if still empty.
+   */
+  placeholders: Array<{ path: string; type: 'dir' | 'file'; roots: string[] }>;
+  /** Carve-outs that could not be held (none today; kept for the report's shape). */
   missingProtectedPaths: string[];
+  /**
+   * DELETE denied on the object itself (not inherited): every directory between a writable root
+   * and a carve-out, and the root itself, so `.git` cannot be renamed away and a new one planted,
+   * and the workspace cannot be moved into a writable temp dir.
+   */
+  denyDelete: Array<{ path: string; roots: string[] }>;
+  /** FILE_DELETE_CHILD denied on the object itself: the parent of each carve-out and of each of the above. */
+  denyDeleteChild: Array<{ path: string; roots: string[] }>;
   /** Per-run temp dir (tmp: 'private'): created, granted to a per-run SID, revoked and removed at exit. */
   privateTmp: boolean;
   job: WindowsJobPlan;
@@ -95,6 +109,25 @@ export interface PlanContext {
   /** Host temp dir, added to the writable roots for tmp: 'host'. */
   hostTmp: string;
   exists(p: string): boolean;
+  /** Symlink or junction (lstat). ACLs on a link apply to its target; the link stays replaceable. */
+  isLink?(p: string): boolean;
+}
+
+/** `config`, `config.worktree`, `x.cfg` are files; `.git`, `.codex`, `hooks` directories (as on Linux). */
+export function placeholderType(p: string): 'dir' | 'file' {
+  const base = path.win32.basename(p);
+  return base === 'config' || /^[^.].*\.[a-z0-9]+$/i.test(base) ? 'file' : 'dir';
+}
+
+/** Ancestors of `inner` strictly below `root`, nearest first (`inner` itself excluded). */
+function ancestorsBelow(root: string, inner: string): string[] {
+  const out: string[] = [];
+  let cur = path.win32.dirname(inner);
+  while (winKey(cur) !== winKey(root) && isWithin(root, cur) && cur !== path.win32.dirname(cur)) {
+    out.push(cur);
+    cur = path.win32.dirname(cur);
+  }
+  return out;
 }
 
 function winKey(p: string): string {
@@ -180,22 +213,61 @@ export function planWindowsSandbox(rules: ResolvedRules, ctx: PlanContext): Wind
   }
 
   const protectedPaths: WindowsPlan['protectedPaths'] = [];
+  const placeholders: WindowsPlan['placeholders'] = [];
   const missingProtectedPaths: string[] = [];
+  const denyDelete = new Map<string, { path: string; roots: Set<string> }>();
+  const denyDeleteChild = new Map<string, { path: string; roots: Set<string> }>();
+  const addTo = (m: typeof denyDelete, p: string, root: string) => {
+    const k = winKey(p);
+    if (!m.has(k)) m.set(k, { path: p, roots: new Set() });
+    m.get(k)!.roots.add(root);
+  };
+  // Every writable root: not DELETE on itself (moving the workspace into a writable temp dir).
+  for (const r of writeRoots) addTo(denyDelete, r, r);
+  const linkGaps: string[] = [];
   for (const p of rules.readOnly) {
-    const roots = writeRoots.filter((r) => isWithin(r, p));
+    const roots = writeRoots.filter((r) => isWithin(r, p) && winKey(r) !== winKey(p));
     if (roots.length === 0) continue; // not under a writable root: already read-only
-    if (ctx.exists(p)) protectedPaths.push({ path: p, roots });
-    else missingProtectedPaths.push(p);
+    let target = p;
+    if (ctx.exists(p)) {
+      protectedPaths.push({ path: p, roots });
+    } else {
+      // Hold the highest missing ancestor, so nothing on the way to `p` can be created either.
+      const missing = [p, ...ancestorsBelow(roots[0]!, p)].filter((a) => !ctx.exists(a));
+      target = missing[missing.length - 1]!;
+      if (!placeholders.some((x) => winKey(x.path) === winKey(target))) {
+        placeholders.push({ path: target, type: target === p ? placeholderType(p) : 'dir', roots });
+      }
+    }
+    for (const root of roots) {
+      for (const a of ancestorsBelow(root, target)) {
+        if (ctx.isLink?.(a)) linkGaps.push(a);
+        addTo(denyDelete, a, root);
+        addTo(denyDeleteChild, path.win32.dirname(a), root);
+      }
+      if (ctx.isLink?.(target)) linkGaps.push(target);
+      addTo(denyDeleteChild, path.win32.dirname(target), root);
+    }
   }
+  if (linkGaps.length > 0) {
+    const links = [...new Set(linkGaps)];
+    if (!rules.degraded) {
+      throw new SandboxError(
+        'EUNSUPPORTED_POLICY',
+        `protected path(s) are reached through a symlink or junction inside a writable root (${links.join(', ')}); ` +
+          'an ACL on a link protects its target, but the link itself can be replaced. Replace the link with the ' +
+          'real directory, or pass degraded: true to accept the gap',
+        { detail: { links } },
+      );
+    }
+    gaps.push(`protectedPaths: the link(s) ${links.join(', ')} can be replaced (only their targets are protected)`);
+  }
+  // Gaps the caller opted into while resolving (git: 'allow-init'), once lib/rules.ts carries them.
+  const ruleGaps = (rules as ResolvedRules & { gaps?: string[] }).gaps ?? [];
+  gaps.push(...ruleGaps);
   let protectedGuarantee: Guarantee = 'not-requested';
-  if (protectedPaths.length > 0 || missingProtectedPaths.length > 0) {
-    protectedGuarantee = missingProtectedPaths.length === 0 ? 'enforced' : 'partial';
-  }
-  if (missingProtectedPaths.length > 0) {
-    gaps.push(
-      `protectedPaths: ${missingProtectedPaths.length} protected path(s) do not exist and could be created: ` +
-        missingProtectedPaths.join(', '),
-    );
+  if (protectedPaths.length > 0 || placeholders.length > 0 || ruleGaps.length > 0) {
+    protectedGuarantee = linkGaps.length === 0 && ruleGaps.length === 0 ? 'enforced' : 'partial';
   }
 
   const envOverrides: Record<string, string> = {};
@@ -266,11 +338,15 @@ export function planWindowsSandbox(rules: ResolvedRules, ctx: PlanContext): Wind
     },
     gaps,
   };
+  const list = (m: typeof denyDelete) => [...m.values()].map((v) => ({ path: v.path, roots: [...v.roots] }));
   return {
     writeRoots,
     temporaryRoots,
     protectedPaths,
+    placeholders,
     missingProtectedPaths,
+    denyDelete: list(denyDelete),
+    denyDeleteChild: list(denyDeleteChild),
     privateTmp: rules.tmp === 'private',
     job,
     envOverrides,

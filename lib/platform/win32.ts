@@ -21,6 +21,7 @@ import type {
   ProbeReport,
 } from '../backend';
 import { CapabilityStore, defaultStateDir, randomCapabilitySid } from './win32-caps';
+import { Journal, type RunJournal } from './win32-journal';
 import {
   buildBatchCommandLine,
   buildCommandLine,
@@ -44,6 +45,7 @@ export {
   type WindowsPlan,
 } from './win32-plan';
 export { CapabilityStore, defaultStateDir } from './win32-caps';
+export { Journal } from './win32-journal';
 
 /** The Windows half of the addon (native/win/binding_win.cc). */
 export interface Win32Native {
@@ -60,7 +62,11 @@ export interface Win32Native {
     openAfterClose: boolean;
     errorAfterClose: number;
   };
-  winAclEdit(op: 'grant-write' | 'deny-write' | 'revoke', path: string, sid: string): boolean;
+  winAclEdit(
+    op: 'grant-write' | 'deny-write' | 'deny-delete' | 'deny-delete-child' | 'remove-denies' | 'revoke',
+    path: string,
+    sid: string,
+  ): boolean;
   winAclSddl(path: string): string;
   winSpawn(
     options: {
@@ -213,16 +219,13 @@ function wrapStreams(fds: Array<number | null>): Array<Readable | Writable | nul
   });
 }
 
-interface Cleanup {
-  revoke: Array<{ path: string; sid: string }>;
-  removeDirs: string[];
-}
-
 export function createWin32Backend(native: Win32Native | null | undefined, options: Win32BackendOptions = {}): Backend {
   const stateDir = options.stateDir ?? defaultStateDir();
   const isConsole = options.isConsole ?? defaultIsConsole;
   const hostStdio = options.hostStdio ?? (() => [process.stdin, process.stdout, process.stderr] as [Readable, Writable, Writable]);
   const caps = new CapabilityStore(stateDir);
+  const journal = new Journal(stateDir);
+  let recovered = false;
   let wineCache: string | null | undefined;
   const wine = (): string | null => {
     if (wineCache === undefined) wineCache = native ? native.winWineVersion() : null;
@@ -236,22 +239,58 @@ export function createWin32Backend(native: Win32Native | null | undefined, optio
     return native;
   }
 
-  /** ACL grants for a plan; returns the capability SIDs for the token and what to undo at exit. */
-  function applyPlan(n: Win32Native, plan: WindowsPlan, env: Array<[string, string]>): { sids: string[]; cleanup: Cleanup; aclChanges: number } {
-    const cleanup: Cleanup = { revoke: [], removeDirs: [] };
+  const undoWith = (n: Win32Native) => ({
+    removeDenies: (p: string, sid: string) => void n.winAclEdit('remove-denies', p, sid),
+    revoke: (p: string, sid: string) => void n.winAclEdit('revoke', p, sid),
+  });
+
+  /**
+   * ACL edits and placeholders for a plan, each recorded in the run's journal before it is made.
+   * Returns the capability SIDs for the token. On failure everything done so far is undone.
+   */
+  function applyPlan(
+    n: Win32Native,
+    plan: WindowsPlan,
+    env: Array<[string, string]>,
+    run: RunJournal,
+  ): { sids: string[]; aclChanges: number; placeholders: string[] } {
     let aclChanges = 0;
     const rootSids = caps.sidsForRoots(plan.writeRoots);
+    const sidOf = (root: string) => rootSids[plan.writeRoots.indexOf(root)]!;
     const sids = [...rootSids];
+    const madePlaceholders: string[] = [];
     try {
+      // Persistent by design: one allow ACE per writable root and capability SID, reused by
+      // every later run (the tree walk that propagates it happens once per root).
       plan.writeRoots.forEach((root, i) => {
         if (n.winAclEdit('grant-write', root, rootSids[i]!)) aclChanges++;
       });
-      for (const p of plan.protectedPaths) {
-        for (const root of p.roots) {
-          const sid = rootSids[plan.writeRoots.indexOf(root)]!;
-          if (n.winAclEdit('deny-write', p.path, sid)) aclChanges++;
+      // Placeholders first (their ACEs follow), for names that must not be creatable.
+      for (const ph of plan.placeholders) {
+        run.add({ kind: 'placeholder', path: ph.path, type: ph.type });
+        try {
+          if (ph.type === 'dir') fs.mkdirSync(ph.path);
+          else fs.writeFileSync(ph.path, '', { flag: 'wx' });
+          madePlaceholders.push(ph.path);
+        } catch (err) {
+          // EEXIST: created meanwhile (by another run's placeholder or by the user): it is
+          // protected below like any existing path.
+          if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
         }
       }
+      const deny = (op: 'deny-write' | 'deny-delete' | 'deny-delete-child', p: string, sid: string) => {
+        run.add({ kind: 'deny', path: p, sid });
+        if (n.winAclEdit(op, p, sid)) aclChanges++;
+      };
+      for (const p of [...plan.protectedPaths, ...plan.placeholders]) {
+        for (const root of p.roots) {
+          // deny-write also denies FILE_DELETE_CHILD on the parent: journal that path too.
+          run.add({ kind: 'deny', path: path.win32.dirname(p.path), sid: sidOf(root) });
+          deny('deny-write', p.path, sidOf(root));
+        }
+      }
+      for (const d of plan.denyDelete) for (const root of d.roots) deny('deny-delete', d.path, sidOf(root));
+      for (const d of plan.denyDeleteChild) for (const root of d.roots) deny('deny-delete-child', d.path, sidOf(root));
       // One SID for this run's temporary grants; revoked when the run ends.
       let runSid: string | null = null;
       const temporaryGrant = (p: string) => {
@@ -259,14 +298,14 @@ export function createWin32Backend(native: Win32Native | null | undefined, optio
           runSid = randomCapabilitySid();
           sids.push(runSid);
         }
+        run.add({ kind: 'grant', path: p, sid: runSid });
         n.winAclEdit('grant-write', p, runSid);
-        cleanup.revoke.push({ path: p, sid: runSid });
       };
       for (const p of plan.temporaryRoots) temporaryGrant(p);
       if (plan.privateTmp) {
         const dir = path.join(stateDir, 'tmp', crypto.randomBytes(8).toString('hex'));
+        run.add({ kind: 'dir', path: dir });
         fs.mkdirSync(dir, { recursive: true });
-        cleanup.removeDirs.push(dir);
         temporaryGrant(dir);
         for (const name of ['TEMP', 'TMP']) {
           const idx = env.findIndex(([k]) => k.toUpperCase() === name);
@@ -275,28 +314,11 @@ export function createWin32Backend(native: Win32Native | null | undefined, optio
         }
       }
     } catch (err) {
-      runCleanup(n, cleanup);
+      run.finish(undoWith(n));
       throw err;
     }
     if (sids.length === 0) sids.push(caps.readonlySid());
-    return { sids, cleanup, aclChanges };
-  }
-
-  function runCleanup(n: Win32Native, c: Cleanup): void {
-    for (const r of c.revoke) {
-      try {
-        n.winAclEdit('revoke', r.path, r.sid);
-      } catch {
-        // The directory is removed next anyway.
-      }
-    }
-    for (const d of c.removeDirs) {
-      try {
-        fs.rmSync(d, { recursive: true, force: true });
-      } catch {
-        // Best effort: a leftover temp dir under the state dir is harmless.
-      }
-    }
+    return { sids, aclChanges, placeholders: madePlaceholders };
   }
 
   function spawn(req: BackendSpawnRequest): BackendProcess {
@@ -317,7 +339,11 @@ export function createWin32Backend(native: Win32Native | null | undefined, optio
 
     let report: EnforcementReport;
     let env: Array<[string, string]>;
-    let cleanup: Cleanup = { revoke: [], removeDirs: [] };
+    let run: RunJournal | null = null;
+    // Undo failures stay in the journal and are retried by a later host (see win32-journal.ts).
+    const cleanup = () => {
+      if (run !== null) run.finish(undoWith(n));
+    };
     let sandboxOptions: { sandboxed: boolean; capabilitySids?: string[]; privateDesktop?: boolean; job: object };
     if (req.rules === null) {
       report = unsandboxedReport();
@@ -328,12 +354,33 @@ export function createWin32Backend(native: Win32Native | null | undefined, optio
         wine: wine(),
         hostTmp: os.tmpdir(),
         exists: (p) => fs.existsSync(p),
+        isLink: (p) => {
+          try {
+            return fs.lstatSync(p).isSymbolicLink();
+          } catch {
+            return false;
+          }
+        },
       });
+      // Once per backend: undo what host processes that died mid-run left behind.
+      if (!recovered) {
+        recovered = true;
+        journal.recover(undoWith(n));
+      }
       env = mergeEnvCaseInsensitive(req.env, plan.envOverrides);
-      const applied = applyPlan(n, plan, env);
-      cleanup = applied.cleanup;
+      run = journal.begin();
+      const applied = applyPlan(n, plan, env, run);
       report = plan.report;
-      report.mechanisms = { ...report.mechanisms, capabilitySids: applied.sids.length, aclChanges: applied.aclChanges };
+      report.mechanisms = {
+        ...report.mechanisms,
+        capabilitySids: applied.sids.length,
+        aclChanges: applied.aclChanges,
+        placeholders: applied.placeholders,
+        journal: run.file,
+        // What stays on disk after the run, by design: the capability SID's allow ACE on each
+        // writable root (reused by the next run), recorded in capabilities.json.
+        persistentGrants: plan.writeRoots,
+      };
       sandboxOptions = { sandboxed: true, capabilitySids: applied.sids, privateDesktop: true, job: plan.job };
     }
 
@@ -353,7 +400,7 @@ export function createWin32Backend(native: Win32Native | null | undefined, optio
           done = true;
           // Closing the job (kill-on-close) ends whatever the command left running.
           n.winRelease(handle);
-          runCleanup(n, cleanup);
+          cleanup();
           const info: ExitInfo = killedWith !== null ? { code: null, signal: killedWith } : { code, signal: null };
           if (forwarding === null) {
             resolveExit(info);
@@ -364,7 +411,7 @@ export function createWin32Backend(native: Win32Native | null | undefined, optio
         },
       );
     } catch (err) {
-      runCleanup(n, cleanup);
+      cleanup();
       throw err;
     }
     handle = child.handle;

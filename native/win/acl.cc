@@ -40,7 +40,38 @@ bool HasExplicitAce(PACL acl, BYTE type, const Sid& sid, DWORD mask, BYTE inheri
   return false;
 }
 
-Status ApplyEntry(const std::wstring& path, PACL current, ACCESS_MODE mode, DWORD mask, DWORD inheritance,
+// Writes `acl` as the DACL of `path`. propagate = true: SetNamedSecurityInfoW, which also rewrites
+// the inherited ACEs of everything below (a walk of the subtree: needed when an inheritable ACE
+// changed). propagate = false: SetFileSecurityW on this object only, no walk; right for ACEs that
+// do not inherit (DELETE on a protected root, FILE_DELETE_CHILD on its parent), which is what
+// keeps the per-run deny edits on a workspace root cheap.
+Status WriteDacl(const std::wstring& path, const Dacl& current, PACL acl, bool propagate) noexcept {
+  if (propagate) {
+    DWORD rc = ::SetNamedSecurityInfoW(const_cast<LPWSTR>(path.c_str()), SE_FILE_OBJECT, DACL_SECURITY_INFORMATION,
+                                       nullptr, nullptr, acl, nullptr);
+    if (rc != ERROR_SUCCESS) return WinError(ErrorCode::kEACL_EDIT, "SetNamedSecurityInfoW", rc, Narrow(path));
+    return Status::Ok();
+  }
+  SECURITY_DESCRIPTOR sd;
+  if (!::InitializeSecurityDescriptor(&sd, SECURITY_DESCRIPTOR_REVISION) ||
+      !::SetSecurityDescriptorDacl(&sd, TRUE, acl, FALSE)) {
+    return WinError(ErrorCode::kEACL_EDIT, "SetSecurityDescriptorDacl", ::GetLastError(), Narrow(path));
+  }
+  // Keep the object's inheritance state: auto-inherited stays auto-inherited, protected stays
+  // protected (otherwise the next propagation from the parent would treat it differently).
+  SECURITY_DESCRIPTOR_CONTROL control = 0;
+  DWORD revision = 0;
+  if (current.sd.get() != nullptr && ::GetSecurityDescriptorControl(current.sd.get(), &control, &revision)) {
+    const SECURITY_DESCRIPTOR_CONTROL keep = control & (SE_DACL_AUTO_INHERITED | SE_DACL_PROTECTED);
+    ::SetSecurityDescriptorControl(&sd, SE_DACL_AUTO_INHERITED | SE_DACL_PROTECTED, keep);
+  }
+  if (!::SetFileSecurityW(path.c_str(), DACL_SECURITY_INFORMATION, &sd)) {
+    return WinError(ErrorCode::kEACL_EDIT, "SetFileSecurityW", ::GetLastError(), Narrow(path));
+  }
+  return Status::Ok();
+}
+
+Status ApplyEntry(const std::wstring& path, const Dacl& current, ACCESS_MODE mode, DWORD mask, DWORD inheritance,
                   const Sid& sid) noexcept {
   EXPLICIT_ACCESSW e{};
   e.grfAccessPermissions = mask;
@@ -50,14 +81,10 @@ Status ApplyEntry(const std::wstring& path, PACL current, ACCESS_MODE mode, DWOR
   e.Trustee.TrusteeType = TRUSTEE_IS_UNKNOWN;
   e.Trustee.ptstrName = reinterpret_cast<LPWSTR>(sid.get());
   ScopedLocal<PACL> next;
-  DWORD rc = ::SetEntriesInAclW(1, &e, current, next.Receive());
+  DWORD rc = ::SetEntriesInAclW(1, &e, current.acl, next.Receive());
   if (rc != ERROR_SUCCESS) return WinError(ErrorCode::kEACL_EDIT, "SetEntriesInAclW", rc, Narrow(path));
-  rc = ::SetNamedSecurityInfoW(const_cast<LPWSTR>(path.c_str()), SE_FILE_OBJECT, DACL_SECURITY_INFORMATION,
-                               nullptr, nullptr, next.get(), nullptr);
-  if (rc != ERROR_SUCCESS) {
-    return WinError(ErrorCode::kEACL_EDIT, "SetNamedSecurityInfoW", rc, Narrow(path));
-  }
-  return Status::Ok();
+  // Only an inheritable change (or a revoke, which may drop inheritable ACEs) needs the walk.
+  return WriteDacl(path, current, next.get(), inheritance != NO_INHERITANCE || mode == REVOKE_ACCESS);
 }
 
 // Inheritance only makes sense on directories; a writable or protected *file* gets a plain ACE.
@@ -82,7 +109,7 @@ Status GrantWrite(const std::wstring& path, const Sid& sid, bool* changed) noexc
   const bool dir = IsDirectory(path);
   const BYTE inherit = dir ? OBJECT_INHERIT_ACE | CONTAINER_INHERIT_ACE : 0;
   if (HasExplicitAce(d.acl, ACCESS_ALLOWED_ACE_TYPE, sid, kWriteRootMask, inherit)) return Status::Ok();
-  s = ApplyEntry(path, d.acl, GRANT_ACCESS, kWriteRootMask, dir ? SUB_CONTAINERS_AND_OBJECTS_INHERIT : NO_INHERITANCE,
+  s = ApplyEntry(path, d, GRANT_ACCESS, kWriteRootMask, dir ? SUB_CONTAINERS_AND_OBJECTS_INHERIT : NO_INHERITANCE,
                  sid);
   if (s.ok()) *changed = true;
   return s;
@@ -96,7 +123,7 @@ Status DenyWrite(const std::wstring& path, const Sid& sid, bool* changed) noexce
   const bool dir = IsDirectory(path);
   const BYTE inherit = dir ? OBJECT_INHERIT_ACE | CONTAINER_INHERIT_ACE : 0;
   if (!HasExplicitAce(d.acl, ACCESS_DENIED_ACE_TYPE, sid, kDenyWriteMask, inherit)) {
-    s = ApplyEntry(path, d.acl, DENY_ACCESS, kDenyWriteMask, dir ? SUB_CONTAINERS_AND_OBJECTS_INHERIT : NO_INHERITANCE,
+    s = ApplyEntry(path, d, DENY_ACCESS, kDenyWriteMask, dir ? SUB_CONTAINERS_AND_OBJECTS_INHERIT : NO_INHERITANCE,
                    sid);
     if (!s.ok()) return s;
     *changed = true;
@@ -112,18 +139,63 @@ Status DenyWrite(const std::wstring& path, const Sid& sid, bool* changed) noexce
   s = ReadDacl(parent, &p);
   if (!s.ok()) return s;
   if (!HasExplicitAce(p.acl, ACCESS_DENIED_ACE_TYPE, sid, FILE_DELETE_CHILD, 0)) {
-    s = ApplyEntry(parent, p.acl, DENY_ACCESS, FILE_DELETE_CHILD, NO_INHERITANCE, sid);
+    s = ApplyEntry(parent, p, DENY_ACCESS, FILE_DELETE_CHILD, NO_INHERITANCE, sid);
     if (!s.ok()) return s;
     *changed = true;
   }
   return Status::Ok();
 }
 
+Status DenyThisObject(const std::wstring& path, const Sid& sid, DWORD mask, bool* changed) noexcept {
+  *changed = false;
+  Dacl d;
+  Status s = ReadDacl(path, &d);
+  if (!s.ok()) return s;
+  if (HasExplicitAce(d.acl, ACCESS_DENIED_ACE_TYPE, sid, mask, 0)) return Status::Ok();
+  s = ApplyEntry(path, d, DENY_ACCESS, mask, NO_INHERITANCE, sid);
+  if (s.ok()) *changed = true;
+  return s;
+}
+
+Status RemoveDenies(const std::wstring& path, const Sid& sid, bool* changed) noexcept {
+  *changed = false;
+  Dacl d;
+  Status s = ReadDacl(path, &d);
+  if (!s.ok()) return s;
+  if (d.acl == nullptr) return Status::Ok();
+  ACL_SIZE_INFORMATION info{};
+  if (!::GetAclInformation(d.acl, &info, sizeof(info), AclSizeInformation)) {
+    return WinError(ErrorCode::kEACL_EDIT, "GetAclInformation", ::GetLastError(), Narrow(path));
+  }
+  // A copy without our explicit deny ACEs for `sid`, everything else in the same order.
+  ScopedLocal<PACL> next(static_cast<PACL>(::LocalAlloc(LPTR, info.AclBytesInUse)));
+  if (next.get() == nullptr || !::InitializeAcl(next.get(), info.AclBytesInUse, ACL_REVISION)) {
+    return WinError(ErrorCode::kEACL_EDIT, "InitializeAcl", ::GetLastError(), Narrow(path));
+  }
+  bool inheritable = false;
+  for (DWORD i = 0; i < d.acl->AceCount; ++i) {
+    void* raw = nullptr;
+    if (!::GetAce(d.acl, i, &raw)) continue;
+    auto* header = static_cast<ACE_HEADER*>(raw);
+    if (header->AceType == ACCESS_DENIED_ACE_TYPE && (header->AceFlags & INHERITED_ACE) == 0 &&
+        ::EqualSid(&static_cast<ACCESS_DENIED_ACE*>(raw)->SidStart, sid.get())) {
+      *changed = true;
+      if ((header->AceFlags & (OBJECT_INHERIT_ACE | CONTAINER_INHERIT_ACE)) != 0) inheritable = true;
+      continue;
+    }
+    if (!::AddAce(next.get(), ACL_REVISION, MAXDWORD, raw, header->AceSize)) {
+      return WinError(ErrorCode::kEACL_EDIT, "AddAce", ::GetLastError(), Narrow(path));
+    }
+  }
+  if (!*changed) return Status::Ok();
+  return WriteDacl(path, d, next.get(), inheritable);
+}
+
 Status RevokeSid(const std::wstring& path, const Sid& sid) noexcept {
   Dacl d;
   Status s = ReadDacl(path, &d);
   if (!s.ok()) return s;
-  return ApplyEntry(path, d.acl, REVOKE_ACCESS, 0, NO_INHERITANCE, sid);
+  return ApplyEntry(path, d, REVOKE_ACCESS, 0, NO_INHERITANCE, sid);
 }
 
 Status DaclSddl(const std::wstring& path, std::wstring* out) noexcept {

@@ -30,6 +30,13 @@ Status GrantWrite(const std::wstring& path, const Sid& sid, bool* changed) noexc
 // Denies writes to `path` (inherited below it) and, on its parent directory, FILE_DELETE_CHILD
 // (this object only), so the protected entry cannot be renamed away and recreated.
 Status DenyWrite(const std::wstring& path, const Sid& sid, bool* changed) noexcept;
+// An explicit deny ACE of `mask` for `sid` on `path` itself (not inherited): DELETE on a protected
+// root (so it cannot be renamed away and replanted), FILE_DELETE_CHILD on its parent. Written with
+// SetFileSecurityW, so nothing below is walked.
+Status DenyThisObject(const std::wstring& path, const Sid& sid, DWORD mask, bool* changed) noexcept;
+// Removes every explicit deny ACE of `sid` on `path` (the per-run denies), leaving its allow ACEs.
+// Walks the subtree only when a removed ACE was inheritable.
+Status RemoveDenies(const std::wstring& path, const Sid& sid, bool* changed) noexcept;
 Status RevokeSid(const std::wstring& path, const Sid& sid) noexcept;
 // The DACL as SDDL text (tests and diagnostics).
 Status DaclSddl(const std::wstring& path, std::wstring* out) noexcept;

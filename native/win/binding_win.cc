@@ -161,7 +161,7 @@ Napi::Value DesktopProbe(const Napi::CallbackInfo& info) {
 Napi::Value AclEdit(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (info.Length() != 3 || !info[0].IsString()) {
-    throw Napi::TypeError::New(env, "Usage: native.winAclEdit('grant-write'|'deny-write'|'revoke', path, sid)");
+    throw Napi::TypeError::New(env, "Usage: native.winAclEdit('grant-write'|'deny-write'|'deny-delete'|'deny-delete-child'|'remove-denies'|'revoke', path, sid)");
   }
   std::string op = info[0].As<Napi::String>().Utf8Value();
   std::wstring path = WideArg(env, info[1], "path");
@@ -171,11 +171,17 @@ Napi::Value AclEdit(const Napi::CallbackInfo& info) {
     Check(env, win::GrantWrite(path, sid, &changed));
   } else if (op == "deny-write") {
     Check(env, win::DenyWrite(path, sid, &changed));
+  } else if (op == "deny-delete") {
+    Check(env, win::DenyThisObject(path, sid, DELETE, &changed));
+  } else if (op == "deny-delete-child") {
+    Check(env, win::DenyThisObject(path, sid, FILE_DELETE_CHILD, &changed));
+  } else if (op == "remove-denies") {
+    Check(env, win::RemoveDenies(path, sid, &changed));
   } else if (op == "revoke") {
     Check(env, win::RevokeSid(path, sid));
     changed = true;
   } else {
-    throw Napi::TypeError::New(env, "Expected op to be 'grant-write', 'deny-write' or 'revoke'");
+    throw Napi::TypeError::New(env, "Expected op to be 'grant-write', 'deny-write', 'deny-delete', 'deny-delete-child', 'remove-denies' or 'revoke'");
   }
   return Napi::Boolean::New(env, changed);
 }

@@ -64,19 +64,24 @@ describe('planWindowsSandbox', () => {
     );
     expect(plan.writeRoots).toEqual(['C:\\work\\repo']);
     expect(plan.protectedPaths).toEqual([{ path: 'C:\\work\\repo\\.git\\hooks', roots: ['C:\\work\\repo'] }]);
-    expect(plan.missingProtectedPaths).toEqual(['C:\\work\\repo\\.codex']);
+    // A missing carve-out is held by a placeholder, not left creatable.
+    expect(plan.placeholders).toEqual([{ path: 'C:\\work\\repo\\.codex', type: 'dir', roots: ['C:\\work\\repo'] }]);
+    expect(plan.missingProtectedPaths).toEqual([]);
+    // .git cannot be renamed away (DELETE on it, FILE_DELETE_CHILD on the root), nor the root moved.
+    expect(plan.denyDelete.map((d) => d.path)).toEqual(['C:\\work\\repo', 'C:\\work\\repo\\.git']);
+    expect(plan.denyDeleteChild.map((d) => d.path).sort()).toEqual(['C:\\work\\repo', 'C:\\work\\repo\\.git']);
     expect(plan.job).toEqual({ uiRestrictions: true, activeProcessLimit: 64, processMemoryLimit: 1 << 30 });
     expect(plan.envOverrides).toEqual({});
     expect(plan.report.mode).toBe('restricted-token');
     expect(plan.report.guarantees).toMatchObject({
       filesystemRead: 'not-requested',
       filesystemWrite: 'partial',
-      protectedPaths: 'partial',
+      protectedPaths: 'enforced',
       denyRead: 'not-requested',
       network: 'not-requested',
       treeTeardown: 'enforced',
     });
-    expect(plan.report.gaps.some((g) => g.includes('.codex'))).toBe(true);
+    expect(plan.report.gaps.some((g) => g.includes('.codex'))).toBe(false);
   });
 
   it('network none (the default) is refused unless degraded, with a message that says how to get enforcement', () => {
@@ -262,6 +267,40 @@ describe('one list of native sources', () => {
     expect(cmake).toContain('native/sources.json');
     expect(cmake).not.toMatch(/native\/win\/\w+\.cc/);
     expect(fs.readFileSync(path.join(root, 'binding.gyp'), 'utf8')).toContain("sources.json').win");
+  });
+});
+
+describe('.git rename and replant', () => {
+  const R = 'C:\\work\\repo';
+  it('a missing .git is held by a directory placeholder; deep missing carve-outs by their highest missing ancestor', () => {
+    const plan = planWindowsSandbox(
+      rules({ writeRoots: [R], readOnly: [`${R}\\.git`, `${R}\\sub\\deep\\.codex`, `${R}\\.git\\config`] }),
+      ctx({ exists: (p) => p === R }),
+    );
+    expect(plan.placeholders).toEqual([
+      { path: `${R}\\.git`, type: 'dir', roots: [R] },
+      { path: `${R}\\sub`, type: 'dir', roots: [R] },
+    ]);
+    expect(plan.report.guarantees.protectedPaths).toBe('enforced');
+  });
+  it('file-like names get file placeholders', () => {
+    const plan = planWindowsSandbox(rules({ writeRoots: [R], readOnly: [`${R}\\.git\\config`] }), ctx({ exists: (p) => !p.endsWith('config') }));
+    expect(plan.placeholders).toEqual([{ path: `${R}\\.git\\config`, type: 'file', roots: [R] }]);
+  });
+  it("opted-in gaps (git: 'allow-init') are reported and make protection partial", () => {
+    const plan = planWindowsSandbox(
+      { ...rules({ writeRoots: [R], readOnly: [`${R}\\.codex`] }), gaps: ["git: 'allow-init': C:\\work\\repo\\.git can be created"] } as ResolvedRules,
+      ctx(),
+    );
+    expect(plan.report.gaps).toContain("git: 'allow-init': C:\\work\\repo\\.git can be created");
+    expect(plan.report.guarantees.protectedPaths).toBe('partial');
+  });
+  it('a protected path reached through a link is refused unless degraded', () => {
+    const over = { writeRoots: [R], readOnly: [`${R}\\.git\\hooks`] };
+    const isLink = (p: string) => p === `${R}\\.git`;
+    expect(codeOf(() => planWindowsSandbox(rules(over), ctx({ isLink })))).toBe('EUNSUPPORTED_POLICY');
+    const plan = planWindowsSandbox(rules({ ...over, degraded: true }), ctx({ isLink }));
+    expect(plan.report.guarantees.protectedPaths).toBe('partial');
   });
 });
 
