@@ -33,6 +33,15 @@ export interface LinuxNativePlan {
   rlimitNproc?: number;
   rlimitAs?: number;
   rlimitNofile?: number;
+  rlimitSigpending?: number;
+  rlimitMsgqueue?: number;
+  /** Isolated: /proc/sys/user/max_inotify_{instances,watches} of the sandbox's user namespace. */
+  inotifyInstances?: number;
+  inotifyWatches?: number;
+  /** Isolated: tmpfs options of the private /dev/shm. */
+  shmData?: string;
+  /** Open cgroup.procs/tasks fds the command joins before execve (the caller closes them). */
+  cgroupFds?: number[];
 }
 
 export interface LinuxSpawnResult {

@@ -49,6 +49,12 @@ export interface ResourceLimits {
   memoryBytes?: number;
   /** Max open files per process (RLIMIT_NOFILE). */
   openFiles?: number;
+  /**
+   * Linux isolated mode: total size of the private tmpfs mounts (default 1 GiB): /tmp gets three
+   * quarters, /dev/shm one quarter. Their pages are RAM; memoryBytes covers them only where a
+   * memory cgroup enforces it (see the report's mechanisms.memoryCap).
+   */
+  tmpBytes?: number;
 }
 
 export interface SandboxPolicy {

@@ -145,10 +145,11 @@ export function compilePolicy(policy: SandboxPolicy | undefined, _cwd: string): 
   const degraded = p.degraded === undefined ? false : checkBool(p.degraded, 'policy.degraded');
   const limits: ResolverInput['limits'] = {};
   if (p.limits !== undefined) {
-    const l = checkObject(p.limits, 'policy.limits', ['maxProcesses', 'memoryBytes', 'openFiles']);
+    const l = checkObject(p.limits, 'policy.limits', ['maxProcesses', 'memoryBytes', 'openFiles', 'tmpBytes']);
     if (l.maxProcesses !== undefined) limits.maxProcesses = checkPositiveInt(l.maxProcesses, 'policy.limits.maxProcesses');
     if (l.memoryBytes !== undefined) limits.memoryBytes = checkPositiveInt(l.memoryBytes, 'policy.limits.memoryBytes');
     if (l.openFiles !== undefined) limits.openFiles = checkPositiveInt(l.openFiles, 'policy.limits.openFiles');
+    if (l.tmpBytes !== undefined) limits.tmpBytes = checkPositiveInt(l.tmpBytes, 'policy.limits.tmpBytes');
   }
   return { root, entries, protect, git, tmp, network, mode, degraded, limits, ...(protectPresets ? { protectPresets } : {}) };
 }

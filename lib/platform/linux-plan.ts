@@ -35,6 +35,18 @@ export const MountKind = {
 
 /** Default cap on processes+threads per sandbox in isolated mode (counted per user namespace). */
 export const DEFAULT_MAX_PROCESSES = 4096;
+/** Default total size of isolated mode's private tmpfs mounts: /tmp 3/4, /dev/shm 1/4. */
+export const DEFAULT_TMP_BYTES = 1 << 30;
+/** Per-uid kernel quotas the command gets (RLIMIT_SIGPENDING also bounds POSIX timers). */
+export const DEFAULT_SIGPENDING = 1024;
+export const DEFAULT_MSGQUEUE_BYTES = 256 << 10;
+
+/** tmpfs options for isolated mode's private /tmp and /dev/shm (sizes in bytes, inodes bounded too). */
+export function tmpfsSizes(tmpBytes = DEFAULT_TMP_BYTES): { tmp: string; shm: string } {
+  const opts = (bytes: number) => `size=${bytes},nr_inodes=${Math.max(1024, Math.floor(bytes / 4096))}`;
+  const shm = Math.max(4096, Math.floor(tmpBytes / 4 / 4096) * 4096);
+  return { tmp: opts(Math.max(4096, tmpBytes - shm)), shm: opts(shm) };
+}
 
 /** Read roots every program needs when reads are restricted (Landlock read rules). */
 const PLATFORM_READ_DEFAULTS = ['/bin', '/sbin', '/usr', '/lib', '/lib32', '/lib64', '/libx32', '/etc', '/dev', '/proc', '/sys'];
@@ -54,6 +66,8 @@ export interface LinuxPlanInput {
   landlockTmpDir?: string;
   /** Network proxy: the port the command must reach it on (inside its namespace in isolated mode). */
   proxyPort?: number;
+  /** The sandbox's cgroup (lib/platform/linux-cgroup.ts), when one was made for this run. */
+  cgroup?: { kind: 'v1' | 'v2'; pidsMax: number; memoryBytes?: number };
 }
 
 export interface LinuxPlan {
@@ -220,7 +234,7 @@ export function planMounts(input: LinuxPlanInput): MountPlan {
     }
     exposures.forEach((p, slot) => mounts.push({ kind: MountKind.TmpClone, path: p, arg: slot }));
     tmpSlots = exposures.length;
-    mounts.push({ kind: MountKind.Tmpfs, path: '/tmp', data: 'mode=1777' });
+    mounts.push({ kind: MountKind.Tmpfs, path: '/tmp', data: `mode=1777,${tmpfsSizes(rules.limits.tmpBytes).tmp}` });
     exposures.forEach((p, slot) => {
       const parts = path.relative('/tmp', p).split('/');
       for (let i = 1; i < parts.length; i++) {
@@ -375,6 +389,12 @@ export function planMounts(input: LinuxPlanInput): MountPlan {
   return { mounts, tmpSlots, ghosts, protectGaps, denyGaps };
 }
 
+let procChildren: boolean | undefined;
+function landlockTeardownHolds(cg: LinuxPlanInput['cgroup']): boolean {
+  procChildren ??= fs.existsSync(`/proc/self/task/${process.pid}/children`);
+  return procChildren || cg?.kind === 'v2';
+}
+
 export function planLinux(original: LinuxPlanInput): LinuxPlan {
   // tmp 'host': the host's /tmp is simply one more writable root.
   const input =
@@ -420,6 +440,9 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
   const limits = rules.limits;
   if (limits.memoryBytes) native.rlimitAs = limits.memoryBytes;
   if (limits.openFiles) native.rlimitNofile = limits.openFiles;
+  native.rlimitSigpending = DEFAULT_SIGPENDING;
+  native.rlimitMsgqueue = DEFAULT_MSGQUEUE_BYTES;
+  const cg = input.cgroup;
   let ghosts: string[] = [];
   let namespaces: string[] = [];
   let protectPartial = false;
@@ -431,6 +454,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     native.newNet = net !== 'full';
     if (net === 'proxy') native.proxyPort = input.proxyPort;
     native.rlimitNproc = limits.maxProcesses ?? DEFAULT_MAX_PROCESSES;
+    native.shmData = `mode=1777,${tmpfsSizes(limits.tmpBytes).shm}`;
     ghosts = m.ghosts;
     gaps.push(...m.protectGaps, ...m.denyGaps);
     protectPartial = m.protectGaps.length > 0 || (rules.gaps ?? []).length > 0;
@@ -454,7 +478,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     gaps.push('host processes stay visible in /proc (command lines, not memory or environment)');
     gaps.push("other terminals of the same user (/dev/pts/*) can be opened and written (the host's devpts is shared)");
     gaps.push("POSIX shared memory and semaphores (/dev/shm) are unavailable: the host's would be shared");
-    if (!limits.maxProcesses) {
+    if (!limits.maxProcesses && !cg) {
       gaps.push("no process cap by default: RLIMIT_NPROC would count all of the user's processes (set limits.maxProcesses)");
     }
     if (abi < 4 && net !== 'full') gaps.push(`Landlock ABI ${abi} has no TCP rules; seccomp alone blocks sockets`);
@@ -470,6 +494,31 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     }
   }
   const isolated = mode === 'isolated';
+  if (!isolated && !landlockTeardownHolds(cg)) {
+    gaps.push('setsid daemons may survive teardown: this kernel has no /proc/<pid>/task/<tid>/children (CONFIG_PROC_CHILDREN) and no cgroup v2 group could be made');
+  }
+  // Which mechanism caps processes. RLIMIT_NPROC never binds uid 0 (the kernel exempts the root
+  // user), so as root only a pids cgroup does.
+  const nproc = native.rlimitNproc;
+  const processCap = cg
+    ? `cgroup ${cg.kind} pids.max ${cg.pidsMax}`
+    : nproc && probe.euid !== 0
+      ? `RLIMIT_NPROC ${nproc}${isolated ? ' (counted in the sandbox user namespace)' : " (counts all of the user's processes)"}`
+      : 'none';
+  if (!cg && nproc && probe.euid === 0) {
+    gaps.push('running as root without a usable pids cgroup: RLIMIT_NPROC does not bind uid 0, so the number of processes is not capped');
+  }
+  const memoryCap = cg?.memoryBytes
+    ? `cgroup ${cg.kind} memory ${cg.memoryBytes} bytes for the whole sandbox (tmpfs included), RLIMIT_AS per process`
+    : limits.memoryBytes
+      ? 'RLIMIT_AS per process only (no memory cgroup: the sandbox as a whole and its tmpfs are not capped)'
+      : 'none';
+  if (limits.memoryBytes && !cg?.memoryBytes) {
+    gaps.push('limits.memoryBytes is per process (RLIMIT_AS); without a memory cgroup the sandbox as a whole (and its tmpfs) is not capped');
+  }
+  // Per-uid kernel quotas: pending signals and POSIX timers (RLIMIT_SIGPENDING) and mqueue bytes
+  // (RLIMIT_MSGQUEUE) are capped in both modes; inotify only where a user namespace is ours.
+  if (!isolated) gaps.push("inotify instances and watches are not capped: they count against the host uid's limits (no user namespace to lower them in)");
   const enforcement: EnforcementReport = {
     platform: 'linux',
     sandboxed: true,
@@ -486,6 +535,10 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       init: isolated ? 'pid 1 of the sandbox' : 'subreaper',
       tmp: rules.tmp,
       network: net === 'proxy' ? `proxy only (127.0.0.1:${input.proxyPort}${isolated ? ' inside the namespace' : ''})` : net,
+      processCap,
+      memoryCap,
+      ...(isolated ? { tmpfs: tmpfsSizes(limits.tmpBytes) } : {}),
+      oomScoreAdj: 1000,
     },
     guarantees: {
       filesystemRead: rules.readAll ? 'not-requested' : 'enforced',
@@ -496,8 +549,10 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       network: net === 'full' ? 'not-requested' : net === 'proxy' && !isolated ? 'partial' : 'enforced',
       processIsolation: isolated ? 'enforced' : 'partial',
       // Landlock mode: init is a subreaper, so every orphan of the tree (setsid daemons too) is
-      // its child and is killed at exit, on kill(), and when the host process dies.
-      treeTeardown: 'enforced',
+      // its child and is killed at exit, on kill(), and when the host process dies. It finds them
+      // in /proc/<init>/task/<init>/children (CONFIG_PROC_CHILDREN); without that only a v2
+      // cgroup's cgroup.kill reaches a daemon that left the command's process group.
+      treeTeardown: isolated || landlockTeardownHolds(cg) ? 'enforced' : 'partial',
     },
     gaps,
   };

@@ -14,7 +14,8 @@ import { unsandboxedReport } from '../backend';
 import { SandboxError } from '../errors';
 import type { LinuxNativePlan, LinuxProbe, LinuxStdio, NativeBinding } from '../native';
 import { ManagedProxy } from '../network';
-import { chooseLinuxMode, planLinux } from './linux-plan';
+import { createSandboxCgroup, type SandboxCgroup } from './linux-cgroup';
+import { chooseLinuxMode, DEFAULT_MAX_PROCESSES, planLinux } from './linux-plan';
 
 const PLAIN_REPORT = unsandboxedReport('linux', {
   treeTeardown: 'partial',
@@ -128,6 +129,25 @@ function sweepStaleTmpDirs(): void {
   }
 }
 
+let inotifyCaps: { instances: number; watches: number } | null | undefined;
+/**
+ * Isolated mode: the sandbox's user namespace gets a quarter of the host's per-uid inotify limits
+ * (those limits are checked at every level of the namespace chain, so this is all of the host
+ * uid's quota the sandbox can take). null when the host's values cannot be read.
+ */
+function inotifyQuota(): { instances: number; watches: number } | null {
+  if (inotifyCaps !== undefined) return inotifyCaps;
+  try {
+    const read = (f: string) => Number(fs.readFileSync(`/proc/sys/user/${f}`, 'utf8').trim());
+    const i = read('max_inotify_instances');
+    const w = read('max_inotify_watches');
+    inotifyCaps = Number.isSafeInteger(i) && Number.isSafeInteger(w) && i > 0 && w > 0 ? { instances: Math.max(1, i >> 2), watches: Math.max(64, w >> 2) } : null;
+  } catch {
+    inotifyCaps = null;
+  }
+  return inotifyCaps;
+}
+
 /** Facts only known after the spawn: the Landlock ABI applied, and whether the net namespace is shared. */
 function withNativeFacts(report: EnforcementReport, res: { landlockAbi: number; sharedNetns?: boolean }): EnforcementReport {
   if (!report.sandboxed) return report;
@@ -200,6 +220,7 @@ export function createLinuxBackend(native: NativeBinding): Backend {
       let ghosts: string[] = [];
       let held: HeldPlaceholder[] = [];
       let tmpDir: string | undefined;
+      let cgroup: SandboxCgroup | null = null;
       if (req.rules === null) {
         plan = {
           mode: 'plain',
@@ -256,14 +277,23 @@ export function createLinuxBackend(native: NativeBinding): Backend {
             }
             planEnv = ManagedProxy.proxyEnv(env, proxyPort);
           }
-          const p = planLinux({ rules, mode, file: req.file, argv: req.argv, env: planEnv, cwd: req.cwd, probe, landlockTmpDir: tmpDir, proxyPort });
+          cgroup = createSandboxCgroup({ pidsMax: rules.limits.maxProcesses ?? DEFAULT_MAX_PROCESSES, memoryBytes: rules.limits.memoryBytes });
+          const cgInfo = cgroup ? { kind: cgroup.kind, pidsMax: cgroup.pidsMax, memoryBytes: cgroup.memoryBytes } : undefined;
+          const p = planLinux({ rules, mode, file: req.file, argv: req.argv, env: planEnv, cwd: req.cwd, probe, landlockTmpDir: tmpDir, proxyPort, cgroup: cgInfo });
           plan = p.native;
+          if (cgroup) plan.cgroupFds = cgroup.procsFds;
+          const q = mode === 'isolated' ? inotifyQuota() : null;
+          if (q) {
+            plan.inotifyInstances = q.instances;
+            plan.inotifyWatches = q.watches;
+          }
           enforcement = p.enforcement;
           ghosts = p.ghosts;
           // Existing placeholders (another run's, or a dead host's) are held before the spawn.
           held = lockPlaceholders(native, [...rules.readOnly, ...rules.denyRead]);
         } catch (e) {
           if (tmpDir) removeTmpDir(tmpDir);
+          cgroup?.remove();
           if (hostListenerFd !== undefined) fs.closeSync(hostListenerFd);
           if (ownsProxy) void proxy?.close();
           throw e;
@@ -273,6 +303,9 @@ export function createLinuxBackend(native: NativeBinding): Backend {
       const exited = new Promise<ExitInfo>((resolve) => (resolveExit = resolve));
       let attachment: Promise<{ detach(): Promise<void> } | null> = Promise.resolve(null);
       const cleanup = async () => {
+        // Every process of the sandbox is dead by now (init reported after its teardown); remove()
+        // still kills anything found in the group before removing it.
+        cgroup?.remove();
         releasePlaceholders(native, held);
         held = [];
         if (tmpDir) removeTmpDir(tmpDir);
@@ -300,6 +333,7 @@ export function createLinuxBackend(native: NativeBinding): Backend {
         void cleanup();
         throw e;
       }
+      cgroup?.closeFds(); // the command has joined (or failed and was reaped)
       // The placeholders init just made for this run. Should one already be locked by someone
       // else (the command itself could race for it), the run cannot rely on it: stop the command.
       try {
@@ -328,7 +362,13 @@ export function createLinuxBackend(native: NativeBinding): Backend {
       const out: BackendProcess = {
         pid: res.pid,
         stdio: streams,
-        kill: (signal) => native.kill!(handle, signalNumber(signal)) === 0,
+        kill: (signal) => {
+          const n = signalNumber(signal);
+          const ok = native.kill!(handle, n) === 0;
+          // v2: cgroup.kill reaches every process of the group at once, wherever it went.
+          if (ok && n === 9 && cgroup?.kind === 'v2') cgroup.killAll();
+          return ok;
+        },
         exited,
         enforcement: withNativeFacts(enforcement, res),
       };

@@ -235,6 +235,23 @@ Napi::Value Spawn(const Napi::CallbackInfo& info) {
   plan.rlimit_nproc = static_cast<uint64_t>(GetNumber(o, "rlimitNproc", 0));
   plan.rlimit_as = static_cast<uint64_t>(GetNumber(o, "rlimitAs", 0));
   plan.rlimit_nofile = static_cast<uint64_t>(GetNumber(o, "rlimitNofile", 0));
+  plan.rlimit_sigpending = static_cast<uint64_t>(GetNumber(o, "rlimitSigpending", 0));
+  plan.rlimit_msgqueue = static_cast<uint64_t>(GetNumber(o, "rlimitMsgqueue", 0));
+  plan.inotify_instances = static_cast<uint64_t>(GetNumber(o, "inotifyInstances", 0));
+  plan.inotify_watches = static_cast<uint64_t>(GetNumber(o, "inotifyWatches", 0));
+  if (o.Get("shmData").IsString()) plan.shm_data = GetString(o, "shmData");
+  Napi::Value cg = o.Get("cgroupFds");
+  if (!cg.IsUndefined()) {
+    if (!cg.IsArray()) throw Napi::TypeError::New(env, "Expected plan.cgroupFds to be an array");
+    Napi::Array a = cg.As<Napi::Array>();
+    for (uint32_t i = 0; i < a.Length(); ++i) {
+      Napi::Value v = a.Get(i);
+      if (!v.IsNumber() || v.As<Napi::Number>().Int32Value() < 0) {
+        throw Napi::TypeError::New(env, "Expected plan.cgroupFds to hold open fds");
+      }
+      plan.cgroup_fds.push_back(v.As<Napi::Number>().Int32Value());
+    }
+  }
 
   // stdio: number = host fd to pass, -1 = /dev/null, 'in'/'out' = a new pipe.
   Napi::Array stdio = GetArray(o, "stdio");

@@ -257,6 +257,28 @@ constexpr Rule kRules[] = {
     When(__NR_personality, kAnyNet, kAnyMode, kEperm,
          Clause{{In(0, kAll, kPerLinux, kPerLinux32, kPersonalityQuery)}, kAllow}),
 
+    // Host safety: resource limits, priorities, scheduling and I/O priority of other processes.
+    // In Landlock mode the Node host is visible and has the command's uid, and in both modes init
+    // (which shares the host's address space) does: prlimit(host, RLIMIT_NOFILE, 0) or
+    // RLIMIT_CPU 1 s would kill the host, a lowered init limit defeats teardown, and nice/ioprio/
+    // affinity starve it. The kernel allows all of these for the same uid, and neither Landlock
+    // nor the pid namespace stops them. Only the caller itself may be named: pid/who 0 (glibc's
+    // setrlimit, nice and friends pass 0). PRIO_PGRP/IOPRIO_WHO_PGRP with 0 is the caller's own
+    // group (setsid made it the sandbox's); PRIO_USER/IOPRIO_WHO_USER reach every process of the
+    // uid and are refused. All these arguments are ints in the kernel: the low word is exact.
+    When(__NR_prlimit64, kAnyNet, kAnyMode, kEperm, Clause{{In(0, kAll, 0)}, kAllow}),
+    When(__NR_setpriority, kAnyNet, kAnyMode, kEperm,
+         Clause{{In(0, kAll, 0 /* PRIO_PROCESS */, 1 /* PRIO_PGRP */), In(1, kAll, 0)}, kAllow}),
+    When(__NR_ioprio_set, kAnyNet, kAnyMode, kEperm,
+         Clause{{In(0, kAll, 1 /* IOPRIO_WHO_PROCESS */, 2 /* IOPRIO_WHO_PGRP */), In(1, kAll, 0)}, kAllow}),
+    When(__NR_sched_setscheduler, kAnyNet, kAnyMode, kEperm, Clause{{In(0, kAll, 0)}, kAllow}),
+    When(__NR_sched_setparam, kAnyNet, kAnyMode, kEperm, Clause{{In(0, kAll, 0)}, kAllow}),
+    When(__NR_sched_setattr, kAnyNet, kAnyMode, kEperm, Clause{{In(0, kAll, 0)}, kAllow}),
+    When(__NR_sched_setaffinity, kAnyNet, kAnyMode, kEperm, Clause{{In(0, kAll, 0)}, kAllow}),
+    // Moving another process's pages between NUMA nodes (same uid suffices): self only.
+    When(__NR_migrate_pages, kAnyNet, kAnyMode, kEperm, Clause{{In(0, kAll, 0)}, kAllow}),
+    When(__NR_move_pages, kAnyNet, kAnyMode, kEperm, Clause{{In(0, kAll, 0)}, kAllow}),
+
     // FS-25: no setuid/setgid file may be made inside (it would be honoured outside later, and as
     // root it would be setuid-root). Modes are unsigned ints, tested on their low word. openat2's
     // mode sits in memory a filter cannot read: ENOSYS makes callers fall back to openat.
@@ -283,6 +305,12 @@ constexpr Rule kRules[] = {
     // NET-11: a SOCK_DGRAM pair could sendmsg() to any host datagram socket by name.
     When(__NR_socketpair, kNetNone | kNetProxy, kAnyMode, kEperm,
          Clause{{In(0, kAll, AF_UNIX), In(1, kSockTypeMask, SOCK_STREAM, SOCK_SEQPACKET)}, kAllow}),
+    // NET-09 across sandboxes: every network: 'none' sandbox shares one empty network namespace,
+    // where abstract unix names are a shared board. A socketpair socket can still bind() one
+    // (visible in /proc/net/unix, EADDRINUSE for another sandbox): a channel between sandboxes
+    // with different read rights. With socket() refused, no socket here ever needs a name.
+    Deny(__NR_bind, kNetNone),
+    Deny(__NR_listen, kNetNone),
     // NET-13: listen() autobinds a port that Landlock's BIND_TCP never sees.
     Deny(__NR_listen, kNetProxy, kLandlock),
     // TCP Fast Open connects from inside sendto/sendmsg, not through connect().

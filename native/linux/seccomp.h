@@ -39,6 +39,11 @@
 //     iopl/ioperm/modify_ldt, uselib, vhangup, and personality changes other than PER_LINUX,
 //     PER_LINUX32 and the 0xffffffff query (PROC-15);
 //   - sockets by network mode (NET-01..NET-17); see SeccompNet below;
+//   - host safety: prlimit64, setpriority, ioprio_set, sched_setscheduler/setparam/setattr/
+//     setaffinity, migrate_pages and move_pages only on the caller itself (pid/who 0; PRIO_PGRP
+//     and IOPRIO_WHO_PGRP with 0 for its own group; *_USER never), so no limit, priority or
+//     placement of init or the host can be changed. A thread naming its own tid (glibc's
+//     pthread_setaffinity_np, pthread_setschedparam) gets EPERM too;
 //   - in Landlock mode, where no ipc namespace exists, SysV IPC and POSIX message queues, which
 //     would be shared with the host (PROC-16).
 // Denials return EPERM, except clone3 (ENOSYS).
@@ -64,6 +69,8 @@ enum class SeccompNet : uint8_t {
   // daemon cannot be filtered by path here (NET-10), nor an abstract one in Landlock mode (NET-09).
   // socketpair(AF_UNIX) works for SOCK_STREAM and SOCK_SEQPACKET, which cannot address a peer by
   // name; SOCK_DGRAM pairs are refused, as sendmsg() on one can name any host socket (NET-11).
+  // bind() and listen() fail: a socketpair socket could otherwise take an abstract name in the
+  // network namespace all such sandboxes share, which other sandboxes see and collide with.
   kNone,
   // Like kNone, but the proxy must be reachable over TCP.
   //   isolated: socket(AF_INET/AF_INET6) of type SOCK_STREAM or SOCK_DGRAM; the net namespace

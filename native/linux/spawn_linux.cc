@@ -103,6 +103,10 @@ enum Stage : int32_t {
   kStageExec,
   kStageProxyListener,
   kStageJoinNamespace,
+  kStageOomScore,
+  kStageCgroup,
+  kStageMaskFs,
+  kStageQuota,
 };
 
 enum NoteBits : int32_t {
@@ -142,7 +146,31 @@ struct ChildArgs {
   void* init_tls;
   pid_t init_pid;   // written by stage0: init's pid or -errno
   int init_pidfd;   // written by the kernel through CLONE_PIDFD
+  // Isolated: detached clones of empty files in a tmpfs only init ever saw (see
+  // PrepareMasksInChild), one per mask: deny-read files first, then kProcMasks.
+  int* mask_fds;
+  int nmasks;
+  int next_mask;
+  const char* shm_data;
 };
+
+// /proc/1 is init, and init shares the host's memory: its cmdline and environ are the host's (API
+// keys on a command line), and raising its oom_score_adj raises the host's too (the kernel copies
+// the value to every process sharing the mm). The fresh procfs gets these covered by empty files
+// on a read-only mount: cmdline reads as empty (ps still works), the others refuse open() (mode
+// 000), and chmod gives EROFS. (environ and mem are also refused by ptrace_may_access's capability
+// check, as init holds capabilities the command lacks; the mask does not depend on that.)
+struct ProcMask {
+  const char* path;
+  bool readable;
+};
+const ProcMask kProcMasks[] = {
+    {"/proc/1/cmdline", true},          {"/proc/1/task/1/cmdline", true},
+    {"/proc/1/environ", false},         {"/proc/1/task/1/environ", false},
+    {"/proc/1/oom_score_adj", false},   {"/proc/1/task/1/oom_score_adj", false},
+    {"/proc/1/oom_adj", false},         {"/proc/1/task/1/oom_adj", false},
+};
+constexpr int kProcMaskCount = sizeof kProcMasks / sizeof kProcMasks[0];
 
 // Landlock mode's init: "the parent died" (its PDEATHSIG) and "kill the sandbox" (from SignalTree).
 // Real-time signals nothing else sends it; both start the same teardown.
@@ -190,6 +218,18 @@ long BindInChild(const char* path) {
   return Sys(__NR_mount, path, path, 0, MS_BIND | MS_REC, 0);
 }
 
+// Places the next prepared mask (an empty file of init's private tmpfs) over `path`, read-only.
+long MaskWithNextInChild(ChildArgs* a, const char* path) {
+  if (a->next_mask >= a->nmasks) return -EINVAL;
+  int fd = a->mask_fds[a->next_mask];
+  a->mask_fds[a->next_mask++] = -1;
+  if (fd < 0) return -EBADF;
+  long r = Sys(__NR_move_mount, fd, "", AT_FDCWD, path, kMoveMountFEmptyPath);
+  Sys(__NR_close, fd);
+  if (r < 0) return r;
+  return SetAttrInChild(path, 0, kMountAttrRdonly, 0);
+}
+
 long CreateFileInChild(const char* path, int mode) {
   long fd = Sys(__NR_openat, AT_FDCWD, path, O_CREAT | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, mode);
   if (fd == -EEXIST) return 0;
@@ -225,7 +265,7 @@ long SetupDevInChild(ChildArgs* a) {
     Sys(__NR_symlinkat, "pts/ptmx", AT_FDCWD, "/dev/ptmx");
   }
   Sys(__NR_mkdirat, AT_FDCWD, "/dev/shm", 01777);
-  r = Sys(__NR_mount, "tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
+  r = Sys(__NR_mount, "tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, a->shm_data);
   if (r < 0) return r;
   Sys(__NR_symlinkat, "/proc/self/fd", AT_FDCWD, "/dev/fd");
   Sys(__NR_symlinkat, "/proc/self/fd/0", AT_FDCWD, "/dev/stdin");
@@ -233,6 +273,77 @@ long SetupDevInChild(ChildArgs* a) {
   Sys(__NR_symlinkat, "/proc/self/fd/2", AT_FDCWD, "/dev/stderr");
   // The tmpfs itself becomes read-only: no scratch area besides /dev/shm and the granted roots.
   return SetAttrInChild("/dev", 0, kMountAttrRdonly, 0);
+}
+
+// Writes a decimal number to a file (no snprintf after clone).
+long WriteNumberInChild(const char* path, uint64_t v) {
+  char buf[24];
+  int n = 0;
+  char rev[24];
+  do {
+    rev[n++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v > 0);
+  for (int i = 0; i < n; ++i) buf[i] = rev[n - 1 - i];
+  buf[n] = 0;
+  return WriteFileInChild(path, buf);
+}
+
+// The fresh procfs, before the command can see it: host identity of /proc/1 hidden (kProcMasks),
+// the per-user-namespace quotas lowered, then /proc/sys read-only (a command mapped to uid 0
+// passes sysctl's owner check for the host's global sysctls without holding any capability).
+long SetUpProcInChild(ChildArgs* a) {
+  const LinuxSpawnPlan& p = *a->plan;
+  for (int i = 0; i < kProcMaskCount; ++i) {
+    long r = MaskWithNextInChild(a, kProcMasks[i].path);
+    if (r < 0) return r;
+  }
+  // These limits belong to the sandbox's own user namespace; init holds CAP_SYS_RESOURCE there.
+  // Every level of the user-namespace chain is checked, so the sandbox can take at most this many
+  // of the host uid's inotify instances and watches.
+  if (p.inotify_instances != 0) {
+    long r = WriteNumberInChild("/proc/sys/user/max_inotify_instances", p.inotify_instances);
+    if (r < 0) FailInChild(a, kStageQuota, 0, r);
+  }
+  if (p.inotify_watches != 0) {
+    long r = WriteNumberInChild("/proc/sys/user/max_inotify_watches", p.inotify_watches);
+    if (r < 0) FailInChild(a, kStageQuota, 1, r);
+  }
+  long r = BindInChild("/proc/sys");
+  if (r < 0) return r;
+  return SetAttrInChild("/proc/sys", kAtRecursive, kMountAttrRdonly, 0);
+}
+
+// The masks' backing files live in a tmpfs that init mounts over /proc for a moment (every host
+// has /proc, and nothing else has been mounted there yet), clones one detached mount of per mask,
+// and unmounts again: the command can never name the tmpfs. Clones of an attached mount stay
+// movable later on every kernel with open_tree(2); cloning a detached one is not.
+long PrepareMasksInChild(ChildArgs* a) {
+  if (a->nmasks == 0) return 0;
+  long r = Sys(__NR_mount, "tmpfs", "/proc", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+               "mode=0700,size=4k,nr_inodes=8");
+  if (r < 0) return r;
+  int ndeny = a->nmasks - (a->nmasks >= kProcMaskCount ? kProcMaskCount : 0);
+  static const char* const kFiles[2] = {"/proc/none", "/proc/empty"};
+  static const int kModes[2] = {0, 0444};
+  for (int f = 0; f < 2 && r == 0; ++f) {
+    long fd = Sys(__NR_openat, AT_FDCWD, kFiles[f], O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, kModes[f]);
+    if (fd < 0) {
+      r = fd;
+      break;
+    }
+    r = Sys(__NR_fchmod, fd, kModes[f]);  // exact, whatever the umask
+    Sys(__NR_close, fd);
+  }
+  for (int i = 0; i < a->nmasks && r == 0; ++i) {
+    // Deny-read files refuse open(); so do /proc/1's, except cmdline, which reads as empty.
+    const char* src = i >= ndeny && kProcMasks[i - ndeny].readable ? kFiles[1] : kFiles[0];
+    long fd = Sys(__NR_open_tree, AT_FDCWD, src, kOpenTreeClone | kOpenTreeCloexec);
+    if (fd < 0) r = fd;
+    else a->mask_fds[i] = static_cast<int>(fd);
+  }
+  long u = Sys(__NR_umount2, "/proc", MNT_DETACH);
+  return r < 0 ? r : u;
 }
 
 long RunMountOpInChild(ChildArgs* a, size_t i) {
@@ -295,17 +406,17 @@ long RunMountOpInChild(ChildArgs* a, size_t i) {
       return Sys(__NR_mount, "tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
                  "mode=000,size=4k,nr_inodes=2");
     case MountOpKind::kMaskFile:
-      r = Sys(__NR_mount, "/dev/null", path, 0, MS_BIND, 0);
-      if (r < 0) return r;
-      return SetAttrInChild(path, 0, kMountAttrRdonly, 0);
+      // Not /dev/null: reads would succeed (empty) and writes vanish. A mode-000 file refuses
+      // open() outright, as a masked directory does.
+      return MaskWithNextInChild(a, path);
     case MountOpKind::kProc:
       r = Sys(__NR_mount, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, 0);
       if (r < 0) {
         a->notes |= kNoteProcMasked;
-        r = Sys(__NR_mount, "tmpfs", "/proc", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                "mode=555,size=4k");
+        return Sys(__NR_mount, "tmpfs", "/proc", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                   "mode=555,size=4k");
       }
-      return r;
+      return SetUpProcInChild(a);
     case MountOpKind::kDev:
       return SetupDevInChild(a);
     case MountOpKind::kSetReadOnly:
@@ -414,6 +525,22 @@ int CommandInChild(void* argp) {
   const LinuxSpawnPlan& p = *a->plan;
   ResetSignalsInChild();
   long r;
+  // Join the sandbox's cgroups first, so that everything the command does is counted there.
+  // Writing "0" moves the writer only: we are still a vfork child sharing the host's memory, and
+  // a memory cgroup charges an mm to its owner (the host), so init and the host stay outside.
+  for (int fd : p.cgroup_fds) {
+    r = Sys(__NR_write, fd, "0", 1);
+    if (r < 0) FailInChild(a, kStageCgroup, fd, r);
+  }
+  if (p.mode != LinuxMode::kPlain) {
+    // The OOM killer takes the command, never init or the host (init shares the host's mm; a
+    // victim's mm dies with every process sharing it). The kernel copies a new oom_score_adj to
+    // every process sharing the writer's mm, except when the writer is a vfork child, as we are
+    // until execve: only this process (and what it forks later) changes. No procfs (ENOENT) only
+    // loses the preference.
+    r = WriteFileInChild("/proc/self/oom_score_adj", "1000");
+    if (r < 0 && r != -ENOENT) FailInChild(a, kStageOomScore, 0, r);
+  }
   if (p.setsid) {
     r = Sys(__NR_setsid);
   } else {
@@ -436,7 +563,9 @@ int CommandInChild(void* argp) {
   const struct {
     int resource;
     uint64_t value;
-  } limits[] = {{RLIMIT_NPROC, p.rlimit_nproc}, {RLIMIT_AS, p.rlimit_as}, {RLIMIT_NOFILE, p.rlimit_nofile}};
+  } limits[] = {{RLIMIT_NPROC, p.rlimit_nproc},         {RLIMIT_AS, p.rlimit_as},
+                {RLIMIT_NOFILE, p.rlimit_nofile},       {RLIMIT_SIGPENDING, p.rlimit_sigpending},
+                {RLIMIT_MSGQUEUE, p.rlimit_msgqueue}};
   if (p.mode != LinuxMode::kPlain) {
     // No core dumps: a seccomp kill must not leave a file (PROC-21).
     struct rlimit64 zero = {0, 0};
@@ -482,6 +611,10 @@ int InitInChild(void* argp) {
   const LinuxSpawnPlan& p = *a->plan;
   const bool isolated = p.mode == LinuxMode::kIsolated;
   ResetSignalsInChild();  // the signal mask stays fully blocked; signals are taken synchronously
+  // Our own name instead of the host thread's (ps, /proc/1/comm and status show it). comm is per
+  // task, so this is safe; cmdline is the shared mm's and is masked instead (kProcMasks). Never
+  // PR_SET_MM or PR_SET_DUMPABLE here: they change the mm, i.e. the host.
+  Sys(__NR_prctl, PR_SET_NAME, "psb-init", 0, 0, 0);
   // Isolated: our death ends the pid namespace, so SIGKILL is all it takes. Landlock: we must
   // outlive the parent long enough to kill the tree, so its death arrives as a signal we wait for.
   long r = Sys(__NR_prctl, PR_SET_PDEATHSIG, isolated ? SIGKILL : kParentDiedSignal, 0, 0, 0);
@@ -518,12 +651,17 @@ void SetUpNamespacesInChild(ChildArgs* a) {
 
   r = Sys(__NR_mount, 0, "/", 0, MS_REC | MS_PRIVATE, 0);
   if (r < 0) FailInChild(a, kStageMount, -1, r);
+  r = PrepareMasksInChild(a);
+  if (r < 0) FailInChild(a, kStageMaskFs, 0, r);
   for (size_t i = 0; i < p.mounts.size(); ++i) {
     r = RunMountOpInChild(a, i);
     if (r < 0) FailInChild(a, kStageMount, static_cast<int32_t>(i), r);
   }
   for (size_t s = 0; s < kMaxSlots; ++s) {
     if (a->slots[s] >= 0) Sys(__NR_close, a->slots[s]);
+  }
+  for (int m = 0; m < a->nmasks; ++m) {
+    if (a->mask_fds[m] >= 0) Sys(__NR_close, a->mask_fds[m]);
   }
   // lo is needed only by the proxy's listener: with no network at all, socket() is refused by
   // seccomp anyway, and bringing lo up is a large share of a namespace's setup cost.
@@ -605,6 +743,7 @@ void KillTreeInChild(pid_t cmd) {
   // The command has its own copies now. init keeps only the status pipe, so the command's stdio
   // reaches EOF exactly when the sandbox's last holder of it is gone.
   for (int i = 0; i < a->nstdio; ++i) Sys(__NR_close, a->stdio_fds[i]);
+  for (int fd : p.cgroup_fds) Sys(__NR_close, fd);
   Sys(__NR_close, a->err_fd);  // the parent sees EOF once the command has exec'd (or failed)
   a = nullptr;
 
@@ -857,6 +996,10 @@ const char* StageName(int32_t stage) {
     case kStageExec: return "execve(2)";
     case kStageProxyListener: return "creating the proxy listener";
     case kStageJoinNamespace: return "setns(2) into the shared network namespace";
+    case kStageOomScore: return "writing /proc/self/oom_score_adj";
+    case kStageCgroup: return "joining the sandbox's cgroup";
+    case kStageMaskFs: return "preparing init's mask files";
+    case kStageQuota: return "lowering the user namespace's inotify limits";
     default: return "sandbox setup";
   }
 }
@@ -1021,13 +1164,29 @@ Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
   args.mount_paths = mpaths.data();
   args.mount_data = mdata.data();
   for (size_t s = 0; s < kMaxSlots; ++s) args.slots[s] = -1;
+  args.shm_data = plan.shm_data.c_str();
+  std::vector<int> mask_fds;
+  if (isolated) {
+    size_t n = 0;
+    bool proc = false;
+    for (const MountOp& op : plan.mounts) {
+      if (op.kind == MountOpKind::kMaskFile) ++n;
+      if (op.kind == MountOpKind::kProc) proc = true;
+    }
+    if (proc) n += kProcMaskCount;
+    mask_fds.assign(n, -1);
+  }
+  args.mask_fds = mask_fds.data();
+  args.nmasks = static_cast<int>(mask_fds.size());
   snprintf(args.uid_map, sizeof args.uid_map, "%u %u 1\n", geteuid(), geteuid());
   snprintf(args.gid_map, sizeof args.gid_map, "%u %u 1\n", getegid(), getegid());
   std::vector<int> keep = staged;
   keep.push_back(err_w);
   if (statp[1] >= 0) keep.push_back(statp[1]);
   if (chan[1] >= 0) keep.push_back(chan[1]);
+  for (int fd : plan.cgroup_fds) keep.push_back(fd);
   std::sort(keep.begin(), keep.end());
+  keep.erase(std::unique(keep.begin(), keep.end()), keep.end());
   args.keep_fds = keep.data();
   args.nkeep = static_cast<int>(keep.size());
 

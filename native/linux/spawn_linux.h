@@ -48,8 +48,10 @@ enum class MountOpKind : uint8_t {
   kGhostDir,     // mkdir(path, 0555) for a protected path that does not exist yet
   kGhostFile,    // create an empty 0444 file for a protected path that does not exist yet
   kMaskDir,      // tmpfs mode=000, read-only, over a deny-read directory
-  kMaskFile,     // /dev/null bound read-only over a deny-read file
-  kProc,         // fresh procfs at /proc, or an empty read-only tmpfs if that is impossible
+  kMaskFile,     // an empty mode-000 file of init's private tmpfs, bound read-only over a deny-read
+                 // file: open() fails with EACCES, chmod with EROFS
+  kProc,         // fresh procfs at /proc (its /proc/1 identity files masked, /proc/sys read-only),
+                 // or an empty read-only tmpfs if that is impossible
   kDev,          // minimal /dev
   kSetReadOnly,  // mount_setattr(path, 0, +RDONLY) on an existing mount point
   kClearReadOnly,  // mount_setattr(path, 0, -RDONLY) on an existing mount point (not recursive)
@@ -88,6 +90,17 @@ struct LinuxSpawnPlan {
   uint16_t proxy_port = 0;
   // Resource limits for the command (0 = leave unchanged).
   uint64_t rlimit_nproc = 0, rlimit_as = 0, rlimit_nofile = 0;
+  // Per-uid kernel quotas the command could exhaust for every process of its uid (0 = unchanged).
+  uint64_t rlimit_sigpending = 0, rlimit_msgqueue = 0;
+  // Isolated: init lowers these in the sandbox's own user namespace (/proc/sys/user/*), 0 = keep.
+  uint64_t inotify_instances = 0, inotify_watches = 0;
+  // Isolated: tmpfs options of the private /dev/shm (e.g. "mode=1777,size=268435456").
+  std::string shm_data = "mode=1777";
+  // Open cgroup.procs (or v1 `tasks`) files of this sandbox's cgroups: the command writes "0" to
+  // each before execve, so it and everything it forks are counted there and init is not (init
+  // shares the host's memory: a memory cgroup's OOM killer must never pick it). Owned by the
+  // caller; the child only writes them.
+  std::vector<int> cgroup_fds;
 };
 
 struct LinuxSpawnResult {

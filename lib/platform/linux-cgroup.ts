@@ -1,0 +1,290 @@
+/**
+ * Per-sandbox cgroups (Linux): the process cap that holds as root (RLIMIT_NPROC does not bind
+ * uid 0) and a memory cap covering the whole sandbox (tmpfs pages included).
+ *
+ *   const g = createSandboxCgroup({ pidsMax: 4096, memoryBytes });   // null: none usable here
+ *   native.spawn({ ..., cgroupFds: g.procsFds });  // the command writes "0" to each before execve
+ *   g.closeFds();                                  // right after the spawn
+ *   ... on exit: g.remove()                        // kills leftovers (cgroup.kill on v2), rmdir
+ *
+ * Which hierarchy: a cgroup v2 child group when the host's own v2 cgroup delegates the
+ * controllers we need (pids, and memory when a memory cap is asked for); else v1 pids (and
+ * memory) child groups under the host's own v1 cgroup paths (hybrid hosts, like this project's
+ * CI); else none, and the caller reports what is left uncapped. Only the command joins: init
+ * shares the host's memory, so a memory cgroup's OOM killer must never be able to pick it.
+ *
+ * Group names carry the host pid (psb-<pid>-<n>). The first use in each process removes groups
+ * whose host is gone (killing what is left in them first).
+ *
+ * Synchronous, on the JS thread: a handful of mkdir/open/write calls on cgroupfs, which never
+ * block on user data.
+ */
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+
+export interface CgroupRequest {
+  pidsMax: number;
+  memoryBytes?: number;
+}
+
+export interface SandboxCgroup {
+  kind: 'v2' | 'v1';
+  pidsMax: number;
+  /** Set when the group caps memory. */
+  memoryBytes?: number;
+  /** Open cgroup.procs files, one per group the command must join. */
+  procsFds: number[];
+  closeFds(): void;
+  /** SIGKILLs every process in the groups (cgroup.kill on v2). */
+  killAll(): void;
+  /** Kills whatever is left in the groups and removes them (retrying while they drain). */
+  remove(): void;
+}
+
+const PREFIX = 'psb-';
+
+interface Hierarchies {
+  /** The host's own v2 cgroup directory (absolute), if a cgroup2 mount holds it. */
+  v2?: string;
+  /** The host's own v1 cgroup directory per controller. */
+  v1: Map<string, string>;
+}
+
+let hierarchies: Hierarchies | undefined;
+/** Set once a hierarchy refused us (EACCES, EROFS...): no retry per spawn. */
+const unusable = new Set<string>();
+const swept = new Set<string>();
+let counter = 0;
+
+function unescapeMount(p: string): string {
+  return p.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8)));
+}
+
+/** From /proc/self/mountinfo and /proc/self/cgroup: where the host's own cgroups live. */
+function findHierarchies(): Hierarchies {
+  const out: Hierarchies = { v1: new Map() };
+  let cgroupLines: string[];
+  let mountLines: string[];
+  try {
+    cgroupLines = fs.readFileSync('/proc/self/cgroup', 'utf8').split('\n');
+    mountLines = fs.readFileSync('/proc/self/mountinfo', 'utf8').split('\n');
+  } catch {
+    return out;
+  }
+  const own = new Map<string, string>(); // controller list ('' for v2) -> path
+  for (const l of cgroupLines) {
+    const m = /^\d+:([^:]*):(.*)$/.exec(l);
+    if (m) own.set(m[1]!, m[2]!);
+  }
+  for (const l of mountLines) {
+    // id parent major:minor root mountpoint options [optional...] - fstype source superoptions
+    const sep = l.indexOf(' - ');
+    if (sep < 0) continue;
+    const left = l.slice(0, sep).split(' ');
+    const right = l.slice(sep + 3).split(' ');
+    const root = unescapeMount(left[3] ?? '');
+    const mountPoint = unescapeMount(left[4] ?? '');
+    const fstype = right[0];
+    // A mount of a sub-tree (root != "/") holds our path relative to that root.
+    const place = (cgPath: string | undefined): string | undefined => {
+      if (cgPath === undefined) return undefined;
+      if (root === '/') return path.join(mountPoint, cgPath);
+      if (cgPath === root || cgPath.startsWith(root + '/')) return path.join(mountPoint, cgPath.slice(root.length));
+      return undefined;
+    };
+    if (fstype === 'cgroup2') {
+      out.v2 ??= place(own.get(''));
+    } else if (fstype === 'cgroup') {
+      const opts = (right[2] ?? '').split(',');
+      for (const ctrl of ['pids', 'memory']) {
+        if (!opts.includes(ctrl) || out.v1.has(ctrl)) continue;
+        const key = [...own.keys()].find((k) => k.split(',').includes(ctrl));
+        const dir = place(key === undefined ? undefined : own.get(key));
+        if (dir) out.v1.set(ctrl, dir);
+      }
+    }
+  }
+  return out;
+}
+
+function readText(p: string): string {
+  try {
+    return fs.readFileSync(p, 'utf8');
+  } catch {
+    return '';
+  }
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+function killMembers(dir: string): void {
+  // v2: one write kills the whole group, race-free against forks.
+  try {
+    fs.writeFileSync(path.join(dir, 'cgroup.kill'), '1');
+    return;
+  } catch {
+    /* v1, or a v2 kernel before 5.14: kill by pid (pids.max bounds any fork race) */
+  }
+  for (const s of readText(path.join(dir, 'cgroup.procs')).split('\n')) {
+    const pid = Number(s);
+    if (!Number.isInteger(pid) || pid <= 0) continue;
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      /* gone */
+    }
+  }
+}
+
+function tryRemove(dir: string): boolean {
+  try {
+    fs.rmdirSync(dir);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'ENOENT';
+  }
+}
+
+/** Removes a group, retrying for a while in the background while its last tasks exit. */
+function removeGroup(dir: string, attempt = 0): void {
+  if (tryRemove(dir)) return;
+  killMembers(dir);
+  if (tryRemove(dir) || attempt >= 50) return;
+  setTimeout(() => removeGroup(dir, attempt + 1), 100).unref();
+}
+
+/** Once per parent directory and process: remove groups left by hosts that died. */
+function sweep(parent: string): void {
+  if (swept.has(parent)) return;
+  swept.add(parent);
+  let names: string[];
+  try {
+    names = fs.readdirSync(parent).filter((n) => n.startsWith(PREFIX));
+  } catch {
+    return;
+  }
+  for (const n of names) {
+    const pid = Number(n.slice(PREFIX.length).split('-')[0]);
+    if (!Number.isInteger(pid) || pid <= 0 || pid === process.pid || alive(pid)) continue;
+    removeGroup(path.join(parent, n));
+  }
+}
+
+/** Creates one group under `parent` with the given limit files; returns its dir or null. */
+function makeGroup(parent: string, name: string, limits: Array<[string, string]>): string | null {
+  const dir = path.join(parent, name);
+  try {
+    fs.mkdirSync(dir);
+  } catch {
+    return null;
+  }
+  try {
+    for (const [file, value] of limits) fs.writeFileSync(path.join(dir, file), value);
+    return dir;
+  } catch {
+    tryRemove(dir);
+    return null;
+  }
+}
+
+function v2Controllers(dir: string): Set<string> {
+  return new Set(readText(path.join(dir, 'cgroup.subtree_control')).split(/\s+/).filter(Boolean));
+}
+
+function open(dirs: string[], kind: 'v1' | 'v2', req: CgroupRequest, withMemory: boolean): SandboxCgroup | null {
+  const fds: number[] = [];
+  try {
+    for (const d of dirs) fds.push(fs.openSync(path.join(d, 'cgroup.procs'), 'w'));
+  } catch {
+    for (const fd of fds) fs.closeSync(fd);
+    for (const d of dirs) tryRemove(d);
+    return null;
+  }
+  let open = true;
+  return {
+    kind,
+    pidsMax: req.pidsMax,
+    memoryBytes: withMemory ? req.memoryBytes : undefined,
+    procsFds: fds,
+    closeFds() {
+      if (!open) return;
+      open = false;
+      for (const fd of fds) fs.closeSync(fd);
+    },
+    killAll() {
+      for (const d of dirs) killMembers(d);
+    },
+    remove() {
+      this.closeFds();
+      for (const d of dirs) removeGroup(d);
+    },
+  };
+}
+
+/**
+ * A fresh group (or v1 pair of groups) for one sandbox, or null when no hierarchy lets us make
+ * one with the caps asked for. A memory cap that no memory controller can enforce does not fail
+ * the pids group: the caller reports memory as per-process (RLIMIT_AS) only.
+ */
+export function createSandboxCgroup(req: CgroupRequest): SandboxCgroup | null {
+  hierarchies ??= findHierarchies();
+  const h = hierarchies;
+  const name = `${PREFIX}${process.pid}-${++counter}`;
+  if (h.v2 && !unusable.has('v2')) {
+    let ctl = v2Controllers(h.v2);
+    if (!ctl.has('pids')) {
+      // Only possible where our cgroup holds no processes itself (a cgroup namespace root, or a
+      // delegated parent); elsewhere the kernel says EBUSY and v2 is not for us.
+      for (const c of req.memoryBytes ? ['+pids', '+memory'] : ['+pids']) {
+        try {
+          fs.writeFileSync(path.join(h.v2, 'cgroup.subtree_control'), c);
+        } catch {
+          /* not delegated */
+        }
+      }
+      ctl = v2Controllers(h.v2);
+    }
+    if (ctl.has('pids')) {
+      sweep(h.v2);
+      const withMemory = req.memoryBytes !== undefined && ctl.has('memory');
+      const limits: Array<[string, string]> = [['pids.max', String(req.pidsMax)]];
+      if (withMemory) limits.push(['memory.max', String(req.memoryBytes)], ['memory.swap.max', '0']);
+      let dir = makeGroup(h.v2, name, limits);
+      // memory.swap.max is absent without swap accounting: the memory cap alone still holds.
+      if (!dir && withMemory) dir = makeGroup(h.v2, name, limits.slice(0, 2));
+      if (dir) return open([dir], 'v2', req, withMemory);
+    }
+    unusable.add('v2');
+  }
+  const pidsParent = h.v1.get('pids');
+  if (pidsParent && !unusable.has('v1-pids')) {
+    sweep(pidsParent);
+    const pidsDir = makeGroup(pidsParent, name, [['pids.max', String(req.pidsMax)]]);
+    if (!pidsDir) {
+      unusable.add('v1-pids');
+      return null;
+    }
+    const dirs = [pidsDir];
+    const memParent = h.v1.get('memory');
+    let withMemory = false;
+    if (req.memoryBytes !== undefined && memParent && !unusable.has('v1-memory')) {
+      sweep(memParent);
+      const memDir = makeGroup(memParent, name, [['memory.limit_in_bytes', String(req.memoryBytes)]]);
+      if (memDir) {
+        dirs.push(memDir);
+        withMemory = true;
+      } else {
+        unusable.add('v1-memory');
+      }
+    }
+    return open(dirs, 'v1', req, withMemory);
+  }
+  return null;
+}
