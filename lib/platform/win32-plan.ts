@@ -312,6 +312,16 @@ export function planWindowsSandbox(rules: ResolvedRules, ctx: PlanContext): Wind
     gaps.push(`wine ${ctx.wine}: token restrictions and file ACLs are not enforced; only the job and desktop are real`);
   }
   gaps.push('processIsolation: same user account; a write-restricted token, not a separate identity');
+  // Until the child runs at Low integrity or as another identity (docs/windows.md): PROCESS_VM_READ
+  // is a read right, which WRITE_RESTRICTED does not restrict, and Medium is the user's own level.
+  gaps.push(
+    "processIsolation: other processes' memory readable: the child runs at the user's Medium integrity level, so it " +
+      'can open every process of this user for reading (PROCESS_VM_READ) and read their memory, secrets included',
+  );
+  gaps.push(
+    "processIsolation: the child keeps the logon SID, so it may open the user's default desktop (WinSta0\\Default) " +
+      'and, from there, send input or set hooks; the private desktop and the job UI limits do not stop OpenDesktop',
+  );
 
   const report: EnforcementReport = {
     platform: 'win32',

@@ -88,6 +88,8 @@ export interface Win32Native {
     desktop: string | null;
     jobViaAttribute: boolean;
     tokenRestricted: boolean;
+    adminGroupsDisabled: number;
+    integrityLowered: boolean;
   };
   winKill(handle: unknown, exitCode: number): boolean;
   winCloseJob(handle: unknown): void;
@@ -419,7 +421,14 @@ export function createWin32Backend(native: Win32Native | null | undefined, optio
       ...report.mechanisms,
       ...(child.desktop !== null ? { privateDesktop: child.desktop } : {}),
       jobAssignedVia: child.jobViaAttribute ? 'PROC_THREAD_ATTRIBUTE_JOB_LIST' : 'AssignProcessToJobObject',
-      ...(req.rules !== null ? { tokenRestricted: child.tokenRestricted } : {}),
+      ...(req.rules !== null
+        ? {
+            tokenRestricted: child.tokenRestricted,
+            // An elevated host: admin groups deny-only, integrity capped at Medium (never High).
+            adminGroupsDisabled: child.adminGroupsDisabled,
+            integrity: child.integrityLowered ? 'medium (lowered from the elevated host)' : 'medium (the user\'s own)',
+          }
+        : {}),
     };
 
     const streams = wrapStreams(child.fds);

@@ -325,6 +325,8 @@ Napi::Value Spawn(const Napi::CallbackInfo& info) {
                                              : env.Null());
   out.Set("jobViaAttribute", r.job_via_attribute);
   out.Set("tokenRestricted", r.token_restricted);
+  out.Set("adminGroupsDisabled", r.admin_groups_disabled);
+  out.Set("integrityLowered", r.integrity_lowered);
   out.Set("handle", Napi::External<ChildRecord>::New(env, record, [](Napi::Env, ChildRecord* c) { delete c; }));
   if (!win::WatchExit(env, std::move(watch), info[1].As<Napi::Function>())) {
     record->job.Terminate(1);

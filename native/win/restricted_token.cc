@@ -3,6 +3,7 @@
 #include <aclapi.h>
 
 #include <memory>
+#include <new>
 
 #include "win_util.h"
 
@@ -50,6 +51,81 @@ Status EnableChangeNotify(HANDLE token) noexcept {
   return Status::Ok();
 }
 
+Status QueryToken(HANDLE token, TOKEN_INFORMATION_CLASS cls, std::unique_ptr<BYTE[]>* out) noexcept {
+  DWORD len = 0;
+  ::GetTokenInformation(token, cls, nullptr, 0, &len);
+  if (len == 0) return WinError(ErrorCode::kETOKEN_CREATE, "GetTokenInformation", ::GetLastError());
+  out->reset(new (std::nothrow) BYTE[len]);
+  if (!*out) return WinError(ErrorCode::kETOKEN_CREATE, "GetTokenInformation", ERROR_NOT_ENOUGH_MEMORY);
+  if (!::GetTokenInformation(token, cls, out->get(), len, &len)) {
+    return WinError(ErrorCode::kETOKEN_CREATE, "GetTokenInformation", ::GetLastError());
+  }
+  return Status::Ok();
+}
+
+// The mandatory integrity RID of a token (SECURITY_MANDATORY_*_RID).
+Status IntegrityRid(HANDLE token, DWORD* rid) noexcept {
+  std::unique_ptr<BYTE[]> buf;
+  Status s = QueryToken(token, TokenIntegrityLevel, &buf);
+  if (!s.ok()) return s;
+  PSID sid = reinterpret_cast<TOKEN_MANDATORY_LABEL*>(buf.get())->Label.Sid;
+  *rid = *::GetSidSubAuthority(sid, *::GetSidSubAuthorityCount(sid) - 1);
+  return Status::Ok();
+}
+
+// Groups of an elevated administrator that must not reach the child: in a restricted token they
+// would still pass the normal access check (WRITE_RESTRICTED adds a second check for writes only,
+// and reads, process memory and every object granting Administrators stay open).
+//   S-1-5-32-544 BUILTIN\Administrators, S-1-5-114 local account and member of Administrators.
+Status AdminGroupsIn(HANDLE token, std::vector<Sid>* out) noexcept {
+  std::unique_ptr<BYTE[]> buf;
+  Status s = QueryToken(token, TokenGroups, &buf);
+  if (!s.ok()) return s;
+  Sid candidates[2];
+  s = Sid::FromString(L"S-1-5-32-544", &candidates[0]);
+  if (!s.ok()) return s;
+  s = Sid::FromString(L"S-1-5-114", &candidates[1]);
+  if (!s.ok()) return s;
+  auto* groups = reinterpret_cast<TOKEN_GROUPS*>(buf.get());
+  try {
+    for (Sid& c : candidates) {
+      for (DWORD i = 0; i < groups->GroupCount; ++i) {
+        // Already deny-only (a UAC-filtered token): nothing to do.
+        if ((groups->Groups[i].Attributes & SE_GROUP_USE_FOR_DENY_ONLY) != 0) continue;
+        if (::EqualSid(groups->Groups[i].Sid, c.get())) {
+          out->push_back(std::move(c));
+          break;
+        }
+      }
+    }
+  } catch (...) {
+    return WinError(ErrorCode::kETOKEN_CREATE, "CreateRestrictedToken", ERROR_NOT_ENOUGH_MEMORY);
+  }
+  return Status::Ok();
+}
+
+// Cap the token at Medium integrity: an elevated host runs at High, and a High child could write
+// to (and read the memory of) every Medium process and object of the user.
+Status CapAtMedium(HANDLE token, bool* lowered) noexcept {
+  *lowered = false;
+  DWORD rid = 0;
+  Status s = IntegrityRid(token, &rid);
+  if (!s.ok()) return s;
+  if (rid <= SECURITY_MANDATORY_MEDIUM_RID) return Status::Ok();
+  Sid medium;
+  s = Sid::FromString(L"S-1-16-8192", &medium);
+  if (!s.ok()) return s;
+  TOKEN_MANDATORY_LABEL label{};
+  label.Label.Sid = medium.get();
+  label.Label.Attributes = SE_GROUP_INTEGRITY;
+  if (!::SetTokenInformation(token, TokenIntegrityLevel, &label,
+                             sizeof(label) + ::GetLengthSid(medium.get()))) {
+    return WinError(ErrorCode::kETOKEN_CREATE, "SetTokenInformation", ::GetLastError(), "TokenIntegrityLevel");
+  }
+  *lowered = true;
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status RestrictedTokenBuilder::Create(ScopedHandle* out) noexcept {
@@ -75,12 +151,24 @@ Status RestrictedTokenBuilder::Create(ScopedHandle* out) noexcept {
     sa[i].Sid = restricting[i]->get();
     sa[i].Attributes = 0;
   }
+  // An elevated host: the administrator groups become deny-only in the child.
+  std::vector<Sid> admin;
+  s = AdminGroupsIn(base.get(), &admin);
+  if (!s.ok()) return s;
+  std::vector<SID_AND_ATTRIBUTES> disable(admin.size());
+  for (size_t i = 0; i < admin.size(); ++i) {
+    disable[i].Sid = admin[i].get();
+    disable[i].Attributes = 0;
+  }
   ScopedHandle restricted;
-  if (!::CreateRestrictedToken(base.get(), DISABLE_MAX_PRIVILEGE | LUA_TOKEN | WRITE_RESTRICTED, 0,
-                               nullptr, 0, nullptr, static_cast<DWORD>(sa.size()), sa.data(),
-                               restricted.Receive())) {
+  if (!::CreateRestrictedToken(base.get(), DISABLE_MAX_PRIVILEGE | LUA_TOKEN | WRITE_RESTRICTED,
+                               static_cast<DWORD>(disable.size()), disable.empty() ? nullptr : disable.data(), 0,
+                               nullptr, static_cast<DWORD>(sa.size()), sa.data(), restricted.Receive())) {
     return WinError(ErrorCode::kETOKEN_CREATE, "CreateRestrictedToken", ::GetLastError());
   }
+  admin_groups_disabled_ = static_cast<int>(admin.size());
+  s = CapAtMedium(restricted.get(), &integrity_lowered_);
+  if (!s.ok()) return s;
   Sid user, system;
   s = Sid::UserSidOf(base.get(), &user);
   if (!s.ok()) return s;

@@ -12,6 +12,9 @@
 // SeChangeNotifyPrivilege is enabled. Unlike Codex we leave Everyone out of the default DACL: the
 // logon SID already passes the restricted check, and Everyone would let any account on the
 // machine open the sandboxed processes.
+// On an elevated host, BUILTIN\Administrators and S-1-5-114 become deny-only and the integrity
+// level is capped at Medium. The child keeps the logon SID and Medium integrity otherwise (so it can
+// read other same-user processes' memory; the enforcement report lists that gap).
 // Single-threaded use.
 #pragma once
 
@@ -30,10 +33,16 @@ class RestrictedTokenBuilder {
 
   // After Create(): the logon SID that was used (also needed for the desktop DACL).
   const Sid& logon_sid() const noexcept { return logon_sid_; }
+  // After Create(): administrator groups made deny-only (an elevated host), and whether the
+  // integrity level was lowered from High (or System) to Medium.
+  int admin_groups_disabled() const noexcept { return admin_groups_disabled_; }
+  bool integrity_lowered() const noexcept { return integrity_lowered_; }
 
  private:
   std::vector<Sid> capability_sids_;
   Sid logon_sid_;
+  int admin_groups_disabled_ = 0;
+  bool integrity_lowered_ = false;
 };
 
 // IsTokenRestricted, for tests and the enforcement report.

@@ -201,6 +201,8 @@ Status Spawn(const SpawnOptions& o, SpawnResult* r) noexcept {
     s = builder.Create(&token);
     if (!s.ok()) return s;
     r->token_restricted = TokenIsRestricted(token.get());
+    r->admin_groups_disabled = builder.admin_groups_disabled();
+    r->integrity_lowered = builder.integrity_lowered();
     if (o.private_desktop) {
       s = r->desktop.Create(builder.logon_sid());
       if (!s.ok()) return s;

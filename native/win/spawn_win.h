@@ -49,6 +49,8 @@ struct SpawnResult {
   ScopedHandle parent_ends[3];  // valid for kPipe entries
   bool job_via_attribute = false;
   bool token_restricted = false;  // IsTokenRestricted on the token we built
+  int admin_groups_disabled = 0;  // elevated host: administrator groups made deny-only
+  bool integrity_lowered = false; // elevated host: High -> Medium
 };
 
 Status Spawn(const SpawnOptions& options, SpawnResult* result) noexcept;
