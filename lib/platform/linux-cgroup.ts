@@ -13,14 +13,16 @@
  * CI); else none, and the caller reports what is left uncapped. Only the command joins: init
  * shares the host's memory, so a memory cgroup's OOM killer must never be able to pick it.
  *
- * Group names carry the host pid (psb-<pid>-<n>). The first use in each process removes groups
+ * Group names carry the host pid (psb-<pid>-<thread>-<n><random>). The first use in each process removes groups
  * whose host is gone (killing what is left in them first).
  *
  * Synchronous, on the JS thread: a handful of mkdir/open/write calls on cgroupfs, which never
  * block on user data.
  */
+import * as crypto from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
+import { threadId } from 'node:worker_threads';
 
 export interface CgroupRequest {
   pidsMax: number;
@@ -236,7 +238,9 @@ function open(dirs: string[], kind: 'v1' | 'v2', req: CgroupRequest, withMemory:
 export function createSandboxCgroup(req: CgroupRequest): SandboxCgroup | null {
   hierarchies ??= findHierarchies();
   const h = hierarchies;
-  const name = `${PREFIX}${process.pid}-${++counter}`;
+  // Worker threads load their own copy of this module: the thread id and a random tag keep names
+  // apart; the pid comes first, for the sweep.
+  const name = `${PREFIX}${process.pid}-${threadId}-${++counter}${crypto.randomBytes(3).toString('hex')}`;
   if (h.v2 && !unusable.has('v2')) {
     let ctl = v2Controllers(h.v2);
     if (!ctl.has('pids')) {

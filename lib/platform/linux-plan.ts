@@ -476,6 +476,11 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       gaps.push(`the proxy listens on the host's 127.0.0.1:${input.proxyPort}, so other local processes can use it too (and are attributed to this sandbox)`);
     }
     gaps.push('host processes stay visible in /proc (command lines, not memory or environment)');
+    if (rules.writeRoots.some((w) => isUnder('/proc', w))) {
+      // Landlock then allows writing the host's /proc files, e.g. raising the host's (and init's)
+      // oom_score_adj so that the OOM killer picks the host.
+      gaps.push("a writable root covers /proc: the host's own /proc files (oom_score_adj among them) are writable");
+    }
     gaps.push("other terminals of the same user (/dev/pts/*) can be opened and written (the host's devpts is shared)");
     gaps.push("POSIX shared memory and semaphores (/dev/shm) are unavailable: the host's would be shared");
     if (!limits.maxProcesses && !cg) {

@@ -167,6 +167,8 @@ import sys; sys.stdin.read()
       const boxed = await interactive(code, [mode], policy);
       const [own, ...writes] = boxed.line.split(' ');
       const initAdj = fs.readFileSync(`/proc/${boxed.child.pid}/oom_score_adj`, 'utf8');
+      // init never joins the sandbox's cgroups (a memory cgroup's OOM killer must not pick it).
+      expect(fs.readFileSync(`/proc/${boxed.child.pid}/cgroup`, 'utf8')).not.toMatch(/psb-/);
       await boxed.release();
       expect(own).toBe('1000');
       for (const x of writes) expect(x, boxed.line).not.toBe('ok');
@@ -357,5 +359,35 @@ print(','.join(res))
       await run(PYTHON, ['-c', code, m2, 'control'], { env: BASE_ENV, policy: null }).catch(() => undefined);
       expect(await eventually(() => sleepers(m2).length === 1)).toBe(true);
     });
+  });
+});
+
+describe.runIf(caps.linux && caps.root && fs.existsSync('/sys/fs/cgroup/pids/cgroup.procs'))('cgroup leftovers (root, cgroup v1 pids)', () => {
+  it('HS-09: a group left by a dead host is removed by the next process that runs a sandbox', async () => {
+    const scene = makeScene('hs-cg');
+    // A pid that is certainly dead: a child that has exited and been reaped.
+    const dead = spawnSync('/bin/true').pid!;
+    const own = /^\d+:pids:(.*)$/m.exec(fs.readFileSync('/proc/self/cgroup', 'utf8'))?.[1] ?? '/';
+    const leftover = path.join('/sys/fs/cgroup/pids', own, `psb-${dead}-1`);
+    const unrelated = path.join('/sys/fs/cgroup/pids', own, `psb-keep-${process.pid}`);
+    try {
+      fs.mkdirSync(leftover);
+      fs.mkdirSync(unrelated);
+      const driver = hostScript(scene.root, 'hs09.js', `lib.run('/bin/true', [], { env: { PATH: '/usr/bin:/bin' } }).then((r) => console.log(r.enforcement.mechanisms.processCap));`);
+      const out = spawnSync(NODE, [driver], { encoding: 'utf8', timeout: 60_000 });
+      expect(out.stdout, out.stderr).toMatch(/cgroup v1 pids/);
+      expect(await eventually(() => !fs.existsSync(leftover))).toBe(true);
+      // Control: a group that is not ours by name stays.
+      expect(fs.existsSync(unrelated)).toBe(true);
+    } finally {
+      for (const d of [leftover, unrelated]) {
+        try {
+          fs.rmdirSync(d);
+        } catch {
+          /* gone */
+        }
+      }
+      scene.cleanup();
+    }
   });
 });

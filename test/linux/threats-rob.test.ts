@@ -389,12 +389,12 @@ describe.runIf(caps.linux)('robustness', () => {
       if (cap.startsWith('cgroup')) {
         expect(cap).toMatch(/pids\.max 4096$/);
         // From inside: the command sits in a psb- group of the pids hierarchy (v1) or of the unified one.
-        expect(r.stdout).toMatch(/(pids|^0:):[^\n]*\/psb-\d+-\d+$/m);
+        expect(r.stdout).toMatch(/(pids|^0:):[^\n]*\/psb-\d+-[0-9a-f-]+$/m);
       } else {
         expect(r.enforcement.gaps.join('\n')).toMatch(/RLIMIT_NPROC does not bind uid 0/);
       }
       // Outside: the group is gone after the run.
-      const m = /\/(psb-\d+-\d+)$/m.exec(r.stdout);
+      const m = /\/(psb-\d+-[0-9a-f-]+)$/m.exec(r.stdout);
       if (m) {
         const left = () => ['/sys/fs/cgroup/pids', '/sys/fs/cgroup/unified', '/sys/fs/cgroup'].some((d) => fs.existsSync(path.join(d, m[1]!)));
         expect(await eventually(() => !left())).toBe(true);
