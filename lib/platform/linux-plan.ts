@@ -48,8 +48,66 @@ export function tmpfsSizes(tmpBytes = DEFAULT_TMP_BYTES): { tmp: string; shm: st
   return { tmp: opts(Math.max(4096, tmpBytes - shm)), shm: opts(shm) };
 }
 
-/** Read roots every program needs when reads are restricted (Landlock read rules). */
-const PLATFORM_READ_DEFAULTS = ['/bin', '/sbin', '/usr', '/lib', '/lib32', '/lib64', '/libx32', '/etc', '/dev', '/proc', '/sys'];
+/**
+ * What stays readable when reads are restricted to listed roots (Landlock read rules), besides
+ * those roots and the executable itself. Documented in the README ("Restricted reads") and listed
+ * in every report as mechanisms.platformReads (the ones that exist on this host):
+ * - programs and libraries: /bin, /sbin, /usr, /lib*;
+ * - /dev (isolated mode: its own minimal /dev; Landlock mode: the harmless device files only),
+ *   /proc, /sys;
+ * - from /etc only what the dynamic linker, name resolution, TLS, locale, time zone and the
+ *   common tools' system config need: not all of /etc (no shadow, no machine-id, no service
+ *   configs).
+ * The cwd is not added: chdir needs no read right, and a cwd outside the listed roots stays
+ * unreadable (it used to be granted, with everything below it).
+ */
+const PLATFORM_READ_DEFAULTS = ['/bin', '/sbin', '/usr', '/lib', '/lib32', '/lib64', '/libx32', '/dev', '/proc', '/sys'];
+export const PLATFORM_ETC_READS = [
+  '/etc/ld.so.cache',
+  '/etc/ld.so.conf',
+  '/etc/ld.so.conf.d',
+  '/etc/ld.so.preload',
+  '/etc/nsswitch.conf',
+  '/etc/passwd',
+  '/etc/group',
+  '/etc/hosts',
+  '/etc/host.conf',
+  '/etc/hostname',
+  '/etc/resolv.conf',
+  '/etc/gai.conf',
+  '/etc/services',
+  '/etc/protocols',
+  '/etc/networks',
+  '/etc/localtime',
+  '/etc/timezone',
+  '/etc/locale.alias',
+  '/etc/locale.conf',
+  '/etc/default/locale',
+  '/etc/ssl',
+  '/etc/ca-certificates',
+  '/etc/ca-certificates.conf',
+  '/etc/pki',
+  '/etc/crypto-policies',
+  '/etc/alternatives',
+  '/etc/mime.types',
+  '/etc/magic',
+  '/etc/magic.mime',
+  '/etc/os-release',
+  '/etc/lsb-release',
+  '/etc/debian_version',
+  '/etc/terminfo',
+  '/etc/inputrc',
+  '/etc/environment',
+  '/etc/shells',
+  '/etc/profile',
+  '/etc/profile.d',
+  '/etc/bash.bashrc',
+  '/etc/gitconfig',
+  '/etc/npmrc',
+  '/etc/pip.conf',
+  '/etc/python3',
+  '/etc/mtab',
+];
 /** Device files a sandboxed tool may open for writing. */
 const DEVICE_RULES = ['/dev/null', '/dev/zero', '/dev/full', '/dev/tty', '/dev/ptmx', '/dev/pts'];
 
@@ -177,6 +235,14 @@ function landlockReadAllRules(): LandlockRule[] {
   return out;
 }
 
+let platformPresent: string[] | undefined;
+
+/** The platform read set that exists on this host (looked up once per process: plans stay cheap). */
+export function platformReads(mode: 'isolated' | 'landlock'): string[] {
+  platformPresent ??= [...PLATFORM_READ_DEFAULTS, ...PLATFORM_ETC_READS].filter((p) => lstatOrNull(p) !== null);
+  return mode === 'isolated' ? platformPresent : platformPresent.filter((d) => d !== '/dev');
+}
+
 function landlockRules(input: LinuxPlanInput, mode: 'isolated' | 'landlock') {
   const { rules } = input;
   const out: LandlockRule[] = [];
@@ -184,8 +250,7 @@ function landlockRules(input: LinuxPlanInput, mode: 'isolated' | 'landlock') {
     if (mode === 'isolated') out.push({ path: '/', access: 'read' });
     else out.push(...landlockReadAllRules());
   } else {
-    const defaults = mode === 'isolated' ? PLATFORM_READ_DEFAULTS : PLATFORM_READ_DEFAULTS.filter((d) => d !== '/dev');
-    const reads = new Set([...defaults, ...rules.readRoots, input.file, input.cwd]);
+    const reads = new Set([...platformReads(mode), ...rules.readRoots, input.file]);
     for (const r of reads) out.push({ path: r, access: 'read' });
     if (mode === 'landlock') {
       out.push({ path: '/dev', access: 'list' });
@@ -539,6 +604,16 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       proc: isolated ? 'fresh' : 'host',
       init: isolated ? 'pid 1 of the sandbox' : 'subreaper',
       tmp: rules.tmp,
+      // Restricted reads: what is readable besides the listed roots (README, "Restricted reads").
+      ...(rules.readAll
+        ? {}
+        : {
+            platformReads: [
+              ...platformReads(mode),
+              ...(mode === 'landlock' ? DEVICE_READS : []),
+              ...(rules.readRoots.some((r) => isUnder(input.file, r)) ? [] : [input.file]),
+            ],
+          }),
       network: net === 'proxy' ? `proxy only (127.0.0.1:${input.proxyPort}${isolated ? ' inside the namespace' : ''})` : net,
       processCap,
       memoryCap,

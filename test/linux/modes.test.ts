@@ -165,12 +165,42 @@ describe.runIf(caps.linux)('modes and reports', () => {
     it.skipIf(skip)('read roots: only the listed roots (plus the platform) are readable', async () => {
       const policy = modePolicy(mode, { filesystem: { read: [scene.ws, path.dirname(process.execPath), path.resolve(__dirname, '..', '..')], write: [scene.ws] } });
       fs.writeFileSync(`${scene.ws}/in.txt`, 'in');
-      const r = await probeOps([['read', `${scene.ws}/in.txt`], ['read', `${scene.out}/secret.txt`], ['read', '/etc/hostname']], { cwd: scene.ws, policy });
+      fs.writeFileSync(`${scene.ws}/in.txt`, 'in');
+      const hostReadable = (p: string) => {
+        try {
+          fs.accessSync(p, fs.constants.R_OK);
+          return fs.statSync(p).isFile();
+        } catch {
+          return false;
+        }
+      };
+      const etcOutside = ['/etc/fstab', '/etc/machine-id', '/etc/login.defs'].filter(hostReadable);
+      const r = await probeOps(
+        [['read', `${scene.ws}/in.txt`], ['read', `${scene.out}/secret.txt`], ['read', '/etc/passwd'], ...etcOutside.map((p) => ['read', p])],
+        { cwd: scene.ws, policy },
+      );
       expect(r[0]).toBe('ok:in');
       expect(['EACCES', 'ENOENT']).toContain(r[1]);
-      expect(r[2]!.startsWith('ok')).toBe(true); // /etc is part of the platform defaults
+      expect(r[2]!.startsWith('ok')).toBe(true); // the documented /etc platform set
+      // The rest of /etc is not (checked outside: these files exist and the host can read them).
+      r.slice(3).forEach((x, i) => expect(x, etcOutside[i]).toBe('EACCES'));
       const report = await run('/bin/true', [], { env: BASE_ENV, policy });
       expect(report.enforcement.guarantees.filesystemRead).toBe('enforced');
+      // The report says exactly what else is readable.
+      const extra = report.enforcement.mechanisms.platformReads as string[];
+      expect(extra).toEqual(expect.arrayContaining(['/usr', '/etc/passwd', '/bin/true']));
+      expect(extra).not.toContain('/etc');
+      for (const p of etcOutside) expect(extra).not.toContain(p);
+    });
+
+    it.skipIf(skip)('read roots: a cwd outside them is not made readable', async () => {
+      const policy = modePolicy(mode, { filesystem: { read: [scene.ws, path.dirname(process.execPath), path.resolve(__dirname, '..', '..')], write: [scene.ws] } });
+      const r = await probeOps([['read', `${scene.out}/secret.txt`], ['readdir', scene.out]], { cwd: scene.out, policy });
+      r.forEach((x) => expect(['EACCES', 'ENOENT']).toContain(x));
+      // Control: with the cwd listed, the same reads work.
+      const allow = modePolicy(mode, { filesystem: { read: [scene.ws, scene.out, path.dirname(process.execPath), path.resolve(__dirname, '..', '..')], write: [scene.ws] } });
+      const ok = await probeOps([['read', `${scene.out}/secret.txt`]], { cwd: scene.out, policy: allow });
+      expect(ok).toEqual(['ok:top secret']);
     });
   });
 });
