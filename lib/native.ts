@@ -28,7 +28,8 @@ export interface LinuxNativePlan {
     rules: Array<{ path: string; access: 'read' | 'write' | 'device' | 'list' }>;
     connectPorts?: number[];
   };
-  seccomp?: { net: 'none' | 'proxy' | 'full' };
+  /** unixSockets: allow socket(AF_UNIX, SOCK_STREAM|SOCK_SEQPACKET) whatever `net` says. */
+  seccomp?: { net: 'none' | 'proxy' | 'full'; unixSockets?: boolean };
   proxyPort?: number;
   rlimitNproc?: number;
   rlimitAs?: number;

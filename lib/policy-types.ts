@@ -59,7 +59,13 @@ export interface ResourceLimits {
 
 export interface SandboxPolicy {
   filesystem?: FilesystemPolicy;
-  network?: 'none' | 'full' | { proxy: ProxyPolicy };
+  /**
+   * 'none' (default), 'full', or an object: `proxy` routes TCP through the managed proxy (absent:
+   * no network), `unixSockets` lists the unix socket paths the command may connect to ('all':
+   * any). On Linux a list cannot be enforced as such (nothing in this kernel filters connect() by
+   * path): it is refused unless degraded, and then any visible pathname socket is connectable.
+   */
+  network?: 'none' | 'full' | { proxy?: ProxyPolicy; unixSockets?: string[] | 'all' };
   mode?: SandboxMode;
   /** Accept a weaker enforcement and list every gap in the report instead of refusing. */
   degraded?: boolean;

@@ -6,9 +6,12 @@
 import type { ProxyPolicy, SandboxMode, TmpMode, ResourceLimits } from './policy-types';
 
 export type NetworkRule =
-  | { kind: 'none' }
+  | { kind: 'none'; unixSockets?: UnixSocketRule }
   | { kind: 'full' }
-  | { kind: 'proxy'; proxy: Required<Pick<ProxyPolicy, 'allow'>> & ProxyPolicy };
+  | { kind: 'proxy'; proxy: Required<Pick<ProxyPolicy, 'allow'>> & ProxyPolicy; unixSockets?: UnixSocketRule };
+
+/** Unix sockets the command may connect to by path: a list of socket paths, or 'all'. */
+export type UnixSocketRule = string[] | 'all';
 
 export interface ResolvedRules {
   /** true: the whole filesystem is readable (minus denyRead). */

@@ -4,7 +4,7 @@
  */
 import * as path from 'node:path';
 import { SandboxError } from '../errors';
-import type { NetworkRule } from '../rules';
+import type { NetworkRule, UnixSocketRule } from '../rules';
 import type { SandboxPolicy } from '../policy-types';
 import { GIT_PROTECTIONS, PROTECT_PRESETS, type ResolverEntry, type ResolverInput } from './resolve';
 
@@ -86,9 +86,17 @@ function checkPositiveInt(v: unknown, field: string): number {
 export function compileNetwork(v: unknown, field = 'policy.network'): NetworkRule {
   if (v === undefined || v === 'none') return { kind: 'none' };
   if (v === 'full') return { kind: 'full' };
-  if (typeof v === 'string') fail(field, `must be 'none', 'full' or { proxy: {...} }, got ${describe(v)}`);
-  const o = checkObject(v, field, ['proxy']);
-  if (o.proxy === undefined) fail(`${field}.proxy`, 'is required');
+  if (typeof v === 'string') fail(field, `must be 'none', 'full' or { proxy?: {...}, unixSockets?: [...] }, got ${describe(v)}`);
+  const o = checkObject(v, field, ['proxy', 'unixSockets']);
+  let unixSockets: UnixSocketRule | undefined;
+  if (o.unixSockets !== undefined) {
+    unixSockets = o.unixSockets === 'all' ? 'all' : checkPathList(o.unixSockets, `${field}.unixSockets`);
+  }
+  const withUnix = <T extends NetworkRule>(r: T): T => (unixSockets === undefined ? r : { ...r, unixSockets });
+  if (o.proxy === undefined) {
+    if (unixSockets === undefined) fail(`${field}.proxy`, 'is required (or unixSockets)');
+    return withUnix({ kind: 'none' });
+  }
   const p = checkObject(o.proxy, `${field}.proxy`, ['allow', 'deny', 'allowLocal', 'mode']);
   if (p.allow === undefined) fail(`${field}.proxy.allow`, 'is required');
   const proxy: Extract<NetworkRule, { kind: 'proxy' }>['proxy'] = {
@@ -97,7 +105,7 @@ export function compileNetwork(v: unknown, field = 'policy.network'): NetworkRul
   if (p.deny !== undefined) proxy.deny = checkStringList(p.deny, `${field}.proxy.deny`);
   if (p.allowLocal !== undefined) proxy.allowLocal = checkBool(p.allowLocal, `${field}.proxy.allowLocal`);
   if (p.mode !== undefined) proxy.mode = checkEnum(p.mode, `${field}.proxy.mode`, ['full', 'limited'] as const);
-  return { kind: 'proxy', proxy };
+  return withUnix({ kind: 'proxy', proxy });
 }
 
 /**

@@ -498,6 +498,32 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     cwd: input.cwd,
     seccomp: { net },
   };
+  // network.unixSockets. What this kernel can enforce: creating unix sockets or not (seccomp).
+  // Which socket a connect() reaches cannot be checked: seccomp cannot read the path, a read-only
+  // mount does not stop connect() on a socket inode (NET-10), and Landlock (ABI 7 here) has no
+  // unix-connect right. So 'all' is enforced exactly; a list is refused unless degraded, and then
+  // every pathname socket the command can see is connectable.
+  const unix = rules.network.kind === 'full' ? undefined : rules.network.unixSockets;
+  let unixPartial = false;
+  if (unix !== undefined && (unix === 'all' || unix.length > 0)) {
+    native.seccomp!.unixSockets = true;
+    if (unix !== 'all') {
+      const gap =
+        `network.unixSockets is not enforced as an allow list: any pathname unix socket the command can see is ` +
+        `connectable, not only ${unix.join(', ')} (seccomp cannot read the path, Landlock ABI ${abi} has no unix-connect right)`;
+      if (!rules.degraded) {
+        throw new SandboxError('ENETWORK_NOT_ENFORCEABLE', `${gap}; pass degraded: true to run with this gap listed in the report`, {
+          detail: { unixSockets: unix },
+        });
+      }
+      gaps.push(gap);
+      unixPartial = true;
+    }
+    if (mode === 'landlock' && abi < 6) {
+      gaps.push(`abstract unix sockets of the host are connectable (Landlock ABI ${abi} has no abstract-socket scope)`);
+      unixPartial = true;
+    }
+  }
   if (abi >= 1) {
     native.landlock = { net, rules: landlockRules(input, mode) };
     if (net === 'proxy') native.landlock.connectPorts = [input.proxyPort!];
@@ -619,6 +645,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       memoryCap,
       ...(isolated ? { tmpfs: tmpfsSizes(limits.tmpBytes) } : {}),
       oomScoreAdj: 1000,
+      ...(native.seccomp!.unixSockets ? { unixSockets: unix === 'all' ? 'all' : `any visible (asked: ${(unix as string[]).join(', ')})` } : {}),
     },
     guarantees: {
       filesystemRead: rules.readAll ? 'not-requested' : 'enforced',
@@ -626,7 +653,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       protectedPaths:
         rules.readOnly.length === 0 ? 'not-requested' : !isolated ? 'not-enforced' : protectPartial ? 'partial' : 'enforced',
       denyRead: rules.denyRead.length === 0 ? 'not-requested' : isolated && !denyPartial ? 'enforced' : 'partial',
-      network: net === 'full' ? 'not-requested' : net === 'proxy' && !isolated ? 'partial' : 'enforced',
+      network: net === 'full' ? 'not-requested' : (net === 'proxy' && !isolated) || unixPartial ? 'partial' : 'enforced',
       processIsolation: isolated ? 'enforced' : 'partial',
       // Landlock mode: init is a subreaper, so every orphan of the tree (setsid daemons too) is
       // its child and is killed at exit, on kill(), and when the host process dies. It finds them

@@ -21,9 +21,10 @@
  * Errors: a SandboxError (code EREQUEST_INVALID / EREQUEST_INTERNAL) whose message is the seed's
  * text and whose `detail.rpc` is the JSON-RPC error object; see ./rpc.ts.
  */
+import * as path from 'node:path';
 import { SandboxError } from '../errors';
 import { isProxyEnvKey, ManagedProxy, startManagedNetworkForExec, type Attachment, type ManagedNetworkHooks, type ProxyPolicyConfig } from '../network';
-import type { ResolvedRules } from '../rules';
+import type { ResolvedRules, UnixSocketRule } from '../rules';
 import {
   applyEnvPolicy,
   parseEnvPolicy,
@@ -140,6 +141,11 @@ export interface PrepareRuntime {
   protect?: string[];
   /** `:tmpdir` target (default baseEnv.TMPDIR). */
   tmpdir?: string;
+  /**
+   * Accept what the platform can only partly enforce and list it as a gap instead of refusing:
+   * on Linux, a `managedNetwork.allowUnixSockets` list (any visible socket becomes connectable).
+   */
+  degraded?: boolean;
 }
 
 export interface PreparedExecRequest {
@@ -448,6 +454,19 @@ async function prepareChecked(
   if (selection.sandboxType === 'windowsRestrictedToken' && enforceManagedNetwork && selection.windowsLevel !== 'elevated') {
     throw invalidParams('failed to prepare process sandbox: managed networking requires the elevated Windows sandbox backend');
   }
+  // Unix sockets the managed network context allows (Codex `allowUnixSockets` /
+  // `dangerouslyAllowAllUnixSockets`): carried into the network rule; the planner enforces what
+  // it can and refuses the rest unless degraded.
+  const mn = (net.managedNetwork ?? {}) as ManagedNetworkSandboxContext;
+  let unixSockets: UnixSocketRule | undefined;
+  if (mn.dangerouslyAllowAllUnixSockets === true) {
+    unixSockets = 'all';
+  } else if (mn.allowUnixSockets !== undefined && mn.allowUnixSockets !== null) {
+    if (!Array.isArray(mn.allowUnixSockets) || mn.allowUnixSockets.some((p) => typeof p !== 'string' || p.includes('\0') || !(path.posix.isAbsolute(p) || path.win32.isAbsolute(p)))) {
+      throw invalidParams('managedNetwork.allowUnixSockets must be an array of absolute paths');
+    }
+    if (mn.allowUnixSockets.length > 0) unixSockets = [...mn.allowUnixSockets];
+  }
   let rules: ResolvedRules;
   try {
     rules = resolveEntries(
@@ -457,6 +476,7 @@ async function prepareChecked(
         git: runtime.git ?? 'hooks-and-config',
         protect: runtime.protect ?? [],
         mode: sandbox.useLegacyLandlock === true && !enforceManagedNetwork && !net.managedProxy ? 'landlock' : 'auto',
+        degraded: runtime.degraded ?? false,
         // A managed network reaches only our proxy. A context we cannot route (a caller's own
         // proxy, or enforceManagedNetwork without a proxy) keeps the network closed: fail closed.
         ...(net.managedProxy
@@ -466,6 +486,7 @@ async function prepareChecked(
             : {}),
       }),
     );
+    if (unixSockets !== undefined && rules.network.kind !== 'full') rules = { ...rules, network: { ...rules.network, unixSockets } };
   } catch (err) {
     if (err instanceof SandboxError) {
       throw invalidParams(`failed to prepare process sandbox: ${err.message}`, { cause: err.code });

@@ -318,6 +318,7 @@ Napi::Value Spawn(const Napi::CallbackInfo& info) {
     std::string net = GetString(s, "net");
     cfg.net = net == "full" ? SeccompNet::kFull : net == "proxy" ? SeccompNet::kProxy : SeccompNet::kNone;
     cfg.isolated = plan.mode == LinuxMode::kIsolated;
+    cfg.unix_stream_sockets = GetBool(s, "unixSockets", false);
     int r = BuildSeccompFilter(cfg, &plan.seccomp_filter);
     if (r < 0) {
       for (int fd : parent_owned) close(fd);

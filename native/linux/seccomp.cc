@@ -462,6 +462,19 @@ int BuildSeccompFilter(const SeccompConfig& cfg, std::vector<sock_filter>* out) 
   out->push_back(Stmt(BPF_RET | BPF_K, kEnosys));
 #endif
 
+  // 3a. network.unixSockets: unix stream/seqpacket sockets are allowed before the table's socket
+  //     row. Anything else falls through with nr reloaded into the accumulator.
+  if (cfg.unix_stream_sockets && net != kNetFull) {
+    out->push_back(Jump(BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(__NR_socket), 0, 8));  // -> table
+    out->push_back(Stmt(BPF_LD | BPF_W | BPF_ABS, ArgLowOffset(0)));
+    out->push_back(Jump(BPF_JMP | BPF_JEQ | BPF_K, AF_UNIX, 0, 5));  // -> reload
+    out->push_back(Stmt(BPF_LD | BPF_W | BPF_ABS, ArgLowOffset(1)));
+    out->push_back(Stmt(BPF_ALU | BPF_AND | BPF_K, kSockTypeMask));
+    out->push_back(Jump(BPF_JMP | BPF_JEQ | BPF_K, SOCK_STREAM, 1, 0));     // -> allow
+    out->push_back(Jump(BPF_JMP | BPF_JEQ | BPF_K, SOCK_SEQPACKET, 0, 1));  // -> allow / reload
+    out->push_back(Stmt(BPF_RET | BPF_K, kAllow));
+    out->push_back(Stmt(BPF_LD | BPF_W | BPF_ABS, kNrOffset));
+  }
   // 3. Rules: `if (nr == N) { body }`, where every body ends in RET, so the accumulator still
   //    holds nr whenever the next comparison runs.
   std::vector<sock_filter> body;

@@ -92,6 +92,10 @@ struct SeccompConfig {
   // true: isolated mode (user+mnt+pid+ipc(+net) namespaces back us up).
   // false: Landlock mode (no namespaces) -> stricter filter.
   bool isolated = true;
+  // network.unixSockets: socket(AF_UNIX, SOCK_STREAM|SOCK_SEQPACKET) is allowed whatever `net`
+  // says (checked before the table). The filter cannot see the path a socket connects to, so the
+  // planner reports that every visible pathname socket becomes connectable.
+  bool unix_stream_sockets = false;
 };
 
 // Parent side (may allocate). Replaces *out with the BPF program for cfg.

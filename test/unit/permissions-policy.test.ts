@@ -182,6 +182,14 @@ describe('resolvePolicy paths', () => {
     );
   });
 
+  it('network.unixSockets: a list of absolute paths or all, with or without a proxy', () => {
+    expect(resolvePolicy({ network: { unixSockets: ['/run/a.sock'] } }, '/').network).toEqual({ kind: 'none', unixSockets: ['/run/a.sock'] });
+    expect(resolvePolicy({ network: { unixSockets: 'all' } }, '/').network).toEqual({ kind: 'none', unixSockets: 'all' });
+    expect(resolvePolicy({ network: { proxy: { allow: ['x.com'] }, unixSockets: 'all' } }, '/').network).toMatchObject({ kind: 'proxy', unixSockets: 'all' });
+    expect(() => resolvePolicy({ network: { unixSockets: ['rel.sock'] } }, '/')).toThrow(/policy\.network\.unixSockets\[0\] must be an absolute path/);
+    expect(() => resolvePolicy({ network: {} as never }, '/')).toThrow(/policy\.network\.proxy is required \(or unixSockets\)/);
+  });
+
   it("protectPresets 'startup-files': root names even when missing, existing ones below (bounded, truncation reported)", () => {
     const w = mk('startup');
     fs.writeFileSync(path.join(w, '.bashrc'), '');

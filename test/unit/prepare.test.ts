@@ -96,8 +96,9 @@ describe('golden ExecParams shapes are accepted', () => {
     expect(prepared.env).toEqual({ PATH: '/usr/bin:/bin', HOME: '/home/u', CI: '1' });
     expect(prepared.managedNetwork).toEqual(params.managedNetwork);
     expect(prepared.rules?.writeRoots).toContain(ws);
-    // A prepared managed network is proxy-only: fail closed to no direct network.
-    expect(prepared.rules?.network).toEqual({ kind: 'none' });
+    // A prepared managed network is proxy-only: fail closed to no direct network. Its unix socket
+    // grant is carried along (on Linux the planner refuses a list unless degraded).
+    expect(prepared.rules?.network).toEqual({ kind: 'none', unixSockets: ['/tmp/agent.sock'] });
   });
 
   it('windows mxc golden parses and hits the MXC gate off Windows', async () => {
@@ -343,6 +344,20 @@ describe('managed network preparation', () => {
       message: 'failed to start executor network proxy: bind: address in use',
     });
     expect(await rpcFailure(proxyParams(), fail(new Error('boom')))).toEqual({ code: -32603, message: 'failed to build executor network proxy: boom' });
+  });
+
+  it('managedNetwork unix socket grants reach the rules (the planner enforces or refuses them)', async () => {
+    const params = golden<ExecParams>('exec-params-workspace-write.json');
+    const text = JSON.stringify(params).split('file:///work/project').join(pathToFileUri(ws));
+    const withUnix = (mn: Record<string, unknown>) => ({ ...(JSON.parse(text) as ExecParams), managedNetwork: mn }) as ExecParams;
+    const list = await prepareExecRequest(withUnix({ allowUnixSockets: ['/run/docker.sock'] }), { platform: 'linux' });
+    expect(list.rules?.network).toEqual({ kind: 'none', unixSockets: ['/run/docker.sock'] });
+    const all = await prepareExecRequest(withUnix({ dangerouslyAllowAllUnixSockets: true }), { platform: 'linux' });
+    expect(all.rules?.network).toEqual({ kind: 'none', unixSockets: 'all' });
+    expect(await rpcFailure(withUnix({ allowUnixSockets: ['relative.sock'] }), { platform: 'linux' })).toEqual({
+      code: -32602,
+      message: 'managedNetwork.allowUnixSockets must be an array of absolute paths',
+    });
   });
 
   it('native (non-Windows) requests start the proxy too and keep sandbox none', async () => {
