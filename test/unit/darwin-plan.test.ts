@@ -256,7 +256,10 @@ describe('createDarwinBackend', () => {
     const os = await import('node:os');
     const path = await import('node:path');
     const parent = fs.realpathSync(os.tmpdir());
-    const before = fs.readdirSync(parent).filter((n) => n.startsWith('process-sandbox-tmp-')).sort();
+    // Only macOS-style names (process-sandbox-tmp-XXXXXX): Linux Landlock-mode runs of other test
+    // files, running at the same time, make process-sandbox-tmp-<pid>-XXXXXX ones.
+    const ours = (n: string) => n.startsWith('process-sandbox-tmp-') && !/^process-sandbox-tmp-\d+-/.test(n);
+    const before = fs.readdirSync(parent).filter(ours).sort();
     const backend = createDarwinBackend(
       () => {
         throw new Error('must not be called');
@@ -264,7 +267,7 @@ describe('createDarwinBackend', () => {
       () => ({ sandboxExecAvailable: true, arg0Customized: true }),
     );
     expect(thrown(() => backend.spawn(request({ rules: rules({ tmp: 'private' }) }))).code).toBe('EINVALID_ARGUMENT');
-    const after = fs.readdirSync(parent).filter((n) => n.startsWith('process-sandbox-tmp-')).sort();
+    const after = fs.readdirSync(parent).filter(ours).sort();
     expect(after.filter((n) => !before.includes(n)).map((n) => path.join(parent, n))).toEqual([]);
   });
 
