@@ -563,7 +563,11 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     }
     if (rules.tmp === 'private') gaps.push('/tmp itself stays read-only; the private temp dir is TMPDIR only');
     if (net === 'proxy') {
-      gaps.push(`TCP connects to other hosts on the proxy's port ${input.proxyPort} are not blocked (Landlock rules are per port)`);
+      gaps.push(
+        `TCP connects to other hosts on the proxy's port ${input.proxyPort} are not blocked: any IPv4 address on that port ` +
+          `(other loopback addresses, the LAN, the internet) is reachable directly, outside the proxy's policy and audit ` +
+          `(Landlock rules are per port; IPv6 sockets are refused, so ::1 and IPv6 hosts are not)`,
+      );
       gaps.push(`the proxy listens on the host's 127.0.0.1:${input.proxyPort}, so other local processes can use it too (and are attributed to this sandbox)`);
     }
     gaps.push('host processes stay visible in /proc (command lines, not memory or environment)');

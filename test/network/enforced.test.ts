@@ -71,6 +71,22 @@ async function hostUnix(name: string, address: string): Promise<void> {
   await new Promise<void>((res) => srv.listen(address, () => res()));
 }
 
+const hostHasV6Loopback = (() => {
+  try {
+    return fs.readFileSync('/proc/net/if_inet6', 'utf8').includes('00000000000000000000000000000001');
+  } catch {
+    return false;
+  }
+})();
+
+async function freePort(): Promise<number> {
+  const s = net.createServer();
+  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
+  const port = (s.address() as net.AddressInfo).port;
+  await new Promise((r) => s.close(r));
+  return port;
+}
+
 /** Let in-flight packets land before judging a listener (not a timing assertion). */
 const settle = () => new Promise((r) => setTimeout(r, 200));
 
@@ -349,6 +365,71 @@ describe.runIf(caps.linux)('managed network enforced by the Linux sandbox', () =
       await eventually(() => web.connections === before.web + 1);
       expect(web.connections).toBe(before.web + 1);
     });
+
+    it.skipIf(skip || mode !== 'landlock' || !hostHasV6Loopback)(
+      `Landlock mode: the proxy's port is closed on ::1 (no IPv6 sockets) and stays a listed gap on other IPv4 addresses${mode !== 'landlock' ? ' (Landlock mode only)' : hostHasV6Loopback ? '' : ' (SKIPPED: the host has no ::1)'}`,
+      async () => {
+        // The command learns the proxy's port P from its env and waits for the go-file; then the
+        // host listens on [::1]:P and 127.0.0.2:P, and the command tries both.
+        const go = path.join(scene.root, `go-${mode}`);
+        const script = `
+const net = require('net'); const fs = require('fs');
+const port = Number(new URL(process.env.HTTP_PROXY).port);
+console.log('port ' + port);
+const tryConnect = (host) => new Promise((r) => {
+  const s = net.connect({ host, port }); s.once('connect', () => { s.end('hello'); r('ok'); }); s.once('error', (e) => r(e.code));
+});
+const wait = () => fs.existsSync(process.argv[1]) ? Promise.resolve() : new Promise((r) => setTimeout(r, 20)).then(wait);
+wait().then(async () => console.log(JSON.stringify([await tryConnect('::1'), await tryConnect('127.0.0.2')])));`;
+        const hits: string[] = [];
+        const servers: net.Server[] = [];
+        const listen = (host: string, port: number) =>
+          new Promise<void>((res, rej) => {
+            const srv = net.createServer((c) => {
+              hits.push(host);
+              c.on('error', () => {});
+              c.resume();
+            });
+            servers.push(srv);
+            srv.once('error', rej);
+            srv.listen(port, host, () => res());
+          });
+        const runOnce = async (sandboxed: boolean) => {
+          hits.length = 0;
+          fs.rmSync(go, { force: true });
+          const child = spawn(NODE, ['-e', script, go], {
+            cwd: '/',
+            env: sandboxed ? BASE_ENV : { ...BASE_ENV, HTTP_PROXY: `http://127.0.0.1:${await freePort()}` },
+            stdio: 'pipe',
+            policy: sandboxed ? modePolicy(mode, { network: { proxy: POLICY } }) : null,
+            ...(sandboxed ? { proxy: { lookup } } : {}),
+          });
+          let out = '';
+          child.stdout!.on('data', (c: Buffer) => (out += c));
+          expect(await eventually(() => /^port \d+$/m.test(out)), out).toBe(true);
+          const port = Number(/^port (\d+)$/m.exec(out)![1]);
+          await listen('::1', port);
+          await listen('127.0.0.2', port);
+          fs.writeFileSync(go, '');
+          const exit = await child.exited;
+          expect(exit.code, out).toBe(0);
+          for (const srv of servers.splice(0)) srv.close();
+          return { results: JSON.parse(out.trim().split('\n').at(-1)!) as string[], hits: [...hits], report: child.enforcement };
+        };
+        const sandboxed = await runOnce(true);
+        await settle();
+        // ::1 refused inside; 127.0.0.2 on the proxy's port gets through: the gap the report lists.
+        expect(NET_DENIED).toContain(sandboxed.results[0]);
+        expect(sandboxed.results[1]).toBe('ok');
+        expect(sandboxed.hits).toEqual(['127.0.0.2']);
+        expect(sandboxed.report!.gaps.some((g) => /any IPv4 address on that port/.test(g) && /IPv6 sockets are refused/.test(g))).toBe(true);
+        // Control: unsandboxed, both connect.
+        const plain = await runOnce(false);
+        await settle();
+        expect(plain.results).toEqual(['ok', 'ok']);
+        expect(plain.hits.sort()).toEqual(['127.0.0.2', '::1']);
+      },
+    );
 
     it.skipIf(skip)('UDP to a host listener and host unix sockets (pathname, abstract) are unreachable', async () => {
       const ops = [
