@@ -3,6 +3,8 @@
  * The key set mirrors what Codex's network proxy injects, so tools that read any of the common
  * proxy variables (curl, git, npm, yarn, pip, bundler, docker, python, node) find our port.
  */
+import * as fs from 'fs';
+import * as path from 'path';
 
 /** Keys set to the HTTP proxy URL. Both spellings where tools read both. */
 export const HTTP_PROXY_URL_KEYS = [
@@ -68,6 +70,20 @@ export interface ProxyEnvOptions {
   host?: string;
   /** The listener serves SOCKS5 too (default true). When false, ALL_PROXY gets the HTTP URL. */
   socks?: boolean;
+  /**
+   * Add `--require <fetch-preload.js>` to NODE_OPTIONS, so Node programs whose built-in fetch
+   * ignores proxy variables (Node 18, 20, 22 < 22.21) use the proxy too. See fetch-preload.ts.
+   * The preload file must be readable inside the sandbox (it is under the default `read: 'all'`).
+   */
+  nodeFetchPreload?: boolean;
+}
+
+/** Absolute path of the built fetch preload (dist/network/fetch-preload.js). */
+export function nodeFetchPreloadPath(): string {
+  const sibling = path.join(__dirname, 'fetch-preload.js');
+  if (fs.existsSync(sibling)) return sibling;
+  // Running from the TypeScript sources (tests): the build output next to them.
+  return path.join(__dirname, '..', '..', 'dist', 'network', 'fetch-preload.js');
 }
 
 /**
@@ -95,5 +111,12 @@ export function buildProxyEnv(
   for (const key of NO_PROXY_KEYS) env[key] = noProxy;
   env.ELECTRON_GET_USE_PROXY = 'true';
   env.NODE_USE_ENV_PROXY = '1';
+  if (options.nodeFetchPreload) {
+    const preload = nodeFetchPreloadPath();
+    // NODE_OPTIONS takes double quotes around a value with spaces, and nothing can escape a quote.
+    if (/["\\]/.test(preload)) throw new Error(`cannot quote ${preload} for NODE_OPTIONS`);
+    const flag = `--require ${/\s/.test(preload) ? `"${preload}"` : preload}`;
+    env.NODE_OPTIONS = env.NODE_OPTIONS ? `${env.NODE_OPTIONS} ${flag}` : flag;
+  }
   return env;
 }

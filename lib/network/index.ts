@@ -27,6 +27,7 @@ export {
 export {
   buildProxyEnv,
   isProxyEnvKey,
+  nodeFetchPreloadPath,
   HTTP_PROXY_URL_KEYS,
   SOCKS_PROXY_URL_KEYS,
   NO_PROXY_KEYS,
