@@ -102,6 +102,22 @@ export interface ManagedProxyOptions {
    * (splice in the addon) where available, else JS stream piping; `js`: always JS piping.
    */
   relay?: 'auto' | 'js';
+  /**
+   * Send all egress through this HTTP proxy (`http://[user:password@]host:port`), for networks
+   * where only a corporate proxy reaches the outside. Tunnels (CONNECT, SOCKS5, WebSocket) become
+   * `CONNECT <target>:<port>` to it; plain HTTP goes to it in absolute form. Every request is
+   * still decided here first (names resolved and their addresses checked, so local DNS must
+   * work). Credentials go out as `Proxy-Authorization: Basic`.
+   */
+  upstreamProxy?: string;
+  /**
+   * What the upstream proxy is asked for. `name` (default): the checked host name, as corporate
+   * proxies that filter by name and name-based virtual hosts over plain HTTP need; the upstream
+   * then resolves it itself, so our local-address checks cover our resolution only. `address`:
+   * the address we checked (the upstream dials exactly that; plain-HTTP origins see that address
+   * as Host after an RFC 9112 proxy rewrote it).
+   */
+  upstreamTarget?: 'name' | 'address';
 }
 
 /**
@@ -134,6 +150,43 @@ export type BlockHeader =
   | 'blocked-by-policy'
   | 'blocked-by-connection-limit';
 
+/** Emitted on a socket from dial() once bytes can flow to the target (TCP connect, or the upstream proxy's 200). */
+const READY = 'psb:ready';
+
+interface UpstreamProxy {
+  host: string;
+  port: number;
+  /** `Basic …` or null. */
+  authorization: string | null;
+}
+
+function parseUpstreamProxy(raw: string): UpstreamProxy {
+  let u: URL;
+  try {
+    u = new URL(raw);
+  } catch {
+    throw new TypeError(`Expected upstreamProxy to be an http:// URL, got ${JSON.stringify(raw)}`);
+  }
+  if (u.protocol !== 'http:' || !u.hostname || (u.pathname !== '/' && u.pathname !== '') || u.search || u.hash) {
+    throw new TypeError(`Expected upstreamProxy to be http://[user:password@]host:port, got ${JSON.stringify(raw)}`);
+  }
+  const user = decodeURIComponent(u.username);
+  const password = decodeURIComponent(u.password);
+  return {
+    host: u.hostname.replace(/^\[|\]$/g, ''),
+    port: u.port ? Number(u.port) : 80,
+    authorization: user || password ? `Basic ${Buffer.from(`${user}:${password}`).toString('base64')}` : null,
+  };
+}
+
+/** `host:port` for a request line (IPv6 bracketed). */
+function authorityOf(address: string, port: number): string {
+  return net.isIPv6(address) ? `[${address}]:${port}` : `${address}:${port}`;
+}
+
+/** Sockets dialled through an upstream proxy: plain streams (no onread), piped both ways in JS. */
+const chainedSockets = new WeakSet<net.Socket>();
+
 // SOCKS5 reply codes (RFC 1928 §6).
 const SOCKS_OK = 0x00;
 const SOCKS_GENERAL_FAILURE = 0x01;
@@ -163,7 +216,8 @@ const HOP_BY_HOP = new Set([
   'upgrade',
 ]);
 
-type Allowed = { allowed: true; address: string; family: 4 | 6 };
+/** `host`: the checked name (normalised), or the literal. */
+type Allowed = { allowed: true; address: string; family: 4 | 6; host: string };
 type Refused = {
   allowed: false;
   /** 403 + header for policy refusals; 502 for resolution failures. */
@@ -205,6 +259,9 @@ interface RelayEntry {
 
 /** fds a kernel-relayed tunnel holds: two socket duplicates and a pipe (two fds) per direction. */
 const RELAY_FDS = 6;
+
+/** How many refusals recentBlocked() keeps. */
+const RECENT_BLOCKED = 256;
 
 /** Idle pooled upstream connections kept per sandbox (over all origins), and for how long. */
 const MAX_IDLE_UPSTREAM = 16;
@@ -319,6 +376,8 @@ function splice(client: net.Socket, upstream: net.Socket, idleMs: number): void 
   client.setTimeout(idleMs, idle);
   upstream.setTimeout(idleMs, idle);
   client.pipe(upstream);
+  // dial()'s onread callback carries a direct upstream's bytes; a chained one is a plain stream.
+  if (chainedSockets.has(upstream)) upstream.pipe(client, { end: false });
   upstream.on('end', () => {
     if (!client.destroyed) client.end();
   });
@@ -389,8 +448,13 @@ class ByteReader {
 }
 
 export class ManagedProxy {
-  private readonly matcher: DomainMatcher;
-  private readonly policy: Readonly<Required<ProxyPolicyConfig>>;
+  /**
+   * The policy and its compiled matcher, replaced together by update(). A decision reads both
+   * once, at its start, so it never mixes an old list with a new one.
+   */
+  private rules: { matcher: DomainMatcher; policy: Readonly<Required<ProxyPolicyConfig>> };
+  /** The last refusals (newest last), for `recentBlocked()`. */
+  private readonly blocked: AuditEvent[] = [];
   private readonly listeners = new Set<Listener>();
   private readonly pending = new Set<PendingDecision>();
   private readonly lookup: LookupFn;
@@ -401,20 +465,16 @@ export class ManagedProxy {
   /** Client socket -> "its first head / handshake is complete" (clears the absolute deadline). */
   private readonly handshakes = new WeakMap<net.Socket, () => void>();
   private closePromise: Promise<void> | null = null;
+  private readonly upstreamProxy: UpstreamProxy | null;
 
   private constructor(private readonly options: ManagedProxyOptions, matcher: DomainMatcher) {
-    this.matcher = matcher;
-    this.policy = {
-      allow: [...options.policy.allow],
-      deny: [...(options.policy.deny ?? [])],
-      allowLocal: options.policy.allowLocal === true,
-      mode: options.policy.mode ?? 'full',
-    };
+    this.rules = { matcher, policy: ManagedProxy.fullPolicy(options.policy) };
     this.lookup = options.lookup ?? defaultLookup;
     this.deciderTimeoutMs = options.deciderTimeoutMs ?? 30_000;
     this.handshakeTimeoutMs = options.handshakeTimeoutMs ?? 30_000;
     this.connectTimeoutMs = options.connectTimeoutMs ?? 30_000;
     this.limits = { ...DEFAULT_LIMITS, ...(options.limits ?? {}) };
+    this.upstreamProxy = options.upstreamProxy !== undefined ? parseUpstreamProxy(options.upstreamProxy) : null;
   }
 
   /** Validates the policy and returns a proxy with no listeners yet (attach() creates them). */
@@ -443,6 +503,13 @@ export class ManagedProxy {
         if (!(k in DEFAULT_LIMITS)) throw new TypeError(`Unknown field limits.${k}`);
       }
     }
+    if (options.upstreamProxy !== undefined) {
+      if (typeof options.upstreamProxy !== 'string') throw new TypeError('Expected upstreamProxy to be a string');
+      parseUpstreamProxy(options.upstreamProxy);
+    }
+    if (options.upstreamTarget !== undefined && options.upstreamTarget !== 'name' && options.upstreamTarget !== 'address') {
+      throw new TypeError(`Expected upstreamTarget to be "name" or "address", got ${JSON.stringify(options.upstreamTarget)}`);
+    }
     if (options.relay !== undefined && options.relay !== 'auto' && options.relay !== 'js') {
       throw new TypeError(`Expected relay to be "auto" or "js", got ${JSON.stringify(options.relay)}`);
     }
@@ -450,6 +517,48 @@ export class ManagedProxy {
       throw new TypeError('Expected decider to be a function');
     }
     return new ManagedProxy(options, matcher);
+  }
+
+  private static fullPolicy(p: ProxyPolicyConfig): Readonly<Required<ProxyPolicyConfig>> {
+    return Object.freeze({
+      allow: [...p.allow],
+      deny: [...(p.deny ?? [])],
+      allowLocal: p.allowLocal === true,
+      mode: p.mode ?? 'full',
+    });
+  }
+
+  /** The policy in force now (a copy). */
+  get policy(): Required<ProxyPolicyConfig> {
+    const p = this.rules.policy;
+    return { allow: [...p.allow], deny: [...p.deny], allowLocal: p.allowLocal, mode: p.mode };
+  }
+
+  /**
+   * Replaces the policy of a live proxy, for every attached sandbox at once. Fields left out keep
+   * their current value (`update({ allow: [...] })` changes the allow list only). The new policy is
+   * validated first: a bad one throws TypeError and the old one stays in force. It applies to
+   * every decision that starts afterwards (requests on kept-alive client connections included);
+   * tunnels already established are not re-checked and keep running.
+   */
+  update(changes: Partial<ProxyPolicyConfig>): void {
+    if (changes === null || typeof changes !== 'object') throw new TypeError('Expected update() to get a policy object');
+    for (const k of Object.keys(changes)) {
+      if (!['allow', 'deny', 'allowLocal', 'mode'].includes(k)) throw new TypeError(`Unknown policy field ${k}`);
+    }
+    const next: ProxyPolicyConfig = { ...this.rules.policy, ...changes };
+    const matcher = ManagedProxy.compilePolicy(next);
+    this.rules = { matcher, policy: ManagedProxy.fullPolicy(next) };
+  }
+
+  /**
+   * The most recent refused requests and connections (newest last, at most 256), as the audit
+   * events that reported them: policy refusals and cap/budget refusals alike.
+   */
+  recentBlocked(limit = RECENT_BLOCKED): AuditEvent[] {
+    if (!Number.isInteger(limit) || limit < 0) throw new TypeError(`Expected limit to be a non-negative integer, got ${String(limit)}`);
+    const n = Math.min(limit, this.blocked.length);
+    return this.blocked.slice(this.blocked.length - n).map((e) => ({ ...e }));
   }
 
   /** Validates a policy; throws TypeError with a precise message. */
@@ -714,6 +823,10 @@ export class ManagedProxy {
   // ---- policy --------------------------------------------------------------------------------
 
   private emit(event: AuditEvent): void {
+    if (event.decision === 'deny') {
+      this.blocked.push(event);
+      if (this.blocked.length > RECENT_BLOCKED) this.blocked.splice(0, this.blocked.length - RECENT_BLOCKED);
+    }
     if (!this.options.onAudit) return;
     try {
       this.options.onAudit(event);
@@ -768,6 +881,7 @@ export class ManagedProxy {
     port: number,
     method: string | null,
   ): Promise<Outcome> {
+    const { matcher, policy } = this.rules;
     const host = normalizeHost(rawHost);
     const literal = isIpLiteral(host);
     const base = {
@@ -800,17 +914,17 @@ export class ManagedProxy {
     if (!literal && (badHostShape(host) || looksNumericHost(host) || !/^[a-z0-9_.-]+$/.test(host))) {
       return refuse('policy', 'invalid_target', 'blocked-by-policy');
     }
-    if (this.policy.mode === 'limited') {
+    if (policy.mode === 'limited') {
       const ok = protocol === 'http' && method !== null && LIMITED_METHODS.has(method);
       if (!ok) return refuse('mode', 'method_not_allowed', 'blocked-by-method-policy');
     }
-    const verdict = this.matcher.evaluate(host);
+    const verdict = matcher.evaluate(host);
     if (verdict.verdict === 'denied') return refuse('denylist', 'denied', 'blocked-by-denylist');
 
-    const explicitIp = literal && this.matcher.isExplicitlyAllowedIp(host);
+    const explicitIp = literal && matcher.isExplicitlyAllowedIp(host);
     if (literal && !explicitIp) {
       const cls = classifyAddress(host);
-      if (isLocalClass(cls) && (!this.policy.allowLocal || cls === 'metadata')) {
+      if (isLocalClass(cls) && (!policy.allowLocal || cls === 'metadata')) {
         return refuse('policy', 'not_allowed_local', 'blocked-by-policy');
       }
     }
@@ -853,7 +967,7 @@ export class ManagedProxy {
       // choice of address can never land on a local service.
       for (const a of addresses) {
         const cls = classifyAddress(a.address);
-        if (isLocalClass(cls) && (!this.policy.allowLocal || cls === 'metadata')) {
+        if (isLocalClass(cls) && (!policy.allowLocal || cls === 'metadata')) {
           return refuse('policy', 'not_allowed_local', 'blocked-by-policy');
         }
       }
@@ -869,7 +983,7 @@ export class ManagedProxy {
     }
     record('allow', source, reason, override);
     const chosen = addresses[0];
-    return { allowed: true, address: chosen.address, family: net.isIPv6(chosen.address) ? 6 : 4 };
+    return { allowed: true, address: chosen.address, family: net.isIPv6(chosen.address) ? 6 : 4, host };
   }
 
   /**
@@ -879,6 +993,7 @@ export class ManagedProxy {
    * reply (200 / SOCKS OK) always precedes upstream data.
    */
   private dial(listener: Listener, target: Allowed, port: number, client: net.Socket, paused = false): net.Socket {
+    if (this.upstreamProxy) return this.dialUpstream(listener, target, port, paused);
     let size = MIN_READ;
     const upstream: net.Socket = net.connect({
       host: target.address,
@@ -907,8 +1022,64 @@ export class ManagedProxy {
       err.code = 'ETIMEDOUT';
       upstream.destroy(err);
     });
-    upstream.once('connect', () => upstream.setTimeout(0));
+    upstream.once('connect', () => {
+      upstream.setTimeout(0);
+      upstream.emit(READY);
+    });
     return upstream;
+  }
+
+  /**
+   * A tunnel to the checked address through the upstream proxy: `CONNECT address:port`, READY
+   * after its 2xx. Bytes the upstream sent behind its reply (a server-first protocol's banner)
+   * stay buffered in the socket, and the socket is left paused when `paused`.
+   */
+  private dialUpstream(listener: Listener, target: Allowed, port: number, paused: boolean): net.Socket {
+    const up = this.upstreamProxy!;
+    const authority = authorityOf(this.options.upstreamTarget === 'address' ? target.address : target.host, port);
+    const socket = net.connect({ host: up.host, port: up.port, allowHalfOpen: true });
+    chainedSockets.add(socket);
+    this.track(listener, socket);
+    // The connect timeout covers the upstream's answer as well.
+    socket.setTimeout(this.connectTimeoutMs, () => {
+      socket.destroy(Object.assign(new Error('upstream proxy timed out'), { code: 'ETIMEDOUT' }));
+    });
+    let head: Buffer = Buffer.alloc(0);
+    let ready = false;
+    // An upstream that hangs up before answering is an error (callers wait for READY or 'error').
+    socket.once('end', () => {
+      if (!ready) socket.destroy(Object.assign(new Error('upstream proxy closed the connection'), { code: 'ECONNRESET' }));
+    });
+    const onData = (chunk: Buffer) => {
+      head = head.length === 0 ? chunk : Buffer.concat([head, chunk]);
+      const end = head.indexOf('\r\n\r\n');
+      if (end < 0) {
+        if (head.length > 16 * 1024) socket.destroy(Object.assign(new Error('upstream proxy reply too large'), { code: 'EPROTO' }));
+        return;
+      }
+      socket.off('data', onData);
+      socket.pause();
+      const status = /^HTTP\/1\.[01] (\d{3})/.exec(head.subarray(0, Math.min(end, 64)).toString('latin1'));
+      if (!status || status[1]![0] !== '2') {
+        const err: NodeJS.ErrnoException = new Error(`upstream proxy refused CONNECT ${authority}: ${status ? status[1] : 'bad reply'}`);
+        err.code = status?.[1] === '407' ? 'EPROXYAUTH' : 'ECONNREFUSED';
+        return void socket.destroy(err);
+      }
+      if (head.length > end + 4) socket.unshift(head.subarray(end + 4));
+      socket.setTimeout(0);
+      ready = true;
+      if (!paused) socket.resume();
+      socket.emit(READY);
+    };
+    socket.on('data', onData);
+    socket.once('connect', () => {
+      socket.write(
+        `CONNECT ${authority} HTTP/1.1\r\nHost: ${authority}\r\n` +
+          (up.authorization ? `Proxy-Authorization: ${up.authorization}\r\n` : '') +
+          '\r\n',
+      );
+    });
+    return socket;
   }
 
   // ---- HTTP ----------------------------------------------------------------------------------
@@ -985,13 +1156,18 @@ export class ManagedProxy {
     let current: http.ClientRequest | null = null;
     let retried = false;
     const send = (): void => {
+      const up = this.upstreamProxy;
+      // Through an upstream proxy: absolute form, naming the target as upstreamTarget says.
       const upstreamReq = http.request({
-        host: outcome.address,
-        family: outcome.family,
-        port,
+        ...(up
+          ? {
+              host: up.host,
+              port: up.port,
+              path: `http://${authorityOf(this.options.upstreamTarget === 'address' ? outcome.address : outcome.host, port)}${url.pathname}${url.search}`,
+              headers: up.authorization ? { ...headers, 'Proxy-Authorization': up.authorization } : headers,
+            }
+          : { host: outcome.address, family: outcome.family, port, path: url.pathname + url.search, headers }),
         method,
-        path: url.pathname + url.search,
-        headers,
         agent: listener.agent,
         setHost: false,
         timeout: this.connectTimeoutMs,
@@ -1073,7 +1249,7 @@ export class ManagedProxy {
     upstream.on('error', (err: NodeJS.ErrnoException) => {
       if (!tunnelUp && socket.writable) reply('502 Bad Gateway', `upstream connect failed: ${err.code ?? err.message}\n`);
     });
-    upstream.once('connect', () => {
+    upstream.once(READY, () => {
       tunnelUp = true;
       socket.pause();
       socket.write('HTTP/1.1 200 Connection Established\r\n\r\n', () => this.tunnel(listener, socket, upstream, head));
@@ -1098,6 +1274,7 @@ export class ManagedProxy {
     }
     const idle = this.limits.tunnelIdleTimeoutMs;
     let prefix = toUpstream && toUpstream.length > 0 ? toUpstream : null;
+    let toClient: Buffer | null = null;
     const relay = this.useNativeRelay() ? nativeRelay() : null;
     const fa = socketFd(client);
     const fb = socketFd(upstream);
@@ -1107,6 +1284,7 @@ export class ManagedProxy {
       upstream.pause();
       const fromClient = drainBuffered(client);
       if (fromClient) prefix = prefix ? Buffer.concat([prefix, fromClient]) : fromClient;
+      toClient = chainedSockets.has(upstream) ? drainBuffered(upstream) : null;
       // The tunnel keeps counting against the sandbox's connection cap and the fd budget until
       // the relay reports it done (exactly once; the JS sockets' own accounting ends when they
       // are destroyed below).
@@ -1122,9 +1300,9 @@ export class ManagedProxy {
       listener.clients++;
       socketBudget.open += RELAY_FDS;
       try {
-        // Upstream sockets come from dial(), whose onread callback never buffers in the stream,
-        // and it was paused before connecting: nothing of theirs is in JS.
-        entry.handle = relay.relay(fa, fb, prefix, null, idle, release);
+        // Direct upstream sockets use onread (never buffered in the stream) and were paused
+        // before connecting; a chained one may hold bytes the upstream sent behind its 200.
+        entry.handle = relay.relay(fa, fb, prefix, toClient, idle, release);
       } catch {
         release(); // fall back to piping below
       }
@@ -1135,6 +1313,7 @@ export class ManagedProxy {
       }
     }
     if (prefix) upstream.write(prefix);
+    if (toClient) client.write(toClient);
     splice(client, upstream, idle);
     client.resume();
     upstream.resume();
@@ -1164,7 +1343,7 @@ export class ManagedProxy {
     const port = url.port ? Number(url.port) : 80;
     const method = (req.method ?? 'GET').toUpperCase();
     const outcome =
-      this.policy.mode === 'limited'
+      this.rules.policy.mode === 'limited'
         ? await this.decide(listener, clientOf(socket), 'httpsConnect', url.hostname, port, 'UPGRADE')
         : await this.decide(listener, clientOf(socket), 'http', url.hostname, port, method);
     if (!outcome.allowed) {
@@ -1190,7 +1369,7 @@ export class ManagedProxy {
     upstream.on('error', (err: NodeJS.ErrnoException) => {
       if (!up && socket.writable) reply('502 Bad Gateway', `upstream connect failed: ${err.code ?? err.message}\n`);
     });
-    upstream.once('connect', () => {
+    upstream.once(READY, () => {
       up = true;
       socket.pause();
       const replay = Buffer.from(`${lines.join('\r\n')}\r\n\r\n`, 'latin1');
@@ -1274,7 +1453,7 @@ export class ManagedProxy {
     upstream.on('error', (err: NodeJS.ErrnoException) => {
       if (!up) fail(socksCodeForError(err));
     });
-    upstream.once('connect', () => {
+    upstream.once(READY, () => {
       up = true;
       const bound = upstream.address();
       reader.release();

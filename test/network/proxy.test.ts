@@ -542,6 +542,59 @@ describe('bulk and concurrency', () => {
   });
 });
 
+describe('live policy update and recent refusals', () => {
+  it('update() changes what every attached sandbox may reach, for new requests; a bad update changes nothing', async () => {
+    const events: AuditEvent[] = [];
+    const proxy = await ManagedProxy.start({ lookup, onAudit: (e) => events.push(e), policy: { allow: ['allowed.test'], allowLocal: true } });
+    proxies.push(proxy);
+    const a = await proxy.attach('a');
+    const b = await proxy.attach('b');
+    const before = web.requests.length;
+    expect((await httpViaProxy(a.port, webUrl('later.test'))).status).toBe(403);
+    expect((await httpViaProxy(b.port, webUrl('allowed.test'))).status).toBe(200);
+    // A tunnel opened before the update keeps running afterwards (not re-checked).
+    const early = await connectViaProxy(a.port, `allowed.test:${tcp.port}`);
+    expect(early.ok).toBe(true);
+    proxy.update({ allow: ['allowed.test', 'later.test'], deny: ['allowed.test'] });
+    expect(proxy.policy).toEqual({ allow: ['allowed.test', 'later.test'], deny: ['allowed.test'], allowLocal: true, mode: 'full' });
+    expect((await httpViaProxy(a.port, webUrl('later.test'))).status).toBe(200);
+    const nowDenied = await httpViaProxy(b.port, webUrl('allowed.test'));
+    expect([nowDenied.status, nowDenied.headers['x-proxy-error']]).toEqual([403, 'blocked-by-denylist']);
+    if (early.ok) expect((await exchange(early.socket, 'ECHO\nstill up', { end: true })).toString()).toBe('still up');
+    // Invalid updates throw and leave the policy in force.
+    expect(() => proxy.update({ allow: ['*.com'] })).toThrow(TypeError);
+    expect(() => proxy.update({ mode: 'open' as 'full' })).toThrow(/mode/);
+    expect(() => proxy.update({ bogus: 1 } as never)).toThrow(/Unknown policy field bogus/);
+    expect((await httpViaProxy(a.port, webUrl('later.test'))).status).toBe(200);
+    // allowLocal can be withdrawn: the same allowed name now resolves to a refused local address.
+    proxy.update({ allowLocal: false });
+    expect((await httpViaProxy(a.port, webUrl('later.test'))).status).toBe(403);
+    expect(web.requests.length).toBe(before + 3);
+  });
+
+  it('recentBlocked() lists the latest refusals as their audit events, newest last, capped', async () => {
+    const { proxy, port } = await startProxy({ policy: { allow: ['allowed.test'], deny: ['denied.test'], allowLocal: true } });
+    expect(proxy.recentBlocked()).toEqual([]);
+    await httpViaProxy(port, webUrl('allowed.test'));
+    await httpViaProxy(port, webUrl('denied.test'));
+    await connectViaProxy(port, 'unlisted.test:443');
+    const got = proxy.recentBlocked();
+    expect(got.map((e) => [e.processId, e.protocol, e.host, e.reason])).toEqual([
+      ['proc-1', 'http', 'denied.test', 'denied'],
+      ['proc-1', 'httpsConnect', 'unlisted.test', 'not_allowed'],
+    ]);
+    expect(proxy.recentBlocked(1).map((e) => e.host)).toEqual(['unlisted.test']);
+    expect(proxy.recentBlocked(0)).toEqual([]);
+    got[0]!.host = 'mutated';
+    expect(proxy.recentBlocked()[0]!.host).toBe('denied.test');
+    for (let i = 0; i < 300; i++) await socks5(port, `n${i}.nowhere.test`, 80).then((r) => r.socket.destroy());
+    const capped = proxy.recentBlocked();
+    expect(capped).toHaveLength(256);
+    expect(capped.at(-1)!.host).toBe('n299.nowhere.test');
+    expect(() => proxy.recentBlocked(-1)).toThrow(TypeError);
+  });
+});
+
 describe('keep-alive upstream pool (plain HTTP)', () => {
   it('sequential requests reuse one upstream connection', async () => {
     const { port } = await startProxy({ policy: { allow: ['allowed.test'], allowLocal: true } });
