@@ -221,6 +221,7 @@ export async function main(argv: string[]): Promise<number> {
   const [sub, ...rest] = argv;
   if (sub === 'run') return cmdRun(rest);
   if (sub === 'probe') return cmdProbe(rest);
+  if (sub === 'exec-server') return (require('./exec-server/cli') as typeof import('./exec-server/cli')).execServerMain(rest);
   if (sub === '--help' || sub === '-h' || sub === 'help') {
     process.stdout.write(USAGE);
     return 0;

@@ -30,6 +30,7 @@ export type { ResolvedRules, NetworkRule } from './rules';
 export type { EnforcementReport, ProbeReport, StdioSpec, Guarantee, SpawnNetworkOptions } from './backend';
 export { ManagedProxy, type AuditEvent, type Decider, type ManagedProxyOptions } from './network';
 export { prepareExecRequest, type ExecParams, type PrepareRuntime, type PreparedExecRequest } from './prepare';
+export { createExecServer, type CreateExecServerOptions, type ExecServer, type ExecServerTransport } from './exec-server';
 
 export interface SpawnOptions {
   cwd?: string;

@@ -402,7 +402,18 @@ function openPty(native: NativeBinding, size: { cols: number; rows: number }): O
 function ptyStream(master: number): tty.ReadStream {
   const stream = new tty.ReadStream(master);
   const destroy = stream.destroy.bind(stream);
-  stream.destroy = (err?: Error) => destroy((err as NodeJS.ErrnoException | undefined)?.code === 'EIO' ? undefined : err);
+  let ended = false;
+  stream.destroy = (err?: Error) => {
+    if ((err as NodeJS.ErrnoException | undefined)?.code !== 'EIO') return destroy(err);
+    // End, do not destroy: destroy() would drop output that was read but not yet emitted. The
+    // stream closes itself once it has ended (allowHalfOpen is off).
+    (stream as unknown as { _handle?: { readStop?: () => void } })._handle?.readStop?.();
+    if (!ended) {
+      ended = true;
+      stream.push(null);
+    }
+    return stream;
+  };
   stream.on('error', () => {});
   return stream;
 }

@@ -1,0 +1,168 @@
+/**
+ * A small exec-server client for the tests: drives a server process over stdio (ours through
+ * dist/cli.js, or the reference `codex exec-server --listen stdio` from @openai/codex@0.171.0),
+ * one JSON message per line, and keeps every notification.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+
+export const REPO = path.resolve(__dirname, '..', '..');
+export const OUR_CLI = path.join(REPO, 'dist', 'cli.js');
+export const REFERENCE_BIN = path.join(REPO, 'node_modules', '@openai', 'codex-linux-x64', 'vendor', 'x86_64-unknown-linux-musl', 'bin', 'codex');
+
+/** Why the reference cannot run here, or undefined when it can. */
+export const referenceSkip: string | undefined =
+  process.platform !== 'linux' || process.arch !== 'x64'
+    ? `the reference binary is installed for linux-x64 only (here ${process.platform}-${process.arch})`
+    : fs.existsSync(REFERENCE_BIN)
+      ? undefined
+      : `reference binary missing at ${REFERENCE_BIN} (devDependency @openai/codex@0.171.0 not installed)`;
+
+export type Server = 'ours' | 'reference';
+
+export interface Message {
+  id?: string | number;
+  method?: string;
+  params?: Record<string, unknown>;
+  result?: Record<string, unknown>;
+  error?: { code: number; message: string; data?: unknown };
+}
+
+export class Client {
+  readonly proc: ChildProcess;
+  readonly notifications: Message[] = [];
+  readonly responses = new Map<string | number, Message>();
+  private readonly waiters: Array<() => void> = [];
+  private nextId = 1;
+  private buf = '';
+  stderr = '';
+
+  constructor(
+    readonly server: Server,
+    env: Record<string, string> = {},
+  ) {
+    const home = fs.mkdtempSync('/var/tmp/psb-exec-home-');
+    const [cmd, args] =
+      server === 'ours' ? [process.execPath, [OUR_CLI, 'exec-server', '--listen', 'stdio']] : [REFERENCE_BIN, ['exec-server', '--listen', 'stdio']];
+    this.proc = spawn(cmd, args, {
+      stdio: ['pipe', 'pipe', 'pipe'],
+      cwd: '/',
+      env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? home, CODEX_HOME: home, LANG: 'C.UTF-8', SHELL: '/bin/sh', ...env },
+    });
+    this.proc.stdout!.setEncoding('utf8');
+    this.proc.stdout!.on('data', (d: string) => {
+      this.buf += d;
+      let i: number;
+      while ((i = this.buf.indexOf('\n')) >= 0) {
+        const line = this.buf.slice(0, i);
+        this.buf = this.buf.slice(i + 1);
+        if (!line.trim()) continue;
+        const m = JSON.parse(line) as Message;
+        if (m.method !== undefined) this.notifications.push(m);
+        else if (m.id !== undefined) this.responses.set(m.id, m);
+        for (const w of this.waiters.splice(0)) w();
+      }
+    });
+    this.proc.stderr!.on('data', (d: Buffer) => (this.stderr += d.toString()));
+  }
+
+  raw(line: string): void {
+    this.proc.stdin!.write(line);
+  }
+
+  send(m: object): void {
+    this.raw(JSON.stringify(m) + '\n');
+  }
+
+  notify(method: string, params?: object): void {
+    this.send(params === undefined ? { method } : { method, params });
+  }
+
+  /** Sends a request and waits for its response (result or error). */
+  async request(method: string, params?: unknown, id: string | number = this.nextId++): Promise<Message> {
+    this.send(params === undefined ? { id, method } : { id, method, params });
+    return this.waitFor(() => this.responses.get(id), `response to ${method} #${id}`);
+  }
+
+  /** Polls received messages until `get` returns something (generous deadline). */
+  async waitFor<T>(get: () => T | undefined, what: string, ms = 30_000): Promise<T> {
+    const end = Date.now() + ms;
+    for (;;) {
+      const v = get();
+      if (v !== undefined && v !== false) return v;
+      if (Date.now() > end) throw new Error(`${this.server}: timed out waiting for ${what}; stderr: ${this.stderr.slice(-2000)}`);
+      await new Promise<void>((r) => {
+        const t = setTimeout(r, 50);
+        this.waiters.push(() => {
+          clearTimeout(t);
+          r();
+        });
+      });
+    }
+  }
+
+  async init(): Promise<void> {
+    const r = await this.request('initialize', { clientName: 'psb-test' });
+    if (r.error) throw new Error(`initialize failed: ${r.error.message}`);
+    this.notify('initialized');
+  }
+
+  events(processId: string): Message[] {
+    return this.notifications.filter((n) => n.params?.processId === processId);
+  }
+
+  /** Waits for process/closed of a process. */
+  async closed(processId: string, ms?: number): Promise<void> {
+    await this.waitFor(() => this.events(processId).find((n) => n.method === 'process/closed'), `process/closed of ${processId}`, ms);
+  }
+
+  /** Output per stream, from the notifications. */
+  output(processId: string): Record<string, string> {
+    const out: Record<string, string> = {};
+    for (const n of this.events(processId)) {
+      if (n.method !== 'process/output') continue;
+      const s = n.params!.stream as string;
+      out[s] = (out[s] ?? '') + Buffer.from(n.params!.chunk as string, 'base64').toString('utf8');
+    }
+    return out;
+  }
+
+  exitCode(processId: string): number | undefined {
+    return this.events(processId).find((n) => n.method === 'process/exited')?.params?.exitCode as number | undefined;
+  }
+
+  async close(): Promise<void> {
+    if (this.proc.exitCode !== null || this.proc.signalCode !== null) return;
+    const gone = new Promise<void>((r) => this.proc.once('exit', () => r()));
+    this.proc.stdin!.end();
+    const t = setTimeout(() => this.proc.kill('SIGKILL'), 15_000);
+    await gone;
+    clearTimeout(t);
+  }
+}
+
+/** A normalised error or result: what a conformance comparison looks at. */
+export function norm(m: Message): unknown {
+  if (m.error) return { error: { code: m.error.code, message: m.error.message, ...(m.error.data !== undefined ? { data: m.error.data } : {}) } };
+  return { result: m.result };
+}
+
+export function b64(s: string): string {
+  return Buffer.from(s).toString('base64');
+}
+
+/** Host pids whose command line contains `marker` (checked from outside the server). */
+export function pidsWith(marker: string): number[] {
+  const out: number[] = [];
+  for (const d of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const cmd = fs.readFileSync(`/proc/${d}/cmdline`, 'utf8');
+      if (cmd.includes(marker)) out.push(Number(d));
+    } catch {
+      /* gone */
+    }
+  }
+  return out;
+}

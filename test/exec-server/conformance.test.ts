@@ -1,0 +1,376 @@
+/**
+ * Conformance: the same scripted sessions against the reference (`codex exec-server --listen
+ * stdio`, @openai/codex@0.171.0, a devDependency) and against ours, compared as normalised
+ * transcripts: output per stream, exit codes, error codes and texts, fs results and sandbox
+ * outcomes. What differs by nature (session ids, timestamps, the order in which an exit and the
+ * last output race) is normalised away; nothing else is.
+ *
+ * The reference's transcripts are recorded in fixtures/ (RECORD_FIXTURES=1 rewrites them); where
+ * the reference binary cannot run, ours is compared with the recorded transcript instead.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+
+import { caps } from '../helpers/capabilities';
+import { makeScene } from '../helpers/sandbox';
+import { b64, Client, norm, pidsWith, referenceSkip, type Server } from './client';
+
+const FIXTURES = path.join(__dirname, 'fixtures');
+const scene = makeScene('exec-conf');
+afterAll(() => scene.cleanup());
+
+const WS = scene.ws;
+const OUT = scene.out;
+const uri = (p: string) => 'file://' + p;
+const SH_ENV = { PATH: '/usr/bin:/bin' };
+
+function start(processId: string, argv: string[], extra: Record<string, unknown> = {}) {
+  return { processId, argv, cwd: uri(WS), env: SH_ENV, tty: false, pipeStdin: false, ...extra };
+}
+
+/** Codex's workspace-write shape: read everything, write the project roots. */
+function workspaceWrite(root: string) {
+  return {
+    permissions: {
+      type: 'managed',
+      file_system: {
+        type: 'restricted',
+        entries: [
+          { path: { type: 'special', value: { kind: 'root' } }, access: 'read' },
+          { path: { type: 'special', value: { kind: 'project_roots' } }, access: 'write' },
+        ],
+      },
+      network: 'restricted',
+    },
+    cwd: uri(root),
+    workspaceRoots: [uri(root)],
+    windowsSandboxLevel: 'disabled',
+    useLegacyLandlock: false,
+  };
+}
+
+type Session = (c: Client, server: Server, dir: string) => Promise<unknown>;
+
+/** Each session gets its own fresh directory inside the workspace (same name for both servers). */
+async function runSession(server: Server, name: string, session: Session): Promise<unknown> {
+  const dir = path.join(WS, `${name}-${server}`);
+  fs.rmSync(dir, { recursive: true, force: true });
+  fs.mkdirSync(dir, { recursive: true });
+  const c = new Client(server);
+  try {
+    // Paths in transcripts name the session dir; normalise it so both servers compare.
+    const t = await session(c, server, dir);
+    return JSON.parse(JSON.stringify(t).split(dir).join('<DIR>').split(`${name}-${server}`).join('<DIR>'));
+  } finally {
+    await c.close();
+  }
+}
+
+async function conform(name: string, session: Session): Promise<void> {
+  const fixture = path.join(FIXTURES, `${name}.json`);
+  let reference: unknown;
+  if (referenceSkip === undefined) {
+    reference = await runSession('reference', name, session);
+    if (process.env.RECORD_FIXTURES === '1') {
+      fs.mkdirSync(FIXTURES, { recursive: true });
+      fs.writeFileSync(fixture, JSON.stringify(reference, null, 2) + '\n');
+    }
+  } else {
+    // eslint-disable-next-line no-console
+    console.warn(`[conformance] ${name}: reference unavailable (${referenceSkip}); comparing with the recorded fixture`);
+    reference = JSON.parse(fs.readFileSync(fixture, 'utf8'));
+  }
+  const ours = await runSession('ours', name, session);
+  expect(ours).toEqual(reference);
+}
+
+/** seq numbers strictly increase, process/closed is the last event and comes after exited. */
+function eventShape(c: Client, processId: string) {
+  const ev = c.events(processId);
+  const seqs = ev.map((e) => e.params!.seq as number);
+  return {
+    seqIncreasing: seqs.every((s, i) => i === 0 || s > seqs[i - 1]!),
+    firstSeq: seqs[0],
+    lastIsClosed: ev[ev.length - 1]?.method === 'process/closed',
+    exitedCount: ev.filter((e) => e.method === 'process/exited').length,
+    closedSeqIsMax: (ev.find((e) => e.method === 'process/closed')?.params?.seq as number) === Math.max(...seqs),
+  };
+}
+
+const SESSIONS: Record<string, Session> = {
+  async 'handshake-and-errors'(c) {
+    const t: unknown[] = [];
+    const req = async (method: string, params?: unknown) => t.push([method, norm(await c.request(method, params))]);
+    // Params are decoded before the state check: a bad start is -32602 even before initialize.
+    await req('process/start', { processId: 'p', argv: ['true'], cwd: 'file:///tmp', env: {} });
+    await req('process/start', start('p', ['true']));
+    await req('fs/readFile', { path: uri(path.join(WS, 'x')) });
+    await req('environment/info', {});
+    await req('environment/status');
+    await req('no/such/method', {});
+    await req('initialize', {});
+    const init = await c.request('initialize', { clientName: 't' });
+    t.push(['initialize', typeof init.result?.sessionId, Object.keys((init.result?.environmentInfo as object) ?? {}).includes('shell')]);
+    await req('initialize', { clientName: 't' });
+    await req('process/start', start('p', ['true']));
+    await req('environment/status');
+    c.notify('initialized');
+    await req('environment/status');
+    return t;
+  },
+
+  async 'bad-input'(c) {
+    await c.init();
+    const t: unknown[] = [];
+    const req = async (method: string, params?: unknown) => t.push([method, norm(await c.request(method, params))]);
+    const rawErr = async (line: string) => {
+      const before = c.responses.get(-1);
+      c.responses.delete(-1);
+      c.raw(line);
+      const r = await c.waitFor(() => c.responses.get(-1), `parse error for ${line.slice(0, 20)}`);
+      // The serde text after the prefix is the parser's own wording; the prefix and code are the contract.
+      t.push(['raw', r.error?.code, r.error?.message.split(':').slice(0, 1).join(':')]);
+      void before;
+    };
+    await rawErr('{not json\n');
+    await rawErr('[1,2]\n');
+    await rawErr('{"id":25}\n');
+    c.raw('\n'); // an empty line is ignored
+    await req('process/start', { ...start('a', ['true']), tty: 'yes' });
+    await req('process/start', { ...start('a', ['true']), argv: 'true' });
+    await req('process/start', { ...start('a', ['true']), env: undefined });
+    await req('process/start', 'x');
+    await req('process/start');
+    await req('process/start', { ...start('a', ['true']), cwd: 'tmp' });
+    await req('process/start', { ...start('a', ['true']), cwd: 'http://host/tmp' });
+    await req('process/start', { ...start('a', ['true']), cwd: 'file://otherhost/tmp' });
+    await req('process/start', { ...start('a', ['true']), sandbox: { permissions: { type: 'disabled' }, cwd: uri(WS) } });
+    // Unknown fields are ignored (serde's default), the connection carries on.
+    await req('process/start', { ...start('u', ['true']), bogusField: 1 });
+    await c.closed('u');
+    await req('process/start', start('u', ['true']));
+    await req('process/write', { processId: 'u', chunk: '!!!', writeId: 'w' });
+    await req('process/write', { processId: 'u', chunk: b64('x'), writeId: '' });
+    await req('process/write', { processId: 'nope', chunk: b64('x'), writeId: 'w' });
+    await req('process/signal', { processId: 'u', signal: 'kill' });
+    await req('process/signal', { processId: 'nope', signal: 'interrupt' });
+    await req('process/terminate', { processId: 'nope' });
+    await req('process/read', { processId: 'nope' });
+    await req('process/read', { processId: 'u', afterSeq: -1 });
+    await req('process/start', start('x', ['/nonexistent/program']));
+    await req('process/start', { ...start('y', ['true']), cwd: uri(path.join(WS, 'missing-dir')) });
+    await req('environment/status');
+    return t;
+  },
+
+  async 'process-output-and-exit'(c) {
+    await c.init();
+    const r = await c.request('process/start', start('p1', ['sh', '-c', 'echo hi; echo err >&2; printf "no newline"; exit 3']));
+    await c.closed('p1');
+    const read = await c.request('process/read', { processId: 'p1' });
+    const res = read.result!;
+    const chunks = res.chunks as Array<{ stream: string; chunk: string }>;
+    const fromRead: Record<string, string> = {};
+    for (const ch of chunks) fromRead[ch.stream] = (fromRead[ch.stream] ?? '') + Buffer.from(ch.chunk, 'base64').toString();
+    const lastSeq = Math.max(...c.events('p1').map((e) => e.params!.seq as number));
+    return {
+      start: norm(r),
+      output: c.output('p1'),
+      exitCode: c.exitCode('p1'),
+      sandboxDenied: c.events('p1').find((e) => e.method === 'process/exited')?.params?.sandboxDenied,
+      shape: eventShape(c, 'p1'),
+      read: { fromRead, nextSeqIsLastPlusOne: res.nextSeq === lastSeq + 1, exited: res.exited, exitCode: res.exitCode, closed: res.closed, failure: res.failure },
+      duplicate: norm(await c.request('process/start', start('p1', ['true']))),
+    };
+  },
+
+  async 'stdin-writes-signal-terminate'(c) {
+    await c.init();
+    const t: Record<string, unknown> = {};
+    await c.request('process/start', start('cat', ['cat'], { pipeStdin: true }));
+    t.w1 = norm(await c.request('process/write', { processId: 'cat', chunk: b64('one\n'), writeId: 'w1' }));
+    t.w1again = norm(await c.request('process/write', { processId: 'cat', chunk: b64('one\n'), writeId: 'w1' }));
+    t.w2 = norm(await c.request('process/write', { processId: 'cat', chunk: b64('two\n'), writeId: 'w2' }));
+    await c.waitFor(() => (c.output('cat').stdout ?? '').includes('two'), 'cat output');
+    t.signal = norm(await c.request('process/signal', { processId: 'cat', signal: 'interrupt' }));
+    await c.closed('cat');
+    t.catOut = c.output('cat');
+    t.catExit = c.exitCode('cat');
+    t.writeAfterExit = norm(await c.request('process/write', { processId: 'cat', chunk: b64('x'), writeId: 'w3' }));
+
+    await c.request('process/start', start('closed-stdin', ['sh', '-c', 'read x; echo "[$x]"']));
+    t.noStdin = norm(await c.request('process/write', { processId: 'closed-stdin', chunk: b64('x\n'), writeId: 'a' }));
+    await c.closed('closed-stdin');
+    t.noStdinOut = c.output('closed-stdin');
+
+    await c.request('process/start', start('sleeper', ['sleep', '1000']));
+    t.terminate = norm(await c.request('process/terminate', { processId: 'sleeper' }));
+    await c.closed('sleeper');
+    t.sleeperExit = c.exitCode('sleeper');
+    t.terminateAgain = norm(await c.request('process/terminate', { processId: 'sleeper' }));
+
+    await c.request('process/start', start('selfterm', ['sh', '-c', 'kill -TERM $$']));
+    await c.closed('selfterm');
+    t.selfTermExit = c.exitCode('selfterm');
+    return t;
+  },
+
+  async 'long-poll-read'(c) {
+    await c.init();
+    await c.request('process/start', start('late', ['sh', '-c', 'sleep 0.5; echo late; sleep 0.5']));
+    // Blocks until the output arrives (well before the 20 s deadline), then returns it.
+    const r = await c.request('process/read', { processId: 'late', afterSeq: 0, waitMs: 20_000 });
+    const chunks = r.result!.chunks as Array<{ chunk: string; stream: string }>;
+    const text = chunks.map((ch) => Buffer.from(ch.chunk, 'base64').toString()).join('');
+    await c.closed('late');
+    await c.request('process/start', start('quiet', ['sleep', '1000']));
+    const q = await c.request('process/read', { processId: 'quiet', afterSeq: 0, waitMs: 200 });
+    await c.request('process/terminate', { processId: 'quiet' });
+    await c.closed('quiet');
+    const after = await c.request('process/read', { processId: 'late', afterSeq: 1000 });
+    return {
+      late: { text, streams: chunks.map((ch) => ch.stream), exited: r.result!.exited },
+      quiet: { chunks: q.result!.chunks, exited: q.result!.exited, closed: q.result!.closed },
+      afterEnd: { chunks: after.result!.chunks, exited: after.result!.exited, closed: after.result!.closed },
+    };
+  },
+
+  async 'pty'(c) {
+    await c.init();
+    await c.request('process/start', start('t', ['sh', '-c', 'stty size; test -t 0 && test -t 1 && echo is-tty; read x; echo got=$x'], { tty: true }));
+    await c.waitFor(() => (c.output('t').pty ?? '').includes('is-tty'), 'pty output');
+    const w = norm(await c.request('process/write', { processId: 't', chunk: b64('hello\n'), writeId: '1' }));
+    await c.closed('t');
+    const out = c.output('t');
+    return {
+      streams: Object.keys(out),
+      size: /\d+ \d+/.exec(out.pty ?? '')?.[0],
+      isTty: (out.pty ?? '').includes('is-tty'),
+      got: (out.pty ?? '').includes('got=hello'),
+      write: w,
+      exit: c.exitCode('t'),
+    };
+  },
+
+  async 'concurrent-20'(c) {
+    await c.init();
+    const ids = Array.from({ length: 20 }, (_, i) => `c${i}`);
+    const starts = await Promise.all(ids.map((id, i) => c.request('process/start', start(id, ['sh', '-c', `sleep 0.2; echo out-${i}; exit ${i % 4}`]))));
+    await Promise.all(ids.map((id) => c.closed(id)));
+    return {
+      starts: starts.map(norm),
+      results: ids.map((id) => [c.output(id).stdout, c.exitCode(id)]),
+    };
+  },
+
+  async 'sandboxed-process-workspace-write'(c, _server, dir) {
+    await c.init();
+    const inside = path.join(dir, 'inside.txt');
+    const outside = path.join(OUT, `outside-${path.basename(dir)}.txt`);
+    const script = `printf x > "${inside}"; echo in=$?; printf x > "${outside}" 2>/dev/null; echo out=$?`;
+    const r = await c.request('process/start', { ...start('w', ['sh', '-c', script]), cwd: uri(dir), sandbox: workspaceWrite(dir) });
+    await c.closed('w');
+    return {
+      start: norm(r),
+      stdout: c.output('w').stdout,
+      exit: c.exitCode('w'),
+      insideExists: fs.existsSync(inside),
+      outsideExists: fs.existsSync(outside),
+    };
+  },
+
+  async 'sandboxed-fs'(c, _server, dir) {
+    await c.init();
+    const inside = path.join(dir, 'f.txt');
+    const outside = path.join(OUT, `fs-outside-${path.basename(dir)}.txt`);
+    const outsideDir = path.join(OUT, `fs-outside-dir-${path.basename(dir)}`);
+    const sb = workspaceWrite(dir);
+    const t: Record<string, unknown> = {};
+    t.writeInside = norm(await c.request('fs/writeFile', { path: uri(inside), dataBase64: b64('inside'), sandbox: sb }));
+    t.insideContent = fs.existsSync(inside) ? fs.readFileSync(inside, 'utf8') : null;
+    t.readInside = norm(await c.request('fs/readFile', { path: uri(inside), sandbox: sb }));
+    t.writeOutside = norm(await c.request('fs/writeFile', { path: uri(outside), dataBase64: b64('x'), sandbox: sb }));
+    t.outsideExists = fs.existsSync(outside);
+    t.mkdirOutside = norm(await c.request('fs/createDirectory', { path: uri(outsideDir), sandbox: sb }));
+    t.outsideDirExists = fs.existsSync(outsideDir);
+    t.mkdirInside = norm(await c.request('fs/createDirectory', { path: uri(path.join(dir, 'd', 'e')), sandbox: sb }));
+    t.removeInside = norm(await c.request('fs/remove', { path: uri(path.join(dir, 'd')), sandbox: sb }));
+    t.insideDirGone = !fs.existsSync(path.join(dir, 'd'));
+    // Positive control: the same write without a sandbox context succeeds outside.
+    t.writeOutsideUnsandboxed = norm(await c.request('fs/writeFile', { path: uri(outside), dataBase64: b64('x') }));
+    t.outsideExistsAfterControl = fs.existsSync(outside);
+    fs.rmSync(outside, { force: true });
+    return t;
+  },
+
+  async 'fs-unsandboxed'(c, _server, dir) {
+    await c.init();
+    const f = (n: string) => uri(path.join(dir, n));
+    const t: Array<[string, unknown]> = [];
+    const req = async (label: string, method: string, params: unknown, map?: (m: ReturnType<typeof norm>) => unknown) => {
+      const r = norm(await c.request(method, params));
+      t.push([label, map ? map(r) : r]);
+    };
+    await req('write', 'fs/writeFile', { path: f('a.txt'), dataBase64: b64('hello\n') });
+    await req('write no parent', 'fs/writeFile', { path: f('nodir/a.txt'), dataBase64: b64('x') });
+    await req('write bad base64', 'fs/writeFile', { path: f('b.txt'), dataBase64: 'a' });
+    await req('read', 'fs/readFile', { path: f('a.txt') });
+    await req('read missing', 'fs/readFile', { path: f('missing') });
+    await req('read dir', 'fs/readFile', { path: uri(dir) });
+    await req('mkdir -p', 'fs/createDirectory', { path: f('d/e/g') });
+    await req('mkdir again', 'fs/createDirectory', { path: f('d/e/g') });
+    await req('mkdir no parent, not recursive', 'fs/createDirectory', { path: f('x/y'), recursive: false });
+    await req('metadata file', 'fs/getMetadata', { path: f('a.txt') }, (r) => {
+      const m = (r as { result?: Record<string, unknown> }).result;
+      return m ? { isDirectory: m.isDirectory, isFile: m.isFile, isSymlink: m.isSymlink, size: m.size, createdAtMs: m.createdAtMs, mtimeIsNumber: typeof m.modifiedAtMs === 'number' } : r;
+    });
+    await req('metadata missing', 'fs/getMetadata', { path: f('missing') });
+    await req('readDirectory', 'fs/readDirectory', { path: uri(dir) }, (r) => {
+      const e = (r as { result?: { entries: Array<{ fileName: string }> } }).result?.entries;
+      return e ? [...e].sort((a, b) => a.fileName.localeCompare(b.fileName)) : r;
+    });
+    await req('readDirectory of a file', 'fs/readDirectory', { path: f('a.txt') });
+    await req('copy without recursive', 'fs/copy', { sourcePath: f('a.txt'), destinationPath: f('c.txt') });
+    await req('copy file', 'fs/copy', { sourcePath: f('a.txt'), destinationPath: f('c.txt'), recursive: false });
+    await req('copy dir', 'fs/copy', { sourcePath: f('d'), destinationPath: f('d2'), recursive: true });
+    t.push(['copied dir', fs.existsSync(path.join(dir, 'd2', 'e', 'g'))]);
+    await req('canonicalize', 'fs/canonicalize', { path: f('d/../a.txt') });
+    await req('canonicalize missing', 'fs/canonicalize', { path: f('missing') });
+    await req('remove non-empty, not recursive', 'fs/remove', { path: f('d'), recursive: false });
+    await req('remove missing, not forced', 'fs/remove', { path: f('missing'), force: false });
+    await req('remove missing', 'fs/remove', { path: f('missing') });
+    await req('remove dir', 'fs/remove', { path: f('d') });
+    t.push(['removed', !fs.existsSync(path.join(dir, 'd'))]);
+    await req('other host', 'fs/readFile', { path: 'file://otherhost/etc/passwd' });
+    await req('relative', 'fs/readFile', { path: 'etc/passwd' });
+    await req('missing path field', 'fs/readFile', {});
+    await req('unknown fs method', 'fs/noSuchMethod', {});
+    return t;
+  },
+};
+
+describe.skipIf(!caps.linux)('exec-server conformance with codex exec-server 0.171.0', () => {
+  for (const [name, session] of Object.entries(SESSIONS)) {
+    it(`${name}: ours matches the reference${referenceSkip ? ` (reference unavailable: ${referenceSkip}; vs recorded fixture)` : ''}`, async () => {
+      await conform(name, session);
+    });
+  }
+
+  for (const server of ['reference', 'ours'] as const) {
+    const skip = server === 'reference' ? referenceSkip : undefined;
+    it.skipIf(skip)(`${server}: closing the connection kills every process it started (checked from outside)${skip ? ` (skipped: ${skip})` : ''}`, async () => {
+      // A unique sleep duration marks the processes: the shell's -c string and the sleep's argv.
+      const marker = `1000.${process.pid}${server === 'ours' ? 1 : 2}`;
+      const c = new Client(server);
+      await c.init();
+      for (let i = 0; i < 3; i++) await c.request('process/start', start(`s${i}`, ['sh', '-c', `sleep ${marker}${i}; true`]));
+      await c.request('process/start', start('direct', ['sleep', `${marker}9`]));
+      await c.waitFor(() => pidsWith(marker).length >= 7 || undefined, 'the shells and sleeps to appear');
+      await c.close();
+      const end = Date.now() + 20_000;
+      while (pidsWith(marker).length > 0 && Date.now() < end) await new Promise((r) => setTimeout(r, 50));
+      expect(pidsWith(marker)).toEqual([]);
+    });
+  }
+});

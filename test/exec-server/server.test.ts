@@ -1,0 +1,317 @@
+/**
+ * Our exec-server beyond what the reference comparison covers: load (200 processes on one
+ * connection; a fast producer's notifications neither lost nor reordered), a slow client
+ * (bounded memory: output is paused, not queued), bad input on both transports (huge messages
+ * are refused and the connection survives), and the WebSocket transport with capability-token
+ * auth (unauthenticated clients are refused before any connection exists).
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import { PassThrough } from 'node:stream';
+import { afterAll, describe, expect, it } from 'vitest';
+import WebSocket from 'ws';
+
+import { createExecServer, ExecConnection, RETAIN_BYTES, type ExecServer } from '../../lib/exec-server';
+import { caps } from '../helpers/capabilities';
+import { makeScene } from '../helpers/sandbox';
+import { b64, pidsWith, type Message } from './client';
+
+const scene = makeScene('exec-srv');
+afterAll(() => scene.cleanup());
+const uri = (p: string) => 'file://' + p;
+const start = (processId: string, argv: string[], extra: Record<string, unknown> = {}) => ({
+  processId,
+  argv,
+  cwd: uri(scene.ws),
+  env: { PATH: '/usr/bin:/bin' },
+  tty: false,
+  pipeStdin: false,
+  ...extra,
+});
+
+async function poll<T>(get: () => T | undefined | false, what: string, ms = 60_000): Promise<T> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = get();
+    if (v !== undefined && v !== false) return v;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/** An in-process client over the stdio transport (PassThrough pipes). */
+class StdioPeer {
+  readonly input = new PassThrough();
+  readonly output = new PassThrough();
+  readonly messages: Message[] = [];
+  server!: ExecServer;
+  private buf = '';
+  private id = 1;
+
+  static async create(maxMessageBytes?: number): Promise<StdioPeer> {
+    const p = new StdioPeer();
+    p.server = await createExecServer({ transport: { kind: 'stdio', input: p.input, output: p.output }, ...(maxMessageBytes ? { maxMessageBytes } : {}) });
+    p.output.setEncoding('utf8');
+    p.output.on('data', (d: string) => {
+      p.buf += d;
+      let i: number;
+      while ((i = p.buf.indexOf('\n')) >= 0) {
+        const line = p.buf.slice(0, i);
+        p.buf = p.buf.slice(i + 1);
+        if (line) p.messages.push(JSON.parse(line) as Message);
+      }
+    });
+    return p;
+  }
+
+  async request(method: string, params?: unknown): Promise<Message> {
+    const id = this.id++;
+    this.input.write(JSON.stringify({ id, method, params }) + '\n');
+    return poll(() => this.messages.find((m) => m.id === id && m.method === undefined), `response #${id} (${method})`);
+  }
+
+  async init(): Promise<void> {
+    await this.request('initialize', { clientName: 'test' });
+    this.input.write('{"method":"initialized"}\n');
+  }
+
+  events(pid: string): Message[] {
+    return this.messages.filter((m) => m.method !== undefined && m.params?.processId === pid);
+  }
+
+  closedEvent(pid: string): Promise<Message> {
+    return poll(() => this.events(pid).find((m) => m.method === 'process/closed'), `process/closed ${pid}`);
+  }
+
+  async close(): Promise<void> {
+    this.input.end();
+    await this.server.done;
+  }
+}
+
+describe.skipIf(!caps.linux)('exec-server: load', () => {
+  it('200 processes over one connection all run to completion with their own output and exit code', async () => {
+    const peer = await StdioPeer.create();
+    await peer.init();
+    const n = 200;
+    const starts = await Promise.all(
+      Array.from({ length: n }, (_, i) => peer.request('process/start', start(`p${i}`, ['sh', '-c', `echo "out $0"; exit $(($0 % 7))`, String(i)]))),
+    );
+    for (const s of starts) expect(s.error).toBeUndefined();
+    for (let i = 0; i < n; i++) await peer.closedEvent(`p${i}`);
+    for (let i = 0; i < n; i++) {
+      const ev = peer.events(`p${i}`);
+      const out = ev.filter((e) => e.method === 'process/output').map((e) => Buffer.from(e.params!.chunk as string, 'base64').toString()).join('');
+      expect(out).toBe(`out ${i}\n`);
+      expect(ev.find((e) => e.method === 'process/exited')!.params!.exitCode).toBe(i % 7);
+    }
+    await peer.close();
+  });
+
+  it('a fast producer: thousands of output notifications, none lost or reordered by seq', async () => {
+    const peer = await StdioPeer.create();
+    await peer.init();
+    const lines = 3000;
+    // One line every ~0.3 ms: thousands of separate chunks (a pipe merges back-to-back writes).
+    const producer = `const fs=require('fs');const a=new Int32Array(new SharedArrayBuffer(4));for(let i=0;i<${lines};i++){fs.writeSync(1,i+'\\n');Atomics.wait(a,0,0,0.3)}`;
+    const t0 = Date.now();
+    await peer.request('process/start', start('fast', [process.execPath, '-e', producer]));
+    await peer.closedEvent('fast');
+    const secs = (Date.now() - t0) / 1000;
+    const out = peer.events('fast').filter((e) => e.method === 'process/output');
+    const seqs = out.map((e) => e.params!.seq as number);
+    // seq increases by exactly one per output event (exit/close events may sit between).
+    expect(seqs.every((s, i) => i === 0 || s > seqs[i - 1]!)).toBe(true);
+    const all = peer.events('fast').map((e) => e.params!.seq as number);
+    expect(all).toEqual(Array.from({ length: all.length }, (_, i) => i + 1));
+    const text = out.map((e) => Buffer.from(e.params!.chunk as string, 'base64').toString()).join('');
+    expect(text).toBe(Array.from({ length: lines }, (_, i) => `${i}\n`).join(''));
+    expect(out.length).toBeGreaterThanOrEqual(1000);
+    // eslint-disable-next-line no-console
+    console.log(`[load] ${out.length} notifications in ${secs.toFixed(2)} s (${Math.round(out.length / secs)}/s)`);
+    await peer.close();
+  });
+});
+
+describe.skipIf(!caps.linux)('exec-server: a slow client', () => {
+  it('output is paused while the client cannot take more: memory stays bounded, nothing is lost after the drain', async () => {
+    const sent: Message[] = [];
+    let sentBytes = 0;
+    let outputBytes = 0;
+    let lastOutputSeq = 0;
+    let ordered = true;
+    let congested = false;
+    let drained = false;
+    let drain: (() => void) | undefined;
+    const conn = new ExecConnection({
+      send: (m) => {
+        const s = JSON.stringify(m);
+        const msg = JSON.parse(s) as Message;
+        if (msg.method === 'process/output') {
+          // Counted, not kept: the test itself must not hold 16 MiB of JSON.
+          outputBytes += Buffer.from(msg.params!.chunk as string, 'base64').length;
+          if ((msg.params!.seq as number) <= lastOutputSeq) ordered = false;
+          lastOutputSeq = msg.params!.seq as number;
+        } else sent.push(msg);
+        sentBytes += s.length;
+        // After the first 2 MB the "client" stops reading.
+        if (sentBytes > 2_000_000 && !drained) congested = true;
+        return !congested;
+      },
+      onDrain: (cb) => (drain = cb),
+    });
+    const req = async (id: number, method: string, params?: unknown) => {
+      conn.handleText(JSON.stringify({ id, method, params }));
+      return poll(() => sent.find((m) => m.id === id), `#${id}`);
+    };
+    await req(1, 'initialize', { clientName: 't' });
+    conn.handleText('{"method":"initialized"}');
+    const total = 16 * 1024 * 1024;
+    await req(2, 'process/start', start('big', ['head', '-c', String(total), '/dev/zero']));
+    await poll(() => drain !== undefined, 'congestion');
+    // While congested the sent volume stops growing: it settles at the 2 MB threshold plus
+    // what was already read from the pipes (a few chunks), far below the 64 MiB produced.
+    let last = -1;
+    let stable = 0;
+    await poll(() => {
+      if (sentBytes === last) stable++;
+      else stable = 0;
+      last = sentBytes;
+      return stable >= 10;
+    }, 'the sent volume to settle');
+    expect(sentBytes).toBeLessThan(2_000_000 + 2 * 1024 * 1024);
+    expect(sent.some((m) => m.method === 'process/exited')).toBe(false); // the producer is blocked, not finished
+    // Retention for process/read is bounded too.
+    const r = await req(3, 'process/read', { processId: 'big' });
+    const retained = (r.result!.chunks as Array<{ chunk: string }>).reduce((a, c) => a + Buffer.from(c.chunk, 'base64').length, 0);
+    expect(retained).toBeLessThanOrEqual(RETAIN_BYTES + 65536);
+    // The client catches up: everything arrives, in order.
+    congested = false;
+    drained = true;
+    drain!();
+    await poll(() => sent.find((m) => m.method === 'process/closed'), 'closed', 20_000).catch((e) => { throw new Error(e.message + ' out=' + outputBytes + ' sent=' + JSON.stringify(sent.slice(-3)).slice(0, 500)); });
+    expect(outputBytes).toBe(total);
+    expect(ordered).toBe(true);
+    expect(sent.find((m) => m.method === 'process/exited')!.params!.exitCode).toBe(0);
+    await conn.close();
+  });
+});
+
+describe.skipIf(!caps.linux)('exec-server: bad input', () => {
+  it('stdio: a line over the cap is refused with an error and the connection carries on', async () => {
+    const peer = await StdioPeer.create(4096);
+    await peer.init();
+    peer.input.write('{"id":99,"method":"environment/status","pad":"' + 'x'.repeat(10_000) + '"}\n');
+    const err = await poll(() => peer.messages.find((m) => m.id === -1), 'the parse error');
+    expect(err.error).toEqual({ code: -32600, message: 'failed to parse JSON-RPC message from exec-server stdio: message exceeds 4096 bytes' });
+    expect(peer.messages.find((m) => m.id === 99)).toBeUndefined();
+    expect((await peer.request('environment/status')).result).toEqual({ status: 'ready' });
+    // Base64 garbage and a truncated line of JSON: clear errors, still alive.
+    const w = await peer.request('process/write', { processId: 'x', chunk: '@@@@', writeId: 'a' });
+    expect(w.error).toEqual({ code: -32602, message: 'Invalid symbol 64, offset 0.' });
+    peer.input.write('{"id":5,"method":\n');
+    await poll(() => peer.messages.filter((m) => m.id === -1).length === 2, 'second parse error');
+    expect((await peer.request('environment/status')).result).toEqual({ status: 'ready' });
+    await peer.close();
+  });
+
+  it('closing the stdio input ends the server and kills its processes (checked from outside)', async () => {
+    const peer = await StdioPeer.create();
+    await peer.init();
+    const marker = `1000.7${process.pid}`;
+    await peer.request('process/start', start('s', ['sh', '-c', `sleep ${marker}; true`]));
+    await poll(() => pidsWith(marker).length >= 2, 'the sleeper');
+    await peer.close();
+    await poll(() => pidsWith(marker).length === 0, 'no survivors', 20_000);
+  });
+});
+
+describe.skipIf(!caps.linux)('exec-server: WebSocket transport', () => {
+  const tokenFile = path.join(scene.root, 'token');
+  fs.writeFileSync(tokenFile, 'a-capability-token-0123456789\n', { mode: 0o600 });
+
+  function connect(port: number, headers: Record<string, string> = {}) {
+    const ws = new WebSocket(`ws://127.0.0.1:${port}`, { headers });
+    const messages: Message[] = [];
+    ws.on('message', (d) => messages.push(JSON.parse(d.toString()) as Message));
+    const opened = new Promise<void>((resolve, reject) => {
+      ws.once('open', () => resolve());
+      ws.once('unexpected-response', (_req, res) => reject(new Error(`HTTP ${res.statusCode}`)));
+      ws.once('error', reject);
+    });
+    let id = 1;
+    const request = async (method: string, params?: unknown) => {
+      const n = id++;
+      ws.send(JSON.stringify({ id: n, method, params }));
+      return poll(() => messages.find((m) => m.id === n), `ws response #${n}`);
+    };
+    return { ws, messages, opened, request };
+  }
+
+  it('one message per text frame: initialize, start a process, get its output; bad frames do not kill the connection', async () => {
+    const server = await createExecServer({ transport: { kind: 'ws', host: '127.0.0.1', port: 0 }, maxMessageBytes: 4096 });
+    const c = connect(server.address!.port);
+    await c.opened;
+    expect((await c.request('initialize', { clientName: 'ws' })).result?.sessionId).toBeTypeOf('string');
+    c.ws.send('{"method":"initialized"}');
+    await c.request('process/start', start('e', ['sh', '-c', 'echo over-ws']));
+    const out = await poll(() => c.messages.find((m) => m.method === 'process/output' && m.params?.processId === 'e'), 'output');
+    expect(Buffer.from(out.params!.chunk as string, 'base64').toString()).toBe('over-ws\n');
+    c.ws.send('not json');
+    c.ws.send('x'.repeat(5000));
+    await poll(() => c.messages.filter((m) => m.id === -1).length === 2, 'two errors');
+    expect(c.messages.filter((m) => m.id === -1).map((m) => m.error!.message)).toEqual([
+      expect.stringMatching(/^failed to parse JSON-RPC message from exec-server websocket: /),
+      'failed to parse JSON-RPC message from exec-server websocket: message exceeds 4096 bytes',
+    ]);
+    expect((await c.request('environment/status')).result).toEqual({ status: 'ready' });
+    c.ws.close();
+    await server.close();
+  });
+
+  it('closing the socket kills every process the connection started (checked from outside)', async () => {
+    const server = await createExecServer({ transport: { kind: 'ws', host: '127.0.0.1', port: 0 } });
+    const c = connect(server.address!.port);
+    await c.opened;
+    await c.request('initialize', { clientName: 'ws' });
+    c.ws.send('{"method":"initialized"}');
+    const marker = `1000.8${process.pid}`;
+    for (let i = 0; i < 3; i++) await c.request('process/start', start(`s${i}`, ['sh', '-c', `sleep ${marker}; true`]));
+    await poll(() => pidsWith(marker).length >= 6, 'sleepers');
+    c.ws.terminate();
+    await poll(() => pidsWith(marker).length === 0, 'no survivors', 20_000);
+    await server.close();
+  });
+
+  it('capability token: no token or a wrong one is refused with 401 before any connection; the right one works', async () => {
+    const server = await createExecServer({ transport: { kind: 'ws', host: '127.0.0.1', port: 0, tokenFile } });
+    const port = server.address!.port;
+    await expect(connect(port).opened).rejects.toThrow('HTTP 401');
+    await expect(connect(port, { Authorization: 'Bearer wrong-token-0123456789' }).opened).rejects.toThrow('HTTP 401');
+    await expect(connect(port, { Authorization: 'Basic a-capability-token-0123456789' }).opened).rejects.toThrow('HTTP 401');
+    expect(server.connections()).toEqual([]);
+    const ok = connect(port, { Authorization: 'Bearer a-capability-token-0123456789' });
+    await ok.opened;
+    expect((await ok.request('initialize', { clientName: 'ws' })).result?.sessionId).toBeTypeOf('string');
+    ok.ws.close();
+    await server.close();
+  });
+
+  it('bad token files are refused at start', async () => {
+    await expect(createExecServer({ transport: { kind: 'ws', host: '127.0.0.1', port: 0, tokenFile: 'relative/token' } })).rejects.toThrow(/absolute/);
+    await expect(createExecServer({ transport: { kind: 'ws', host: '127.0.0.1', port: 0, tokenFile: path.join(scene.root, 'missing') } })).rejects.toThrow(/cannot read/);
+    const short = path.join(scene.root, 'short');
+    fs.writeFileSync(short, 'abc');
+    await expect(createExecServer({ transport: { kind: 'ws', host: '127.0.0.1', port: 0, tokenFile: short } })).rejects.toThrow(/too short/);
+  });
+});
+
+describe.skipIf(!caps.linux)('exec-server: CLI', () => {
+  it('process-sandbox exec-server refuses bad --listen values', async () => {
+    const { execServerMain } = await import('../../lib/exec-server/cli');
+    await expect(execServerMain(['--listen', 'tcp://1.2.3.4:5'])).rejects.toThrow(/--listen must be stdio or ws:\/\/IP:PORT/);
+    await expect(execServerMain(['--listen', 'stdio', '--ws-token-file', '/x'])).rejects.toThrow(/applies only/);
+    await expect(execServerMain(['--bogus'])).rejects.toThrow(/unknown exec-server option/);
+  });
+  void b64;
+});
