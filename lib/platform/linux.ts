@@ -197,13 +197,18 @@ export function createLinuxBackend(native: NativeBinding): Backend {
 
     spawn(req: BackendSpawnRequest): BackendProcess {
       const pty = req.pty ? openPty(native, req.pty) : undefined;
+      let proc: BackendProcess;
       try {
-        return spawnOn(req, pty);
-      } finally {
-        // The child has its own copies (or never started): the parent keeps only the master, so
-        // the master reads EIO once the last holder of the slave is gone.
+        proc = spawnOn(req, pty);
+      } catch (e) {
         if (pty) fs.closeSync(pty.slave);
+        throw e;
       }
+      // The parent holds its slave copy until the command has exited, then lets go: the master
+      // reads EIO (the end) only after everything the command wrote is in the terminal's buffer.
+      // Closing it at once let the command's last output race its hangup.
+      if (pty) void proc.exited.finally(() => fs.closeSync(pty.slave));
+      return proc;
     },
   };
 
