@@ -91,6 +91,7 @@ export interface Win32Native {
     adminGroupsDisabled: number;
     integrityLowered: boolean;
   };
+  winDeleteChildProbe(dir: string, file: string, capabilitySid: string): { deleted: boolean; exitCode: number };
   winKill(handle: unknown, exitCode: number): boolean;
   winCloseJob(handle: unknown): void;
   winRelease(handle: unknown): void;
@@ -241,6 +242,27 @@ export function createWin32Backend(native: Win32Native | null | undefined, optio
     return native;
   }
 
+  /**
+   * Codex's legacy-backend self-test, once per backend on real Windows: a sandboxed `del` of a file
+   * in a directory that grants our restricting SIDs nothing. If it succeeds, this kernel does not
+   * apply a write-restricted token's restricting SIDs to FILE_DELETE_CHILD/DELETE, and the child
+   * could delete or rename away any file the user can.
+   */
+  let deleteChildRestricted: boolean | undefined;
+  function deleteChildSelfTest(n: Win32Native): boolean {
+    if (deleteChildRestricted !== undefined) return deleteChildRestricted;
+    const dir = path.join(stateDir, 'selftest', crypto.randomBytes(8).toString('hex'));
+    fs.mkdirSync(dir, { recursive: true });
+    try {
+      const victim = path.join(dir, 'victim.txt');
+      fs.writeFileSync(victim, 'must survive');
+      deleteChildRestricted = !n.winDeleteChildProbe(dir, victim, caps.readonlySid()).deleted;
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+    return deleteChildRestricted;
+  }
+
   const undoWith = (n: Win32Native) => ({
     removeDenies: (p: string, sid: string) => void n.winAclEdit('remove-denies', p, sid),
     revoke: (p: string, sid: string) => void n.winAclEdit('revoke', p, sid),
@@ -364,6 +386,25 @@ export function createWin32Backend(native: Win32Native | null | undefined, optio
           }
         },
       });
+      if (wine() === null) {
+        const ok = deleteChildSelfTest(n);
+        plan.report.mechanisms = { ...plan.report.mechanisms, deleteChildSelfTest: ok ? 'passed' : 'failed' };
+        if (!ok) {
+          if (!req.rules.degraded) {
+            throw new SandboxError(
+              'ENOT_ENFORCED',
+              "this Windows build does not apply a write-restricted token's restricting SIDs to FILE_DELETE_CHILD " +
+                '(a sandboxed del removed a file it had no rights to): the command could delete or rename any file ' +
+                'you can. Refusing, as Codex does; pass degraded: true to run with the gap reported',
+              { detail: { selfTest: 'FILE_DELETE_CHILD' } },
+            );
+          }
+          plan.report.guarantees = { ...plan.report.guarantees, filesystemWrite: 'not-enforced', protectedPaths: plan.report.guarantees.protectedPaths === 'not-requested' ? 'not-requested' : 'not-enforced' };
+          plan.report.gaps.push('filesystemWrite: the FILE_DELETE_CHILD self-test failed: any file the user can delete or rename, the command can too');
+        }
+      } else {
+        plan.report.mechanisms = { ...plan.report.mechanisms, deleteChildSelfTest: 'skipped (wine)' };
+      }
       // Once per backend: undo what host processes that died mid-run left behind.
       if (!recovered) {
         recovered = true;
@@ -481,6 +522,7 @@ export function createWin32Backend(native: Win32Native | null | undefined, optio
       const d = n.winDesktopProbe();
       return { created: true, closed: !d.openAfterClose };
     });
+    attempt('deleteChildRestricted', () => (wine() !== null ? 'not tested under wine' : deleteChildSelfTest(n)));
     features.jobObject = true;
     features.networkEnforcement = false;
     features.denyRead = false;

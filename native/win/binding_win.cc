@@ -216,6 +216,45 @@ uint64_t OptionalCount(Napi::Env env, Napi::Object o, const char* key) {
   return static_cast<uint64_t>(v.As<Napi::Number>().DoubleValue());
 }
 
+// winDeleteChildProbe(dir, file, capabilitySid) -> { deleted: boolean, exitCode }
+// The self-test Codex's legacy backend runs before trusting a write-restricted token: a sandboxed
+// `cmd.exe /c del` of `file`, in `dir`, which grants our restricting SIDs nothing. On a kernel that
+// does not apply the restricting SIDs to FILE_DELETE_CHILD/DELETE, the file is gone afterwards.
+// Blocks the calling thread until cmd.exe exits (bounded: 20 s, then it is killed).
+Napi::Value DeleteChildProbe(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() != 3) throw Napi::TypeError::New(env, "Usage: native.winDeleteChildProbe(dir, file, capabilitySid)");
+  std::wstring dir = WideArg(env, info[0], "dir");
+  std::wstring file = WideArg(env, info[1], "file");
+  Sid cap = SidArg(env, info[2], "capabilitySid");
+  wchar_t sys[MAX_PATH];
+  UINT n = ::GetSystemDirectoryW(sys, MAX_PATH);
+  if (n == 0 || n >= MAX_PATH) Check(env, win::WinError(ErrorCode::kESPAWN, "GetSystemDirectoryW", ::GetLastError()));
+  win::SpawnOptions o;
+  o.application = std::wstring(sys) + L"\\cmd.exe";
+  o.command_line = L"cmd.exe /d /c del /f /q \"" + file + L"\"";
+  wchar_t root[MAX_PATH];
+  UINT rn = ::GetWindowsDirectoryW(root, MAX_PATH);
+  if (rn > 0 && rn < MAX_PATH) o.env.emplace_back(L"SystemRoot", root);
+  o.cwd = dir;
+  o.sandboxed = true;
+  o.capability_sids.push_back(std::move(cap));
+  o.private_desktop = true;
+  win::SpawnResult r;
+  Check(env, win::Spawn(o, &r));
+  DWORD wait = ::WaitForSingleObject(r.process.get(), 20000);
+  if (wait != WAIT_OBJECT_0) {
+    ::TerminateProcess(r.process.get(), 1);
+    ThrowSandboxError(env, Status::Error(ErrorCode::kESPAWN, "the FILE_DELETE_CHILD self-test (cmd.exe /c del) did not finish in 20 s"));
+  }
+  DWORD code = 0;
+  ::GetExitCodeProcess(r.process.get(), &code);
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("deleted", ::GetFileAttributesW(file.c_str()) == INVALID_FILE_ATTRIBUTES);
+  out.Set("exitCode", static_cast<double>(code));
+  return out;
+}
+
 // winSpawn({ file, commandLine, env: [[k, v], ...], cwd, stdio: [s0, s1, s2], sandboxed,
 //            capabilitySids, privateDesktop, job: { uiRestrictions, activeProcessLimit,
 //            processMemoryLimit } }, onExit(code))
@@ -385,6 +424,7 @@ void InitPlatform(Napi::Env env, Napi::Object exports) {
   exports.Set("winAclEdit", Napi::Function::New(env, AclEdit, "winAclEdit"));
   exports.Set("winAclSddl", Napi::Function::New(env, AclSddl, "winAclSddl"));
   exports.Set("winSpawn", Napi::Function::New(env, Spawn, "winSpawn"));
+  exports.Set("winDeleteChildProbe", Napi::Function::New(env, DeleteChildProbe, "winDeleteChildProbe"));
   exports.Set("winKill", Napi::Function::New(env, Kill, "winKill"));
   exports.Set("winCloseJob", Napi::Function::New(env, CloseJob, "winCloseJob"));
   exports.Set("winRelease", Napi::Function::New(env, Release, "winRelease"));

@@ -121,3 +121,21 @@ test('isolation: per-run deny ACEs are removed at exit; the persistent grant sta
   assert.match(h.native.winAclSddl(ws), new RegExp(`\\(A;OICI;[^)]*;${sid}\\)`), 'the root keeps its grant (persists by design)');
   assert.ok(before.length > 0);
 });
+
+// Codex's legacy backend probes this and fails closed (LEGACY_RESTRICTED_TOKEN_UNSAFE_DELETE_ERROR):
+// on some Windows builds the kernel does not apply the restricting SIDs of a write-restricted token
+// to FILE_DELETE_CHILD, so the child could delete (and rename away) any file in a directory the user
+// controls. If this test fails on a Windows build, that build must be refused.
+test('isolation: files outside the writable roots cannot be deleted or renamed (FILE_DELETE_CHILD is restricted)', { skip: h.NEEDS_REAL_WINDOWS, timeout: 90000 }, async () => {
+  const ws = h.tmpDir('iso-del-ws');
+  const outside = h.tmpDir('iso-del-out');
+  const victim = path.join(outside, 'victim.txt');
+  fs.writeFileSync(victim, 'keep');
+  const inside = path.join(ws, 'scratch.txt');
+  fs.writeFileSync(inside, 'x');
+  const r = h.rules({ writeRoots: [ws], tmp: 'none' });
+  assert.equal(await run(r, 'delete', inside), 0, 'control: deleting inside the root works');
+  assert.equal(await run(r, 'delete', victim), 3, 'deleting outside is denied');
+  assert.equal(await run(r, 'rename', victim, path.join(outside, 'moved.txt')), 3, 'renaming outside is denied');
+  assert.equal(fs.readFileSync(victim, 'utf8'), 'keep', 'outside check: the file is intact');
+});

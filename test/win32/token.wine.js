@@ -38,3 +38,40 @@ test('isolation: the child runs at Medium integrity or below and without Adminis
   assert.equal(f.admin, '0', `child admin membership (host ${host.admin})`);
   assert.equal(f.restricted, '1');
 });
+
+// The FILE_DELETE_CHILD self-test (Codex's LEGACY_RESTRICTED_TOKEN_UNSAFE_DELETE_ERROR): under wine
+// the sandboxed del really deletes (wine enforces nothing), which is the positive control that the
+// probe detects a kernel that does not restrict deletes; on real Windows the file must survive.
+test('the FILE_DELETE_CHILD self-test runs a sandboxed del and looks from outside', { timeout: 60000 }, () => {
+  const fs = require('node:fs');
+  const path = require('node:path');
+  const dir = h.tmpDir('selftest');
+  const victim = path.join(dir, 'victim.txt');
+  fs.writeFileSync(victim, 'x');
+  const r = h.native.winDeleteChildProbe(dir, victim, 'S-1-5-21-1-2-3-4');
+  assert.equal(r.deleted, h.wine !== null, `deleted=${r.deleted} exit=${r.exitCode}`);
+  assert.equal(fs.existsSync(victim), !r.deleted);
+});
+
+test('a failed self-test refuses sandboxed runs unless degraded (and says so in the report)', { timeout: 60000 }, async () => {
+  // The addon as a kernel with the Codex-described bug would answer: wine hidden, the del succeeds.
+  const fake = Object.create(h.native);
+  fake.winWineVersion = () => null;
+  fake.winDeleteChildProbe = () => ({ deleted: true, exitCode: 0 });
+  const backend = h.win32.createWin32Backend(fake, { stateDir: h.stateDir });
+  const req = (degraded) => ({ file: h.probeChild, argv: [h.probeChild, 'report', '0'], env: h.baseEnv(), cwd: process.cwd(), stdio: ['ignore', 'ignore', 'ignore'], rules: h.rules({ degraded }) });
+  assert.throws(() => backend.spawn(req(false)), (e) => e instanceof h.SandboxError && e.code === 'ENOT_ENFORCED' && /FILE_DELETE_CHILD/.test(e.message));
+  const child = backend.spawn(req(true));
+  await child.exited;
+  assert.equal(child.enforcement.mechanisms.deleteChildSelfTest, 'failed');
+  assert.equal(child.enforcement.guarantees.filesystemWrite, 'not-enforced');
+  assert.ok(child.enforcement.gaps.some((g) => /self-test failed/.test(g)));
+  // Control: a passing self-test leaves the guarantee as planned.
+  const good = Object.create(h.native);
+  good.winWineVersion = () => null;
+  good.winDeleteChildProbe = () => ({ deleted: false, exitCode: 0 });
+  const ok = h.win32.createWin32Backend(good, { stateDir: h.stateDir }).spawn(req(false));
+  await ok.exited;
+  assert.equal(ok.enforcement.mechanisms.deleteChildSelfTest, 'passed');
+  assert.equal(ok.enforcement.guarantees.filesystemWrite, 'partial');
+});
