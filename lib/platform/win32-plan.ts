@@ -262,8 +262,8 @@ export function planWindowsSandbox(rules: ResolvedRules, ctx: PlanContext): Wind
     }
     gaps.push(`protectedPaths: the link(s) ${links.join(', ')} can be replaced (only their targets are protected)`);
   }
-  // Gaps the caller opted into while resolving (git: 'allow-init'), once lib/rules.ts carries them.
-  const ruleGaps = (rules as ResolvedRules & { gaps?: string[] }).gaps ?? [];
+  // Gaps the caller opted into while resolving (git: 'allow-init').
+  const ruleGaps = rules.gaps ?? [];
   gaps.push(...ruleGaps);
   let protectedGuarantee: Guarantee = 'not-requested';
   if (protectedPaths.length > 0 || placeholders.length > 0 || ruleGaps.length > 0) {
@@ -279,6 +279,9 @@ export function planWindowsSandbox(rules: ResolvedRules, ctx: PlanContext): Wind
       'network: Windows cannot block the network per process without administrator rights; ' +
         'only dead proxy variables are set (advisory)',
     );
+    if (rules.network.unixSockets !== undefined) {
+      gaps.push('network.unixSockets: not enforced either: any AF_UNIX socket the command can reach is connectable');
+    }
   }
 
   const job: WindowsJobPlan = { uiRestrictions: true };

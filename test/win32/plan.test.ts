@@ -99,6 +99,11 @@ describe('planWindowsSandbox', () => {
     expect(planWindowsSandbox(rules({ network: { kind: 'full' } }), ctx()).report.guarantees.network).toBe('not-requested');
   });
 
+  it('network none with unixSockets, degraded: the unix socket list is a gap too', () => {
+    const plan = planWindowsSandbox(rules({ network: { kind: 'none', unixSockets: ['C:\\x\\s.sock'] }, degraded: true }), ctx());
+    expect(plan.report.gaps.some((g) => g.startsWith('network.unixSockets'))).toBe(true);
+  });
+
   it('network none, degraded: dead proxy env and a report that says not enforced', () => {
     const plan = planWindowsSandbox(rules({ network: { kind: 'none' }, degraded: true }), ctx());
     expect(plan.envOverrides).toEqual(DEAD_PROXY_ENV);
