@@ -5,7 +5,7 @@
  *   const g = createSandboxCgroup({ pidsMax: 4096, memoryBytes });   // null: none usable here
  *   native.spawn({ ..., cgroupFds: g.procsFds });  // the command writes "0" to each before execve
  *   g.closeFds();                                  // right after the spawn
- *   ... on exit: g.remove()                        // kills leftovers (cgroup.kill on v2), rmdir
+ *   ... on exit: g.remove()                        // empty: pooled for reuse; else kill (cgroup.kill on v2), rmdir
  *
  * Which hierarchy: a cgroup v2 child group when the host's own v2 cgroup delegates the
  * controllers we need (pids, and memory when a memory cap is asked for); else v1 pids (and
@@ -34,7 +34,7 @@ export interface SandboxCgroup {
   pidsMax: number;
   /** Set when the group caps memory. */
   memoryBytes?: number;
-  /** Open cgroup.procs files, one per group the command must join. */
+  /** Open cgroup.procs (v2) / tasks (v1) files, one per group the command must join. */
   procsFds: number[];
   closeFds(): void;
   /** SIGKILLs every process in the groups (cgroup.kill on v2). */
@@ -57,6 +57,31 @@ let hierarchies: Hierarchies | undefined;
 const unusable = new Set<string>();
 const swept = new Set<string>();
 let counter = 0;
+
+/**
+ * Emptied pids-only groups kept for reuse: mkdir and rmdir on cgroupfs take the kernel's global
+ * cgroup mutex, and under concurrent spawns they cost more than the rest of a spawn's JS side. A
+ * group is pooled only when nothing is left in it; the pool is removed when the process exits
+ * (and by the next process's sweep if it crashed). Memory groups are never reused (page cache
+ * charged to one stays charged).
+ */
+const POOL_MAX = 8;
+interface Pooled {
+  dir: string;
+  kind: 'v1' | 'v2';
+  /** Its tasks/cgroup.procs file, kept open. */
+  fd: number;
+  pidsMax: number;
+}
+const pool: Pooled[] = [];
+let poolExitHook = false;
+function isEmpty(dir: string): boolean {
+  try {
+    return fs.readFileSync(path.join(dir, 'cgroup.procs'), 'utf8').trim() === '';
+  } catch {
+    return false;
+  }
+}
 
 function unescapeMount(p: string): string {
   return p.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8)));
@@ -200,31 +225,52 @@ function v2Controllers(dir: string): Set<string> {
   return new Set(readText(path.join(dir, 'cgroup.subtree_control')).split(/\s+/).filter(Boolean));
 }
 
-function open(dirs: string[], kind: 'v1' | 'v2', req: CgroupRequest, withMemory: boolean): SandboxCgroup | null {
-  const fds: number[] = [];
-  try {
-    for (const d of dirs) fds.push(fs.openSync(path.join(d, 'cgroup.procs'), 'w'));
-  } catch {
-    for (const fd of fds) fs.closeSync(fd);
-    for (const d of dirs) tryRemove(d);
-    return null;
+function open(dirs: string[], kind: 'v1' | 'v2', req: CgroupRequest, withMemory: boolean, reuseFd?: number): SandboxCgroup | null {
+  const fds: number[] = reuseFd === undefined ? [] : [reuseFd];
+  if (reuseFd === undefined) {
+    try {
+      // v1: "tasks" moves only the writing thread (the command has one), which lets the kernel
+      // skip its global threadgroup lock. v2 has no such file for domain groups.
+      const file = kind === 'v1' ? 'tasks' : 'cgroup.procs';
+      for (const d of dirs) fds.push(fs.openSync(path.join(d, file), 'w'));
+    } catch {
+      for (const fd of fds) fs.closeSync(fd);
+      for (const d of dirs) tryRemove(d);
+      return null;
+    }
   }
   let open = true;
+  const poolable = dirs.length === 1 && !withMemory;
+  const closeAll = () => {
+    if (!open) return;
+    open = false;
+    for (const fd of fds) fs.closeSync(fd);
+  };
   return {
     kind,
     pidsMax: req.pidsMax,
     memoryBytes: withMemory ? req.memoryBytes : undefined,
     procsFds: fds,
     closeFds() {
-      if (!open) return;
-      open = false;
-      for (const fd of fds) fs.closeSync(fd);
+      // A poolable group keeps its fd for the next run (remove() decides).
+      if (!poolable) closeAll();
     },
     killAll() {
       for (const d of dirs) killMembers(d);
     },
     remove() {
-      this.closeFds();
+      if (poolable && open && pool.length < POOL_MAX && isEmpty(dirs[0]!)) {
+        if (!poolExitHook) {
+          poolExitHook = true;
+          process.once('exit', () => {
+            for (const g of pool.splice(0)) tryRemove(g.dir);
+          });
+        }
+        open = false;
+        pool.push({ dir: dirs[0]!, kind, fd: fds[0]!, pidsMax: req.pidsMax });
+        return;
+      }
+      closeAll();
       for (const d of dirs) removeGroup(d);
     },
   };
@@ -238,6 +284,18 @@ function open(dirs: string[], kind: 'v1' | 'v2', req: CgroupRequest, withMemory:
 export function createSandboxCgroup(req: CgroupRequest): SandboxCgroup | null {
   hierarchies ??= findHierarchies();
   const h = hierarchies;
+  while (req.memoryBytes === undefined && pool.length > 0) {
+    const g = pool.pop()!;
+    try {
+      if (g.pidsMax !== req.pidsMax) fs.writeFileSync(path.join(g.dir, 'pids.max'), String(req.pidsMax));
+    } catch {
+      fs.closeSync(g.fd);
+      removeGroup(g.dir);
+      continue;
+    }
+    const reused = open([g.dir], g.kind, req, false, g.fd);
+    if (reused) return reused;
+  }
   // Worker threads load their own copy of this module: the thread id and a random tag keep names
   // apart; the pid comes first, for the sweep.
   const name = `${PREFIX}${process.pid}-${threadId}-${++counter}${crypto.randomBytes(3).toString('hex')}`;
