@@ -80,13 +80,21 @@ export const MAX_PLAN_READ_BYTES = 1 << 20;
  * (what lies beyond is not looked at).
  */
 export function readTextOrNull(p: string, maxBytes = MAX_PLAN_READ_BYTES): string | null {
-  let real: string | null;
-  try {
-    real = realpathOrNull(p);
-  } catch {
+  // Only a final symlink needs resolving (links in the middle are followed by open itself);
+  // an lstat is cheaper than a realpath in the common case, a plain file.
+  const first = lstatOrNull(p);
+  if (first === null) return null;
+  let real: string | null = p;
+  if (first.isSymbolicLink()) {
+    try {
+      real = realpathOrNull(p);
+    } catch {
+      return null;
+    }
+    if (real === null) return null;
+  } else if (!first.isFile()) {
     return null;
   }
-  if (real === null) return null;
   const { O_RDONLY, O_NONBLOCK, O_NOFOLLOW } = fs.constants;
   let fd: number;
   try {

@@ -172,7 +172,7 @@ export function gitConfigCodePaths(configFile: string, worktree: string, depth =
   // Includes form a graph the sandboxed command may have shaped: each file is read once (a loop
   // ends where it closes, keeping everything found on the way), at most GIT_INCLUDE_MAX_DEPTH
   // deep (git's own limit) and GIT_INCLUDE_MAX_FILES in all. Reads are bounded (readTextOrNull).
-  const key = canonicalizeMaybeMissing(configFile);
+  const key = path.resolve(configFile); // (different spellings of one file are bounded by the caps)
   if (depth > GIT_INCLUDE_MAX_DEPTH || seen.has(key) || seen.size >= GIT_INCLUDE_MAX_FILES) return [];
   seen.add(key);
   const text = readTextOrNull(configFile);
@@ -368,8 +368,7 @@ export function findNestedRepos(root: string): string[] {
 }
 
 /** Our placeholder for a missing directory: empty, mode exactly 0555 (lib/platform/linux.ts). */
-function isPlaceholderDir(p: string): boolean {
-  const st = lstatOrNull(p);
+function isPlaceholderDir(p: string, st: fs.Stats | null): boolean {
   if (st === null || !st.isDirectory() || (st.mode & 0o7777) !== 0o555) return false;
   try {
     return fs.readdirSync(p).length === 0;
@@ -404,7 +403,8 @@ export function protectedMetadataFor(root: string, git: GitProtection, nested = 
   const dotGit = path.join(root, '.git');
   // A concurrent run's placeholder (an empty 0555 directory) is a missing .git: protecting
   // hooks/config inside it would fill the placeholder, which then outlives every run.
-  const st = isPlaceholderDir(dotGit) ? null : lstatOrNull(dotGit);
+  const found = lstatOrNull(dotGit);
+  const st = isPlaceholderDir(dotGit, found) ? null : found;
   if (st !== null && st.isFile()) {
     // Worktree or submodule: protect the pointer itself (re-pointing it is as good as rewriting
     // hooks) and the gitdir it names.
