@@ -341,14 +341,17 @@ const NESTED_REPO_SKIP = new Set(['.git', 'node_modules']);
  * submodule checkouts, whose hooks and config run code later just like the root's (FS-08). The
  * walk is bounded (depth and directory count) so spawning stays cheap in large trees.
  */
-export function findNestedRepos(root: string): string[] {
+export function findNestedRepos(root: string, cut?: { truncated: boolean }): string[] {
   const found: string[] = [];
   let budget = NESTED_REPO_MAX_DIRS;
   let level = [root];
-  for (let depth = 1; depth <= NESTED_REPO_MAX_DEPTH && level.length > 0 && budget > 0; depth++) {
+  for (let depth = 1; depth <= NESTED_REPO_MAX_DEPTH && level.length > 0; depth++) {
     const next: string[] = [];
     for (const dir of level) {
-      if (budget-- <= 0) break;
+      if (budget-- <= 0) {
+        if (cut) cut.truncated = true; // directories left unread at this level
+        break;
+      }
       let entries: fs.Dirent[];
       try {
         entries = fs.readdirSync(dir, { withFileTypes: true });
@@ -362,6 +365,9 @@ export function findNestedRepos(root: string): string[] {
         next.push(child);
       }
     }
+    // Directories found at the last level (or past the budget) are not read: what lies in them is
+    // not searched, and the caller reports that.
+    if (next.length > 0 && (depth === NESTED_REPO_MAX_DEPTH || budget <= 0) && cut) cut.truncated = true;
     level = next;
   }
   return found;
@@ -377,7 +383,7 @@ function isPlaceholderDir(p: string, st: fs.Stats | null): boolean {
   }
 }
 
-export function protectedMetadataFor(root: string, git: GitProtection, nested = true): string[] {
+export function protectedMetadataFor(root: string, git: GitProtection, nested = true, cut?: { truncated: boolean }): string[] {
   const out: string[] = [];
   const addGitDir = (gitdir: string, depth = 0): void => {
     if (git === 'whole') {
@@ -435,7 +441,7 @@ export function protectedMetadataFor(root: string, git: GitProtection, nested = 
   // Agent and cloud-CLI configuration (Codex protects `.aws` in writable roots too).
   out.push(path.join(root, '.codex'), path.join(root, '.agents'), path.join(root, '.aws'));
   if (nested) {
-    for (const repo of findNestedRepos(root)) {
+    for (const repo of findNestedRepos(root, cut)) {
       // Only what exists: a nested directory is not a workspace root of its own.
       out.push(
         ...protectedMetadataFor(repo, git, false).filter(
@@ -509,8 +515,15 @@ export function resolveEntries(input: ResolverInput): ResolvedRules {
     // Metadata only exists below directories; a writable file root has none.
     for (const w of allWrites) {
       if (!statOrNull(w.path)?.isDirectory()) continue;
-      const meta = protectedMetadataFor(w.path, input.git);
+      const cut = { truncated: false };
+      const meta = protectedMetadataFor(w.path, input.git, true, cut);
       carve.push(...(w.protectMissingMetadata ? meta : meta.filter((m) => lstatOrNull(m) !== null)));
+      if (cut.truncated && w.protectMissingMetadata) {
+        gaps.push(
+          `nested repositories in ${w.path} are searched ${NESTED_REPO_MAX_DEPTH} levels deep (within ` +
+            `${NESTED_REPO_MAX_DIRS} directories); a repository below that keeps writable hooks and config`,
+        );
+      }
       if (input.protectPresets?.includes('startup-files')) {
         const found = startupFilesFor(w.path, w.protectMissingMetadata);
         carve.push(...found.paths);

@@ -23,6 +23,7 @@ import {
   hostScript,
   makeScene,
   NODE,
+  PROBE,
   probeOps,
   py,
   PYTHON,
@@ -294,16 +295,36 @@ describe.runIf(caps.linux)('file-system threats', () => {
         expectUnchanged(before, snapshot(`${scene.ws}/tools`));
       });
 
-      // BUG-DEEP-NESTED (reported): nested repositories are searched 3 levels deep (and within
-      // 256 directories); a repository one level deeper keeps writable hooks and config, and the
-      // report does not say so.
-      it.runIf(!skip && isolated).fails('FS-08: a nested repository four levels down keeps its hooks read-only', async () => {
+      // Nested repositories are searched 3 levels deep (and within 256 directories), so that
+      // planning stays cheap in big trees. A repository deeper than that keeps writable hooks and
+      // config: the report must say so (and protectedPaths is then 'partial'), or it is protected.
+      it.runIf(!skip && isolated)('FS-08: a nested repository four levels down is protected or listed as a gap', async () => {
         git(scene.ws, 'init', '-q');
         const deep = `${scene.ws}/a/b/c/d`;
         fs.mkdirSync(deep, { recursive: true });
         git(deep, 'init', '-q');
-        const r = await probeOps([['write', `${deep}/.git/hooks/pre-commit`, '#!/bin/sh\necho pwned\n']], { cwd: scene.ws, policy });
-        expectDenied(r, 'deep nested repo hook');
+        const res = await run(NODE, [PROBE, JSON.stringify([['write', `${deep}/.git/hooks/pre-commit`, '#!/bin/sh\necho pwned\n']])], {
+          cwd: scene.ws,
+          env: BASE_ENV,
+          policy,
+        });
+        const denied = !res.stdout.includes('PROBE ["ok"]');
+        const gap = res.enforcement.gaps.find((g) => g.includes(`nested repositories in ${scene.ws} are searched`));
+        expect(denied || gap !== undefined, `${res.stdout} ${JSON.stringify(res.enforcement.gaps)}`).toBe(true);
+        if (!denied) expect(res.enforcement.guarantees.protectedPaths).toBe('partial');
+        // Control: a shallow tree is searched to the end: no such gap, and its nested repo is protected.
+        const s2 = makeScene(`fs8-${mode}`);
+        try {
+          git(s2.ws, 'init', '-q');
+          fs.mkdirSync(`${s2.ws}/a`);
+          git(`${s2.ws}/a`, 'init', '-q');
+          const pol2 = modePolicy(mode, { filesystem: { write: [s2.ws] } });
+          const r2 = await run(NODE, [PROBE, JSON.stringify([['write', `${s2.ws}/a/.git/hooks/pre-commit`, 'x']])], { cwd: s2.ws, env: BASE_ENV, policy: pol2 });
+          expect(r2.stdout).not.toContain('PROBE ["ok"]');
+          expect(r2.enforcement.gaps.join('\n')).not.toContain('nested repositories in');
+        } finally {
+          s2.cleanup();
+        }
       });
 
       it.runIf(!skip && isolated)('FS-09: a gitdir pointer file is followed and the pointer itself is protected', async () => {
