@@ -40,6 +40,8 @@ export const RETAIN_CHUNKS = 50_000;
 const EXITED_RETENTION_MS = 30_000;
 const WRITE_ID_MEMORY = 4096;
 const MAX_WAIT_MS = 300_000;
+/** Long-polls waiting at once per connection (the reference caps calls in flight at 1024). */
+const MAX_WAITING_READS = 1024;
 /** Output kept for the sandboxDenied heuristic (the tail; keywords are short). */
 const DENIAL_TAIL = 64 * 1024;
 
@@ -51,6 +53,8 @@ export interface ExecServerOptions {
   /** Per-process output retention for process/read (default 1 MiB / 50,000 chunks). */
   retainBytes?: number;
   retainChunks?: number;
+  /** Processes starting or running at once on one connection (default 1024). */
+  maxProcesses?: number;
   /** Transport name used in parse-error texts ("stdio", "websocket"). */
   transportName?: string;
   /** Executor version reported in environment/info (default: this package's version). */
@@ -117,6 +121,7 @@ export class ExecConnection {
   private readonly procs = new Map<string, Proc>();
   private closedConn = false;
   private congested = false;
+  private waitingReads = 0;
   private readonly sessionId = randomUUID();
   private readonly retainBytes: number;
   private readonly retainChunks: number;
@@ -358,6 +363,9 @@ export class ExecConnection {
     const p = this.decodeExecParams(params);
     this.gate('exec');
     if (this.procs.has(p.processId)) throw new RpcError(INVALID_REQUEST, `process ${p.processId} already exists`);
+    const live = [...this.procs.values()].filter((x) => x.state !== 'exited').length;
+    const max = this.options.maxProcesses ?? 1024;
+    if (live >= max) throw new RpcError(INVALID_REQUEST, `too many processes on this connection (at most ${max} starting or running)`);
     const foreign = foreignHostMessage(p.cwd, process.platform);
     if (foreign) throw invalidParams(`cwd URI \`${p.cwd}\` is not valid on this exec-server host: ${foreign}`);
     const proc: Proc = {
@@ -475,11 +483,17 @@ export class ExecConnection {
     const maxBytes = (p.maxBytes as number | undefined | null) ?? undefined;
     const waitMs = Math.min((p.waitMs as number | undefined | null) ?? 0, MAX_WAIT_MS);
     const pending = () => proc.chunks.some((c) => c.seq > afterSeq);
-    if (!pending() && !proc.closed && waitMs > 0 && proc.seq <= afterSeq) {
+    if (!pending() && !proc.closed && waitMs > 0 && proc.seq <= afterSeq && this.waitingReads < MAX_WAITING_READS) {
       // Long-poll: any new event (output, exit, close) or the deadline ends the wait.
+      this.waitingReads++;
       const waited = new Promise<void>((resolve) => {
         const t = setTimeout(done, waitMs);
+        const self = this;
+        let fired = false;
         function done() {
+          if (fired) return;
+          fired = true;
+          self.waitingReads--;
           clearTimeout(t);
           proc.waiters.delete(done);
           resolve();

@@ -13,7 +13,9 @@ export const REFERENCE_BIN = path.join(REPO, 'node_modules', '@openai', 'codex-l
 
 /** Why the reference cannot run here, or undefined when it can. */
 export const referenceSkip: string | undefined =
-  process.platform !== 'linux' || process.arch !== 'x64'
+  process.env.PSB_NO_REFERENCE === '1'
+    ? 'PSB_NO_REFERENCE=1'
+    : process.platform !== 'linux' || process.arch !== 'x64'
     ? `the reference binary is installed for linux-x64 only (here ${process.platform}-${process.arch})`
     : fs.existsSync(REFERENCE_BIN)
       ? undefined

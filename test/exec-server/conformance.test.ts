@@ -253,6 +253,32 @@ const SESSIONS: Record<string, Session> = {
     };
   },
 
+  async 'pty-sandboxed'(c, _server, dir) {
+    await c.init();
+    const sti = `python3 -c "
+import fcntl, termios
+try:
+    fcntl.ioctl(0, termios.TIOCSTI, b'Z'); print('sti-ok')
+except OSError as e:
+    print('sti-errno', e.errno)
+"`;
+    const script = `stty size; test -t 0 && test -t 1 && echo is-tty; ${sti}; read x; echo got=$x`;
+    const r = await c.request('process/start', { ...start('t', ['sh', '-c', script], { tty: true }), cwd: uri(dir), sandbox: workspaceWrite(dir) });
+    await c.waitFor(() => /sti-(ok|errno)/.test(c.output('t').pty ?? ''), 'pty output');
+    await c.request('process/write', { processId: 't', chunk: b64('hello\n'), writeId: '1' });
+    await c.closed('t');
+    const out = c.output('t').pty ?? '';
+    return {
+      start: norm(r),
+      streams: Object.keys(c.output('t')),
+      size: /\d+ \d+/.exec(out)?.[0],
+      isTty: out.includes('is-tty'),
+      sti: /sti-(ok|errno \d+)/.exec(out)?.[0],
+      got: out.includes('got=hello'),
+      exit: c.exitCode('t'),
+    };
+  },
+
   async 'concurrent-20'(c) {
     await c.init();
     const ids = Array.from({ length: 20 }, (_, i) => `c${i}`);

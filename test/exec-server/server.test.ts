@@ -48,9 +48,13 @@ class StdioPeer {
   private buf = '';
   private id = 1;
 
-  static async create(maxMessageBytes?: number): Promise<StdioPeer> {
+  static async create(maxMessageBytes?: number, maxProcesses?: number): Promise<StdioPeer> {
     const p = new StdioPeer();
-    p.server = await createExecServer({ transport: { kind: 'stdio', input: p.input, output: p.output }, ...(maxMessageBytes ? { maxMessageBytes } : {}) });
+    p.server = await createExecServer({
+      transport: { kind: 'stdio', input: p.input, output: p.output },
+      ...(maxMessageBytes ? { maxMessageBytes } : {}),
+      ...(maxProcesses ? { maxProcesses } : {}),
+    });
     p.output.setEncoding('utf8');
     p.output.on('data', (d: string) => {
       p.buf += d;
@@ -212,6 +216,20 @@ describe.skipIf(!caps.linux)('exec-server: bad input', () => {
     peer.input.write('{"id":5,"method":\n');
     await poll(() => peer.messages.filter((m) => m.id === -1).length === 2, 'second parse error');
     expect((await peer.request('environment/status')).result).toEqual({ status: 'ready' });
+    await peer.close();
+  });
+
+  it('the number of live processes per connection is capped; a slot frees when one exits', async () => {
+    const peer = await StdioPeer.create(undefined, 2);
+    await peer.init();
+    expect((await peer.request('process/start', start('a', ['sleep', '1000']))).error).toBeUndefined();
+    expect((await peer.request('process/start', start('b', ['sleep', '1000']))).error).toBeUndefined();
+    const third = await peer.request('process/start', start('c', ['true']));
+    expect(third.error).toEqual({ code: -32600, message: 'too many processes on this connection (at most 2 starting or running)' });
+    expect(peer.events('c')).toEqual([]); // nothing ran
+    await peer.request('process/terminate', { processId: 'a' });
+    await peer.closedEvent('a');
+    expect((await peer.request('process/start', start('c', ['true']))).error).toBeUndefined();
     await peer.close();
   });
 
