@@ -333,17 +333,39 @@ export function planMounts(input: LinuxPlanInput): MountPlan {
   // Every directory between the writable root and the carve-out is pinned (bound onto itself) so
   // it cannot be renamed away and recreated (FS-06).
   const pinned = new Set<string>();
+  const heldAncestors = new Set<string>();
   for (const step of steps) {
-    const p = step.path;
     if (step.write) {
-      if (lstatOrNull(p)) mounts.push({ kind: MountKind.BindRw, path: p });
+      if (lstatOrNull(step.path)) mounts.push({ kind: MountKind.BindRw, path: step.path });
       continue;
     }
-    const root = writeRoots.filter((w) => isUnder(p, w)).sort((a, b) => b.length - a.length)[0];
-    if (!root || p === root) continue;
-    const st = lstatOrNull(p);
-    const parent = path.dirname(p);
-    if (!st && !lstatOrNull(parent)?.isDirectory()) continue; // e.g. .git/hooks without .git
+    const root = writeRoots.filter((w) => isUnder(step.path, w)).sort((a, b) => b.length - a.length)[0];
+    if (!root || step.path === root) continue;
+    let p = step.path;
+    let st = lstatOrNull(p);
+    let ancestor = false;
+    if (!st && !lstatOrNull(path.dirname(p))?.isDirectory()) {
+      // A protected path whose parent is missing too (`protect: [ws/tools/deploy.sh]`, a
+      // core.hooksPath of .husky/_ before .husky exists): the command could create the whole
+      // chain. Its first missing directory is held instead (an existing non-directory on the way
+      // would have to be removed first, which the pins and binds do not cover: left as is).
+      let first: string | null = null;
+      let cur = root;
+      for (const part of path.relative(root, p).split('/')) {
+        cur = path.join(cur, part);
+        const s2 = lstatOrNull(cur);
+        if (s2 === null) {
+          first = cur;
+          break;
+        }
+        if (!s2.isDirectory()) break;
+      }
+      if (first === null || heldAncestors.has(first)) continue;
+      heldAncestors.add(first);
+      p = first;
+      st = null;
+      ancestor = true;
+    }
     // Under a read-only area with no writable root in between, a missing path cannot be created
     // (and an existing one is read-only already): nothing to do.
     if (!st && alreadyReadOnly(p)) continue;
@@ -375,7 +397,7 @@ export function planMounts(input: LinuxPlanInput): MountPlan {
       readOnlyAreas.push(p);
     } else {
       // A missing protected path becomes an empty read-only placeholder so it cannot be created.
-      mounts.push({ kind: placeholderIsFile(p) ? MountKind.GhostFile : MountKind.GhostDir, path: p });
+      mounts.push({ kind: !ancestor && placeholderIsFile(p) ? MountKind.GhostFile : MountKind.GhostDir, path: p });
       ghosts.push(p);
       readOnlyAreas.push(p);
     }

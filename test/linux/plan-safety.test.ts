@@ -130,11 +130,12 @@ describe.runIf(caps.linux)('planning never blocks the host or reads unbounded da
     });
 
     // A command can take flock(LOCK_EX) on any file it sees. When such a file looks like one of
-    // our placeholders (an empty 0444 file at a protected path whose parent did not exist at the
-    // start), the next plan for this workspace must not wait for that lock on the JS thread.
+    // our placeholders (an empty 0444 file at a path another run protects), the next plan for this
+    // workspace must not wait for that lock on the JS thread.
     it.skipIf(skip || mode !== 'isolated' || !caps.python)('a placeholder held locked by a running command does not freeze the host', async () => {
-      const hook = `${scene.ws}/tools/hook.sh`; // protected; its parent is missing at the start
+      const hook = `${scene.ws}/tools/hook.sh`; // protected by the second run only
       const pol = modePolicy(mode, { filesystem: { write: [scene.ws], protect: [hook] } });
+      const holderPolicy = modePolicy(mode, { filesystem: { write: [scene.ws] } });
       const holder = [
         'import fcntl, os, sys, time',
         `os.makedirs(${JSON.stringify(`${scene.ws}/tools`)}, exist_ok=True)`,
@@ -147,7 +148,7 @@ describe.runIf(caps.linux)('planning never blocks the host or reads unbounded da
       const h = await hostRun(
         scene.root,
         `const ac = new AbortController();
-         const a = lib.run('/usr/bin/python3', ['-c', ${JSON.stringify(holder)}], { cwd: ${JSON.stringify(scene.ws)}, env: { PATH: '/usr/bin:/bin' }, policy: ${JSON.stringify(pol)}, signal: ac.signal }).catch((e) => e);
+         const a = lib.run('/usr/bin/python3', ['-c', ${JSON.stringify(holder)}], { cwd: ${JSON.stringify(scene.ws)}, env: { PATH: '/usr/bin:/bin' }, policy: ${JSON.stringify(holderPolicy)}, signal: ac.signal }).catch((e) => e);
          while (!require('fs').existsSync(${JSON.stringify(`${scene.ws}/locked`)})) await new Promise((r) => setTimeout(r, 20));
          const before = tick();
          let bCode = null;

@@ -394,6 +394,28 @@ describe.runIf(caps.linux)('file-system threats', () => {
         expect(fs.existsSync(path.join(scene.ws, '.git/hooks/pre-commit'))).toBe(true);
       });
 
+      // A protected path whose parent is missing too: its first missing directory is held, so the
+      // chain cannot be created (husky's core.hooksPath before .husky exists; a `protect` entry).
+      it.runIf(!skip && isolated)('FS-10: a protected path whose parents are missing cannot be created either', async () => {
+        git(scene.ws, 'init', '-q');
+        git(scene.ws, 'config', 'core.hooksPath', '.husky/_');
+        const pol = modePolicy(mode, { filesystem: { write: [scene.ws], protect: [`${scene.ws}/tools/bin/deploy.sh`] } });
+        const before = snapshot(scene.ws);
+        const r = await probeOps(
+          [
+            ['mkdirp', `${scene.ws}/.husky/_`],
+            ['write', `${scene.ws}/.husky/_/pre-commit`, '#!/bin/sh\necho pwned\n'],
+            ['mkdirp', `${scene.ws}/tools/bin`],
+            ['write', `${scene.ws}/tools/bin/deploy.sh`, '#!/bin/sh\necho pwned\n'],
+          ],
+          { cwd: scene.ws, policy: pol },
+        );
+        expectDenied(r, 'create under a missing parent', [...DENIED, 'EEXIST', 'ENOTDIR', 'ENOENT', 'EISDIR']);
+        expectUnchanged(before, snapshot(scene.ws));
+        // Control: a sibling tree is creatable in the same sandbox.
+        expect(await probeOps([['mkdirp', `${scene.ws}/toolz/bin`]], { cwd: scene.ws, policy: pol })).toEqual(['ok']);
+      });
+
       // A protected path reached through a symlink inside the writable root (.git itself, a
       // core.hooksPath directory, a link on the way to it): protecting only the target leaves the
       // link replaceable by a real directory holding planted hooks. Isolated mode refuses unless
