@@ -7,7 +7,7 @@ import * as path from 'node:path';
 import type { NetworkRule } from '../rules';
 import { isWithin, lstatOrNull, realpathOrNull } from './canonical';
 import { expandGlob, type GlobLimits } from './glob';
-import { protectedMetadataFor, type Access, type GitProtection, type ResolverEntry, type ResolverInput } from './resolve';
+import { protectedMetadataFor, type Access, type GitProtection, type ProtectPreset, type ResolverEntry, type ResolverInput } from './resolve';
 import { fileUriToPath, FileUriError, looksLikeUri, pathToFileUri, type PathFlavor } from './uri';
 
 export type FileSystemAccessMode = 'read' | 'write' | 'deny';
@@ -367,6 +367,8 @@ export interface ProfileResolveContext {
   tmpdir?: string;
   git?: GitProtection;
   protect?: string[];
+  /** Opt-in protection presets (resolve.ts PROTECT_PRESETS). */
+  protectPresets?: ProtectPreset[];
   glob?: GlobLimits;
   mode?: ResolverInput['mode'];
   degraded?: boolean;
@@ -380,6 +382,7 @@ export interface ProfileResolveContext {
 export function profileToResolverInput(profile: PermissionProfile, ctx: ProfileResolveContext): ResolverInput {
   const base = {
     protect: ctx.protect ?? [],
+    ...(ctx.protectPresets ? { protectPresets: ctx.protectPresets } : {}),
     git: ctx.git ?? 'hooks-and-config',
     mode: ctx.mode ?? 'auto',
     degraded: ctx.degraded ?? false,

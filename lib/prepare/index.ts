@@ -40,7 +40,7 @@ import {
   withAdditionalReadableRoots,
   type PermissionProfile,
 } from '../permissions/profile';
-import { resolveEntries } from '../permissions/resolve';
+import { resolveEntries, type ProtectPreset } from '../permissions/resolve';
 import { fileUriToPath, FileUriError, flavorOf } from '../permissions/uri';
 import { CUSTOM_CA_ENV_KEYS, isManagedCaBundlePath, stripManagedProxyEnv } from './proxy-env';
 import { internalError, invalidParams } from './rpc';
@@ -139,6 +139,8 @@ export interface PrepareRuntime {
   git?: GitProtection;
   /** Extra read-only carve-outs (absolute native paths) added to the protected metadata. */
   protect?: string[];
+  /** Opt-in protection presets for every writable root (e.g. ['startup-files']). */
+  protectPresets?: ProtectPreset[];
   /** `:tmpdir` target (default baseEnv.TMPDIR). */
   tmpdir?: string;
   /**
@@ -475,6 +477,7 @@ async function prepareChecked(
         tmpdir: runtime.tmpdir ?? (runtime.baseEnv ?? process.env).TMPDIR,
         git: runtime.git ?? 'hooks-and-config',
         protect: runtime.protect ?? [],
+        ...(runtime.protectPresets ? { protectPresets: runtime.protectPresets } : {}),
         mode: sandbox.useLegacyLandlock === true && !enforceManagedNetwork && !net.managedProxy ? 'landlock' : 'auto',
         degraded: runtime.degraded ?? false,
         // A managed network reaches only our proxy. A context we cannot route (a caller's own

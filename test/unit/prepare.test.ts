@@ -124,6 +124,13 @@ describe('sandbox_request_wraps_native_argv_on_executor (re-expressed)', () => {
     expect(rules.network).toEqual({ kind: 'none' });
   });
 
+  it('runtime.protectPresets reaches the resolver (start-up files in the workspace root)', async () => {
+    const prepared = await prepareExecRequest(sandboxed({}, { workspaceRoots: [] }), { platform: 'linux', tmpdir: '', protectPresets: ['startup-files'] });
+    expect(prepared.rules!.readOnly).toEqual(expect.arrayContaining([path.join(ws, '.bashrc'), path.join(ws, '.vscode')]));
+    const plain = await prepareExecRequest(sandboxed({}, { workspaceRoots: [] }), { platform: 'linux', tmpdir: '' });
+    expect(plain.rules!.readOnly).not.toContain(path.join(ws, '.bashrc'));
+  });
+
   it("an existing .git is read-only as a whole under Codex's workspace_write", async () => {
     const repo = path.join(tmp, 'repo');
     fs.mkdirSync(path.join(repo, '.git'), { recursive: true });
