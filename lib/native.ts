@@ -19,6 +19,9 @@ export interface LinuxNativePlan {
   setsid?: boolean;
   /** fd 0 is a pty slave: make it the controlling terminal (needs setsid). */
   ctty?: boolean;
+  /** Isolated mode: init opens a pty of this size in the sandbox's devpts (needs ctty). */
+  ptyCols?: number;
+  ptyRows?: number;
   newNet?: boolean;
   mounts?: LinuxMountOp[];
   tmpSlots?: number;
@@ -52,6 +55,8 @@ export interface LinuxSpawnResult {
   landlockAbi: number;
   /** Isolated mode with proxyPort: the listener created inside the namespace. */
   listenerFd?: number;
+  /** Isolated mode with ptyCols: the master of the terminal made inside the namespace. */
+  ptyFd?: number;
   /** Isolated mode without a proxy: init joined the process-wide empty network namespace. */
   sharedNetns?: boolean;
 }
@@ -81,6 +86,8 @@ export interface NativeBinding {
   /** A pseudo-terminal pair (both close-on-exec) with the given window size. */
   openPty?(cols: number, rows: number): { master: number; slave: number; name: string };
   resizePty?(fd: number, cols: number, rows: number): void;
+  /** A new fd for the slave of a pty master (TIOCGPTPEER). */
+  ptyPeer?(master: number): number;
   // Windows and macOS functions are typed by their backends (lib/platform/win32.ts, darwin.ts).
   [key: string]: unknown;
 }

@@ -196,10 +196,13 @@ export function createLinuxBackend(native: NativeBinding): Backend {
     },
 
     spawn(req: BackendSpawnRequest): BackendProcess {
-      const pty = req.pty ? openPty(native, req.pty) : undefined;
+      // Isolated mode makes the terminal inside the sandbox's own devpts (init opens it), so the
+      // command's ttyname() names a node that exists there; elsewhere the addon opens it here.
+      const nsPty = req.pty !== undefined && req.rules !== null && isolatedFor(req.rules) ? req.pty : undefined;
+      const pty = req.pty && !nsPty ? openPty(native, req.pty) : undefined;
       let proc: BackendProcess;
       try {
-        proc = spawnOn(req, pty);
+        proc = spawnOn(req, pty, nsPty);
       } catch (e) {
         if (pty) fs.closeSync(pty.slave);
         throw e;
@@ -212,11 +215,21 @@ export function createLinuxBackend(native: NativeBinding): Backend {
     },
   };
 
-  function spawnOn(req: BackendSpawnRequest, pty: OpenedPty | undefined): BackendProcess {
+  function isolatedFor(rules: NonNullable<BackendSpawnRequest['rules']>): boolean {
+    try {
+      return chooseLinuxMode(rules, linuxProbe()) === 'isolated';
+    } catch {
+      return false; // spawnOn throws the same refusal
+    }
+  }
+
+  function spawnOn(req: BackendSpawnRequest, pty: OpenedPty | undefined, nsPty: { cols: number; rows: number } | undefined): BackendProcess {
     {
       const stdio: LinuxStdio[] = pty
         ? [pty.slave, pty.slave, pty.slave]
-        : req.stdio.map((s, i) => (s === 'pipe' ? (i === 0 ? 'in' : 'out') : s === 'inherit' ? i : s === 'ignore' ? -1 : s));
+        : nsPty
+          ? [-1, -1, -1] // placeholders: init puts the in-namespace slave there
+          : req.stdio.map((s, i) => (s === 'pipe' ? (i === 0 ? 'in' : 'out') : s === 'inherit' ? i : s === 'ignore' ? -1 : s));
       let plan: Omit<LinuxNativePlan, 'stdio'>;
       let proxy: ManagedProxy | undefined;
       let ownsProxy = false;
@@ -322,6 +335,10 @@ export function createLinuxBackend(native: NativeBinding): Backend {
       };
       // A pty slave becomes the controlling terminal of the command's new session.
       if (pty) plan = { ...plan, setsid: true, ctty: true };
+      if (nsPty) {
+        if (plan.mode !== 'isolated') throw new SandboxError('ESPAWN', 'internal: an in-namespace pty needs isolated mode');
+        plan = { ...plan, setsid: true, ctty: true, ptyCols: nsPty.cols, ptyRows: nsPty.rows };
+      }
       let res;
       try {
         res = native.spawn!({ ...plan, stdio }, (code, sig) => {
@@ -377,10 +394,20 @@ export function createLinuxBackend(native: NativeBinding): Backend {
         exited,
         enforcement: withNativeFacts(enforcement, res),
       };
-      if (pty) {
-        const stream = ptyStream(pty.master);
+      const master = pty ? pty.master : nsPty ? res.ptyFd : undefined;
+      if (nsPty && master === undefined) {
+        native.kill!(handle, 9);
+        throw new SandboxError('ESPAWN', 'the sandbox did not hand over its pseudo-terminal');
+      }
+      if (nsPty && master !== undefined) {
+        // As for a host pty: hold a slave until the command exits, so its last output is read.
+        const peer = native.ptyPeer!(master);
+        void exited.finally(() => fs.closeSync(peer));
+      }
+      if (master !== undefined) {
+        const stream = ptyStream(master);
         out.stdio = [null, stream, null];
-        out.pty = { stream, resize: (cols, rows) => native.resizePty!(pty.master, cols, rows) };
+        out.pty = { stream, resize: (cols, rows) => native.resizePty!(master, cols, rows) };
         out.enforcement = { ...out.enforcement, mechanisms: { ...out.enforcement.mechanisms, pty: true } };
       }
       return out;

@@ -229,6 +229,11 @@ Napi::Value Spawn(const Napi::CallbackInfo& info) {
   // A pty: fd 0 becomes the controlling terminal, which needs a new session.
   plan.ctty = GetBool(o, "ctty", false);
   if (plan.ctty && !plan.setsid) throw Napi::TypeError::New(env, "plan.ctty needs plan.setsid");
+  plan.pty_cols = static_cast<uint16_t>(GetNumber(o, "ptyCols", 0));
+  plan.pty_rows = static_cast<uint16_t>(GetNumber(o, "ptyRows", 0));
+  if ((plan.pty_cols != 0) != (plan.pty_rows != 0) || (plan.pty_cols != 0 && (plan.mode != LinuxMode::kIsolated || !plan.ctty))) {
+    throw Napi::TypeError::New(env, "plan.ptyCols/ptyRows need each other, isolated mode and ctty");
+  }
   plan.drop_caps = plan.mode != LinuxMode::kPlain;
   plan.new_net = GetBool(o, "newNet", true);
   plan.proxy_port = static_cast<uint16_t>(GetNumber(o, "proxyPort", 0));
@@ -359,6 +364,7 @@ Napi::Value Spawn(const Napi::CallbackInfo& info) {
   result.Set("fds", fds);
   result.Set("landlockAbi", Napi::Number::New(env, plan.landlock ? plan.landlock_plan.abi : 0));
   if (res.proxy_listener_fd >= 0) result.Set("listenerFd", Napi::Number::New(env, res.proxy_listener_fd));
+  if (res.pty_master_fd >= 0) result.Set("ptyFd", Napi::Number::New(env, res.pty_master_fd));
   result.Set("sharedNetns", Napi::Boolean::New(env, res.shared_netns));
   return result;
 }

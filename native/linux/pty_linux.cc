@@ -79,11 +79,22 @@ Napi::Value ResizePty(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+// ptyPeer(masterFd) -> a new fd for its slave (TIOCGPTPEER: no path lookup, so it works for a
+// terminal of the sandbox's own devpts, which the host cannot name). Close-on-exec.
+Napi::Value PtyPeer(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsNumber()) throw Napi::TypeError::New(env, "Expected fd to be a number");
+  int fd = ioctl(info[0].As<Napi::Number>().Int32Value(), TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) ThrowSys(env, "ioctl", errno);
+  return Napi::Number::New(env, fd);
+}
+
 }  // namespace
 
 void RegisterPty(Napi::Env env, Napi::Object exports) {
   exports.Set("openPty", Napi::Function::New(env, OpenPty, "openPty"));
   exports.Set("resizePty", Napi::Function::New(env, ResizePty, "resizePty"));
+  exports.Set("ptyPeer", Napi::Function::New(env, PtyPeer, "ptyPeer"));
 }
 
 }  // namespace psb

@@ -119,7 +119,8 @@ constexpr size_t kMaxSlots = 64;
 
 struct ChildArgs {
   const LinuxSpawnPlan* plan;
-  int fd_channel;  // init -> parent: the proxy listener (SCM_RIGHTS); -1 when unused
+  int fd_channel;  // init -> parent: the pty master, then the proxy listener (SCM_RIGHTS); -1 when unused
+  int pty_slave;   // isolated + pty: the slave init opened, placed at fds 0-2 of the command; -1 otherwise
   char* const* argv;
   char* const* envp;
   const int* stdio_fds;
@@ -553,7 +554,7 @@ int CommandInChild(void* argp) {
   // pid namespace layer; init's own exit kills us anyway.)
   if (p.mode == LinuxMode::kPlain && Sys(__NR_getppid) != a->parent_pid) ExitInChild(125);
   for (int i = 0; i < a->nstdio; ++i) {
-    r = Sys(__NR_dup3, a->stdio_fds[i], i, 0);
+    r = Sys(__NR_dup3, a->pty_slave >= 0 && i < 3 ? a->pty_slave : a->stdio_fds[i], i, 0);
     if (r < 0) FailInChild(a, kStageStdio, i, r);
   }
   if (p.ctty) SetControllingTerminalInChild(a);
@@ -639,6 +640,34 @@ int InitInChild(void* argp) {
   LaunchAndWaitInChild(a);
 }
 
+// isolated init, pty: a terminal of the sandbox's own devpts instance (mounted by the /dev
+// step), so the command's ttyname() names a node that exists inside. The master goes to the
+// parent over the fd channel; the slave (from TIOCGPTPEER, no path lookup) is kept for the
+// command's fds 0-2.
+long OpenPtyInChild(ChildArgs* a) {
+  const LinuxSpawnPlan& p = *a->plan;
+  long m = Sys(__NR_openat, AT_FDCWD, "/dev/pts/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC, 0);
+  if (m < 0) return m;
+  int unlock = 0;
+  struct winsize ws = {p.pty_rows, p.pty_cols, 0, 0};
+  long r = Sys(__NR_ioctl, m, TIOCSPTLCK, &unlock);
+  if (r == 0) r = Sys(__NR_ioctl, m, TIOCSWINSZ, &ws);
+  long s = r < 0 ? r : Sys(__NR_ioctl, m, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (s >= 0) {
+    r = SendFdInChild(a->fd_channel, static_cast<int>(m), 'P');
+    if (r < 0) Sys(__NR_close, s);
+  }
+  Sys(__NR_close, m);
+  if (s < 0) return s;
+  if (r < 0) return r;
+  // Above the stdio range: the command's dup3 onto fds 0-2 must never be a no-op dup3(fd, fd).
+  long hi = Sys(__NR_fcntl, s, F_DUPFD_CLOEXEC, a->nstdio > 3 ? a->nstdio : 3);
+  Sys(__NR_close, s);
+  if (hi < 0) return hi;
+  a->pty_slave = static_cast<int>(hi);
+  return 0;
+}
+
 // isolated init: identity maps, the mount tree, the namespace's network pieces.
 void SetUpNamespacesInChild(ChildArgs* a) {
   const LinuxSpawnPlan& p = *a->plan;
@@ -668,6 +697,11 @@ void SetUpNamespacesInChild(ChildArgs* a) {
   if (p.new_net && p.proxy_port != 0) {
     r = LoopbackUpInChild();
     if (r < 0) FailInChild(a, kStageLoopback, 0, r);
+  }
+  // Before the listener: that step closes the channel.
+  if (p.pty_cols != 0) {
+    r = OpenPtyInChild(a);
+    if (r < 0) FailInChild(a, kStageStdio, 4, r);
   }
   if (p.proxy_port != 0) {
     r = CreateProxyListenerInChild(a, p.proxy_port);
@@ -743,6 +777,7 @@ void KillTreeInChild(pid_t cmd) {
   // The command has its own copies now. init keeps only the status pipe, so the command's stdio
   // reaches EOF exactly when the sandbox's last holder of it is gone.
   for (int i = 0; i < a->nstdio; ++i) Sys(__NR_close, a->stdio_fds[i]);
+  if (a->pty_slave >= 0) Sys(__NR_close, a->pty_slave);
   for (int fd : p.cgroup_fds) Sys(__NR_close, fd);
   Sys(__NR_close, a->err_fd);  // the parent sees EOF once the command has exec'd (or failed)
   a = nullptr;
@@ -1043,6 +1078,7 @@ Status ReportToStatus(const LinuxSpawnPlan& plan, const ChildReport& r) {
   }
   std::string what = StageName(r.stage);
   if (r.stage == kStageStdio && r.index == 3) what = "ioctl(TIOCSCTTY) on the pty slave";
+  if (r.stage == kStageStdio && r.index == 4) what = "opening a pty in the sandbox's devpts";
   ErrorCode code = ErrorCode::kESPAWN;
   std::string hint;
   switch (r.stage) {
@@ -1125,7 +1161,7 @@ Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
   }
 
   int chan[2] = {-1, -1};
-  if (isolated && plan.proxy_port != 0) {
+  if (isolated && (plan.proxy_port != 0 || plan.pty_cols != 0)) {
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, chan) < 0) {
       return Status::Sys(ErrorCode::kESPAWN, "socketpair(2) failed", "socketpair", errno);
     }
@@ -1158,6 +1194,7 @@ Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
   args.err_fd = err_w;
   args.status_fd = statp[1];
   args.fd_channel = chan[1];
+  args.pty_slave = -1;
   args.parent_pid = getpid();
   args.fprog.len = static_cast<unsigned short>(plan.seccomp_filter.size());
   args.fprog.filter = plan.seccomp_filter.data();
@@ -1321,7 +1358,18 @@ Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
     owned.Release(statp[0]);
     fcntl(statp[0], F_SETFL, O_NONBLOCK);
   }
-  if (chan[0] >= 0) {
+  if (chan[0] >= 0 && plan.pty_cols != 0) {
+    // Queued before the command was started, ahead of any listener.
+    char byte;
+    if (RecvFd(chan[0], &byte, &out->pty_master_fd, MSG_DONTWAIT) != 1 || out->pty_master_fd < 0) {
+      Sys(__NR_pidfd_send_signal, pidfd, SIGKILL, 0, 0);
+      siginfo_t si;
+      while (waitid(static_cast<idtype_t>(P_PIDFD), pidfd, &si, WEXITED) < 0 && errno == EINTR) {
+      }
+      return Status::Error(ErrorCode::kESPAWN, "the sandbox did not hand over its pseudo-terminal");
+    }
+  }
+  if (chan[0] >= 0 && plan.proxy_port != 0) {
     // init sent the listener before the command was started, so it is already queued.
     char byte;
     if (RecvFd(chan[0], &byte, &out->proxy_listener_fd, MSG_DONTWAIT) != 1 || out->proxy_listener_fd < 0) {
@@ -1329,6 +1377,8 @@ Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
       siginfo_t si;
       while (waitid(static_cast<idtype_t>(P_PIDFD), pidfd, &si, WEXITED) < 0 && errno == EINTR) {
       }
+      if (out->pty_master_fd >= 0) close(out->pty_master_fd);
+      out->pty_master_fd = -1;
       return Status::Error(ErrorCode::kEPROXY_START, "the sandbox did not hand over its proxy listener");
     }
   }

@@ -85,6 +85,9 @@ struct LinuxSpawnPlan {
   bool drop_caps = true;            // empty all capability sets + bounding set, lock securebits
   bool setsid = true;
   bool ctty = false;                // after setsid + stdio: TIOCSCTTY on fd 0 (a pty slave)
+  // Isolated + pty: init allocates the terminal in the sandbox's own devpts (so ttyname works
+  // inside), its slave becomes fds 0-2, and the master goes to the parent. 0 = no such pty.
+  uint16_t pty_cols = 0, pty_rows = 0;
   // Isolated mode with a managed proxy: init creates a TCP listener on 127.0.0.1:proxy_port inside
   // the command's network namespace and hands it to the parent (SCM_RIGHTS). 0 = none.
   uint16_t proxy_port = 0;
@@ -112,6 +115,7 @@ struct LinuxSpawnResult {
   // caller unmaps it (ReleaseInitStack) only after init has been reaped.
   void* init_stack = nullptr;
   size_t init_stack_size = 0;
+  int pty_master_fd = -1;      // isolated + pty_cols: the master of the in-namespace pty
   int proxy_listener_fd = -1;  // isolated + proxy_port: the listener from inside the namespace
   bool shared_netns = false;   // isolated: init joined the shared empty network namespace
 };

@@ -110,11 +110,14 @@ describe('pty: ttyname', () => {
     expect(t.out()).toMatch(/\/dev\/pts\/\d+/);
   });
   const isolated = MODES.find((m) => m.name === 'isolated')!;
-  // Known gap (README, notes/exec.md): the sandbox mounts its own devpts instance, so the host
-  // slave has no name inside and ttyname(3) fails; the terminal itself works (tests above).
-  it.skipIf(isolated.skip).fails('isolated mode: tty prints a name (BUG-PTY-TTYNAME: fails, own devpts instance)', async () => {
-    const t = start('tty', modePolicy('isolated', { filesystem: { write: [scene.ws] } }));
+  // The sandbox mounts its own devpts instance; the terminal is made there (by init), so
+  // ttyname(3) finds it. A host-side pty would have no name inside (BUG-PTY-TTYNAME, fixed).
+  it.skipIf(isolated.skip)('isolated mode: tty prints the slave path of the sandbox\'s own devpts', async () => {
+    const t = start('tty; ls /dev/pts', modePolicy('isolated', { filesystem: { write: [scene.ws] } }));
     expect(await t.closed).toEqual([0, null]);
+    expect(t.out()).toMatch(/^\/dev\/pts\/0\r\n/);
+    // Only this sandbox's terminal exists in its devpts: no host terminal is reachable by name.
+    expect(t.out().split('\r\n')[1]!.trim().split(/\s+/).sort()).toEqual(['0', 'ptmx']);
   });
 });
 
