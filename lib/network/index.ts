@@ -1,6 +1,7 @@
 /**
  * Managed network: the domain-filtering HTTP/SOCKS5 proxy sandboxed commands reach the network
- * through, with audit events and a host decider. Node standard library only.
+ * through, with audit events and a host decider. Node standard library, plus node-forge for the
+ * interception CA's X.509 encoding (lib/network/mitm.ts).
  */
 export {
   ManagedProxy,
@@ -14,7 +15,10 @@ export {
   type LookupFn,
   type ManagedProxyOptions,
   type ProxyPolicyConfig,
+  type CredentialRule,
+  type InterceptionOptions,
 } from './proxy';
+export { InterceptionCa, CUSTOM_CA_ENV_KEYS } from './mitm';
 export { DomainMatcher, normalizeHost, isIpLiteral, patternError, type DomainVerdict } from './matcher';
 export {
   classifyAddress,

@@ -22,12 +22,15 @@
 import * as dns from 'dns';
 import * as fs from 'fs';
 import * as http from 'http';
+import * as https from 'https';
 import * as net from 'net';
+import * as tls from 'tls';
 import type { AddressInfo } from 'net';
 
 import { classifyAddress, looksNumericHost, type AddressClass } from './addresses';
 import { buildProxyEnv, type ProxyEnvOptions } from './env';
 import { badHostShape, DomainMatcher, isIpLiteral, MAX_HOST_LENGTH, normalizeHost } from './matcher';
+import type { InterceptionCa } from './mitm';
 import { drainBuffered, nativeRelay, socketFd } from './relay';
 
 export interface ProxyPolicyConfig {
@@ -118,6 +121,32 @@ export interface ManagedProxyOptions {
    * as Host after an RFC 9112 proxy rewrote it).
    */
   upstreamTarget?: 'name' | 'address';
+  /**
+   * TLS interception, for the hosts whose policy needs it; every other tunnel passes through
+   * untouched. With it, `limited` mode allows CONNECT to allowed hosts and checks each request's
+   * method inside the TLS session (GET/HEAD/OPTIONS), and credential rules swap a placeholder the
+   * sandbox holds for the real value, only on requests to that rule's host. Sandboxed clients must
+   * trust `ca` (see InterceptionCa.env()). Not combinable with upstreamProxy yet.
+   */
+  interception?: InterceptionOptions;
+}
+
+export interface CredentialRule {
+  /** Exact host name (normalised) the real value may go to. */
+  host: string;
+  /** Request header carrying the credential, e.g. `authorization`. */
+  header: string;
+  /** What the sandbox has (in its env or config) instead of the secret. */
+  placeholder: string;
+  /** What replaces the placeholder in that header, on requests to `host` only. */
+  value: string;
+}
+
+export interface InterceptionOptions {
+  ca: InterceptionCa;
+  credentials?: CredentialRule[];
+  /** Extra CA certificates (PEM) trusted for origins, besides the system roots (tests, private PKI). */
+  originCa?: string;
 }
 
 /**
@@ -249,6 +278,8 @@ interface Listener {
    * a name), and never carries another sandbox's requests.
    */
   agent: http.Agent;
+  /** HTTP server for intercepted TLS sessions and its origin pool (made on first use). */
+  mitm: { server: http.Server; agent: https.Agent } | null;
 }
 
 /** A tunnel in the kernel relay: it counts as one client connection and RELAY_FDS fds. */
@@ -466,6 +497,8 @@ export class ManagedProxy {
   private readonly handshakes = new WeakMap<net.Socket, () => void>();
   private closePromise: Promise<void> | null = null;
   private readonly upstreamProxy: UpstreamProxy | null;
+  /** Intercepted TLS sessions -> the checked target of their CONNECT. */
+  private readonly mitmTargets = new WeakMap<tls.TLSSocket, { target: Allowed; port: number; client: string | null }>();
 
   private constructor(private readonly options: ManagedProxyOptions, matcher: DomainMatcher) {
     this.rules = { matcher, policy: ManagedProxy.fullPolicy(options.policy) };
@@ -510,6 +543,7 @@ export class ManagedProxy {
     if (options.upstreamTarget !== undefined && options.upstreamTarget !== 'name' && options.upstreamTarget !== 'address') {
       throw new TypeError(`Expected upstreamTarget to be "name" or "address", got ${JSON.stringify(options.upstreamTarget)}`);
     }
+    if (options.interception !== undefined) ManagedProxy.checkInterception(options);
     if (options.relay !== undefined && options.relay !== 'auto' && options.relay !== 'js') {
       throw new TypeError(`Expected relay to be "auto" or "js", got ${JSON.stringify(options.relay)}`);
     }
@@ -559,6 +593,26 @@ export class ManagedProxy {
     if (!Number.isInteger(limit) || limit < 0) throw new TypeError(`Expected limit to be a non-negative integer, got ${String(limit)}`);
     const n = Math.min(limit, this.blocked.length);
     return this.blocked.slice(this.blocked.length - n).map((e) => ({ ...e }));
+  }
+
+  private static checkInterception(options: ManagedProxyOptions): void {
+    const i = options.interception;
+    if (i === null || typeof i !== 'object') throw new TypeError('Expected interception to be an object');
+    const ca = i.ca as Partial<InterceptionCa> | undefined;
+    if (!ca || typeof ca.leafFor !== 'function') throw new TypeError('Expected interception.ca to be an InterceptionCa');
+    if (options.upstreamProxy !== undefined) throw new TypeError('interception and upstreamProxy cannot be combined yet');
+    if (i.originCa !== undefined && typeof i.originCa !== 'string') throw new TypeError('Expected interception.originCa to be a PEM string');
+    if (i.credentials !== undefined && !Array.isArray(i.credentials)) throw new TypeError('Expected interception.credentials to be an array');
+    for (const [n, c] of (i.credentials ?? []).entries()) {
+      for (const k of ['host', 'header', 'placeholder', 'value'] as const) {
+        if (typeof c?.[k] !== 'string' || c[k] === '') throw new TypeError(`Expected interception.credentials[${n}].${k} to be a non-empty string`);
+      }
+      if (normalizeHost(c.host) !== c.host || isIpLiteral(c.host) || badHostShape(c.host)) {
+        throw new TypeError(`interception.credentials[${n}].host must be a normalised host name, got ${JSON.stringify(c.host)}`);
+      }
+      if (!/^[a-z0-9-]+$/i.test(c.header) || /[\r\n]/.test(c.value)) throw new TypeError(`interception.credentials[${n}] has a bad header name or value`);
+      if (c.placeholder.length < 8) throw new TypeError(`interception.credentials[${n}].placeholder is too short to be unique`);
+    }
   }
 
   /** Validates a policy; throws TypeError with a precise message. */
@@ -621,6 +675,7 @@ export class ManagedProxy {
       lastLimitEvent: 0,
       relays: new Set(),
       agent: upstreamAgent(),
+      mitm: null,
     };
     listener.server.on('connection', (socket) => this.onConnection(listener, socket));
     // A bug in a handler must cost one connection, never the host process.
@@ -695,6 +750,7 @@ export class ManagedProxy {
         const relay = nativeRelay();
         for (const entry of [...listener.relays]) if (entry.handle) relay?.relayClose(entry.handle);
         listener.agent.destroy();
+        listener.mitm?.agent.destroy();
       }).then(() => {
         this.listeners.delete(listener);
       });
@@ -915,7 +971,9 @@ export class ManagedProxy {
       return refuse('policy', 'invalid_target', 'blocked-by-policy');
     }
     if (policy.mode === 'limited') {
-      const ok = protocol === 'http' && method !== null && LIMITED_METHODS.has(method);
+      // With interception, a CONNECT is opened and each request inside it is checked.
+      const intercepted = this.options.interception !== undefined && protocol === 'httpsConnect' && method === 'CONNECT';
+      const ok = intercepted || (protocol === 'http' && method !== null && LIMITED_METHODS.has(method));
       if (!ok) return refuse('mode', 'method_not_allowed', 'blocked-by-method-policy');
     }
     const verdict = matcher.evaluate(host);
@@ -1244,6 +1302,7 @@ export class ManagedProxy {
       this.noteRefusal(listener, 'socket_budget', clientOf(socket));
       return void reply('503 Service Unavailable', 'blocked by network policy: proxy socket budget exhausted\n', 'x-proxy-error: blocked-by-connection-limit\r\n');
     }
+    if (this.needsInterception(outcome.host)) return this.intercept(listener, socket, head, outcome, port);
     const upstream = this.dial(listener, outcome, port, socket, this.useNativeRelay());
     let tunnelUp = false;
     upstream.on('error', (err: NodeJS.ErrnoException) => {
@@ -1254,6 +1313,143 @@ export class ManagedProxy {
       socket.pause();
       socket.write('HTTP/1.1 200 Connection Established\r\n\r\n', () => this.tunnel(listener, socket, upstream, head));
     });
+  }
+
+  /** Interception is on and this host's policy needs it (limited mode, or a credential rule). */
+  private needsInterception(host: string): boolean {
+    const i = this.options.interception;
+    if (!i) return false;
+    return this.rules.policy.mode === 'limited' || (i.credentials ?? []).some((c) => c.host === host);
+  }
+
+  /**
+   * Terminates the client's TLS with a leaf for the CONNECT host and serves the requests inside
+   * it (mitmRequest), each forwarded over TLS to the checked address with that host as SNI.
+   */
+  private intercept(listener: Listener, socket: net.Socket, head: Buffer, target: Allowed, port: number): void {
+    let leaf: { key: string; cert: string };
+    try {
+      leaf = this.options.interception!.ca.leafFor(target.host);
+    } catch {
+      return void socket.destroy();
+    }
+    socket.write('HTTP/1.1 200 Connection Established\r\n\r\n');
+    if (head.length > 0) socket.unshift(head);
+    const secure = new tls.TLSSocket(socket, { isServer: true, key: leaf.key, cert: leaf.cert, ALPNProtocols: ['http/1.1'] });
+    secure.on('error', () => secure.destroy());
+    socket.once('close', () => secure.destroy());
+    this.mitmTargets.set(secure, { target, port, client: clientOf(socket) });
+    if (!listener.mitm) {
+      const server = http.createServer({ maxHeaderSize: 16 * 1024, headersTimeout: this.handshakeTimeoutMs, requestTimeout: 0 });
+      server.on('request', (req, res) => this.mitmRequest(listener, req, res));
+      server.on('clientError', (_err, s: net.Socket) => s.destroy());
+      const ca = this.options.interception!.originCa;
+      const agent = new https.Agent({
+        keepAlive: true,
+        maxSockets: 64,
+        maxFreeSockets: MAX_IDLE_UPSTREAM,
+        timeout: IDLE_UPSTREAM_MS,
+        ...(ca ? { ca: [...tls.rootCertificates, ca] } : {}),
+      });
+      listener.mitm = { server, agent };
+    }
+    listener.mitm.server.emit('connection', secure);
+  }
+
+  private mitmRequest(listener: Listener, req: http.IncomingMessage, res: http.ServerResponse): void {
+    const t = this.mitmTargets.get(req.socket as tls.TLSSocket);
+    if (!t) return void res.destroy();
+    const method = (req.method ?? 'GET').toUpperCase();
+    const plain = (status: number, body: string, extra: Record<string, string> = {}) => {
+      res.writeHead(status, { 'content-type': 'text/plain; charset=utf-8', 'content-length': Buffer.byteLength(body), connection: 'close', ...extra });
+      res.end(body);
+    };
+    const event = (decision: 'allow' | 'deny', source: AuditSource, reason: string) =>
+      this.emit({
+        processId: listener.processId,
+        timestamp: new Date().toISOString(),
+        scope: isIpLiteral(t.target.host) ? 'non_domain' : 'domain',
+        decision,
+        source,
+        reason,
+        protocol: 'httpsConnect',
+        host: t.target.host,
+        port: t.port,
+        method,
+        client: t.client,
+      });
+    // The session was allowed for the CONNECT host: a request inside it for another host (domain
+    // fronting) is refused, so every decision names the host that is really asked.
+    const hostHeader = String(req.headers.host ?? '');
+    const m = /^(\[[^\]]+\]|[^:]+)(?::(\d+))?$/.exec(hostHeader);
+    if (!m || normalizeHost(m[1]!.replace(/^\[|\]$/g, '')) !== t.target.host || (m[2] !== undefined && Number(m[2]) !== t.port)) {
+      event('deny', 'policy', 'host_mismatch');
+      return plain(421, 'blocked by network policy: Host does not match the CONNECT target\n', { 'x-proxy-error': 'blocked-by-policy' });
+    }
+    if (this.rules.policy.mode === 'limited' && !LIMITED_METHODS.has(method)) {
+      event('deny', 'mode', 'method_not_allowed');
+      return plain(403, ManagedProxy.refusalBody('method_not_allowed'), { 'x-proxy-error': 'blocked-by-method-policy' });
+    }
+    event('allow', 'allowlist', 'allowed');
+    const connectionTokens = String(req.headers.connection ?? '')
+      .split(',')
+      .map((x) => x.trim().toLowerCase())
+      .filter(Boolean);
+    const rules = (this.options.interception!.credentials ?? []).filter((c) => c.host === t.target.host);
+    const headers: http.OutgoingHttpHeaders = {};
+    for (let i = 0; i < req.rawHeaders.length; i += 2) {
+      const name = req.rawHeaders[i]!;
+      const lower = name.toLowerCase();
+      if (HOP_BY_HOP.has(lower) || connectionTokens.includes(lower)) continue;
+      let value = req.rawHeaders[i + 1]!;
+      // Credential injection: only this host's rules, only in their header.
+      for (const r of rules) if (r.header.toLowerCase() === lower && value.includes(r.placeholder)) value = value.split(r.placeholder).join(r.value);
+      const prev = headers[name];
+      headers[name] = prev === undefined ? value : Array.isArray(prev) ? [...prev, value] : [String(prev), value];
+    }
+    const upstreamReq = https.request({
+      host: t.target.address,
+      family: t.target.family,
+      port: t.port,
+      servername: isIpLiteral(t.target.host) ? undefined : t.target.host,
+      method,
+      path: req.url ?? '/',
+      headers,
+      setHost: false,
+      agent: listener.mitm!.agent,
+      timeout: this.connectTimeoutMs,
+    });
+    upstreamReq.on('socket', (s: net.Socket) => {
+      this.track(listener, s);
+      if (s.connecting) s.once('secureConnect', () => upstreamReq.setTimeout(0));
+      else upstreamReq.setTimeout(0);
+    });
+    upstreamReq.on('timeout', () => upstreamReq.destroy(Object.assign(new Error('upstream timed out'), { code: 'ETIMEDOUT' })));
+    upstreamReq.on('error', (err: NodeJS.ErrnoException) => {
+      if (!res.headersSent) plain(502, `upstream request failed: ${err.code ?? err.message}\n`);
+      else res.destroy();
+    });
+    upstreamReq.on('response', (upstreamRes) => {
+      const tokens = String(upstreamRes.headers.connection ?? '')
+        .split(',')
+        .map((x) => x.trim().toLowerCase());
+      const out: http.OutgoingHttpHeaders = {};
+      for (let i = 0; i < upstreamRes.rawHeaders.length; i += 2) {
+        const name = upstreamRes.rawHeaders[i]!;
+        const lower = name.toLowerCase();
+        if (HOP_BY_HOP.has(lower) || tokens.includes(lower)) continue;
+        const value = upstreamRes.rawHeaders[i + 1]!;
+        const prev = out[name];
+        out[name] = prev === undefined ? value : Array.isArray(prev) ? [...prev, value] : [String(prev), value];
+      }
+      res.writeHead(upstreamRes.statusCode ?? 502, upstreamRes.statusMessage, out);
+      upstreamRes.pipe(res);
+      upstreamRes.on('error', () => res.destroy());
+    });
+    res.on('close', () => {
+      if (!res.writableFinished) upstreamReq.destroy();
+    });
+    req.pipe(upstreamReq);
   }
 
   private useNativeRelay(): boolean {
