@@ -161,15 +161,22 @@ struct ChildArgs {
 // on a read-only mount: cmdline reads as empty (ps still works), the others refuse open() (mode
 // 000), and chmod gives EROFS. (environ and mem are also refused by ptrace_may_access's capability
 // check, as init holds capabilities the command lacks; the mask does not depend on that.)
+// Other files of init that a same-uid process may write without any capability, and that act on
+// the shared mm or the host's session: clear_refs (page flags of the host's memory),
+// coredump_filter (the host's mm flags), autogroup (the nice value of the host's session's
+// scheduling group). Landlock also refuses these writes; the masks hold without it.
 struct ProcMask {
   const char* path;
   bool readable;
+  bool optional;  // absent on some kernels (CONFIG_SCHED_AUTOGROUP)
 };
 const ProcMask kProcMasks[] = {
-    {"/proc/1/cmdline", true},          {"/proc/1/task/1/cmdline", true},
-    {"/proc/1/environ", false},         {"/proc/1/task/1/environ", false},
-    {"/proc/1/oom_score_adj", false},   {"/proc/1/task/1/oom_score_adj", false},
-    {"/proc/1/oom_adj", false},         {"/proc/1/task/1/oom_adj", false},
+    {"/proc/1/cmdline", true, false},          {"/proc/1/task/1/cmdline", true, false},
+    {"/proc/1/environ", false, false},         {"/proc/1/task/1/environ", false, false},
+    {"/proc/1/oom_score_adj", false, false},   {"/proc/1/task/1/oom_score_adj", false, false},
+    {"/proc/1/oom_adj", false, false},         {"/proc/1/task/1/oom_adj", false, false},
+    {"/proc/1/clear_refs", false, true},       {"/proc/1/task/1/clear_refs", false, true},
+    {"/proc/1/coredump_filter", false, true},  {"/proc/1/autogroup", false, true},
 };
 constexpr int kProcMaskCount = sizeof kProcMasks / sizeof kProcMasks[0];
 
@@ -297,7 +304,7 @@ long SetUpProcInChild(ChildArgs* a) {
   const LinuxSpawnPlan& p = *a->plan;
   for (int i = 0; i < kProcMaskCount; ++i) {
     long r = MaskWithNextInChild(a, kProcMasks[i].path);
-    if (r < 0) return r;
+    if (r < 0 && !(r == -ENOENT && kProcMasks[i].optional)) return r;
   }
   // These limits belong to the sandbox's own user namespace; init holds CAP_SYS_RESOURCE there.
   // Every level of the user-namespace chain is checked, so the sandbox can take at most this many

@@ -160,12 +160,15 @@ def w(p):
         return 'ok'
     except OSError as e: return os.strerror(e.errno)
 init = '1' if sys.argv[1] == 'isolated' else str(os.getppid())
+# Also the files that act on init's (= the host's) mm or session: clear_refs, coredump_filter, autogroup.
+extra = [f for f in ('clear_refs', 'coredump_filter', 'autogroup') if os.path.exists('/proc/self/' + f)]
 print(open('/proc/self/oom_score_adj').read().strip(), w('/proc/%s/oom_score_adj' % init), w('/proc/%s/oom_adj' % init),
-      w('/proc/%s/task/%s/oom_score_adj' % (init, init)), flush=True)
+      w('/proc/%s/task/%s/oom_score_adj' % (init, init)), *[w('/proc/%s/%s' % (init, f)) for f in extra], flush=True)
 import sys; sys.stdin.read()
 `;
       const boxed = await interactive(code, [mode], policy);
       const [own, ...writes] = boxed.line.split(' ');
+      expect(writes.length).toBeGreaterThanOrEqual(3);
       const initAdj = fs.readFileSync(`/proc/${boxed.child.pid}/oom_score_adj`, 'utf8');
       // init never joins the sandbox's cgroups (a memory cgroup's OOM killer must not pick it).
       expect(fs.readFileSync(`/proc/${boxed.child.pid}/cgroup`, 'utf8')).not.toMatch(/psb-/);
@@ -389,5 +392,45 @@ describe.runIf(caps.linux && caps.root && fs.existsSync('/sys/fs/cgroup/pids/cgr
       }
       scene.cleanup();
     }
+  });
+});
+
+describe.runIf(caps.linux && caps.userns)('isolated mode without Landlock (masks alone)', () => {
+  it("HS-10: init's identity and host-acting /proc files stay masked and /proc/sys read-only when Landlock is not applied", async () => {
+    // The same plan the backend makes, with its Landlock part removed (as on a kernel without it).
+    const { loadNative } = await import('../../lib/native');
+    const { planLinux } = await import('../../lib/platform/linux-plan');
+    const native = loadNative();
+    const probe = native.probe!() as Parameters<typeof planLinux>[0]['probe'];
+    const rules = {
+      readAll: true, readRoots: [], writeRoots: ['/'], readOnly: [], denyRead: [], tmp: 'private', network: { kind: 'none' },
+      mode: 'isolated', degraded: false, limits: {},
+    } as unknown as Parameters<typeof planLinux>[0]['rules'];
+    const script =
+      'for f in oom_score_adj oom_adj clear_refs coredump_filter autogroup task/1/oom_score_adj task/1/clear_refs; do ' +
+      '[ -e /proc/1/$f ] || continue; if echo 5 2>/dev/null > /proc/1/$f; then echo "$f=written"; else echo "$f=refused"; fi; done; ' +
+      'echo cmdline=$(wc -c < /proc/1/cmdline); cat /proc/1/environ >/dev/null 2>&1 && echo environ=read || echo environ=refused; ' +
+      'if echo 1 2>/dev/null > /proc/sys/vm/drop_caches; then echo sysctl=written; else echo sysctl=refused; fi; grep -c Landlock /proc/self/status || true';
+    const p = planLinux({ rules, mode: 'isolated', file: '/bin/sh', argv: ['sh', '-c', script], env: { PATH: '/usr/bin:/bin' }, cwd: '/', probe });
+    delete (p.native as { landlock?: unknown }).landlock;
+    const hostOom = fs.readFileSync('/proc/self/oom_score_adj', 'utf8');
+    const out = path.join(fs.mkdtempSync('/var/tmp/psb-hs10-'), 'out');
+    const fd = fs.openSync(out, 'w');
+    const exit = await new Promise<number | null>((resolve) => {
+      native.spawn!({ ...p.native, stdio: [-1, fd, fd] }, (code) => resolve(code));
+    });
+    fs.closeSync(fd);
+    const text = fs.readFileSync(out, 'utf8');
+    fs.rmSync(path.dirname(out), { recursive: true, force: true });
+    expect(exit, text).toBe(0);
+    expect(text).not.toMatch(/=written/);
+    expect(text).toMatch(/oom_score_adj=refused/);
+    expect(text).toMatch(/cmdline=0/);
+    expect(text).toMatch(/environ=refused/);
+    expect(text).toMatch(/sysctl=refused/);
+    expect(fs.readFileSync('/proc/self/oom_score_adj', 'utf8')).toBe(hostOom);
+    // Control: these files are writable by their owner (here, a child of ours).
+    const ctl = spawnSync(PYTHON, ['-c', "import subprocess;p=subprocess.Popen(['sleep','30']);open('/proc/%d/coredump_filter'%p.pid,'w').write('0x33');open('/proc/%d/clear_refs'%p.pid,'w').write('1');print('ok');p.kill()"], { encoding: 'utf8' });
+    expect(ctl.stdout.trim(), ctl.stderr).toBe('ok');
   });
 });
