@@ -27,6 +27,7 @@ import {
   buildCommandLine,
   isBatchFile,
   mergeEnvCaseInsensitive,
+  placeholderType,
   planWindowsSandbox,
   unsandboxedReport,
   type WindowsPlan,
@@ -302,6 +303,19 @@ export function createWin32Backend(native: Win32Native | null | undefined, optio
           if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
         }
       }
+      // An existing path that is another live run's placeholder: rely on it too (journalled), so
+      // that run's exit leaves it in place; if it vanished meanwhile, hold the name ourselves.
+      for (const p of plan.protectedPaths) {
+        if (!journal.isLivePlaceholder(p.path, run.file)) continue;
+        const type = placeholderType(p.path);
+        run.add({ kind: 'placeholder', path: p.path, type });
+        try {
+          if (type === 'dir') fs.mkdirSync(p.path);
+          else fs.writeFileSync(p.path, '', { flag: 'wx' });
+        } catch (err) {
+          if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+        }
+      }
       const deny = (op: 'deny-write' | 'deny-delete' | 'deny-delete-child', p: string, sid: string) => {
         run.add({ kind: 'deny', path: p, sid });
         if (n.winAclEdit(op, p, sid)) aclChanges++;
@@ -374,6 +388,12 @@ export function createWin32Backend(native: Win32Native | null | undefined, optio
       env = mergeEnvCaseInsensitive(req.env, {});
       sandboxOptions = { sandboxed: false, job: { uiRestrictions: false } };
     } else {
+      // Once per backend, before planning looks at the disk: undo what host processes that died
+      // mid-run left behind (so their placeholders do not pass for the user's own files).
+      if (!recovered) {
+        recovered = true;
+        journal.recover(undoWith(n));
+      }
       const plan = planWindowsSandbox(req.rules, {
         wine: wine(),
         hostTmp: os.tmpdir(),
@@ -404,11 +424,6 @@ export function createWin32Backend(native: Win32Native | null | undefined, optio
         }
       } else {
         plan.report.mechanisms = { ...plan.report.mechanisms, deleteChildSelfTest: 'skipped (wine)' };
-      }
-      // Once per backend: undo what host processes that died mid-run left behind.
-      if (!recovered) {
-        recovered = true;
-        journal.recover(undoWith(n));
       }
       env = mergeEnvCaseInsensitive(req.env, plan.envOverrides);
       run = journal.begin();

@@ -139,3 +139,26 @@ test('isolation: files outside the writable roots cannot be deleted or renamed (
   assert.equal(await run(r, 'rename', victim, path.join(outside, 'moved.txt')), 3, 'renaming outside is denied');
   assert.equal(fs.readFileSync(victim, 'utf8'), 'keep', 'outside check: the file is intact');
 });
+
+test('the run that created a placeholder ends first: the placeholder stays for the run that borrowed it', { timeout: 60000 }, async () => {
+  const ws = h.tmpDir('borrow-ph');
+  const dotGit = path.join(ws, '.git');
+  const r = h.rules({ writeRoots: [ws], readOnly: [dotGit], tmp: 'none' });
+  const start = () => h.backend.spawn({ file: h.probeChild, argv: [h.probeChild, 'sleep', '600000'], env: h.baseEnv(), cwd: ws, stdio: ['ignore', 'ignore', 'ignore'], rules: r });
+  const creator = start();
+  let borrower = null;
+  try {
+    assert.deepEqual(creator.enforcement.mechanisms.placeholders, [dotGit]);
+    borrower = start(); // sees .git existing: another live run's placeholder
+    assert.deepEqual(borrower.enforcement.mechanisms.placeholders, []);
+    creator.kill('SIGKILL');
+    await creator.exited;
+    assert.equal(fs.existsSync(dotGit), true, 'still held while the borrower runs');
+  } finally {
+    // Whatever failed above, no sleeping child may outlive the test (it would keep the file's process alive).
+    creator.kill('SIGKILL');
+    if (borrower) borrower.kill('SIGKILL');
+    await Promise.all([creator.exited, borrower?.exited]);
+  }
+  assert.equal(fs.existsSync(dotGit), false, 'removed by the last run that relied on it');
+});
