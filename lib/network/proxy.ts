@@ -280,6 +280,8 @@ interface Listener {
   agent: http.Agent;
   /** HTTP server for intercepted TLS sessions and its origin pool (made on first use). */
   mitm: { server: http.Server; agent: https.Agent } | null;
+  /** The listening port, once listening (0 before). */
+  port: number;
 }
 
 /** A tunnel in the kernel relay: it counts as one client connection and RELAY_FDS fds. */
@@ -676,6 +678,7 @@ export class ManagedProxy {
       relays: new Set(),
       agent: upstreamAgent(),
       mitm: null,
+      port: 0,
     };
     listener.server.on('connection', (socket) => this.onConnection(listener, socket));
     // A bug in a handler must cost one connection, never the host process.
@@ -711,12 +714,13 @@ export class ManagedProxy {
     listener.server.on('error', () => {
       /* accept errors (EMFILE, ...) must not crash the host; the listener keeps going */
     });
+    const port = (listener.server.address() as AddressInfo).port;
+    listener.port = port;
     this.listeners.add(listener);
     if (this.closed) {
       await this.closeListener(listener);
       throw new Error('ManagedProxy is closed');
     }
-    const port = (listener.server.address() as AddressInfo).port;
     return {
       port,
       host: '127.0.0.1',
@@ -1032,10 +1036,11 @@ export class ManagedProxy {
     }
     // Never dial one of our own listeners: that would hand the request to another sandbox's
     // listener and blur attribution.
-    const ownPorts = new Set([...this.listeners].map((l) => (l.server.address() as AddressInfo | null)?.port));
+    // (Ports cached at attach: a getsockname per listener per request showed in strace.)
+    const ownPort = [...this.listeners].some((l) => l.port === port);
     for (const a of addresses) {
       const cls = classifyAddress(a.address);
-      if ((cls === 'loopback' || cls === 'unspecified') && ownPorts.has(port)) {
+      if ((cls === 'loopback' || cls === 'unspecified') && ownPort) {
         return refuse('policy', 'proxy_loop', 'blocked-by-policy');
       }
     }
