@@ -29,7 +29,8 @@ const DISPATCHER = Symbol.for('undici.globalDispatcher.1');
 
 function nodeHonoursEnvProxy(): boolean {
   const [major, minor] = process.versions.node.split('.').map(Number) as [number, number];
-  return major >= 24 || (major === 22 && minor >= 21) || major === 23;
+  // The versions documented to honour it; anything else (Node 23 included) gets the preload.
+  return major >= 24 || (major === 22 && minor >= 21);
 }
 
 function proxyFor(protocol: string): URL | null {
