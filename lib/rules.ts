@@ -4,6 +4,7 @@
  * (lib/platform/*) consume only this. All paths are absolute and canonical (symlinks resolved).
  */
 import type { ProxyPolicy, SandboxMode, TmpMode, ResourceLimits } from './policy-types';
+import type { ProtectPreset } from './permissions/resolve';
 
 export type NetworkRule =
   | { kind: 'none'; unixSockets?: UnixSocketRule }
@@ -34,4 +35,9 @@ export interface ResolvedRules {
   limits: ResourceLimits;
   /** Gaps the caller opted into at resolution time (e.g. git: 'allow-init'); every report lists them. */
   gaps?: string[];
+  /**
+   * Opt-in protection presets that were asked for (filesystem.protectPresets). Their paths are
+   * already in readOnly; a planner that can match names at any depth (macOS) also uses this.
+   */
+  protectPresets?: ProtectPreset[];
 }

@@ -602,5 +602,6 @@ export function resolveEntries(input: ResolverInput): ResolvedRules {
     degraded: input.degraded,
     limits: { ...input.limits },
     ...(gaps.length > 0 ? { gaps } : {}),
+    ...(input.protectMetadata !== false && (input.protectPresets ?? []).length > 0 ? { protectPresets: [...new Set(input.protectPresets)] } : {}),
   };
 }

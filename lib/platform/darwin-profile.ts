@@ -25,7 +25,8 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { SandboxError } from '../errors';
 import type { ResolvedRules } from '../rules';
-import { readSbpl, referencedParams } from './darwin-sbpl';
+import { STARTUP_DIRS, STARTUP_FILES } from '../permissions/resolve';
+import { readSbpl, referencedParams, type SbplNode } from './darwin-sbpl';
 
 export const SANDBOX_EXEC_PATH = '/usr/bin/sandbox-exec';
 
@@ -38,6 +39,11 @@ export interface SeatbeltOptions {
   hostTmpDir?: string;
   /** tmp: 'private' → a fresh per-run directory the launcher created (and removes at exit). */
   privateTmpDir?: string;
+  /**
+   * The program's real path. With restricted reads it is readable (that file only), as on Linux:
+   * sandbox-exec must be able to map it even when it lies outside the listed roots.
+   */
+  executable?: string;
 }
 
 export interface SeatbeltProfile {
@@ -46,6 +52,16 @@ export interface SeatbeltProfile {
   params: Record<string, string>;
   /** Known gaps for this policy (for the enforcement report). */
   gaps: string[];
+  /**
+   * rules.gaps (what the caller opted into at resolution time) that still hold here. Those the
+   * profile closes are dropped: the 'startup-files' walk limit, since the names are matched at
+   * any depth below every writable root.
+   */
+  ruleGaps: string[];
+  /** What stays readable besides the listed roots with restricted reads (mechanisms.platformReads). */
+  platformReads: string[];
+  /** network.unixSockets as enforced: 'all', or the real socket paths connect() may reach. */
+  unixSockets?: 'all' | string[];
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -415,6 +431,91 @@ export function globAncestorRegexes(glob: string, opts: { caseInsensitive?: bool
   return out;
 }
 
+/** `^<path>` with ASCII letters in either case, ready for a `/...` suffix (`/` → empty). */
+function caseInsensitivePrefix(p: string): string {
+  return '^' + (p === '/' ? '' : [...p].map((ch) => literalChar(ch, true)).join(''));
+}
+
+/** Regex alternation of the preset's names (each may span components, like .claude/commands). */
+function namesAlternation(names: string[]): string {
+  return '(' + names.map((n) => [...n].map((ch) => literalChar(ch, true)).join('')).join('|') + ')';
+}
+
+/**
+ * 'startup-files' below a writable root, at any depth: `^<root>/(.*\/)?(\.bashrc|...)(/.*)?$`.
+ * Sound against moves: Seatbelt checks both ends of a rename, every writable root carries the
+ * rule (so no matching name can be prepared in another writable root and moved in), and a tree
+ * moved as a whole carries only names that already existed, whose contents stay unwritable.
+ */
+export function startupFilesRegex(root: string): string {
+  return caseInsensitivePrefix(root) + '/(.*/)?' + namesAlternation([...STARTUP_FILES, ...STARTUP_DIRS]) + '(/.*)?$';
+}
+
+/**
+ * The directories above the multi-component names (`.claude` for .claude/commands) at any
+ * depth, exactly: they cannot be created, removed or renamed, or `mv prepared .claude` would
+ * carry a ready-made commands/ directory into place (the same rule as PROTECTED_ANCESTOR).
+ */
+export function startupAncestorsRegex(root: string): string | null {
+  const dirs = new Set<string>();
+  for (const name of STARTUP_DIRS) {
+    const parts = name.split('/');
+    for (let k = 1; k < parts.length; k++) dirs.add(parts.slice(0, k).join('/'));
+  }
+  if (dirs.size === 0) return null;
+  return caseInsensitivePrefix(root) + '/(.*/)?' + namesAlternation([...dirs]) + '$';
+}
+
+/**
+ * A unix socket path as Seatbelt sees it at connect(): the real path of an existing socket (or of
+ * its directory, for one not created yet), else the normalised spelling.
+ */
+export function seatbeltSocketPath(sock: string): string {
+  const norm = normaliseDarwinPath(sock); // validates (absolute, no NUL, no ..)
+  try {
+    return normaliseDarwinPath(fs.realpathSync(sock));
+  } catch {
+    try {
+      return normaliseDarwinPath(path.posix.join(fs.realpathSync(path.posix.dirname(sock)), path.posix.basename(sock)));
+    } catch {
+      return norm;
+    }
+  }
+}
+
+/**
+ * The rules of platform-read.sb that grant reads (file-read*; metadata-only rules excluded), read
+ * from the file itself so the report cannot drift from the profile. `subtree`: a (subpath ...)
+ * rule; otherwise a (literal ...) rule, which grants that entry only (for `/`: listing the root).
+ */
+export function platformReadRules(): Array<{ path: string; subtree: boolean }> {
+  const out: Array<{ path: string; subtree: boolean }> = [];
+  for (const form of readSbpl(loadProfileFile('platform-read.sb'))) {
+    if (form.kind !== 'list') continue;
+    const [head, ...rest] = form.items;
+    if (head?.kind !== 'symbol' || head.value !== 'allow') continue;
+    if (!rest.some((n) => n.kind === 'symbol' && n.value === 'file-read*')) continue;
+    for (const n of rest as SbplNode[]) {
+      if (n.kind !== 'list') continue;
+      const [f, arg] = n.items;
+      if (f?.kind === 'symbol' && (f.value === 'subpath' || f.value === 'literal') && arg?.kind === 'string') {
+        out.push({ path: arg.value, subtree: f.value === 'subpath' });
+      }
+    }
+  }
+  return out;
+}
+
+/** platformReadRules() as the report lists them (mechanisms.platformReads). */
+export function platformReadPaths(): string[] {
+  return uniq(platformReadRules().map((r) => r.path));
+}
+
+/** true when the platform set already makes `file` readable. */
+function platformReadable(file: string): boolean {
+  return platformReadRules().some((r) => (r.subtree ? isWithin(file, r.path) : file === r.path));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Generation
 
@@ -466,6 +567,16 @@ export function buildSeatbeltProfile(rules: ResolvedRules, opts: SeatbeltOptions
   );
   const readRoots = rules.readAll ? [] : uniq([...rules.readRoots.map(normaliseDarwinPath), ...writeRoots]);
   const globs = uniq(opts.denyReadGlobs ?? []);
+  const executable = opts.executable === undefined ? undefined : normaliseDarwinPath(opts.executable);
+  const needsExecutable =
+    !rules.readAll && executable !== undefined && !readRoots.some((r) => isWithin(executable, r)) && !platformReadable(executable);
+  const startupFiles = (rules.protectPresets ?? []).includes('startup-files');
+  const unixSockets =
+    rules.network.kind === 'full' || rules.network.unixSockets === undefined
+      ? undefined
+      : rules.network.unixSockets === 'all'
+        ? 'all'
+        : uniq(rules.network.unixSockets.map(seatbeltSocketPath));
   const ports = rules.network.kind === 'proxy' ? validatePorts(opts.proxyPorts) : [];
 
   // Parameters for the denied and protected paths are shared by the allow and deny sections.
@@ -515,6 +626,10 @@ export function buildSeatbeltProfile(rules: ResolvedRules, opts: SeatbeltOptions
       if (root !== '/') read.push(`(allow file-read-metadata file-test-existence (path-ancestors ${rootParam}))`);
     });
     if (readRoots.length === 0) read.push('; no readable roots besides the platform defaults');
+    if (needsExecutable) {
+      // The program itself (that file only): what Linux grants too (mechanisms.platformReads).
+      read.push(`(allow file-read* file-map-executable (literal ${p.set('EXECUTABLE', executable)}))`);
+    }
   }
   sections.push(read.join('\n'));
   if (!rules.readAll) sections.push(loadProfileFile('platform-read.sb').trimEnd());
@@ -561,7 +676,25 @@ export function buildSeatbeltProfile(rules: ResolvedRules, opts: SeatbeltOptions
       net.push(loadProfileFile('network.sb').trimEnd());
     }
   } else {
-    net.push('; nothing allowed: (deny default) covers IP and unix-socket traffic');
+    net.push(
+      unixSockets === undefined
+        ? '; nothing allowed: (deny default) covers IP and unix-socket traffic'
+        : '; no IP traffic: (deny default) covers it',
+    );
+  }
+  // network.unixSockets: connect() only (network-bind stays denied), by the socket's path; a
+  // list is enforced as exactly that list. Independent of the proxy: it grants no IP traffic.
+  if (unixSockets === 'all') {
+    net.push(
+      '; unix sockets: connecting to any pathname socket (no bind)',
+      '(allow system-socket (socket-domain AF_UNIX))',
+      '(allow network-outbound (remote unix-socket))',
+    );
+  } else if (unixSockets !== undefined && unixSockets.length > 0) {
+    net.push('; unix sockets: connecting to these socket paths only (no bind)', '(allow system-socket (socket-domain AF_UNIX))');
+    unixSockets.forEach((sock, k) => {
+      net.push(`(allow network-outbound (remote unix-socket (path-literal ${p.set(`UNIX_SOCKET_${k}`, sock)})))`);
+    });
   }
   sections.push(net.join('\n'));
 
@@ -605,6 +738,17 @@ export function buildSeatbeltProfile(rules: ResolvedRules, opts: SeatbeltOptions
     deny.push(`(deny ${ops} (literal ${p.set(`PROTECTED_ANCESTOR_${m}`, a)}))`);
     deny.push(`(deny ${ops} (regex ${p.set(`PROTECTED_ANCESTOR_${m}_CI`, caseInsensitiveExactRegex(a))}))`);
   });
+  // protectPresets 'startup-files': the names at any depth below every writable root (tmp
+  // directories included, so none can be prepared there and moved in), existing or not.
+  if (startupFiles) {
+    writeRoots.forEach((root, i) => {
+      deny.push(`(deny file-write* (regex ${p.set(`STARTUP_FILES_${i}`, startupFilesRegex(root))}))`);
+      const anc = startupAncestorsRegex(root);
+      if (anc !== null) {
+        deny.push(`(deny file-write-create file-write-unlink (regex ${p.set(`STARTUP_ANCESTORS_${i}`, anc)}))`);
+      }
+    });
+  }
   // A writable root itself cannot be replaced (removed and recreated as something else).
   for (const rootParam of rootParams) {
     deny.push(`(deny file-write-unlink (require-all (literal ${rootParam}) (vnode-type DIRECTORY)))`);
@@ -617,7 +761,16 @@ export function buildSeatbeltProfile(rules: ResolvedRules, opts: SeatbeltOptions
 
   const profile = sections.join('\n\n') + '\n';
   assertParamsConsistent(profile, p.values);
-  return { profile, params: p.values, gaps };
+  const ruleGaps = (rules.gaps ?? []).filter((g) => !(startupFiles && isStartupWalkGap(g)));
+  const platformReads = rules.readAll
+    ? []
+    : [...platformReadPaths(), ...(needsExecutable ? [executable!] : [])];
+  return { profile, params: p.values, gaps, ruleGaps, platformReads, ...(unixSockets !== undefined ? { unixSockets } : {}) };
+}
+
+/** The resolver's "startup-files search cut short" gap (lib/permissions/resolve.ts). */
+function isStartupWalkGap(gap: string): boolean {
+  return gap.startsWith("protectPresets 'startup-files': the search in ");
 }
 
 /** Fails closed if the profile is unbalanced or its (param ...) uses and definitions differ. */

@@ -21,6 +21,7 @@ import { spawnSync } from 'node:child_process';
 import { SandboxError } from '../errors';
 import type { Backend, BackendProcess, BackendSpawnRequest, EnforcementReport, ProbeReport, StdioSpec } from '../backend';
 import { unsandboxedReport } from '../backend';
+import type { ResourceLimits } from '../policy-types';
 import {
   SANDBOX_EXEC_PATH,
   buildSeatbeltProfile,
@@ -104,6 +105,36 @@ export function seatbeltLaunchError(stderr: string | Buffer): SandboxError | nul
   return null;
 }
 
+function realpathOr(file: string): string {
+  try {
+    // Seatbelt matches real paths: a program reached through a symlink (Homebrew, nvm) is mapped
+    // from its target.
+    return fs.realpathSync(file);
+  } catch {
+    return file;
+  }
+}
+
+/**
+ * Gaps every Seatbelt run has beyond its policy's, for the resource limits and host safety
+ * (Seatbelt filters access, not amounts; this backend sets no rlimits).
+ */
+export function darwinLimitGaps(limits: ResourceLimits): string[] {
+  const gaps: string[] = [];
+  const asked = (['maxProcesses', 'memoryBytes', 'openFiles', 'tmpBytes'] as const).filter((k) => limits[k] !== undefined);
+  if (asked.length > 0) {
+    gaps.push(
+      `limits (${asked.map((k) => `limits.${k}`).join(', ')}) are not enforced on macOS: Seatbelt has no resource controls, there are no cgroups, and this backend sets no rlimits (setrlimit would be the only mechanism, and macOS does not enforce RLIMIT_AS)`,
+    );
+  }
+  gaps.push(
+    "no process or memory cap: a fork bomb is bounded only by the user's kern.maxprocperuid (shared with the host's own processes), memory only by the machine",
+    '/tmp is not a private sized tmpfs on macOS: files written to writable roots and temp directories fill the host disk (limits.tmpBytes does not apply)',
+    'setpriority() on other processes of the same user is not filtered by the profile (they can be niced down, not up)',
+  );
+  return gaps;
+}
+
 function hostTmpDirFromEnv(env: Record<string, string>): string | undefined {
   const dir = env.TMPDIR;
   if (!dir || !dir.startsWith('/')) return undefined;
@@ -152,10 +183,11 @@ export function planDarwinSpawn(req: BackendSpawnRequest, opts: DarwinPlanOption
     denyReadGlobs: opts.denyReadGlobs,
     hostTmpDir: opts.hostTmpDir ?? (rules.tmp === 'host' ? hostTmpDirFromEnv(req.env) : undefined),
     privateTmpDir: opts.privateTmpDir,
+    executable: opts.executable ?? realpathOr(req.file),
   };
   if (rules.tmp === 'private' && opts.privateTmpDir) env.TMPDIR = opts.privateTmpDir;
 
-  const { profile, params, gaps } = buildSeatbeltProfile(rules, profileOpts);
+  const { profile, params, gaps, ruleGaps, platformReads, unixSockets: unix } = buildSeatbeltProfile(rules, profileOpts);
   // sandbox-exec execvp()s the first word after `--`; an absolute path means no PATH lookup.
   const argv = [
     SANDBOX_EXEC_PATH,
@@ -171,6 +203,7 @@ export function planDarwinSpawn(req: BackendSpawnRequest, opts: DarwinPlanOption
   const hasDenyRead = rules.denyRead.length > 0 || (opts.denyReadGlobs ?? []).length > 0;
   const allGaps = [
     ...gaps,
+    ...ruleGaps,
     'processIsolation: macOS has no PID namespace; other processes can be listed (kern.proc sysctls), but signals and process inspection are limited to this sandbox',
     'treeTeardown: the tree is signalled through its process group; a descendant that calls setsid() leaves the group',
   ];
@@ -180,6 +213,12 @@ export function planDarwinSpawn(req: BackendSpawnRequest, opts: DarwinPlanOption
   if (rules.network.kind !== 'full') {
     allGaps.push('network: no private loopback on macOS; servers inside the sandbox cannot bind or accept connections');
   }
+  if (rules.network.kind === 'proxy' && ports.length > 0) {
+    allGaps.push(
+      `the proxy listens on the host's loopback (port${ports.length > 1 ? 's' : ''} ${ports.join(', ')}), so other local processes can use it too (and are attributed to this sandbox)`,
+    );
+  }
+  allGaps.push(...darwinLimitGaps(rules.limits));
 
   return {
     file: SANDBOX_EXEC_PATH,
@@ -195,6 +234,15 @@ export function planDarwinSpawn(req: BackendSpawnRequest, opts: DarwinPlanOption
         parameters: Object.keys(params).length,
         network: rules.network.kind,
         ...(rules.network.kind === 'proxy' ? { proxyPorts: ports } : {}),
+        // Enforced by path (path-literal rules), connect only; 'all': any pathname socket.
+        ...(unix !== undefined ? { unixSockets: unix } : {}),
+        // Restricted reads: what is readable besides the listed roots (README, macOS).
+        ...(rules.readAll ? {} : { platformReads }),
+        // Missing protected names (.git, .codex, .agents, .aws, start-up files) are denied by
+        // name: no placeholders are created on macOS.
+        protectedMissing: 'denied by name',
+        ...((rules.protectPresets ?? []).includes('startup-files') ? { startupFiles: 'any depth below every writable root' } : {}),
+        limits: 'none',
         tmp:
           rules.tmp === 'host'
             ? 'host'
@@ -205,7 +253,12 @@ export function planDarwinSpawn(req: BackendSpawnRequest, opts: DarwinPlanOption
       guarantees: {
         filesystemRead: rules.readAll && !hasDenyRead ? 'not-requested' : 'enforced',
         filesystemWrite: 'enforced',
-        protectedPaths: rules.readOnly.length === 0 ? 'not-requested' : 'enforced',
+        protectedPaths:
+          rules.readOnly.length === 0 && ruleGaps.length === 0 && !(rules.protectPresets ?? []).length
+            ? 'not-requested'
+            : ruleGaps.length > 0
+              ? 'partial'
+              : 'enforced',
         denyRead: hasDenyRead ? 'enforced' : 'not-requested',
         network: rules.network.kind === 'full' ? 'not-requested' : 'enforced',
         processIsolation: 'partial',

@@ -39,6 +39,15 @@ const SHAPES: Array<[string, ResolvedRules, Parameters<typeof buildSeatbeltProfi
   ['network proxy without ports', rules({ network: { kind: 'proxy', proxy: { allow: ['example.com'] } } }), {}],
   ['tmp host', rules({ tmp: 'host', writeRoots: [W] }), { hostTmpDir: '/var/folders/xy/abc/T' }],
   ['tmp private', rules({ tmp: 'private' }), { privateTmpDir: '/private/var/folders/xy/abc/T/ps-1' }],
+  ['startup-files preset', rules({ writeRoots: [W, '/Users/dev/other'], protectPresets: ['startup-files'] }), {}],
+  ['unix sockets by path', rules({ network: { kind: 'none', unixSockets: ['/Users/dev/.docker/run/docker.sock', '/tmp/agent.sock'] } }), {}],
+  ['unix sockets all, with a proxy', rules({ network: { kind: 'proxy', proxy: { allow: ['example.com'] }, unixSockets: 'all' } }), { proxyPorts: [43128] }],
+  ['restricted read with the executable outside the roots', rules({ readAll: false, readRoots: [W] }), { executable: '/opt/homebrew/Cellar/node/22/bin/node' }],
+  [
+    'odd path characters in the new rules',
+    rules({ readAll: false, writeRoots: ODD, protectPresets: ['startup-files'], network: { kind: 'none', unixSockets: ODD.map((p) => `${p}/s.sock`) } }),
+    { executable: `${ODD[0]}x/bin/tool` },
+  ],
   [
     'odd path characters everywhere',
     rules({ readAll: false, readRoots: ODD, writeRoots: ODD, readOnly: ODD.map((p) => `${p}/.git/hooks`), denyRead: ODD.map((p) => `${p}/.env`) }),
@@ -133,7 +142,15 @@ describe.each(SHAPES)('generated profile: %s', (_name, r, opts) => {
 
   it('never splices a path from the rules into the profile text', () => {
     const literals = new Set(stringLiterals(forms));
-    const userPaths = [...r.readRoots, ...r.writeRoots, ...r.readOnly, ...r.denyRead, ...(opts?.denyReadGlobs ?? [])];
+    const userPaths = [
+      ...r.readRoots,
+      ...r.writeRoots,
+      ...r.readOnly,
+      ...r.denyRead,
+      ...(opts?.denyReadGlobs ?? []),
+      ...(r.network.kind !== 'full' && Array.isArray(r.network.unixSockets) ? r.network.unixSockets : []),
+      ...(opts?.executable !== undefined ? [opts.executable] : []),
+    ];
     for (const p of userPaths) {
       expect(profile.includes(p), p).toBe(false);
       expect(literals.has(p)).toBe(false);
