@@ -700,17 +700,26 @@ export function buildSeatbeltProfile(rules: ResolvedRules, opts: SeatbeltOptions
 
   // --- denials: last, so they win over every allowance above --------------------------------
   const deny: string[] = ['; ---- denials (generated; later rules win) ----'];
+  // Seatbelt matches paths, not inodes: a hard link to a denied or protected file, made in a
+  // writable root, would be a second name that no rule covers (read the secret, rewrite the hook
+  // through it). link() is checked as its own operation, file-link: it is denied for these paths
+  // and, below, for every file outside the writable roots (a host file such as ~/.zshrc linked
+  // into the workspace would be writable there). Not yet verified on a Mac which of link()'s two
+  // paths the filter sees; denying both ends' names covers either (test/darwin checks it).
   for (const d of denyParams) {
     deny.push(`(deny file-read* file-map-executable file-write* (subpath ${d.exact}))`);
     deny.push(`(deny file-read* file-map-executable file-write* (regex ${d.ci}))`);
+    deny.push(`(deny file-link (subpath ${d.exact}))`, `(deny file-link (regex ${d.ci}))`);
   }
   for (const x of protectedParams) {
     deny.push(`(deny file-write* (subpath ${x.exact}))`);
     deny.push(`(deny file-write* (regex ${x.ci}))`);
+    deny.push(`(deny file-link (subpath ${x.exact}))`, `(deny file-link (regex ${x.ci}))`);
   }
   globs.forEach((glob, k) => {
     const g = p.set(`DENY_GLOB_${k}`, globToSeatbeltRegex(glob, { caseInsensitive: true }));
     deny.push(`(deny file-read* file-map-executable file-write* (regex ${g}))`);
+    deny.push(`(deny file-link (regex ${g}))`);
     globAncestorRegexes(glob, { caseInsensitive: true }).forEach((re, j) => {
       const a = p.set(`DENY_GLOB_${k}_ANCESTOR_${j}`, re);
       deny.push(`(deny file-write-unlink (require-all (vnode-type DIRECTORY) (regex ${a})))`);
@@ -742,13 +751,16 @@ export function buildSeatbeltProfile(rules: ResolvedRules, opts: SeatbeltOptions
   // directories included, so none can be prepared there and moved in), existing or not.
   if (startupFiles) {
     writeRoots.forEach((root, i) => {
-      deny.push(`(deny file-write* (regex ${p.set(`STARTUP_FILES_${i}`, startupFilesRegex(root))}))`);
+      const names = p.set(`STARTUP_FILES_${i}`, startupFilesRegex(root));
+      deny.push(`(deny file-write* (regex ${names}))`, `(deny file-link (regex ${names}))`);
       const anc = startupAncestorsRegex(root);
       if (anc !== null) {
         deny.push(`(deny file-write-create file-write-unlink (regex ${p.set(`STARTUP_ANCESTORS_${i}`, anc)}))`);
       }
     });
   }
+  if (rootParams.length === 0) deny.push('(deny file-link)');
+  else deny.push(`(deny file-link (require-all ${rootParams.map((r) => `(require-not (subpath ${r}))`).join(' ')}))`);
   // A writable root itself cannot be replaced (removed and recreated as something else).
   for (const rootParam of rootParams) {
     deny.push(`(deny file-write-unlink (require-all (literal ${rootParam}) (vnode-type DIRECTORY)))`);

@@ -201,6 +201,99 @@ describe.runIf(onMac)('Seatbelt end to end (macOS only; skipped on other hosts)'
     });
   });
 
+  describe.skipIf(!usable)('issue #10 policy features', () => {
+    it('missing .git/.aws cannot be created, in any case (no placeholder on the host); control: another name can', () => {
+      const fresh = path.join(base, 'fresh');
+      fs.mkdirSync(fresh);
+      const r = rules({ writeRoots: [fresh], readOnly: [path.join(fresh, '.git'), path.join(fresh, '.aws')] });
+      for (const attempt of ['git init -q .', 'mkdir .git', 'mkdir .GIT', 'mkdir -p .aws && echo k > .aws/credentials', 'mkdir prep && mv prep .git']) {
+        expect(sh(r, attempt, fresh).status, attempt).not.toBe(0);
+      }
+      const names = fs.readdirSync(fresh).map((n) => n.toLowerCase());
+      expect(names).not.toContain('.git');
+      expect(names).not.toContain('.aws');
+      expect(sh(r, 'mkdir .other', fresh).status).toBe(0);
+    });
+
+    it('startup-files: denied at depth and by rename; control: the same writes without the preset succeed', () => {
+      const ws2 = path.join(base, 'startup');
+      fs.mkdirSync(path.join(ws2, 'a', 'b', 'c', 'd'), { recursive: true });
+      const on = rules({ writeRoots: [ws2], protectPresets: ['startup-files'] });
+      const attempts = [
+        'echo evil > .bashrc',
+        'echo evil > a/b/c/d/.zshrc',
+        'mkdir -p a/b/c/d/.vscode',
+        'mkdir -p a/x/commands && mv a/x a/.claude',
+        'mkdir -p a/.claude/commands',
+        'echo evil > a/b/.BASHRC',
+      ];
+      for (const attempt of attempts) expect(sh(on, attempt, ws2).status, attempt).not.toBe(0);
+      expect(fs.existsSync(path.join(ws2, '.bashrc'))).toBe(false);
+      expect(fs.existsSync(path.join(ws2, 'a', 'b', 'c', 'd', '.zshrc'))).toBe(false);
+      expect(fs.existsSync(path.join(ws2, 'a', '.claude'))).toBe(false);
+      const off = rules({ writeRoots: [ws2] });
+      expect(sh(off, 'echo ok > a/b/c/d/.zshrc && rm a/b/c/d/.zshrc', ws2).status).toBe(0);
+    });
+
+    it('hard links to protected or outside files cannot be made in a writable root (control: a link to a workspace file can)', () => {
+      const hl = path.join(base, 'hl');
+      fs.mkdirSync(path.join(hl, '.git'), { recursive: true });
+      fs.writeFileSync(path.join(hl, '.git', 'config'), '[core]\n');
+      fs.writeFileSync(path.join(outside, 'host.rc'), 'host\n');
+      fs.writeFileSync(path.join(hl, 'plain.txt'), 'plain\n');
+      const r = rules({ writeRoots: [hl], readOnly: [path.join(hl, '.git', 'config')] });
+      expect(sh(r, 'ln .git/config alias && echo evil >> alias', hl).status).not.toBe(0);
+      expect(sh(r, 'ln "$1" alias2 && echo evil >> alias2', hl, {}, [path.join(outside, 'host.rc')]).status).not.toBe(0);
+      expect(fs.readFileSync(path.join(hl, '.git', 'config'), 'utf8')).toBe('[core]\n');
+      expect(fs.readFileSync(path.join(outside, 'host.rc'), 'utf8')).toBe('host\n');
+      expect(sh(r, 'ln plain.txt plain2 && rm plain2', hl).status).toBe(0);
+    });
+
+    it('a symlinked .git: the link cannot be replaced; control: another link in the root can', () => {
+      const sl = path.join(base, 'sl');
+      const repo = path.join(outside, 'repo.git');
+      fs.mkdirSync(sl);
+      fs.mkdirSync(path.join(repo, 'hooks'), { recursive: true });
+      fs.symlinkSync(repo, path.join(sl, '.git'));
+      fs.symlinkSync(repo, path.join(sl, 'other'));
+      const r = rules({ writeRoots: [sl], readOnly: [path.join(sl, '.git')] });
+      expect(sh(r, 'rm .git && mkdir -p .git/hooks && echo evil > .git/hooks/pre-commit', sl).status).not.toBe(0);
+      expect(sh(r, 'mv .git moved', sl).status).not.toBe(0);
+      expect(fs.lstatSync(path.join(sl, '.git')).isSymbolicLink()).toBe(true);
+      expect(sh(r, 'rm other', sl).status).toBe(0);
+    });
+
+    it('unixSockets: a listed socket connects, an unlisted one does not; control: none allows neither, all allows both', async () => {
+      const dir = fs.mkdtempSync('/tmp/psb-us-');
+      const a = path.join(dir, 'a.sock');
+      const b = path.join(dir, 'b.sock');
+      const servers = [a, b].map((p) => net.createServer((c) => c.end('hello\n')).listen(p));
+      await Promise.all(servers.map((srv) => new Promise((res) => srv.once('listening', res))));
+      try {
+        const conn = (p: string) => `const s=require('net').connect(${JSON.stringify(p)});s.on('data',d=>{process.stdout.write(d);process.exit(0)});s.on('error',e=>{console.error(e.code);process.exit(3)})`;
+        const list = rules({ network: { kind: 'none', unixSockets: [a] } });
+        expect(node(list, conn(a), base).stdout).toBe('hello\n');
+        expect(node(list, conn(b), base).status).toBe(3);
+        expect(node(rules(), conn(a), base).status).toBe(3);
+        const all = rules({ network: { kind: 'none', unixSockets: 'all' } });
+        expect(node(all, conn(b), base).stdout).toBe('hello\n');
+        // bind stays denied even with 'all'.
+        expect(node(all, `require('net').createServer().listen(${JSON.stringify(path.join(dir, 'c.sock'))}).on('error',()=>process.exit(3)).on('listening',()=>process.exit(0))`, base).status).toBe(3);
+      } finally {
+        servers.forEach((srv) => srv.close());
+        fs.rmSync(dir, { recursive: true, force: true });
+      }
+    });
+
+    it('restricted read: /etc/master.passwd and sudoers stay unreadable, /etc/hosts readable, the program runs', () => {
+      const r = rules({ readAll: false, readRoots: [ws] });
+      expect(sh(r, 'cat /etc/hosts >/dev/null', base).status).toBe(0);
+      expect(sh(r, 'cat /etc/sudoers', base).status).not.toBe(0);
+      // Control: sudoers exists (readable or not by this user unsandboxed, it is not in the set).
+      expect(fs.existsSync('/etc/sudoers')).toBe(true);
+    });
+  });
+
   describe.skipIf(!usable)('processes and system information', () => {
     it('os.cpus() is not empty and os info works inside', () => {
       const r = node(rules(), 'const os=require("os");console.log(os.cpus().length>0, os.release().length>0)', base);

@@ -346,6 +346,33 @@ describe('symlinked protected paths: the link name itself is denied', () => {
   });
 });
 
+describe('hard links (file-link)', () => {
+  it('are denied for protected and denied paths, start-up names, globs, and any source outside the writable roots', () => {
+    const { profile, params } = buildSeatbeltProfile(
+      rules({ writeRoots: [W, '/Users/dev/b'], readOnly: [`${W}/.git/config`], denyRead: [`${W}/.env`], protectPresets: ['startup-files'] }),
+      { denyReadGlobs: ['/Users/dev/**/*.pem'] },
+    );
+    const prot = paramFor(params, `${W}/.git/config`);
+    const den = paramFor(params, `${W}/.env`);
+    for (const k of [prot, den]) {
+      expect(profile).toContain(`(deny file-link (subpath (param "${k}")))`);
+      expect(profile).toContain(`(deny file-link (regex (param "${k}_CI")))`);
+    }
+    expect(profile).toContain('(deny file-link (regex (param "STARTUP_FILES_0")))');
+    expect(profile).toContain('(deny file-link (regex (param "DENY_GLOB_0")))');
+    expect(profile).toContain(
+      '(deny file-link (require-all (require-not (subpath (param "WRITABLE_ROOT_0"))) (require-not (subpath (param "WRITABLE_ROOT_1")))))',
+    );
+  });
+
+  it('read-only policy: no hard link anywhere; workspace files may still be linked (no per-path rule without protections)', () => {
+    expect(buildSeatbeltProfile(rules()).profile).toContain('(deny file-link)\n');
+    const plain = buildSeatbeltProfile(rules({ writeRoots: [W] })).profile;
+    expect(plain).toContain('(deny file-link (require-all (require-not (subpath (param "WRITABLE_ROOT_0")))))');
+    expect(plain).not.toMatch(/\(deny file-link \((subpath|regex) /);
+  });
+});
+
 describe('report gaps and shape', () => {
   it('has the guarantee keys lib/backend.ts declares', () => {
     const e = planDarwinSpawn(request(rules({ writeRoots: [W] })), available).enforcement;
