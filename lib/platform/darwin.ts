@@ -131,6 +131,8 @@ export function darwinLimitGaps(limits: ResourceLimits): string[] {
     "no process or memory cap: a fork bomb is bounded only by the user's kern.maxprocperuid (shared with the host's own processes), memory only by the machine",
     '/tmp is not a private sized tmpfs on macOS: files written to writable roots and temp directories fill the host disk (limits.tmpBytes does not apply)',
     'setpriority() on other processes of the same user is not filtered by the profile (they can be niced down, not up)',
+    // base.sb allows these for Python multiprocessing and OpenMP; their names are host-wide.
+    'POSIX named semaphores and the OpenMP shared-memory names (/__KMP_REGISTERED_LIB_<n>) are host-wide: two sandboxes (or a sandbox and a host process) can pass data through them',
   );
   return gaps;
 }

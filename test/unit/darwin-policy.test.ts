@@ -394,6 +394,7 @@ describe('report gaps and shape', () => {
       expect(e.gaps.join('\n')).toMatch(/kern\.maxprocperuid/);
       expect(e.gaps.join('\n')).toMatch(/not a private sized tmpfs/);
       expect(e.gaps.join('\n')).toMatch(/setpriority/);
+      expect(e.gaps.join('\n')).toMatch(/__KMP_REGISTERED_LIB_/);
     }
   });
 
