@@ -330,6 +330,8 @@ describe.skipIf(!caps.linux)('exec-server: CLI', () => {
     await expect(execServerMain(['--listen', 'tcp://1.2.3.4:5'])).rejects.toThrow(/--listen must be stdio or ws:\/\/IP:PORT/);
     await expect(execServerMain(['--listen', 'stdio', '--ws-token-file', '/x'])).rejects.toThrow(/applies only/);
     await expect(execServerMain(['--bogus'])).rejects.toThrow(/unknown exec-server option/);
+    await expect(execServerMain(['--listen', 'ws://127.0.0.1:0', '--ws-auth', 'signed-bearer-token'])).rejects.toThrow(/not supported/);
+    await expect(execServerMain(['--listen', 'ws://127.0.0.1:0', '--ws-auth', 'capability-token'])).rejects.toThrow(/needs --ws-token-file/);
   });
   void b64;
 });

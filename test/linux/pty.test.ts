@@ -137,6 +137,16 @@ describe('pty: bad input', () => {
     await p.exited;
   });
 
+  it.skipIf(!caps.linux)('off Linux, pty is a clear refusal (EPLATFORM_UNSUPPORTED) before anything runs', () => {
+    const real = Object.getOwnPropertyDescriptor(process, 'platform')!;
+    Object.defineProperty(process, 'platform', { value: 'win32' });
+    try {
+      expect(() => spawn('/bin/true', [], { pty: {}, policy: null })).toThrow(expect.objectContaining({ code: 'EPLATFORM_UNSUPPORTED' }));
+    } finally {
+      Object.defineProperty(process, 'platform', real);
+    }
+  });
+
   it.skipIf(!caps.linux)('resize with a bad size is refused', async () => {
     const t = start('sleep 1000', null);
     expect(() => t.p.resize(0, 10)).toThrow(SandboxError);
