@@ -105,10 +105,10 @@ describe.skipIf(!hasNpm)('prebuilt install from the packed tarball', () => {
     expect(fs.existsSync(path.join(installed, 'package.json'))).toBe(true);
     expect(fs.existsSync(path.join(installed, 'build')), `install log:\n${installLog}`).toBe(false);
     expect(fs.existsSync(path.join(installed, 'prebuilds', `${process.platform}-${process.arch}`))).toBe(true);
-    // Runtime dependencies are only node-gyp-build, node-addon-api and ws.
+    // Runtime dependencies: node-gyp-build, node-addon-api, node-forge (the proxy's MITM CA) and ws.
     const deps = Object.keys(JSON.parse(fs.readFileSync(path.join(installed, 'package.json'), 'utf8')).dependencies ?? {}).sort();
     // ws: the exec-server's WebSocket transport (loaded only when that transport is used).
-    expect(deps).toEqual(['node-addon-api', 'node-gyp-build', 'ws']);
+    expect(deps).toEqual(['node-addon-api', 'node-forge', 'node-gyp-build', 'ws']);
   });
 
   const script = (body: string) => `
