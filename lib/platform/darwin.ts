@@ -128,7 +128,7 @@ export function darwinLimitGaps(limits: ResourceLimits): string[] {
     );
   }
   gaps.push(
-    "no process or memory cap: a fork bomb is bounded only by the user's kern.maxprocperuid (shared with the host's own processes), memory only by the machine",
+    "no process or memory cap: a fork bomb is bounded only by the user's kern.maxprocperuid (shared with the host's own processes), open files only per process (the system-wide kern.maxfiles table can be filled), memory only by the machine",
     '/tmp is not a private sized tmpfs on macOS: files written to writable roots and temp directories fill the host disk (limits.tmpBytes does not apply)',
     'setpriority() on other processes of the same user is not filtered by the profile (they can be niced down, not up)',
     // base.sb allows these for Python multiprocessing and OpenMP; their names are host-wide.
