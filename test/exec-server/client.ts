@@ -38,6 +38,7 @@ export class Client {
   private readonly waiters: Array<() => void> = [];
   private nextId = 1;
   private buf = '';
+  private readonly home: string;
   stderr = '';
 
   constructor(
@@ -45,6 +46,7 @@ export class Client {
     env: Record<string, string> = {},
   ) {
     const home = fs.mkdtempSync('/var/tmp/psb-exec-home-');
+    this.home = home;
     const [cmd, args] =
       server === 'ours' ? [process.execPath, [OUR_CLI, 'exec-server', '--listen', 'stdio']] : [REFERENCE_BIN, ['exec-server', '--listen', 'stdio']];
     this.proc = spawn(cmd, args, {
@@ -135,12 +137,14 @@ export class Client {
   }
 
   async close(): Promise<void> {
-    if (this.proc.exitCode !== null || this.proc.signalCode !== null) return;
-    const gone = new Promise<void>((r) => this.proc.once('exit', () => r()));
-    this.proc.stdin!.end();
-    const t = setTimeout(() => this.proc.kill('SIGKILL'), 15_000);
-    await gone;
-    clearTimeout(t);
+    if (this.proc.exitCode === null && this.proc.signalCode === null) {
+      const gone = new Promise<void>((r) => this.proc.once('exit', () => r()));
+      this.proc.stdin!.end();
+      const t = setTimeout(() => this.proc.kill('SIGKILL'), 15_000);
+      await gone;
+      clearTimeout(t);
+    }
+    fs.rmSync(this.home, { recursive: true, force: true });
   }
 }
 

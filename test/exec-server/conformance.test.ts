@@ -423,6 +423,8 @@ describe.skipIf(!caps.linux)('exec-server conformance with codex exec-server 0.1
         };
       } finally {
         child.kill('SIGKILL');
+        await new Promise((r) => (child.exitCode !== null || child.signalCode !== null ? r(null) : child.once('exit', r)));
+        fs.rmSync(home, { recursive: true, force: true });
       }
     };
     const ref = await outcome('reference');
