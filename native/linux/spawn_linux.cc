@@ -151,7 +151,8 @@ struct ChildArgs {
   // PrepareMasksInChild), one per mask: deny-read files first, then kProcMasks.
   int* mask_fds;
   int nmasks;
-  int next_mask;
+  int ndeny;      // mask_fds[0..ndeny) for kMaskFile, in order; the rest for kProcMasks
+  int next_mask;  // next deny-read mask
   const char* shm_data;
 };
 
@@ -226,11 +227,11 @@ long BindInChild(const char* path) {
   return Sys(__NR_mount, path, path, 0, MS_BIND | MS_REC, 0);
 }
 
-// Places the next prepared mask (an empty file of init's private tmpfs) over `path`, read-only.
-long MaskWithNextInChild(ChildArgs* a, const char* path) {
-  if (a->next_mask >= a->nmasks) return -EINVAL;
-  int fd = a->mask_fds[a->next_mask];
-  a->mask_fds[a->next_mask++] = -1;
+// Places prepared mask `i` (an empty file of init's private tmpfs) over `path`, read-only.
+long MaskWithInChild(ChildArgs* a, int i, const char* path) {
+  if (i < 0 || i >= a->nmasks) return -EINVAL;
+  int fd = a->mask_fds[i];
+  a->mask_fds[i] = -1;
   if (fd < 0) return -EBADF;
   long r = Sys(__NR_move_mount, fd, "", AT_FDCWD, path, kMoveMountFEmptyPath);
   Sys(__NR_close, fd);
@@ -303,7 +304,7 @@ long WriteNumberInChild(const char* path, uint64_t v) {
 long SetUpProcInChild(ChildArgs* a) {
   const LinuxSpawnPlan& p = *a->plan;
   for (int i = 0; i < kProcMaskCount; ++i) {
-    long r = MaskWithNextInChild(a, kProcMasks[i].path);
+    long r = MaskWithInChild(a, a->ndeny + i, kProcMasks[i].path);
     if (r < 0 && !(r == -ENOENT && kProcMasks[i].optional)) return r;
   }
   // These limits belong to the sandbox's own user namespace; init holds CAP_SYS_RESOURCE there.
@@ -331,7 +332,7 @@ long PrepareMasksInChild(ChildArgs* a) {
   long r = Sys(__NR_mount, "tmpfs", "/proc", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
                "mode=0700,size=4k,nr_inodes=8");
   if (r < 0) return r;
-  int ndeny = a->nmasks - (a->nmasks >= kProcMaskCount ? kProcMaskCount : 0);
+  const int ndeny = a->ndeny;
   static const char* const kFiles[2] = {"/proc/none", "/proc/empty"};
   static const int kModes[2] = {0, 0444};
   for (int f = 0; f < 2 && r == 0; ++f) {
@@ -416,7 +417,8 @@ long RunMountOpInChild(ChildArgs* a, size_t i) {
     case MountOpKind::kMaskFile:
       // Not /dev/null: reads would succeed (empty) and writes vanish. A mode-000 file refuses
       // open() outright, as a masked directory does.
-      return MaskWithNextInChild(a, path);
+      if (a->next_mask >= a->ndeny) return -EINVAL;
+      return MaskWithInChild(a, a->next_mask++, path);
     case MountOpKind::kProc:
       r = Sys(__NR_mount, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, 0);
       if (r < 0) {
@@ -1217,6 +1219,7 @@ Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
       if (op.kind == MountOpKind::kMaskFile) ++n;
       if (op.kind == MountOpKind::kProc) proc = true;
     }
+    args.ndeny = static_cast<int>(n);
     if (proc) n += kProcMaskCount;
     mask_fds.assign(n, -1);
   }
