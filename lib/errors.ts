@@ -35,6 +35,7 @@ export const ERROR_CODES = [
   'EACL_EDIT',
   'EDESKTOP_CREATE',
   'EJOB_CREATE',
+  'EADDON_LOAD',
   // Append new codes above this line, in the same order as native/error_codes.def.
 ] as const;
 
@@ -47,6 +48,8 @@ export interface SandboxErrorDetails {
   winError?: number;
   /** Extra machine-readable facts (missing feature, offending path, ...). */
   detail?: Record<string, unknown>;
+  /** The underlying error, when this one wraps another (Error.cause). */
+  cause?: unknown;
 }
 
 export class SandboxError extends Error {
@@ -58,7 +61,7 @@ export class SandboxError extends Error {
   readonly detail?: Record<string, unknown>;
 
   constructor(code: SandboxErrorCode, message: string, details: SandboxErrorDetails = {}) {
-    super(message);
+    super(message, details.cause !== undefined ? { cause: details.cause } : undefined);
     this.name = 'SandboxError';
     this.code = code;
     this.platform = process.platform;

@@ -1,7 +1,7 @@
 /**
  * The only module that loads the addon. node-gyp-build picks build/Release in development and
- * prebuilds/<platform>-<arch>/ in an installed package. Load errors reach the caller unchanged
- * (they name the platform tuple or the dlopen failure).
+ * prebuilds/<platform>-<arch>/ in an installed package. A load failure becomes
+ * SandboxError('EADDON_LOAD') naming the platform tag, the original error and the fix.
  */
 import * as path from 'node:path';
 import { ERROR_CODES, SandboxError } from './errors';
@@ -93,12 +93,70 @@ export interface NativeBinding {
 }
 
 let cached: NativeBinding | undefined;
+let loadFailure: SandboxError | undefined;
 
+/** The platforms `npm pack` ships a prebuilt addon for (scripts/prepack.sh builds exactly these). */
+export const PREBUILT_TAGS: readonly string[] = ['linux-x64-glibc', 'linux-arm64-glibc', 'win32-x64'];
+
+/** The prebuild tag this process needs, as prebuilds/ names it: linux-x64-glibc, win32-x64, ... */
+export function platformTag(): string {
+  const base = `${process.platform}-${process.arch}`;
+  if (process.platform !== 'linux') return base;
+  // Same rule as node-gyp-build: LIBC overrides, Alpine means musl.
+  let libc = process.env.LIBC;
+  if (!libc) {
+    let alpine = false;
+    try {
+      // eslint-disable-next-line @typescript-eslint/no-require-imports
+      alpine = require('node:fs').existsSync('/etc/alpine-release');
+    } catch {
+      alpine = false;
+    }
+    libc = alpine ? 'musl' : 'glibc';
+  }
+  return `${base}-${libc}`;
+}
+
+/**
+ * Turns node-gyp-build's "No native build was found for ..." or a dlopen failure into one
+ * SandboxError('EADDON_LOAD') that names the tag it looked for and what to do. The original text
+ * stays in the message (it names the exact target tuple or the missing symbol) and in `cause`.
+ */
+export function addonLoadError(cause: unknown, root: string): SandboxError {
+  const tag = platformTag();
+  const original = cause instanceof Error ? cause.message.trim() : String(cause);
+  const missing = /No native build was found/.test(original);
+  const prebuilt = PREBUILT_TAGS.includes(tag);
+  const fix = missing
+    ? prebuilt
+      ? 'the prebuilt binary is missing from this install: reinstall process-sandbox (npm ci), or unset PREBUILDS_ONLY / PROCESS_SANDBOX_PREBUILD if they point elsewhere'
+      : `no prebuilt binary is shipped for ${tag} (prebuilt: ${PREBUILT_TAGS.join(', ')}): build it from source with \`npm rebuild process-sandbox --build-from-source\` (needs python3, make and a C++17 compiler)`
+    : 'the binary exists but cannot be loaded (wrong architecture or libc, or a missing system library): reinstall, or build from source with `npm rebuild process-sandbox --build-from-source`';
+  return new SandboxError('EADDON_LOAD', `the process-sandbox native addon for ${tag} could not be loaded: ${original.split('\n')[0]}. Fix: ${fix}`, {
+    detail: { platformTag: tag, packageRoot: root, prebuiltTags: [...PREBUILT_TAGS], reason: missing ? 'missing' : 'unloadable', original },
+    cause,
+  });
+}
+
+/**
+ * Loads the addon once. Every entry point (spawn, run, spawnPrepared, probe, the CLI) goes
+ * through here, so a missing or broken addon is always SandboxError('EADDON_LOAD'), never a raw
+ * node-gyp-build or dlopen error.
+ */
 export function loadNative(): NativeBinding {
   if (cached) return cached;
-  // eslint-disable-next-line @typescript-eslint/no-require-imports
-  const load = require('node-gyp-build') as (dir: string) => NativeBinding;
-  const binding = load(path.join(__dirname, '..'));
+  if (loadFailure) throw loadFailure;
+  const root = path.join(__dirname, '..');
+  let binding: NativeBinding;
+  try {
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const load = require('node-gyp-build') as (dir: string) => NativeBinding;
+    binding = load(root);
+    if (typeof binding?.setErrorClass !== 'function') throw new Error(`the loaded file is not the process-sandbox addon (no setErrorClass export)`);
+  } catch (e) {
+    loadFailure = addonLoadError(e, root);
+    throw loadFailure;
+  }
   binding.setErrorClass(SandboxError);
   cached = binding;
   return binding;

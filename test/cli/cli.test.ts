@@ -84,12 +84,21 @@ describe('package.json wiring', () => {
     const pkg = JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8'));
     expect(pkg.name).toBe('process-sandbox');
     expect(pkg.bin?.['process-sandbox']).toBe('dist/cli.js');
-    for (const s of ['build:ts', 'build:native', 'prebuild', 'test', 'install']) expect(pkg.scripts?.[s], `script ${s}`).toBeTypeOf('string');
-    expect(pkg.scripts.prebuild).toMatch(/prebuildify/);
-    expect(pkg.scripts.prebuild).toMatch(/--napi/);
-    expect(pkg.scripts.prebuild).toMatch(/--strip/);
-    expect(pkg.scripts.prebuild).toMatch(/--tag-libc/);
-    expect(pkg.scripts.install).toBe('node-gyp-build');
+    for (const s of ['build:ts', 'build:native', 'build:prebuild', 'prepack', 'test', 'install']) expect(pkg.scripts?.[s], `script ${s}`).toBeTypeOf('string');
+    expect(pkg.scripts['build:prebuild']).toMatch(/prebuildify/);
+    expect(pkg.scripts['build:prebuild']).toMatch(/--napi/);
+    expect(pkg.scripts['build:prebuild']).toMatch(/--strip/);
+    expect(pkg.scripts['build:prebuild']).toMatch(/--tag-libc/);
+    expect(pkg.scripts.prepack).toBe('bash scripts/prepack.sh');
+    expect(pkg.scripts.install).toBe('node scripts/install.js');
+    expect(pkg.files).toContain('scripts/install.js');
+    // npm runs `pre<name>` before `<name>`: a script called `prebuild` would compile on every
+    // `npm run build` a second time. No script may be an accidental pre-hook of another.
+    for (const name of Object.keys(pkg.scripts)) {
+      if (name.startsWith('pre') && name !== 'prepare' && name !== 'prepack' && name !== 'prepublishOnly') {
+        expect(pkg.scripts[name.slice(3)], `"${name}" is a pre-hook of "${name.slice(3)}"`).toBeUndefined();
+      }
+    }
   });
 
   it('dist/cli.js is executable and starts with a node shebang', () => {

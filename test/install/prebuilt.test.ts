@@ -1,11 +1,15 @@
 /**
- * The prebuilt install path, end to end: `npm run prebuild` (prebuildify), `npm run build:ts`,
- * `npm pack`, then `npm install <tarball>` into a fresh project with PREBUILDS_ONLY=1, and the
- * package is used from there through require() and import(), plainly and sandboxed, with no build
- * step having run (no build/ directory in the installed package).
+ * The prebuilt install path, end to end, as a user gets it: `npm pack` (its prepack hook builds
+ * prebuilds/ for linux-x64, linux-arm64 and win32-x64; prepare builds dist/), then the tarball is
+ * installed into two fresh consumer projects:
+ *   - with `--ignore-scripts` (no install hook at all: only a shipped prebuild can work), and
+ *   - with the install hook running and PREBUILDS_ONLY=1 (the hook must find the prebuild and
+ *     compile nothing, quietly).
+ * Both are used through require() and import(), plainly and sandboxed, with no build/ directory in
+ * the installed package. One pack per run serves every case.
  *
- * All of it happens in a scratch copy of the package, so the shared tree's build/ (which
- * node-gyp rebuild would wipe) is never touched and a read-only tree works.
+ * All of it happens in a scratch copy of the package, so the shared tree's build/ and prebuilds/
+ * are never touched and a read-only tree works.
  */
 import { spawnSync, type SpawnSyncReturns } from 'node:child_process';
 import * as fs from 'node:fs';
@@ -34,15 +38,43 @@ function must(r: SpawnSyncReturns<string>, what: string): string {
   return r.stdout;
 }
 
-const COPY = ['package.json', 'binding.gyp', 'tsconfig.json', 'native', 'lib', 'scripts', 'README.md', 'LICENSE'];
+const COPY = ['package.json', 'binding.gyp', 'CMakeLists.txt', 'cmake', 'tsconfig.json', 'native', 'lib', 'scripts', 'README.md', 'LICENSE'];
 
-describe.skipIf(!hasNpm)('prebuilt install from the packed tarball', () => {
+/** What prepack can build on this host; a missing cross toolchain narrows the set, loudly. */
+function has(bin: string): boolean {
+  return spawnSync('sh', ['-c', `command -v ${bin}`]).status === 0;
+}
+const TARGETS = ['linux-x64', ...(has('aarch64-linux-gnu-g++') ? ['linux-arm64'] : []), ...(has('x86_64-w64-mingw32-g++-posix') && has('cmake') ? ['win32-x64'] : [])];
+for (const t of ['linux-arm64', 'win32-x64']) {
+  if (!TARGETS.includes(t)) console.warn(`SKIPPING the ${t} prebuild in the install test: its cross toolchain is not installed (.ci/run installs it)`);
+}
+
+describe.skipIf(!hasNpm || process.platform !== 'linux')('prebuilt install from the packed tarball', () => {
   let work: string;
   let pkgSrc: string;
   let proj: string;
   let installed: string;
+  let projNoScripts: string;
+  let installedNoScripts: string;
   let tarball: string;
+  let packLog = '';
   let installLog = '';
+
+  /** npm install <tarball> in a fresh project; offline first (this user's cache), then online. */
+  function install(dir: string, extra: string[], env: NodeJS.ProcessEnv): string {
+    fs.mkdirSync(dir);
+    fs.writeFileSync(path.join(dir, 'package.json'), JSON.stringify({ name: 'psb-install-probe', version: '1.0.0', private: true }));
+    const common = ['install', '--no-audit', '--no-fund', ...extra, tarball];
+    let r = sh('npm', [...common.slice(0, 1), '--offline', ...common.slice(1)], dir, env);
+    let log = `offline: ${r.stdout}\n${r.stderr}`;
+    if (r.status !== 0) {
+      console.warn('npm install --offline failed; retrying online (the npm registry is reachable here)');
+      r = sh('npm', common, dir, env);
+      log += `\nonline: ${r.stdout}\n${r.stderr}`;
+    }
+    must(r, `npm install ${extra.join(' ')} <tarball>`);
+    return log;
+  }
 
   beforeAll(() => {
     work = fs.mkdtempSync(path.join(os.tmpdir(), 'psb-install-'));
@@ -59,37 +91,35 @@ describe.skipIf(!hasNpm)('prebuilt install from the packed tarball', () => {
       else fs.symlinkSync(from, path.join(nm, e));
     }
 
-    must(sh('npm', ['run', 'prebuild'], pkgSrc), 'npm run prebuild');
-    must(sh('npm', ['run', 'build:ts'], pkgSrc), 'npm run build:ts');
-    const packed = JSON.parse(must(sh('npm', ['pack', '--json', '--pack-destination', work], pkgSrc), 'npm pack'));
+    // The real release path: npm pack runs prepack (prebuilds) and prepare (dist).
+    const packEnv = { ...buildEnv(), PSB_PREBUILD_TARGETS: TARGETS.join(',') };
+    const pr = sh('npm', ['pack', '--json', '--foreground-scripts', '--pack-destination', work], pkgSrc, packEnv);
+    packLog = `${pr.stdout}\n${pr.stderr}`;
+    const out = must(pr, 'npm pack');
+    const packed = JSON.parse(out.slice(out.search(/^\[$/m)));
     tarball = path.join(work, packed[0].filename);
 
     proj = path.join(work, 'proj');
-    fs.mkdirSync(proj);
-    fs.writeFileSync(path.join(proj, 'package.json'), JSON.stringify({ name: 'psb-install-probe', version: '1.0.0', private: true }));
-    const env = { ...buildEnv(), PREBUILDS_ONLY: '1' };
-    const common = ['install', '--no-audit', '--no-fund', '--ignore-scripts=false', '--foreground-scripts', tarball];
-    let r = sh('npm', [...common.slice(0, 1), '--offline', ...common.slice(1)], proj, env);
-    installLog = `offline: ${r.stdout}\n${r.stderr}`;
-    if (r.status !== 0) {
-      // node-gyp-build / node-addon-api not in this user's npm cache: the registry is reachable.
-      console.warn('npm install --offline failed; retrying online (the npm registry is reachable here)');
-      r = sh('npm', common, proj, env);
-      installLog += `\nonline: ${r.stdout}\n${r.stderr}`;
-    }
-    must(r, 'npm install <tarball>');
+    installLog = install(proj, ['--foreground-scripts'], { ...buildEnv(), PREBUILDS_ONLY: '1' });
     installed = path.join(proj, 'node_modules', 'process-sandbox');
+    projNoScripts = path.join(work, 'proj-no-scripts');
+    install(projNoScripts, ['--ignore-scripts'], buildEnv());
+    installedNoScripts = path.join(projNoScripts, 'node_modules', 'process-sandbox');
   }, 15 * 60_000);
 
   afterAll(() => {
     if (work) fs.rmSync(work, { recursive: true, force: true });
   });
 
-  it('npm run prebuild wrote prebuilds/<platform>-<arch>/*.node', () => {
+  it('npm pack (prepack) built every expected prebuild and checked it', () => {
+    for (const t of TARGETS) expect(packLog, `prepack output names ${t}`).toMatch(new RegExp(`prepack: prebuilds/${t}/\\S+\\.node \\(`));
+  });
+
+  it('the pack wrote prebuilds/linux-x64/*.glibc.node in the package', () => {
     const dir = path.join(pkgSrc, 'prebuilds', `${process.platform}-${process.arch}`);
     const nodes = fs.readdirSync(dir).filter((f) => f.endsWith('.node'));
     expect(nodes.length).toBe(1);
-    if (process.platform === 'linux') expect(nodes[0]).toMatch(/\.glibc\.node$|\.musl\.node$/);
+    expect(nodes[0]).toMatch(/\.glibc\.node$|\.musl\.node$/);
   });
 
   it('the tarball ships dist, the prebuild and the build inputs, but no build/', () => {
@@ -97,14 +127,23 @@ describe.skipIf(!hasNpm)('prebuilt install from the packed tarball', () => {
     for (const f of ['package/dist/index.js', 'package/dist/index.mjs', 'package/dist/index.d.ts', 'package/dist/cli.js', 'package/binding.gyp', 'package/package.json']) {
       expect(list, f).toContain(f);
     }
-    expect(list.some((f) => f.startsWith(`package/prebuilds/${process.platform}-${process.arch}/`) && f.endsWith('.node'))).toBe(true);
+    for (const t of TARGETS) {
+      expect(list.some((f) => f.startsWith(`package/prebuilds/${t}/`) && f.endsWith('.node')), `prebuilds/${t} in the tarball`).toBe(true);
+    }
+    expect(list).toContain('package/scripts/install.js');
     expect(list.some((f) => f.startsWith('package/build/'))).toBe(false);
+    // Only what a user needs: no tests, no sources of the TS build, no cross-build scratch.
+    expect(list.some((f) => f.startsWith('package/test/') || f.startsWith('package/.win/'))).toBe(false);
   });
 
-  it('installs without any build step (no build/ in the installed package)', () => {
-    expect(fs.existsSync(path.join(installed, 'package.json'))).toBe(true);
-    expect(fs.existsSync(path.join(installed, 'build')), `install log:\n${installLog}`).toBe(false);
-    expect(fs.existsSync(path.join(installed, 'prebuilds', `${process.platform}-${process.arch}`))).toBe(true);
+  it('installs without any build step (no build/ in the installed package), and quietly', () => {
+    for (const dir of [installed, installedNoScripts]) {
+      expect(fs.existsSync(path.join(dir, 'package.json'))).toBe(true);
+      expect(fs.existsSync(path.join(dir, 'build')), `install log:\n${installLog}`).toBe(false);
+      expect(fs.existsSync(path.join(dir, 'prebuilds', `${process.platform}-${process.arch}`))).toBe(true);
+    }
+    // The install hook found the prebuild: nothing was compiled and node-gyp said nothing.
+    expect(installLog).not.toMatch(/gyp info|compiling it/);
     // Runtime dependencies: node-gyp-build, node-addon-api, node-forge (the proxy's MITM CA) and ws.
     const deps = Object.keys(JSON.parse(fs.readFileSync(path.join(installed, 'package.json'), 'utf8')).dependencies ?? {}).sort();
     // ws: the exec-server's WebSocket transport (loaded only when that transport is used).
@@ -134,9 +173,10 @@ describe.skipIf(!hasNpm)('prebuilt install from the packed tarball', () => {
     ${body}
   `;
 
-  function runIn(file: string, text: string, env: NodeJS.ProcessEnv = { ...process.env, PREBUILDS_ONLY: '1' }) {
-    fs.writeFileSync(path.join(proj, file), text.replaceAll('__PKG__', installed));
-    return sh(process.execPath, [file], proj, env);
+  function runIn(file: string, text: string, env: NodeJS.ProcessEnv = { ...process.env, PREBUILDS_ONLY: '1' }, where: 'scripts' | 'no-scripts' = 'scripts') {
+    const [dir, pkg] = where === 'scripts' ? [proj, installed] : [projNoScripts, installedNoScripts];
+    fs.writeFileSync(path.join(dir, file), text.replaceAll('__PKG__', pkg));
+    return sh(process.execPath, [file], dir, env);
   }
 
   function expectWorking(r: SpawnSyncReturns<string>) {
@@ -154,18 +194,21 @@ describe.skipIf(!hasNpm)('prebuilt install from the packed tarball', () => {
     expect(out.resolved).toContain(`${path.sep}prebuilds${path.sep}`);
   }
 
-  it('require("process-sandbox") spawns plainly and sandboxed', () => {
-    expectWorking(runIn('consumer.cjs', script(`main(require('process-sandbox')).catch((e) => { console.error(e); process.exit(1); });`)));
-  });
+  for (const where of ['scripts', 'no-scripts'] as const) {
+    const how = where === 'scripts' ? 'installed with its install hook' : 'installed with --ignore-scripts';
+    it(`require("process-sandbox") spawns plainly and sandboxed (${how})`, () => {
+      expectWorking(runIn('consumer.cjs', script(`main(require('process-sandbox')).catch((e) => { console.error(e); process.exit(1); });`), undefined, where));
+    });
 
-  it('import("process-sandbox") spawns plainly and sandboxed', () => {
-    const text = `import { createRequire } from 'node:module';
-      const require = createRequire(import.meta.url);
-      ${script(`const p = await import('process-sandbox'); await main(p);
-      const named = await import('process-sandbox');
-      if (typeof named.spawn !== 'function' || typeof named.default?.spawn !== 'function') throw new Error('ESM exports missing');`)}`;
-    expectWorking(runIn('consumer.mjs', text));
-  });
+    it(`import("process-sandbox") spawns plainly and sandboxed (${how})`, () => {
+      const text = `import { createRequire } from 'node:module';
+        const require = createRequire(import.meta.url);
+        ${script(`const p = await import('process-sandbox'); await main(p);
+        const named = await import('process-sandbox');
+        if (typeof named.spawn !== 'function' || typeof named.default?.spawn !== 'function') throw new Error('ESM exports missing');`)}`;
+      expectWorking(runIn('consumer.mjs', text, undefined, where));
+    });
+  }
 
   it('ships type declarations for both entry points', () => {
     const pkg = JSON.parse(fs.readFileSync(path.join(installed, 'package.json'), 'utf8'));
@@ -181,7 +224,7 @@ describe.skipIf(!hasNpm)('prebuilt install from the packed tarball', () => {
     expect(r.status).toBe(4);
   });
 
-  it('a missing native build reaches the user unchanged (node-gyp-build names the target)', () => {
+  it('a missing native build is SandboxError EADDON_LOAD naming the tag and the fix', () => {
     const empty = path.join(work, 'no-prebuilds');
     fs.mkdirSync(empty, { recursive: true });
     const env = { ...process.env, PREBUILDS_ONLY: '1', PROCESS_SANDBOX_PREBUILD: empty };
@@ -190,13 +233,14 @@ describe.skipIf(!hasNpm)('prebuilt install from the packed tarball', () => {
       `const p = require('process-sandbox');
        const probe = p.probe();
        let thrown = null;
-       try { p.spawn('true', [], { policy: null }); } catch (e) { thrown = e.message; }
+       try { p.spawn('true', [], { policy: null }); } catch (e) { thrown = { code: e.code, message: e.message, isSandboxError: e instanceof p.SandboxError }; }
        console.log(JSON.stringify({ addonLoaded: probe.addonLoaded, addonError: probe.addonError, thrown }));`,
       env,
     );
     const out = JSON.parse(must(r, 'missing.cjs').trim());
     expect(out.addonLoaded).toBe(false);
-    expect(out.addonError).toMatch(/^No native build was found for platform=/);
-    expect(out.thrown).toMatch(/^No native build was found for platform=/);
+    expect(out.addonError).toMatch(new RegExp(`native addon for ${process.platform}-${process.arch}-(glibc|musl) could not be loaded: No native build was found for platform=`));
+    expect(out.thrown).toMatchObject({ code: 'EADDON_LOAD', isSandboxError: true });
+    expect(out.thrown.message).toMatch(/Fix: /);
   });
 });
