@@ -1,5 +1,5 @@
-// Writes dist/index.mjs: the ESM entry re-exports the CommonJS build (one implementation, two
-// module systems), and marks the CLI executable.
+// Writes dist/index.mjs and dist/index.d.mts: the ESM entry re-exports the CommonJS build and its
+// declarations (one implementation, two module systems), and marks the CLI executable.
 'use strict';
 const fs = require('node:fs');
 const path = require('node:path');
@@ -15,6 +15,18 @@ const lines = [
   '',
 ];
 fs.writeFileSync(path.join(dist, 'index.mjs'), lines.join('\n'));
-fs.copyFileSync(path.join(dist, 'index.d.ts'), path.join(dist, 'index.d.mts'));
+// ESM declarations for the ESM entry: a copy of index.d.ts would import './backend' etc.
+// without extensions, which node16/nodenext reject in an ES module (TS2835) and which silently
+// become `any` under skipLibCheck. Re-export the CommonJS declarations instead, exactly as
+// index.mjs re-exports the CommonJS build: named exports plus module.exports as the default.
+fs.writeFileSync(
+  path.join(dist, 'index.d.mts'),
+  [
+    "export * from './index.js';",
+    "import m from './index.js';",
+    'export default m;',
+    '',
+  ].join('\n'),
+);
 const cli = path.join(dist, 'cli.js');
 if (fs.existsSync(cli)) fs.chmodSync(cli, 0o755);
