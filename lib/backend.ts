@@ -58,7 +58,8 @@ export interface EnforcementReport {
   mechanisms: Record<string, unknown>;
   /** What holds for this run. */
   guarantees: {
-    filesystemRead: Guarantee;
+    /** 'all': reads were not restricted at all (no read roots, no deny-read paths). */
+    filesystemRead: Guarantee | 'all';
     filesystemWrite: Guarantee;
     protectedPaths: Guarantee;
     denyRead: Guarantee;
@@ -68,6 +69,11 @@ export interface EnforcementReport {
   };
   /** Every known gap (only non-empty in degraded mode or for not-enforced aspects). */
   gaps: string[];
+  /**
+   * Per-process resource limits applied to this run (null: none set). Filled in by spawn() from
+   * the policy when the backend does not report them itself; `gaps` says where one is not enforced.
+   */
+  limits?: { maxProcesses: number | null; memoryBytes: number | null; openFiles: number | null };
 }
 
 export interface ExitInfo {

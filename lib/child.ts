@@ -2,10 +2,14 @@
  * SandboxedProcess: the process handle, shaped like Node's ChildProcess where it can be. A backend
  * (lib/platform/*) has already started the process; this class adds events, stream plumbing and the
  * exit bookkeeping (durationMs, close after stdio drained, sandboxDenied).
+ *
+ * A command that could not be started (not found, not executable) gets a handle too, as
+ * child_process gives one: `pid` is undefined, piped streams are empty and already ended, 'error'
+ * is emitted on the next tick, then 'close', and `exited` rejects with the same SandboxError.
  */
 import { EventEmitter } from 'node:events';
-import type { Readable, Writable } from 'node:stream';
-import type { BackendProcess, EnforcementReport } from './backend';
+import { Readable, Writable } from 'node:stream';
+import type { BackendProcess, EnforcementReport, StdioSpec } from './backend';
 import { SandboxError } from './errors';
 
 export interface ExitResult {
@@ -14,14 +18,45 @@ export interface ExitResult {
   durationMs: number;
 }
 
+/** The events of a SandboxedProcess and their arguments. */
+export interface SandboxedProcessEvents {
+  /** The command is running (next tick after spawn() returned). */
+  spawn: [];
+  /** The command exited; its stdio may still hold data. */
+  exit: [code: number | null, signal: NodeJS.Signals | null];
+  /** The command exited and every piped stream has closed. */
+  close: [code: number | null, signal: NodeJS.Signals | null];
+  /** The command could not be started (ENOT_FOUND, ENOT_EXECUTABLE). */
+  error: [err: SandboxError];
+}
+
+type Listener<K extends keyof SandboxedProcessEvents> = (...args: SandboxedProcessEvents[K]) => void;
+
+// Typed overloads over EventEmitter's untyped ones (declaration merging keeps the class an
+// ordinary EventEmitter at runtime).
+export interface SandboxedProcess {
+  on<K extends keyof SandboxedProcessEvents>(event: K, listener: Listener<K>): this;
+  once<K extends keyof SandboxedProcessEvents>(event: K, listener: Listener<K>): this;
+  addListener<K extends keyof SandboxedProcessEvents>(event: K, listener: Listener<K>): this;
+  prependListener<K extends keyof SandboxedProcessEvents>(event: K, listener: Listener<K>): this;
+  prependOnceListener<K extends keyof SandboxedProcessEvents>(event: K, listener: Listener<K>): this;
+  off<K extends keyof SandboxedProcessEvents>(event: K, listener: Listener<K>): this;
+  removeListener<K extends keyof SandboxedProcessEvents>(event: K, listener: Listener<K>): this;
+  emit<K extends keyof SandboxedProcessEvents>(event: K, ...args: SandboxedProcessEvents[K]): boolean;
+}
+
 export class SandboxedProcess extends EventEmitter {
-  readonly pid: number;
+  /** undefined when the command could not be started. */
+  readonly pid: number | undefined;
   readonly stdin: Writable | null;
   readonly stdout: Readable | null;
   readonly stderr: Readable | null;
   readonly stdio: Array<Readable | Writable | null>;
   readonly enforcement: EnforcementReport;
-  /** Resolves when the command exits (before its stdio streams have necessarily closed). */
+  /**
+   * Resolves when the command exits (before its stdio streams have necessarily closed); rejects
+   * with the SandboxError when it could not be started.
+   */
   readonly exited: Promise<ExitResult>;
   exitCode: number | null = null;
   signalCode: NodeJS.Signals | null = null;
@@ -30,13 +65,48 @@ export class SandboxedProcess extends EventEmitter {
   /** true when the command runs on a pseudo-terminal (spawn's `pty` option). */
   readonly isPty: boolean;
 
-  private readonly proc: BackendProcess;
+  private readonly proc: BackendProcess | null;
   private hasExited = false;
 
-  constructor(proc: BackendProcess) {
+  /** @internal A handle for a command that could not be started (see the class comment). */
+  static failed(error: SandboxError, stdio: readonly StdioSpec[], enforcement: EnforcementReport): SandboxedProcess {
+    return new SandboxedProcess(null, { error, stdio, enforcement });
+  }
+
+  constructor(proc: BackendProcess);
+  /** @internal */
+  constructor(proc: null, failure: { error: SandboxError; stdio: readonly StdioSpec[]; enforcement: EnforcementReport });
+  constructor(proc: BackendProcess | null, failure?: { error: SandboxError; stdio: readonly StdioSpec[]; enforcement: EnforcementReport }) {
     super();
     const started = performance.now();
     this.proc = proc;
+    if (proc === null) {
+      const f = failure!;
+      this.pid = undefined;
+      // Empty, already-ended streams where a pipe was asked for, so stream code needs no special case.
+      this.stdio = f.stdio.map((s, i) => {
+        if (s !== 'pipe') return null;
+        if (i === 0) return new Writable({ write: (_c, _e, cb) => cb() });
+        const r = new Readable({ read() {} });
+        r.push(null);
+        return r;
+      });
+      this.stdin = (this.stdio[0] as Writable | null) ?? null;
+      this.stdout = (this.stdio[1] as Readable | null) ?? null;
+      this.stderr = (this.stdio[2] as Readable | null) ?? null;
+      this.enforcement = f.enforcement;
+      this.isPty = false;
+      this.hasExited = true;
+      this.exited = Promise.reject(f.error);
+      // Whoever awaits `exited` sees the rejection; nobody awaiting it must not crash the host.
+      this.exited.catch(() => {});
+      process.nextTick(() => {
+        this.stdin?.destroy();
+        this.emit('error', f.error);
+        this.emit('close', null, null);
+      });
+      return;
+    }
     this.pid = proc.pid;
     this.stdio = proc.stdio;
     this.stdin = (proc.stdio[0] as Writable | null) ?? null;
@@ -94,15 +164,17 @@ export class SandboxedProcess extends EventEmitter {
   }
 
   private ptyOrThrow(): NonNullable<BackendProcess['pty']> {
-    if (!this.proc.pty) throw new SandboxError('EINVALID_ARGUMENT', 'this process has no pseudo-terminal (spawn it with the pty option)');
+    if (!this.proc?.pty) throw new SandboxError('EINVALID_ARGUMENT', 'this process has no pseudo-terminal (spawn it with the pty option)');
     return this.proc.pty;
   }
 
   /** Sends a signal to the whole sandboxed tree. Returns false if it has already exited. */
   kill(signal: NodeJS.Signals | number = 'SIGTERM'): boolean {
-    if (this.hasExited) return false;
+    if (this.hasExited || this.proc === null) return false;
     const ok = this.proc.kill(signal);
     if (ok) this.killed = true;
     return ok;
   }
+
+
 }

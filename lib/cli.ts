@@ -2,42 +2,113 @@
 /**
  * process-sandbox CLI.
  *
- *   process-sandbox run [options] -- <command> [args...]
+ *   process-sandbox run [options] [--] <command> [args...]
  *   process-sandbox probe [--json]
+ *   process-sandbox exec-server --listen stdio|ws://IP:PORT (lib/exec-server/cli.ts)
+ *   process-sandbox --help | --version | help [subcommand]
+ *
+ * Subcommands live in one table (COMMANDS): a new one adds an entry with its usage and handler.
  *
  * Exit status: the command's own; 128+N when it died of signal N; 125 when the sandbox cannot be
- * set up or the policy cannot be enforced; 126 found but not executable; 127 not found.
- * stdio is inherited, so streams pass straight through without buffering.
+ * set up, the policy cannot be enforced or the usage is wrong; 126 found but not executable; 127
+ * not found. stdio is inherited, so streams pass straight through without buffering.
  */
+import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { SandboxError, exitStatusForError } from './errors';
 import { probe, spawn, type AuditEvent, type SandboxPolicy } from './index';
 import { withoutSecretEnv } from './permissions';
 
-const USAGE = `Usage:
-  process-sandbox run [options] -- <command> [args...]
-    --cwd <dir>            working directory (default: current directory)
-    --write <path>         writable root, repeatable (default: the cwd); --write none = read-only
-    --read <path>          restrict reads to these roots, repeatable (default: whole filesystem)
-    --deny-read <path>     make a path unreadable, repeatable
-    --protect <path>       keep a path inside a writable root read-only, repeatable
-    --network <mode>       none (default) | proxy | full
-    --allow-domain <host>  allow a domain through the proxy, repeatable (implies --network proxy)
-    --deny-domain <host>   deny a domain through the proxy, repeatable
-    --allow-local          let allowed domains reach loopback/private addresses
-    --tmp <mode>           private (default) | host | none
-    --mode <mode>          auto (default) | isolated | landlock
-    --degraded             accept weaker enforcement; the report lists every gap
-    --env <KEY=VALUE>      set a variable, repeatable
-    --keep-env             keep every variable (default: drop ones that look like secrets)
-    --timeout <seconds>    kill the command and everything it started after this long
-    --no-sandbox           run without a sandbox
-    --json                 print a JSON result (exit info + enforcement report) to stderr at the end
-  process-sandbox probe [--json]
+const RUN_USAGE = `Usage: process-sandbox run [options] [--] <command> [args...]
+
+Options are read up to the first argument that is not an option (or up to --); everything from
+there on is the command and its arguments, passed through untouched. Use -- when the command
+itself starts with '-'.
+
+  --cwd <dir>            working directory (default: current directory)
+  --write <path>         writable root, repeatable (default: the cwd); --write none = read-only
+  --read <path>          restrict reads to these roots, repeatable (default: whole filesystem)
+  --deny-read <path>     make a path unreadable, repeatable
+  --protect <path>       keep a path inside a writable root read-only, repeatable
+  --network <mode>       none (default) | proxy | full; proxy needs at least one --allow-domain
+  --allow-domain <host>  allow a domain through the proxy, repeatable (implies --network proxy)
+  --deny-domain <host>   deny a domain through the proxy, repeatable
+  --allow-local          let allowed domains reach loopback/private addresses
+  --tmp <mode>           private (default) | host | none
+  --mode <mode>          auto (default) | isolated | landlock
+  --degraded             accept weaker enforcement; the report lists every gap
+  --env <KEY=VALUE>      set a variable, repeatable
+  --keep-env             keep every variable (default: drop ones that look like secrets)
+  --timeout <seconds>    kill the command and everything it started after this long (exit 137)
+  --no-sandbox           run without a sandbox
+  --json                 print a JSON result (exit info + enforcement report) as the last line of stderr
+  --json-fd <n>          write the JSON result to file descriptor n instead (e.g. 3>result.json)
+  --json-file <path>     write the JSON result to a file instead (created before the command starts)
+  -h, --help             print this help
 `;
 
-class UsageError extends Error {}
+const PROBE_USAGE = `Usage: process-sandbox probe [--json]
+
+Prints what this host can enforce, without running anything. Exit 0 when a sandbox mode is
+available, 1 when nothing can be enforced.
+  --json                 the full report as JSON on stdout
+`;
+
+interface Subcommand {
+  summary: string;
+  usage: string;
+  main(argv: string[]): Promise<number> | number;
+}
+
+/** Loaded on use: the exec-server (and its ws dependency) costs nothing to `run`. */
+const execServerCli = () => require('./exec-server/cli') as typeof import('./exec-server/cli');
+
+const COMMANDS: Record<string, Subcommand> = {
+  run: { summary: 'run a command inside the sandbox', usage: RUN_USAGE, main: (argv) => cmdRun(argv) },
+  probe: { summary: 'report what this host can enforce', usage: PROBE_USAGE, main: (argv) => cmdProbe(argv) },
+  'exec-server': {
+    summary: 'serve Codex exec-server JSON-RPC over stdio or WebSocket',
+    get usage() {
+      return execServerCli().EXEC_SERVER_USAGE;
+    },
+    main: (argv) => execServerCli().execServerMain(argv),
+  },
+};
+
+function usage(): string {
+  const width = Math.max(...Object.keys(COMMANDS).map((k) => k.length));
+  return [
+    'Usage: process-sandbox <command> [options]',
+    '',
+    'Commands:',
+    ...Object.entries(COMMANDS).map(([k, c]) => `  ${k.padEnd(width)}  ${c.summary}`),
+    '',
+    'process-sandbox run [options] [--] <command> [args...]',
+    'process-sandbox probe [--json]',
+    'process-sandbox exec-server --listen stdio|ws://IP:PORT [--ws-token-file <path>]',
+    "Run 'process-sandbox <command> --help' for a command's options; --version prints the version.",
+    '',
+  ].join('\n');
+}
+
+function version(): string {
+  try {
+    return (JSON.parse(fs.readFileSync(path.join(__dirname, '..', 'package.json'), 'utf8')) as { version: string }).version;
+  } catch {
+    return 'unknown';
+  }
+}
+
+/** A usage mistake: reported as one line plus a hint, exit 125. */
+class UsageError extends Error {
+  constructor(
+    message: string,
+    readonly sub = 'run',
+  ) {
+    super(message);
+  }
+}
 
 interface RunArgs {
   cwd: string;
@@ -57,13 +128,18 @@ interface RunArgs {
   timeout?: number;
   noSandbox: boolean;
   json: boolean;
+  /** --json-fd: where the JSON result goes (default: stderr). */
+  jsonFd?: number;
+  /** --json-file */
+  jsonFile?: string;
+  help: boolean;
   command: string[];
 }
 
 export function parseRunArgs(argv: string[], cwdDefault = process.cwd()): RunArgs {
   const a: RunArgs = {
     cwd: cwdDefault, write: [], read: [], denyRead: [], protect: [], allowDomains: [], denyDomains: [],
-    allowLocal: false, degraded: false, env: [], keepEnv: false, noSandbox: false, json: false, command: [],
+    allowLocal: false, degraded: false, env: [], keepEnv: false, noSandbox: false, json: false, help: false, command: [],
   };
   let i = 0;
   const value = (flag: string): string => {
@@ -106,6 +182,17 @@ export function parseRunArgs(argv: string[], cwdDefault = process.cwd()): RunArg
       }
       case '--no-sandbox': a.noSandbox = true; break;
       case '--json': a.json = true; break;
+      case '--json-fd': {
+        const v = value(f);
+        const n = Number(v);
+        if (!/^[0-9]+$/.test(v) || n < 1) throw new UsageError(`--json-fd expects a file descriptor number of 1 or more, got ${v}`);
+        a.jsonFd = n;
+        a.json = true;
+        break;
+      }
+      case '--json-file': a.jsonFile = path.resolve(value(f)); a.json = true; break;
+      case '-h':
+      case '--help': a.help = true; return a;
       default:
         if (!f.startsWith('-') && a.command.length === 0) {
           a.command = argv.slice(i);
@@ -115,13 +202,22 @@ export function parseRunArgs(argv: string[], cwdDefault = process.cwd()): RunArg
         throw new UsageError(`unknown option: ${f}`);
     }
   }
-  if (a.command.length === 0) throw new UsageError('missing command (put it after --)');
+  if (a.command.length === 0) throw new UsageError('missing command');
+  if (a.jsonFd !== undefined && a.jsonFile !== undefined) throw new UsageError('--json-fd and --json-file are mutually exclusive');
   for (const [flag, v, allowed] of [
     ['--network', a.network, ['none', 'proxy', 'full']],
     ['--tmp', a.tmp, ['private', 'host', 'none']],
     ['--mode', a.mode, ['auto', 'isolated', 'landlock']],
   ] as const) {
     if (v !== undefined && !(allowed as readonly string[]).includes(v)) throw new UsageError(`${flag} must be one of ${allowed.join(', ')}`);
+  }
+  // The API refuses a proxy policy without an allow list; so does the CLI, instead of running
+  // with a proxy that denies everything.
+  if (a.network === 'proxy' && a.allowDomains.length === 0) {
+    throw new UsageError('--network proxy needs at least one --allow-domain <host> (use --network none for no network at all)');
+  }
+  if (a.network !== undefined && a.network !== 'proxy' && a.allowDomains.length > 0) {
+    throw new UsageError(`--allow-domain needs --network proxy, not --network ${a.network}`);
   }
   return a;
 }
@@ -154,12 +250,91 @@ function fail(message: string, status: number): number {
   return status;
 }
 
+function usageFail(e: UsageError): number {
+  process.stderr.write(`process-sandbox: ${e.message}\nTry 'process-sandbox ${e.sub} --help' for the options.\n`);
+  return 125;
+}
+
+/**
+ * Why fd `n` cannot take the JSON result, or null when it can. Node itself holds fds above 2
+ * (libuv's epoll, eventfds and signal pipes); writing JSON into one of those crashes the process,
+ * so only an fd the caller opened qualifies: a file, a terminal, a socket, or a pipe whose other
+ * end is not also held here (every one of Node's internal pipes has both ends in this process).
+ */
+function jsonFdProblem(n: number): string | null {
+  let st: fs.Stats;
+  try {
+    st = fs.fstatSync(n);
+  } catch {
+    return 'that file descriptor is not open';
+  }
+  if (n <= 2 || st.isFile() || st.isCharacterDevice() || st.isSocket()) return null;
+  if (process.platform !== 'linux') return 'only a file, a terminal or a socket can take the result here';
+  let target: string;
+  try {
+    target = fs.readlinkSync(`/proc/self/fd/${n}`);
+  } catch {
+    return 'cannot tell what that file descriptor is';
+  }
+  if (!target.startsWith('pipe:')) return `that file descriptor is ${target}, not a file, pipe or socket the caller opened`;
+  // O_ACCMODE from fdinfo's octal flags: 0 read-only, 1 write-only, 2 read-write.
+  const accmode = (fd: string | number): number | null => {
+    try {
+      const m = /^flags:\s*([0-7]+)/m.exec(fs.readFileSync(`/proc/self/fdinfo/${fd}`, 'utf8'));
+      return m ? parseInt(m[1], 8) & 3 : null;
+    } catch {
+      return null;
+    }
+  };
+  if (accmode(n) === 0) return 'that pipe end is open for reading only';
+  for (const other of fs.readdirSync('/proc/self/fd')) {
+    if (Number(other) === n) continue;
+    try {
+      if (fs.readlinkSync(`/proc/self/fd/${other}`) === target && accmode(other) === 0) return 'that pipe belongs to the CLI itself (its read end is open here too)';
+    } catch {
+      /* closed meanwhile */
+    }
+  }
+  return null;
+}
+
+/**
+ * Where the --json result goes. The file is opened before the command starts: the command may
+ * be able to write the directory it lives in, and must not get to swap the name for a symlink
+ * the CLI would then write through.
+ */
+function openJsonSink(a: RunArgs): (obj: unknown) => void {
+  if (!a.json) return () => {};
+  let fd = 2;
+  if (a.jsonFd !== undefined) {
+    const why = jsonFdProblem(a.jsonFd);
+    if (why) throw new UsageError(`--json-fd ${a.jsonFd}: ${why} (open it for the CLI, e.g. ${a.jsonFd}>result.json)`);
+    fd = a.jsonFd;
+  } else if (a.jsonFile !== undefined) {
+    try {
+      fd = fs.openSync(a.jsonFile, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_TRUNC | (fs.constants.O_NOFOLLOW ?? 0), 0o600);
+    } catch (e) {
+      throw new UsageError(`--json-file ${a.jsonFile}: ${(e as Error).message}`);
+    }
+  }
+  return (obj) => {
+    fs.writeSync(fd, JSON.stringify(obj) + '\n');
+    if (a.jsonFile !== undefined) fs.closeSync(fd);
+  };
+}
+
 async function cmdRun(argv: string[]): Promise<number> {
   let a: RunArgs;
+  let emitJson: (obj: unknown) => void;
   try {
     a = parseRunArgs(argv);
+    if (a.help) {
+      process.stdout.write(RUN_USAGE);
+      return 0;
+    }
+    emitJson = openJsonSink(a);
   } catch (e) {
-    if (e instanceof UsageError) return fail(`${e.message}\n${USAGE}`, 125);
+    if (e instanceof UsageError) return usageFail(e);
     throw e;
   }
   const baseEnv = a.keepEnv ? { ...process.env } : withoutSecretEnv(process.env);
@@ -177,6 +352,12 @@ async function cmdRun(argv: string[]): Promise<number> {
   };
   for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(sig, forward);
   const audit: AuditEvent[] = [];
+  const startFailed = (e: unknown): number => {
+    const status = exitStatusForError(e);
+    fail((e as Error).message, status);
+    emitJson({ error: { code: (e as SandboxError).code, message: (e as Error).message }, exitStatus: status });
+    return status;
+  };
   try {
     child = spawn(a.command[0], a.command.slice(1), {
       cwd: a.cwd,
@@ -186,47 +367,75 @@ async function cmdRun(argv: string[]): Promise<number> {
       proxy: { onAudit: (e) => audit.push(e) },
     });
   } catch (e) {
-    const status = exitStatusForError(e);
-    fail((e as Error).message, status);
-    // The JSON result is always the last line on stderr.
-    if (a.json) process.stderr.write(JSON.stringify({ error: { code: (e as SandboxError).code, message: (e as Error).message }, exitStatus: status }) + '\n');
-    return status;
+    return startFailed(e);
   }
+  // A command that cannot be started (not found, not executable) is reported through 'error'
+  // and a rejected `exited`, as child_process does.
+  child.on('error', () => {});
   if (pendingSignal) child.kill(pendingSignal);
   let timedOut = false;
-  const timer = a.timeout ? setTimeout(() => { timedOut = true; child.kill('SIGKILL'); }, a.timeout * 1000) : undefined;
-  const info = await child.exited;
+  const started = child;
+  const timer = a.timeout
+    ? setTimeout(() => {
+        timedOut = true;
+        started.kill('SIGKILL');
+      }, a.timeout * 1000)
+    : undefined;
+  let info: Awaited<typeof child.exited>;
+  try {
+    info = await child.exited;
+  } catch (e) {
+    if (timer) clearTimeout(timer);
+    return startFailed(e);
+  }
   if (timer) clearTimeout(timer);
+  if (timedOut) fail(`timed out after ${a.timeout}s; the command and everything it started were killed`, 0);
   const sigNum = info.signal ? os.constants.signals[info.signal] : 0;
   const status = info.code ?? 128 + sigNum;
-  if (a.json) {
-    process.stderr.write(JSON.stringify({ code: info.code, signal: info.signal, exitStatus: status, durationMs: info.durationMs, timedOut, enforcement: child.enforcement, audit }) + '\n');
-  }
+  emitJson({ code: info.code, signal: info.signal, exitStatus: status, durationMs: info.durationMs, timedOut, enforcement: child.enforcement, audit });
   return status;
 }
 
 function cmdProbe(argv: string[]): number {
+  for (const f of argv) {
+    if (f === '--help' || f === '-h') {
+      process.stdout.write(PROBE_USAGE);
+      return 0;
+    }
+    if (f !== '--json') return usageFail(new UsageError(`unknown option: ${f}`, 'probe'));
+  }
   const report = probe();
   if (argv.includes('--json')) {
     process.stdout.write(JSON.stringify(report, null, 2) + '\n');
   } else {
     process.stdout.write(`platform: ${report.platform}-${report.arch}\naddon: ${report.addonLoaded ? 'loaded' : `not loaded (${report.addonError})`}\n`);
     process.stdout.write(`default mode: ${report.defaultMode ?? 'none (nothing can be enforced)'}\n`);
-    for (const [k, v] of Object.entries(report.features)) if (v !== undefined) process.stdout.write(`${k}: ${v}\n`);
+    for (const [k, v] of Object.entries(report.features)) if (v !== undefined) process.stdout.write(`${k}: ${typeof v === 'object' ? JSON.stringify(v) : v}\n`);
   }
   return report.defaultMode ? 0 : 1;
 }
 
 export async function main(argv: string[]): Promise<number> {
   const [sub, ...rest] = argv;
-  if (sub === 'run') return cmdRun(rest);
-  if (sub === 'probe') return cmdProbe(rest);
-  if (sub === 'exec-server') return (require('./exec-server/cli') as typeof import('./exec-server/cli')).execServerMain(rest);
-  if (sub === '--help' || sub === '-h' || sub === 'help') {
-    process.stdout.write(USAGE);
+  if (sub === undefined || sub === '--help' || sub === '-h') {
+    process.stdout.write(usage());
     return 0;
   }
-  return fail(`unknown command: ${sub ?? '(none)'}\n${USAGE}`, 125);
+  if (sub === 'help') {
+    const target = rest[0] === undefined ? undefined : COMMANDS[rest[0]];
+    process.stdout.write(target ? target.usage : usage());
+    return 0;
+  }
+  if (sub === '--version' || sub === '-v' || sub === 'version') {
+    process.stdout.write(`${version()}\n`);
+    return 0;
+  }
+  const cmd = Object.prototype.hasOwnProperty.call(COMMANDS, sub) ? COMMANDS[sub] : undefined;
+  if (!cmd) {
+    process.stderr.write(`process-sandbox: unknown command: ${sub}\nTry 'process-sandbox --help' for the commands.\n`);
+    return 125;
+  }
+  return cmd.main(rest);
 }
 
 if (require.main === module) {

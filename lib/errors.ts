@@ -36,6 +36,8 @@ export const ERROR_CODES = [
   'EDESKTOP_CREATE',
   'EJOB_CREATE',
   'EADDON_LOAD',
+  'ETIMEDOUT',
+  'ECOMMAND_FAILED',
   // Append new codes above this line, in the same order as native/error_codes.def.
 ] as const;
 

@@ -9,6 +9,7 @@
  * fails closed with a SandboxError when it cannot enforce the rules.
  */
 import * as fs from 'node:fs';
+import * as os from 'node:os';
 import * as path from 'node:path';
 import type { Backend, BackendSpawnRequest, EnforcementReport, ProbeReport, SpawnNetworkOptions, StdioSpec } from './backend';
 import { SandboxedProcess, type ExitResult } from './child';
@@ -24,7 +25,7 @@ import { launchWithChildProcess } from './platform/posix-launcher';
 import { createWin32Backend } from './platform/win32';
 
 export { SandboxError, ERROR_CODES, type SandboxErrorCode } from './errors';
-export { SandboxedProcess, type ExitResult } from './child';
+export { SandboxedProcess, type ExitResult, type SandboxedProcessEvents } from './child';
 export type { SandboxPolicy, FilesystemPolicy, ProxyPolicy, ResourceLimits, TmpMode, SandboxMode } from './policy-types';
 export type { ResolvedRules, NetworkRule } from './rules';
 export type { EnforcementReport, ProbeReport, StdioSpec, Guarantee, SpawnNetworkOptions } from './backend';
@@ -39,10 +40,19 @@ export interface SpawnOptions {
    * secrets (see README "Environment"); pass `env: process.env` to hand everything on.
    */
   env?: Record<string, string | undefined>;
-  /** 'pipe' (default), 'inherit', 'ignore', or per-fd specs; extra entries pass fds 3+. */
-  stdio?: StdioSpec | StdioSpec[];
+  /**
+   * 'pipe' (default), 'inherit', 'ignore', or per-fd entries: those, an fd number, or a stream
+   * with an underlying file descriptor (a net.Socket, an opened fs stream), as child_process
+   * takes. Entries past index 2 pass fds 3+.
+   */
+  stdio?: StdioOption | StdioOption[];
   /** The argv[0] the child sees (default: the command as given). */
   arg0?: string;
+  /**
+   * Run `command` (with `args` appended, space-separated) through a shell: true = /bin/sh -c
+   * (cmd.exe /d /s /c on Windows), a string = that shell. The shell runs inside the sandbox.
+   */
+  shell?: boolean | string;
   /** The sandbox policy. Omitted: the default policy. null: run without a sandbox. */
   policy?: SandboxPolicy | null;
   /** Managed-network hooks (audit, decider, a shared proxy) for `network: { proxy }` policies. */
@@ -55,30 +65,59 @@ export interface SpawnOptions {
   pty?: { cols?: number; rows?: number };
 }
 
+/** One stdio entry: a StdioSpec, or a stream that has a file descriptor. */
+export type StdioOption = StdioSpec | NodeJS.ReadableStream | NodeJS.WritableStream;
+
 export interface RunOptions extends SpawnOptions {
   input?: string | Buffer;
-  /** Milliseconds; kills the whole tree when it fires. */
+  /** Milliseconds; then the tree is stopped (`killSignal`, `forceKillAfter`). */
   timeout?: number;
+  /** Aborting stops the tree the same way a timeout does. */
   signal?: AbortSignal;
-  /** Bytes of stdout or stderr kept before the tree is killed (default 64 MiB). */
+  /** Bytes of stdout or stderr kept; past it the tree is stopped (default 64 MiB). */
   maxBuffer?: number;
   encoding?: BufferEncoding | 'buffer';
+  /**
+   * Signal sent to the tree on timeout, abort or maxBuffer. Default 'SIGKILL': an untrusted command
+   * gets no say in when it stops. 'SIGTERM' gives it `forceKillAfter` ms to clean up first.
+   */
+  killSignal?: NodeJS.Signals | number;
+  /** Milliseconds between a `killSignal` other than SIGKILL and the SIGKILL that follows (default 5000). */
+  forceKillAfter?: number;
+  /** Also collect stdout and stderr interleaved, in arrival order, as `all`. */
+  all?: boolean;
+  /**
+   * false (default): the promise resolves whenever the command ran, however it ended (see
+   * timedOut, aborted, maxBufferExceeded, code, signal). true: it rejects with a SandboxError
+   * (ETIMEDOUT, EABORTED, EMAXBUFFER, ECOMMAND_FAILED) unless the command exited 0 on its own;
+   * the error's `detail.result` is the RunResult.
+   */
+  reject?: boolean;
 }
 
 export interface RunResult<T = string> {
   stdout: T;
   stderr: T;
+  /** stdout and stderr interleaved in arrival order (only with `all: true`). */
+  all?: T;
   code: number | null;
   signal: NodeJS.Signals | null;
   durationMs: number;
+  /** The timeout fired and the tree was stopped. */
   timedOut: boolean;
+  /** The AbortSignal fired and the tree was stopped. */
+  aborted: boolean;
+  /** stdout or stderr passed maxBuffer: the output is cut at maxBuffer and the tree was stopped. */
+  maxBufferExceeded: boolean;
+  /** run() stopped the tree (one of the three above). */
+  killed: boolean;
   /** Heuristic: the failure looks like a sandbox denial (see isLikelySandboxDenied). */
   sandboxDenied: boolean;
   enforcement: EnforcementReport;
 }
 
-const SPAWN_KEYS = new Set(['cwd', 'env', 'stdio', 'arg0', 'policy', 'proxy', 'pty']);
-const RUN_KEYS = new Set([...SPAWN_KEYS, 'input', 'timeout', 'signal', 'maxBuffer', 'encoding']);
+const SPAWN_KEYS = new Set(['cwd', 'env', 'stdio', 'arg0', 'shell', 'policy', 'proxy', 'pty']);
+const RUN_KEYS = new Set([...SPAWN_KEYS, 'input', 'timeout', 'signal', 'maxBuffer', 'encoding', 'killSignal', 'forceKillAfter', 'all', 'reject']);
 
 let backendCache: Backend | undefined;
 
@@ -146,15 +185,28 @@ function normalize(
   options: unknown,
   allowed: Set<string>,
   preResolved?: { rules: ResolvedRules | null },
+  validated?: (rules: ResolvedRules | null, stdio: StdioSpec[]) => void,
 ): BackendSpawnRequest {
-  const cmd = checkString(command, 'command');
+  let cmd = checkString(command, 'command');
   const argList: unknown[] = args === undefined ? [] : Array.isArray(args) ? args : bad('args must be an array of strings');
-  const argv = argList.map((a, i) => checkString(a, `args[${i}]`, true));
+  let argv = argList.map((a, i) => checkString(a, `args[${i}]`, true));
   if (options !== undefined && (options === null || typeof options !== 'object' || Array.isArray(options))) {
     bad('options must be an object');
   }
   const opts = (options ?? {}) as Record<string, unknown>;
   for (const k of Object.keys(opts)) if (!allowed.has(k)) bad(`unknown option: ${k}`);
+  // shell: the whole command line goes to the shell as one string, as child_process does.
+  if (opts.shell !== undefined && opts.shell !== false) {
+    if (opts.shell !== true) checkString(opts.shell, 'options.shell');
+    const line = [cmd, ...argv].join(' ');
+    if (process.platform === 'win32') {
+      cmd = opts.shell === true ? 'cmd.exe' : (opts.shell as string);
+      argv = ['/d', '/s', '/c', line];
+    } else {
+      cmd = opts.shell === true ? '/bin/sh' : (opts.shell as string);
+      argv = ['-c', line];
+    }
+  }
 
   const cwd = opts.cwd === undefined ? process.cwd() : checkString(opts.cwd, 'options.cwd');
   if (!path.isAbsolute(cwd)) bad(`options.cwd must be an absolute path, got ${cwd}`);
@@ -177,16 +229,7 @@ function normalize(
     env[k] = checkString(v, `options.env.${k}`, true);
   }
 
-  let stdio: StdioSpec[];
-  const s = opts.stdio ?? 'pipe';
-  if (typeof s === 'string') stdio = [s, s, s] as StdioSpec[];
-  else if (Array.isArray(s)) stdio = [...s] as StdioSpec[];
-  else bad('options.stdio must be a string or an array');
-  while (stdio.length < 3) stdio.push('pipe');
-  stdio.forEach((x, i) => {
-    const ok = x === 'pipe' || x === 'inherit' || x === 'ignore' || (typeof x === 'number' && Number.isInteger(x) && x >= 0);
-    if (!ok) bad(`options.stdio[${i}] must be 'pipe', 'inherit', 'ignore' or an fd number`);
-  });
+  const stdio = normalizeStdio(opts.stdio);
 
   const arg0 = opts.arg0 === undefined ? cmd : checkString(opts.arg0, 'options.arg0');
 
@@ -204,6 +247,7 @@ function normalize(
     }
   }
   const pty = opts.pty === undefined ? undefined : checkPty(opts.pty, opts.stdio !== undefined);
+  validated?.(rules, stdio);
   const file = resolveExecutable(cmd, env, cwd);
   const req: BackendSpawnRequest = { file, argv: [arg0, ...argv], env, cwd, stdio, rules };
   if (pty) req.pty = pty;
@@ -228,10 +272,95 @@ function checkPty(v: unknown, hasStdio: boolean): { cols: number; rows: number }
   return { cols: size('cols', 80), rows: size('rows', 24) };
 }
 
-/** Starts a sandboxed command. Throws SandboxError (and starts nothing) on bad input or when the policy cannot be enforced. */
+/** The fd under a stream, as child_process finds it (net.Socket handles, opened fs streams). */
+function streamFd(x: object): number | undefined {
+  const o = x as { fd?: unknown; _handle?: { fd?: unknown } };
+  const fd = typeof o.fd === 'number' ? o.fd : typeof o._handle?.fd === 'number' ? o._handle.fd : undefined;
+  return fd !== undefined && Number.isInteger(fd) && fd >= 0 ? fd : undefined;
+}
+
+function normalizeStdio(input: unknown): StdioSpec[] {
+  let stdio: unknown[];
+  const s = input ?? 'pipe';
+  if (typeof s === 'string') stdio = [s, s, s];
+  else if (Array.isArray(s)) stdio = [...s];
+  else bad('options.stdio must be a string or an array');
+  while (stdio.length < 3) stdio.push('pipe');
+  return stdio.map((x, i) => {
+    if (x === 'pipe' || x === 'inherit' || x === 'ignore' || (typeof x === 'number' && Number.isInteger(x) && x >= 0)) return x;
+    if (x !== null && typeof x === 'object') {
+      const fd = streamFd(x);
+      if (fd === undefined) bad(`options.stdio[${i}]: the stream has no underlying file descriptor (open it first; child_process has the same rule)`);
+      return fd;
+    }
+    return bad(`options.stdio[${i}] must be 'pipe', 'inherit', 'ignore', an fd number or a stream with a file descriptor`);
+  }) as StdioSpec[];
+}
+
+/** Errors of starting the command itself, which child_process reports as 'error' rather than throwing. */
+const START_ERRORS = new Set(['ENOT_FOUND', 'ENOT_EXECUTABLE']);
+
+/** The report of a command that never started: nothing ran, so nothing is claimed. */
+function notStartedReport(rules: ResolvedRules | null): EnforcementReport {
+  return {
+    platform: process.platform,
+    sandboxed: rules !== null,
+    mode: 'none',
+    mechanisms: {},
+    guarantees: {
+      filesystemRead: 'not-requested',
+      filesystemWrite: 'not-requested',
+      protectedPaths: 'not-requested',
+      denyRead: 'not-requested',
+      network: 'not-requested',
+      processIsolation: 'not-requested',
+      treeTeardown: 'not-requested',
+    },
+    gaps: ['the command was not started'],
+  };
+}
+
+/**
+ * The report as every backend gives it, made uniform: `filesystemRead: 'all'` when reads were
+ * not restricted at all, and `limits` (the per-process limits applied; null = none) when the
+ * backend did not fill them in itself.
+ */
+function finishReport(report: EnforcementReport, rules: ResolvedRules | null): EnforcementReport {
+  if (rules && report.sandboxed && rules.readAll && rules.denyRead.length === 0 && report.guarantees.filesystemRead === 'not-requested') {
+    report.guarantees.filesystemRead = 'all';
+  }
+  if (report.limits === undefined) {
+    const l = rules?.limits ?? {};
+    report.limits = { maxProcesses: l.maxProcesses ?? null, memoryBytes: l.memoryBytes ?? null, openFiles: l.openFiles ?? null };
+  }
+  return report;
+}
+
+function start(req: BackendSpawnRequest): SandboxedProcess {
+  const proc = backend().spawn(req);
+  finishReport(proc.enforcement, req.rules);
+  return new SandboxedProcess(proc);
+}
+
+/**
+ * Starts a sandboxed command. Bad input, or a policy this host cannot enforce, throws a
+ * SandboxError synchronously and starts nothing. A command that cannot be started (not found,
+ * not executable) is reported as child_process does: an 'error' event on the returned handle
+ * and a rejected `exited`.
+ */
 export function spawn(command: string, args?: readonly string[], options?: SpawnOptions): SandboxedProcess {
-  const req = normalize(command, args, options, SPAWN_KEYS);
-  return new SandboxedProcess(backend().spawn(req));
+  let stdio: StdioSpec[] = ['pipe', 'pipe', 'pipe'];
+  let rules: ResolvedRules | null = null;
+  try {
+    const req = normalize(command, args, options, SPAWN_KEYS, undefined, (r, s) => {
+      rules = r;
+      stdio = s;
+    });
+    return start(req);
+  } catch (e) {
+    if (e instanceof SandboxError && START_ERRORS.has(e.code)) return SandboxedProcess.failed(e, stdio, notStartedReport(rules));
+    throw e;
+  }
 }
 
 /**
@@ -262,7 +391,7 @@ export function spawnPrepared(
   let child: SandboxedProcess;
   try {
     const req = normalize(program, rest, spawnOpts, SPAWN_KEYS, { rules: prepared.rules });
-    child = new SandboxedProcess(backend().spawn(req));
+    child = start(req);
   } catch (e) {
     release();
     throw e;
@@ -271,7 +400,14 @@ export function spawnPrepared(
   return child;
 }
 
-/** Runs a command to completion and collects its output. */
+/**
+ * Runs a command to completion and collects its output.
+ *
+ * One model: the promise rejects only when the command did not start (bad input, a policy that
+ * cannot be enforced, not found, not executable, an AbortSignal already aborted). Once it ran, it
+ * resolves however it ended: exit code, signal, timeout, abort or maxBuffer, with the output
+ * collected so far. `reject: true` turns every ending but a clean exit 0 into a rejection.
+ */
 export function run(command: string, args?: readonly string[], options?: RunOptions & { encoding: 'buffer' }): Promise<RunResult<Buffer>>;
 export function run(command: string, args?: readonly string[], options?: RunOptions): Promise<RunResult<string>>;
 export function run(command: string, args?: readonly string[], options: RunOptions = {}): Promise<RunResult<string | Buffer>> {
@@ -280,12 +416,29 @@ export function run(command: string, args?: readonly string[], options: RunOptio
       reject(new SandboxError('EINVALID_ARGUMENT', 'options must be an object'));
       return;
     }
-    const { input, timeout, signal, maxBuffer = 64 * 1024 * 1024, encoding = 'utf8', ...spawnOpts } = options ?? {};
+    const {
+      input,
+      timeout,
+      signal,
+      maxBuffer = 64 * 1024 * 1024,
+      encoding = 'utf8',
+      killSignal = 'SIGKILL',
+      forceKillAfter = 5000,
+      all = false,
+      reject: rejectOnFailure = false,
+      ...spawnOpts
+    } = options ?? {};
     let child: SandboxedProcess;
     try {
       for (const k of Object.keys(options ?? {})) if (!RUN_KEYS.has(k)) bad(`unknown option: ${k}`);
       if (timeout !== undefined && !(Number.isFinite(timeout) && timeout > 0)) bad('options.timeout must be a positive number of milliseconds');
       if (!(Number.isFinite(maxBuffer) && maxBuffer > 0)) bad('options.maxBuffer must be a positive number');
+      if (!(Number.isFinite(forceKillAfter) && forceKillAfter >= 0)) bad('options.forceKillAfter must be a number of milliseconds, 0 or more');
+      if (typeof killSignal === 'string' ? !(killSignal in os.constants.signals) : !(Number.isInteger(killSignal) && killSignal > 0)) {
+        bad(`options.killSignal must be a signal name or number, got ${String(killSignal)}`);
+      }
+      for (const [k, v] of [['all', all], ['reject', rejectOnFailure]] as const) if (typeof v !== 'boolean') bad(`options.${k} must be a boolean`);
+      if (signal !== undefined && !(signal instanceof AbortSignal)) bad('options.signal must be an AbortSignal');
       if (signal?.aborted) throw new SandboxError('EABORTED', 'the operation was aborted before it started');
       const stdio = spawnOpts.stdio ?? ['pipe', 'pipe', 'pipe'];
       child = spawn(command, args, { ...spawnOpts, stdio });
@@ -293,29 +446,42 @@ export function run(command: string, args?: readonly string[], options: RunOptio
       reject(e);
       return;
     }
+    let startError: SandboxError | null = null;
+    child.once('error', (e) => (startError = e));
     const chunks: [Buffer[], Buffer[]] = [[], []];
+    const interleaved: Buffer[] = [];
     const sizes = [0, 0];
-    let failure: SandboxError | null = null;
-    let timedOut = false;
-    const killTree = () => child.kill('SIGKILL');
+    let stopped: 'timeout' | 'abort' | 'maxBuffer' | null = null;
+    let forceTimer: NodeJS.Timeout | undefined;
+    // Stop the tree once: killSignal first (a chance to clean up), SIGKILL after the grace period.
+    const stop = (why: 'timeout' | 'abort' | 'maxBuffer') => {
+      if (stopped) return;
+      stopped = why;
+      if (forceKillAfter === 0 || killSignal === 'SIGKILL' || killSignal === os.constants.signals.SIGKILL) {
+        child.kill('SIGKILL');
+        return;
+      }
+      child.kill(killSignal);
+      forceTimer = setTimeout(() => child.kill('SIGKILL'), forceKillAfter);
+    };
     const collect = (i: 0 | 1, stream: NodeJS.ReadableStream | null) => {
       stream?.on('data', (b: Buffer) => {
-        sizes[i] += b.length;
-        if (sizes[i] > maxBuffer) {
-          if (!failure) failure = new SandboxError('EMAXBUFFER', `${i === 0 ? 'stdout' : 'stderr'} exceeded maxBuffer (${maxBuffer} bytes); the process tree was killed`);
-          killTree();
+        const room = maxBuffer - sizes[i];
+        if (room <= 0) {
+          stop('maxBuffer');
           return;
         }
-        chunks[i].push(b);
+        const kept = b.length > room ? b.subarray(0, room) : b;
+        sizes[i] += kept.length;
+        chunks[i].push(kept);
+        if (all) interleaved.push(kept);
+        if (b.length > room) stop('maxBuffer');
       });
     };
     collect(0, child.stdout);
     collect(1, child.stderr);
-    const timer = timeout ? setTimeout(() => { timedOut = true; killTree(); }, timeout) : undefined;
-    const onAbort = () => {
-      if (!failure) failure = new SandboxError('EABORTED', 'the operation was aborted; the process tree was killed');
-      killTree();
-    };
+    const timer = timeout ? setTimeout(() => stop('timeout'), timeout) : undefined;
+    const onAbort = () => stop('abort');
     signal?.addEventListener('abort', onAbort, { once: true });
     if (child.stdin) {
       if (input !== undefined) child.stdin.end(input);
@@ -323,29 +489,55 @@ export function run(command: string, args?: readonly string[], options: RunOptio
     }
     child.once('close', (code: number | null, sig: NodeJS.Signals | null) => {
       if (timer) clearTimeout(timer);
+      if (forceTimer) clearTimeout(forceTimer);
       signal?.removeEventListener('abort', onAbort);
+      if (startError) {
+        reject(startError);
+        return;
+      }
       void child.exited.then((info: ExitResult) => {
-        if (failure) {
-          reject(failure);
-          return;
-        }
         const out = Buffer.concat(chunks[0]);
         const err = Buffer.concat(chunks[1]);
         const text = (b: Buffer) => (encoding === 'buffer' ? b : b.toString(encoding));
         const sandboxType = sandboxTypeOf(child.enforcement);
-        resolve({
+        const result: RunResult<string | Buffer> = {
           stdout: text(out),
           stderr: text(err),
+          ...(all ? { all: text(Buffer.concat(interleaved)) } : {}),
           code,
           signal: sig,
           durationMs: info.durationMs,
-          timedOut,
+          timedOut: stopped === 'timeout',
+          aborted: stopped === 'abort',
+          maxBufferExceeded: stopped === 'maxBuffer',
+          killed: stopped !== null,
           sandboxDenied: isLikelySandboxDenied(sandboxType, code, sig, out.toString('utf8') + err.toString('utf8')),
           enforcement: child.enforcement,
-        });
-      });
+        };
+        if (rejectOnFailure && (stopped !== null || code !== 0)) {
+          reject(runFailure(result, stopped, command, maxBuffer, timeout));
+          return;
+        }
+        resolve(result);
+      }, reject);
     });
   });
+}
+
+/** The rejection of run({ reject: true }); `detail.result` carries the RunResult. */
+function runFailure(
+  result: RunResult<string | Buffer>,
+  stopped: 'timeout' | 'abort' | 'maxBuffer' | null,
+  command: string,
+  maxBuffer: number,
+  timeout: number | undefined,
+): SandboxError {
+  const detail = { result };
+  if (stopped === 'timeout') return new SandboxError('ETIMEDOUT', `${command} timed out after ${timeout} ms; the process tree was stopped`, { detail });
+  if (stopped === 'abort') return new SandboxError('EABORTED', `${command} was aborted; the process tree was stopped`, { detail });
+  if (stopped === 'maxBuffer') return new SandboxError('EMAXBUFFER', `${command}: output exceeded maxBuffer (${maxBuffer} bytes); the process tree was stopped`, { detail });
+  const how = result.signal ? `was killed by ${result.signal}` : `exited with code ${result.code}`;
+  return new SandboxError('ECOMMAND_FAILED', `${command} ${how}`, { detail });
 }
 
 /** The Codex sandbox type naming what enforced a run (for the sandboxDenied hint). */

@@ -206,7 +206,8 @@ export class ExecConnection {
 
   /** The OS pids of the processes still running (for tests and diagnostics). */
   pids(): number[] {
-    return [...this.procs.values()].filter((p) => p.state === 'running' && p.child).map((p) => p.child!.pid);
+    // spawnPrepared throws when it cannot start a command, so a running child always has a pid.
+    return [...this.procs.values()].filter((p) => p.state === 'running' && p.child?.pid !== undefined).map((p) => p.child!.pid!);
   }
 
   // ---- plumbing ----

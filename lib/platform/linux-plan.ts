@@ -688,6 +688,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       treeTeardown: isolated || landlockTeardownHolds(cg) ? 'enforced' : 'partial',
     },
     gaps,
+    limits: { maxProcesses: native.rlimitNproc ?? null, memoryBytes: native.rlimitAs ?? null, openFiles: native.rlimitNofile ?? null },
   };
   return { mode, native, enforcement, ghosts };
 }

@@ -350,6 +350,7 @@ export function planWindowsSandbox(rules: ResolvedRules, ctx: PlanContext): Wind
       treeTeardown,
     },
     gaps,
+    limits: { maxProcesses: job.activeProcessLimit ?? null, memoryBytes: job.processMemoryLimit ?? null, openFiles: null },
   };
   const list = (m: typeof denyDelete) => [...m.values()].map((v) => ({ path: v.path, roots: [...v.roots] }));
   return {

@@ -156,11 +156,37 @@ describe('exit statuses', () => {
     [['run', '--timeout', '-1', '--', 'true'], /--timeout/],
     [['run', '--cwd'], /--cwd/],
     [['frobnicate'], /unknown command/],
-  ])('125 for bad usage: %j', (args, why) => {
+    [['run', '--network', 'proxy', '--', 'true'], /--network proxy needs at least one --allow-domain/],
+    [['run', '--network', 'full', '--allow-domain', 'example.com', '--', 'true'], /--allow-domain needs --network proxy/],
+    [['run', '--json-fd', 'x', '--', 'true'], /--json-fd/],
+    [['run', '--json-fd', '3', '--json-file', '/dev/null', '--', 'true'], /mutually exclusive/],
+    [['probe', '--bogus'], /unknown option: --bogus/],
+  ])('125 for bad usage, one line plus a hint: %j', (args, why) => {
     const r = cli(args as string[], { cwd: dir });
     expect(r.status).toBe(125);
-    expect(r.stderr.split('\n')[0]).toMatch(why);
-    expect(r.stderr.split('\n')[0]).toMatch(/^process-sandbox: /);
+    const lines = r.stderr.trimEnd().split('\n');
+    expect(lines[0]).toMatch(why);
+    expect(lines[0]).toMatch(/^process-sandbox: /);
+    expect(lines.length, r.stderr).toBe(2);
+    expect(lines[1]).toMatch(/^Try 'process-sandbox( run| probe)? --help'/);
+    expect(r.stdout).toBe('');
+  });
+
+  it('--network proxy without an allow list refuses and runs nothing (positive control: with one it runs)', () => {
+    const marker = path.join(dir, 'proxy-marker');
+    const r = cli(['run', '--network', 'proxy', '--no-sandbox', '--', 'touch', marker], { cwd: dir });
+    expect(r.status).toBe(125);
+    expect(fs.existsSync(marker)).toBe(false);
+    const ok = cli(['run', '--network', 'proxy', '--allow-domain', 'example.com', '--no-sandbox', '--', 'touch', marker], { cwd: dir });
+    expect(ok.status, ok.stderr).toBe(0);
+    expect(fs.existsSync(marker)).toBe(true);
+  });
+
+  it('options are read only before the command: its own arguments pass through untouched', () => {
+    const r = cli(['run', '--no-sandbox', 'echo', '--network', 'full', '--help', '--'], { cwd: dir });
+    expect(r).toMatchObject({ status: 0, stdout: '--network full --help --\n' });
+    const r2 = cli(['run', '--no-sandbox', '--', 'printf', '%s\\n', '--version'], { cwd: dir });
+    expect(r2).toMatchObject({ status: 0, stdout: '--version\n' });
   });
 
   it('125 for a missing --cwd directory, and nothing runs', () => {
@@ -180,11 +206,25 @@ describe('exit statuses', () => {
     expect(fs.existsSync(marker)).toBe(false);
   });
 
-  it('--help exits 0 and prints the usage', () => {
-    const r = cli(['--help']);
+  it.each([[['--help']], [['-h']], [[]], [['help']]])('%j exits 0 and prints the usage on stdout', (args) => {
+    const r = cli(args);
     expect(r.status).toBe(0);
-    expect(r.stdout).toContain('process-sandbox run [options] -- <command> [args...]');
+    expect(r.stderr).toBe('');
+    expect(r.stdout).toContain('process-sandbox run [options] [--] <command> [args...]');
     expect(r.stdout).toContain('process-sandbox probe [--json]');
+  });
+
+  it.each([[['run', '--help']], [['run', '-h']], [['run', '--cwd', '/', '--help']], [['help', 'run']]])('%j prints the run options and exits 0, running nothing', (args) => {
+    const r = cli(args);
+    expect(r.status).toBe(0);
+    expect(r.stdout).toMatch(/^Usage: process-sandbox run /);
+    for (const flag of ['--json-fd', '--json-file', '--timeout', '--allow-domain', '--keep-env']) expect(r.stdout).toContain(flag);
+  });
+
+  it('probe --help and --version exit 0', () => {
+    expect(cli(['probe', '--help'])).toMatchObject({ status: 0, stdout: expect.stringMatching(/^Usage: process-sandbox probe/) });
+    const pkg = JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8'));
+    expect(cli(['--version'])).toMatchObject({ status: 0, stdout: `${pkg.version}\n`, stderr: '' });
   });
 });
 
@@ -371,6 +411,15 @@ describe.skipIf(!defaultIsolated)('run flags (sandboxed)', () => {
     }
   });
 
+  it('a --timeout expiry says so in one line on stderr', () => {
+    const r = cli(['run', '--timeout', '0.5', '--', 'sh', '-c', 'echo started >&2; exec sleep 30'], { cwd: dir });
+    expect(r.status).toBe(137);
+    expect(r.stderr.trimEnd().split('\n')).toEqual(['started', 'process-sandbox: timed out after 0.5s; the command and everything it started were killed']);
+    // Positive control: a command that finishes in time prints nothing of ours.
+    const ok = cli(['run', '--timeout', '30', '--', 'sh', '-c', 'echo fine >&2'], { cwd: dir });
+    expect(ok).toMatchObject({ status: 0, stderr: 'fine\n' });
+  });
+
   it('TERM sent to the CLI reaches the command; the CLI exits 143', async () => {
     const child = cpSpawn(process.execPath, [CLI, 'run', '--', 'sh', '-c', 'echo ready; exec sleep 60'], { cwd: dir, env: baseEnv(), stdio: ['ignore', 'pipe', 'inherit'] });
     await new Promise<void>((r) => child.stdout!.once('data', () => r()));
@@ -407,6 +456,51 @@ describe.skipIf(!defaultIsolated)('run flags (sandboxed)', () => {
       const r = cli(['run', '--json', '--', 'no-such-command-psb'], { cwd: dir });
       expect(r.status).toBe(127);
       expect(jsonResult(r)).toMatchObject({ error: { code: 'ENOT_FOUND' }, exitStatus: 127 });
+    });
+
+    it('--json-fd N writes the result to fd N and leaves stderr to the command alone', async () => {
+      const out = path.join(dir, `json-fd-${crypto.randomUUID()}.json`);
+      const fd = fs.openSync(out, 'w');
+      try {
+        const child = cpSpawn(process.execPath, [CLI, 'run', '--json-fd', '3', '--', 'sh', '-c', 'echo out; echo err >&2; test -e /proc/self/fd/3 && echo fd3=open || echo fd3=closed; exit 5'], {
+          cwd: dir,
+          env: baseEnv(),
+          stdio: ['ignore', 'pipe', 'pipe', fd],
+        });
+        let stdout = '';
+        let stderr = '';
+        child.stdout!.on('data', (b) => (stdout += b));
+        child.stderr!.on('data', (b) => (stderr += b));
+        const status = await new Promise<number | null>((r) => child.on('close', (code) => r(code)));
+        expect(status).toBe(5);
+        expect(stderr).toBe('err\n');
+        // The command itself never sees fd 3.
+        expect(stdout).toBe('out\nfd3=closed\n');
+        const j = JSON.parse(fs.readFileSync(out, 'utf8').trim());
+        expect(j).toMatchObject({ code: 5, exitStatus: 5, timedOut: false, enforcement: { sandboxed: true } });
+      } finally {
+        fs.closeSync(fd);
+      }
+    });
+
+    it('--json-file PATH writes the result to the file; stderr is the command\'s', () => {
+      const out = path.join(dir, `json-file-${crypto.randomUUID()}.json`);
+      const r = cli(['run', '--json-file', out, '--', 'sh', '-c', 'echo err >&2; exit 4'], { cwd: dir });
+      expect(r.status).toBe(4);
+      expect(r.stderr).toBe('err\n');
+      expect(JSON.parse(fs.readFileSync(out, 'utf8'))).toMatchObject({ code: 4, exitStatus: 4 });
+      const bad = cli(['run', '--json-file', out, '--', 'no-such-command-psb'], { cwd: dir });
+      expect(bad.status).toBe(127);
+      expect(JSON.parse(fs.readFileSync(out, 'utf8'))).toMatchObject({ error: { code: 'ENOT_FOUND' }, exitStatus: 127 });
+    });
+
+    it('--json-fd refuses an fd the caller did not open (Node\'s own), without crashing', () => {
+      for (const n of ['3', '4', '5', '7', '9']) {
+        const r = cli(['run', '--json-fd', n, '--no-sandbox', '--', 'true'], { cwd: dir });
+        expect(r.signal, `--json-fd ${n}`).toBeNull();
+        expect(r.status, `--json-fd ${n}: ${r.stderr}`).toBe(125);
+        expect(r.stderr).toMatch(new RegExp(`^process-sandbox: --json-fd ${n}: `));
+      }
     });
 
     it('--no-sandbox reports an unsandboxed run and really is unrestricted', () => {

@@ -102,9 +102,9 @@ export function defineBadInputContract(mode: RunMode): void {
     });
 
     describe('options', () => {
-      it.each(['bogus', 'shell', 'detached', 'uid', 'windowsHide'])('unknown option name %s', (name) =>
+      it.each(['bogus', 'gid', 'detached', 'uid', 'windowsHide'])('unknown option name %s', (name) =>
         expectRefused(() => ({ options: opts({ [name]: true }) }), 'EINVALID_ARGUMENT', new RegExp(`unknown option: ${name}`)));
-      it.each(['timeout', 'input', 'maxBuffer', 'encoding', 'signal'])('run-only option %s given to spawn', async (name) => {
+      it.each(['timeout', 'input', 'maxBuffer', 'encoding', 'signal', 'killSignal', 'forceKillAfter', 'all', 'reject'])('run-only option %s given to spawn', async (name) => {
         const marker = uniqueSleepArg();
         let err: unknown;
         try {
@@ -117,6 +117,20 @@ export function defineBadInputContract(mode: RunMode): void {
         expect((err as SandboxError).code).toBe('EINVALID_ARGUMENT');
       });
       it('options that is not an object', () => expectRefused(() => ({ options: 'cwd' }), 'EINVALID_ARGUMENT', /options/));
+      it.each([[''], [1], [{}], ['a\0b']])('bad shell %j', (shell) => expectRefused(() => ({ options: opts({ shell }) }), 'EINVALID_ARGUMENT', /options.shell/));
+      it.each([
+        ['killSignal', 'SIGNOPE'],
+        ['killSignal', -1],
+        ['forceKillAfter', -1],
+        ['forceKillAfter', Number.NaN],
+        ['all', 'yes'],
+        ['reject', 1],
+        ['signal', { aborted: false }],
+      ])('run(): bad %s %j', async (name, value) => {
+        const marker = uniqueSleepArg();
+        await expect(run('sleep', [marker], opts({ [name]: value }) as never)).rejects.toMatchObject({ code: 'EINVALID_ARGUMENT', message: expect.stringContaining(`options.${name}`) });
+        expect(pidsWithArg(marker)).toEqual([]);
+      });
       it.each([['bogus'], [['pipe', 'pipe', 'nope']], [[-1]], [[1.5]], [{}]])('bad stdio %j', (stdio) =>
         expectRefused(() => ({ options: opts({ stdio }) }), 'EINVALID_ARGUMENT', /stdio/));
       it.each([[-1], [0], [Number.NaN], ['100']])('run(): bad timeout %j', async (timeout) => {

@@ -196,8 +196,44 @@ export function defineSpawnContract(mode: RunMode): void {
 
     describe('exec errors', () => {
       it('ENOT_FOUND "command not found: X" for a name not on PATH', async () => {
-        await expectSandboxError(async () => spawn('no-such-command-psb', [], opts()), 'ENOT_FOUND', 'command not found: no-such-command-psb');
         await expectSandboxError(run('no-such-command-psb', [], opts()), 'ENOT_FOUND', 'command not found: no-such-command-psb');
+      });
+
+      it('spawn() reports a command it cannot start as child_process does: an error event and a rejected exited', async () => {
+        const child = spawn('no-such-command-psb', [], opts());
+        expect(child.pid).toBeUndefined();
+        const events: string[] = [];
+        const closed = new Promise<unknown[]>((r) => child.once('close', (...a) => r(a)));
+        child.on('spawn', () => events.push('spawn'));
+        child.on('exit', () => events.push('exit'));
+        const err = await new Promise<SandboxError>((resolve) => {
+          child.on('error', (e) => {
+            events.push('error');
+            resolve(e);
+          });
+        });
+        expect(err).toBeInstanceOf(SandboxError);
+        expect(err.code).toBe('ENOT_FOUND');
+        await expectSandboxError(child.exited, 'ENOT_FOUND', 'command not found: no-such-command-psb');
+        expect(await closed).toEqual([null, null]);
+        expect(events).toEqual(['error']);
+        // Piped streams exist and are simply empty, so stream code needs no special case.
+        expect((await readAll(child.stdout)).length).toBe(0);
+        child.stdin!.end('ignored');
+        expect(child.kill()).toBe(false);
+        // Not executable: the same shape.
+        const f = path.join(dir, 'not-exec-spawn.sh');
+        fs.writeFileSync(f, '#!/bin/sh\necho no\n', { mode: 0o644 });
+        const c2 = spawn(f, [], opts());
+        const e2 = await new Promise<SandboxError>((resolve) => c2.once('error', resolve));
+        expect(e2.code).toBe('ENOT_EXECUTABLE');
+        // Nobody listening to exited must not surface as an unhandled rejection (vitest fails on those).
+        spawn('no-such-command-psb', [], opts()).on('error', () => {});
+      });
+
+      it('bad input stays synchronous: spawn() throws and starts nothing', () => {
+        expect(() => spawn('', [], opts())).toThrow(SandboxError);
+        expect(() => spawn('true', [], opts({ cwd: 'relative' }))).toThrow(/absolute/);
       });
 
       it('ENOT_FOUND for a missing absolute path', async () => {
@@ -388,20 +424,36 @@ export function defineSpawnContract(mode: RunMode): void {
     });
 
     describe('maxBuffer and encoding', () => {
-      it('EMAXBUFFER when stdout exceeds maxBuffer, and the tree is killed', async () => {
+      it('maxBuffer: resolves with maxBufferExceeded, output cut at maxBuffer, and the tree is killed', async () => {
         const marker = uniqueSleepArg();
-        const p = run('sh', ['-c', `sleep ${marker} & yes`], opts({ maxBuffer: 64 * 1024 }));
-        await expectSandboxError(p, 'EMAXBUFFER');
+        const r = await run('sh', ['-c', `sleep ${marker} & yes`], opts({ maxBuffer: 64 * 1024 }));
+        expect(r).toMatchObject({ maxBufferExceeded: true, killed: true, timedOut: false, aborted: false, code: null, signal: 'SIGKILL' });
+        expect(r.stdout.length).toBe(64 * 1024);
+        expect(r.stdout.startsWith('y\ny\n')).toBe(true);
         await expectAllGone(pidsWithArg(marker));
       });
 
-      it('EMAXBUFFER counts stderr too', async () => {
-        await expectSandboxError(run('sh', ['-c', 'yes >&2'], opts({ maxBuffer: 4096 })), 'EMAXBUFFER');
+      it('maxBuffer counts stderr too; reject: true turns it into EMAXBUFFER with the partial result', async () => {
+        const r = await run('sh', ['-c', 'yes >&2'], opts({ maxBuffer: 4096 }));
+        expect(r.maxBufferExceeded).toBe(true);
+        expect(r.stderr.length).toBe(4096);
+        const e = await expectSandboxError(run('sh', ['-c', 'yes >&2'], opts({ maxBuffer: 4096, reject: true })), 'EMAXBUFFER');
+        expect((e.detail!.result as { stderr: string }).stderr.length).toBe(4096);
       });
 
       it('output exactly at maxBuffer is fine', async () => {
         const r = await run('head', ['-c', '4096', '/dev/zero'], opts({ maxBuffer: 4096, encoding: 'buffer' as const }));
         expect(r.stdout.length).toBe(4096);
+        expect(r).toMatchObject({ maxBufferExceeded: false, killed: false, code: 0 });
+      });
+
+      it('all: stdout and stderr interleaved in arrival order', async () => {
+        // Each write waits for the previous one to be read back, so arrival order is the write order.
+        const r = await run('sh', ['-c', 'echo 1; sleep 0.2; echo 2 >&2; sleep 0.2; echo 3'], opts({ all: true }));
+        expect(r.all).toBe('1\n2\n3\n');
+        expect(r.stdout).toBe('1\n3\n');
+        expect(r.stderr).toBe('2\n');
+        expect((await run('true', [], opts())).all).toBeUndefined();
       });
 
       it('encoding: utf8 by default, buffer keeps raw bytes, hex/base64/latin1 decode', async () => {
@@ -418,6 +470,53 @@ export function defineSpawnContract(mode: RunMode): void {
       });
     });
 
+    describe('child_process parity: shell, stream stdio, enforcement fields', () => {
+      it('shell: true runs the line through /bin/sh -c (args appended); a string names the shell', async () => {
+        const r = await run('echo', ['"$PSB_X"', '|', 'tr', 'a-z', 'A-Z'], opts({ shell: true, env: { PATH: '/usr/bin:/bin', PSB_X: 'abc' } }));
+        expect(r.stdout).toBe('ABC\n');
+        // Positive control: without shell the same argv is passed literally.
+        expect((await run('echo', ['"$PSB_X"', '|'], opts({ env: { PATH: '/usr/bin:/bin', PSB_X: 'abc' } }))).stdout).toBe('"$PSB_X" |\n');
+        expect((await run('echo "$0"', [], opts({ shell: '/bin/sh' }))).stdout).toBe('/bin/sh\n');
+        expect(() => spawn('true', [], opts({ shell: '' }))).toThrow(/options.shell must not be empty/);
+      });
+
+      it('a stream with a file descriptor is accepted as a stdio entry; one without is refused up front', async () => {
+        const f = path.join(dir, `stream-out-${crypto.randomUUID()}.txt`);
+        const ws = fs.createWriteStream(f);
+        await new Promise((r) => ws.once('open', r));
+        try {
+          const r = await run('sh', ['-c', 'echo via-stream'], opts({ stdio: ['pipe', ws, 'pipe'] }));
+          expect(r.code).toBe(0);
+          expect(r.stdout).toBe('');
+        } finally {
+          await new Promise((r) => ws.end(r));
+        }
+        expect(fs.readFileSync(f, 'utf8')).toBe('via-stream\n');
+        const { PassThrough } = await import('node:stream');
+        expect(() => spawn('true', [], opts({ stdio: ['pipe', new PassThrough(), 'pipe'] }))).toThrow(/no underlying file descriptor/);
+      });
+
+      it("enforcement: filesystemRead is 'all' when reads are unrestricted; limits are listed", async () => {
+        const r = await run('true', [], opts());
+        expect(r.enforcement.limits).toBeDefined();
+        expect(Object.keys(r.enforcement.limits!).sort()).toEqual(['maxProcesses', 'memoryBytes', 'openFiles']);
+        if (r.enforcement.sandboxed) {
+          expect(r.enforcement.guarantees.filesystemRead).toBe('all');
+          // A limit asked for is applied and reported: the command sees it (positive control: the host's own).
+          const host = execFileSync('sh', ['-c', 'ulimit -n'], { encoding: 'utf8' }).trim();
+          expect(host).not.toBe('123');
+          const lim = await run('sh', ['-c', 'ulimit -n'], { ...opts(), policy: { limits: { openFiles: 123 }, ...(r.enforcement.mode === 'landlock' ? { mode: 'landlock' as const, degraded: true } : {}) } });
+          expect(lim.stdout.trim()).toBe('123');
+          expect(lim.enforcement.limits!.openFiles).toBe(123);
+          const ro = await run('true', [], { ...opts(), policy: { filesystem: { read: ['/usr', '/bin', '/lib', '/lib64', '/etc'] }, ...(r.enforcement.mode === 'landlock' ? { mode: 'landlock' as const, degraded: true } : {}) } });
+          expect(ro.enforcement.guarantees.filesystemRead).not.toBe('all');
+        } else {
+          expect(r.enforcement.guarantees.filesystemRead).toBe('not-requested');
+          expect(r.enforcement.limits).toEqual({ maxProcesses: null, memoryBytes: null, openFiles: null });
+        }
+      });
+    });
+
     describe('kill, timeout and AbortSignal take down the whole tree', () => {
       it('kill() ends the command and its grandchildren (checked by host pid)', async () => {
         const { handle, grandchildren } = await startTree((s) => spawn('sh', ['-c', s], opts({ stdio: 'ignore' as const })));
@@ -427,23 +526,49 @@ export function defineSpawnContract(mode: RunMode): void {
         await expectAllGone(grandchildren);
       });
 
-      it('timeout kills the tree and reports timedOut', async () => {
+      it('timeout kills the tree and resolves with timedOut and the output so far', async () => {
         let result: Promise<Awaited<ReturnType<typeof run>>> | undefined;
-        const { grandchildren } = await startTree((s) => (result = run('sh', ['-c', s], opts({ timeout: 3000 }))));
+        const { grandchildren } = await startTree((s) => (result = run('sh', ['-c', `echo early; ${s}`], opts({ timeout: 3000 }))));
         const r = await result!;
-        expect(r.timedOut).toBe(true);
+        expect(r).toMatchObject({ timedOut: true, killed: true, aborted: false, maxBufferExceeded: false, stdout: 'early\n' });
         expect(r.signal).toBe('SIGKILL');
         expect(r.code).toBeNull();
         await expectAllGone(grandchildren);
       });
 
-      it('AbortSignal rejects with EABORTED and kills the tree', async () => {
+      it('killSignal: SIGTERM goes first; a command ignoring it gets SIGKILL after forceKillAfter', async () => {
+        const polite = await run('sh', ['-c', 'echo ready; exec sleep 30'], opts({ timeout: 300, killSignal: 'SIGTERM' as const }));
+        expect(polite).toMatchObject({ timedOut: true, signal: 'SIGTERM', stdout: 'ready\n' });
+        const marker = uniqueSleepArg();
+        const stubborn = await run('sh', ['-c', `trap '' TERM; echo ready; sleep ${marker}; echo survived`], opts({ timeout: 300, killSignal: 'SIGTERM' as const, forceKillAfter: 500 }));
+        expect(stubborn).toMatchObject({ timedOut: true, signal: 'SIGKILL', stdout: 'ready\n' });
+        await expectAllGone(pidsWithArg(marker));
+      });
+
+      it('reject: true rejects ETIMEDOUT / ECOMMAND_FAILED with the result; exit 0 resolves', async () => {
+        const e = await expectSandboxError(run('sh', ['-c', 'echo partial; exec sleep 30'], opts({ timeout: 300, reject: true })), 'ETIMEDOUT');
+        expect((e.detail!.result as { stdout: string; timedOut: boolean })).toMatchObject({ stdout: 'partial\n', timedOut: true });
+        const f = await expectSandboxError(run('sh', ['-c', 'exit 3'], opts({ reject: true })), 'ECOMMAND_FAILED', /exited with code 3/);
+        expect((f.detail!.result as { code: number }).code).toBe(3);
+        expect((await run('true', [], opts({ reject: true }))).code).toBe(0);
+        // Without reject, the same non-zero exit resolves.
+        expect((await run('sh', ['-c', 'exit 3'], opts())).code).toBe(3);
+      });
+
+      it('AbortSignal stops the tree and resolves with aborted; reject: true makes it EABORTED', async () => {
         const ac = new AbortController();
-        let result: Promise<unknown> | undefined;
+        let result: Promise<Awaited<ReturnType<typeof run>>> | undefined;
         const { grandchildren } = await startTree((s) => (result = run('sh', ['-c', s], opts({ signal: ac.signal }))));
         ac.abort();
-        await expectSandboxError(result!, 'EABORTED');
+        const r = await result!;
+        expect(r).toMatchObject({ aborted: true, killed: true, timedOut: false, signal: 'SIGKILL' });
         await expectAllGone(grandchildren);
+        const ac2 = new AbortController();
+        let p2: Promise<unknown> | undefined;
+        const t2 = await startTree((s) => (p2 = run('sh', ['-c', s], opts({ signal: ac2.signal, reject: true }))));
+        ac2.abort();
+        await expectSandboxError(p2!, 'EABORTED');
+        await expectAllGone(t2.grandchildren);
       });
 
       it('an already-aborted signal rejects with EABORTED and starts nothing', async () => {

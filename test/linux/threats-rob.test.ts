@@ -306,7 +306,7 @@ describe.runIf(caps.linux)('robustness', () => {
       // A flood past maxBuffer: EMAXBUFFER and the tree is killed.
       const marker = uniqueSleep();
       markers.push(marker);
-      const e = await rejection(() => sh(`sleep ${marker} & head -c 50000000 /dev/zero`, { policy, maxBuffer: 1 << 20 }));
+      const e = await rejection(() => sh(`sleep ${marker} & head -c 50000000 /dev/zero`, { policy, maxBuffer: 1 << 20, reject: true }));
       expect(e.code).toBe('EMAXBUFFER');
       await expectNoProcess(marker);
       // Binary stdout survives byte for byte.
