@@ -175,6 +175,4 @@ export class SandboxedProcess extends EventEmitter {
     if (ok) this.killed = true;
     return ok;
   }
-
-
 }

@@ -551,6 +551,10 @@ function sandboxTypeOf(report: EnforcementReport): 'none' | 'linuxSeccomp' | 'ma
 /** What this host can enforce, without spawning a command. */
 export function probe(): ProbeReport {
   const { binding, error } = tryLoadNative();
+  // macOS enforces through sandbox-exec; the addon is not needed there to spawn.
+  if (process.platform === 'darwin') {
+    return { ...backend().probe(), addonLoaded: binding !== undefined, ...(error ? { addonError: error.message } : {}) };
+  }
   if (!binding) {
     return { platform: process.platform, arch: process.arch, addonLoaded: false, addonError: error?.message, defaultMode: null, features: {} };
   }
