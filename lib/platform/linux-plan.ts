@@ -688,7 +688,12 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       treeTeardown: isolated || landlockTeardownHolds(cg) ? 'enforced' : 'partial',
     },
     gaps,
-    limits: { maxProcesses: native.rlimitNproc ?? null, memoryBytes: native.rlimitAs ?? null, openFiles: native.rlimitNofile ?? null },
+    // What binds (mechanisms.processCap/memoryCap say how): RLIMIT_NPROC does not bind uid 0.
+    limits: {
+      maxProcesses: cg ? cg.pidsMax : nproc && probe.euid !== 0 ? nproc : null,
+      memoryBytes: cg?.memoryBytes ?? native.rlimitAs ?? null,
+      openFiles: native.rlimitNofile ?? null,
+    },
   };
   return { mode, native, enforcement, ghosts };
 }
