@@ -92,6 +92,8 @@ export interface BackendProcess {
   enforcement: EnforcementReport;
   /** With `pty`: the master side (one duplex stream of terminal output/input) and its resize. */
   pty?: { stream: Readable & Writable; resize(cols: number, rows: number): void };
+  /** Whether the exit watch keeps the host's event loop alive (SandboxedProcess.ref/unref). */
+  setRef?(on: boolean): void;
 }
 
 export interface ProbeReport {

@@ -168,6 +168,38 @@ export class SandboxedProcess extends EventEmitter {
     return this.proc.pty;
   }
 
+  /**
+   * Lets the host's event loop exit while the command still runs, as ChildProcess.unref() does:
+   * the exit watch and the piped streams stop holding the loop open; events still arrive while
+   * the loop runs for other reasons. Unlike a detached child_process, the sandbox never outlives
+   * the host: when the host process exits, the command and everything it started are killed.
+   * Linux only for now; on other platforms the exit watch keeps holding the loop (the streams
+   * are still unref'd). A managed proxy serving the command keeps the loop alive while it runs.
+   */
+  unref(): this {
+    this.setRef(false);
+    return this;
+  }
+
+  /** Undoes unref(). */
+  ref(): this {
+    this.setRef(true);
+    return this;
+  }
+
+  private setRef(on: boolean): void {
+    if (this.proc === null) return;
+    this.proc.setRef?.(on);
+    const streams: unknown[] = [...this.stdio, this.proc.pty?.stream];
+    for (const s of streams) {
+      const r = s as { ref?: () => unknown; unref?: () => unknown } | null | undefined;
+      if (typeof r?.ref === 'function' && typeof r.unref === 'function') {
+        if (on) r.ref();
+        else r.unref();
+      }
+    }
+  }
+
   /** Sends a signal to the whole sandboxed tree. Returns false if it has already exited. */
   kill(signal: NodeJS.Signals | number = 'SIGTERM'): boolean {
     if (this.hasExited || this.proc === null) return false;

@@ -79,6 +79,8 @@ export interface NativeBinding {
   // Linux
   spawn?(plan: LinuxNativePlan, onExit: (code: number | null, signal: number | null) => void): LinuxSpawnResult;
   kill?(handle: object, signal: number): number;
+  /** Whether the exit watch of `handle` keeps the event loop alive. */
+  setRef?(handle: object, on: boolean): void;
   probe?(): LinuxProbe | Record<string, unknown>;
   listenLoopback?(): { fd: number; port: number };
   lockPlaceholder?(path: string): number;

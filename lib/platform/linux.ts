@@ -392,6 +392,7 @@ export function createLinuxBackend(native: NativeBinding): Backend {
           return ok;
         },
         exited,
+        setRef: (on) => void native.setRef?.(handle, on),
         enforcement: withNativeFacts(enforcement, res),
       };
       const master = pty ? pty.master : nsPty ? res.ptyFd : undefined;

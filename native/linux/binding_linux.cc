@@ -11,6 +11,7 @@
 #include <uv.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../addon_data.h"
@@ -91,6 +92,18 @@ struct ChildWatch {
   bool exited = false;     // delivered to JS
   bool reaped = false;     // waited for; pidfd no longer usable for signals
   int refs = 1;            // the JS External, plus one per open poll handle
+  bool status_open = false;  // status_poll is initialised and not yet closing
+  bool pid_open = false;     // pid_poll likewise
+  bool loop_ref = true;      // the polls keep the event loop alive (SandboxedProcess.ref/unref)
+
+  // Applies loop_ref to every open poll; polls opened later pick it up in StartPidPoll.
+  void ApplyRef() {
+    for (auto [open, poll] : {std::pair{status_open, &status_poll}, std::pair{pid_open, &pid_poll}}) {
+      if (!open) continue;
+      if (loop_ref) uv_ref(reinterpret_cast<uv_handle_t*>(poll));
+      else uv_unref(reinterpret_cast<uv_handle_t*>(poll));
+    }
+  }
 
   void Unref() {
     if (--refs == 0) delete this;
@@ -130,6 +143,9 @@ void OnPollClosed(uv_handle_t* h) {
 }
 
 void ClosePoll(uv_poll_t* p) {
+  ChildWatch* w = static_cast<ChildWatch*>(p->data);
+  if (p == &w->status_poll) w->status_open = false;
+  if (p == &w->pid_poll) w->pid_open = false;
   uv_poll_stop(p);
   uv_close(reinterpret_cast<uv_handle_t*>(p), OnPollClosed);
 }
@@ -147,7 +163,9 @@ void StartPidPoll(ChildWatch* w, uv_loop_t* loop) {
   w->refs++;
   uv_poll_init(loop, &w->pid_poll, w->res.pidfd);
   w->pid_poll.data = w;
+  w->pid_open = true;
   uv_poll_start(&w->pid_poll, UV_READABLE, OnPidfdReadable);
+  w->ApplyRef();
 }
 
 void OnStatusReadable(uv_poll_t* handle, int status, int) {
@@ -349,6 +367,7 @@ Napi::Value Spawn(const Napi::CallbackInfo& info) {
     w->refs++;
     uv_poll_init(loop, &w->status_poll, res.status_fd);
     w->status_poll.data = w;
+    w->status_open = true;
     uv_poll_start(&w->status_poll, UV_READABLE, OnStatusReadable);
   } else {
     StartPidPoll(w, loop);
@@ -390,6 +409,18 @@ Napi::Value Kill(const Napi::CallbackInfo& info) {
   ChildWatch* w = info[0].As<Napi::External<ChildWatch>>().Data();
   if (w->exited || w->reaped || w->res.pidfd < 0) return Napi::Number::New(env, -ESRCH);
   return Napi::Number::New(env, SignalTree(w->res, info[1].As<Napi::Number>().Int32Value()));
+}
+
+// native.setRef(handle, on): whether the exit watch keeps the event loop alive.
+Napi::Value SetRef(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() != 2 || !info[0].IsExternal() || !info[1].IsBoolean()) {
+    throw Napi::TypeError::New(env, "Usage: native.setRef(handle, on)");
+  }
+  ChildWatch* w = info[0].As<Napi::External<ChildWatch>>().Data();
+  w->loop_ref = info[1].As<Napi::Boolean>().Value();
+  w->ApplyRef();
+  return env.Undefined();
 }
 
 // native.probe() -> facts about this kernel and process
@@ -465,6 +496,7 @@ void InitPlatform(Napi::Env env, Napi::Object exports) {
   exports.Set("platform", "linux");
   exports.Set("spawn", Napi::Function::New(env, Spawn, "spawn"));
   exports.Set("kill", Napi::Function::New(env, Kill, "kill"));
+  exports.Set("setRef", Napi::Function::New(env, SetRef, "setRef"));
   exports.Set("probe", Napi::Function::New(env, Probe, "probe"));
   exports.Set("listenLoopback", Napi::Function::New(env, ListenLoopbackJs, "listenLoopback"));
   exports.Set("lockPlaceholder", Napi::Function::New(env, LockPlaceholder, "lockPlaceholder"));

@@ -2,7 +2,7 @@
  * The spawn()/run() contract of issue 2, written once and instantiated per run mode by
  * spawn.test.ts (policy: null) and spawn-sandboxed.test.ts (the default policy).
  */
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import * as crypto from 'node:crypto';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
@@ -494,6 +494,23 @@ export function defineSpawnContract(mode: RunMode): void {
         expect(fs.readFileSync(f, 'utf8')).toBe('via-stream\n');
         const { PassThrough } = await import('node:stream');
         expect(() => spawn('true', [], opts({ stdio: ['pipe', new PassThrough(), 'pipe'] }))).toThrow(/no underlying file descriptor/);
+      });
+
+      it('unref() lets the host exit while the command runs, and the command dies with its host; ref() undoes it', async () => {
+        const dist = JSON.stringify(path.resolve(__dirname, '..', '..', 'dist', 'index.js'));
+        const o = JSON.stringify(opts({ stdio: 'pipe' as const }));
+        const host = (body: string) => spawnSync(process.execPath, ['-e', `const p = require(${dist}); ${body}`], { encoding: 'utf8', timeout: 120_000 });
+        const marker = uniqueSleepArg();
+        // Without unref() this host would wait an hour for its sleep; the spawnSync timeout would kill it.
+        const r = host(`const c = p.spawn('sleep', [${JSON.stringify(marker)}], ${o}); c.on('exit', () => console.log('exit-seen')); c.unref(); console.log('started', typeof c.pid);`);
+        expect(r.signal, r.stderr).toBeNull();
+        expect(r.status, r.stderr).toBe(0);
+        expect(r.stdout).toBe('started number\n');
+        await expectAllGone(pidsWithArg(marker));
+        // Positive control: unref() then ref() keeps the host alive until the command's exit arrives.
+        const c = host(`const c = p.spawn('sleep', ['0.3'], ${o}); c.on('exit', (code) => console.log('exit-seen', code)); c.unref(); c.ref();`);
+        expect(c.status, c.stderr).toBe(0);
+        expect(c.stdout).toBe('exit-seen 0\n');
       });
 
       it("enforcement: filesystemRead is 'all' when reads are unrestricted; limits are listed", async () => {
