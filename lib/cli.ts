@@ -100,6 +100,9 @@ function version(): string {
   }
 }
 
+/** The --json-file name no longer refers to the file the CLI opened (exit 125). */
+class JsonFileReplaced extends Error {}
+
 /** A usage mistake: reported as one line plus a hint, exit 125. */
 class UsageError extends Error {
   constructor(
@@ -318,8 +321,28 @@ function openJsonSink(a: RunArgs): (obj: unknown) => void {
     }
   }
   return (obj) => {
+    if (a.jsonFile !== undefined) {
+      // The command may have written into the file meanwhile, or put another file in its place
+      // (it can when the path is inside a writable root). A replaced name is refused: the reader
+      // would find the command's file there, not ours.
+      const ours = fs.fstatSync(fd);
+      let now: fs.Stats | undefined;
+      try {
+        now = fs.lstatSync(a.jsonFile);
+      } catch {
+        now = undefined;
+      }
+      if (!now || now.ino !== ours.ino || now.dev !== ours.dev) {
+        fs.closeSync(fd);
+        throw new JsonFileReplaced(`--json-file ${a.jsonFile} was replaced while the command ran; no result was written (keep it outside the writable roots)`);
+      }
+      // What the command wrote into it must not survive beside the result.
+      fs.ftruncateSync(fd, 0);
+      fs.writeSync(fd, JSON.stringify(obj) + '\n', 0);
+      fs.closeSync(fd);
+      return;
+    }
     fs.writeSync(fd, JSON.stringify(obj) + '\n');
-    if (a.jsonFile !== undefined) fs.closeSync(fd);
   };
 }
 
@@ -392,7 +415,12 @@ async function cmdRun(argv: string[]): Promise<number> {
   if (timedOut) fail(`timed out after ${a.timeout}s; the command and everything it started were killed`, 0);
   const sigNum = info.signal ? os.constants.signals[info.signal] : 0;
   const status = info.code ?? 128 + sigNum;
-  emitJson({ code: info.code, signal: info.signal, exitStatus: status, durationMs: info.durationMs, timedOut, enforcement: child.enforcement, audit });
+  try {
+    emitJson({ code: info.code, signal: info.signal, exitStatus: status, durationMs: info.durationMs, timedOut, enforcement: child.enforcement, audit });
+  } catch (e) {
+    if (e instanceof JsonFileReplaced) return fail(e.message, 125);
+    throw e;
+  }
   return status;
 }
 

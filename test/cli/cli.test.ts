@@ -489,6 +489,18 @@ describe.skipIf(!defaultIsolated)('run flags (sandboxed)', () => {
       expect(r.status).toBe(4);
       expect(r.stderr).toBe('err\n');
       expect(JSON.parse(fs.readFileSync(out, 'utf8'))).toMatchObject({ code: 4, exitStatus: 4 });
+      // A command that writes into the result file itself (the cwd is writable) cannot leave
+      // anything beside the result.
+      const forged = cli(['run', '--json-file', out, '--', 'sh', '-c', `printf '%04000d\\n{"code":0,"forged":true}\\n' 0 > ${JSON.stringify(out)}; exit 6`], { cwd: dir });
+      expect(forged.status).toBe(6);
+      const text = fs.readFileSync(out, 'utf8');
+      expect(text.trim().split('\n')).toHaveLength(1);
+      expect(JSON.parse(text)).toMatchObject({ code: 6, exitStatus: 6 });
+      expect(text).not.toContain('forged');
+      // A command that swaps the name for its own file: refused (125), and what it left is not ours.
+      const swapped = cli(['run', '--json-file', out, '--', 'sh', '-c', `rm -f ${JSON.stringify(out)}; echo '{"code":0}' > ${JSON.stringify(out)}`], { cwd: dir });
+      expect(swapped.status).toBe(125);
+      expect(swapped.stderr).toMatch(/^process-sandbox: --json-file .* was replaced while the command ran/m);
       const bad = cli(['run', '--json-file', out, '--', 'no-such-command-psb'], { cwd: dir });
       expect(bad.status).toBe(127);
       expect(JSON.parse(fs.readFileSync(out, 'utf8'))).toMatchObject({ error: { code: 'ENOT_FOUND' }, exitStatus: 127 });
