@@ -86,7 +86,7 @@ function usage(): string {
     '',
     'process-sandbox run [options] [--] <command> [args...]',
     'process-sandbox probe [--json]',
-    'process-sandbox exec-server --listen stdio|ws://IP:PORT [--ws-token-file <path>]',
+    'process-sandbox exec-server --listen stdio|ws://IP:PORT [options]',
     "Run 'process-sandbox <command> --help' for a command's options; --version prints the version.",
     '',
   ].join('\n');
