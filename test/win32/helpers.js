@@ -81,7 +81,14 @@ async function runBackend(req, input) {
   });
   const out = collect(child.stdio[1]);
   const err = collect(child.stdio[2]);
-  if (child.stdio[0]) child.stdio[0].end(input ?? '');
+  if (child.stdio[0]) {
+    // A child that exits without reading its stdin closes the pipe first: EPIPE on our write is
+    // that race, not a failure of the run (the exit status and output are what is checked).
+    child.stdio[0].on('error', (e) => {
+      if (e.code !== 'EPIPE') throw e;
+    });
+    child.stdio[0].end(input ?? '');
+  }
   const [exit, stdout, stderr] = await Promise.all([child.exited, out, err]);
   return { child, exit, stdout, stderr };
 }
