@@ -11,7 +11,7 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import type { Backend, BackendSpawnRequest, EnforcementReport, ProbeReport, SpawnNetworkOptions, StdioSpec } from './backend';
+import { unsandboxedReport, type Backend, type BackendSpawnRequest, type EnforcementReport, type ProbeReport, type SpawnNetworkOptions, type StdioSpec } from './backend';
 import { SandboxedProcess, type ExitResult } from './child';
 import { SandboxError } from './errors';
 import { tryLoadNative, loadNative } from './native';
@@ -302,22 +302,7 @@ const START_ERRORS = new Set(['ENOT_FOUND', 'ENOT_EXECUTABLE']);
 
 /** The report of a command that never started: nothing ran, so nothing is claimed. */
 function notStartedReport(rules: ResolvedRules | null): EnforcementReport {
-  return {
-    platform: process.platform,
-    sandboxed: rules !== null,
-    mode: 'none',
-    mechanisms: {},
-    guarantees: {
-      filesystemRead: 'not-requested',
-      filesystemWrite: 'not-requested',
-      protectedPaths: 'not-requested',
-      denyRead: 'not-requested',
-      network: 'not-requested',
-      processIsolation: 'not-requested',
-      treeTeardown: 'not-requested',
-    },
-    gaps: ['the command was not started'],
-  };
+  return { ...unsandboxedReport(process.platform, { gaps: ['the command was not started'] }), sandboxed: rules !== null };
 }
 
 /**

@@ -5,19 +5,10 @@
  */
 import * as path from 'node:path';
 
-export const CUSTOM_CA_ENV_KEYS: readonly string[] = [
-  'CODEX_CA_CERTIFICATE',
-  'SSL_CERT_FILE',
-  'REQUESTS_CA_BUNDLE',
-  'CURL_CA_BUNDLE',
-  'NODE_EXTRA_CA_CERTS',
-  'GIT_SSL_CAINFO',
-  'PIP_CERT',
-  'BUNDLE_SSL_CA_CERT',
-  'npm_config_cafile',
-  'NPM_CONFIG_CAFILE',
-  'CARGO_HTTP_CAINFO',
-];
+import { CUSTOM_CA_ENV_KEYS } from '../network/mitm';
+
+// One list: the managed proxy's interception CA sets exactly these.
+export { CUSTOM_CA_ENV_KEYS };
 
 const both = (names: string[]): string[] => names.flatMap((n) => [n, n.toLowerCase()]);
 
