@@ -269,7 +269,7 @@ export const STARTUP_DIRS = ['.vscode', '.idea', '.claude/commands', '.claude/ag
 /** The preset is searched this deep below a writable root, within this many directories. */
 export const STARTUP_SEARCH_MAX_DEPTH = 3;
 export const STARTUP_SEARCH_MAX_DIRS = 512;
-const SEARCH_SKIP = new Set(['.git', 'node_modules']);
+const WALK_SKIP = new Set(['.git', 'node_modules']);
 
 /**
  * The 'startup-files' paths of one writable root: at the root every name (a missing one by its
@@ -293,48 +293,20 @@ export function startupFilesFor(root: string, includeMissing: boolean): { paths:
     const [first, ...rest] = name.split('/');
     firsts.set(first!, [...(firsts.get(first!) ?? []), rest.join('/')]);
   }
-  let budget = STARTUP_SEARCH_MAX_DIRS;
-  let truncated = false;
-  let level = [root];
-  for (let depth = 1; level.length > 0; depth++) {
-    const next: string[] = [];
-    for (const dir of level) {
-      if (budget-- <= 0) {
-        truncated = true;
-        break;
-      }
-      let entries: fs.Dirent[];
-      try {
-        entries = fs.readdirSync(dir, { withFileTypes: true });
-      } catch {
-        continue;
-      }
-      for (const e of entries) {
-        const child = path.join(dir, e.name);
-        const tails = firsts.get(e.name);
-        if (tails !== undefined && dir !== root) {
-          for (const t of tails) {
-            const p = t === '' ? child : path.join(child, t);
-            if (t === '' || lstatOrNull(p) !== null) out.push(p);
-          }
-        }
-        if (e.isDirectory() && !SEARCH_SKIP.has(e.name)) next.push(child);
-      }
+  const truncated = walkBelow(root, STARTUP_SEARCH_MAX_DEPTH, STARTUP_SEARCH_MAX_DIRS, (dir, e, child) => {
+    const tails = firsts.get(e.name);
+    if (tails === undefined || dir === root) return; // the root's own names are handled above
+    for (const t of tails) {
+      const p = t === '' ? child : path.join(child, t);
+      if (t === '' || lstatOrNull(p) !== null) out.push(p);
     }
-    if (budget <= 0 && next.length > 0) truncated = true;
-    if (depth >= STARTUP_SEARCH_MAX_DEPTH) {
-      if (next.length > 0) truncated = true;
-      break;
-    }
-    level = next;
-  }
+  });
   return { paths: out, truncated };
 }
 
 /** Nested repositories are searched this deep below a writable root, within this many directories. */
 export const NESTED_REPO_MAX_DEPTH = 3;
 export const NESTED_REPO_MAX_DIRS = 256;
-const NESTED_REPO_SKIP = new Set(['.git', 'node_modules']);
 
 /**
  * Directories below `root` (not root itself) that hold a `.git` entry: nested repositories and
@@ -343,13 +315,29 @@ const NESTED_REPO_SKIP = new Set(['.git', 'node_modules']);
  */
 export function findNestedRepos(root: string, cut?: { truncated: boolean }): string[] {
   const found: string[] = [];
-  let budget = NESTED_REPO_MAX_DIRS;
+  const truncated = walkBelow(root, NESTED_REPO_MAX_DEPTH, NESTED_REPO_MAX_DIRS, (_dir, e, child) => {
+    if (e.isDirectory() && !WALK_SKIP.has(e.name) && lstatOrNull(path.join(child, '.git')) !== null) found.push(child);
+  });
+  if (truncated && cut) cut.truncated = true;
+  return found;
+}
+
+/**
+ * Breadth-first walk below `root` for the searches a plan makes on every spawn: at most `maxDepth`
+ * levels and `maxDirs` directories read, so planning stays cheap in a large tree. `visit` sees
+ * every entry of every directory read; `.git` and `node_modules` are never entered. Returns true
+ * when the walk stopped before the end of the tree (directories left unread), which the caller
+ * reports as a gap.
+ */
+function walkBelow(root: string, maxDepth: number, maxDirs: number, visit: (dir: string, entry: fs.Dirent, child: string) => void): boolean {
+  let budget = maxDirs;
+  let truncated = false;
   let level = [root];
-  for (let depth = 1; depth <= NESTED_REPO_MAX_DEPTH && level.length > 0; depth++) {
+  for (let depth = 1; level.length > 0; depth++) {
     const next: string[] = [];
     for (const dir of level) {
       if (budget-- <= 0) {
-        if (cut) cut.truncated = true; // directories left unread at this level
+        truncated = true; // directories left unread at this level
         break;
       }
       let entries: fs.Dirent[];
@@ -359,18 +347,17 @@ export function findNestedRepos(root: string, cut?: { truncated: boolean }): str
         continue;
       }
       for (const e of entries) {
-        if (!e.isDirectory() || NESTED_REPO_SKIP.has(e.name)) continue;
         const child = path.join(dir, e.name);
-        if (lstatOrNull(path.join(child, '.git')) !== null) found.push(child);
-        next.push(child);
+        visit(dir, e, child);
+        if (e.isDirectory() && !WALK_SKIP.has(e.name)) next.push(child);
       }
     }
-    // Directories found at the last level (or past the budget) are not read: what lies in them is
-    // not searched, and the caller reports that.
-    if (next.length > 0 && (depth === NESTED_REPO_MAX_DEPTH || budget <= 0) && cut) cut.truncated = true;
+    // Directories found at the last level (or past the budget) are not read.
+    if (next.length > 0 && (depth >= maxDepth || budget <= 0)) truncated = true;
+    if (depth >= maxDepth) break;
     level = next;
   }
-  return found;
+  return truncated;
 }
 
 /** Our placeholder for a missing directory: empty, mode exactly 0555 (lib/platform/linux.ts). */
