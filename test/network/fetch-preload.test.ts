@@ -8,7 +8,6 @@
 import { execFileSync } from 'child_process';
 import * as fs from 'fs';
 import * as https from 'https';
-import * as net from 'net';
 import * as os from 'os';
 import * as path from 'path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -17,7 +16,7 @@ import { ManagedProxy, nodeFetchPreloadPath, type AuditEvent } from '../../lib/n
 import { bypassesProxy } from '../../lib/network/fetch-preload';
 import { caps, MODES } from '../helpers/capabilities';
 import { BASE_ENV, lookup, nodeHonoursEnvProxy, runWithProxy } from './enforced-helpers';
-import { run, startHttpServer, type CountingHttpServer } from './helpers';
+import { listenOnLoopback, run, startHttpServer, type CountingHttpServer } from './helpers';
 
 const PRELOAD = nodeFetchPreloadPath();
 const havePreload = fs.existsSync(PRELOAD);
@@ -59,13 +58,7 @@ beforeAll(async () => {
     state.hits++;
     res.end(`tls says hi to ${req.headers.host}`);
   });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  state.port = (server.address() as net.AddressInfo).port;
-  state.close = () =>
-    new Promise<void>((r) => {
-      server.closeAllConnections();
-      server.close(() => r());
-    });
+  Object.assign(state, await listenOnLoopback(server));
   tls = state;
 });
 

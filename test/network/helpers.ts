@@ -8,6 +8,19 @@ import { createHash, randomBytes } from 'crypto';
 import * as http from 'http';
 import * as net from 'net';
 
+/** Listens on 127.0.0.1 at a free port; `close` also drops kept-alive connections. */
+export async function listenOnLoopback(server: http.Server): Promise<{ port: number; close(): Promise<void> }> {
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return {
+    port: (server.address() as net.AddressInfo).port,
+    close: () =>
+      new Promise<void>((r) => {
+        server.closeAllConnections();
+        server.close(() => r());
+      }),
+  };
+}
+
 export interface CountingHttpServer {
   port: number;
   connections: number;
@@ -36,13 +49,7 @@ export async function startHttpServer(): Promise<CountingHttpServer> {
     state.open++;
     sock.once('close', () => state.open--);
   });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  state.port = (server.address() as net.AddressInfo).port;
-  state.close = () =>
-    new Promise<void>((r) => {
-      server.closeAllConnections();
-      server.close(() => r());
-    });
+  Object.assign(state, await listenOnLoopback(server));
   return state;
 }
 

@@ -8,14 +8,13 @@
 import { execFileSync } from 'child_process';
 import * as fs from 'fs';
 import * as https from 'https';
-import * as net from 'net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 
 import { run as sandboxedRun } from '../../lib/index';
 import { CUSTOM_CA_ENV_KEYS, InterceptionCa, ManagedProxy, type AuditEvent, type LookupFn, type ManagedProxyOptions } from '../../lib/network';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
 import { BASE_ENV, makeScene } from '../helpers/sandbox';
-import { connectViaProxy, run } from './helpers';
+import { connectViaProxy, listenOnLoopback, run } from './helpers';
 
 const lookup: LookupFn = async (host) => {
   if (host.endsWith('.test')) return [{ address: '127.0.0.1', family: 4 }];
@@ -50,13 +49,7 @@ async function origin(name: string): Promise<Origin> {
     req.resume();
     req.on('end', () => res.end(`hello from ${name}`));
   });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  state.port = (server.address() as net.AddressInfo).port;
-  state.close = () =>
-    new Promise<void>((r) => {
-      server.closeAllConnections();
-      server.close(() => r());
-    });
+  Object.assign(state, await listenOnLoopback(server));
   return state;
 }
 
