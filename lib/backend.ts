@@ -5,7 +5,7 @@
  * runs when it cannot enforce the rules (fail closed).
  */
 import type { Readable, Writable } from 'node:stream';
-import type { ManagedProxy, ManagedProxyOptions } from './network';
+import type { InterceptionOptions, ManagedProxy, ManagedProxyOptions } from './network';
 import type { ResolvedRules } from './rules';
 
 /** Per-fd stdio choice: a pipe to JS, the parent's own fd, /dev/null, or a given fd number. */
@@ -44,6 +44,12 @@ export interface SpawnNetworkOptions {
   lookup?: ManagedProxyOptions['lookup'];
   /** Attribution of this process's requests in audit events (default: its pid). */
   processId?: string;
+  /**
+   * TLS interception for the per-spawn proxy (not with `instance`, which has its own): the
+   * ManagedProxy `interception` options, `ca` defaulting to InterceptionCa.shared(). spawn()
+   * wires the CA into the child (env, readable directory; see lib/network/interception-spawn.ts).
+   */
+  interception?: Omit<InterceptionOptions, 'ca'> & { ca?: InterceptionOptions['ca'] };
 }
 
 export type Guarantee = 'enforced' | 'not-enforced' | 'partial' | 'not-requested';

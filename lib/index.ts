@@ -19,6 +19,7 @@ import { isLikelySandboxDenied, resolvePolicy, withoutSecretEnv } from './permis
 import type { SandboxPolicy } from './policy-types';
 import type { ResolvedRules } from './rules';
 import type { PreparedExecRequest } from './prepare';
+import { interceptionEnv, wireInterception } from './network/interception-spawn';
 import { createDarwinBackend } from './platform/darwin';
 import { createLinuxBackend } from './platform/linux';
 import { launchWithChildProcess } from './platform/posix-launcher';
@@ -29,7 +30,16 @@ export { SandboxedProcess, type ExitResult, type SandboxedProcessEvents } from '
 export type { SandboxPolicy, FilesystemPolicy, ProxyPolicy, ResourceLimits, TmpMode, SandboxMode } from './policy-types';
 export type { ResolvedRules, NetworkRule } from './rules';
 export type { EnforcementReport, ProbeReport, StdioSpec, Guarantee, SpawnNetworkOptions } from './backend';
-export { ManagedProxy, type AuditEvent, type Decider, type ManagedProxyOptions } from './network';
+export {
+  ManagedProxy,
+  InterceptionCa,
+  CUSTOM_CA_ENV_KEYS,
+  type AuditEvent,
+  type Decider,
+  type ManagedProxyOptions,
+  type InterceptionOptions,
+  type CredentialRule,
+} from './network';
 export { prepareExecRequest, type ExecParams, type PrepareRuntime, type PreparedExecRequest } from './prepare';
 export { createExecServer, type CreateExecServerOptions, type ExecServer, type ExecServerTransport } from './exec-server';
 
@@ -243,9 +253,15 @@ function normalize(
     if (opts.proxy === null || typeof opts.proxy !== 'object') bad('options.proxy must be an object');
     network = opts.proxy as SpawnNetworkOptions;
     for (const k of Object.keys(network)) {
-      if (!['instance', 'onAudit', 'decider', 'deciderTimeoutMs', 'lookup', 'processId'].includes(k)) bad(`unknown option: proxy.${k}`);
+      if (!['instance', 'onAudit', 'decider', 'deciderTimeoutMs', 'lookup', 'processId', 'interception'].includes(k)) bad(`unknown option: proxy.${k}`);
     }
   }
+  // TLS interception: the child trusts the proxy's CA (env), which stays readable and unwritable
+  // for it; a CA directory the sandbox could write or not see is refused here (EPROXY_CONFIG).
+  const wired = wireInterception(rules, env, network);
+  rules = wired.rules;
+  network = wired.network;
+  Object.assign(env, wired.env);
   const pty = opts.pty === undefined ? undefined : checkPty(opts.pty, opts.stdio !== undefined);
   validated?.(rules, stdio);
   const file = resolveExecutable(cmd, env, cwd);
@@ -372,6 +388,9 @@ export function spawnPrepared(
   // launch's host listener is released when the command exits (or when it cannot start).
   const mp = prepared.managedProxy;
   if (mp) spawnOpts.proxy = { instance: mp.instance, processId: mp.processId };
+  // A plain launch reaches the proxy's host listener through its env: it must trust the
+  // interception CA too (a sandboxed one gets it, checked, in normalize()).
+  if (mp && prepared.rules === null) spawnOpts.env = interceptionEnv(prepared.env, mp.instance.interceptionCa);
   const release = () => void mp?.attachment?.detach().catch(() => {});
   let child: SandboxedProcess;
   try {

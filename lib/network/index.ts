@@ -18,7 +18,7 @@ export {
   type CredentialRule,
   type InterceptionOptions,
 } from './proxy';
-export { InterceptionCa, CUSTOM_CA_ENV_KEYS } from './mitm';
+export { InterceptionCa, CUSTOM_CA_ENV_KEYS, sharedCaBaseDir } from './mitm';
 export { DomainMatcher, normalizeHost, isIpLiteral, patternError, type DomainVerdict } from './matcher';
 export {
   classifyAddress,

@@ -2,15 +2,18 @@
  * The managed proxy's interception CA: one per host process, for TLS interception of the hosts
  * whose policy needs it (limited mode over HTTPS, credential injection).
  *
- *   const ca = InterceptionCa.create();      // key pair in memory; public cert + bundle on disk
+ *   const ca = InterceptionCa.create({ dir }); // key pair in memory; public cert + bundle on disk
  *   ca.certPath, ca.bundlePath               // what sandboxed clients are told to trust
  *   const { key, cert } = ca.leafFor('api.example.com');  // cached per host
  *   ca.dispose();                            // removes the files
+ *   InterceptionCa.shared()                  // the host process's own, made on first use
  *
  * The private keys never touch the disk: only the CA certificate (and a bundle of the system's
  * roots plus it) are written, into a fresh 0755 directory that mkdtemp makes under `dir`
- * (default os.tmpdir()); the caller must keep `dir` outside every sandbox's writable roots, so no
- * sandbox can swap the file another one trusts. Certificates are built with node-forge (X.509
+ * (default os.tmpdir(), fine for a CA that no sandbox uses). `dir` must stay outside every
+ * sandbox's writable roots, so no sandbox can swap the file another one trusts, and visible to
+ * the sandboxes (not /tmp, private in isolated mode): spawn() checks both and refuses the run
+ * otherwise (lib/network/interception-spawn.ts). Certificates are built with node-forge (X.509
  * encoding) and signed with Node's native crypto (RSA-2048, SHA-256).
  * Leaves: one shared RSA key, SAN = the host, valid 7 days, cached; the CA is valid 30 days and
  * constrained to serverAuth leaves (keyUsage keyCertSign, path length 0).
@@ -73,6 +76,43 @@ function signNative(cert: Forge.pki.Certificate, signer: crypto.KeyObject): stri
   return forge().pki.certificateToPem(cert);
 }
 
+let sharedCa: InterceptionCa | null = null;
+
+/**
+ * Where InterceptionCa.shared() keeps its directories: `$XDG_CACHE_HOME/process-sandbox/interception`
+ * when XDG_CACHE_HOME is an absolute path, else `~/.cache/process-sandbox/interception`
+ * (os.homedir()). Override with PROCESS_SANDBOX_CA_DIR (absolute).
+ */
+export function sharedCaBaseDir(): string {
+  const override = process.env.PROCESS_SANDBOX_CA_DIR;
+  if (override && path.isAbsolute(override)) return override;
+  const xdg = process.env.XDG_CACHE_HOME;
+  const cache = xdg && path.isAbsolute(xdg) ? xdg : path.join(os.homedir(), '.cache');
+  return path.join(cache, 'process-sandbox', 'interception');
+}
+
+/** Removes `psb-ca-<pid>-*` directories of processes that no longer exist (ours only). */
+function sweepSharedDirs(base: string): void {
+  let names: string[];
+  try {
+    names = fs.readdirSync(base).filter((n) => /^psb-ca-\d+-/.test(n));
+  } catch {
+    return;
+  }
+  const uid = process.getuid?.();
+  for (const n of names) {
+    const pid = Number(n.split('-')[2]);
+    if (!(pid > 0) || pid === process.pid) continue;
+    const dir = path.join(base, n);
+    try {
+      if (uid !== undefined && fs.lstatSync(dir).uid !== uid) continue;
+      process.kill(pid, 0);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === 'ESRCH') fs.rmSync(dir, { recursive: true, force: true });
+    }
+  }
+}
+
 export class InterceptionCa {
   readonly certPem: string;
   /** The CA certificate alone (for NODE_EXTRA_CA_CERTS-style variables that add to the store). */
@@ -87,7 +127,12 @@ export class InterceptionCa {
   private readonly leaves = new Map<string, string>();
   private disposed = false;
 
-  private constructor(dir: string) {
+  /** True once dispose() ran (the files are gone). */
+  get isDisposed(): boolean {
+    return this.disposed;
+  }
+
+  private constructor(dir: string, prefix = 'psb-ca-') {
     const ca = crypto.generateKeyPairSync('rsa', { modulusLength: 2048 });
     const leaf = crypto.generateKeyPairSync('rsa', { modulusLength: 2048 });
     this.caKey = ca.privateKey;
@@ -110,7 +155,7 @@ export class InterceptionCa {
       { name: 'subjectKeyIdentifier' },
     ]);
     this.certPem = signNative(cert, this.caKey);
-    this.dir = fs.mkdtempSync(path.join(dir, 'psb-ca-'));
+    this.dir = fs.mkdtempSync(path.join(dir, prefix));
     fs.chmodSync(this.dir, 0o755);
     this.certPath = path.join(this.dir, 'ca.pem');
     this.bundlePath = path.join(this.dir, 'ca-bundle.pem');
@@ -130,6 +175,36 @@ export class InterceptionCa {
   /** A new CA; its files go into a fresh directory under `dir` (default os.tmpdir()). */
   static create(opts: { dir?: string } = {}): InterceptionCa {
     return new InterceptionCa(opts.dir ?? os.tmpdir());
+  }
+
+  /**
+   * The host process's shared CA, made on first use, for spawn-level proxies that ask for
+   * interception without a CA of their own (`proxy: { interception: {} }`). Its files go into a
+   * fresh `psb-ca-<pid>-XXXXXX` directory (0755) under sharedCaBaseDir(), removed when the process
+   * exits; directories left by dead processes are removed on the next first use.
+   *
+   * Why there: the directory must be readable inside every sandbox and writable by none. /tmp
+   * (os.tmpdir()) is private in isolated mode, so the sandbox would not see it; a per-user cache
+   * directory in the home is visible under the default read-everything policy, is added to a
+   * restricted `read` list by spawn(), and is outside the usual writable roots (a workspace, /tmp).
+   * spawn() still refuses a run whose writable roots contain it (EPROXY_CONFIG).
+   * Throws (an Error naming the directory) when the base cannot be made safely.
+   */
+  static shared(): InterceptionCa {
+    if (sharedCa && !sharedCa.disposed) return sharedCa;
+    const base = sharedCaBaseDir();
+    // 0700 for every directory made here: only this user may look inside or rename anything.
+    fs.mkdirSync(base, { recursive: true, mode: 0o700 });
+    const st = fs.lstatSync(base);
+    const uid = process.getuid?.();
+    if (!st.isDirectory() || (uid !== undefined && st.uid !== uid) || (st.mode & 0o022) !== 0) {
+      throw new Error(`refusing to keep the interception CA in ${base}: it must be a directory owned by this user and writable by no one else`);
+    }
+    sweepSharedDirs(base);
+    const ca = new InterceptionCa(base, `psb-ca-${process.pid}-`);
+    sharedCa = ca;
+    process.once('exit', () => ca.dispose());
+    return ca;
   }
 
   /** Key and certificate (PEM) for `host` (a DNS name or an IP literal), made once and cached. */

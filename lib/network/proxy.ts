@@ -126,7 +126,10 @@ export interface ManagedProxyOptions {
    * untouched. With it, `limited` mode allows CONNECT to allowed hosts and checks each request's
    * method inside the TLS session (GET/HEAD/OPTIONS), and credential rules swap a placeholder the
    * sandbox holds for the real value, only on requests to that rule's host. Sandboxed clients must
-   * trust `ca` (see InterceptionCa.env()). Not combinable with upstreamProxy yet.
+   * trust `ca`: spawn()/run() put InterceptionCa.env() into the child's env and keep the CA's
+   * directory readable (see README). Intercepted sessions speak HTTP/1.1 only (ALPN), WebSocket
+   * upgrades inside them are checked like requests and then relayed, and with upstreamProxy the
+   * origin is reached through a CONNECT tunnel to it.
    */
   interception?: InterceptionOptions;
 }
@@ -256,6 +259,16 @@ type Refused = {
   reason: string;
 };
 type Outcome = Allowed | Refused;
+
+/** What an intercepted TLS session was allowed for (its CONNECT). */
+type MitmTarget = { target: Allowed; port: number; client: string | null };
+
+/** ALPN of intercepted sessions, both towards the client and towards the origin. */
+const MITM_ALPN = ['http/1.1'] as const;
+
+/** What Node's https.Agent hands createConnection (request options merged with the agent's). */
+type ChainedConnectOptions = { port: number; ca?: string | string[]; psbTarget?: Allowed };
+type ChainedConnect = (opts: ChainedConnectOptions, cb: (err: Error | null, socket?: net.Socket) => void) => undefined;
 
 interface Listener {
   processId: string;
@@ -500,7 +513,7 @@ export class ManagedProxy {
   private closePromise: Promise<void> | null = null;
   private readonly upstreamProxy: UpstreamProxy | null;
   /** Intercepted TLS sessions -> the checked target of their CONNECT. */
-  private readonly mitmTargets = new WeakMap<tls.TLSSocket, { target: Allowed; port: number; client: string | null }>();
+  private readonly mitmTargets = new WeakMap<tls.TLSSocket, MitmTarget>();
 
   private constructor(private readonly options: ManagedProxyOptions, matcher: DomainMatcher) {
     this.rules = { matcher, policy: ManagedProxy.fullPolicy(options.policy) };
@@ -545,7 +558,7 @@ export class ManagedProxy {
     if (options.upstreamTarget !== undefined && options.upstreamTarget !== 'name' && options.upstreamTarget !== 'address') {
       throw new TypeError(`Expected upstreamTarget to be "name" or "address", got ${JSON.stringify(options.upstreamTarget)}`);
     }
-    if (options.interception !== undefined) ManagedProxy.checkInterception(options);
+    if (options.interception !== undefined) ManagedProxy.checkInterception(options.interception);
     if (options.relay !== undefined && options.relay !== 'auto' && options.relay !== 'js') {
       throw new TypeError(`Expected relay to be "auto" or "js", got ${JSON.stringify(options.relay)}`);
     }
@@ -597,12 +610,16 @@ export class ManagedProxy {
     return this.blocked.slice(this.blocked.length - n).map((e) => ({ ...e }));
   }
 
-  private static checkInterception(options: ManagedProxyOptions): void {
-    const i = options.interception;
+  /** The interception CA the sandboxed clients must trust, or null without interception. */
+  get interceptionCa(): InterceptionCa | null {
+    return this.options.interception?.ca ?? null;
+  }
+
+  /** Validates `interception` (TypeError with a precise message); spawn() checks its option with it. */
+  static checkInterception(i: InterceptionOptions): void {
     if (i === null || typeof i !== 'object') throw new TypeError('Expected interception to be an object');
     const ca = i.ca as Partial<InterceptionCa> | undefined;
     if (!ca || typeof ca.leafFor !== 'function') throw new TypeError('Expected interception.ca to be an InterceptionCa');
-    if (options.upstreamProxy !== undefined) throw new TypeError('interception and upstreamProxy cannot be combined yet');
     if (i.originCa !== undefined && typeof i.originCa !== 'string') throw new TypeError('Expected interception.originCa to be a PEM string');
     if (i.credentials !== undefined && !Array.isArray(i.credentials)) throw new TypeError('Expected interception.credentials to be an array');
     for (const [n, c] of (i.credentials ?? []).entries()) {
@@ -1329,7 +1346,13 @@ export class ManagedProxy {
 
   /**
    * Terminates the client's TLS with a leaf for the CONNECT host and serves the requests inside
-   * it (mitmRequest), each forwarded over TLS to the checked address with that host as SNI.
+   * it (mitmRequest, mitmUpgrade), each forwarded over TLS to the checked address with that host
+   * as SNI (through the upstream proxy when there is one: mitmChained).
+   *
+   * HTTP/1.1 only, both ways: the client is offered ALPN `http/1.1` and nothing else (a client
+   * that offers `h2` and `http/1.1` gets HTTP/1.1; one that insists on `h2` alone fails the
+   * handshake with a no_application_protocol alert), and the origin side is Node's HTTP/1.1
+   * client. Every request is then parsed, checked and audited one by one.
    */
   private intercept(listener: Listener, socket: net.Socket, head: Buffer, target: Allowed, port: number): void {
     let leaf: { key: string; cert: string };
@@ -1340,13 +1363,23 @@ export class ManagedProxy {
     }
     socket.write('HTTP/1.1 200 Connection Established\r\n\r\n');
     if (head.length > 0) socket.unshift(head);
-    const secure = new tls.TLSSocket(socket, { isServer: true, key: leaf.key, cert: leaf.cert, ALPNProtocols: ['http/1.1'] });
+    const secure = new tls.TLSSocket(socket, { isServer: true, key: leaf.key, cert: leaf.cert, ALPNProtocols: [...MITM_ALPN] });
     secure.on('error', () => secure.destroy());
     socket.once('close', () => secure.destroy());
     this.mitmTargets.set(secure, { target, port, client: clientOf(socket) });
     if (!listener.mitm) {
       const server = http.createServer({ maxHeaderSize: 16 * 1024, headersTimeout: this.handshakeTimeoutMs, requestTimeout: 0 });
-      server.on('request', (req, res) => this.mitmRequest(listener, req, res));
+      server.on('request', (req, res) => this.mitmRequest(listener, req, res, false));
+      // `Expect: 100-continue`: the 100 goes out only once the request is allowed (as on the
+      // plain path); Node would send it before the checks.
+      server.on('checkContinue', (req, res) => this.mitmRequest(listener, req, res, true));
+      server.on('upgrade', (req: http.IncomingMessage, s: net.Socket, upgradeHead: Buffer) => {
+        try {
+          this.mitmUpgrade(listener, req, s as tls.TLSSocket, upgradeHead);
+        } catch {
+          s.destroy();
+        }
+      });
       server.on('clientError', (_err, s: net.Socket) => s.destroy());
       const ca = this.options.interception!.originCa;
       const agent = new https.Agent({
@@ -1356,20 +1389,84 @@ export class ManagedProxy {
         timeout: IDLE_UPSTREAM_MS,
         ...(ca ? { ca: [...tls.rootCertificates, ca] } : {}),
       });
+      if (this.upstreamProxy) {
+        // The agent keeps pooling (keyed by the checked address and SNI); only how a new
+        // connection is made changes: a tunnel through the upstream proxy, TLS on top.
+        (agent as unknown as { createConnection: ChainedConnect }).createConnection = (opts, cb) => this.mitmChained(listener, opts, cb);
+      }
       listener.mitm = { server, agent };
     }
     listener.mitm.server.emit('connection', secure);
   }
 
-  private mitmRequest(listener: Listener, req: http.IncomingMessage, res: http.ServerResponse): void {
-    const t = this.mitmTargets.get(req.socket as tls.TLSSocket);
-    if (!t) return void res.destroy();
+  /**
+   * A new origin connection for an intercepted session through the upstream proxy: `CONNECT
+   * <checked name or address>:<port>` (Proxy-Authorization as configured, see dialUpstream), then
+   * TLS to the origin on top of that tunnel: SNI = the checked host, the certificate verified
+   * against the system roots (plus originCa) for that host, ALPN http/1.1. Hands the TLS socket to
+   * the agent asynchronously (Node's Agent accepts a createConnection that calls back).
+   */
+  private mitmChained(listener: Listener, opts: ChainedConnectOptions, cb: (err: Error | null, socket?: net.Socket) => void): undefined {
+    const target = opts.psbTarget;
+    if (!target) {
+      cb(new Error('internal: intercepted request without a checked target'));
+      return undefined;
+    }
+    const raw = this.dialUpstream(listener, target, opts.port, true);
+    let handedOver = false;
+    raw.once('error', (err) => {
+      if (!handedOver) {
+        handedOver = true;
+        cb(err);
+      }
+    });
+    raw.once(READY, () => {
+      if (handedOver) return void raw.destroy();
+      handedOver = true;
+      const secure = tls.connect({
+        socket: raw,
+        // Identity is checked against the servername, else (IP literals) against `host`.
+        servername: isIpLiteral(target.host) ? undefined : target.host,
+        host: target.host,
+        ALPNProtocols: [...MITM_ALPN],
+        ...(opts.ca !== undefined ? { ca: opts.ca } : {}),
+        rejectUnauthorized: true,
+      });
+      // The fd is the tunnel's, already counted by dialUpstream: the TLS socket on top must not
+      // count again (track() skips sockets it knows), and it takes the tunnel down with it.
+      listener.sockets.add(secure);
+      const handshake = setTimeout(() => {
+        secure.destroy(Object.assign(new Error('TLS handshake with the origin timed out'), { code: 'ETIMEDOUT' }));
+      }, this.connectTimeoutMs);
+      secure.once('secureConnect', () => clearTimeout(handshake));
+      secure.once('close', () => {
+        clearTimeout(handshake);
+        listener.sockets.delete(secure);
+        raw.destroy();
+      });
+      raw.on('error', () => secure.destroy());
+      cb(null, secure);
+    });
+    return undefined;
+  }
+
+  /**
+   * The checks every request inside an intercepted session gets, with its audit event: the Host
+   * must be the CONNECT target (else 421: domain fronting), and in `limited` mode the method must
+   * be GET/HEAD/OPTIONS and an Upgrade is refused (403; after an upgrade the bytes are no longer
+   * HTTP requests that could be checked, the same reason the plain-HTTP WebSocket path refuses it
+   * in limited mode). Returns the headers to forward (hop-by-hop ones dropped, this host's
+   * credential rules applied), or null after `refuse` was called.
+   */
+  private mitmCheck(
+    listener: Listener,
+    t: MitmTarget,
+    req: http.IncomingMessage,
+    upgrade: boolean,
+    refuse: (status: number, body: string, header: BlockHeader) => void,
+  ): http.OutgoingHttpHeaders | null {
     const method = (req.method ?? 'GET').toUpperCase();
-    const plain = (status: number, body: string, extra: Record<string, string> = {}) => {
-      res.writeHead(status, { 'content-type': 'text/plain; charset=utf-8', 'content-length': Buffer.byteLength(body), connection: 'close', ...extra });
-      res.end(body);
-    };
-    const event = (decision: 'allow' | 'deny', source: AuditSource, reason: string) =>
+    const event = (decision: 'allow' | 'deny', source: AuditSource, reason: string, m = method) =>
       this.emit({
         processId: listener.processId,
         timestamp: new Date().toISOString(),
@@ -1380,7 +1477,7 @@ export class ManagedProxy {
         protocol: 'httpsConnect',
         host: t.target.host,
         port: t.port,
-        method,
+        method: m,
         client: t.client,
       });
     // The session was allowed for the CONNECT host: a request inside it for another host (domain
@@ -1389,11 +1486,14 @@ export class ManagedProxy {
     const m = /^(\[[^\]]+\]|[^:]+)(?::(\d+))?$/.exec(hostHeader);
     if (!m || normalizeHost(m[1]!.replace(/^\[|\]$/g, '')) !== t.target.host || (m[2] !== undefined && Number(m[2]) !== t.port)) {
       event('deny', 'policy', 'host_mismatch');
-      return plain(421, 'blocked by network policy: Host does not match the CONNECT target\n', { 'x-proxy-error': 'blocked-by-policy' });
+      refuse(421, 'blocked by network policy: Host does not match the CONNECT target\n', 'blocked-by-policy');
+      return null;
     }
-    if (this.rules.policy.mode === 'limited' && !LIMITED_METHODS.has(method)) {
-      event('deny', 'mode', 'method_not_allowed');
-      return plain(403, ManagedProxy.refusalBody('method_not_allowed'), { 'x-proxy-error': 'blocked-by-method-policy' });
+    if (this.rules.policy.mode === 'limited' && (upgrade || !LIMITED_METHODS.has(method))) {
+      // As on the plain path, a refused upgrade is audited as method UPGRADE.
+      event('deny', 'mode', 'method_not_allowed', upgrade ? 'UPGRADE' : method);
+      refuse(403, ManagedProxy.refusalBody('method_not_allowed'), 'blocked-by-method-policy');
+      return null;
     }
     event('allow', 'allowlist', 'allowed');
     const connectionTokens = String(req.headers.connection ?? '')
@@ -1405,49 +1505,61 @@ export class ManagedProxy {
     for (let i = 0; i < req.rawHeaders.length; i += 2) {
       const name = req.rawHeaders[i]!;
       const lower = name.toLowerCase();
-      if (HOP_BY_HOP.has(lower) || connectionTokens.includes(lower)) continue;
+      // Expect was answered here (after the checks); the body follows unconditionally.
+      if (HOP_BY_HOP.has(lower) || lower === 'expect' || connectionTokens.includes(lower)) continue;
       let value = req.rawHeaders[i + 1]!;
       // Credential injection: only this host's rules, only in their header.
       for (const r of rules) if (r.header.toLowerCase() === lower && value.includes(r.placeholder)) value = value.split(r.placeholder).join(r.value);
       const prev = headers[name];
       headers[name] = prev === undefined ? value : Array.isArray(prev) ? [...prev, value] : [String(prev), value];
     }
-    const upstreamReq = https.request({
+    return headers;
+  }
+
+  /** The request to the origin of an intercepted session (pooled per sandbox, see intercept()). */
+  private mitmOrigin(listener: Listener, t: MitmTarget, method: string, reqPath: string, headers: http.OutgoingHttpHeaders): http.ClientRequest {
+    const options: https.RequestOptions & { psbTarget: Allowed } = {
       host: t.target.address,
       family: t.target.family,
       port: t.port,
       servername: isIpLiteral(t.target.host) ? undefined : t.target.host,
       method,
-      path: req.url ?? '/',
+      path: reqPath,
       headers,
       setHost: false,
       agent: listener.mitm!.agent,
       timeout: this.connectTimeoutMs,
-    });
+      // Read by mitmChained (the agent hands request options to createConnection).
+      psbTarget: t.target,
+    };
+    const upstreamReq = https.request(options);
     upstreamReq.on('socket', (s: net.Socket) => {
       this.track(listener, s);
       if (s.connecting) s.once('secureConnect', () => upstreamReq.setTimeout(0));
       else upstreamReq.setTimeout(0);
     });
     upstreamReq.on('timeout', () => upstreamReq.destroy(Object.assign(new Error('upstream timed out'), { code: 'ETIMEDOUT' })));
+    return upstreamReq;
+  }
+
+  private mitmRequest(listener: Listener, req: http.IncomingMessage, res: http.ServerResponse, expectContinue: boolean): void {
+    const t = this.mitmTargets.get(req.socket as tls.TLSSocket);
+    if (!t) return void res.destroy();
+    const method = (req.method ?? 'GET').toUpperCase();
+    const plain = (status: number, body: string, extra: Record<string, string> = {}) => {
+      res.writeHead(status, { 'content-type': 'text/plain; charset=utf-8', 'content-length': Buffer.byteLength(body), connection: 'close', ...extra });
+      res.end(body);
+    };
+    const headers = this.mitmCheck(listener, t, req, false, (status, body, header) => plain(status, body, { 'x-proxy-error': header }));
+    if (!headers) return;
+    if (expectContinue) res.writeContinue();
+    const upstreamReq = this.mitmOrigin(listener, t, method, req.url ?? '/', headers);
     upstreamReq.on('error', (err: NodeJS.ErrnoException) => {
       if (!res.headersSent) plain(502, `upstream request failed: ${err.code ?? err.message}\n`);
       else res.destroy();
     });
     upstreamReq.on('response', (upstreamRes) => {
-      const tokens = String(upstreamRes.headers.connection ?? '')
-        .split(',')
-        .map((x) => x.trim().toLowerCase());
-      const out: http.OutgoingHttpHeaders = {};
-      for (let i = 0; i < upstreamRes.rawHeaders.length; i += 2) {
-        const name = upstreamRes.rawHeaders[i]!;
-        const lower = name.toLowerCase();
-        if (HOP_BY_HOP.has(lower) || tokens.includes(lower)) continue;
-        const value = upstreamRes.rawHeaders[i + 1]!;
-        const prev = out[name];
-        out[name] = prev === undefined ? value : Array.isArray(prev) ? [...prev, value] : [String(prev), value];
-      }
-      res.writeHead(upstreamRes.statusCode ?? 502, upstreamRes.statusMessage, out);
+      res.writeHead(upstreamRes.statusCode ?? 502, upstreamRes.statusMessage, ManagedProxy.endToEnd(upstreamRes));
       upstreamRes.pipe(res);
       upstreamRes.on('error', () => res.destroy());
     });
@@ -1455,6 +1567,96 @@ export class ManagedProxy {
       if (!res.writableFinished) upstreamReq.destroy();
     });
     req.pipe(upstreamReq);
+  }
+
+  /** A response's headers without the hop-by-hop ones (and those its Connection header names). */
+  private static endToEnd(res: http.IncomingMessage): http.OutgoingHttpHeaders {
+    const tokens = String(res.headers.connection ?? '')
+      .split(',')
+      .map((x) => x.trim().toLowerCase());
+    const out: http.OutgoingHttpHeaders = {};
+    for (let i = 0; i < res.rawHeaders.length; i += 2) {
+      const name = res.rawHeaders[i]!;
+      const lower = name.toLowerCase();
+      if (HOP_BY_HOP.has(lower) || tokens.includes(lower)) continue;
+      const value = res.rawHeaders[i + 1]!;
+      const prev = out[name];
+      out[name] = prev === undefined ? value : Array.isArray(prev) ? [...prev, value] : [String(prev), value];
+    }
+    return out;
+  }
+
+  /**
+   * An `Upgrade` request (WebSocket) inside an intercepted session: mitmCheck's decision (refused
+   * in limited mode), credential rules applied to its headers, then the request goes to the origin
+   * with `Connection: Upgrade` and its `Upgrade` header. A 101 is passed back whole and the two TLS
+   * streams are relayed (in JS: both ends are TLS here) until either side closes or the tunnel idle
+   * timeout; any other answer is passed back and the session closed.
+   */
+  private mitmUpgrade(listener: Listener, req: http.IncomingMessage, socket: tls.TLSSocket, head: Buffer): void {
+    const t = this.mitmTargets.get(socket);
+    if (!t) return void socket.destroy();
+    const raw = (status: number, reason: string, headerLines: string[], body = '') => {
+      socket.end(`HTTP/1.1 ${status} ${reason}\r\n${headerLines.map((l) => `${l}\r\n`).join('')}\r\n${body}`);
+    };
+    const refuse = (status: number, body: string, header: BlockHeader) =>
+      raw(status, http.STATUS_CODES[status] ?? '', ['content-type: text/plain; charset=utf-8', `content-length: ${Buffer.byteLength(body)}`, `x-proxy-error: ${header}`, 'connection: close'], body);
+    const headers = this.mitmCheck(listener, t, req, true, refuse);
+    if (!headers) return;
+    const upgrade = String(req.headers.upgrade ?? '');
+    if (upgrade === '' || /[\r\n]/.test(upgrade)) return void refuse(400, 'bad Upgrade header\n', 'blocked-by-policy');
+    headers.Connection = 'Upgrade';
+    headers.Upgrade = upgrade;
+    const method = (req.method ?? 'GET').toUpperCase();
+    const upstreamReq = this.mitmOrigin(listener, t, method, req.url ?? '/', headers);
+    let answered = false;
+    socket.once('close', () => {
+      if (!answered) upstreamReq.destroy();
+    });
+    upstreamReq.on('error', (err: NodeJS.ErrnoException) => {
+      if (answered) return;
+      answered = true;
+      const body = `upstream request failed: ${err.code ?? err.message}\n`;
+      raw(502, 'Bad Gateway', ['content-type: text/plain; charset=utf-8', `content-length: ${Buffer.byteLength(body)}`, 'connection: close'], body);
+    });
+    upstreamReq.on('response', (upstreamRes) => {
+      // The origin declined the upgrade: its answer, delimited by closing the session.
+      answered = true;
+      const out = ManagedProxy.endToEnd(upstreamRes);
+      const lines: string[] = [];
+      for (const [k, v] of Object.entries(out)) for (const x of Array.isArray(v) ? v : [v]) if (x !== undefined) lines.push(`${k}: ${String(x)}`);
+      socket.write(`HTTP/1.1 ${upstreamRes.statusCode ?? 502} ${upstreamRes.statusMessage ?? ''}\r\n${lines.map((l) => `${l}\r\n`).join('')}connection: close\r\n\r\n`);
+      upstreamRes.pipe(socket);
+      upstreamRes.on('error', () => socket.destroy());
+    });
+    upstreamReq.on('upgrade', (upstreamRes: http.IncomingMessage, upstream: net.Socket, upstreamHead: Buffer) => {
+      answered = true;
+      const lines: string[] = [];
+      for (let i = 0; i < upstreamRes.rawHeaders.length; i += 2) lines.push(`${upstreamRes.rawHeaders[i]}: ${upstreamRes.rawHeaders[i + 1]}`);
+      socket.write(`HTTP/1.1 ${upstreamRes.statusCode ?? 101} ${upstreamRes.statusMessage ?? ''}\r\n${lines.map((l) => `${l}\r\n`).join('')}\r\n`);
+      if (upstreamHead.length > 0) socket.write(upstreamHead);
+      if (head.length > 0) upstream.write(head);
+      ManagedProxy.pipeBoth(socket, upstream, this.limits.tunnelIdleTimeoutMs);
+    });
+    upstreamReq.end();
+  }
+
+  /** Relays two streams both ways (half-closes pass through), closed on error or idleness. */
+  private static pipeBoth(a: net.Socket, b: net.Socket, idleMs: number): void {
+    const idle = () => {
+      a.destroy();
+      b.destroy();
+    };
+    a.setTimeout(idleMs, idle);
+    b.setTimeout(idleMs, idle);
+    a.pipe(b);
+    b.pipe(a);
+    a.on('error', () => b.destroy());
+    b.on('error', () => a.destroy());
+    a.once('close', () => b.destroy());
+    b.once('close', () => a.destroy());
+    a.resume();
+    b.resume();
   }
 
   private useNativeRelay(): boolean {

@@ -282,6 +282,8 @@ export function createLinuxBackend(native: NativeBinding): Backend {
                 decider: hooks.decider,
                 deciderTimeoutMs: hooks.deciderTimeoutMs,
                 lookup: hooks.lookup,
+                // spawn() resolved the CA (InterceptionCa.shared() by default) and wired it in.
+                ...(hooks.interception?.ca ? { interception: { ...hooks.interception, ca: hooks.interception.ca } } : {}),
               });
               ownsProxy = true;
             }

@@ -6,8 +6,13 @@
  * it, so refusals and swapped credentials are checked from the outside.
  */
 import { execFileSync } from 'child_process';
+import { once } from 'events';
 import * as fs from 'fs';
+import * as http2 from 'http2';
 import * as https from 'https';
+import * as net from 'net';
+import * as tls from 'tls';
+import { WebSocket, WebSocketServer } from 'ws';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 
 import { run as sandboxedRun } from '../../lib/index';
@@ -162,7 +167,8 @@ describe('TLS interception', () => {
   it('rejects bad interception options', () => {
     const base = { policy: { allow: [] } };
     expect(() => ManagedProxy.create({ ...base, interception: {} as never })).toThrow(/InterceptionCa/);
-    expect(() => ManagedProxy.create({ ...base, interception: { ca }, upstreamProxy: 'http://127.0.0.1:3128' })).toThrow(/cannot be combined/);
+    // Interception and an upstream proxy combine (see 'interception through an upstream proxy').
+    expect(() => ManagedProxy.create({ ...base, interception: { ca }, upstreamProxy: 'http://127.0.0.1:3128' })).not.toThrow();
     expect(() => ManagedProxy.create({ ...base, interception: { ca, credentials: [{ host: 'x.test', header: 'authorization', placeholder: 'short', value: 'v' }] } })).toThrow(/too short/);
     expect(() => ManagedProxy.create({ ...base, interception: { ca, credentials: [{ host: 'X.test', header: 'authorization', placeholder: 'PLACEHOLDER1', value: 'v' }] } })).toThrow(/normalised/);
     expect(() => ManagedProxy.create({ ...base, interception: { ca, credentials: [{ host: 'x.test', header: 'authorization', placeholder: 'PLACEHOLDER1', value: 'a\r\nb' }] } })).toThrow(/bad header/);
@@ -204,5 +210,268 @@ describe.runIf(caps.linux && curl)('TLS interception for a sandboxed curl', () =
         scene.cleanup();
       }
     }, 90_000);
+  });
+});
+
+// ---- HTTP/2, WebSocket and upstream chaining inside intercepted sessions ----------------------
+
+/** A TLS session through the proxy (CONNECT), trusting `trust` (our CA by default), with `alpn`. */
+async function tlsVia(port: number, authority: string, alpn?: string[], trust = ca.certPem): Promise<tls.TLSSocket> {
+  const t = await connectViaProxy(port, authority);
+  if (!t.ok) throw new Error(`CONNECT refused: ${t.status} ${t.body}`);
+  return tls.connect({ socket: t.socket, servername: authority.split(':')[0], ca: trust, ...(alpn ? { ALPNProtocols: alpn } : {}) });
+}
+
+interface WsOrigin {
+  port: number;
+  upgrades: Array<{ url: string; authorization: string | undefined; host: string | undefined }>;
+  close(): Promise<void>;
+}
+
+/** A wss:// echo origin for `name` (certificate from the public CA); records every upgrade request. */
+async function wsOrigin(name: string): Promise<WsOrigin> {
+  const { key, cert } = publicCa.leafFor(name);
+  const server = https.createServer({ key, cert }, (_req, res) => res.end('not a websocket request'));
+  const wss = new WebSocketServer({ server });
+  const state: WsOrigin = { port: 0, upgrades: [], close: async () => {} };
+  wss.on('connection', (sock, req) => {
+    state.upgrades.push({ url: req.url ?? '', authorization: req.headers.authorization, host: req.headers.host });
+    sock.on('message', (data) => sock.send(`echo:${data.toString()}`));
+  });
+  const l = await listenOnLoopback(server);
+  state.port = l.port;
+  state.close = async () => {
+    for (const c of wss.clients) c.terminate();
+    wss.close();
+    await l.close();
+  };
+  return state;
+}
+
+/** A WebSocket client through the proxy: one message out, the first answer (or the refusal). */
+async function wsVia(port: number, url: string, headers: Record<string, string> = {}): Promise<{ ok: true; answer: string } | { ok: false; status: number; header: string | undefined }> {
+  const u = new URL(url);
+  const t = await connectViaProxy(port, u.host);
+  if (!t.ok) return { ok: false, status: t.status, header: t.headers['x-proxy-error'] };
+  return new Promise((resolve, reject) => {
+    const client = new WebSocket(url, {
+      headers,
+      createConnection: () => tls.connect({ socket: t.socket, servername: u.hostname, ca: ca.certPem }),
+    });
+    client.on('open', () => client.send('ping'));
+    client.on('message', (data) => {
+      resolve({ ok: true, answer: data.toString() });
+      client.close();
+    });
+    client.on('unexpected-response', (_req, res) => {
+      resolve({ ok: false, status: res.statusCode ?? 0, header: res.headers['x-proxy-error'] as string | undefined });
+      res.resume();
+      t.socket.destroy();
+    });
+    client.on('error', reject);
+  });
+}
+
+describe('inside intercepted sessions', () => {
+  it.skipIf(!curl)('HTTP/2: curl --http2 falls back to HTTP/1.1 (ALPN offers http/1.1 only) and still gets the checked, audited request', async () => {
+    const { port, events } = await startProxy({ policy: { allow: ['secure.test'], allowLocal: true, mode: 'limited' }, interception: { ca, originCa: publicCa.certPem } });
+    const before = secure.seen.length;
+    const r = await run('curl', ['-sS', '--max-time', '20', '--http2', '--proxy', `http://127.0.0.1:${port}`, '--cacert', ca.bundlePath, '-w', '\n%{http_version}', `https://secure.test:${secure.port}/h2`]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout.split('\n')).toEqual(['hello from secure.test', '1.1']);
+    expect(secure.seen.slice(before).map((x) => [x.method, x.url])).toEqual([['GET', '/h2']]);
+    expect(events.at(-1)).toMatchObject({ method: 'GET', decision: 'allow' });
+  });
+
+  it('HTTP/2: a client that offers h2 only fails the handshake clearly; a client offering both negotiates http/1.1', async () => {
+    const { port } = await startProxy({ policy: { allow: ['secure.test'], allowLocal: true, mode: 'limited' }, interception: { ca, originCa: publicCa.certPem } });
+    const before = secure.seen.length;
+    const both = await tlsVia(port, `secure.test:${secure.port}`, ['h2', 'http/1.1']);
+    await once(both, 'secureConnect');
+    expect(both.alpnProtocol).toBe('http/1.1');
+    both.destroy();
+    // Node's http2 client offers only h2.
+    const t = await connectViaProxy(port, `secure.test:${secure.port}`);
+    expect(t.ok).toBe(true);
+    if (!t.ok) return;
+    const session = http2.connect(`https://secure.test:${secure.port}`, {
+      createConnection: () => tls.connect({ socket: t.socket, servername: 'secure.test', ca: ca.certPem, ALPNProtocols: ['h2'] }),
+    });
+    const err = await new Promise<NodeJS.ErrnoException>((resolve) => {
+      session.on('error', resolve);
+      session.request({ ':path': '/h2-only' }).on('error', () => undefined);
+    });
+    session.destroy();
+    expect(`${err.code} ${err.message}`).toMatch(/NO_APPLICATION_PROTOCOL|no application protocol/i);
+    expect(secure.seen.length).toBe(before);
+  });
+
+  it('Expect: 100-continue: a refused request gets its 403 and never a 100; an allowed one gets the 100, then the answer', async () => {
+    const { port } = await startProxy({ policy: { allow: ['secure.test'], allowLocal: true, mode: 'limited' }, interception: { ca, originCa: publicCa.certPem } });
+    const before = secure.seen.length;
+    const ask = async (method: string) => {
+      const s = await tlsVia(port, `secure.test:${secure.port}`);
+      await once(s, 'secureConnect');
+      s.write(`${method} /expect HTTP/1.1\r\nHost: secure.test:${secure.port}\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n`);
+      const first = ((await once(s, 'data')) as [Buffer])[0].toString('latin1');
+      let all = first;
+      if (first.startsWith('HTTP/1.1 100')) {
+        s.write('hello');
+        s.on('data', (d: Buffer) => (all += d.toString('latin1')));
+        await new Promise((r) => setTimeout(r, 300));
+      }
+      s.destroy();
+      return { first: first.split('\r\n')[0], all };
+    };
+    const post = await ask('POST');
+    expect(post.first).toBe('HTTP/1.1 403 Forbidden');
+    const options = await ask('OPTIONS');
+    expect(options.first).toBe('HTTP/1.1 100 Continue');
+    expect(options.all).toContain('hello from secure.test');
+    expect(secure.seen.slice(before).map((x) => x.method)).toEqual(['OPTIONS']);
+  });
+
+  describe('WebSocket upgrades', () => {
+    let echo: WsOrigin;
+    beforeAll(async () => {
+      echo = await wsOrigin('ws.test');
+    });
+    afterAll(async () => {
+      await echo.close();
+    });
+
+    it('full mode: the upgrade is checked, gets the credential swapped in, and the frames are relayed both ways', async () => {
+      const placeholder = 'PSB_WS_PLACEHOLDER_1234';
+      const { port, events } = await startProxy({
+        policy: { allow: ['ws.test'], allowLocal: true },
+        interception: { ca, originCa: publicCa.certPem, credentials: [{ host: 'ws.test', header: 'authorization', placeholder, value: 'ws-real-secret' }] },
+      });
+      const r = await wsVia(port, `wss://ws.test:${echo.port}/socket?x=1`, { Authorization: `Bearer ${placeholder}` });
+      expect(r).toEqual({ ok: true, answer: 'echo:ping' });
+      expect(echo.upgrades.at(-1)).toEqual({ url: '/socket?x=1', authorization: 'Bearer ws-real-secret', host: `ws.test:${echo.port}` });
+      expect(events.map((e) => [e.protocol, e.method, e.decision])).toEqual([
+        ['httpsConnect', 'CONNECT', 'allow'],
+        ['httpsConnect', 'GET', 'allow'],
+      ]);
+    });
+
+    it('limited mode: the upgrade is refused inside the session (403, audited as UPGRADE) and never reaches the origin', async () => {
+      const { port, events } = await startProxy({ policy: { allow: ['ws.test'], allowLocal: true, mode: 'limited' }, interception: { ca, originCa: publicCa.certPem } });
+      const before = echo.upgrades.length;
+      const r = await wsVia(port, `wss://ws.test:${echo.port}/socket`);
+      expect(r).toEqual({ ok: false, status: 403, header: 'blocked-by-method-policy' });
+      expect(echo.upgrades.length).toBe(before);
+      expect(events.at(-1)).toMatchObject({ method: 'UPGRADE', decision: 'deny', source: 'mode', reason: 'method_not_allowed' });
+    });
+
+    it('an upgrade for another Host than the CONNECT target is refused (421)', async () => {
+      const { port } = await startProxy({ policy: { allow: ['ws.test'], allowLocal: true }, interception: { ca, originCa: publicCa.certPem, credentials: [{ host: 'ws.test', header: 'authorization', placeholder: 'PSB_WS_PLACEHOLDER_1234', value: 'v' }] } });
+      const before = echo.upgrades.length;
+      const r = await wsVia(port, `wss://ws.test:${echo.port}/socket`, { Host: 'evil.test' });
+      expect(r).toMatchObject({ ok: false, status: 421 });
+      expect(echo.upgrades.length).toBe(before);
+    });
+  });
+
+  describe('through an upstream proxy', () => {
+    /** A raw CONNECT proxy that wants Basic corp:pw, resolves *.test to loopback, and records what it was asked. */
+    async function corporate() {
+      const seen: Array<{ target: string; auth: string }> = [];
+      const open = new Set<net.Socket>();
+      const server = net.createServer({ allowHalfOpen: true }, (c) => {
+        open.add(c);
+        c.once('close', () => open.delete(c));
+        c.on('error', () => undefined);
+        let head = '';
+        const onData = (d: Buffer) => {
+          head += d.toString('latin1');
+          const end = head.indexOf('\r\n\r\n');
+          if (end < 0) return;
+          c.off('data', onData);
+          const auth = /^proxy-authorization: *(.+)$/im.exec(head.slice(0, end))?.[1]?.trim() ?? '';
+          const target = /^CONNECT ([^ ]+) /.exec(head)?.[1] ?? '';
+          seen.push({ target, auth });
+          if (auth !== `Basic ${Buffer.from('corp:pw').toString('base64')}`) return void c.end('HTTP/1.1 407 Proxy Authentication Required\r\ncontent-length: 0\r\n\r\n');
+          const port = Number(target.slice(target.lastIndexOf(':') + 1));
+          const o = net.connect({ port, host: '127.0.0.1', allowHalfOpen: true }, () => {
+            c.write('HTTP/1.1 200 Connection Established\r\n\r\n');
+            const rest = Buffer.from(head.slice(end + 4), 'latin1');
+            if (rest.length > 0) o.write(rest);
+            c.pipe(o).pipe(c);
+          });
+          o.on('error', () => c.destroy());
+        };
+        c.on('data', onData);
+      });
+      await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+      return { seen, port: (server.address() as net.AddressInfo).port, close: () => new Promise<void>((r) => {
+          server.close(() => r());
+          for (const c of open) c.destroy();
+        }) };
+    }
+
+    it.skipIf(!curl)('intercepted requests reach the origin through CONNECT <host>:<port> with Basic credentials, TLS verified on top', async () => {
+      const up = await corporate();
+      try {
+        const placeholder = 'PSB_CHAIN_PLACEHOLDER_99';
+        const { port, events } = await startProxy({
+          policy: { allow: ['secure.test'], allowLocal: true, mode: 'limited' },
+          upstreamProxy: `http://corp:pw@127.0.0.1:${up.port}`,
+          interception: { ca, originCa: publicCa.certPem, credentials: [{ host: 'secure.test', header: 'authorization', placeholder, value: 'chained-secret' }] },
+        });
+        const before = secure.seen.length;
+        const get = await curlVia(port, `https://secure.test:${secure.port}/via-corp`, ['-H', `Authorization: Bearer ${placeholder}`]);
+        expect([get.code, get.status, get.body], get.stderr).toEqual([0, 200, 'hello from secure.test']);
+        const post = await curlVia(port, `https://secure.test:${secure.port}/nope`, ['-X', 'POST', '-d', 'x']);
+        expect(post.status).toBe(403);
+        expect(secure.seen.slice(before).map((x) => [x.method, x.url, x.authorization])).toEqual([['GET', '/via-corp', 'Bearer chained-secret']]);
+        // The corporate proxy saw one tunnel, for the checked name, with our credentials; the refused POST never left.
+        expect(up.seen).toEqual([{ target: `secure.test:${secure.port}`, auth: `Basic ${Buffer.from('corp:pw').toString('base64')}` }]);
+        expect(events.filter((e) => e.method !== 'CONNECT').map((e) => [e.method, e.decision])).toEqual([
+          ['GET', 'allow'],
+          ['POST', 'deny'],
+        ]);
+      } finally {
+        await up.close();
+      }
+    });
+
+    it.skipIf(!curl)("the origin's certificate is still verified through the tunnel (no originCa: 502), and a 407 from the upstream is a 502", async () => {
+      const up = await corporate();
+      try {
+        const unverified = await startProxy({ policy: { allow: ['secure.test'], allowLocal: true, mode: 'limited' }, upstreamProxy: `http://corp:pw@127.0.0.1:${up.port}`, interception: { ca } });
+        const before = secure.seen.length;
+        const a = await curlVia(unverified.port, `https://secure.test:${secure.port}/x`);
+        expect(a.status).toBe(502);
+        expect(a.body).toMatch(/upstream request failed/);
+        expect(secure.seen.length).toBe(before);
+        const noAuth = await startProxy({ policy: { allow: ['secure.test'], allowLocal: true, mode: 'limited' }, upstreamProxy: `http://127.0.0.1:${up.port}`, interception: { ca, originCa: publicCa.certPem } });
+        const b = await curlVia(noAuth.port, `https://secure.test:${secure.port}/y`);
+        expect(b.status).toBe(502);
+        expect(up.seen.map((x) => x.auth)).toEqual([`Basic ${Buffer.from('corp:pw').toString('base64')}`, '']);
+      } finally {
+        await up.close();
+      }
+    });
+
+    it("upstreamTarget 'address' asks the upstream for the checked address; SNI and verification stay the host's; WebSocket works through it", async () => {
+      const up = await corporate();
+      const echo = await wsOrigin('ws.test');
+      try {
+        const { port } = await startProxy({
+          policy: { allow: ['ws.test'], allowLocal: true },
+          upstreamProxy: `http://corp:pw@127.0.0.1:${up.port}`,
+          upstreamTarget: 'address',
+          interception: { ca, originCa: publicCa.certPem, credentials: [{ host: 'ws.test', header: 'authorization', placeholder: 'PSB_WS_PLACEHOLDER_1234', value: 'chained-ws' }] },
+        });
+        const r = await wsVia(port, `wss://ws.test:${echo.port}/c`, { Authorization: 'PSB_WS_PLACEHOLDER_1234' });
+        expect(r).toEqual({ ok: true, answer: 'echo:ping' });
+        expect(echo.upgrades.at(-1)).toMatchObject({ url: '/c', authorization: 'chained-ws' });
+        expect(up.seen.map((x) => x.target)).toEqual([`127.0.0.1:${echo.port}`]);
+      } finally {
+        await echo.close();
+        await up.close();
+      }
+    });
   });
 });
