@@ -11,7 +11,10 @@ export interface ProxyPolicy {
   deny?: string[];
   /** Let allowed names resolve to loopback/private addresses (local services). */
   allowLocal?: boolean;
-  /** `limited`: only GET, HEAD, OPTIONS; no CONNECT. */
+  /**
+   * `limited`: only GET, HEAD, OPTIONS; no CONNECT (with TLS interception on the proxy, CONNECT is
+   * opened and each request inside it is checked), no WebSocket.
+   */
   mode?: 'full' | 'limited';
 }
 

@@ -5,8 +5,9 @@
  *   - picks the CA (the instance's, the one given, or InterceptionCa.shared());
  *   - fails closed (SandboxError EPROXY_CONFIG, nothing starts) when the CA's directory would be
  *     writable by the sandbox (inside or containing a writable root: the sandbox could replace
- *     the certificate that it, and later runs, trust) or invisible to it (under a denyRead path;
- *     on Linux under /tmp or /dev/shm, which isolated mode replaces with private ones);
+ *     the certificate that it, and later runs, trust) or invisible to it (under or around a
+ *     denyRead path; on Linux under /tmp or /dev/shm, which isolated mode replaces with private
+ *     ones; `tmp: 'host'` makes /tmp writable);
  *   - adds the directory to a restricted `read` list (readRoots), so it stays readable;
  *   - merges InterceptionCa.env() (every CUSTOM_CA_ENV_KEYS variable) into the child's env.
  *     Ours wins over a value the caller gave for those keys: an intercepted host's certificate
@@ -62,8 +63,8 @@ export function checkCaDirForRules(caDir: string, rules: ResolvedRules, platform
     }
   }
   for (const d of rules.denyRead) {
-    if (inside(dir, d)) {
-      throw caError(`the interception CA directory ${dir} is under the deny-read path ${d}, so the sandbox could not read it; ${FIX}`, { caDir: dir, conflict: 'unreadable', root: d });
+    if (inside(dir, d) || inside(d, dir)) {
+      throw caError(`the interception CA directory ${dir} is ${inside(dir, d) ? 'under' : 'around'} the deny-read path ${d}, so the sandbox could not read it; ${FIX}`, { caDir: dir, conflict: 'unreadable', root: d });
     }
   }
   if (rules.readAll || rules.readRoots.some((r) => inside(dir, r))) return rules;

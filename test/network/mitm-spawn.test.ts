@@ -288,6 +288,15 @@ describe.runIf(caps.linux)('a CA directory the sandbox could write or not see is
       expect(denied.err.code).toBe('EPROXY_CONFIG');
       expect(denied.err.message).toMatch(/deny-read path/);
       expect(denied.err.detail).toMatchObject({ conflict: 'unreadable' });
+      // A deny-read path inside the CA directory (its certificate, say) is refused the same way.
+      const ca = InterceptionCa.create({ dir: scene.out });
+      try {
+        await expect(
+          run('/bin/true', [], { cwd: scene.ws, env: BASE_ENV, policy: modePolicy(mode, { filesystem: { write: [scene.ws], denyRead: [ca.certPath] }, network: { proxy: policy } }), proxy: { instance: ManagedProxy.create({ policy, lookup, interception: { ca } }) } }),
+        ).rejects.toMatchObject({ code: 'EPROXY_CONFIG', message: /around the deny-read path/ });
+      } finally {
+        ca.dispose();
+      }
     } finally {
       fs.rmSync(tmpBase, { recursive: true, force: true });
       scene.cleanup();
