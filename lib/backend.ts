@@ -88,10 +88,23 @@ export interface ExitInfo {
 }
 
 export interface BackendProcess {
-  pid: number;
-  /** Streams for the fds that were 'pipe' (index = fd), null otherwise. */
+  /** undefined until `started` resolves for a deferred start; set from the start otherwise. */
+  pid: number | undefined;
+  /**
+   * Deferred start (Windows, sandboxed: the ACL edits run off the JS thread first). Absent: the
+   * command was started before spawn() returned (Linux, macOS). Resolves with the pid once the
+   * command runs; resolves null when kill() cancelled the start (nothing ran; `exited` resolves
+   * with the signal); rejects with a SandboxError when it could not start (`exited` rejects with
+   * the same error). Either way, what the backend changed for the run is undone first. spawn()
+   * still throws synchronously for bad input and unenforceable policies.
+   */
+  started?: Promise<number | null>;
+  /**
+   * Streams for the fds that were 'pipe' (index = fd), null otherwise. For a deferred start they
+   * exist at once: stdin writes are queued until the start, outputs flow after it.
+   */
   stdio: Array<Readable | Writable | null>;
-  /** Signals the whole sandboxed tree (process group / namespace init / job). */
+  /** Signals the whole sandboxed tree (process group / namespace init / job); cancels a deferred start. */
   kill(signal: NodeJS.Signals | number): boolean;
   /** Resolves once, when the command has exited (its status, not init's). */
   exited: Promise<ExitInfo>;

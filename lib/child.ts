@@ -6,6 +6,13 @@
  * A command that could not be started (not found, not executable) gets a handle too, as
  * child_process gives one: `pid` is undefined, piped streams are empty and already ended, 'error'
  * is emitted on the next tick, then 'close', and `exited` rejects with the same SandboxError.
+ *
+ * Deferred start (BackendProcess.started; Windows sandboxed runs, whose ACL edits run off the JS
+ * thread first): `pid` is undefined until 'spawn', which fires once the command runs; stdin writes
+ * before that are queued and delivered. kill() before the start cancels it: nothing runs, then
+ * 'exit' and 'close' with (null, signal) and `exited` resolves so, as for a killed child. A start
+ * that fails (an ACL edit denied, say) is reported like a command that could not be started:
+ * 'error', then 'close', and `exited` rejects with the SandboxError.
  */
 import { EventEmitter } from 'node:events';
 import { Readable, Writable } from 'node:stream';
@@ -20,13 +27,16 @@ export interface ExitResult {
 
 /** The events of a SandboxedProcess and their arguments. */
 export interface SandboxedProcessEvents {
-  /** The command is running (next tick after spawn() returned). */
+  /**
+   * The command is running: the next tick after spawn() returned, or (Windows, sandboxed) once the
+   * ACL edits are done and the command started.
+   */
   spawn: [];
   /** The command exited; its stdio may still hold data. */
   exit: [code: number | null, signal: NodeJS.Signals | null];
   /** The command exited and every piped stream has closed. */
   close: [code: number | null, signal: NodeJS.Signals | null];
-  /** The command could not be started (ENOT_FOUND, ENOT_EXECUTABLE). */
+  /** The command could not be started (ENOT_FOUND, ENOT_EXECUTABLE; Windows: EACL_EDIT, ESPAWN, ...). */
   error: [err: SandboxError];
 }
 
@@ -46,8 +56,7 @@ export interface SandboxedProcess {
 }
 
 export class SandboxedProcess extends EventEmitter {
-  /** undefined when the command could not be started. */
-  readonly pid: number | undefined;
+  private pidValue: number | undefined;
   readonly stdin: Writable | null;
   readonly stdout: Readable | null;
   readonly stderr: Readable | null;
@@ -68,6 +77,14 @@ export class SandboxedProcess extends EventEmitter {
   private readonly proc: BackendProcess | null;
   private hasExited = false;
 
+  /**
+   * undefined when the command could not be started, and until 'spawn' for a deferred start
+   * (Windows sandboxed runs: the ACL edits come first).
+   */
+  get pid(): number | undefined {
+    return this.pidValue;
+  }
+
   /** @internal A handle for a command that could not be started (see the class comment). */
   static failed(error: SandboxError, stdio: readonly StdioSpec[], enforcement: EnforcementReport): SandboxedProcess {
     return new SandboxedProcess(null, { error, stdio, enforcement });
@@ -82,7 +99,7 @@ export class SandboxedProcess extends EventEmitter {
     this.proc = proc;
     if (proc === null) {
       const f = failure!;
-      this.pid = undefined;
+      this.pidValue = undefined;
       // Empty, already-ended streams where a pipe was asked for, so stream code needs no special case.
       this.stdio = f.stdio.map((s, i) => {
         if (s !== 'pipe') return null;
@@ -107,7 +124,7 @@ export class SandboxedProcess extends EventEmitter {
       });
       return;
     }
-    this.pid = proc.pid;
+    this.pidValue = proc.pid;
     this.stdio = proc.stdio;
     this.stdin = (proc.stdio[0] as Writable | null) ?? null;
     this.stdout = (proc.stdio[1] as Readable | null) ?? null;
@@ -133,7 +150,31 @@ export class SandboxedProcess extends EventEmitter {
       });
       return result;
     });
-    process.nextTick(() => this.emit('spawn'));
+    if (proc.started === undefined) {
+      process.nextTick(() => this.emit('spawn'));
+      return;
+    }
+    // Deferred start: 'spawn' when the command runs; a cancelled start (kill) ends through
+    // `exited` above; a failed one is reported as a command that could not be started.
+    this.exited.catch(() => {});
+    proc.started.then(
+      (pid) => {
+        if (pid === null) return;
+        this.pidValue = pid;
+        this.emit('spawn');
+      },
+      (err: unknown) => {
+        this.hasExited = true;
+        const error = err instanceof SandboxError ? err : new SandboxError('ESPAWN', `the command could not be started: ${String((err as Error)?.message ?? err)}`, { cause: err });
+        // Emitted outside the promise chain: with no 'error' listener it is an uncaught exception,
+        // as for child_process.
+        process.nextTick(() => {
+          this.stdin?.destroy();
+          this.emit('error', error);
+          void Promise.all(streamsClosed).then(() => this.emit('close', null, null));
+        });
+      },
+    );
   }
 
   /**

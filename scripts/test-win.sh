@@ -27,7 +27,7 @@ bash scripts/build-win.sh
 
 echo "test-win: compiling lib/ for Windows node"
 rm -rf "$WIN/dist"
-npx tsc lib/platform/win32.ts --outDir "$WIN/dist" --rootDir lib --module commonjs --moduleResolution node \
+npx tsc lib/platform/win32.ts lib/child.ts --outDir "$WIN/dist" --rootDir lib --module commonjs --moduleResolution node \
   --target ES2022 --lib ES2022 --strict --esModuleInterop --skipLibCheck --types node --resolveJsonModule
 
 # The public-API suite runs the lead's build of lib/ (dist/, CommonJS), as an installed package would.

@@ -68,5 +68,10 @@ One-off checks (by hand; see docs/windows.md):
   4. Memory-read gap (expected today): a sandboxed powershell can still OpenProcess(PROCESS_VM_READ)
      on your explorer.exe. If that starts failing, the gap can be dropped from the report.
   5. Elevated console: run this script again elevated; the token test must show the child at
-     Medium integrity without Administrators.`);
+     Medium integrity without Administrators.
+  6. ACLs off the JS thread (deferred start): the liveness test's diagnostics below must show loop
+     turns > 0 during the ACL phase (with a real propagation walk over 20,000 files here) and 0 for
+     the synchronous control; "needs real Windows: access denied on a writable root" (icacls) and
+     "needs real Windows: while a run is alive its deny ACEs are on disk" must have passed above.`);
+for (const line of tap.split(/\r?\n/)) if (/^# (ACL phase|synchronous control):/.test(line)) console.log(`  ${line}`);
 if (failed.length > 0 || badSkips.length > 0 || r.status === null) process.exit(1);

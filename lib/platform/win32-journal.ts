@@ -3,7 +3,9 @@
  * by the next run of any host process (issue #14: "a host crash leaves ACEs behind").
  *
  * One file per run, `<stateDir>/journal/<pid>-<hex>.json`, rewritten (tmp + rename) before each
- * change is made (write-ahead: a crash between the two leaves an entry whose undo is a no-op).
+ * change is made (write-ahead: a crash between the two leaves an entry whose undo is a no-op). A
+ * run's ACL edits are recorded together (addAll), before the batch that makes them starts off the
+ * JS thread; finishAsync undoes them the same way (lib/platform/win32.ts serializes the batches).
  * Entries:
  *   deny         explicit deny ACEs of `sid` on `path` (protected paths, their roots' DELETE and
  *                FILE_DELETE_CHILD): removed at exit
@@ -38,6 +40,19 @@ export interface JournalUndo {
   removeDenies(path: string, sid: string): void;
   revoke(path: string, sid: string): void;
 }
+
+/** One ACL undo for the asynchronous path (Win32Native.winAclBatch). */
+export interface AclUndo {
+  op: 'remove-denies' | 'revoke';
+  path: string;
+  sid: string;
+}
+
+/**
+ * Runs ACL undos off the JS thread, in order, every one tried; resolves with one entry per undo:
+ * null (done) or the error.
+ */
+export type JournalUndoBatch = (undos: AclUndo[]) => Promise<Array<Error | null>>;
 
 function key(e: JournalEntry): string {
   const p = e.path.replace(/\//g, '\\').toLowerCase();
@@ -125,8 +140,21 @@ export class RunJournal {
 
   /** Record `e` (durably) before the change it describes is made. */
   add(e: JournalEntry): void {
-    if (this.entries.some((x) => key(x) === key(e))) return;
-    this.entries.push(e);
+    this.addAll([e]);
+  }
+
+  /** Record several entries (one durable write) before any of the changes is made. */
+  addAll(list: JournalEntry[]): void {
+    const keys = new Set(this.entries.map(key));
+    let added = false;
+    for (const e of list) {
+      const k = key(e);
+      if (keys.has(k)) continue;
+      keys.add(k);
+      this.entries.push(e);
+      added = true;
+    }
+    if (!added) return;
     const tmp = `${this.file}.${crypto.randomBytes(4).toString('hex')}.tmp`;
     fs.writeFileSync(tmp, JSON.stringify({ version: 1, pid: process.pid, entries: this.entries } satisfies JournalFile));
     fs.renameSync(tmp, this.file);
@@ -138,13 +166,58 @@ export class RunJournal {
     this.finished = true;
     return undoEntries(this.journal, this.file, this.entries, undo);
   }
+
+  /**
+   * finish() with the ACL undos run off the JS thread (removing an inheritable deny from a
+   * protected directory, or revoking a temporary grant on a tree, rewrites the inherited ACEs below
+   * it). The file-system undos (placeholders, the private temp dir) follow, synchronously: single
+   * entries. Resolves with the failures once everything was tried; never rejects.
+   */
+  async finishAsync(batch: JournalUndoBatch): Promise<string[]> {
+    if (this.finished) return [];
+    this.finished = true;
+    const keep = this.journal.liveKeys(this.file);
+    const todo = [...this.entries].reverse().filter((e) => !((e.kind === 'deny' || e.kind === 'placeholder') && keep.has(key(e))));
+    const acl = todo.filter((e): e is Extract<JournalEntry, { kind: 'deny' | 'grant' }> => e.kind === 'deny' || e.kind === 'grant');
+    let errors: Array<Error | null>;
+    try {
+      errors = acl.length === 0 ? [] : await batch(acl.map((e) => ({ op: e.kind === 'deny' ? 'remove-denies' : 'revoke', path: e.path, sid: e.sid })));
+    } catch (err) {
+      errors = acl.map(() => err as Error);
+    }
+    const failures: string[] = [];
+    const failed: JournalEntry[] = [];
+    acl.forEach((e, i) => {
+      const err = errors[i];
+      if (err && !isMissing(err)) {
+        failures.push(`${e.kind} ${e.path}: ${err.message}`);
+        failed.push(e);
+      }
+    });
+    const fsUndo: JournalUndo = {
+      removeDenies: () => {},
+      revoke: () => {},
+    };
+    failures.push(...undoEntries(this.journal, this.file, todo.filter((e) => e.kind === 'placeholder' || e.kind === 'dir').reverse(), fsUndo, failed));
+    return failures;
+  }
 }
 
-/** Undo in reverse order; returns the failures (best effort: every entry is tried). */
-function undoEntries(journal: Journal, file: string, entries: JournalEntry[], undo: JournalUndo): string[] {
+/** An undo whose path is gone (ENOENT, ERROR_FILE_NOT_FOUND, ERROR_PATH_NOT_FOUND): nothing to undo. */
+function isMissing(err: unknown): boolean {
+  const code = (err as NodeJS.ErrnoException).code;
+  const winError = (err as { winError?: number }).winError;
+  return code === 'ENOENT' || winError === 2 || winError === 3;
+}
+
+/**
+ * Undo in reverse order; returns the failures (best effort: every entry is tried). `failedBefore`:
+ * entries whose undo already failed elsewhere (finishAsync's ACL batch), kept in the file too.
+ */
+function undoEntries(journal: Journal, file: string, entries: JournalEntry[], undo: JournalUndo, failedBefore: JournalEntry[] = []): string[] {
   const keep = journal.liveKeys(file);
   const failures: string[] = [];
-  const failed: JournalEntry[] = [];
+  const failed: JournalEntry[] = [...failedBefore];
   for (const e of [...entries].reverse()) {
     if ((e.kind === 'deny' || e.kind === 'placeholder') && keep.has(key(e))) continue;
     try {
@@ -153,8 +226,7 @@ function undoEntries(journal: Journal, file: string, entries: JournalEntry[], un
       else if (e.kind === 'placeholder') removePlaceholder(e.path, e.type);
       else fs.rmSync(e.path, { recursive: true, force: true });
     } catch (err) {
-      const code = (err as NodeJS.ErrnoException).code;
-      if (code !== 'ENOENT' && !(err as { winError?: number }).winError?.toString().match(/^(2|3)$/)) {
+      if (!isMissing(err)) {
         failures.push(`${e.kind} ${e.path}: ${(err as Error).message}`);
         failed.push(e);
       }

@@ -3,6 +3,11 @@
  * object (native/win/*), behind the Backend contract of lib/backend.ts. Planning is pure and lives
  * in win32-plan.ts; this file does the I/O (capability store, ACL edits, spawn) and wraps the
  * child's pipes as Node streams.
+ *
+ * A sandboxed spawn is a deferred start (BackendProcess.started): validation, planning,
+ * placeholders and the journal run synchronously (so bad input still throws), the ACL edits run
+ * as one batch on the libuv thread pool (winAclBatch), then winSpawn starts the command. See
+ * docs/windows.md "Deferred start".
  */
 import * as crypto from 'node:crypto';
 import * as fs from 'node:fs';
@@ -21,7 +26,8 @@ import type {
   ProbeReport,
 } from '../backend';
 import { CapabilityStore, defaultStateDir, randomCapabilitySid } from './win32-caps';
-import { Journal, type RunJournal } from './win32-journal';
+import { Journal, type AclUndo, type RunJournal } from './win32-journal';
+import { deferredStdio } from '../deferred-stdio';
 import {
   buildBatchCommandLine,
   buildCommandLine,
@@ -48,6 +54,8 @@ export {
 export { CapabilityStore, defaultStateDir } from './win32-caps';
 export { Journal } from './win32-journal';
 
+export type AclOp = 'grant-write' | 'deny-write' | 'deny-delete' | 'deny-delete-child' | 'remove-denies' | 'revoke';
+
 /** The Windows half of the addon (native/win/binding_win.cc). */
 export interface Win32Native {
   winWineVersion(): string | null;
@@ -64,10 +72,23 @@ export interface Win32Native {
     errorAfterClose: number;
   };
   winAclEdit(
-    op: 'grant-write' | 'deny-write' | 'deny-delete' | 'deny-delete-child' | 'remove-denies' | 'revoke',
+    op: AclOp,
     path: string,
     sid: string,
   ): boolean;
+  /**
+   * The same edits, in order, on a libuv thread-pool thread (the JS thread keeps turning during a
+   * propagation walk). A failure stops the batch unless continueOnError; cancel() stops it before
+   * the next edit. results[i]: { changed }, { error } (a SandboxError EACL_EDIT naming the API,
+   * the Win32 error and the path) or null (not attempted).
+   */
+  winAclBatch(
+    edits: Array<{ op: AclOp; path: string; sid: string }>,
+    options?: { continueOnError?: boolean },
+  ): {
+    promise: Promise<{ results: Array<{ changed: boolean } | { error: Error } | null>; cancelled: boolean }>;
+    cancel(): void;
+  };
   winAclSddl(path: string): string;
   winSpawn(
     options: {
@@ -92,6 +113,8 @@ export interface Win32Native {
     adminGroupsDisabled: number;
     integrityLowered: boolean;
   };
+  /** The path checks winSpawn starts with (ENOT_FOUND, ENOT_EXECUTABLE, EINVALID_ARGUMENT for cwd). */
+  winSpawnCheck(file: string, cwd: string): void;
   winDeleteChildProbe(dir: string, file: string, capabilitySid: string): { deleted: boolean; exitCode: number };
   winKill(handle: unknown, exitCode: number): boolean;
   winCloseJob(handle: unknown): void;
@@ -270,27 +293,62 @@ export function createWin32Backend(native: Win32Native | null | undefined, optio
   });
 
   /**
-   * ACL edits and placeholders for a plan, each recorded in the run's journal before it is made.
+   * Every ACL batch of this backend (a run's edits, a run's undo) runs after the previous one:
+   * two runs editing the same DACL at once would each read, modify and write it (one edit lost),
+   * and an undo computes which entries other live runs still rely on just before it runs, so a
+   * run that starts meanwhile re-applies its denies after the undo, never before it.
+   */
+  let aclQueue: Promise<unknown> = Promise.resolve();
+  function serialize<T>(fn: () => Promise<T>): Promise<T> {
+    const next = aclQueue.then(fn, fn);
+    aclQueue = next.catch(() => undefined);
+    return next;
+  }
+
+  const undoBatch = (n: Win32Native) => async (undos: AclUndo[]): Promise<Array<Error | null>> => {
+    const { results } = await n.winAclBatch(undos, { continueOnError: true }).promise;
+    return results.map((r) => (r === null ? new Error('not attempted') : 'error' in r ? r.error : null));
+  };
+
+  /** Undo a run's journal off the JS thread (in the ACL queue); never rejects. */
+  function finishRun(n: Win32Native, run: RunJournal): Promise<void> {
+    return serialize(() => run.finishAsync(undoBatch(n))).then(
+      () => undefined,
+      () => undefined,
+    );
+  }
+
+  interface PlannedEdit {
+    op: AclOp;
+    path: string;
+    sid: string;
+    /** Counted in mechanisms.aclChanges (the per-run temporary grants are not). */
+    counted: boolean;
+  }
+
+  /**
+   * The synchronous part of applying a plan: placeholders and the private temp dir (single
+   * file-system entries, each journalled before it is made), then the ordered ACL edits, all
+   * journalled in one write before any of them is made (the batch runs later, off the JS thread).
    * Returns the capability SIDs for the token. On failure everything done so far is undone.
    */
-  function applyPlan(
+  function prepareApply(
     n: Win32Native,
     plan: WindowsPlan,
     env: Array<[string, string]>,
     run: RunJournal,
-  ): { sids: string[]; aclChanges: number; placeholders: string[] } {
-    let aclChanges = 0;
+  ): { sids: string[]; edits: PlannedEdit[]; placeholders: string[] } {
     const rootSids = caps.sidsForRoots(plan.writeRoots);
     const sidOf = (root: string) => rootSids[plan.writeRoots.indexOf(root)]!;
     const sids = [...rootSids];
     const madePlaceholders: string[] = [];
+    const edits: PlannedEdit[] = [];
+    const entries: Parameters<RunJournal['addAll']>[0] = [];
     try {
       // Persistent by design: one allow ACE per writable root and capability SID, reused by
-      // every later run (the tree walk that propagates it happens once per root).
-      plan.writeRoots.forEach((root, i) => {
-        if (n.winAclEdit('grant-write', root, rootSids[i]!)) aclChanges++;
-      });
-      // Placeholders first (their ACEs follow), for names that must not be creatable.
+      // every later run (the tree walk that propagates it happens once per root). Not journalled.
+      plan.writeRoots.forEach((root, i) => edits.push({ op: 'grant-write', path: root, sid: rootSids[i]!, counted: true }));
+      // Placeholders (their ACEs follow), for names that must not be creatable.
       for (const ph of plan.placeholders) {
         run.add({ kind: 'placeholder', path: ph.path, type: ph.type });
         try {
@@ -317,13 +375,13 @@ export function createWin32Backend(native: Win32Native | null | undefined, optio
         }
       }
       const deny = (op: 'deny-write' | 'deny-delete' | 'deny-delete-child', p: string, sid: string) => {
-        run.add({ kind: 'deny', path: p, sid });
-        if (n.winAclEdit(op, p, sid)) aclChanges++;
+        entries.push({ kind: 'deny', path: p, sid });
+        edits.push({ op, path: p, sid, counted: true });
       };
       for (const p of [...plan.protectedPaths, ...plan.placeholders]) {
         for (const root of p.roots) {
           // deny-write also denies FILE_DELETE_CHILD on the parent: journal that path too.
-          run.add({ kind: 'deny', path: path.win32.dirname(p.path), sid: sidOf(root) });
+          entries.push({ kind: 'deny', path: path.win32.dirname(p.path), sid: sidOf(root) });
           deny('deny-write', p.path, sidOf(root));
         }
       }
@@ -336,8 +394,8 @@ export function createWin32Backend(native: Win32Native | null | undefined, optio
           runSid = randomCapabilitySid();
           sids.push(runSid);
         }
-        run.add({ kind: 'grant', path: p, sid: runSid });
-        n.winAclEdit('grant-write', p, runSid);
+        entries.push({ kind: 'grant', path: p, sid: runSid });
+        edits.push({ op: 'grant-write', path: p, sid: runSid, counted: false });
       };
       for (const p of plan.temporaryRoots) temporaryGrant(p);
       if (plan.privateTmp) {
@@ -351,12 +409,33 @@ export function createWin32Backend(native: Win32Native | null | undefined, optio
           env.push([name, dir]);
         }
       }
+      // Write-ahead: every ACL change of the run is on disk before the first one is made, so a
+      // host that dies during the batch leaves a journal the next start undoes (undoing an edit
+      // that was never made is a no-op).
+      run.addAll(entries);
     } catch (err) {
+      // Only file-system entries can have been made (no ACL edit has run yet): undone here.
       run.finish(undoWith(n));
       throw err;
     }
     if (sids.length === 0) sids.push(caps.readonlySid());
-    return { sids, aclChanges, placeholders: madePlaceholders };
+    return { sids, edits, placeholders: madePlaceholders };
+  }
+
+  /** The SandboxError of a failed edit: stable code, the edit, the path and the Win32 error. */
+  function aclFailure(edit: PlannedEdit, err: Error): SandboxError {
+    const e = err as Partial<SandboxError>;
+    return new SandboxError(
+      'EACL_EDIT',
+      `could not apply the sandbox's ACLs (${edit.op} on ${edit.path}): ${err.message}; the command was not started ` +
+        'and every change made for it was undone',
+      {
+        ...(e.syscall !== undefined ? { syscall: e.syscall } : {}),
+        ...(e.winError !== undefined ? { winError: e.winError } : {}),
+        detail: { op: edit.op, path: edit.path },
+        cause: err,
+      },
+    );
   }
 
   function spawn(req: BackendSpawnRequest): BackendProcess {
@@ -374,14 +453,14 @@ export function createWin32Backend(native: Win32Native | null | undefined, optio
     } else {
       commandLine = buildCommandLine(req.argv);
     }
+    // Bad paths are refused now, before any ACL work (a deferred start must not turn them into
+    // an 'error' event).
+    n.winSpawnCheck(file, req.cwd);
 
     let report: EnforcementReport;
     let env: Array<[string, string]>;
     let run: RunJournal | null = null;
-    // Undo failures stay in the journal and are retried by a later host (see win32-journal.ts).
-    const cleanup = () => {
-      if (run !== null) run.finish(undoWith(n));
-    };
+    let edits: PlannedEdit[] = [];
     let sandboxOptions: { sandboxed: boolean; capabilitySids?: string[]; privateDesktop?: boolean; job: object };
     if (req.rules === null) {
       report = unsandboxedReport();
@@ -427,86 +506,156 @@ export function createWin32Backend(native: Win32Native | null | undefined, optio
       }
       env = mergeEnvCaseInsensitive(req.env, plan.envOverrides);
       run = journal.begin();
-      const applied = applyPlan(n, plan, env, run);
+      const prepared = prepareApply(n, plan, env, run);
+      edits = prepared.edits;
       report = plan.report;
       report.mechanisms = {
         ...report.mechanisms,
-        capabilitySids: applied.sids.length,
-        aclChanges: applied.aclChanges,
-        placeholders: applied.placeholders,
+        capabilitySids: prepared.sids.length,
+        // Filled in when the ACL batch has run (before 'spawn'): the edits that changed a DACL.
+        aclChanges: null,
+        aclEdits: edits.length,
+        placeholders: prepared.placeholders,
         journal: run.file,
         // What stays on disk after the run, by design: the capability SID's allow ACE on each
         // writable root (reused by the next run), recorded in capabilities.json.
         persistentGrants: plan.writeRoots,
       };
-      sandboxOptions = { sandboxed: true, capabilitySids: applied.sids, privateDesktop: true, job: plan.job };
+      sandboxOptions = { sandboxed: true, capabilitySids: prepared.sids, privateDesktop: true, job: plan.job };
+    }
+    const journalRun = run;
+    if (forward.some(Boolean)) {
+      report.mechanisms.consoleForwardedThroughPipes = forward.map((f, i) => (f ? i : -1)).filter((i) => i >= 0);
     }
 
     let resolveExit!: (info: ExitInfo) => void;
-    const exited = new Promise<ExitInfo>((resolve) => {
+    let rejectExit!: (err: unknown) => void;
+    const exited = new Promise<ExitInfo>((resolve, reject) => {
       resolveExit = resolve;
+      rejectExit = reject;
     });
+    exited.catch(() => {}); // rejected only for a deferred start that failed; the handle reports it
     let killedWith: NodeJS.Signals | null = null;
     let done = false;
+    let starting = false;
+    let cancelBatch: (() => void) | null = null;
     let handle: unknown;
-    let child: ReturnType<Win32Native['winSpawn']>;
+    let pid: number | undefined;
     let forwarding: ReturnType<typeof forwardStdio> | null = null;
-    try {
-      child = n.winSpawn(
-        { file, commandLine, env, cwd: req.cwd, stdio, ...sandboxOptions },
-        (code: number) => {
-          done = true;
-          // Closing the job (kill-on-close) ends whatever the command left running.
-          n.winRelease(handle);
-          cleanup();
-          const info: ExitInfo = killedWith !== null ? { code: null, signal: killedWith } : { code, signal: null };
-          if (forwarding === null) {
-            resolveExit(info);
-          } else {
-            forwarding.detach();
-            void forwarding.outputsDone.then(() => resolveExit(info));
-          }
-        },
-      );
-    } catch (err) {
-      cleanup();
-      throw err;
-    }
-    handle = child.handle;
-    report.mechanisms = {
-      ...report.mechanisms,
-      ...(child.desktop !== null ? { privateDesktop: child.desktop } : {}),
-      jobAssignedVia: child.jobViaAttribute ? 'PROC_THREAD_ATTRIBUTE_JOB_LIST' : 'AssignProcessToJobObject',
-      ...(req.rules !== null
-        ? {
-            tokenRestricted: child.tokenRestricted,
-            // An elevated host: admin groups deny-only, integrity capped at Medium (never High).
-            adminGroupsDisabled: child.adminGroupsDisabled,
-            integrity: child.integrityLowered ? 'medium (lowered from the elevated host)' : 'medium (the user\'s own)',
-          }
-        : {}),
+    // Everything the run changed, undone (ACLs off the JS thread) before the exit is reported.
+    const cleanup = (): Promise<void> => (journalRun !== null ? finishRun(n, journalRun) : Promise.resolve());
+
+    /** winSpawn and the stream wiring; throws (sync) when the process cannot be created. */
+    const launch = (): Array<Readable | Writable | null> => {
+      const child = n.winSpawn({ file, commandLine, env, cwd: req.cwd, stdio, ...sandboxOptions }, (code: number) => {
+        done = true;
+        // Closing the job (kill-on-close) ends whatever the command left running.
+        n.winRelease(handle);
+        const info: ExitInfo = killedWith !== null ? { code: null, signal: killedWith } : { code, signal: null };
+        const outputs = forwarding === null ? Promise.resolve() : (forwarding.detach(), forwarding.outputsDone);
+        void Promise.all([cleanup(), outputs]).then(() => resolveExit(info));
+      });
+      handle = child.handle;
+      pid = child.pid;
+      Object.assign(report.mechanisms, {
+        ...(child.desktop !== null ? { privateDesktop: child.desktop } : {}),
+        jobAssignedVia: child.jobViaAttribute ? 'PROC_THREAD_ATTRIBUTE_JOB_LIST' : 'AssignProcessToJobObject',
+        ...(req.rules !== null
+          ? {
+              tokenRestricted: child.tokenRestricted,
+              // An elevated host: admin groups deny-only, integrity capped at Medium (never High).
+              adminGroupsDisabled: child.adminGroupsDisabled,
+              integrity: child.integrityLowered ? 'medium (lowered from the elevated host)' : "medium (the user's own)",
+            }
+          : {}),
+      });
+      const streams = wrapStreams(child.fds);
+      if (forward.some(Boolean)) {
+        forwarding = forwardStdio(streams, forward, hostStdio());
+        forward.forEach((f, i) => {
+          if (f) streams[i] = null; // the caller asked for 'inherit': no stream of its own
+        });
+      }
+      return streams;
     };
 
-    const streams = wrapStreams(child.fds);
-    if (forward.some(Boolean)) {
-      forwarding = forwardStdio(streams, forward, hostStdio());
-      forward.forEach((f, i) => {
-        if (f) streams[i] = null; // the caller asked for 'inherit': no stream of its own
-      });
-      report.mechanisms = { ...report.mechanisms, consoleForwardedThroughPipes: forward.map((f, i) => (f ? i : -1)).filter((i) => i >= 0) };
+    const kill = (signal: NodeJS.Signals | number): boolean => {
+      if (done) return false;
+      if (signal === 0) return true; // existence check, as process.kill(pid, 0)
+      if (killedWith === null) killedWith = typeof signal === 'string' ? signal : 'SIGKILL';
+      if (starting) {
+        // Not started yet: cancel (the batch stops before its next edit; nothing is launched).
+        cancelBatch?.();
+        return true;
+      }
+      return n.winKill(handle, 1);
+    };
+
+    if (req.rules === null) {
+      // Unsandboxed: no ACL work, started before spawn() returns (as child_process does).
+      let streams: Array<Readable | Writable | null>;
+      try {
+        streams = launch();
+      } catch (err) {
+        void cleanup();
+        throw err;
+      }
+      return { pid, stdio: streams, exited, enforcement: report, kill };
     }
 
+    // Sandboxed: the ACL edits run off the JS thread, then the command starts (deferred start).
+    starting = true;
+    const io = deferredStdio(stdio.map((s, i) => s === 'pipe' && !forward[i]));
+    const abandon = async (info: ExitInfo | null, err?: unknown): Promise<null> => {
+      done = true;
+      starting = false;
+      io.abandon();
+      await cleanup();
+      if (info) {
+        resolveExit(info);
+        return null;
+      }
+      rejectExit(err);
+      throw err;
+    };
+    const started = serialize(async () => {
+      if (killedWith !== null) return null;
+      const batch = n.winAclBatch(edits.map(({ op, path: p, sid }) => ({ op, path: p, sid })));
+      cancelBatch = batch.cancel;
+      return batch.promise;
+    }).then(
+      (outcome): Promise<number | null> | number | null => {
+        cancelBatch = null;
+        if (killedWith !== null) return abandon({ code: null, signal: killedWith });
+        const results = outcome!.results;
+        const failedAt = results.findIndex((r) => r !== null && 'error' in r);
+        if (failedAt >= 0) {
+          return abandon(null, aclFailure(edits[failedAt]!, (results[failedAt] as { error: Error }).error));
+        }
+        report.mechanisms.aclChanges = results.filter((r, i) => r !== null && 'changed' in r && r.changed && edits[i]!.counted).length;
+        let streams: Array<Readable | Writable | null>;
+        try {
+          streams = launch();
+        } catch (err) {
+          return abandon(null, err);
+        }
+        starting = false;
+        io.attach(streams);
+        return pid!;
+      },
+      (err: unknown) => abandon(null, err),
+    );
+    started.catch(() => {}); // the handle reports a failed start ('error', `exited` rejects)
+
     return {
-      pid: child.pid,
-      stdio: streams,
+      get pid() {
+        return pid;
+      },
+      started,
+      stdio: io.streams,
       exited,
       enforcement: report,
-      kill(signal: NodeJS.Signals | number): boolean {
-        if (done) return false;
-        if (signal === 0) return true; // existence check, as process.kill(pid, 0)
-        if (killedWith === null) killedWith = typeof signal === 'string' ? signal : 'SIGKILL';
-        return n.winKill(handle, 1);
-      },
+      kill,
     };
   }
 

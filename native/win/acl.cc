@@ -198,6 +198,44 @@ Status RevokeSid(const std::wstring& path, const Sid& sid) noexcept {
   return ApplyEntry(path, d, REVOKE_ACCESS, 0, NO_INHERITANCE, sid);
 }
 
+bool ParseAclOp(const std::string& name, AclOp* out) noexcept {
+  static const struct {
+    const char* name;
+    AclOp op;
+  } kOps[] = {{"grant-write", AclOp::kGrantWrite},        {"deny-write", AclOp::kDenyWrite},
+              {"deny-delete", AclOp::kDenyDelete},        {"deny-delete-child", AclOp::kDenyDeleteChild},
+              {"remove-denies", AclOp::kRemoveDenies},    {"revoke", AclOp::kRevoke}};
+  for (const auto& o : kOps) {
+    if (name == o.name) {
+      *out = o.op;
+      return true;
+    }
+  }
+  return false;
+}
+
+Status ApplyAclOp(AclOp op, const std::wstring& path, const Sid& sid, bool* changed) noexcept {
+  *changed = false;
+  switch (op) {
+    case AclOp::kGrantWrite:
+      return GrantWrite(path, sid, changed);
+    case AclOp::kDenyWrite:
+      return DenyWrite(path, sid, changed);
+    case AclOp::kDenyDelete:
+      return DenyThisObject(path, sid, DELETE, changed);
+    case AclOp::kDenyDeleteChild:
+      return DenyThisObject(path, sid, FILE_DELETE_CHILD, changed);
+    case AclOp::kRemoveDenies:
+      return RemoveDenies(path, sid, changed);
+    case AclOp::kRevoke: {
+      Status s = RevokeSid(path, sid);
+      *changed = s.ok();
+      return s;
+    }
+  }
+  return Status::Error(ErrorCode::kEACL_EDIT, "unknown ACL edit");
+}
+
 Status DaclSddl(const std::wstring& path, std::wstring* out) noexcept {
   Dacl d;
   Status s = ReadDacl(path, &d);

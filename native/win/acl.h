@@ -38,6 +38,14 @@ Status DenyThisObject(const std::wstring& path, const Sid& sid, DWORD mask, bool
 // Walks the subtree only when a removed ACE was inheritable.
 Status RemoveDenies(const std::wstring& path, const Sid& sid, bool* changed) noexcept;
 Status RevokeSid(const std::wstring& path, const Sid& sid) noexcept;
+
+// One edit of a batch (winAclEdit, and winAclBatch off the JS thread): the functions above by name.
+enum class AclOp { kGrantWrite, kDenyWrite, kDenyDelete, kDenyDeleteChild, kRemoveDenies, kRevoke };
+// "grant-write" | "deny-write" | "deny-delete" | "deny-delete-child" | "remove-denies" | "revoke".
+bool ParseAclOp(const std::string& name, AclOp* out) noexcept;
+// Runs one edit. `changed`: whether the DACL was rewritten (always true for a revoke).
+Status ApplyAclOp(AclOp op, const std::wstring& path, const Sid& sid, bool* changed) noexcept;
+
 // The DACL as SDDL text (tests and diagnostics).
 Status DaclSddl(const std::wstring& path, std::wstring* out) noexcept;
 

@@ -3,8 +3,10 @@
 // spawn_win.cc, return Status, and never throw. lib/platform/win32.ts is the only caller.
 #include <napi.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "../addon_data.h"
 #include "../js_error.h"
@@ -158,32 +160,151 @@ Napi::Value DesktopProbe(const Napi::CallbackInfo& info) {
 
 // ---- ACLs -------------------------------------------------------------------------------------
 
+constexpr const char* kAclOpNames =
+    "'grant-write', 'deny-write', 'deny-delete', 'deny-delete-child', 'remove-denies' or 'revoke'";
+
+win::AclOp AclOpArg(Napi::Env env, Napi::Value v) {
+  win::AclOp op;
+  if (!v.IsString() || !win::ParseAclOp(v.As<Napi::String>().Utf8Value(), &op)) {
+    throw Napi::TypeError::New(env, std::string("Expected op to be ") + kAclOpNames);
+  }
+  return op;
+}
+
+// winAclEdit(op, path, sid) -> changed. Synchronous: the edit (and the subtree walk of an
+// inheritable change) runs on the calling thread. For tests, tools and the journal's recovery;
+// spawn() uses winAclBatch.
 Napi::Value AclEdit(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (info.Length() != 3 || !info[0].IsString()) {
-    throw Napi::TypeError::New(env, "Usage: native.winAclEdit('grant-write'|'deny-write'|'deny-delete'|'deny-delete-child'|'remove-denies'|'revoke', path, sid)");
+    throw Napi::TypeError::New(env, std::string("Usage: native.winAclEdit(op, path, sid), op: ") + kAclOpNames);
   }
-  std::string op = info[0].As<Napi::String>().Utf8Value();
+  win::AclOp op = AclOpArg(env, info[0]);
   std::wstring path = WideArg(env, info[1], "path");
   Sid sid = SidArg(env, info[2], "sid");
   bool changed = false;
-  if (op == "grant-write") {
-    Check(env, win::GrantWrite(path, sid, &changed));
-  } else if (op == "deny-write") {
-    Check(env, win::DenyWrite(path, sid, &changed));
-  } else if (op == "deny-delete") {
-    Check(env, win::DenyThisObject(path, sid, DELETE, &changed));
-  } else if (op == "deny-delete-child") {
-    Check(env, win::DenyThisObject(path, sid, FILE_DELETE_CHILD, &changed));
-  } else if (op == "remove-denies") {
-    Check(env, win::RemoveDenies(path, sid, &changed));
-  } else if (op == "revoke") {
-    Check(env, win::RevokeSid(path, sid));
-    changed = true;
-  } else {
-    throw Napi::TypeError::New(env, "Expected op to be 'grant-write', 'deny-write', 'deny-delete', 'deny-delete-child', 'remove-denies' or 'revoke'");
-  }
+  Check(env, win::ApplyAclOp(op, path, sid, &changed));
   return Napi::Boolean::New(env, changed);
+}
+
+// ---- ACL batch off the JS thread ----------------------------------------------------------------
+
+struct AclBatchItem {
+  win::AclOp op;
+  std::wstring path;
+  Sid sid;
+};
+
+struct AclBatchOutcome {
+  bool attempted = false;
+  bool changed = false;
+  Status status;
+};
+
+// Runs the edits in order on a libuv thread-pool thread (Execute: Win32 calls only, no Node-API),
+// then settles the promise on the JS thread (OnOK). A failed edit stops the batch unless
+// continueOnError; cancel() stops it before the next edit (the one in progress completes: a
+// SetNamedSecurityInfoW propagation cannot be interrupted half-way without leaving a mixed tree).
+class AclBatchWorker : public Napi::AsyncWorker {
+ public:
+  AclBatchWorker(Napi::Env env, std::vector<AclBatchItem> items, bool continue_on_error,
+                 std::shared_ptr<std::atomic<bool>> cancel)
+      : Napi::AsyncWorker(env, "process-sandbox ACL batch"),
+        deferred_(Napi::Promise::Deferred::New(env)),
+        items_(std::move(items)),
+        outcomes_(items_.size()),
+        continue_on_error_(continue_on_error),
+        cancel_(std::move(cancel)) {}
+
+  Napi::Promise Promise() const { return deferred_.Promise(); }
+
+  void Execute() override {
+    for (size_t i = 0; i < items_.size(); ++i) {
+      if (cancel_->load()) {
+        cancelled_ = true;
+        return;
+      }
+      AclBatchOutcome& o = outcomes_[i];
+      o.attempted = true;
+      o.status = win::ApplyAclOp(items_[i].op, items_[i].path, items_[i].sid, &o.changed);
+      if (!o.status.ok() && !continue_on_error_) return;
+    }
+  }
+
+  void OnOK() override {
+    Napi::Env env = Env();
+    Napi::Array results = Napi::Array::New(env, outcomes_.size());
+    for (uint32_t i = 0; i < outcomes_.size(); ++i) {
+      const AclBatchOutcome& o = outcomes_[i];
+      if (!o.attempted) {
+        results.Set(i, env.Null());
+        continue;
+      }
+      Napi::Object r = Napi::Object::New(env);
+      if (o.status.ok()) {
+        r.Set("changed", o.changed);
+      } else {
+        r.Set("error", MakeSandboxError(env, o.status));
+      }
+      results.Set(i, r);
+    }
+    Napi::Object out = Napi::Object::New(env);
+    out.Set("results", results);
+    out.Set("cancelled", cancelled_);
+    deferred_.Resolve(out);
+  }
+
+  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
+
+ private:
+  Napi::Promise::Deferred deferred_;
+  std::vector<AclBatchItem> items_;
+  std::vector<AclBatchOutcome> outcomes_;
+  bool continue_on_error_;
+  bool cancelled_ = false;
+  std::shared_ptr<std::atomic<bool>> cancel_;
+};
+
+// winAclBatch([{ op, path, sid }, ...], { continueOnError }?) -> { promise, cancel() }
+//   promise resolves { results: Array<{ changed } | { error: SandboxError } | null>, cancelled }
+//   (null: not attempted, after a failure or a cancel). Arguments are checked here, synchronously
+//   (TypeError / SandboxError EINVALID_ARGUMENT / ESID_LOOKUP); nothing runs then.
+Napi::Value AclBatch(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 1 || info.Length() > 2 || !info[0].IsArray() ||
+      (info.Length() == 2 && !info[1].IsObject() && !info[1].IsUndefined())) {
+    throw Napi::TypeError::New(env, "Usage: native.winAclBatch([{ op, path, sid }, ...], { continueOnError }?)");
+  }
+  Napi::Array edits = info[0].As<Napi::Array>();
+  std::vector<AclBatchItem> items;
+  items.reserve(edits.Length());
+  for (uint32_t i = 0; i < edits.Length(); ++i) {
+    Napi::Value e = edits.Get(i);
+    if (!e.IsObject()) throw Napi::TypeError::New(env, "Expected each edit to be { op, path, sid }");
+    Napi::Object o = e.As<Napi::Object>();
+    win::AclOp op = AclOpArg(env, o.Get("op"));
+    std::wstring path = WideArg(env, o.Get("path"), "path");
+    Sid sid = SidArg(env, o.Get("sid"), "sid");
+    items.push_back(AclBatchItem{op, std::move(path), std::move(sid)});
+  }
+  bool continue_on_error = false;
+  if (info.Length() == 2 && info[1].IsObject()) {
+    continue_on_error = info[1].As<Napi::Object>().Get("continueOnError").ToBoolean().Value();
+  }
+  auto cancel = std::make_shared<std::atomic<bool>>(false);
+  auto* worker = new AclBatchWorker(env, std::move(items), continue_on_error, cancel);
+  Napi::Promise promise = worker->Promise();
+  worker->Queue();  // the worker deletes itself after OnOK/OnError
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("promise", promise);
+  out.Set("cancel", Napi::Function::New(
+                        env,
+                        [cancel](const Napi::CallbackInfo& ci) -> Napi::Value {
+                          cancel->store(true);
+                          return ci.Env().Undefined();
+                        },
+                        "cancel"));
+  return out;
 }
 
 Napi::Value AclSddl(const Napi::CallbackInfo& info) {
@@ -374,6 +495,15 @@ Napi::Value Spawn(const Napi::CallbackInfo& info) {
   return out;
 }
 
+// winSpawnCheck(file, cwd): the path checks winSpawn starts with (ENOT_FOUND, ENOT_EXECUTABLE,
+// EINVALID_ARGUMENT for the cwd), synchronously, so a deferred start refuses bad input at once.
+Napi::Value SpawnCheck(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() != 2) throw Napi::TypeError::New(env, "Usage: native.winSpawnCheck(file, cwd)");
+  Check(env, win::CheckSpawnPaths(WideArg(env, info[0], "file"), WideArg(env, info[1], "cwd")));
+  return env.Undefined();
+}
+
 // winKill(handle, exitCode): TerminateJobObject, which ends the whole tree. false once released.
 Napi::Value Kill(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -422,8 +552,10 @@ void InitPlatform(Napi::Env env, Napi::Object exports) {
   exports.Set("winTokenProbe", Napi::Function::New(env, TokenProbe, "winTokenProbe"));
   exports.Set("winDesktopProbe", Napi::Function::New(env, DesktopProbe, "winDesktopProbe"));
   exports.Set("winAclEdit", Napi::Function::New(env, AclEdit, "winAclEdit"));
+  exports.Set("winAclBatch", Napi::Function::New(env, AclBatch, "winAclBatch"));
   exports.Set("winAclSddl", Napi::Function::New(env, AclSddl, "winAclSddl"));
   exports.Set("winSpawn", Napi::Function::New(env, Spawn, "winSpawn"));
+  exports.Set("winSpawnCheck", Napi::Function::New(env, SpawnCheck, "winSpawnCheck"));
   exports.Set("winDeleteChildProbe", Napi::Function::New(env, DeleteChildProbe, "winDeleteChildProbe"));
   exports.Set("winKill", Napi::Function::New(env, Kill, "winKill"));
   exports.Set("winCloseJob", Napi::Function::New(env, CloseJob, "winCloseJob"));

@@ -129,6 +129,17 @@ Status CreateProcessError(const SpawnOptions& o, const char* api, DWORD err) noe
 
 }  // namespace
 
+Status CheckSpawnPaths(const std::wstring& application, const std::wstring& cwd) noexcept {
+  SpawnOptions o;
+  try {
+    o.application = application;
+    o.cwd = cwd;
+  } catch (...) {
+    return Status::Error(ErrorCode::kESPAWN, "CheckSpawnPaths: out of memory");
+  }
+  return CheckPaths(o);
+}
+
 Status BuildEnvironmentBlock(std::vector<std::pair<std::wstring, std::wstring>> env,
                              std::wstring* out) noexcept {
   try {

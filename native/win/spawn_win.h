@@ -55,6 +55,10 @@ struct SpawnResult {
 
 Status Spawn(const SpawnOptions& options, SpawnResult* result) noexcept;
 
+// What Spawn checks first (cwd an existing directory, application present and not a directory),
+// on its own: lets a deferred start refuse bad input before any ACL work. Two attribute reads.
+Status CheckSpawnPaths(const std::wstring& application, const std::wstring& cwd) noexcept;
+
 // The environment block CreateProcess wants: "k=v\0...\0\0", sorted case-insensitively by name.
 Status BuildEnvironmentBlock(std::vector<std::pair<std::wstring, std::wstring>> env,
                              std::wstring* out) noexcept;

@@ -8,7 +8,7 @@ const h = require('./helpers');
 
 test('the Windows addon loads and exports the Windows functions and the error table', () => {
   assert.equal(h.native.platform, 'win32');
-  for (const fn of ['winSpawn', 'winKill', 'winRelease', 'winSidNormalize', 'winAclEdit', 'winDesktopProbe']) {
+  for (const fn of ['winSpawn', 'winSpawnCheck', 'winKill', 'winRelease', 'winSidNormalize', 'winAclEdit', 'winAclBatch', 'winDesktopProbe']) {
     assert.equal(typeof h.native[fn], 'function', fn);
   }
   const { ERROR_CODES } = require(path.join(h.root, '.win', 'dist', 'errors.js'));

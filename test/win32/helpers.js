@@ -17,6 +17,7 @@ const native = require(addonPath);
 const { SandboxError } = require(path.join(distDir, 'errors.js'));
 native.setErrorClass(SandboxError);
 const win32 = require(path.join(distDir, 'platform', 'win32.js'));
+const { SandboxedProcess } = require(path.join(distDir, 'child.js'));
 
 /** wine version, or null on real Windows. Detected natively via ntdll!wine_get_version. */
 const wine = native.winWineVersion();
@@ -118,6 +119,7 @@ module.exports = {
   addonPath,
   native,
   win32,
+  SandboxedProcess,
   backend,
   stateDir,
   SandboxError,
