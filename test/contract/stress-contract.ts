@@ -45,7 +45,10 @@ export function defineStressContract(mode: RunMode): void {
       }
       await noZombies();
       // Small slack for handles Node itself opens lazily; a per-spawn leak would show up as ~1000.
-      expect(openFdCount()).toBeLessThanOrEqual(fds0 + 4);
+      // On a loaded machine the last exits' handles may close a few loop turns after the reaping:
+      // wait for that, bounded (a leak never settles).
+      await waitFor(() => openFdCount() <= fds0 + 4, `open fds back to ${fds0} + 4 (now ${openFdCount()}: ${describeFds()})`).catch(() => {});
+      expect(openFdCount(), `open fds of this process: ${describeFds()}`).toBeLessThanOrEqual(fds0 + 4);
     });
 
     it('50 concurrent spawns each get their own output and status', async () => {
