@@ -101,8 +101,8 @@ export interface ManagedProxyOptions {
   /** Caps that keep one sandbox from exhausting the host (see ProxyLimits). */
   limits?: ProxyLimits;
   /**
-   * How established CONNECT / SOCKS5 tunnels move bytes. `auto` (default): inside the kernel
-   * (splice in the addon) where available, else JS stream piping; `js`: always JS piping.
+   * How established CONNECT / SOCKS5 tunnels move bytes. `auto` (default): the addon's native
+   * relay where available (Linux), else JS stream piping; `js`: always JS piping.
    */
   relay?: 'auto' | 'js';
   /**
@@ -283,7 +283,7 @@ interface Listener {
   /** Refusals not yet reported, and when the last limit event went out. */
   refusedSinceEvent: number;
   lastLimitEvent: number;
-  /** Tunnels handed to the kernel relay (closed with the listener). */
+  /** Tunnels handed to the native relay (closed with the listener). */
   relays: Set<RelayEntry>;
   /**
    * Keep-alive pool for plain-HTTP upstream connections. One per sandbox: a connection is reused
@@ -297,14 +297,14 @@ interface Listener {
   port: number;
 }
 
-/** A tunnel in the kernel relay: it counts as one client connection and RELAY_FDS fds. */
+/** A tunnel in the native relay: it counts as one client connection and RELAY_FDS fds. */
 interface RelayEntry {
   handle: object | null;
   released: boolean;
 }
 
-/** fds a kernel-relayed tunnel holds: two socket duplicates and a pipe (two fds) per direction. */
-const RELAY_FDS = 6;
+/** fds a natively relayed tunnel holds: its two socket duplicates. */
+const RELAY_FDS = 2;
 
 /** How many refusals recentBlocked() keeps. */
 const RECENT_BLOCKED = 256;
@@ -1094,7 +1094,7 @@ export class ManagedProxy {
         },
       },
     });
-    // A tunnel bound for the kernel relay must not start reading into JS when it connects.
+    // A tunnel bound for the native relay must not start reading into JS when it connects.
     if (paused) upstream.pause();
     this.track(listener, upstream);
     upstream.setTimeout(this.connectTimeoutMs, () => {
@@ -1665,7 +1665,7 @@ export class ManagedProxy {
 
   /**
    * Relay an established tunnel (the success reply, if any, has been flushed to the client;
-   * `toUpstream` goes first, then everything else). Kernel relay where available: whatever JS
+   * `toUpstream` goes first, then everything else). Native relay where available: whatever JS
    * already read from the client goes first, then the addon owns duplicates of both fds and the JS
    * sockets are destroyed in the same tick. Otherwise stream piping.
    */
@@ -1681,7 +1681,8 @@ export class ManagedProxy {
     const relay = this.useNativeRelay() ? nativeRelay() : null;
     const fa = socketFd(client);
     const fb = socketFd(upstream);
-    // The relay holds four fds more than the two sockets it replaces: it needs budget room.
+    // The relay holds as many fds as the two sockets it replaces (the duplicates briefly coexist
+    // with the originals, destroyed in this tick).
     if (relay && fa >= 0 && fb >= 0 && ManagedProxy.budgetAllows(RELAY_FDS - 2)) {
       client.pause();
       upstream.pause();

@@ -1,6 +1,6 @@
 /**
  * Moving an allowed tunnel's bytes. On Linux with the addon loaded, the addon relays between the
- * two sockets inside the kernel (splice through a pipe per direction, on the libuv loop: see
+ * two sockets in C++ (recv/send through a buffer per direction, on the libuv loop: see
  * native/linux/relay.cc); everywhere else, and when asked, stream piping in JS (proxy.ts).
  */
 import type * as net from 'net';
@@ -46,7 +46,7 @@ export function socketFd(socket: net.Socket): number {
 
 /**
  * Everything already read into the socket's JS buffer (it must reach the other side before the
- * kernel relay takes over). The socket must be paused.
+ * native relay takes over). The socket must be paused.
  */
 export function drainBuffered(socket: net.Socket): Buffer | null {
   const chunks: Buffer[] = [];
