@@ -28,6 +28,12 @@ export type AddressClass =
  */
 export function parseIPv4(text: string): number[] | null {
   if (text === '' || text.length > 64) return null;
+  // Fast rejection of host names (this runs several times per proxied request): every part below
+  // is made of [0-9a-fA-FxX] only, so any other character but the dots can never parse.
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i) | 0x20; // ASCII lower case (digits and '.' keep their class)
+    if (!((c >= 0x30 && c <= 0x39) || (c >= 0x61 && c <= 0x66) || c === 0x78 || c === 0x2e)) return null;
+  }
   const parts = text.split('.');
   if (parts.length > 4) return null;
   const nums: number[] = [];
@@ -63,7 +69,8 @@ export function looksNumericHost(host: string): boolean {
 export function parseIPv6(text: string): number[] | null {
   const zone = text.indexOf('%');
   const bare = zone >= 0 ? text.slice(0, zone) : text;
-  if (isIP(bare) !== 6) return null;
+  // Every IPv6 literal has a colon: host names skip isIP's large regex.
+  if (!bare.includes(':') || isIP(bare) !== 6) return null;
   let head = bare;
   let tailV4: number[] | null = null;
   const lastColon = bare.lastIndexOf(':');

@@ -320,7 +320,7 @@ function upstreamAgent(): http.Agent {
   // listener (registered first) has filed the socket; drop it again when over the total.
   agent.on('free', (socket: net.Socket) => {
     let idle = 0;
-    for (const list of Object.values(agent.freeSockets)) idle += list?.length ?? 0;
+    for (const name in agent.freeSockets) idle += agent.freeSockets[name]?.length ?? 0;
     if (idle > MAX_IDLE_UPSTREAM) socket.destroy();
   });
   return agent;
@@ -971,15 +971,24 @@ export class ManagedProxy {
       method,
       client,
     };
-    const record = (decision: 'allow' | 'deny', source: AuditSource, reason: string, override?: boolean) =>
-      this.emit({
-        ...base,
+    // One literal, not spreads: this runs for every plain-HTTP request (it showed in profiles).
+    const record = (decision: 'allow' | 'deny', source: AuditSource, reason: string, override?: boolean) => {
+      const event: AuditEvent = {
+        processId: base.processId,
+        scope: base.scope,
+        protocol,
+        host: base.host,
+        port,
+        method,
+        client,
         timestamp: new Date().toISOString(),
         decision,
         source,
         reason,
-        ...(override !== undefined ? { policyOverride: override } : {}),
-      });
+      };
+      if (override !== undefined) event.policyOverride = override;
+      this.emit(event);
+    };
     const refuse = (source: AuditSource, reason: string, header: BlockHeader, socks = SOCKS_NOT_ALLOWED): Refused => {
       record('deny', source, reason);
       return { allowed: false, status: 403, header, socksReply: socks, reason };
@@ -1054,7 +1063,8 @@ export class ManagedProxy {
     // Never dial one of our own listeners: that would hand the request to another sandbox's
     // listener and blur attribution.
     // (Ports cached at attach: a getsockname per listener per request showed in strace.)
-    const ownPort = [...this.listeners].some((l) => l.port === port);
+    let ownPort = false;
+    for (const l of this.listeners) if (l.port === port) ownPort = true;
     for (const a of addresses) {
       const cls = classifyAddress(a.address);
       if ((cls === 'loopback' || cls === 'unspecified') && ownPort) {
@@ -1217,15 +1227,15 @@ export class ManagedProxy {
       .filter(Boolean);
     // RFC 9112 §3.2.2: with an absolute-form target the Host header is replaced by the target's
     // authority, so the origin sees the name that was checked, not one the client made up.
-    const headers: http.OutgoingHttpHeaders = { Host: url.host };
+    // A flat [name, value, ...] list, as Node takes it: written in one go (validated like
+    // setHeader), repeated fields stay separate lines, no per-field setHeader bookkeeping.
+    const headers: string[] = ['Host', url.host];
     for (let i = 0; i < req.rawHeaders.length; i += 2) {
       const name = req.rawHeaders[i];
       const lower = name.toLowerCase();
       // Expect was answered here (after the decision); the body follows unconditionally.
       if (HOP_BY_HOP.has(lower) || lower === 'host' || lower === 'expect' || connectionTokens.includes(lower)) continue;
-      const value = req.rawHeaders[i + 1];
-      const prev = headers[name];
-      headers[name] = prev === undefined ? value : Array.isArray(prev) ? [...prev, value] : [String(prev), value];
+      headers.push(name, req.rawHeaders[i + 1]);
     }
 
     // A request without a body can be sent again when a pooled connection turns out to have been
@@ -1238,20 +1248,31 @@ export class ManagedProxy {
     const send = (): void => {
       const up = this.upstreamProxy;
       // Through an upstream proxy: absolute form, naming the target as upstreamTarget says.
-      const upstreamReq = http.request({
-        ...(up
+      // (No spreads: this runs for every request.)
+      const upstreamReq = http.request(
+        up
           ? {
               host: up.host,
               port: up.port,
               path: `http://${authorityOf(this.options.upstreamTarget === 'address' ? outcome.address : outcome.host, port)}${url.pathname}${url.search}`,
-              headers: up.authorization ? { ...headers, 'Proxy-Authorization': up.authorization } : headers,
+              headers: up.authorization ? [...headers, 'Proxy-Authorization', up.authorization] : headers,
+              method,
+              agent: listener.agent,
+              setHost: false,
+              timeout: this.connectTimeoutMs,
             }
-          : { host: outcome.address, family: outcome.family, port, path: url.pathname + url.search, headers }),
-        method,
-        agent: listener.agent,
-        setHost: false,
-        timeout: this.connectTimeoutMs,
-      });
+          : {
+              host: outcome.address,
+              family: outcome.family,
+              port,
+              path: url.pathname + url.search,
+              headers,
+              method,
+              agent: listener.agent,
+              setHost: false,
+              timeout: this.connectTimeoutMs,
+            },
+      );
       current = upstreamReq;
       upstreamReq.on('socket', (s: net.Socket) => {
         this.track(listener, s);
@@ -1276,17 +1297,20 @@ export class ManagedProxy {
         else res.destroy();
       });
       upstreamReq.on('response', (upstreamRes) => {
-        const tokens = String(upstreamRes.headers.connection ?? '')
-          .split(',')
-          .map((t) => t.trim().toLowerCase());
-        const out: http.OutgoingHttpHeaders = {};
-        for (let i = 0; i < upstreamRes.rawHeaders.length; i += 2) {
-          const name = upstreamRes.rawHeaders[i];
-          const lower = name.toLowerCase();
-          if (HOP_BY_HOP.has(lower) || tokens.includes(lower)) continue;
-          const value = upstreamRes.rawHeaders[i + 1];
-          const prev = out[name];
-          out[name] = prev === undefined ? value : Array.isArray(prev) ? [...prev, value] : [String(prev), value];
+        // From rawHeaders only: reading upstreamRes.headers would build the parsed header object
+        // for nothing. Every Connection field counts (Node would join them with ", ").
+        const raw = upstreamRes.rawHeaders;
+        let tokens: string[] | null = null;
+        for (let i = 0; i < raw.length; i += 2) {
+          if (raw[i].length !== 10 || raw[i].toLowerCase() !== 'connection') continue;
+          tokens ??= [];
+          for (const t of raw[i + 1].split(',')) tokens.push(t.trim().toLowerCase());
+        }
+        const out: string[] = [];
+        for (let i = 0; i < raw.length; i += 2) {
+          const lower = raw[i].toLowerCase();
+          if (HOP_BY_HOP.has(lower) || (tokens !== null && tokens.includes(lower))) continue;
+          out.push(raw[i], raw[i + 1]);
         }
         res.writeHead(upstreamRes.statusCode ?? 502, upstreamRes.statusMessage, out);
         upstreamRes.pipe(res);
