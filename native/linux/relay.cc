@@ -42,6 +42,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include <atomic>
 #include <memory>
 #include <new>
 #include <string>
@@ -51,12 +52,27 @@
 namespace psb {
 namespace {
 
-// A direction allocates its buffer on its first read (kSmallBuffer) and grows it to kBulkBuffer
-// the first time one read fills it (a bulk transfer). Idle and chatty tunnels (most of them) keep
-// 64 KiB; a bulk one holds at most 1 MiB per direction, what its splice pipe used to pin. The
-// socket buffers the kernel already allows are larger (tcp_rmem/tcp_wmem maxima are MiBs).
+// Memory: a direction reads into a kSmallBuffer, allocated for the read and freed again as soon
+// as the direction is drained and its socket has nothing more (idle and chatty tunnels, most of
+// them, hold no buffer between bursts). The first time one read fills it (a bulk transfer), the
+// direction takes a kBulkBuffer, if the process-wide kBulkBudget has room (every env, Workers
+// included, shares it), and keeps it until the tunnel ends or stays idle for a timer tick
+// (idleMs / 4). So a sandbox opening many tunnels pins at most 64 KiB per direction and the host
+// at most 64 MiB of bulk buffers in all (as the splice relay's pipes were bounded by the kernel's
+// pipe-user-pages-soft); each socket's own kernel buffers are larger than either.
 constexpr size_t kSmallBuffer = 64 << 10;
 constexpr size_t kBulkBuffer = 1 << 20;
+constexpr size_t kBulkBudget = 64 << 20;
+std::atomic<size_t> g_bulk_bytes{0};
+
+// Reserves one kBulkBuffer in the process-wide budget.
+bool TakeBulk() {
+  size_t cur = g_bulk_bytes.load(std::memory_order_relaxed);
+  while (cur + kBulkBuffer <= kBulkBudget) {
+    if (g_bulk_bytes.compare_exchange_weak(cur, cur + kBulkBuffer, std::memory_order_relaxed)) return true;
+  }
+  return false;
+}
 // Bounded reads per wakeup keep one busy tunnel from starving the rest of the loop.
 constexpr int kMaxReadsPerWakeup = 8;
 
@@ -75,12 +91,20 @@ struct Dir {
   int from = 0, to = 1;
   std::unique_ptr<char[]> buf;
   size_t cap = 0, off = 0, len = 0;
-  bool grow = false;  // the last read filled buf: the next one gets kBulkBuffer
+  bool bulk = false;  // holds a kBulkBuffer reservation (reads use kBulkBuffer)
   bool eof = false;   // `from` will send nothing more
   bool shut = false;  // `to` got shutdown(SHUT_WR)
   bool want_read = false, want_write = false;
   double bytes = 0;
 };
+
+// Frees the direction's buffer (its unsent bytes, if any, are dropped) and its bulk reservation.
+void ReleaseBuffer(Dir& d) {
+  if (d.bulk) g_bulk_bytes.fetch_sub(kBulkBuffer, std::memory_order_relaxed);
+  d.bulk = false;
+  d.buf.reset();
+  d.cap = d.off = d.len = 0;
+}
 
 struct Relay {
   napi_env env = nullptr;
@@ -109,6 +133,7 @@ struct Relay {
     if (--refs == 0) delete this;
   }
   ~Relay() {
+    for (Dir& d : dir) ReleaseBuffer(d);
     for (Side& s : side) {
       if (s.fd >= 0) close(s.fd);
     }
@@ -180,10 +205,7 @@ void Finish(Relay* r, const char* error, bool call_js = true, bool from_js = fal
     s.poll_open = false;
     CloseHandle(r, reinterpret_cast<uv_handle_t*>(&s.poll));
   }
-  for (Dir& d : r->dir) {
-    d.buf.reset();
-    d.cap = d.off = d.len = 0;
-  }
+  for (Dir& d : r->dir) ReleaseBuffer(d);
   if (!call_js) {
     r->on_done.Reset();
     return;
@@ -264,12 +286,11 @@ bool Pump(Relay* r, Dir& d) {
       d.want_read = true;
       return true;
     }
-    if (d.grow || d.cap < kSmallBuffer) {  // first read, or the buffer was a prefix's size
-      d.cap = d.grow ? kBulkBuffer : kSmallBuffer;
-      d.buf.reset(new (std::nothrow) char[d.cap]);
-      d.grow = false;
+    const size_t size = d.bulk ? kBulkBuffer : kSmallBuffer;
+    if (d.cap != size) {  // none yet, freed while idle, a prefix's size, or just went bulk
+      d.buf.reset(new (std::nothrow) char[size]);
+      d.cap = d.buf ? size : 0;
       if (!d.buf) {
-        d.cap = 0;
         r->error = "read: ENOMEM";
         return false;
       }
@@ -278,7 +299,7 @@ bool Pump(Relay* r, Dir& d) {
     ssize_t n = recv(from, d.buf.get(), d.cap, MSG_DONTWAIT);
     if (n > 0) {
       d.len = static_cast<size_t>(n);
-      if (d.len == d.cap && d.cap < kBulkBuffer) d.grow = true;
+      if (d.len == d.cap && !d.bulk) d.bulk = TakeBulk();
       continue;
     }
     if (n == 0) {
@@ -287,6 +308,10 @@ bool Pump(Relay* r, Dir& d) {
     }
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      if (!d.bulk) {  // drained and nothing to read: hold no buffer while waiting
+        d.buf.reset();
+        d.cap = 0;
+      }
       d.want_read = true;
       return true;
     }
@@ -338,7 +363,14 @@ void OnPoll(uv_poll_t* handle, int status, int) {
 void OnTimer(uv_timer_t* t) {
   Relay* r = static_cast<Relay*>(t->data);
   if (r->finished) return;
-  if (uv_now(t->loop) - r->last_activity >= r->idle_ms) Finish(r, "idle");
+  const uint64_t quiet = uv_now(t->loop) - r->last_activity;
+  if (quiet >= r->idle_ms) return Finish(r, "idle");
+  // Quiet for a whole tick: drained directions give their (bulk) buffers back.
+  if (quiet >= uv_timer_get_repeat(t)) {
+    for (Dir& d : r->dir) {
+      if (d.off == d.len) ReleaseBuffer(d);
+    }
+  }
 }
 
 Relay* FromExternal(const Napi::CallbackInfo& info) {

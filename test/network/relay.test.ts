@@ -382,6 +382,21 @@ describe.runIf(haveNative)('native relay specifics', () => {
     }
   });
 
+  it('more stalled bulk tunnels than the process-wide bulk-buffer budget all complete intact', async () => {
+    // 72 downloads whose clients do not read yet: every relay fills its buffer, and past 64 MiB
+    // of 1 MiB bulk buffers the rest keep relaying through 64 KiB ones.
+    const { port } = await startProxy('auto');
+    const socks: net.Socket[] = [];
+    for (let i = 0; i < 72; i++) {
+      const s = await open('connect', port);
+      s.write(`SEND ${4 * MB}\n`);
+      socks.push(s);
+    }
+    await new Promise((r) => setTimeout(r, 300));
+    const got = await Promise.all(socks.map((s) => drain(s)));
+    expect(got.map((g) => g.bytes)).toEqual(socks.map(() => 4 * MB));
+  }, 60_000);
+
   it('rejects bad arguments without taking anything over', () => {
     const relay = nativeRelay()!;
     const fd = fs.openSync('/dev/null', 'r');
