@@ -6,14 +6,14 @@
 //
 // Why copying and not splice(2): measured on loopback (Linux 6.x, 2 vCPUs, bench/proxy.js and
 // minimal C relays), splice through a pipe was the SLOWER relay: it saves the proxy one copy, but
-// the skbs it forwards keep the sender's fragment layout, and the receiving client then spends
-// about 1.5x the CPU per byte in recv() (and our client, not the proxy, is the bottleneck). A
-// copy builds fresh, large skbs; with a 1 MiB buffer it moved 100 MB 1.3-1.5x faster than splice
-// (with or without SPLICE_F_MORE, default or 1 MiB pipes). A 256 KiB buffer cost ~30% more proxy
-// CPU than 1 MiB; 4 MiB, SO_SNDBUF/SO_RCVBUF, TCP_NODELAY and SO_RCVLOWAT did not help. A
-// dedicated relay thread (one edge-triggered epoll for all tunnels, C prototype) measured the
-// same as this loop, so the relay stays on the loop, with libuv's own teardown (no thread to
-// join, no cross-thread hand-off of onDone).
+// the receiving client then spends about 1.5x the CPU per byte in recv() (probably because the
+// forwarded skbs keep the sender's many small fragments; a copy sends fresh, large ones), and the
+// client, not the proxy, is the bottleneck. With a 1 MiB buffer a copy moved 100 MB 1.2-1.3x faster
+// than splice (with or without SPLICE_F_MORE, default or 1 MiB pipes). A 256 KiB buffer cost ~30%
+// more proxy CPU than 1 MiB; 4 MiB, SO_SNDBUF/SO_RCVBUF, TCP_NODELAY and SO_RCVLOWAT did not help.
+// A dedicated relay thread (one edge-triggered epoll for all tunnels, C prototype) measured the
+// same as this loop, so the relay stays on the loop, with libuv's own teardown (no thread to join,
+// no cross-thread hand-off of onDone).
 //
 //   h = relay(fdA, fdB, prefixAtoB, prefixBtoA, idleMs, onDone(err, bytesAtoB, bytesBtoA))
 //   relayClose(h)   // tears the tunnel down; onDone runs once, with "closed"

@@ -1,4 +1,4 @@
-// Managed-proxy tunnel relay (splice between two sockets on the libuv loop). See relay.cc.
+// Managed-proxy tunnel relay (recv/send between two sockets on the libuv loop). See relay.cc.
 #pragma once
 
 #include <napi.h>
