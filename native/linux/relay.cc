@@ -66,6 +66,8 @@ constexpr size_t kSmallBuffer = 64 << 10;
 constexpr size_t kBulkBuffer = 1 << 20;
 constexpr size_t kBulkBudget = 64 << 20;
 std::atomic<size_t> g_bulk_bytes{0};
+// Bounded reads per wakeup keep one busy tunnel from starving the rest of the loop.
+constexpr int kMaxReadsPerWakeup = 8;
 
 // Reserves one kBulkBuffer in the process-wide budget.
 bool TakeBulk() {
@@ -75,8 +77,6 @@ bool TakeBulk() {
   }
   return false;
 }
-// Bounded reads per wakeup keep one busy tunnel from starving the rest of the loop.
-constexpr int kMaxReadsPerWakeup = 8;
 
 // Tags the External so relayClose() never casts someone else's External.
 constexpr napi_type_tag kRelayTag = {0x7073625f72656c61ULL, 0x795f68616e646c65ULL};
