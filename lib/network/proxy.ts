@@ -1475,12 +1475,13 @@ export class ManagedProxy {
   }
 
   /**
-   * The checks every request inside an intercepted session gets, with its audit event: the Host
-   * must be the CONNECT target (else 421: domain fronting), and in `limited` mode the method must
-   * be GET/HEAD/OPTIONS and an Upgrade is refused (403; after an upgrade the bytes are no longer
+   * The checks every request inside an intercepted session gets, with its audit event: one Host
+   * line (else 400) naming the CONNECT target, and a request target in origin-form or absolute-form
+   * naming it too (else 421: domain fronting), and in `limited` mode the method must be
+   * GET/HEAD/OPTIONS and an Upgrade is refused (403; after an upgrade the bytes are no longer
    * HTTP requests that could be checked, the same reason the plain-HTTP WebSocket path refuses it
    * in limited mode). Returns the headers to forward (hop-by-hop ones dropped, this host's
-   * credential rules applied), or null after `refuse` was called.
+   * credential rules applied) and the origin-form path, or null after `refuse` was called.
    */
   private mitmCheck(
     listener: Listener,
@@ -1488,7 +1489,7 @@ export class ManagedProxy {
     req: http.IncomingMessage,
     upgrade: boolean,
     refuse: (status: number, body: string, header: BlockHeader) => void,
-  ): http.OutgoingHttpHeaders | null {
+  ): { headers: http.OutgoingHttpHeaders; path: string } | null {
     const method = (req.method ?? 'GET').toUpperCase();
     const event = (decision: 'allow' | 'deny', source: AuditSource, reason: string, m = method) =>
       this.emit({
@@ -1506,9 +1507,34 @@ export class ManagedProxy {
       });
     // The session was allowed for the CONNECT host: a request inside it for another host (domain
     // fronting) is refused, so every decision names the host that is really asked.
+    const isTarget = (hostname: string, port: string | undefined, defaultPort: number | null) =>
+      normalizeHost(hostname.replace(/^\[|\]$/g, '')) === t.target.host &&
+      (port === undefined || port === '' ? defaultPort === null || defaultPort === t.port : Number(port) === t.port);
+    // Exactly one Host line (RFC 9112 3.2: more is a 400). Node keeps the first in req.headers;
+    // the origin (or a front) may use another, so a second line is fronting past the check.
+    let hostLines = 0;
+    for (let i = 0; i < req.rawHeaders.length; i += 2) if (req.rawHeaders[i]!.toLowerCase() === 'host') hostLines++;
+    if (hostLines > 1) {
+      event('deny', 'policy', 'host_mismatch');
+      refuse(400, 'blocked by network policy: more than one Host header\n', 'blocked-by-policy');
+      return null;
+    }
     const hostHeader = String(req.headers.host ?? '');
     const m = /^(\[[^\]]+\]|[^:]+)(?::(\d+))?$/.exec(hostHeader);
-    if (!m || normalizeHost(m[1]!.replace(/^\[|\]$/g, '')) !== t.target.host || (m[2] !== undefined && Number(m[2]) !== t.port)) {
+    // The request target: origin-form, `*` for OPTIONS, or absolute-form naming the CONNECT
+    // target (sent on in origin-form). An origin given absolute-form uses its authority instead of
+    // Host (RFC 9112 3.2.2), so another host there would be fronting past the Host check too.
+    let target: string | null = req.url ?? '';
+    if (!target.startsWith('/') && !(target === '*' && method === 'OPTIONS')) {
+      let u: URL | null = null;
+      try {
+        u = /^https:\/\//i.test(target) ? new URL(target) : null;
+      } catch {
+        u = null;
+      }
+      target = u && u.username === '' && u.password === '' && isTarget(u.hostname, u.port, 443) ? `${u.pathname}${u.search}` : null;
+    }
+    if (!m || !isTarget(m[1]!, m[2], null) || target === null) {
       event('deny', 'policy', 'host_mismatch');
       refuse(421, 'blocked by network policy: Host does not match the CONNECT target\n', 'blocked-by-policy');
       return null;
@@ -1526,6 +1552,9 @@ export class ManagedProxy {
       .filter(Boolean);
     const rules = (this.options.interception!.credentials ?? []).filter((c) => c.host === t.target.host);
     const headers: http.OutgoingHttpHeaders = {};
+    // Lines of one header in different cases go out under the first spelling: keyed by the raw
+    // name, Node's client would let a later `host:` line replace `Host:` (setHeader ignores case).
+    const spelling = new Map<string, string>();
     for (let i = 0; i < req.rawHeaders.length; i += 2) {
       const name = req.rawHeaders[i]!;
       const lower = name.toLowerCase();
@@ -1534,10 +1563,12 @@ export class ManagedProxy {
       let value = req.rawHeaders[i + 1]!;
       // Credential injection: only this host's rules, only in their header.
       for (const r of rules) if (r.header.toLowerCase() === lower && value.includes(r.placeholder)) value = value.split(r.placeholder).join(r.value);
-      const prev = headers[name];
-      headers[name] = prev === undefined ? value : Array.isArray(prev) ? [...prev, value] : [String(prev), value];
+      const key = spelling.get(lower) ?? name;
+      spelling.set(lower, key);
+      const prev = headers[key];
+      headers[key] = prev === undefined ? value : Array.isArray(prev) ? [...prev, value] : [String(prev), value];
     }
-    return headers;
+    return { headers, path: target };
   }
 
   /** The request to the origin of an intercepted session (pooled per sandbox, see intercept()). */
@@ -1574,10 +1605,10 @@ export class ManagedProxy {
       res.writeHead(status, { 'content-type': 'text/plain; charset=utf-8', 'content-length': Buffer.byteLength(body), connection: 'close', ...extra });
       res.end(body);
     };
-    const headers = this.mitmCheck(listener, t, req, false, (status, body, header) => plain(status, body, { 'x-proxy-error': header }));
-    if (!headers) return;
+    const checked = this.mitmCheck(listener, t, req, false, (status, body, header) => plain(status, body, { 'x-proxy-error': header }));
+    if (!checked) return;
     if (expectContinue) res.writeContinue();
-    const upstreamReq = this.mitmOrigin(listener, t, method, req.url ?? '/', headers);
+    const upstreamReq = this.mitmOrigin(listener, t, method, checked.path, checked.headers);
     upstreamReq.on('error', (err: NodeJS.ErrnoException) => {
       if (!res.headersSent) plain(502, `upstream request failed: ${err.code ?? err.message}\n`);
       else res.destroy();
@@ -1625,14 +1656,15 @@ export class ManagedProxy {
     };
     const refuse = (status: number, body: string, header: BlockHeader) =>
       raw(status, http.STATUS_CODES[status] ?? '', ['content-type: text/plain; charset=utf-8', `content-length: ${Buffer.byteLength(body)}`, `x-proxy-error: ${header}`, 'connection: close'], body);
-    const headers = this.mitmCheck(listener, t, req, true, refuse);
-    if (!headers) return;
+    const checked = this.mitmCheck(listener, t, req, true, refuse);
+    if (!checked) return;
+    const headers = checked.headers;
     const upgrade = String(req.headers.upgrade ?? '');
     if (upgrade === '' || /[\r\n]/.test(upgrade)) return void refuse(400, 'bad Upgrade header\n', 'blocked-by-policy');
     headers.Connection = 'Upgrade';
     headers.Upgrade = upgrade;
     const method = (req.method ?? 'GET').toUpperCase();
-    const upstreamReq = this.mitmOrigin(listener, t, method, req.url ?? '/', headers);
+    const upstreamReq = this.mitmOrigin(listener, t, method, checked.path, headers);
     let answered = false;
     socket.once('close', () => {
       if (!answered) upstreamReq.destroy();

@@ -475,3 +475,55 @@ describe('inside intercepted sessions', () => {
     });
   });
 });
+
+// ---- hostile clients inside intercepted sessions ------------------------------------------------
+
+/** Raw bytes into a fresh intercepted session; everything the proxy answers until it closes. */
+async function rawSession(port: number, authority: string, bytes: string): Promise<string> {
+  const s = await tlsVia(port, authority);
+  await once(s, 'secureConnect');
+  let out = '';
+  s.on('data', (d: Buffer) => (out += d.toString('latin1')));
+  s.on('error', () => undefined);
+  s.write(bytes);
+  await Promise.race([once(s, 'close'), new Promise((r) => setTimeout(r, 10_000))]);
+  s.destroy();
+  return out;
+}
+
+const statusLines = (raw: string) => raw.split('\r\n').filter((l) => l.startsWith('HTTP/1.1 '));
+
+describe('hostile requests inside intercepted sessions', () => {
+  it('a second Host line (any case: 400) or an absolute-form target for another host (421) is refused and never reaches the origin; control: one Host, origin-form passes', async () => {
+    const placeholder = 'PSB_FRONT_PLACEHOLDER_99';
+    const { port, events } = await startProxy({
+      policy: { allow: ['secure.test'], allowLocal: true },
+      interception: { ca, originCa: publicCa.certPem, credentials: [{ host: 'secure.test', header: 'authorization', placeholder, value: 'front-secret' }] },
+    });
+    const authority = `secure.test:${secure.port}`;
+    const before = secure.seen.length;
+    const ask = (head: string) => rawSession(port, authority, `${head}Authorization: ${placeholder}\r\nConnection: close\r\n\r\n`);
+    // Node's parser keeps the first Host in req.headers, but a forwarded header object keyed by
+    // the raw name would let `host:` (another case) replace it on the way out.
+    const caseDup = await ask(`GET /case HTTP/1.1\r\nHost: ${authority}\r\nhost: evil.test\r\n`);
+    const sameCaseDup = await ask(`GET /dup HTTP/1.1\r\nHost: ${authority}\r\nHost: evil.test\r\n`);
+    // RFC 9112: an origin given an absolute-form target uses its authority, not Host.
+    const absolute = await ask(`GET https://evil.test/abs HTTP/1.1\r\nHost: ${authority}\r\n`);
+    const authorityForm = await ask(`GET evil.test:443 HTTP/1.1\r\nHost: ${authority}\r\n`);
+    for (const r of [caseDup, sameCaseDup]) expect(statusLines(r), r).toEqual(['HTTP/1.1 400 Bad Request']);
+    expect(statusLines(absolute), absolute).toEqual(['HTTP/1.1 421 Misdirected Request']);
+    expect(statusLines(authorityForm).every((l) => !l.startsWith('HTTP/1.1 2')), authorityForm).toBe(true);
+    expect(secure.seen.slice(before)).toEqual([]);
+    expect(events.filter((e) => e.method !== 'CONNECT').map((e) => e.reason)).toEqual(['host_mismatch', 'host_mismatch', 'host_mismatch']);
+    // Control: the same request with one Host and an origin-form target gets through, credential swapped in.
+    const ok = await ask(`GET /one HTTP/1.1\r\nHost: ${authority}\r\n`);
+    expect(statusLines(ok)).toEqual(['HTTP/1.1 200 OK']);
+    // Absolute form naming the CONNECT target itself is fine, and reaches the origin in origin-form.
+    const selfAbs = await ask(`GET https://${authority}/self HTTP/1.1\r\nHost: ${authority}\r\n`);
+    expect(statusLines(selfAbs)).toEqual(['HTTP/1.1 200 OK']);
+    expect(secure.seen.slice(before)).toEqual([
+      { method: 'GET', url: '/one', authorization: 'front-secret', host: authority },
+      { method: 'GET', url: '/self', authorization: 'front-secret', host: authority },
+    ]);
+  });
+});
