@@ -260,8 +260,11 @@ type Refused = {
 };
 type Outcome = Allowed | Refused;
 
-/** What an intercepted TLS session was allowed for (its CONNECT). */
-type MitmTarget = { target: Allowed; port: number; client: string | null };
+/**
+ * What an intercepted TLS session was allowed for (its CONNECT), and the session's head deadline:
+ * `begin` when a request head is complete, `end` when its answer is done (see intercept()).
+ */
+type MitmTarget = { target: Allowed; port: number; client: string | null; begin(): void; end(): void };
 
 /** ALPN of intercepted sessions, both towards the client and towards the origin. */
 const MITM_ALPN = ['http/1.1'] as const;
@@ -1390,7 +1393,34 @@ export class ManagedProxy {
     const secure = new tls.TLSSocket(socket, { isServer: true, key: leaf.key, cert: leaf.cert, ALPNProtocols: [...MITM_ALPN] });
     secure.on('error', () => secure.destroy());
     socket.once('close', () => secure.destroy());
-    this.mitmTargets.set(secure, { target, port, client: clientOf(socket) });
+    // The first-head deadline (onConnection) ended with the CONNECT head. The TLS handshake and
+    // every request head in the session get one too, armed while no request is in flight: else a
+    // client stalling in the handshake, never sending a request, or trickling a head one byte at a
+    // time holds its connection forever (the session's HTTP server never listens, so Node never
+    // enforces its headersTimeout; keepAliveTimeout only sees inactivity).
+    let deadline: NodeJS.Timeout | null = null;
+    let inFlight = 0;
+    const arm = () => {
+      deadline ??= setTimeout(() => secure.destroy(), this.handshakeTimeoutMs);
+    };
+    const disarm = () => {
+      if (deadline) clearTimeout(deadline);
+      deadline = null;
+    };
+    arm();
+    secure.once('close', disarm);
+    this.mitmTargets.set(secure, {
+      target,
+      port,
+      client: clientOf(socket),
+      begin: () => {
+        inFlight++;
+        disarm();
+      },
+      end: () => {
+        if (--inFlight === 0 && !secure.destroyed) arm();
+      },
+    });
     if (!listener.mitm) {
       const server = http.createServer({ maxHeaderSize: 16 * 1024, headersTimeout: this.handshakeTimeoutMs, requestTimeout: 0 });
       server.on('request', (req, res) => this.mitmRequest(listener, req, res, false));
@@ -1600,6 +1630,8 @@ export class ManagedProxy {
   private mitmRequest(listener: Listener, req: http.IncomingMessage, res: http.ServerResponse, expectContinue: boolean): void {
     const t = this.mitmTargets.get(req.socket as tls.TLSSocket);
     if (!t) return void res.destroy();
+    t.begin();
+    res.once('close', () => t.end());
     const method = (req.method ?? 'GET').toUpperCase();
     const plain = (status: number, body: string, extra: Record<string, string> = {}) => {
       res.writeHead(status, { 'content-type': 'text/plain; charset=utf-8', 'content-length': Buffer.byteLength(body), connection: 'close', ...extra });
@@ -1651,6 +1683,8 @@ export class ManagedProxy {
   private mitmUpgrade(listener: Listener, req: http.IncomingMessage, socket: tls.TLSSocket, head: Buffer): void {
     const t = this.mitmTargets.get(socket);
     if (!t) return void socket.destroy();
+    // The session ends with this request (relayed after a 101, else closed): no next head.
+    t.begin();
     const raw = (status: number, reason: string, headerLines: string[], body = '') => {
       socket.end(`HTTP/1.1 ${status} ${reason}\r\n${headerLines.map((l) => `${l}\r\n`).join('')}\r\n${body}`);
     };

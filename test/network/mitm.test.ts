@@ -527,3 +527,34 @@ describe('hostile requests inside intercepted sessions', () => {
     ]);
   });
 });
+
+describe('slow or silent clients inside intercepted sessions', () => {
+  it('a session that stalls in the TLS handshake, never sends a request, or trickles a head is closed after handshakeTimeoutMs; control: a prompt request is answered', async () => {
+    const { port } = await startProxy({ policy: { allow: ['secure.test'], allowLocal: true, mode: 'limited' }, interception: { ca, originCa: publicCa.certPem }, handshakeTimeoutMs: 400 });
+    const authority = `secure.test:${secure.port}`;
+    const closedWithin = (s: net.Socket, ms: number) => Promise.race([once(s, 'close').then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), ms))]);
+    // 1. CONNECT accepted, then no ClientHello.
+    const silent = await connectViaProxy(port, authority);
+    expect(silent.ok).toBe(true);
+    if (!silent.ok) return;
+    silent.socket.on('error', () => undefined);
+    // 2. Handshake done, no request.
+    const idle = await tlsVia(port, authority);
+    await once(idle, 'secureConnect');
+    idle.on('error', () => undefined);
+    // 3. Handshake done, a head trickled one byte at a time.
+    const trickle = await tlsVia(port, authority);
+    await once(trickle, 'secureConnect');
+    trickle.on('error', () => undefined);
+    const head = `GET /trickle HTTP/1.1\r\nHost: ${authority}\r\n\r\n`;
+    let i = 0;
+    const drip = setInterval(() => (i < head.length && !trickle.destroyed ? trickle.write(head[i++]!) : clearInterval(drip)), 150);
+    // Control: a prompt request in a fresh session is answered.
+    const ok = await rawSession(port, authority, `GET /prompt HTTP/1.1\r\nHost: ${authority}\r\nConnection: close\r\n\r\n`);
+    expect(statusLines(ok)).toEqual(['HTTP/1.1 200 OK']);
+    const closed = await Promise.all([closedWithin(silent.socket, 10_000), closedWithin(idle, 10_000), closedWithin(trickle, 10_000)]);
+    clearInterval(drip);
+    expect(closed).toEqual([true, true, true]);
+    expect(secure.seen.map((x) => x.url)).not.toContain('/trickle');
+  }, 30_000);
+});
