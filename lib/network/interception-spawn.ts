@@ -3,7 +3,8 @@
  * intercepts (an `instance` created with `interception`, or a per-spawn proxy asked for it with
  * `proxy: { interception: {...} }`), the command must trust the interception CA. This module
  *   - picks the CA (the instance's, the one given, or InterceptionCa.shared());
- *   - fails closed (SandboxError EPROXY_CONFIG, nothing starts) when the CA's directory would be
+ *   - fails closed (SandboxError EPROXY_CONFIG, nothing starts) when the CA's files are not as
+ *     written, or could be changed by another user (InterceptionCa.verifyFiles), or the directory would be
  *     writable by the sandbox (inside or containing a writable root: the sandbox could replace
  *     the certificate that it, and later runs, trust) or invisible to it (under or around a
  *     denyRead path; on Linux under /tmp or /dev/shm, which isolated mode replaces with private
@@ -113,6 +114,13 @@ export function wireInterception(
   }
   if (ca === null || rules === null || rules.network.kind !== 'proxy') return { rules, env, network };
   if (ca.isDisposed) throw caError('the interception CA was disposed; its files are gone', { caDir: ca.dir, conflict: 'missing' });
+  const tampered = ca.verifyFiles();
+  if (tampered !== null) {
+    throw caError(`the interception CA's files are not as written: ${tampered}; a sandbox or another user may have changed what the command would trust; dispose this CA and make a new one`, {
+      caDir: ca.dir,
+      conflict: 'tampered',
+    });
+  }
   const checked = checkCaDirForRules(ca.dir, rules);
   return { rules: checked, env: { ...env, ...ca.env() }, network };
 }

@@ -125,6 +125,7 @@ export class InterceptionCa {
   private readonly leafPublic: Forge.pki.PublicKey;
   private readonly subject: Forge.pki.CertificateField[];
   private readonly leaves = new Map<string, string>();
+  private readonly bundleHash: string;
   private disposed = false;
 
   /** True once dispose() ran (the files are gone). */
@@ -155,7 +156,10 @@ export class InterceptionCa {
       { name: 'subjectKeyIdentifier' },
     ]);
     this.certPem = signNative(cert, this.caKey);
-    this.dir = fs.mkdtempSync(path.join(dir, prefix));
+    // Resolved once, here: the env names this path and spawn() checks this path. Left as given,
+    // a symlink on the way (say in a sandbox's writable root) could be re-pointed by a sandbox
+    // between another run's check and its exec, and that run would trust the sandbox's files.
+    this.dir = fs.realpathSync(fs.mkdtempSync(path.join(dir, prefix)));
     fs.chmodSync(this.dir, 0o755);
     this.certPath = path.join(this.dir, 'ca.pem');
     this.bundlePath = path.join(this.dir, 'ca-bundle.pem');
@@ -168,8 +172,46 @@ export class InterceptionCa {
         /* next */
       }
     }
+    const bundle = `${system.trimEnd()}\n${this.certPem}`;
     fs.writeFileSync(this.certPath, this.certPem, { mode: 0o644, flag: 'wx' });
-    fs.writeFileSync(this.bundlePath, `${system.trimEnd()}\n${this.certPem}`, { mode: 0o644, flag: 'wx' });
+    fs.writeFileSync(this.bundlePath, bundle, { mode: 0o644, flag: 'wx' });
+    this.bundleHash = crypto.createHash('sha256').update(bundle).digest('hex');
+  }
+
+  /**
+   * Why the files on disk may no longer be the ones this CA wrote, or null. spawn() refuses a run
+   * on any answer (EPROXY_CONFIG): the directory, the files and every ancestor must be owned by
+   * root or this user and writable by no one else (sticky directories such as /var/tmp aside), no
+   * symlinks, one link per file, and the contents byte for byte what was written. Why at every
+   * spawn: Landlock does not govern chmod, so a Landlock-mode sandbox can make these directories
+   * world-writable (for another local user to swap the files before the next run).
+   */
+  verifyFiles(): string | null {
+    if (this.disposed) return 'the CA was disposed';
+    const uid = process.getuid?.();
+    try {
+      if (uid !== undefined) {
+        for (let d = this.dir, self = true; ; d = path.dirname(d), self = false) {
+          const st = fs.lstatSync(d);
+          if (!st.isDirectory()) return `${d} is not a directory`;
+          if (st.uid !== uid && (self || st.uid !== 0)) return `${d} is owned by uid ${st.uid}`;
+          if ((st.mode & 0o022) !== 0 && (self || (st.mode & 0o1000) === 0)) return `${d} is writable by others (mode ${(st.mode & 0o7777).toString(8)})`;
+          if (d === path.dirname(d)) break;
+        }
+      }
+      for (const [p, want] of [
+        [this.certPath, crypto.createHash('sha256').update(this.certPem).digest('hex')],
+        [this.bundlePath, this.bundleHash],
+      ] as const) {
+        const st = fs.lstatSync(p);
+        if (!st.isFile() || st.nlink !== 1) return `${p} is not the file written (a link, or not a regular file)`;
+        if (uid !== undefined && (st.uid !== uid || (st.mode & 0o022) !== 0)) return `${p} is writable by others or not owned by this user`;
+        if (crypto.createHash('sha256').update(fs.readFileSync(p)).digest('hex') !== want) return `${p} was changed`;
+      }
+    } catch (e) {
+      return `cannot check the CA files: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`;
+    }
+    return null;
   }
 
   /** A new CA; its files go into a fresh directory under `dir` (default os.tmpdir()). */
@@ -191,7 +233,8 @@ export class InterceptionCa {
    * Throws (an Error naming the directory) when the base cannot be made safely.
    */
   static shared(): InterceptionCa {
-    if (sharedCa && !sharedCa.disposed) return sharedCa;
+    // A shared CA whose files were changed (see verifyFiles) is replaced by a fresh one.
+    if (sharedCa && !sharedCa.disposed && sharedCa.verifyFiles() === null) return sharedCa;
     const base = sharedCaBaseDir();
     // 0700 for every directory made here: only this user may look inside or rename anything.
     fs.mkdirSync(base, { recursive: true, mode: 0o700 });

@@ -394,3 +394,77 @@ describe.runIf(caps.linux && curl && caps.userns)('the exec-server path (prepare
     }
   }, 90_000);
 });
+
+describe.runIf(caps.linux)('the sandbox cannot change the certificate it or a later run trusts', () => {
+  const policy = { allow: ['secure.test'], allowLocal: true };
+  describe.each(MODES)('$name mode', ({ name: mode, skip }) => {
+    const opts = (scene: { ws: string }, proxy: ManagedProxy) => ({
+      cwd: scene.ws,
+      env: BASE_ENV,
+      timeout: 30_000,
+      policy: modePolicy(mode, { filesystem: { write: [scene.ws] }, network: { proxy: policy } }),
+      proxy: { instance: proxy },
+    });
+
+    it.skipIf(skip)('a CA made through a symlink in a writable root: the env names the resolved directory, so swapping the link changes nothing', async () => {
+      const scene = makeScene('mitm-link');
+      fs.symlinkSync(scene.out, path.join(scene.ws, 'link'));
+      const ca = InterceptionCa.create({ dir: path.join(scene.ws, 'link') });
+      const proxy = ManagedProxy.create({ policy, lookup, interception: { ca }, closeWithLastProcess: false });
+      try {
+        expect(ca.dir.startsWith(`${fs.realpathSync(scene.out)}/`)).toBe(true);
+        const swap =
+          `d=$(basename "$(dirname "$NODE_EXTRA_CA_CERTS")"); rm -f link && mkdir -p "link/$d" && ` +
+          `echo EVIL > "link/$d/ca.pem" && echo EVIL > "link/$d/ca-bundle.pem"; echo "$NODE_EXTRA_CA_CERTS"`;
+        const first = await run('/bin/sh', ['-c', swap], opts(scene, proxy));
+        expect(first.stdout.trim(), first.stderr).toBe(ca.certPath);
+        // The attack itself ran (the link is now the sandbox's own directory) ...
+        expect(fs.lstatSync(path.join(scene.ws, 'link')).isDirectory()).toBe(true);
+        // ... and a later run still reads our certificate.
+        const later = await run('/bin/sh', ['-c', 'cat "$NODE_EXTRA_CA_CERTS"; echo "$SSL_CERT_FILE"; grep -c EVIL "$SSL_CERT_FILE"'], opts(scene, proxy));
+        expect(later.stdout, later.stderr).toBe(`${ca.certPem}${ca.bundlePath}\n0\n`);
+      } finally {
+        await proxy.close();
+        ca.dispose();
+        scene.cleanup();
+      }
+    }, 60_000);
+
+    it.skipIf(skip)('files or directories changed after creation (chmod from a Landlock-mode sandbox, a swapped bundle) refuse the next run; control: untouched, it runs', async () => {
+      const scene = makeScene('mitm-tamper');
+      const ca = InterceptionCa.create({ dir: scene.out });
+      const proxy = ManagedProxy.create({ policy, lookup, interception: { ca }, closeWithLastProcess: false });
+      try {
+        // Landlock does not govern chmod: a sandbox can make the CA's directory world-writable
+        // (for another local user to swap the files); the mount namespace answers EROFS.
+        const chmod = await run('/bin/sh', ['-c', 'chmod 777 "$(dirname "$SSL_CERT_FILE")" 2>/dev/null; echo done'], opts(scene, proxy));
+        expect(chmod.stdout.trim(), chmod.stderr).toBe('done');
+        const opened = (fs.statSync(ca.dir).mode & 0o022) !== 0;
+        expect(opened).toBe(mode === 'landlock');
+        const next = run('/bin/sh', ['-c', `touch ${scene.ws}/ran`], opts(scene, proxy));
+        if (opened) {
+          await expect(next).rejects.toMatchObject({ code: 'EPROXY_CONFIG', message: /writable by others/, detail: { conflict: 'tampered' } });
+          expect(fs.existsSync(path.join(scene.ws, 'ran'))).toBe(false);
+          fs.chmodSync(ca.dir, 0o755);
+        } else {
+          await next;
+          expect(fs.existsSync(path.join(scene.ws, 'ran'))).toBe(true);
+        }
+        // Control: as created, it runs.
+        fs.rmSync(path.join(scene.ws, 'ran'), { force: true });
+        await run('/bin/sh', ['-c', `touch ${scene.ws}/ran`], opts(scene, proxy));
+        expect(fs.existsSync(path.join(scene.ws, 'ran'))).toBe(true);
+        // Content changed (another root added in front of the bundle, same modes): refused.
+        fs.rmSync(path.join(scene.ws, 'ran'));
+        const bundle = fs.readFileSync(ca.bundlePath, 'utf8');
+        fs.writeFileSync(ca.bundlePath, `${ca.certPem.replace('CERTIFICATE-----\n', 'CERTIFICATE-----\nAAAA')}${bundle}`);
+        await expect(run('/bin/sh', ['-c', `touch ${scene.ws}/ran`], opts(scene, proxy))).rejects.toMatchObject({ code: 'EPROXY_CONFIG', detail: { conflict: 'tampered' } });
+        expect(fs.existsSync(path.join(scene.ws, 'ran'))).toBe(false);
+      } finally {
+        await proxy.close();
+        ca.dispose();
+        scene.cleanup();
+      }
+    }, 60_000);
+  });
+});
