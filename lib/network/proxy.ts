@@ -1575,6 +1575,13 @@ export class ManagedProxy {
       refuse(403, ManagedProxy.refusalBody('method_not_allowed'), 'blocked-by-method-policy');
       return null;
     }
+    // Only WebSocket upgrades: after any other 101 (h2c, say) the bytes would be HTTP requests
+    // this proxy cannot check (Host, credentials), so the Host check above would end at the 101.
+    if (upgrade && !/^websocket$/i.test(String(req.headers.upgrade ?? '').trim())) {
+      event('deny', 'policy', 'upgrade_not_allowed', 'UPGRADE');
+      refuse(403, ManagedProxy.refusalBody('upgrade_not_allowed'), 'blocked-by-policy');
+      return null;
+    }
     event('allow', 'allowlist', 'allowed');
     const connectionTokens = String(req.headers.connection ?? '')
       .split(',')

@@ -528,6 +528,24 @@ describe('hostile requests inside intercepted sessions', () => {
   });
 });
 
+describe('upgrades other than WebSocket inside intercepted sessions', () => {
+  it('full mode: `Upgrade: h2c` (HTTP/2 requests the proxy could not check after a 101) is refused (403) and never reaches the origin; control: the same request without the upgrade passes', async () => {
+    const { port, events } = await startProxy({
+      policy: { allow: ['secure.test'], allowLocal: true },
+      interception: { ca, originCa: publicCa.certPem, credentials: [{ host: 'secure.test', header: 'authorization', placeholder: 'PSB_H2C_PLACEHOLDER_1', value: 'v' }] },
+    });
+    const authority = `secure.test:${secure.port}`;
+    const before = secure.seen.length;
+    const h2c = await rawSession(port, authority, `GET /h2c HTTP/1.1\r\nHost: ${authority}\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n`);
+    expect(statusLines(h2c), h2c).toEqual(['HTTP/1.1 403 Forbidden']);
+    expect(h2c.toLowerCase()).toContain('x-proxy-error: blocked-by-policy');
+    expect(events.at(-1)).toMatchObject({ method: 'UPGRADE', decision: 'deny', reason: 'upgrade_not_allowed' });
+    const plain = await rawSession(port, authority, `GET /no-upgrade HTTP/1.1\r\nHost: ${authority}\r\nConnection: close\r\n\r\n`);
+    expect(statusLines(plain)).toEqual(['HTTP/1.1 200 OK']);
+    expect(secure.seen.slice(before).map((x) => x.url)).toEqual(['/no-upgrade']);
+  });
+});
+
 describe('slow or silent clients inside intercepted sessions', () => {
   it('a session that stalls in the TLS handshake, never sends a request, or trickles a head is closed after handshakeTimeoutMs; control: a prompt request is answered', async () => {
     const { port } = await startProxy({ policy: { allow: ['secure.test'], allowLocal: true, mode: 'limited' }, interception: { ca, originCa: publicCa.certPem }, handshakeTimeoutMs: 400 });
