@@ -15,8 +15,9 @@
  * the sandboxes (not /tmp, private in isolated mode): spawn() checks both and refuses the run
  * otherwise (lib/network/interception-spawn.ts). Certificates are built with node-forge (X.509
  * encoding) and signed with Node's native crypto (RSA-2048, SHA-256).
- * Leaves: one shared RSA key, SAN = the host, valid 7 days, cached; the CA is valid 30 days and
- * constrained to serverAuth leaves (keyUsage keyCertSign, path length 0).
+ * Leaves: one shared RSA key, SAN = the host, valid 7 days, cached (made anew a day before they
+ * expire); the CA is valid 30 days (shared(): replaced a day before) and constrained to
+ * serverAuth leaves (keyUsage keyCertSign, path length 0).
  */
 import * as crypto from 'crypto';
 import * as fs from 'fs';
@@ -49,6 +50,10 @@ export const CUSTOM_CA_ENV_KEYS = [
 ] as const;
 
 const MAX_LEAVES = 1024;
+const CA_DAYS = 30;
+const LEAF_DAYS = 7;
+/** A cached leaf (or the shared CA) this close to its expiry is made anew. */
+const RENEW_MS = 86_400_000;
 
 const SYSTEM_BUNDLES = ['/etc/ssl/certs/ca-certificates.crt', '/etc/pki/tls/certs/ca-bundle.crt', '/etc/ssl/cert.pem'];
 
@@ -124,7 +129,9 @@ export class InterceptionCa {
   private readonly leafKeyPem: string;
   private readonly leafPublic: Forge.pki.PublicKey;
   private readonly subject: Forge.pki.CertificateField[];
-  private readonly leaves = new Map<string, string>();
+  /** PEM and expiry (ms) per host. */
+  private readonly leaves = new Map<string, { pem: string; notAfter: number }>();
+  private readonly notAfter: number;
   private readonly bundleHash: string;
   private disposed = false;
 
@@ -147,7 +154,8 @@ export class InterceptionCa {
     cert.publicKey = toForgeKey(ca.publicKey);
     cert.serialNumber = randomSerial();
     cert.validity.notBefore = new Date(Date.now() - 60_000);
-    cert.validity.notAfter = new Date(Date.now() + 30 * 86_400_000);
+    cert.validity.notAfter = new Date(Date.now() + CA_DAYS * 86_400_000);
+    this.notAfter = cert.validity.notAfter.getTime();
     cert.setSubject(this.subject);
     cert.setIssuer(this.subject);
     cert.setExtensions([
@@ -234,7 +242,8 @@ export class InterceptionCa {
    */
   static shared(): InterceptionCa {
     // A shared CA whose files were changed (see verifyFiles) is replaced by a fresh one.
-    if (sharedCa && !sharedCa.disposed && sharedCa.verifyFiles() === null) return sharedCa;
+    // So is one about to expire (30 days; a long-lived host process).
+    if (sharedCa && !sharedCa.disposed && sharedCa.verifyFiles() === null && sharedCa.notAfter - Date.now() >= RENEW_MS) return sharedCa;
     const base = sharedCaBaseDir();
     // 0700 for every directory made here: only this user may look inside or rename anything.
     fs.mkdirSync(base, { recursive: true, mode: 0o700 });
@@ -253,13 +262,18 @@ export class InterceptionCa {
   /** Key and certificate (PEM) for `host` (a DNS name or an IP literal), made once and cached. */
   leafFor(host: string): { key: string; cert: string } {
     if (this.disposed) throw new Error('InterceptionCa is disposed');
-    let pem = this.leaves.get(host);
-    if (!pem) {
+    // A long-lived host process must not serve a leaf past its notAfter (7 days).
+    let entry = this.leaves.get(host);
+    if (entry && entry.notAfter - Date.now() < RENEW_MS) {
+      this.leaves.delete(host);
+      entry = undefined;
+    }
+    if (!entry) {
       const cert = forge().pki.createCertificate();
       cert.publicKey = this.leafPublic;
       cert.serialNumber = randomSerial();
       cert.validity.notBefore = new Date(Date.now() - 60_000);
-      cert.validity.notAfter = new Date(Date.now() + 7 * 86_400_000);
+      cert.validity.notAfter = new Date(Date.now() + LEAF_DAYS * 86_400_000);
       cert.setSubject([{ name: 'commonName', value: host.slice(0, 64) }]);
       cert.setIssuer(this.subject);
       const ip = net.isIP(host) !== 0;
@@ -269,12 +283,12 @@ export class InterceptionCa {
         { name: 'extKeyUsage', serverAuth: true },
         { name: 'subjectAltName', altNames: [ip ? { type: 7, ip: host } : { type: 2, value: host }] },
       ]);
-      pem = signNative(cert, this.caKey);
+      entry = { pem: signNative(cert, this.caKey), notAfter: cert.validity.notAfter.getTime() };
       // Bounded: a sandbox allowed `**.example.com` could ask for endless names.
       if (this.leaves.size >= MAX_LEAVES) this.leaves.delete(this.leaves.keys().next().value as string);
-      this.leaves.set(host, pem);
+      this.leaves.set(host, entry);
     }
-    return { key: this.leafKeyPem, cert: pem };
+    return { key: this.leafKeyPem, cert: entry.pem };
   }
 
   /** Env entries pointing every CUSTOM_CA_ENV_KEYS variable at the right file. */

@@ -6,6 +6,7 @@
  * it, so refusals and swapped credentials are checked from the outside.
  */
 import { execFileSync } from 'child_process';
+import * as crypto from 'crypto';
 import { once } from 'events';
 import * as fs from 'fs';
 import * as http2 from 'http2';
@@ -13,7 +14,7 @@ import * as https from 'https';
 import * as net from 'net';
 import * as tls from 'tls';
 import { WebSocket, WebSocketServer } from 'ws';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 
 import { run as sandboxedRun } from '../../lib/index';
 import { CUSTOM_CA_ENV_KEYS, InterceptionCa, ManagedProxy, type AuditEvent, type LookupFn, type ManagedProxyOptions } from '../../lib/network';
@@ -162,6 +163,24 @@ describe('TLS interception', () => {
     expect(r.status).toBe(421);
     expect(secure.seen.length).toBe(before);
     expect(events.at(-1)).toMatchObject({ decision: 'deny', reason: 'host_mismatch' });
+  });
+
+  it('a cached leaf is made anew a day before it expires (a long-lived host process); control: cached before that', () => {
+    const c = InterceptionCa.create();
+    try {
+      const first = c.leafFor('renew.test').cert;
+      expect(c.leafFor('renew.test').cert).toBe(first);
+      const expiry = Date.parse(new crypto.X509Certificate(first).validTo);
+      vi.useFakeTimers({ now: expiry - 2 * 86_400_000, toFake: ['Date'] });
+      expect(c.leafFor('renew.test').cert).toBe(first);
+      vi.setSystemTime(expiry - 12 * 3_600_000);
+      const later = c.leafFor('renew.test').cert;
+      expect(later).not.toBe(first);
+      expect(Date.parse(new crypto.X509Certificate(later).validTo)).toBeGreaterThan(expiry);
+    } finally {
+      vi.useRealTimers();
+      c.dispose();
+    }
   });
 
   it('rejects bad interception options', () => {
