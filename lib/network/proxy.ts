@@ -1653,7 +1653,7 @@ export class ManagedProxy {
       else res.destroy();
     });
     upstreamReq.on('response', (upstreamRes) => {
-      res.writeHead(upstreamRes.statusCode ?? 502, upstreamRes.statusMessage, ManagedProxy.endToEnd(upstreamRes));
+      res.writeHead(upstreamRes.statusCode ?? 502, this.scrubCredentials(t, upstreamRes.statusMessage ?? ''), this.mitmResponseHeaders(t, upstreamRes));
       upstreamRes.pipe(res);
       upstreamRes.on('error', () => res.destroy());
     });
@@ -1663,21 +1663,40 @@ export class ManagedProxy {
     req.pipe(upstreamReq);
   }
 
-  /** A response's headers without the hop-by-hop ones (and those its Connection header names). */
-  private static endToEnd(res: http.IncomingMessage): http.OutgoingHttpHeaders {
+  /**
+   * A response's headers without the hop-by-hop ones (and those its Connection header names), with
+   * every real credential value of `t`'s host put back as its placeholder: an origin reflecting
+   * the request's Authorization (an error header, a debug endpoint) must not hand the sandbox the
+   * secret it was given a placeholder for. Lines differing only in case go out under one name.
+   */
+  private mitmResponseHeaders(t: MitmTarget, res: http.IncomingMessage): http.OutgoingHttpHeaders {
     const tokens = String(res.headers.connection ?? '')
       .split(',')
       .map((x) => x.trim().toLowerCase());
     const out: http.OutgoingHttpHeaders = {};
+    const spelling = new Map<string, string>();
     for (let i = 0; i < res.rawHeaders.length; i += 2) {
       const name = res.rawHeaders[i]!;
       const lower = name.toLowerCase();
       if (HOP_BY_HOP.has(lower) || tokens.includes(lower)) continue;
-      const value = res.rawHeaders[i + 1]!;
-      const prev = out[name];
-      out[name] = prev === undefined ? value : Array.isArray(prev) ? [...prev, value] : [String(prev), value];
+      const value = this.scrubCredentials(t, res.rawHeaders[i + 1]!);
+      const key = spelling.get(lower) ?? name;
+      spelling.set(lower, key);
+      const prev = out[key];
+      out[key] = prev === undefined ? value : Array.isArray(prev) ? [...prev, value] : [String(prev), value];
     }
     return out;
+  }
+
+  /**
+   * `text` with each real credential value of `t`'s host replaced by its placeholder (values of 8+
+   * characters: a shorter one would rewrite ordinary header text, and is no secret anyway).
+   */
+  private scrubCredentials(t: MitmTarget, text: string): string {
+    for (const r of this.options.interception!.credentials ?? []) {
+      if (r.host === t.target.host && r.value.length >= 8 && text.includes(r.value)) text = text.split(r.value).join(r.placeholder);
+    }
+    return text;
   }
 
   /**
@@ -1719,18 +1738,18 @@ export class ManagedProxy {
     upstreamReq.on('response', (upstreamRes) => {
       // The origin declined the upgrade: its answer, delimited by closing the session.
       answered = true;
-      const out = ManagedProxy.endToEnd(upstreamRes);
+      const out = this.mitmResponseHeaders(t, upstreamRes);
       const lines: string[] = [];
       for (const [k, v] of Object.entries(out)) for (const x of Array.isArray(v) ? v : [v]) if (x !== undefined) lines.push(`${k}: ${String(x)}`);
-      socket.write(`HTTP/1.1 ${upstreamRes.statusCode ?? 502} ${upstreamRes.statusMessage ?? ''}\r\n${lines.map((l) => `${l}\r\n`).join('')}connection: close\r\n\r\n`);
+      socket.write(`HTTP/1.1 ${upstreamRes.statusCode ?? 502} ${this.scrubCredentials(t, upstreamRes.statusMessage ?? '')}\r\n${lines.map((l) => `${l}\r\n`).join('')}connection: close\r\n\r\n`);
       upstreamRes.pipe(socket);
       upstreamRes.on('error', () => socket.destroy());
     });
     upstreamReq.on('upgrade', (upstreamRes: http.IncomingMessage, upstream: net.Socket, upstreamHead: Buffer) => {
       answered = true;
       const lines: string[] = [];
-      for (let i = 0; i < upstreamRes.rawHeaders.length; i += 2) lines.push(`${upstreamRes.rawHeaders[i]}: ${upstreamRes.rawHeaders[i + 1]}`);
-      socket.write(`HTTP/1.1 ${upstreamRes.statusCode ?? 101} ${upstreamRes.statusMessage ?? ''}\r\n${lines.map((l) => `${l}\r\n`).join('')}\r\n`);
+      for (let i = 0; i < upstreamRes.rawHeaders.length; i += 2) lines.push(`${upstreamRes.rawHeaders[i]}: ${this.scrubCredentials(t, upstreamRes.rawHeaders[i + 1]!)}`);
+      socket.write(`HTTP/1.1 ${upstreamRes.statusCode ?? 101} ${this.scrubCredentials(t, upstreamRes.statusMessage ?? '')}\r\n${lines.map((l) => `${l}\r\n`).join('')}\r\n`);
       if (upstreamHead.length > 0) socket.write(upstreamHead);
       if (head.length > 0) upstream.write(head);
       ManagedProxy.pipeBoth(socket, upstream, this.limits.tunnelIdleTimeoutMs);

@@ -547,6 +547,34 @@ describe('hostile requests inside intercepted sessions', () => {
   });
 });
 
+describe('the real credential value in answers', () => {
+  it("an origin reflecting the swapped-in credential in its response headers: the sandbox gets the placeholder back, never the real value; control: the origin did get the real value", async () => {
+    const { key, cert } = publicCa.leafFor('echo.test');
+    const got: Array<string | undefined> = [];
+    const server = https.createServer({ key, cert }, (req, res) => {
+      got.push(req.headers.authorization);
+      res.setHeader('x-seen-authorization', String(req.headers.authorization));
+      res.setHeader('www-authenticate', `Bearer error="invalid_token", token="${String(req.headers.authorization)}"`);
+      res.end('ok');
+    });
+    const l = await listenOnLoopback(server);
+    try {
+      const placeholder = 'PSB_ECHO_PLACEHOLDER_5';
+      const { port } = await startProxy({
+        policy: { allow: ['echo.test'], allowLocal: true },
+        interception: { ca, originCa: publicCa.certPem, credentials: [{ host: 'echo.test', header: 'authorization', placeholder, value: 'echo-real-secret' }] },
+      });
+      const r = await rawSession(port, `echo.test:${l.port}`, `GET / HTTP/1.1\r\nHost: echo.test:${l.port}\r\nAuthorization: ${placeholder}\r\nConnection: close\r\n\r\n`);
+      expect(got).toEqual(['echo-real-secret']);
+      expect(statusLines(r)).toEqual(['HTTP/1.1 200 OK']);
+      expect(r).not.toContain('echo-real-secret');
+      expect(r.toLowerCase()).toContain(`x-seen-authorization: ${placeholder.toLowerCase()}`);
+    } finally {
+      await l.close();
+    }
+  });
+});
+
 describe('upgrades other than WebSocket inside intercepted sessions', () => {
   it('full mode: `Upgrade: h2c` (HTTP/2 requests the proxy could not check after a 101) is refused (403) and never reaches the origin; control: the same request without the upgrade passes', async () => {
     const { port, events } = await startProxy({
