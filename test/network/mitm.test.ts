@@ -547,6 +547,41 @@ describe('hostile requests inside intercepted sessions', () => {
   });
 });
 
+describe('a hostile upstream proxy', () => {
+  it('answers CONNECT with 200 and then garbage: the intercepted request fails with 502; the upstream saw the configured credentials only, never the sandbox\'s Proxy-Authorization or the credential', async () => {
+    const received: Buffer[] = [];
+    const sockets = new Set<net.Socket>();
+    const up = net.createServer((sock) => {
+      sockets.add(sock);
+      sock.on('error', () => undefined);
+      sock.on('data', (d: Buffer) => {
+        received.push(d);
+        if (d.includes('\r\n\r\n')) sock.write('HTTP/1.1 200 Connection Established\r\n\r\nGARBAGE\r\n\r\nMORE GARBAGE');
+      });
+    });
+    await new Promise<void>((r) => up.listen(0, '127.0.0.1', r));
+    try {
+      const placeholder = 'PSB_UP_PLACEHOLDER_77';
+      const { port } = await startProxy({
+        policy: { allow: ['secure.test'], allowLocal: true },
+        upstreamProxy: `http://corp:pw@127.0.0.1:${(up.address() as net.AddressInfo).port}`,
+        interception: { ca, originCa: publicCa.certPem, credentials: [{ host: 'secure.test', header: 'authorization', placeholder, value: 'upstream-real-secret' }] },
+      });
+      const before = secure.seen.length;
+      const r = await rawSession(port, `secure.test:${secure.port}`, `GET / HTTP/1.1\r\nHost: secure.test:${secure.port}\r\nAuthorization: ${placeholder}\r\nProxy-Authorization: Basic c2FuZGJveA==\r\nConnection: close\r\n\r\n`);
+      expect(statusLines(r)).toEqual(['HTTP/1.1 502 Bad Gateway']);
+      const all = Buffer.concat(received).toString('latin1');
+      expect(all.startsWith(`CONNECT secure.test:${secure.port} HTTP/1.1\r\n`)).toBe(true);
+      expect(all).toContain(`Basic ${Buffer.from('corp:pw').toString('base64')}`);
+      for (const leak of ['c2FuZGJveA==', placeholder, 'upstream-real-secret']) expect(all).not.toContain(leak);
+      expect(secure.seen.length).toBe(before);
+    } finally {
+      for (const x of sockets) x.destroy();
+      await new Promise((r) => up.close(r));
+    }
+  });
+});
+
 describe('the real credential value in answers', () => {
   it("an origin reflecting the swapped-in credential in its response headers: the sandbox gets the placeholder back, never the real value; control: the origin did get the real value", async () => {
     const { key, cert } = publicCa.leafFor('echo.test');
