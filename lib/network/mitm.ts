@@ -189,7 +189,8 @@ export class InterceptionCa {
   /**
    * Why the files on disk may no longer be the ones this CA wrote, or null. spawn() refuses a run
    * on any answer (EPROXY_CONFIG): the directory, the files and every ancestor must be owned by
-   * root or this user and writable by no one else (sticky directories such as /var/tmp aside), no
+   * root or this user and writable by no one else (ancestors: sticky directories such as /var/tmp,
+   * and write for this user's primary group, aside), no
    * symlinks, one link per file, and the contents byte for byte what was written. Why at every
    * spawn: Landlock does not govern chmod, so a Landlock-mode sandbox can make these directories
    * world-writable (for another local user to swap the files before the next run).
@@ -203,7 +204,10 @@ export class InterceptionCa {
           const st = fs.lstatSync(d);
           if (!st.isDirectory()) return `${d} is not a directory`;
           if (st.uid !== uid && (self || st.uid !== 0)) return `${d} is owned by uid ${st.uid}`;
-          if ((st.mode & 0o022) !== 0 && (self || (st.mode & 0o1000) === 0)) return `${d} is writable by others (mode ${(st.mode & 0o7777).toString(8)})`;
+          // Ancestors may be sticky (/var/tmp), or writable by this user's primary group only
+          // (user-private-group systems make ~/.cache 0775 with the user's own group).
+          const shared = self ? st.mode & 0o022 : (st.mode & 0o1000) !== 0 ? 0 : st.mode & (st.gid === process.getgid?.() ? 0o002 : 0o022);
+          if (shared !== 0) return `${d} is writable by others (mode ${(st.mode & 0o7777).toString(8)})`;
           if (d === path.dirname(d)) break;
         }
       }
