@@ -430,15 +430,32 @@ describe.runIf(caps.linux)('the sandbox cannot change the certificate it or a la
       }
     }, 60_000);
 
-    it.skipIf(skip)('files or directories changed after creation (chmod from a Landlock-mode sandbox, a swapped bundle) refuse the next run; control: untouched, it runs', async () => {
+    it.skipIf(skip)('the sandbox cannot write the CA files, link them, or read the host process; files or directories changed after creation (chmod from a Landlock-mode sandbox, a swapped bundle) refuse the next run; control: untouched, it runs', async () => {
       const scene = makeScene('mitm-tamper');
       const ca = InterceptionCa.create({ dir: scene.out });
       const proxy = ManagedProxy.create({ policy, lookup, interception: { ca }, closeWithLastProcess: false });
       try {
         // Landlock does not govern chmod: a sandbox can make the CA's directory world-writable
         // (for another local user to swap the files); the mount namespace answers EROFS.
-        const chmod = await run('/bin/sh', ['-c', 'chmod 777 "$(dirname "$SSL_CERT_FILE")" 2>/dev/null; echo done'], opts(scene, proxy));
+        // In the same run: writes to the files, a hard link to write through (EXDEV across
+        // mounts / Landlock refers), and the host process's memory map and environ (the keys
+        // live in its heap only) all fail.
+        const bundleBefore = fs.readFileSync(ca.bundlePath);
+        const attack = [
+          'echo evil >> "$SSL_CERT_FILE" 2>/dev/null && echo WROTE',
+          'echo evil > "$NODE_EXTRA_CA_CERTS" 2>/dev/null && echo WROTE',
+          'ln "$SSL_CERT_FILE" hl 2>/dev/null && echo LINKED && echo evil >> hl',
+          `head -c 64 /proc/${process.pid}/maps >/dev/null 2>&1 && echo MAPS`,
+          `head -c 64 /proc/${process.pid}/environ >/dev/null 2>&1 && echo ENVIRON`,
+          'chmod 777 "$(dirname "$SSL_CERT_FILE")" 2>/dev/null; echo done',
+        ].join('; ');
+        const chmod = await run('/bin/sh', ['-c', attack], opts(scene, proxy));
         expect(chmod.stdout.trim(), chmod.stderr).toBe('done');
+        expect(fs.readFileSync(ca.bundlePath).equals(bundleBefore)).toBe(true);
+        expect(fs.readFileSync(ca.certPath, 'utf8')).toBe(ca.certPem);
+        expect(fs.existsSync(path.join(scene.ws, 'hl'))).toBe(false);
+        // Control for the /proc probe: the host itself can read them.
+        expect(fs.readFileSync(`/proc/${process.pid}/maps`).length).toBeGreaterThan(0);
         const opened = (fs.statSync(ca.dir).mode & 0o022) !== 0;
         expect(opened).toBe(mode === 'landlock');
         const next = run('/bin/sh', ['-c', `touch ${scene.ws}/ran`], opts(scene, proxy));
