@@ -5,8 +5,9 @@
  *   - picks the CA (the instance's, the one given, or InterceptionCa.shared());
  *   - fails closed (SandboxError EPROXY_CONFIG, nothing starts) when the CA's files are not as
  *     written, or could be changed by another user (InterceptionCa.verifyFiles), or the directory would be
- *     writable by the sandbox (inside or containing a writable root: the sandbox could replace
- *     the certificate that it, and later runs, trust) or invisible to it (under or around a
+ *     writable by the sandbox (inside or containing a writable root, or a writable root that is,
+ *     by inode, another path to it, an ancestor or its files, as a bind mount is: the sandbox
+ *     could replace the certificate that it, and later runs, trust) or invisible to it (under or around a
  *     denyRead path; on Linux under /tmp or /dev/shm, which isolated mode replaces with private
  *     ones; `tmp: 'host'` makes /tmp writable);
  *   - adds the directory to a restricted `read` list (readRoots), so it stays readable;
@@ -18,6 +19,7 @@
  *     a private root the caller relied on must be added some other way (a documented gap).
  */
 import * as fs from 'node:fs';
+import * as path from 'node:path';
 
 import { SandboxError } from '../errors';
 import type { SpawnNetworkOptions } from '../backend';
@@ -53,6 +55,40 @@ export function checkCaDirForRules(caDir: string, rules: ResolvedRules, platform
         `the interception CA directory ${dir} is ${inside(dir, w) ? 'inside' : 'around'} the writable root ${w}: the sandbox could replace the certificate it trusts; ${FIX}`,
         { caDir: dir, conflict: 'writable', root: w },
       );
+    }
+  }
+  // The same directory (or file) under another path, a bind mount say, is compared by inode: a
+  // writable root that is another name for the CA directory, one of its ancestors or its files
+  // lets the sandbox rewrite them as surely as one containing the path.
+  const ids = new Map<string, string>();
+  const note = (p: string) => {
+    try {
+      const st = fs.statSync(p);
+      ids.set(`${st.dev}:${st.ino}`, p);
+    } catch {
+      /* gone: the path checks above and verifyFiles() cover it */
+    }
+  };
+  for (let d = dir; ; d = path.dirname(d)) {
+    note(d);
+    if (d === path.dirname(d)) break;
+  }
+  for (const f of ['ca.pem', 'ca-bundle.pem']) note(path.join(dir, f));
+  for (const w of rules.writeRoots) {
+    let id = '';
+    try {
+      const st = fs.statSync(w);
+      id = `${st.dev}:${st.ino}`;
+    } catch {
+      continue;
+    }
+    const same = ids.get(id);
+    if (same !== undefined) {
+      throw caError(`the writable root ${w} is another path to ${same} (a bind mount or link), which holds the interception CA directory ${dir}: the sandbox could replace the certificate it trusts; ${FIX}`, {
+        caDir: dir,
+        conflict: 'writable',
+        root: w,
+      });
     }
   }
   if (platform === 'linux') {

@@ -430,6 +430,32 @@ describe.runIf(caps.linux)('the sandbox cannot change the certificate it or a la
       }
     }, 60_000);
 
+    const root = process.getuid?.() === 0;
+    it.skipIf(skip || !root)('a writable root that is another path to the CA directory (a bind mount) is refused too; control: the same policy without the alias runs (needs root for the mount)', async () => {
+      const scene = makeScene('mitm-alias');
+      const alias = path.join(scene.root, 'alias');
+      fs.mkdirSync(alias);
+      execFileSync('mount', ['--bind', scene.out, alias]);
+      const ca = InterceptionCa.create({ dir: scene.out });
+      const proxy = ManagedProxy.create({ policy, lookup, interception: { ca }, closeWithLastProcess: false });
+      try {
+        const write = `echo evil > "${alias}/$(basename "$(dirname "$SSL_CERT_FILE")")/ca.pem"; touch ${scene.ws}/ran`;
+        const aliased = { ...opts(scene, proxy), policy: modePolicy(mode, { filesystem: { write: [scene.ws, alias] }, network: { proxy: policy } }) };
+        await expect(run('/bin/sh', ['-c', write], aliased)).rejects.toMatchObject({ code: 'EPROXY_CONFIG', detail: { conflict: 'writable' } });
+        expect(fs.existsSync(path.join(scene.ws, 'ran'))).toBe(false);
+        expect(fs.readFileSync(ca.certPath, 'utf8')).toBe(ca.certPem);
+        // Control: without the alias it runs (and the write fails).
+        await run('/bin/sh', ['-c', write], opts(scene, proxy));
+        expect(fs.existsSync(path.join(scene.ws, 'ran'))).toBe(true);
+        expect(fs.readFileSync(ca.certPath, 'utf8')).toBe(ca.certPem);
+      } finally {
+        await proxy.close();
+        ca.dispose();
+        execFileSync('umount', [alias]);
+        scene.cleanup();
+      }
+    }, 60_000);
+
     it.skipIf(skip)('the sandbox cannot write the CA files, link them, or read the host process; files or directories changed after creation (chmod from a Landlock-mode sandbox, a swapped bundle) refuse the next run; control: untouched, it runs', async () => {
       const scene = makeScene('mitm-tamper');
       const ca = InterceptionCa.create({ dir: scene.out });
