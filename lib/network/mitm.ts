@@ -190,10 +190,10 @@ export class InterceptionCa {
    * Why the files on disk may no longer be the ones this CA wrote, or null. spawn() refuses a run
    * on any answer (EPROXY_CONFIG): the directory, the files and every ancestor must be owned by
    * root or this user and writable by no one else (ancestors: sticky directories such as /var/tmp,
-   * and write for this user's primary group, aside), no
-   * symlinks, one link per file, and the contents byte for byte what was written. Why at every
-   * spawn: Landlock does not govern chmod, so a Landlock-mode sandbox can make these directories
-   * world-writable (for another local user to swap the files before the next run).
+   * and write for this user's primary group, aside), no symlinks, one link per file, and the
+   * contents byte for byte what was written. Why at every spawn: Landlock does not govern chmod,
+   * so a Landlock-mode sandbox can make these directories world-writable (for another local user
+   * to swap the files before the next run).
    */
   verifyFiles(): string | null {
     if (this.disposed) return 'the CA was disposed';
@@ -206,8 +206,8 @@ export class InterceptionCa {
           if (st.uid !== uid && (self || st.uid !== 0)) return `${d} is owned by uid ${st.uid}`;
           // Ancestors may be sticky (/var/tmp), or writable by this user's primary group only
           // (user-private-group systems make ~/.cache 0775 with the user's own group).
-          const shared = self ? st.mode & 0o022 : (st.mode & 0o1000) !== 0 ? 0 : st.mode & (st.gid === process.getgid?.() ? 0o002 : 0o022);
-          if (shared !== 0) return `${d} is writable by others (mode ${(st.mode & 0o7777).toString(8)})`;
+          const othersWrite = self ? st.mode & 0o022 : (st.mode & 0o1000) !== 0 ? 0 : st.mode & (st.gid === process.getgid?.() ? 0o002 : 0o022);
+          if (othersWrite !== 0) return `${d} is writable by others (mode ${(st.mode & 0o7777).toString(8)})`;
           if (d === path.dirname(d)) break;
         }
       }
