@@ -510,10 +510,11 @@ async function rawSession(port: number, authority: string, bytes: string): Promi
   return out;
 }
 
-const statusLines = (raw: string) => raw.split('\r\n').filter((l) => l.startsWith('HTTP/1.1 '));
+/** The status lines of every answer in `raw` (a body without a line end may run into the next one). */
+const statusLines = (raw: string) => raw.match(/HTTP\/1\.1 \d{3} [^\r\n]*/g) ?? [];
 
 describe('hostile requests inside intercepted sessions', () => {
-  it('a second Host line (any case: 400) or an absolute-form target for another host (421) is refused and never reaches the origin; control: one Host, origin-form passes', async () => {
+  it('a second Host line (any case: 400), an absolute-form target for another host or a pipelined request for another host (421) is refused and never reaches the origin; control: one Host, origin-form passes', async () => {
     const placeholder = 'PSB_FRONT_PLACEHOLDER_99';
     const { port, events } = await startProxy({
       policy: { allow: ['secure.test'], allowLocal: true },
@@ -540,9 +541,21 @@ describe('hostile requests inside intercepted sessions', () => {
     // Absolute form naming the CONNECT target itself is fine, and reaches the origin in origin-form.
     const selfAbs = await ask(`GET https://${authority}/self HTTP/1.1\r\nHost: ${authority}\r\n`);
     expect(statusLines(selfAbs)).toEqual(['HTTP/1.1 200 OK']);
+    // Pipelined on one connection: the first request (the target) gets the credential, the second
+    // (another host) is refused and nothing reaches that host.
+    const otherBefore = other.seen.length;
+    const pipelined = await rawSession(
+      port,
+      authority,
+      `GET /first HTTP/1.1\r\nHost: ${authority}\r\nAuthorization: ${placeholder}\r\n\r\n` +
+        `GET /second HTTP/1.1\r\nHost: other.test:${other.port}\r\nAuthorization: ${placeholder}\r\nConnection: close\r\n\r\n`,
+    );
+    expect(statusLines(pipelined), pipelined).toEqual(['HTTP/1.1 200 OK', 'HTTP/1.1 421 Misdirected Request']);
+    expect(other.seen.length).toBe(otherBefore);
     expect(secure.seen.slice(before)).toEqual([
       { method: 'GET', url: '/one', authorization: 'front-secret', host: authority },
       { method: 'GET', url: '/self', authorization: 'front-secret', host: authority },
+      { method: 'GET', url: '/first', authorization: 'front-secret', host: authority },
     ]);
   });
 });
