@@ -32,7 +32,11 @@ export interface LinuxNativePlan {
     connectPorts?: number[];
   };
   /** unixSockets: allow socket(AF_UNIX, SOCK_STREAM|SOCK_SEQPACKET) whatever `net` says. */
-  seccomp?: { net: 'none' | 'proxy' | 'full'; unixSockets?: boolean };
+  /**
+   * connectSupervisor (Landlock mode, net 'proxy'): the proxy's port. connect() calls stop in a
+   * seccomp user notification, answered by the host (native/linux/connect_supervisor.cc).
+   */
+  seccomp?: { net: 'none' | 'proxy' | 'full'; unixSockets?: boolean; connectSupervisor?: number };
   proxyPort?: number;
   rlimitNproc?: number;
   rlimitAs?: number;
@@ -65,6 +69,11 @@ export interface LinuxProbe {
   landlockAbi: number;
   /** 0 when seccomp filters can be installed, else -errno. */
   seccomp: number;
+  /**
+   * 0 when Landlock mode's connect supervisor can run (seccomp user notification with a new
+   * listener, pidfd_getfd, SECCOMP_IOCTL_NOTIF_ADDFD), else -errno. Absent from older addons.
+   */
+  connectSupervisor?: number;
   /** 0 when user+mount+pid+net namespaces work, else -errno. */
   userns: number;
   euid: number;

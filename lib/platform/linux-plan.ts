@@ -546,9 +546,17 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       unixPartial = true;
     }
   }
+  // Landlock mode with the proxy. Landlock's TCP rules are per port, so a rule for the proxy's
+  // port would open that port on every IPv4 address. Where the kernel allows it, the connect
+  // supervisor takes over instead: Landlock allows no TCP connect at all, seccomp stops connect()
+  // in a user notification, and the host hands the command a connection to 127.0.0.1:<port>
+  // that it made itself (native/linux/connect_supervisor.cc). Without it, the port rule and the
+  // gap stay (Landlock mode is degraded-only anyway).
+  const supervised = mode === 'landlock' && net === 'proxy' && probe.connectSupervisor === 0;
+  if (supervised) native.seccomp!.connectSupervisor = input.proxyPort!;
   if (abi >= 1) {
     native.landlock = { net, rules: landlockRules(input, mode) };
-    if (net === 'proxy') native.landlock.connectPorts = [input.proxyPort!];
+    if (net === 'proxy' && !supervised) native.landlock.connectPorts = [input.proxyPort!];
   }
   const limits = rules.limits;
   if (limits.memoryBytes) native.rlimitAs = limits.memoryBytes;
@@ -584,12 +592,15 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       gaps.push(`deny-read under readable roots is not enforced: ${deniedButReadable.join(', ')}`);
     }
     if (rules.tmp === 'private') gaps.push('/tmp itself stays read-only; the private temp dir is TMPDIR only');
-    if (net === 'proxy') {
+    if (net === 'proxy' && !supervised) {
       gaps.push(
         `TCP connects to other hosts on the proxy's port ${input.proxyPort} are not blocked: any IPv4 address on that port ` +
           `(other loopback addresses, the LAN, the internet) is reachable directly, outside the proxy's policy and audit ` +
-          `(Landlock rules are per port; IPv6 sockets are refused, so ::1 and IPv6 hosts are not)`,
+          `(Landlock rules are per port; IPv6 sockets are refused, so ::1 and IPv6 hosts are not; this kernel has no ` +
+          `seccomp connect supervision: errno ${-(probe.connectSupervisor ?? -38)})`,
       );
+    }
+    if (net === 'proxy') {
       gaps.push(`the proxy listens on the host's 127.0.0.1:${input.proxyPort}, so other local processes can use it too (and are attributed to this sandbox)`);
     }
     gaps.push('host processes stay visible in /proc (command lines, not memory or environment)');
@@ -667,6 +678,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
             ],
           }),
       network: net === 'proxy' ? `proxy only (127.0.0.1:${input.proxyPort}${isolated ? ' inside the namespace' : ''})` : net,
+      ...(supervised ? { connectSupervisor: 'seccomp-user-notif' } : {}),
       processCap,
       memoryCap,
       ...(isolated ? { tmpfs: tmpfsSizes(limits.tmpBytes) } : {}),
@@ -679,7 +691,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       protectedPaths:
         rules.readOnly.length === 0 ? 'not-requested' : !isolated ? 'not-enforced' : protectPartial ? 'partial' : 'enforced',
       denyRead: rules.denyRead.length === 0 ? 'not-requested' : isolated && !denyPartial ? 'enforced' : 'partial',
-      network: net === 'full' ? 'not-requested' : (net === 'proxy' && !isolated) || unixPartial ? 'partial' : 'enforced',
+      network: net === 'full' ? 'not-requested' : (net === 'proxy' && !isolated && !supervised) || unixPartial ? 'partial' : 'enforced',
       processIsolation: isolated ? 'enforced' : 'partial',
       // Landlock mode: init is a subreaper, so every orphan of the tree (setsid daemons too) is
       // its child and is killed at exit, on kill(), and when the host process dies. It finds them

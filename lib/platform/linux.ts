@@ -191,6 +191,8 @@ export function createLinuxBackend(native: NativeBinding): Backend {
           euid: p.euid,
           isolatedMode: p.userns === 0 && p.seccomp === 0,
           landlockMode: p.landlockAbi >= 1 && p.seccomp === 0,
+          // Landlock mode with the proxy closes the proxy-port gap through it (README).
+          connectSupervisor: p.connectSupervisor === 0,
         },
       };
     },

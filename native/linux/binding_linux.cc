@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <napi.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
@@ -16,6 +17,7 @@
 
 #include "../addon_data.h"
 #include "../js_error.h"
+#include "connect_supervisor.h"
 #include "landlock.h"
 #include "pty_linux.h"
 #include "relay.h"
@@ -335,6 +337,7 @@ Napi::Value Spawn(const Napi::CallbackInfo& info) {
     FillLandlock(env, ll.As<Napi::Object>(), &plan.landlock_plan);
   }
   Napi::Value sc = o.Get("seccomp");
+  uint16_t connect_port = 0;
   if (sc.IsObject()) {
     Napi::Object s = sc.As<Napi::Object>();
     SeccompConfig cfg;
@@ -342,6 +345,17 @@ Napi::Value Spawn(const Napi::CallbackInfo& info) {
     cfg.net = net == "full" ? SeccompNet::kFull : net == "proxy" ? SeccompNet::kProxy : SeccompNet::kNone;
     cfg.isolated = plan.mode == LinuxMode::kIsolated;
     cfg.unix_stream_sockets = GetBool(s, "unixSockets", false);
+    // Landlock mode with the proxy: connect() goes through the host's supervisor, which hands
+    // over connections to 127.0.0.1:<connectSupervisor> only (connect_supervisor.cc).
+    connect_port = static_cast<uint16_t>(GetNumber(s, "connectSupervisor", 0));
+    if (connect_port != 0) {
+      if (plan.mode != LinuxMode::kLandlock || net != "proxy") {
+        for (int fd : parent_owned) close(fd);
+        throw Napi::TypeError::New(env, "plan.seccomp.connectSupervisor needs Landlock mode and net 'proxy'");
+      }
+      cfg.notify_connect = true;
+      plan.seccomp_listener = true;
+    }
     int r = BuildSeccompFilter(cfg, &plan.seccomp_filter);
     if (r < 0) {
       for (int fd : parent_owned) close(fd);
@@ -360,9 +374,18 @@ Napi::Value Spawn(const Napi::CallbackInfo& info) {
 
   ChildWatch* w = new ChildWatch();
   w->res = res;
-  w->on_exit = Napi::Persistent(info[1].As<Napi::Function>());
   uv_loop_t* loop = nullptr;
   napi_get_uv_event_loop(env, &loop);
+  if (res.seccomp_listener_fd >= 0) {
+    // Owned by the supervisor from here on, whatever happens.
+    int r = StartConnectSupervisor(env, loop, res.seccomp_listener_fd, connect_port);
+    w->res.seccomp_listener_fd = -1;
+    if (r < 0) {
+      // The command runs already: its connects would fail (ENOSYS), never leak. Stop it anyway.
+      SignalTree(w->res, SIGKILL);
+    }
+  }
+  w->on_exit = Napi::Persistent(info[1].As<Napi::Function>());
   if (res.status_fd >= 0) {
     w->refs++;
     uv_poll_init(loop, &w->status_poll, res.status_fd);
@@ -429,6 +452,7 @@ Napi::Value Probe(const Napi::CallbackInfo& info) {
   Napi::Object o = Napi::Object::New(env);
   o.Set("landlockAbi", Napi::Number::New(env, LandlockAbi()));
   o.Set("seccomp", Napi::Number::New(env, SeccompSupported()));
+  o.Set("connectSupervisor", Napi::Number::New(env, ConnectSupervisorSupported()));
   o.Set("userns", Napi::Number::New(env, ProbeUserNamespaces(true)));
   o.Set("euid", Napi::Number::New(env, geteuid()));
   struct utsname u;

@@ -7,11 +7,18 @@
 #include <netinet/in.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
 #include <sys/socket.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <new>
 
 #include "raw_syscall.h"
 #include "syscall_numbers.h"
@@ -36,6 +43,8 @@ namespace {
 constexpr uint32_t kSeccompRetKillProcess = 0x80000000u;
 constexpr uint32_t kSeccompRetErrno = 0x00050000u;
 constexpr uint32_t kSeccompRetAllow = 0x7fff0000u;
+constexpr uint32_t kSeccompRetUserNotif = 0x7fc00000u;
+constexpr unsigned kSeccompFilterFlagNewListener = 1u << 3;
 constexpr uint32_t kSeccompRetData = 0x0000ffffu;
 constexpr unsigned kSeccompModeFilter = 2;       // prctl(PR_SET_SECCOMP, ...)
 constexpr unsigned kSeccompSetModeFilter = 1;    // seccomp(2) operations
@@ -477,6 +486,22 @@ int BuildSeccompFilter(const SeccompConfig& cfg, std::vector<sock_filter>* out) 
     out->push_back(Stmt(BPF_RET | BPF_K, kAllow));
     out->push_back(Stmt(BPF_LD | BPF_W | BPF_ABS, kNrOffset));
   }
+  // 3b. The connect supervisor (Landlock mode, proxy): connect() with addrlen >= 16 goes to the
+  //     host. BPF cannot read the sockaddr; the addrlen (an int in the kernel, its low word) is
+  //     all it sees. Below 16 no sockaddr_in fits: the kernel answers EINVAL for an INET socket,
+  //     and AF_UNSPEC or a short unix name need no supervision. Every path ends in a RET, so the
+  //     accumulator still holds nr when the table below runs.
+  if (cfg.notify_connect) {
+    if (net != kNetProxy || mode != kLandlock) {
+      out->clear();
+      return -EINVAL;
+    }
+    out->push_back(Jump(BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(__NR_connect), 0, 4));
+    out->push_back(Stmt(BPF_LD | BPF_W | BPF_ABS, ArgLowOffset(2)));
+    out->push_back(Jump(BPF_JMP | BPF_JSET | BPF_K, 0xfffffff0u, 1, 0));
+    out->push_back(Stmt(BPF_RET | BPF_K, kAllow));
+    out->push_back(Stmt(BPF_RET | BPF_K, kSeccompRetUserNotif));
+  }
   // 3. Rules: `if (nr == N) { body }`, where every body ends in RET, so the accumulator still
   //    holds nr whenever the next comparison runs.
   std::vector<sock_filter> body;
@@ -506,13 +531,15 @@ int BuildSeccompFilter(const SeccompConfig& cfg, std::vector<sock_filter>* out) 
   return 0;
 }
 
-int InstallSeccompInChild(const sock_fprog* prog) noexcept {
+int InstallSeccompInChild(const sock_fprog* prog, bool new_listener) noexcept {
   // Sys() (raw_syscall.h) rather than syscall(3): this child may share its memory, and with it the
   // errno of a live Node thread, with the parent (CLONE_VM).
   if (prog == nullptr || prog->filter == nullptr || prog->len == 0) return -EINVAL;
   long nnp = Sys(__NR_prctl, PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0);
   if (nnp < 0) return static_cast<int>(nnp);
   if (nnp != 1) return -EPERM;
+  // A listener exists only through seccomp(2); no prctl fallback (that kernel has no listeners).
+  if (new_listener) return static_cast<int>(Sys(__NR_seccomp, kSeccompSetModeFilter, kSeccompFilterFlagNewListener, prog));
   long r = Sys(__NR_seccomp, kSeccompSetModeFilter, 0, prog);
   if (r != -ENOSYS) return static_cast<int>(r);
   // Kernels 3.5-3.16 have filter mode but no seccomp(2).
@@ -531,6 +558,47 @@ int SeccompSupported() noexcept {
     }
   }
   return 0;
+}
+
+namespace {
+int ProbeListenerInChild(void*) {
+  // Raw syscalls only: this child shares the caller's memory (CLONE_VM). An allow-all filter
+  // that carries a USER_NOTIF return (never reached) is enough for the kernel to make a listener.
+  sock_filter insns[] = {Stmt(BPF_RET | BPF_K, kAllow), Stmt(BPF_RET | BPF_K, kSeccompRetUserNotif)};
+  sock_fprog prog = {2, insns};
+  long r = Sys(__NR_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+  if (r == 0) r = Sys(__NR_seccomp, kSeccompSetModeFilter, kSeccompFilterFlagNewListener, &prog);
+  for (;;) Sys(__NR_exit_group, r < 0 ? -r : 0);
+}
+}  // namespace
+
+int ConnectSupervisorSupported() noexcept {
+  uint32_t action = kSeccompRetUserNotif;
+  if (syscall(__NR_seccomp, kSeccompGetActionAvail, 0, &action) != 0) return errno == EINVAL ? -EOPNOTSUPP : -errno;
+  // pidfd_getfd(-1, ...) is EBADF where the syscall exists.
+  if (syscall(__NR_pidfd_getfd, -1, 0, 0) == 0 || errno == ENOSYS) return -ENOSYS;
+  // SECCOMP_IOCTL_NOTIF_ADDFD cannot be probed without a notification: it arrived in 5.9.
+  struct utsname u;
+  int major = 0, minor = 0;
+  if (uname(&u) != 0 || sscanf(u.release, "%d.%d", &major, &minor) != 2) return -EOPNOTSUPP;
+  if (major < 5 || (major == 5 && minor < 9)) return -EOPNOTSUPP;
+  constexpr size_t kStack = 16 * 1024;
+  std::unique_ptr<char[]> stack(new (std::nothrow) char[kStack]);
+  if (!stack) return -ENOMEM;
+  // 16-byte aligned top, as the ABI wants.
+  char* top = reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(stack.get() + kStack) & ~uintptr_t{15});
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pid_t pid = clone(ProbeListenerInChild, top, CLONE_VM | CLONE_VFORK | SIGCHLD, nullptr);
+  int e = errno;
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (pid < 0) return -e;
+  int st = 0;
+  while (waitpid(pid, &st, __WALL) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(st)) return -ECHILD;
+  return -WEXITSTATUS(st);
 }
 
 }  // namespace psb

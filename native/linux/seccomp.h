@@ -96,6 +96,12 @@ struct SeccompConfig {
   // says (checked before the table). The filter cannot see the path a socket connects to, so the
   // planner reports that every visible pathname socket becomes connectable.
   bool unix_stream_sockets = false;
+  // Landlock mode, kProxy: connect() calls with an addrlen of 16 or more (anything that can name
+  // an AF_INET address) stop in SECCOMP_RET_USER_NOTIF for the host's connect supervisor
+  // (connect_supervisor.cc). Shorter ones are decided by the kernel at once: no INET address fits
+  // (EINVAL), and unix-socket programs with short names pay no round trip. Install with
+  // InstallSeccompInChild(prog, true).
+  bool notify_connect = false;
 };
 
 // Parent side (may allocate). Replaces *out with the BPF program for cfg.
@@ -105,13 +111,19 @@ int BuildSeccompFilter(const SeccompConfig& cfg, std::vector<sock_filter>* out) 
 // Child side, after fork, before execve: raw syscalls only. Requires no_new_privs already set
 // (returns -EPERM otherwise, rather than relying on a CAP_SYS_ADMIN the command must not keep).
 // Returns 0 or -errno from seccomp(2) (prctl(2) on kernels without the seccomp syscall).
-int InstallSeccompInChild(const sock_fprog* prog) noexcept;
+// new_listener: SECCOMP_FILTER_FLAG_NEW_LISTENER; returns the listener fd (CLOEXEC) or -errno.
+int InstallSeccompInChild(const sock_fprog* prog, bool new_listener = false) noexcept;
 
 // Parent side probe. Returns 0 when filter mode and the actions the filter uses
 // (KILL_PROCESS, ERRNO) are available; otherwise -errno: -EINVAL when the kernel lacks
 // CONFIG_SECCOMP(_FILTER) or SECCOMP_GET_ACTION_AVAIL (older than 4.14), -EOPNOTSUPP when an
 // action is missing or the seccomp syscall itself is absent.
 int SeccompSupported() noexcept;
+
+// Parent side probe for the connect supervisor: 0 when SECCOMP_RET_USER_NOTIF, a new listener
+// (tried for real in a short-lived child: a listener already in this process's filter chain makes
+// it EBUSY), pidfd_getfd and SECCOMP_IOCTL_NOTIF_ADDFD (Linux 5.9) are all there; else -errno.
+int ConnectSupervisorSupported() noexcept;
 
 }  // namespace psb
 

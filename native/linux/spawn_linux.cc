@@ -618,8 +618,16 @@ int CommandInChild(void* argp) {
     if (r < 0) FailInChild(a, kStageLandlock, 0, r);
   }
   if (p.seccomp) {
-    r = InstallSeccompInChild(&a->fprog);
+    r = InstallSeccompInChild(&a->fprog, p.seccomp_listener);
     if (r < 0) FailInChild(a, kStageSeccomp, 0, r);
+    if (p.seccomp_listener) {
+      // The listener goes to the parent and never stays here: whoever holds it answers this
+      // filter's connects. sendmsg without MSG_FASTOPEN passes the filter just installed.
+      long listener = r;
+      r = SendFdInChild(a->fd_channel, static_cast<int>(listener), 'N');
+      Sys(__NR_close, listener);
+      if (r < 0) FailInChild(a, kStageSeccomp, 1, r);
+    }
   }
   uint64_t empty = 0;
   Sys(__NR_rt_sigprocmask, SIG_SETMASK, &empty, 0, 8);
@@ -801,6 +809,9 @@ void KillTreeInChild(pid_t cmd) {
   for (int i = 0; i < a->nstdio; ++i) Sys(__NR_close, a->stdio_fds[i]);
   if (a->pty_slave >= 0) Sys(__NR_close, a->pty_slave);
   for (int fd : p.cgroup_fds) Sys(__NR_close, fd);
+  // Landlock mode: the channel carried only the command's seccomp listener (sent before its
+  // execve, which has happened now that vfork returned).
+  if (!isolated && a->fd_channel >= 0) Sys(__NR_close, a->fd_channel);
   Sys(__NR_close, a->err_fd);  // the parent sees EOF once the command has exec'd (or failed)
   a = nullptr;
 
@@ -1183,7 +1194,7 @@ Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
   }
 
   int chan[2] = {-1, -1};
-  if (isolated && (plan.proxy_port != 0 || plan.pty_cols != 0)) {
+  if ((isolated && (plan.proxy_port != 0 || plan.pty_cols != 0)) || (uses_init && plan.seccomp_listener)) {
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, chan) < 0) {
       return Status::Sys(ErrorCode::kESPAWN, "socketpair(2) failed", "socketpair", errno);
     }
@@ -1404,6 +1415,21 @@ Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
       if (out->pty_master_fd >= 0) close(out->pty_master_fd);
       out->pty_master_fd = -1;
       return Status::Error(ErrorCode::kEPROXY_START, "the sandbox did not hand over its proxy listener");
+    }
+  }
+  if (chan[0] >= 0 && plan.seccomp_listener) {
+    // The command sent it before its execve, so it is already queued.
+    char byte;
+    if (RecvFd(chan[0], &byte, &out->seccomp_listener_fd, MSG_DONTWAIT) != 1 || out->seccomp_listener_fd < 0) {
+      Sys(__NR_pidfd_send_signal, pidfd, SIGKILL, 0, 0);
+      siginfo_t si;
+      while (waitid(static_cast<idtype_t>(P_PIDFD), pidfd, &si, WEXITED) < 0 && errno == EINTR) {
+      }
+      if (out->pty_master_fd >= 0) close(out->pty_master_fd);
+      out->pty_master_fd = -1;
+      if (out->proxy_listener_fd >= 0) close(out->proxy_listener_fd);
+      out->proxy_listener_fd = -1;
+      return Status::Error(ErrorCode::kESECCOMP_INSTALL, "the sandboxed command did not hand over its seccomp listener");
     }
   }
   if (uses_init) {

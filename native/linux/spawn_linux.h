@@ -82,6 +82,10 @@ struct LinuxSpawnPlan {
   LandlockPlan landlock_plan;
   bool seccomp = false;
   std::vector<sock_filter> seccomp_filter;
+  // Landlock mode: the filter notifies connect() (SeccompConfig::notify_connect). The command
+  // installs it with a new listener, sends the listener to the parent over the fd channel and
+  // closes its own copy before execve (a command holding it could answer its own connects).
+  bool seccomp_listener = false;
   bool drop_caps = true;            // empty all capability sets + bounding set, lock securebits
   bool setsid = true;
   bool ctty = false;                // after setsid + stdio: TIOCSCTTY on fd 0 (a pty slave)
@@ -117,6 +121,7 @@ struct LinuxSpawnResult {
   size_t init_stack_size = 0;
   int pty_master_fd = -1;      // isolated + pty_cols: the master of the in-namespace pty
   int proxy_listener_fd = -1;  // isolated + proxy_port: the listener from inside the namespace
+  int seccomp_listener_fd = -1;  // plan.seccomp_listener: the filter's notification fd
   bool shared_netns = false;   // isolated: init joined the shared empty network namespace
 };
 

@@ -48,6 +48,8 @@ export const caps = {
   /** Landlock mode works here (Landlock ABI >= 1 + seccomp). */
   landlock: features.landlockMode === true,
   seccomp: features.seccomp === true,
+  /** Landlock mode's connect supervisor (seccomp user notification) works here. */
+  connectSupervisor: features.connectSupervisor === true,
   /** A system python3 (not a per-user shim that another uid or the sandbox cannot reach). */
   python: hasExecutable('/usr/bin/python3') ? '/usr/bin/python3' : null,
   cc: which('cc'),

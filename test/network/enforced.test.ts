@@ -121,14 +121,16 @@ describe.runIf(caps.linux)('managed network enforced by the Linux sandbox', () =
     it.skipIf(skip)('the report says the network goes through the proxy only', async () => {
       const r = await runWithProxy(mode, POLICY, '/bin/true', []);
       expect(r.code).toBe(0);
-      expect(r.enforcement.guarantees.network).toBe(mode === 'isolated' ? 'enforced' : 'partial');
+      // Landlock mode is enforced only with the connect supervisor (this kernel has it or not).
+      const supervised = mode === 'landlock' && caps.connectSupervisor;
+      expect(r.enforcement.guarantees.network).toBe(mode === 'isolated' || supervised ? 'enforced' : 'partial');
       expect(String(r.enforcement.mechanisms.network)).toMatch(/^proxy only \(127\.0\.0\.1:\d+/);
+      expect(r.enforcement.mechanisms.connectSupervisor).toBe(supervised ? 'seccomp-user-notif' : undefined);
       if (mode === 'isolated') {
         expect(r.enforcement.mechanisms.namespaces).toContain('net');
-      } else {
-        // The residual gap of the Landlock mode is stated.
-        expect(r.enforcement.gaps.some((g) => /proxy's port \d+ are not blocked/.test(g))).toBe(true);
       }
+      // Without the supervisor, the residual gap of the Landlock mode is stated; with it, not.
+      expect(r.enforcement.gaps.some((g) => /proxy's port \d+ are not blocked/.test(g))).toBe(mode === 'landlock' && !supervised);
     });
 
     it.skipIf(skip)('the command sees only our proxy variables: caller-supplied ones pointing elsewhere are replaced or dropped', async () => {
@@ -367,7 +369,7 @@ describe.runIf(caps.linux)('managed network enforced by the Linux sandbox', () =
     });
 
     it.skipIf(skip || mode !== 'landlock' || !hostHasV6Loopback)(
-      `Landlock mode: the proxy's port is closed on ::1 (no IPv6 sockets) and stays a listed gap on other IPv4 addresses${mode !== 'landlock' ? ' (Landlock mode only)' : hostHasV6Loopback ? '' : ' (SKIPPED: the host has no ::1)'}`,
+      `Landlock mode: the proxy's port is closed on ::1 (no IPv6 sockets) and, with the connect supervisor, on other IPv4 addresses (else a listed gap)${mode !== 'landlock' ? ' (Landlock mode only)' : hostHasV6Loopback ? '' : ' (SKIPPED: the host has no ::1)'}`,
       async () => {
         // The command learns the proxy's port P from its env and waits for the go-file; then the
         // host listens on [::1]:P and 127.0.0.2:P, and the command tries both.
@@ -380,7 +382,7 @@ const tryConnect = (host) => new Promise((r) => {
   const s = net.connect({ host, port }); s.once('connect', () => { s.end('hello'); r('ok'); }); s.once('error', (e) => r(e.code));
 });
 const wait = () => fs.existsSync(process.argv[1]) ? Promise.resolve() : new Promise((r) => setTimeout(r, 20)).then(wait);
-wait().then(async () => console.log(JSON.stringify([await tryConnect('::1'), await tryConnect('127.0.0.2')])));`;
+wait().then(async () => console.log(JSON.stringify([await tryConnect('::1'), await tryConnect('127.0.0.2'), await tryConnect('127.0.0.1')])));`;
         const hits: string[] = [];
         const servers: net.Server[] = [];
         const listen = (host: string, port: number) =>
@@ -418,15 +420,26 @@ wait().then(async () => console.log(JSON.stringify([await tryConnect('::1'), awa
         };
         const sandboxed = await runOnce(true);
         await settle();
-        // ::1 refused inside; 127.0.0.2 on the proxy's port gets through: the gap the report lists.
+        // ::1 refused inside; the proxy itself (127.0.0.1) is reached.
         expect(NET_DENIED).toContain(sandboxed.results[0]);
-        expect(sandboxed.results[1]).toBe('ok');
-        expect(sandboxed.hits).toEqual(['127.0.0.2']);
-        expect(sandboxed.report!.gaps.some((g) => /any IPv4 address on that port/.test(g) && /IPv6 sockets are refused/.test(g))).toBe(true);
-        // Control: unsandboxed, both connect.
+        expect(sandboxed.results[2]).toBe('ok');
+        if (caps.connectSupervisor) {
+          // The supervisor hands over connections to 127.0.0.1:P only: 127.0.0.2:P is refused by
+          // Landlock, and its listener never sees a connection.
+          expect(sandboxed.report!.mechanisms.connectSupervisor).toBe('seccomp-user-notif');
+          expect(NET_DENIED).toContain(sandboxed.results[1]);
+          expect(sandboxed.hits).toEqual([]);
+          expect(sandboxed.report!.gaps.some((g) => /any IPv4 address on that port/.test(g))).toBe(false);
+        } else {
+          // 127.0.0.2 on the proxy's port gets through: the gap the report lists.
+          expect(sandboxed.results[1]).toBe('ok');
+          expect(sandboxed.hits).toEqual(['127.0.0.2']);
+          expect(sandboxed.report!.gaps.some((g) => /any IPv4 address on that port/.test(g) && /IPv6 sockets are refused/.test(g))).toBe(true);
+        }
+        // Control: unsandboxed, both listeners are reached (nothing listens on 127.0.0.1:P then).
         const plain = await runOnce(false);
         await settle();
-        expect(plain.results).toEqual(['ok', 'ok']);
+        expect(plain.results.slice(0, 2)).toEqual(['ok', 'ok']);
         expect(plain.hits.sort()).toEqual(['127.0.0.2', '::1']);
       },
     );

@@ -1,0 +1,425 @@
+// Landlock mode's connect supervisor (a sandbox whose network is the managed proxy).
+//
+// The gap it closes: Landlock's TCP rules are per port, not per address, so a rule that lets the
+// command reach the proxy on 127.0.0.1:P would let it reach port P of every IPv4 address. With
+// the supervisor the command's Landlock domain allows NO TCP connect at all, and the command's
+// seccomp filter stops every connect() that could name an AF_INET address (addrlen >= 16; see
+// seccomp.cc 3b) in SECCOMP_RET_USER_NOTIF. This code, on the host, answers each one:
+//   - 127.0.0.1:P on an unconnected AF_INET/SOCK_STREAM/TCP socket: the supervisor makes its OWN
+//     socket, connects it to 127.0.0.1:P (a constant, never the address it read), puts it at the
+//     command's fd number (SECCOMP_IOCTL_NOTIF_ADDFD with SECCOMP_ADDFD_FLAG_SETFD, like dup2)
+//     and answers 0 (or EINPROGRESS for a non-blocking socket whose connect is still under way);
+//   - a second connect() on such a socket: EALREADY while it connects, EISCONN once connected
+//     (the kernel's own answers, which Landlock would otherwise turn into EACCES);
+//   - anything else (another address or port, AF_UNSPEC, a unix socket, an unreadable address):
+//     SECCOMP_USER_NOTIF_FLAG_CONTINUE, i.e. the kernel runs the call as if never stopped.
+// Why that is TOCTOU-safe: the command's memory and fd table can change after the supervisor has
+// looked (another thread may rewrite the sockaddr or dup2 another socket onto the fd), so no
+// decision here trusts them. A continued call is checked by Landlock, which refuses every TCP
+// connect (EACCES), whatever address the kernel reads then; the only TCP connections the command
+// ever holds are the ones made here, to the constant proxy address. What the supervisor read only
+// picks between "make a proxy connection" and "let the kernel refuse or do it".
+//
+// Threading and lifetime: everything runs on the JS thread's loop, through uv_poll on the
+// listener (one ioctl per notification, no blocking call: a RECV happens only after poll() said a
+// notification is queued, and the connect to the proxy is non-blocking). A blocking socket whose
+// connect is still under way is parked on its own uv_poll until it completes, the command waiting
+// in connect() meanwhile, as it would for a real connect. The handles are unref'd: the sandbox's
+// exit watch decides how long the loop lives. The supervisor ends when the listener reports
+// POLLHUP (no task of the sandbox, setsid'd or not, holds the filter any more) or when the env is
+// torn down (an async cleanup hook, as in relay.cc); once its listener is closed, a notified
+// connect fails with ENOSYS: closed, never open.
+#include "connect_supervisor.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <list>
+
+#include "syscall_numbers.h"
+
+#ifndef __NR_pidfd_open
+#define __NR_pidfd_open 434
+#endif
+
+namespace psb {
+namespace {
+
+// Kernel ABI from <linux/seccomp.h> (spelled out: this directory's seccomp.h shadows that header).
+struct SeccompData {
+  int32_t nr;
+  uint32_t arch;
+  uint64_t instruction_pointer;
+  uint64_t args[6];
+};
+struct SeccompNotif {
+  uint64_t id;
+  uint32_t pid;
+  uint32_t flags;
+  SeccompData data;
+};
+struct SeccompNotifResp {
+  uint64_t id;
+  int64_t val;
+  int32_t error;
+  uint32_t flags;
+};
+struct SeccompNotifAddfd {
+  uint64_t id;
+  uint32_t flags;
+  uint32_t srcfd;
+  uint32_t newfd;
+  uint32_t newfd_flags;
+};
+static_assert(sizeof(SeccompNotif) == 80, "struct seccomp_notif layout");
+static_assert(sizeof(SeccompNotifResp) == 24, "struct seccomp_notif_resp layout");
+static_assert(sizeof(SeccompNotifAddfd) == 24, "struct seccomp_notif_addfd layout");
+constexpr unsigned long kNotifRecv = _IOWR('!', 0, SeccompNotif);
+constexpr unsigned long kNotifSend = _IOWR('!', 1, SeccompNotifResp);
+constexpr unsigned long kNotifIdValid = _IOW('!', 2, uint64_t);
+constexpr unsigned long kNotifAddfd = _IOW('!', 3, SeccompNotifAddfd);
+constexpr uint32_t kUserNotifFlagContinue = 1;
+constexpr uint32_t kAddfdFlagSetfd = 1;
+constexpr unsigned kPidfdThread = O_EXCL;  // PIDFD_THREAD (6.9): a pidfd for a thread id
+
+// TCP states (include/net/tcp_states.h).
+constexpr uint8_t kTcpSynSent = 2;
+constexpr uint8_t kTcpClose = 7;
+
+// Bounded work per wakeup keeps a command that connects in a loop from starving the host's loop.
+constexpr int kMaxPerWakeup = 64;
+
+struct Supervisor;
+
+// A blocking socket's connect to the proxy, still under way; the command waits in connect().
+struct Pending {
+  Supervisor* sup = nullptr;
+  uv_poll_t poll;
+  int sock = -1;
+  uint64_t id = 0;
+  int child_fd = -1;
+  bool cloexec = false;
+  bool closing = false;
+};
+
+struct Supervisor {
+  uv_poll_t poll;
+  int fd = -1;
+  uint16_t port = 0;
+  bool closing = false;
+  int open_handles = 0;
+  std::list<Pending*> pending;
+  napi_async_cleanup_hook_handle cleanup = nullptr;
+};
+
+void MaybeFree(Supervisor* s) {
+  if (s->open_handles > 0) return;
+  if (s->cleanup != nullptr) napi_remove_async_cleanup_hook(s->cleanup);
+  s->cleanup = nullptr;
+  delete s;
+}
+
+void OnPendingClosed(uv_handle_t* h) {
+  Pending* p = static_cast<Pending*>(h->data);
+  Supervisor* s = p->sup;
+  if (p->sock >= 0) close(p->sock);  // libuv no longer watches it
+  s->pending.remove(p);
+  delete p;
+  --s->open_handles;
+  MaybeFree(s);
+}
+
+void ClosePending(Pending* p) {
+  if (p->closing) return;
+  p->closing = true;
+  uv_poll_stop(&p->poll);
+  uv_close(reinterpret_cast<uv_handle_t*>(&p->poll), OnPendingClosed);
+}
+
+void OnListenerClosed(uv_handle_t* h) {
+  Supervisor* s = static_cast<Supervisor*>(h->data);
+  // Closing the listener fails every notification still queued, and every later one, with ENOSYS.
+  if (s->fd >= 0) close(s->fd);
+  s->fd = -1;
+  --s->open_handles;
+  MaybeFree(s);
+}
+
+void Shutdown(Supervisor* s) {
+  if (s->closing) return;
+  s->closing = true;
+  uv_poll_stop(&s->poll);
+  uv_close(reinterpret_cast<uv_handle_t*>(&s->poll), OnListenerClosed);
+  for (Pending* p : std::list<Pending*>(s->pending)) ClosePending(p);
+}
+
+void TeardownHook(napi_async_cleanup_hook_handle, void* arg) { Shutdown(static_cast<Supervisor*>(arg)); }
+
+// Answers a notification: val 0 with error 0 is success; error is a negative errno. A failure
+// (ENOENT: the task was killed or its call interrupted) needs nothing more: nobody waits.
+void Respond(int listener, uint64_t id, int error, uint32_t flags = 0) {
+  SeccompNotifResp r;
+  memset(&r, 0, sizeof r);
+  r.id = id;
+  r.error = error;
+  r.flags = flags;
+  ioctl(listener, kNotifSend, &r);
+}
+
+void Continue(int listener, uint64_t id) { Respond(listener, id, 0, kUserNotifFlagContinue); }
+
+bool IdValid(int listener, uint64_t id) { return ioctl(listener, kNotifIdValid, &id) == 0; }
+
+// Whether the command's fd `fd` is close-on-exec (from /proc/<tid>/fdinfo; false if unknown).
+bool ChildFdCloexec(uint32_t tid, int fd) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%u/fdinfo/%d", tid, fd);
+  int f = open(path, O_RDONLY | O_CLOEXEC);
+  if (f < 0) return false;
+  char buf[256];
+  ssize_t n = read(f, buf, sizeof buf - 1);
+  close(f);
+  if (n <= 0) return false;
+  buf[n] = 0;
+  const char* flags = strstr(buf, "flags:");
+  if (flags == nullptr) return false;
+  unsigned long v = strtoul(flags + 6, nullptr, 8);
+  return (v & O_CLOEXEC) != 0;
+}
+
+// The thread group of task `tid` (before PIDFD_THREAD, a pidfd names a whole process; its fd
+// table is the one the thread uses). 0 when unknown.
+uint32_t ThreadGroup(uint32_t tid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%u/status", tid);
+  int f = open(path, O_RDONLY | O_CLOEXEC);
+  if (f < 0) return 0;
+  char buf[1024];
+  ssize_t n = read(f, buf, sizeof buf - 1);
+  close(f);
+  if (n <= 0) return 0;
+  buf[n] = 0;
+  const char* t = strstr(buf, "\nTgid:");
+  return t == nullptr ? 0 : static_cast<uint32_t>(strtoul(t + 6, nullptr, 10));
+}
+
+// Options a client commonly sets before connect(); the replacement socket carries them over.
+// (Others, e.g. buffer sizes or a bind() to a local address, are not copied.)
+void CopyOptions(int from, int to) {
+  const struct {
+    int level, name;
+  } kOpts[] = {{IPPROTO_TCP, TCP_NODELAY}, {SOL_SOCKET, SO_KEEPALIVE}, {IPPROTO_TCP, TCP_KEEPIDLE},
+               {IPPROTO_TCP, TCP_KEEPINTVL}, {IPPROTO_TCP, TCP_KEEPCNT}};
+  for (const auto& o : kOpts) {
+    int v = 0;
+    socklen_t len = sizeof v;
+    if (getsockopt(from, o.level, o.name, &v, &len) == 0) setsockopt(to, o.level, o.name, &v, sizeof v);
+  }
+}
+
+// Puts `sock` at the command's fd number and answers `error` (0 or -EINPROGRESS).
+void Inject(int listener, uint64_t id, int sock, int child_fd, bool cloexec, int error) {
+  SeccompNotifAddfd a;
+  memset(&a, 0, sizeof a);
+  a.id = id;
+  a.flags = kAddfdFlagSetfd;
+  a.srcfd = static_cast<uint32_t>(sock);
+  a.newfd = static_cast<uint32_t>(child_fd);
+  a.newfd_flags = cloexec ? O_CLOEXEC : 0;
+  if (ioctl(listener, kNotifAddfd, &a) < 0) {
+    // ENOENT: the call is gone. Anything else: the command gets the error, never a socket.
+    if (errno != ENOENT) Respond(listener, id, -errno);
+    return;
+  }
+  Respond(listener, id, error);
+}
+
+void OnPendingWritable(uv_poll_t* h, int status, int) {
+  Pending* p = static_cast<Pending*>(h->data);
+  Supervisor* s = p->sup;
+  if (p->closing || s->closing) return;
+  int err = 0;
+  socklen_t len = sizeof err;
+  if (status < 0) err = ECONNREFUSED;
+  else if (getsockopt(p->sock, SOL_SOCKET, SO_ERROR, &err, &len) < 0) err = errno;
+  if (err == 0) {
+    // The command's socket is a blocking one: so is the description it gets.
+    int fl = fcntl(p->sock, F_GETFL);
+    if (fl >= 0) fcntl(p->sock, F_SETFL, fl & ~O_NONBLOCK);
+    Inject(s->fd, p->id, p->sock, p->child_fd, p->cloexec, 0);
+  } else {
+    Respond(s->fd, p->id, -err);
+  }
+  ClosePending(p);
+}
+
+// One connect() notification. See the top of the file for the rules.
+void Handle(Supervisor* s, const SeccompNotif& n) {
+  const int listener = s->fd;
+  if (n.data.nr != __NR_connect) return Continue(listener, n.id);
+  // The kernel's connect takes an int fd and an int addrlen: the low words are what it acts on.
+  const int child_fd = static_cast<int>(static_cast<uint32_t>(n.data.args[0]));
+  const int addrlen = static_cast<int>(static_cast<uint32_t>(n.data.args[2]));
+  if (addrlen < static_cast<int>(sizeof(sockaddr_in)) || addrlen > static_cast<int>(sizeof(sockaddr_storage))) {
+    return Continue(listener, n.id);
+  }
+  // A pidfd first, then a validity check: from then on it names the task that made the call.
+  int pidfd = static_cast<int>(syscall(__NR_pidfd_open, n.pid, kPidfdThread));
+  if (pidfd < 0) pidfd = static_cast<int>(syscall(__NR_pidfd_open, ThreadGroup(n.pid), 0));  // pre-6.9
+  if (pidfd < 0 || !IdValid(listener, n.id)) {
+    if (pidfd >= 0) close(pidfd);
+    // Without a pidfd nothing can be handed over; the kernel (and Landlock) decide.
+    return Continue(listener, n.id);
+  }
+  sockaddr_in sa;
+  memset(&sa, 0, sizeof sa);
+  struct iovec local = {&sa, sizeof sa};
+  struct iovec remote = {reinterpret_cast<void*>(static_cast<uintptr_t>(n.data.args[1])), sizeof sa};
+  ssize_t got = process_vm_readv(static_cast<pid_t>(n.pid), &local, 1, &remote, 1, 0);
+  // Read from the right task only if the call is still pending afterwards (no pid reuse).
+  if (!IdValid(listener, n.id)) {
+    close(pidfd);
+    return;
+  }
+  const bool to_proxy = got == static_cast<ssize_t>(sizeof sa) && sa.sin_family == AF_INET &&
+                        sa.sin_addr.s_addr == htonl(INADDR_LOOPBACK) && sa.sin_port == htons(s->port);
+  if (!to_proxy) {
+    close(pidfd);
+    return Continue(listener, n.id);
+  }
+  int copy = static_cast<int>(syscall(__NR_pidfd_getfd, pidfd, child_fd, 0));
+  close(pidfd);
+  if (copy < 0) return Continue(listener, n.id);  // EBADF and friends come from the kernel
+  int domain = 0, type = 0, proto = 0;
+  socklen_t len = sizeof(int);
+  bool tcp = getsockopt(copy, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 && domain == AF_INET;
+  len = sizeof(int);
+  tcp = tcp && getsockopt(copy, SOL_SOCKET, SO_TYPE, &type, &len) == 0 && type == SOCK_STREAM;
+  len = sizeof(int);
+  tcp = tcp && getsockopt(copy, SOL_SOCKET, SO_PROTOCOL, &proto, &len) == 0 && proto == IPPROTO_TCP;
+  if (!tcp) {
+    close(copy);
+    return Continue(listener, n.id);
+  }
+  tcp_info ti;
+  memset(&ti, 0, sizeof ti);
+  len = sizeof ti;
+  if (getsockopt(copy, IPPROTO_TCP, TCP_INFO, &ti, &len) < 0) ti.tcpi_state = kTcpClose;
+  if (ti.tcpi_state != kTcpClose) {
+    close(copy);
+    return Respond(listener, n.id, ti.tcpi_state == kTcpSynSent ? -EALREADY : -EISCONN);
+  }
+  const int fl = fcntl(copy, F_GETFL);
+  const bool nonblocking = fl >= 0 && (fl & O_NONBLOCK) != 0;
+  int sock = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP);
+  if (sock < 0) {
+    int e = errno;
+    close(copy);
+    return Respond(listener, n.id, -e);
+  }
+  CopyOptions(copy, sock);
+  close(copy);
+  const bool cloexec = ChildFdCloexec(n.pid, child_fd);
+  sockaddr_in proxy;
+  memset(&proxy, 0, sizeof proxy);
+  proxy.sin_family = AF_INET;
+  proxy.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  proxy.sin_port = htons(s->port);
+  int r = connect(sock, reinterpret_cast<sockaddr*>(&proxy), sizeof proxy);
+  int err = r == 0 ? 0 : errno;
+  if (err != 0 && err != EINPROGRESS) {
+    close(sock);
+    return Respond(listener, n.id, -err);
+  }
+  if (nonblocking || err == 0) {
+    if (!nonblocking) fcntl(sock, F_SETFL, fcntl(sock, F_GETFL) & ~O_NONBLOCK);
+    // A non-blocking caller gets EINPROGRESS and waits for writability, as with any connect.
+    Inject(listener, n.id, sock, child_fd, cloexec, err == 0 ? 0 : -EINPROGRESS);
+    close(sock);
+    return;
+  }
+  Pending* p = new Pending();
+  p->sup = s;
+  p->sock = sock;
+  p->id = n.id;
+  p->child_fd = child_fd;
+  p->cloexec = cloexec;
+  uv_loop_t* loop = s->poll.loop;
+  if (uv_poll_init(loop, &p->poll, sock) != 0) {
+    close(sock);
+    delete p;
+    return Respond(listener, n.id, -ENOMEM);
+  }
+  p->poll.data = p;
+  s->pending.push_back(p);
+  ++s->open_handles;
+  uv_unref(reinterpret_cast<uv_handle_t*>(&p->poll));
+  uv_poll_start(&p->poll, UV_WRITABLE, OnPendingWritable);
+}
+
+void OnListener(uv_poll_t* h, int status, int) {
+  Supervisor* s = static_cast<Supervisor*>(h->data);
+  if (s->closing) return;
+  for (int i = 0; i < kMaxPerWakeup; ++i) {
+    // RECV blocks when nothing is queued: ask poll() first (notifications withdrawn in between,
+    // by a signal, still let RECV return, with ENOENT).
+    struct pollfd pfd = {s->fd, POLLIN, 0};
+    if (status < 0 || poll(&pfd, 1, 0) < 0) return Shutdown(s);
+    if ((pfd.revents & POLLIN) == 0) {
+      // POLLHUP: no task uses the filter any more; the sandbox is gone.
+      if (pfd.revents & (POLLHUP | POLLERR | POLLNVAL)) Shutdown(s);
+      return;
+    }
+    SeccompNotif n;
+    memset(&n, 0, sizeof n);  // the kernel insists on a zeroed buffer
+    if (ioctl(s->fd, kNotifRecv, &n) < 0) {
+      if (errno == ENOENT || errno == EINTR) continue;
+      return Shutdown(s);
+    }
+    Handle(s, n);
+  }
+}
+
+}  // namespace
+
+int StartConnectSupervisor(napi_env env, uv_loop_t* loop, int listener_fd, uint16_t proxy_port) noexcept {
+  Supervisor* s = new (std::nothrow) Supervisor();
+  if (s == nullptr) {
+    close(listener_fd);
+    return -ENOMEM;
+  }
+  s->fd = listener_fd;
+  s->port = proxy_port;
+  // Before any uv handle exists (see relay.cc): a terminating env waits for our handles to close.
+  if (napi_add_async_cleanup_hook(env, TeardownHook, s, &s->cleanup) != napi_ok) {
+    close(listener_fd);
+    delete s;
+    return -ENOMEM;
+  }
+  int rc = uv_poll_init(loop, &s->poll, listener_fd);
+  if (rc != 0) {
+    close(listener_fd);
+    s->fd = -1;
+    MaybeFree(s);
+    return rc;
+  }
+  s->poll.data = s;
+  ++s->open_handles;
+  uv_unref(reinterpret_cast<uv_handle_t*>(&s->poll));
+  uv_poll_start(&s->poll, UV_READABLE | UV_DISCONNECT, OnListener);
+  return 0;
+}
+
+}  // namespace psb
