@@ -7,6 +7,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <uv.h>
@@ -97,6 +98,11 @@ struct ChildWatch {
   bool status_open = false;  // status_poll is initialised and not yet closing
   bool pid_open = false;     // pid_poll likewise
   bool loop_ref = true;      // the polls keep the event loop alive (SandboxedProcess.ref/unref)
+  // While a poll is open (or closing), an async cleanup hook holds a terminating env (a Worker)
+  // until the sandbox is dead and reaped and the polls are closed: libuv refuses to close a loop
+  // with open handles (an abort), and init runs on a stack this object unmaps.
+  napi_async_cleanup_hook_handle cleanup = nullptr;
+  int open_polls = 0;
 
   // Applies loop_ref to every open poll; polls opened later pick it up in StartPidPoll.
   void ApplyRef() {
@@ -141,6 +147,10 @@ void OnPollClosed(uv_handle_t* h) {
     close(w->res.pidfd);  // libuv no longer watches it
     w->res.pidfd = -1;
   }
+  if (--w->open_polls == 0 && w->cleanup != nullptr) {
+    napi_remove_async_cleanup_hook(w->cleanup);
+    w->cleanup = nullptr;
+  }
   w->Unref();
 }
 
@@ -163,6 +173,7 @@ void OnPidfdReadable(uv_poll_t* handle, int status, int) {
 
 void StartPidPoll(ChildWatch* w, uv_loop_t* loop) {
   w->refs++;
+  w->open_polls++;
   uv_poll_init(loop, &w->pid_poll, w->res.pidfd);
   w->pid_poll.data = w;
   w->pid_open = true;
@@ -181,6 +192,24 @@ void OnStatusReadable(uv_poll_t* handle, int status, int) {
   // Reap init in the background either way; without a report its own status is what we have.
   StartPidPoll(w, loop);
   if (got) w->Deliver(code, sig);
+}
+
+// The env (a Worker being terminated, or the main thread at exit) is going away while the
+// sandbox may still run: kill it, wait for init (briefly: the tree's teardown), and close the
+// polls without calling JS. Without this, a Worker's exit aborted the process.
+void TeardownWatch(napi_async_cleanup_hook_handle, void* arg) {
+  ChildWatch* w = static_cast<ChildWatch*>(arg);
+  w->exited = true;  // nothing is delivered to JS any more
+  w->on_exit.Reset();
+  if (!w->reaped && w->res.pidfd >= 0) {
+    SignalTree(w->res, SIGKILL);
+    siginfo_t si;
+    while (waitid(static_cast<idtype_t>(3 /* P_PIDFD */), w->res.pidfd, &si, WEXITED) < 0 && errno == EINTR) {
+    }
+    w->Reaped();
+  }
+  if (w->status_open) ClosePoll(&w->status_poll);
+  if (w->pid_open) ClosePoll(&w->pid_poll);
 }
 
 void FillLandlock(Napi::Env env, const Napi::Object& o, LandlockPlan* ll) {
@@ -386,8 +415,12 @@ Napi::Value Spawn(const Napi::CallbackInfo& info) {
     }
   }
   w->on_exit = Napi::Persistent(info[1].As<Napi::Function>());
+  // Before any poll exists (see ChildWatch::cleanup). If it cannot be added, the watch works as
+  // before, without teardown on env exit.
+  napi_add_async_cleanup_hook(env, TeardownWatch, w, &w->cleanup);
   if (res.status_fd >= 0) {
     w->refs++;
+    w->open_polls++;
     uv_poll_init(loop, &w->status_poll, res.status_fd);
     w->status_poll.data = w;
     w->status_open = true;
