@@ -1,0 +1,181 @@
+/**
+ * Landlock mode's connect supervisor (native/linux/connect_supervisor.cc): with a proxy-only
+ * network, the command's TCP connections go to the proxy at 127.0.0.1:P and nowhere else, port P
+ * of other addresses included (Landlock alone is per port). Checked from outside: a listener on
+ * 127.0.0.2:P counts what it accepts. A C program (test/fixtures/connect_race.c) connects
+ * blocking, non-blocking, and from a loop whose sockaddr another thread flips between 127.0.0.1
+ * and 127.0.0.2 (a TOCTOU attacker). Control: the same program unsandboxed reaches 127.0.0.2:P.
+ */
+import { execFileSync, spawn as spawnHost } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+import { spawn } from '../../lib/index';
+import { caps, modePolicy } from '../helpers/capabilities';
+import { BASE_ENV, eventually, makeScene, type Scene } from '../helpers/sandbox';
+import { lookup } from '../network/enforced-helpers';
+
+const ROOT = path.resolve(__dirname, '..', '..');
+const SOURCE = path.resolve(__dirname, '..', 'fixtures', 'connect_race.c');
+const ROUNDS = 2000;
+
+const skip = !caps.landlock
+  ? 'Landlock mode needs Landlock and seccomp'
+  : caps.landlockAbi < 4
+    ? `a proxy in Landlock mode needs Landlock ABI 4 (this kernel: ${caps.landlockAbi})`
+    : !caps.connectSupervisor
+      ? 'this kernel has no seccomp user notification with ADDFD (Linux 5.9+): the gap stays listed (test/network/enforced.test.ts checks that)'
+      : !caps.cc
+        ? 'no C compiler (cc) to build the racing client'
+        : undefined;
+// eslint-disable-next-line no-console
+if (skip) console.warn(`[connect-supervisor] SKIPPING: ${skip}`);
+
+interface Outcome {
+  lines: Record<string, string>;
+  hits: number;
+  code: number | null;
+  enforcement: Record<string, unknown> | undefined;
+}
+
+describe.skipIf(skip)('Landlock mode: the connect supervisor', () => {
+  let scene: Scene;
+  let bin: string;
+  beforeAll(() => {
+    scene = makeScene('connsup');
+    bin = path.join(scene.root, 'connect_race');
+    execFileSync('cc', ['-O2', '-pthread', '-o', bin, SOURCE], { stdio: 'pipe' });
+    fs.chmodSync(bin, 0o755);
+  });
+  afterAll(() => scene?.cleanup());
+
+  // Runs the racer; once it has printed the port P, the host listens on 127.0.0.2:P (and, for the
+  // unsandboxed control, on 127.0.0.1:P in place of the proxy) and counts the connections.
+  async function race(sandboxed: boolean): Promise<Outcome> {
+    const go = path.join(scene.root, `go-${sandboxed}`);
+    fs.rmSync(go, { force: true });
+    const freePort = await new Promise<number>((res) => {
+      const s = net.createServer().listen(0, '127.0.0.1', () => {
+        const p = (s.address() as net.AddressInfo).port;
+        s.close(() => res(p));
+      });
+    });
+    const child = spawn(bin, [go, String(ROUNDS)], {
+      cwd: '/',
+      env: sandboxed ? BASE_ENV : { ...BASE_ENV, HTTP_PROXY: `http://127.0.0.1:${freePort}` },
+      stdio: 'pipe',
+      policy: sandboxed ? modePolicy('landlock', { network: { proxy: { allow: ['*.test'] } } }) : null,
+      ...(sandboxed ? { proxy: { lookup } } : {}),
+    });
+    let out = '';
+    child.stdout!.on('data', (c: Buffer) => (out += c));
+    child.stderr!.on('data', (c: Buffer) => (out += c));
+    expect(await eventually(() => /^port \d+$/m.test(out)), out).toBe(true);
+    const port = Number(/^port (\d+)$/m.exec(out)![1]);
+    let hits = 0;
+    const servers: net.Server[] = [];
+    const listen = (host: string, count: boolean) =>
+      new Promise<void>((res, rej) => {
+        const srv = net.createServer((c) => {
+          if (count) hits++;
+          c.on('error', () => {});
+          c.destroy();
+        });
+        servers.push(srv);
+        srv.once('error', rej);
+        srv.listen(port, host, () => res());
+      });
+    await listen('127.0.0.2', true);
+    if (!sandboxed) await listen('127.0.0.1', false);
+    fs.writeFileSync(go, '');
+    const exit = await child.exited;
+    // Connections still in the listener's queue are counted before it closes.
+    await new Promise((r) => setTimeout(r, 200));
+    await Promise.all(servers.map((s) => new Promise((r) => s.close(r))));
+    const lines = Object.fromEntries(
+      out
+        .trim()
+        .split('\n')
+        .map((l) => [l.slice(0, l.indexOf(' ')), l.slice(l.indexOf(' ') + 1)]),
+    );
+    return { lines, hits, code: exit.code, enforcement: child.enforcement as unknown as Record<string, unknown> };
+  }
+
+  it('connects reach the proxy only: 127.0.0.2 on the proxy port gets nothing, even from a thread racing the sockaddr', async () => {
+    const inside = await race(true);
+    expect(inside.code, JSON.stringify(inside.lines)).toBe(0);
+    const report = inside.enforcement as { mechanisms: Record<string, unknown>; gaps: string[]; guarantees: Record<string, string> };
+    expect(report.mechanisms.connectSupervisor).toBe('seccomp-user-notif');
+    expect(report.guarantees.network).toBe('enforced');
+    expect(report.gaps.some((g) => /proxy's port \d+ are not blocked/.test(g))).toBe(false);
+    // Refused by Landlock (no TCP port is allowed to the command itself).
+    expect(inside.lines.direct).toBe('EACCES');
+    // The proxy is reached, blocking and non-blocking; a second connect says EISCONN as usual.
+    expect(inside.lines.proxy).toBe('ok');
+    expect(inside.lines.nonblock).toBe('ok');
+    expect(inside.lines.again).toBe('EISCONN');
+    const m = /^ok=(\d+) denied=(\d+)$/.exec(inside.lines.race ?? '');
+    expect(m, JSON.stringify(inside.lines)).not.toBeNull();
+    expect(Number(m![1]) + Number(m![2])).toBe(ROUNDS);
+    expect(Number(m![1])).toBeGreaterThan(0); // the ones the supervisor read as 127.0.0.1 went to the proxy
+    // From outside: the other address never accepted a connection.
+    expect(inside.hits).toBe(0);
+
+    // Control: unsandboxed, the direct connect and many of the raced ones reach 127.0.0.2:P.
+    const outside = await race(false);
+    expect(outside.code).toBe(0);
+    expect(outside.lines.direct).toBe('ok');
+    expect(outside.lines.proxy).toBe('ok');
+    expect(outside.hits).toBeGreaterThan(1);
+  });
+
+  // A host process of its own (a crash must not take the test runner down) runs `what`:
+  //   worker: a Worker spawns the racer (connecting to the proxy in a loop, so notifications are
+  //           in flight) and is terminated while it runs: the supervisor's teardown hook must
+  //           close its handles without a crash; the host then exits by itself.
+  // (An unref'd command does not release the loop here: the managed proxy serving it holds it,
+  // as the README says; the supervisor's own handles are always unref'd.)
+  async function host(what: 'worker'): Promise<{ code: number | null; signal: string | null; stdout: string; stderr: string }> {
+    const go = path.join(scene.root, `go-host-${what}`);
+    fs.writeFileSync(go, '');
+    const script = path.join(scene.root, `host-${what}.js`);
+    fs.writeFileSync(
+      script,
+      `const { Worker, isMainThread, parentPort } = require('worker_threads');
+require(${JSON.stringify(path.join(ROOT, 'test/network/ts-register.cjs'))});
+const out = (o) => process.stdout.write(JSON.stringify(o) + '\\n');
+const start = (go, rounds, onPort) => {
+  const { spawn } = require(${JSON.stringify(path.join(ROOT, 'lib/index.ts'))});
+  const child = spawn(${JSON.stringify(bin)}, [go, String(rounds)], {
+    cwd: '/', env: ${JSON.stringify(BASE_ENV)}, stdio: 'pipe',
+    policy: { mode: 'landlock', degraded: true, network: { proxy: { allow: ['*.test'] } } },
+  });
+  let buf = '';
+  child.stdout.on('data', (c) => { buf += c; if (/^port \\d+$/m.test(buf)) { onPort(child.enforcement.mechanisms.connectSupervisor); onPort = () => {}; } });
+  return child;
+};
+if (isMainThread) {
+  const w = new Worker(__filename);
+  w.on('error', (e) => out({ error: String(e) }));
+  w.on('message', (mech) => setTimeout(() => w.terminate().then(() => out({ mech, terminated: true })), 300));
+} else {
+  start(${JSON.stringify(go)}, 100000000, (mech) => parentPort.postMessage(mech));
+}
+`,
+    );
+    const child = spawnHost(process.execPath, [script], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (c: Buffer) => (stdout += c));
+    child.stderr.on('data', (c: Buffer) => (stderr += c));
+    const [code, signal] = await new Promise<[number | null, string | null]>((r) => child.on('exit', (c, sig) => r([c, sig])));
+    return { code, signal, stdout, stderr };
+  }
+
+  it('terminating a Worker whose sandbox is connecting through the supervisor neither crashes nor hangs the host', async () => {
+    const r = await host('worker');
+    expect(r).toEqual({ code: 0, signal: null, stdout: '{"mech":"seccomp-user-notif","terminated":true}\n', stderr: '' });
+  }, 60_000);
+});
