@@ -307,9 +307,10 @@ constexpr Rule kRules[] = {
     When(__NR_socket, kNetProxy, kIsolated, kEperm,
          Clause{{In(0, kAll, AF_INET, AF_INET6), In(1, kSockTypeMask, SOCK_STREAM, SOCK_DGRAM)},
                 kAllow}),
-    // Landlock's TCP rule allows the proxy's port on every address; connect() addresses are out
-    // of seccomp's reach. The proxy is at 127.0.0.1, so IPv6 is refused outright: that closes
-    // the port on ::1 and on every IPv6 host (IPv4 ones stay a listed gap).
+    // Landlock's TCP rule for the proxy's port opens it on every address, and connect()
+    // addresses are out of BPF's reach: the connect supervisor (3b below) closes that for IPv4
+    // where the kernel allows; else it is a listed gap. The proxy is at 127.0.0.1, so IPv6 is
+    // refused outright either way: that closes the port on ::1 and on every IPv6 host.
     When(__NR_socket, kNetProxy, kLandlock, kEperm,
          Clause{{In(0, kAll, AF_INET), In(1, kSockTypeMask, SOCK_STREAM), In(2, kAll, 0, IPPROTO_TCP)},
                 kAllow}),

@@ -81,7 +81,8 @@ enum class SeccompNet : uint8_t {
   //             as listen() without bind() autobinds a port that BIND_TCP does not see (NET-13);
   //             sends with MSG_FASTOPEN fail, as they connect without a connect() call. (On 6.18,
   //             Landlock ABI 7, an MPTCP connect and a MSG_FASTOPEN sendto both reached a port
-  //             that CONNECT_TCP denied.)
+  //             that CONNECT_TCP denied.) With notify_connect, connect() is supervised by the
+  //             host (connect_supervisor.cc) and Landlock allows no TCP port at all.
   kProxy,
   // The host network: no socket rules. io_uring stays denied.
   kFull,
