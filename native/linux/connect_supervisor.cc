@@ -100,6 +100,11 @@ constexpr uint8_t kTcpClose = 7;
 
 // Bounded work per wakeup keeps a command that connects in a loop from starving the host's loop.
 constexpr int kMaxPerWakeup = 64;
+// Blocking connects still under way each hold a host fd (on loopback only while the proxy's
+// backlog is full): a sandbox gets at most this many at once; more fail with EAGAIN (the
+// kernel's "no local port free now"). Non-blocking ones hold none: the socket is handed over at
+// once.
+constexpr size_t kMaxPending = 64;
 
 struct Supervisor;
 
@@ -349,6 +354,10 @@ void Handle(Supervisor* s, const SeccompNotif& n) {
     Inject(listener, n.id, sock, child_fd, cloexec, err == 0 ? 0 : -EINPROGRESS);
     close(sock);
     return;
+  }
+  if (s->pending.size() >= kMaxPending) {
+    close(sock);
+    return Respond(listener, n.id, -EAGAIN);
   }
   Pending* p = new Pending();
   p->sup = s;
