@@ -179,3 +179,34 @@ if (isMainThread) {
     expect(r).toEqual({ code: 0, signal: null, stdout: '{"mech":"seccomp-user-notif","terminated":true}\n', stderr: '' });
   }, 60_000);
 });
+
+describe.skipIf(process.platform !== 'linux')('Landlock-mode plan with and without the connect supervisor', () => {
+  const plan = async (connectSupervisor: number | undefined) => {
+    const { planLinux } = await import('../../lib/platform/linux-plan');
+    const probe = { landlockAbi: 7, seccomp: 0, userns: -1, euid: 1000, connectSupervisor };
+    const rules = {
+      readAll: true, readRoots: [], writeRoots: [], readOnly: [], denyRead: [], tmp: 'private',
+      network: { kind: 'proxy' }, mode: 'landlock', degraded: true, limits: {},
+    } as unknown as Parameters<typeof planLinux>[0]['rules'];
+    return planLinux({ rules, mode: 'landlock', file: '/bin/true', argv: ['true'], env: {}, cwd: '/', probe, proxyPort: 4321 });
+  };
+  const portGap = (gaps: string[]) => gaps.filter((g) => /proxy's port 4321 are not blocked/.test(g));
+
+  it('supported: no Landlock port rule, connect() supervised for 127.0.0.1:4321, no gap, network enforced', async () => {
+    const p = await plan(0);
+    expect(p.native.landlock!.connectPorts).toBeUndefined();
+    expect(p.native.seccomp).toEqual({ net: 'proxy', connectSupervisor: 4321 });
+    expect(p.enforcement.mechanisms.connectSupervisor).toBe('seccomp-user-notif');
+    expect(portGap(p.enforcement.gaps)).toEqual([]);
+    expect(p.enforcement.guarantees.network).toBe('enforced');
+  });
+
+  it.each([[-95], [undefined]])('unsupported (probe %s): the port rule and the listed gap stay, network partial', async (errno) => {
+    const p = await plan(errno);
+    expect(p.native.landlock!.connectPorts).toEqual([4321]);
+    expect(p.native.seccomp).toEqual({ net: 'proxy' });
+    expect(p.enforcement.mechanisms.connectSupervisor).toBeUndefined();
+    expect(portGap(p.enforcement.gaps)).toHaveLength(1);
+    expect(p.enforcement.guarantees.network).toBe('partial');
+  });
+});
