@@ -19,6 +19,7 @@ import { lookup } from '../network/enforced-helpers';
 
 const ROOT = path.resolve(__dirname, '..', '..');
 const SOURCE = path.resolve(__dirname, '..', 'fixtures', 'connect_race.c');
+const ATTACKS = path.resolve(__dirname, '..', 'fixtures', 'connect_attacks.c');
 const ROUNDS = 2000;
 
 const skip = !caps.landlock
@@ -130,6 +131,109 @@ describe.skipIf(skip)('Landlock mode: the connect supervisor', () => {
     expect(outside.lines.proxy).toBe('ok');
     expect(outside.hits).toBeGreaterThan(1);
   });
+
+  // test/fixtures/connect_attacks.c: the ways around the supervisor a hostile command would try,
+  // aimed at 127.0.0.2:P and at 127.0.0.1:Q (another port), with a flood of threads connecting
+  // at the end. Outside checks: both listeners' accept counts, the host's open fds before and
+  // after, and a timer that must keep firing on the host's loop while the command floods.
+  async function attack(sandboxed: boolean) {
+    const go = path.join(scene.root, `attack-go-${sandboxed}`);
+    fs.rmSync(go, { force: true });
+    const bin2 = path.join(scene.root, 'connect_attacks');
+    if (!fs.existsSync(bin2)) execFileSync('cc', ['-O2', '-pthread', '-o', bin2, ATTACKS], { stdio: 'pipe' });
+    const hits = { addr: 0, port: 0 };
+    const servers: net.Server[] = [];
+    const listen = (host: string, port: number, count?: 'addr' | 'port') =>
+      new Promise<number>((res, rej) => {
+        const srv = net.createServer((c) => {
+          if (count) hits[count]++;
+          c.on('error', () => {});
+          c.destroy();
+        });
+        servers.push(srv);
+        srv.once('error', rej);
+        srv.listen(port, host, () => res((srv.address() as net.AddressInfo).port));
+      });
+    const other = await listen('127.0.0.1', 0, 'port');
+    const freePort = await new Promise<number>((res) => {
+      const s = net.createServer().listen(0, '127.0.0.1', () => {
+        const p = (s.address() as net.AddressInfo).port;
+        s.close(() => res(p));
+      });
+    });
+    const fdsBefore = fs.readdirSync('/proc/self/fd').length;
+    let ticks = 0;
+    const timer = setInterval(() => ticks++, 1);
+    const child = spawn(bin2, [go, String(other)], {
+      cwd: '/',
+      env: sandboxed ? BASE_ENV : { ...BASE_ENV, HTTP_PROXY: `http://127.0.0.1:${freePort}` },
+      stdio: 'pipe',
+      policy: sandboxed ? modePolicy('landlock', { network: { proxy: { allow: ['*.test'] } } }) : null,
+      ...(sandboxed ? { proxy: { lookup } } : {}),
+    });
+    let out = '';
+    child.stdout!.on('data', (c: Buffer) => (out += c));
+    child.stderr!.on('data', (c: Buffer) => (out += c));
+    expect(await eventually(() => /^port \d+$/m.test(out)), out).toBe(true);
+    const port = Number(/^port (\d+)$/m.exec(out)![1]);
+    await listen('127.0.0.2', port, 'addr');
+    if (!sandboxed) await listen('127.0.0.1', port);
+    const ticksAtGo = ticks;
+    fs.writeFileSync(go, '');
+    const exit = await child.exited;
+    const ticksDuring = ticks - ticksAtGo;
+    clearInterval(timer);
+    await new Promise((r) => setTimeout(r, 200));
+    await Promise.all(servers.map((s) => new Promise((r) => s.close(r))));
+    // The host holds no more fds than before once the sandbox and its proxy connections are gone.
+    const fdsSettled = await eventually(() => fs.readdirSync('/proc/self/fd').length <= fdsBefore);
+    const lines = Object.fromEntries(
+      out
+        .trim()
+        .split('\n')
+        .map((l) => [l.slice(0, l.indexOf(' ')), l.slice(l.indexOf(' ') + 1)]),
+    );
+    return { lines, hits, code: exit.code, ticksDuring, fdsSettled, fds: [fdsBefore, fs.readdirSync('/proc/self/fd').length] };
+  }
+
+  it('hostile commands: Fast Open, passed and reused sockets, odd arguments, other socket kinds, compat ABIs, a flood: only the proxy is reached', async () => {
+    const inside = await attack(true);
+    const l = inside.lines;
+    expect(inside.code, JSON.stringify(l)).toBe(0);
+    expect(l.proxy).toBe('ok');
+    // Landlock refuses every TCP connect the supervisor lets through.
+    for (const k of ['other-addr', 'other-port', 'tfo-connect', 'reuse-injected', 'passed-socket', 'addrlen-high-bits', 'fd-high-bits']) {
+      expect([k, l[k]]).toEqual([k, 'EACCES']);
+    }
+    // The seccomp filter refuses Fast Open sends and every socket but AF_INET/TCP.
+    for (const k of ['tfo-sendto', 'tfo-sendmsg', 'tfo-sendmmsg', 'mptcp', 'udp', 'inet6', 'raw', 'packet', 'netlink', 'vsock', 'xdp', 'sctp']) {
+      expect([k, l[k]]).toEqual([k, 'EPERM']);
+    }
+    expect(l.io_uring).toMatch(/^(EPERM|ENOSYS)$/);
+    // What the kernel itself refuses stays refused, with the kernel's errno.
+    expect([l['addrlen-15'], l['addrlen-minus-1'], l['addrlen-huge'], l['bad-pointer'], l['bad-fd']]).toEqual(['EINVAL', 'EINVAL', 'EINVAL', 'EFAULT', 'EBADF']);
+    if (process.arch === 'x64') expect([l.x32, l.int80]).toEqual(['SYS', 'SYS']);
+    // The flood: connects to the proxy went through, none to 127.0.0.2.
+    const m = /^ok=(\d+) other=(\d+)$/.exec(l.flood ?? '');
+    expect(m, JSON.stringify(l)).not.toBeNull();
+    expect(Number(m![1])).toBeGreaterThan(0);
+    expect(Number(m![2])).toBe(0);
+    // From outside: neither listener accepted anything; the host's loop kept turning; no fd leaked.
+    expect(inside.hits).toEqual({ addr: 0, port: 0 });
+    expect(inside.ticksDuring).toBeGreaterThan(0);
+    expect(inside.fdsSettled, JSON.stringify(inside.fds)).toBe(true);
+
+    // Control: unsandboxed, the same attacks reach both listeners.
+    const outside = await attack(false);
+    const o = outside.lines;
+    expect(outside.code).toBe(0);
+    for (const k of ['other-addr', 'other-port', 'tfo-sendto', 'tfo-sendmsg', 'tfo-sendmmsg', 'tfo-connect', 'reuse-injected', 'passed-socket', 'addrlen-high-bits', 'fd-high-bits', 'udp', 'inet6']) {
+      expect([k, o[k]]).toEqual([k, 'ok']);
+    }
+    expect(Number(/other=(\d+)/.exec(o.flood ?? '')?.[1])).toBeGreaterThan(0);
+    expect(outside.hits.addr).toBeGreaterThan(10);
+    expect(outside.hits.port).toBeGreaterThan(0);
+  }, 60_000);
 
   // A host process of its own (a crash must not take the test runner down) runs `what`:
   //   worker: a Worker spawns the racer (connecting to the proxy in a loop, so notifications are
