@@ -196,7 +196,7 @@ describe.skipIf(skip)('Landlock mode: the connect supervisor', () => {
     return { lines, hits, code: exit.code, ticksDuring, fdsSettled, fds: [fdsBefore, fs.readdirSync('/proc/self/fd').length] };
   }
 
-  it('hostile commands: Fast Open, passed and reused sockets, odd arguments, other socket kinds, compat ABIs, a flood: only the proxy is reached', async () => {
+  it('hostile commands: Fast Open, passed, reused and swapped sockets, vfork, odd arguments, other socket kinds, compat ABIs, a flood: only the proxy is reached', async () => {
     const inside = await attack(true);
     const l = inside.lines;
     expect(inside.code, JSON.stringify(l)).toBe(0);
@@ -213,6 +213,15 @@ describe.skipIf(skip)('Landlock mode: the connect supervisor', () => {
     // What the kernel itself refuses stays refused, with the kernel's errno.
     expect([l['addrlen-15'], l['addrlen-minus-1'], l['addrlen-huge'], l['bad-pointer'], l['bad-fd']]).toEqual(['EINVAL', 'EINVAL', 'EINVAL', 'EFAULT', 'EBADF']);
     if (process.arch === 'x64') expect([l.x32, l.int80]).toEqual(['SYS', 'SYS']);
+    // A vfork child's connect is answered in the child's fd table only: the parent's socket (the
+    // same open file description in the kernel's own connect) stays unconnected.
+    expect([l['vfork-child'], l['vfork-parent']]).toEqual(['ok', 'ENOTCONN']);
+    // Swapping other files onto the fd and flipping the address while connecting: connections
+    // are made (to the proxy) and none has another peer.
+    const r = /^ok=(\d+) other=(\d+)$/.exec(l['fd-race'] ?? '');
+    expect(r, JSON.stringify(l)).not.toBeNull();
+    expect(Number(r![1])).toBeGreaterThan(0);
+    expect(Number(r![2])).toBe(0);
     // The flood: connects to the proxy went through, none to 127.0.0.2.
     const m = /^ok=(\d+) other=(\d+)$/.exec(l.flood ?? '');
     expect(m, JSON.stringify(l)).not.toBeNull();
@@ -231,6 +240,8 @@ describe.skipIf(skip)('Landlock mode: the connect supervisor', () => {
       expect([k, o[k]]).toEqual([k, 'ok']);
     }
     expect(Number(/other=(\d+)/.exec(o.flood ?? '')?.[1])).toBeGreaterThan(0);
+    expect([o['vfork-child'], o['vfork-parent']]).toEqual(['ok', 'ok']);
+    expect(Number(/ok=(\d+)/.exec(o['fd-race'] ?? '')?.[1])).toBeGreaterThan(0);
     expect(outside.hits.addr).toBeGreaterThan(10);
     expect(outside.hits.port).toBeGreaterThan(0);
   }, 60_000);
