@@ -213,6 +213,8 @@ describe.skipIf(skip)('Landlock mode: the connect supervisor', () => {
     // What the kernel itself refuses stays refused, with the kernel's errno.
     expect([l['addrlen-15'], l['addrlen-minus-1'], l['addrlen-huge'], l['bad-pointer'], l['bad-fd']]).toEqual(['EINVAL', 'EINVAL', 'EINVAL', 'EFAULT', 'EBADF']);
     if (process.arch === 'x64') expect([l.x32, l.int80]).toEqual(['SYS', 'SYS']);
+    // No seccomp listener of the command's own: the sandbox's filter holds the chain's one.
+    expect(l['own-listener']).toBe('EBUSY');
     // A vfork child's connect is answered in the child's fd table only: the parent's socket (the
     // same open file description in the kernel's own connect) stays unconnected.
     expect([l['vfork-child'], l['vfork-parent']]).toEqual(['ok', 'ENOTCONN']);
@@ -241,6 +243,7 @@ describe.skipIf(skip)('Landlock mode: the connect supervisor', () => {
     }
     expect(Number(/other=(\d+)/.exec(o.flood ?? '')?.[1])).toBeGreaterThan(0);
     expect([o['vfork-child'], o['vfork-parent']]).toEqual(['ok', 'ok']);
+    expect(o['own-listener']).toBe('ok');
     expect(Number(/ok=(\d+)/.exec(o['fd-race'] ?? '')?.[1])).toBeGreaterThan(0);
     expect(outside.hits.addr).toBeGreaterThan(10);
     expect(outside.hits.port).toBeGreaterThan(0);
