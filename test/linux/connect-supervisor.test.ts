@@ -41,6 +41,32 @@ interface Outcome {
   enforcement: Record<string, unknown> | undefined;
 }
 
+/**
+ * Starts a test program sandboxed (Landlock mode, proxy-only network) or, as the control, plainly
+ * with HTTP_PROXY naming a free port; resolves once it has printed "port P" (the proxy port it
+ * will attack around). `output()` returns everything it printed so far.
+ */
+async function startProgram(program: string, args: string[], sandboxed: boolean) {
+  const freePort = await new Promise<number>((res) => {
+    const s = net.createServer().listen(0, '127.0.0.1', () => {
+      const p = (s.address() as net.AddressInfo).port;
+      s.close(() => res(p));
+    });
+  });
+  const child = spawn(program, args, {
+    cwd: '/',
+    env: sandboxed ? BASE_ENV : { ...BASE_ENV, HTTP_PROXY: `http://127.0.0.1:${freePort}` },
+    stdio: 'pipe',
+    policy: sandboxed ? modePolicy('landlock', { network: { proxy: { allow: ['*.test'] } } }) : null,
+    ...(sandboxed ? { proxy: { lookup } } : {}),
+  });
+  let out = '';
+  child.stdout!.on('data', (c: Buffer) => (out += c));
+  child.stderr!.on('data', (c: Buffer) => (out += c));
+  expect(await eventually(() => /^port \d+$/m.test(out)), out).toBe(true);
+  return { child, port: Number(/^port (\d+)$/m.exec(out)![1]), output: () => out };
+}
+
 describe.skipIf(skip)('Landlock mode: the connect supervisor', () => {
   let scene: Scene;
   let bin: string;
@@ -57,24 +83,7 @@ describe.skipIf(skip)('Landlock mode: the connect supervisor', () => {
   async function race(sandboxed: boolean): Promise<Outcome> {
     const go = path.join(scene.root, `go-${sandboxed}`);
     fs.rmSync(go, { force: true });
-    const freePort = await new Promise<number>((res) => {
-      const s = net.createServer().listen(0, '127.0.0.1', () => {
-        const p = (s.address() as net.AddressInfo).port;
-        s.close(() => res(p));
-      });
-    });
-    const child = spawn(bin, [go, String(ROUNDS)], {
-      cwd: '/',
-      env: sandboxed ? BASE_ENV : { ...BASE_ENV, HTTP_PROXY: `http://127.0.0.1:${freePort}` },
-      stdio: 'pipe',
-      policy: sandboxed ? modePolicy('landlock', { network: { proxy: { allow: ['*.test'] } } }) : null,
-      ...(sandboxed ? { proxy: { lookup } } : {}),
-    });
-    let out = '';
-    child.stdout!.on('data', (c: Buffer) => (out += c));
-    child.stderr!.on('data', (c: Buffer) => (out += c));
-    expect(await eventually(() => /^port \d+$/m.test(out)), out).toBe(true);
-    const port = Number(/^port (\d+)$/m.exec(out)![1]);
+    const { child, port, output } = await startProgram(bin, [go, String(ROUNDS)], sandboxed);
     let hits = 0;
     const servers: net.Server[] = [];
     const listen = (host: string, count: boolean) =>
@@ -96,7 +105,7 @@ describe.skipIf(skip)('Landlock mode: the connect supervisor', () => {
     await new Promise((r) => setTimeout(r, 200));
     await Promise.all(servers.map((s) => new Promise((r) => s.close(r))));
     const lines = Object.fromEntries(
-      out
+      output()
         .trim()
         .split('\n')
         .map((l) => [l.slice(0, l.indexOf(' ')), l.slice(l.indexOf(' ') + 1)]),
@@ -155,27 +164,10 @@ describe.skipIf(skip)('Landlock mode: the connect supervisor', () => {
         srv.listen(port, host, () => res((srv.address() as net.AddressInfo).port));
       });
     const other = await listen('127.0.0.1', 0, 'port');
-    const freePort = await new Promise<number>((res) => {
-      const s = net.createServer().listen(0, '127.0.0.1', () => {
-        const p = (s.address() as net.AddressInfo).port;
-        s.close(() => res(p));
-      });
-    });
     const fdsBefore = fs.readdirSync('/proc/self/fd').length;
     let ticks = 0;
     const timer = setInterval(() => ticks++, 1);
-    const child = spawn(bin2, [go, String(other)], {
-      cwd: '/',
-      env: sandboxed ? BASE_ENV : { ...BASE_ENV, HTTP_PROXY: `http://127.0.0.1:${freePort}` },
-      stdio: 'pipe',
-      policy: sandboxed ? modePolicy('landlock', { network: { proxy: { allow: ['*.test'] } } }) : null,
-      ...(sandboxed ? { proxy: { lookup } } : {}),
-    });
-    let out = '';
-    child.stdout!.on('data', (c: Buffer) => (out += c));
-    child.stderr!.on('data', (c: Buffer) => (out += c));
-    expect(await eventually(() => /^port \d+$/m.test(out)), out).toBe(true);
-    const port = Number(/^port (\d+)$/m.exec(out)![1]);
+    const { child, port, output } = await startProgram(bin2, [go, String(other)], sandboxed);
     await listen('127.0.0.2', port, 'addr');
     if (!sandboxed) await listen('127.0.0.1', port);
     const ticksAtGo = ticks;
@@ -188,7 +180,7 @@ describe.skipIf(skip)('Landlock mode: the connect supervisor', () => {
     // The host holds no more fds than before once the sandbox and its proxy connections are gone.
     const fdsSettled = await eventually(() => fs.readdirSync('/proc/self/fd').length <= fdsBefore);
     const lines = Object.fromEntries(
-      out
+      output()
         .trim()
         .split('\n')
         .map((l) => [l.slice(0, l.indexOf(' ')), l.slice(l.indexOf(' ') + 1)]),
