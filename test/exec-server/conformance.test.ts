@@ -85,7 +85,29 @@ async function conform(name: string, session: Session): Promise<void> {
     reference = JSON.parse(fs.readFileSync(fixture, 'utf8'));
   }
   const ours = await runSession('ours', name, session);
-  expect(ours).toEqual(reference);
+  expect(ours).toEqual(strictSeq(reference, name));
+}
+
+/**
+ * The reference server's notifications for one process are sent from more than one task, and on a
+ * loaded machine they once arrived with a seq lower than the one before (seqIncreasing false in
+ * its transcript). Ours must deliver them in order: the reference's shape is held to strict order,
+ * loudly, so a reordering on our side still fails.
+ */
+function strictSeq(t: unknown, name: string): unknown {
+  if (Array.isArray(t)) return t.map((x) => strictSeq(x, name));
+  if (t === null || typeof t !== 'object') return t;
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(t)) {
+    if (k === 'seqIncreasing' && v === false) {
+      // eslint-disable-next-line no-console
+      console.warn(`[conformance] ${name}: the reference delivered a process's notifications out of seq order; ours is held to strict order`);
+      out[k] = true;
+    } else {
+      out[k] = strictSeq(v, name);
+    }
+  }
+  return out;
 }
 
 /** seq numbers strictly increase, process/closed is the last event and comes after exited. */
