@@ -1151,6 +1151,15 @@ Status ReportToStatus(const LinuxSpawnPlan& plan, const ChildReport& r) {
   return Status::Sys(code, what + " failed: " + errname + hint, StageName(r.stage), err);
 }
 
+// A sandbox that failed after it was cloned: killed (the whole tree goes with init) and reaped, so
+// a failed spawn leaves no process behind.
+void KillAndReap(int pidfd) {
+  Sys(__NR_pidfd_send_signal, pidfd, SIGKILL, 0, 0);
+  siginfo_t si;
+  while (waitid(static_cast<idtype_t>(P_PIDFD), pidfd, &si, WEXITED) < 0 && errno == EINTR) {
+  }
+}
+
 }  // namespace
 
 Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
@@ -1382,10 +1391,7 @@ Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
     break;
   }
   if (!failure.ok()) {
-    Sys(__NR_pidfd_send_signal, pidfd, SIGKILL, 0, 0);
-    siginfo_t si;
-    while (waitid(static_cast<idtype_t>(P_PIDFD), pidfd, &si, WEXITED) < 0 && errno == EINTR) {
-    }
+    KillAndReap(pidfd);
     return failure;
   }
   owned.Release(pidfd);
@@ -1393,44 +1399,31 @@ Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
     owned.Release(statp[0]);
     fcntl(statp[0], F_SETFL, O_NONBLOCK);
   }
-  if (chan[0] >= 0 && plan.pty_cols != 0) {
-    // Queued before the command was started, ahead of any listener.
+  // The sandbox hands fds over on the channel before the command starts (they are already
+  // queued). One that did not arrive: the sandbox is killed and reaped, and every fd received so
+  // far is closed.
+  auto handover = [&](int* fd, ErrorCode code, const char* what) -> Status {
     char byte;
-    if (RecvFd(chan[0], &byte, &out->pty_master_fd, MSG_DONTWAIT) != 1 || out->pty_master_fd < 0) {
-      Sys(__NR_pidfd_send_signal, pidfd, SIGKILL, 0, 0);
-      siginfo_t si;
-      while (waitid(static_cast<idtype_t>(P_PIDFD), pidfd, &si, WEXITED) < 0 && errno == EINTR) {
-      }
-      return Status::Error(ErrorCode::kESPAWN, "the sandbox did not hand over its pseudo-terminal");
+    if (RecvFd(chan[0], &byte, fd, MSG_DONTWAIT) == 1 && *fd >= 0) return Status::Ok();
+    KillAndReap(pidfd);
+    for (int* got : {&out->pty_master_fd, &out->proxy_listener_fd, &out->seccomp_listener_fd}) {
+      if (*got >= 0) close(*got);
+      *got = -1;
     }
+    return Status::Error(code, what);
+  };
+  if (chan[0] >= 0 && plan.pty_cols != 0) {
+    Status st = handover(&out->pty_master_fd, ErrorCode::kESPAWN, "the sandbox did not hand over its pseudo-terminal");
+    if (!st.ok()) return st;
   }
   if (chan[0] >= 0 && plan.proxy_port != 0) {
-    // init sent the listener before the command was started, so it is already queued.
-    char byte;
-    if (RecvFd(chan[0], &byte, &out->proxy_listener_fd, MSG_DONTWAIT) != 1 || out->proxy_listener_fd < 0) {
-      Sys(__NR_pidfd_send_signal, pidfd, SIGKILL, 0, 0);
-      siginfo_t si;
-      while (waitid(static_cast<idtype_t>(P_PIDFD), pidfd, &si, WEXITED) < 0 && errno == EINTR) {
-      }
-      if (out->pty_master_fd >= 0) close(out->pty_master_fd);
-      out->pty_master_fd = -1;
-      return Status::Error(ErrorCode::kEPROXY_START, "the sandbox did not hand over its proxy listener");
-    }
+    Status st = handover(&out->proxy_listener_fd, ErrorCode::kEPROXY_START, "the sandbox did not hand over its proxy listener");
+    if (!st.ok()) return st;
   }
   if (chan[0] >= 0 && plan.seccomp_listener) {
-    // The command sent it before its execve, so it is already queued.
-    char byte;
-    if (RecvFd(chan[0], &byte, &out->seccomp_listener_fd, MSG_DONTWAIT) != 1 || out->seccomp_listener_fd < 0) {
-      Sys(__NR_pidfd_send_signal, pidfd, SIGKILL, 0, 0);
-      siginfo_t si;
-      while (waitid(static_cast<idtype_t>(P_PIDFD), pidfd, &si, WEXITED) < 0 && errno == EINTR) {
-      }
-      if (out->pty_master_fd >= 0) close(out->pty_master_fd);
-      out->pty_master_fd = -1;
-      if (out->proxy_listener_fd >= 0) close(out->proxy_listener_fd);
-      out->proxy_listener_fd = -1;
-      return Status::Error(ErrorCode::kESECCOMP_INSTALL, "the sandboxed command did not hand over its seccomp listener");
-    }
+    // The command sent it before its execve.
+    Status st = handover(&out->seccomp_listener_fd, ErrorCode::kESECCOMP_INSTALL, "the sandboxed command did not hand over its seccomp listener");
+    if (!st.ok()) return st;
   }
   if (uses_init) {
     out->init_stack = init_stack.base;
