@@ -411,11 +411,12 @@ function socksCodeForError(err: NodeJS.ErrnoException): number {
 }
 
 /**
- * Join a client socket and an upstream socket made by dial(): the client's bytes are piped up
- * with stream backpressure (dial's read callback carries the other direction). A graceful end on
- * one side is passed on as a half-close; an error or reset on either side tears both down.
+ * Join a client socket and an upstream socket: the client's bytes are piped up with stream
+ * backpressure; the other direction is dial()'s read callback for a direct upstream, a pipe for
+ * any other (`upstreamIsStream`: chained, or a TLS socket to an intercepted origin). A graceful
+ * end on one side is passed on as a half-close; an error or reset on either side tears both down.
  */
-function splice(client: net.Socket, upstream: net.Socket, idleMs: number): void {
+function splice(client: net.Socket, upstream: net.Socket, idleMs: number, upstreamIsStream = chainedSockets.has(upstream)): void {
   // A tunnel nobody uses any more still holds two fds: close it after idleMs without traffic
   // (setTimeout re-arms on activity of that socket, in either direction).
   const idle = () => {
@@ -425,8 +426,9 @@ function splice(client: net.Socket, upstream: net.Socket, idleMs: number): void 
   client.setTimeout(idleMs, idle);
   upstream.setTimeout(idleMs, idle);
   client.pipe(upstream);
-  // dial()'s onread callback carries a direct upstream's bytes; a chained one is a plain stream.
-  if (chainedSockets.has(upstream)) upstream.pipe(client, { end: false });
+  // dial()'s onread callback carries a direct upstream's bytes; a chained one (or any socket
+  // dial() did not make) is a plain stream.
+  if (upstreamIsStream) upstream.pipe(client, { end: false });
   upstream.on('end', () => {
     if (!client.destroyed) client.end();
   });
@@ -1752,27 +1754,9 @@ export class ManagedProxy {
       socket.write(`HTTP/1.1 ${upstreamRes.statusCode ?? 101} ${this.scrubCredentials(t, upstreamRes.statusMessage ?? '')}\r\n${lines.map((l) => `${l}\r\n`).join('')}\r\n`);
       if (upstreamHead.length > 0) socket.write(upstreamHead);
       if (head.length > 0) upstream.write(head);
-      ManagedProxy.pipeBoth(socket, upstream, this.limits.tunnelIdleTimeoutMs);
+      splice(socket, upstream, this.limits.tunnelIdleTimeoutMs, true);
     });
     upstreamReq.end();
-  }
-
-  /** Relays two streams both ways (half-closes pass through), closed on error or idleness. */
-  private static pipeBoth(a: net.Socket, b: net.Socket, idleMs: number): void {
-    const idle = () => {
-      a.destroy();
-      b.destroy();
-    };
-    a.setTimeout(idleMs, idle);
-    b.setTimeout(idleMs, idle);
-    a.pipe(b);
-    b.pipe(a);
-    a.on('error', () => b.destroy());
-    b.on('error', () => a.destroy());
-    a.once('close', () => b.destroy());
-    b.once('close', () => a.destroy());
-    a.resume();
-    b.resume();
   }
 
   private useNativeRelay(): boolean {
