@@ -1,0 +1,146 @@
+// The command's own setup, after clone(CLONE_VM|CLONE_VFORK) from the parent (plain/Landlock) or
+// from init (isolated), up to execve: cgroups, session, stdio, fds, limits, capabilities, cwd,
+// Landlock, seccomp.
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+
+#include "seccomp.h"
+#include "spawn_internal.h"
+
+namespace psb {
+namespace spawn_internal {
+namespace {
+
+constexpr int kSecbitsLockAll = 0x3f | (1 << 6) | (1 << 7);  // NOROOT, NO_SETUID_FIXUP, KEEP_CAPS (+locks), NO_CAP_AMBIENT_RAISE (+lock)
+
+struct CapHeader {
+  uint32_t version;
+  int pid;
+};
+struct CapData {
+  uint32_t effective, permitted, inheritable;
+};
+
+long DropCapsInChild() {
+  // The bounding set first (needs CAP_SETPCAP), then the securebits lock, then the sets.
+  for (int cap = 0; cap < 64; ++cap) {
+    long r = Sys(__NR_prctl, PR_CAPBSET_DROP, cap, 0, 0, 0);
+    if (r == -EINVAL) break;  // past the kernel's last capability
+    if (r == -EPERM) break;   // no CAP_SETPCAP: an unprivileged Landlock-mode launch
+    if (r < 0) return r;
+  }
+  long r = Sys(__NR_prctl, PR_SET_SECUREBITS, kSecbitsLockAll, 0, 0, 0);
+  if (r < 0 && r != -EPERM) return r;
+  r = Sys(__NR_prctl, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+  if (r < 0 && r != -EINVAL) return r;
+  CapHeader hdr = {0x20080522 /* _LINUX_CAPABILITY_VERSION_3 */, 0};
+  CapData data[2] = {{0, 0, 0}, {0, 0, 0}};
+  return Sys(__NR_capset, &hdr, data);
+}
+
+// pty (spawn's `pty` option): fd 0 is the slave the parent opened; make it this new session's
+// controlling terminal so job control, ^C and SIGWINCH reach the command. Index 3 under the
+// stdio stage tells it apart from the dup3 of fds 0-2.
+void SetControllingTerminalInChild(const ChildArgs* a) {
+  long r = Sys(__NR_ioctl, 0, TIOCSCTTY, 0);
+  if (r < 0) FailInChild(a, kStageStdio, 3, r);
+}
+
+}  // namespace
+
+// The command: runs after clone(CLONE_VM|CLONE_VFORK), from the parent (plain/Landlock) or from
+// init (isolated). Its parent sleeps until execve succeeds or this function exits.
+int CommandInChild(void* argp) {
+  ChildArgs* a = static_cast<ChildArgs*>(argp);
+  const LinuxSpawnPlan& p = *a->plan;
+  ResetSignalsInChild();
+  long r;
+  // Join the sandbox's cgroups first, so that everything the command does is counted there.
+  // Writing "0" moves the writer only: we are still a vfork child sharing the host's memory, and
+  // a memory cgroup charges an mm to its owner (the host), so init and the host stay outside.
+  for (int fd : p.cgroup_fds) {
+    r = Sys(__NR_write, fd, "0", 1);
+    if (r < 0) FailInChild(a, kStageCgroup, fd, r);
+  }
+  if (p.mode != LinuxMode::kPlain) {
+    // The OOM killer takes the command, never init or the host (init shares the host's mm; a
+    // victim's mm dies with every process sharing it). The kernel copies a new oom_score_adj to
+    // every process sharing the writer's mm, except when the writer is a vfork child, as we are
+    // until execve: only this process (and what it forks later) changes. No procfs (ENOENT) only
+    // loses the preference.
+    r = WriteFileInChild("/proc/self/oom_score_adj", "1000");
+    if (r < 0 && r != -ENOENT) FailInChild(a, kStageOomScore, 0, r);
+  }
+  if (p.setsid) {
+    r = Sys(__NR_setsid);
+  } else {
+    r = Sys(__NR_setpgid, 0, 0);
+  }
+  if (r < 0) FailInChild(a, kStageSetsid, 0, r);
+  r = Sys(__NR_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  if (r < 0) FailInChild(a, kStagePdeath, 0, r);
+  // The parent may have died before PDEATHSIG was armed. (Under init the parent is in another
+  // pid namespace layer; init's own exit kills us anyway.)
+  if (p.mode == LinuxMode::kPlain && Sys(__NR_getppid) != a->parent_pid) ExitInChild(125);
+  for (int i = 0; i < a->nstdio; ++i) {
+    r = Sys(__NR_dup3, a->pty_slave >= 0 && i < 3 ? a->pty_slave : a->stdio_fds[i], i, 0);
+    if (r < 0) FailInChild(a, kStageStdio, i, r);
+  }
+  if (p.ctty) SetControllingTerminalInChild(a);
+  // Every other fd closes at execve; the errno pipe stays open until then.
+  r = Sys(__NR_close_range, a->nstdio, ~0U, CLOSE_RANGE_CLOEXEC);
+  if (r < 0) FailInChild(a, kStageCloseFds, 0, r);
+  const struct {
+    int resource;
+    uint64_t value;
+  } limits[] = {{RLIMIT_NPROC, p.rlimit_nproc},         {RLIMIT_AS, p.rlimit_as},
+                {RLIMIT_NOFILE, p.rlimit_nofile},       {RLIMIT_SIGPENDING, p.rlimit_sigpending},
+                {RLIMIT_MSGQUEUE, p.rlimit_msgqueue}};
+  if (p.mode != LinuxMode::kPlain) {
+    // No core dumps: a seccomp kill must not leave a file (PROC-21).
+    struct rlimit64 zero = {0, 0};
+    r = Sys(__NR_prlimit64, 0, RLIMIT_CORE, &zero, 0);
+    if (r < 0) FailInChild(a, kStageRlimit, RLIMIT_CORE, r);
+  }
+  for (const auto& l : limits) {
+    if (l.value == 0) continue;
+    struct rlimit64 rl = {l.value, l.value};
+    r = Sys(__NR_prlimit64, 0, l.resource, &rl, 0);
+    if (r < 0) FailInChild(a, kStageRlimit, l.resource, r);
+  }
+  if (p.drop_caps) {
+    r = DropCapsInChild();
+    if (r < 0) FailInChild(a, kStageCaps, 0, r);
+  }
+  // After the capability drop: the cwd must be enterable by the sandboxed identity itself (a
+  // capability could otherwise walk into a deny-read mask).
+  r = Sys(__NR_chdir, p.cwd.c_str());
+  if (r < 0) FailInChild(a, kStageChdir, 0, r);
+  if (p.landlock || p.seccomp) {
+    r = Sys(__NR_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+    if (r < 0) FailInChild(a, kStageNoNewPrivs, 0, r);
+  }
+  if (p.landlock) {
+    r = ApplyLandlockInChild(p.landlock_plan);
+    if (r < 0) FailInChild(a, kStageLandlock, 0, r);
+  }
+  if (p.seccomp) {
+    r = InstallSeccompInChild(&a->fprog, p.seccomp_listener);
+    if (r < 0) FailInChild(a, kStageSeccomp, 0, r);
+    if (p.seccomp_listener) {
+      // The listener goes to the parent and never stays here: whoever holds it answers this
+      // filter's connects. sendmsg without MSG_FASTOPEN passes the filter just installed.
+      long listener = r;
+      r = SendFdInChild(a->fd_channel, static_cast<int>(listener), 'N');
+      Sys(__NR_close, listener);
+      if (r < 0) FailInChild(a, kStageSeccomp, 1, r);
+    }
+  }
+  uint64_t empty = 0;
+  Sys(__NR_rt_sigprocmask, SIG_SETMASK, &empty, 0, 8);
+  r = Sys(__NR_execve, p.file.c_str(), a->argv, a->envp);
+  FailInChild(a, kStageExec, 0, r);
+}
+}  // namespace spawn_internal
+}  // namespace psb

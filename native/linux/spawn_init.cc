@@ -1,0 +1,243 @@
+// init of both sandbox modes: sweeps its fds, sets up the namespaces (isolated), starts the command,
+// forwards signals, and reports the command's status once nothing of the sandbox is left.
+#include <sched.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+
+#include "spawn_internal.h"
+
+namespace psb {
+namespace spawn_internal {
+namespace {
+
+void SetUpNamespacesInChild(ChildArgs* a);
+[[noreturn]] void LaunchAndWaitInChild(ChildArgs* a);
+
+// isolated init, pty: a terminal of the sandbox's own devpts instance (mounted by the /dev
+// step), so the command's ttyname() names a node that exists inside. The master goes to the
+// parent over the fd channel; the slave (from TIOCGPTPEER, no path lookup) is kept for the
+// command's fds 0-2.
+long OpenPtyInChild(ChildArgs* a) {
+  const LinuxSpawnPlan& p = *a->plan;
+  long m = Sys(__NR_openat, AT_FDCWD, "/dev/pts/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC, 0);
+  if (m < 0) return m;
+  int unlock = 0;
+  struct winsize ws = {p.pty_rows, p.pty_cols, 0, 0};
+  long r = Sys(__NR_ioctl, m, TIOCSPTLCK, &unlock);
+  if (r == 0) r = Sys(__NR_ioctl, m, TIOCSWINSZ, &ws);
+  long s = r < 0 ? r : Sys(__NR_ioctl, m, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (s >= 0) {
+    r = SendFdInChild(a->fd_channel, static_cast<int>(m), 'P');
+    if (r < 0) Sys(__NR_close, s);
+  }
+  Sys(__NR_close, m);
+  if (s < 0) return s;
+  if (r < 0) return r;
+  // Above the stdio range: the command's dup3 onto fds 0-2 must never be a no-op dup3(fd, fd).
+  long hi = Sys(__NR_fcntl, s, F_DUPFD_CLOEXEC, a->nstdio > 3 ? a->nstdio : 3);
+  Sys(__NR_close, s);
+  if (hi < 0) return hi;
+  a->pty_slave = static_cast<int>(hi);
+  return 0;
+}
+
+// isolated init: identity maps, the mount tree, the namespace's network pieces.
+void SetUpNamespacesInChild(ChildArgs* a) {
+  const LinuxSpawnPlan& p = *a->plan;
+  long r = WriteFileInChild("/proc/self/setgroups", "deny");
+  if (r < 0 && r != -ENOENT) FailInChild(a, kStageUidMap, 0, r);
+  r = WriteFileInChild("/proc/self/uid_map", a->uid_map);
+  if (r < 0) FailInChild(a, kStageUidMap, 1, r);
+  r = WriteFileInChild("/proc/self/gid_map", a->gid_map);
+  if (r < 0) FailInChild(a, kStageUidMap, 2, r);
+
+  r = Sys(__NR_mount, 0, "/", 0, MS_REC | MS_PRIVATE, 0);
+  if (r < 0) FailInChild(a, kStageMount, -1, r);
+  r = PrepareMasksInChild(a);
+  if (r < 0) FailInChild(a, kStageMaskFs, 0, r);
+  for (size_t i = 0; i < p.mounts.size(); ++i) {
+    r = RunMountOpInChild(a, i);
+    if (r < 0) FailInChild(a, kStageMount, static_cast<int32_t>(i), r);
+  }
+  for (size_t s = 0; s < kMaxSlots; ++s) {
+    if (a->slots[s] >= 0) Sys(__NR_close, a->slots[s]);
+  }
+  for (int m = 0; m < a->nmasks; ++m) {
+    if (a->mask_fds[m] >= 0) Sys(__NR_close, a->mask_fds[m]);
+  }
+  // lo is needed only by the proxy's listener: with no network at all, socket() is refused by
+  // seccomp anyway, and bringing lo up is a large share of a namespace's setup cost.
+  if (p.new_net && p.proxy_port != 0) {
+    r = LoopbackUpInChild();
+    if (r < 0) FailInChild(a, kStageLoopback, 0, r);
+  }
+  // Before the listener: that step closes the channel.
+  if (p.pty_cols != 0) {
+    r = OpenPtyInChild(a);
+    if (r < 0) FailInChild(a, kStageStdio, 4, r);
+  }
+  if (p.proxy_port != 0) {
+    r = CreateProxyListenerInChild(a, p.proxy_port);
+    if (r < 0) FailInChild(a, kStageProxyListener, 0, r);
+  }
+  if (a->notes != 0) {
+    ChildReport note = {kNote, 0, a->notes};
+    Sys(__NR_write, a->err_fd, &note, sizeof note);
+  }
+}
+
+// Landlock-mode teardown without a pid namespace: kill the command's group and every child we
+// have (as subreaper, that is every orphan of the tree), reap, and repeat until none is left.
+void KillTreeInChild(pid_t cmd) {
+  char path[64];
+  char buf[4096];
+  long self = Sys(__NR_getpid);
+  // "/proc/<pid>/task/<pid>/children": built by hand, no snprintf after clone.
+  char num[24];
+  int n = 0;
+  for (long v = self; v > 0; v /= 10) num[n++] = static_cast<char>('0' + v % 10);
+  int len = 0;
+  const char* pre = "/proc/";
+  for (const char* c = pre; *c; ++c) path[len++] = *c;
+  for (int i = n - 1; i >= 0; --i) path[len++] = num[i];
+  for (const char* c = "/task/"; *c; ++c) path[len++] = *c;
+  for (int i = n - 1; i >= 0; --i) path[len++] = num[i];
+  for (const char* c = "/children"; *c; ++c) path[len++] = *c;
+  path[len] = 0;
+  // Never block on a child we may not have killed (one re-parented to us between reading the
+  // list and waiting): poll with WNOHANG, re-reading and re-killing until none is left.
+  for (int round = 0;; ++round) {
+    Sys(__NR_kill, -cmd, SIGKILL);
+    long fd = Sys(__NR_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      long got = Sys(__NR_read, fd, buf, sizeof buf - 1);
+      Sys(__NR_close, fd);
+      long pid = 0;
+      for (long i = 0; i < got; ++i) {
+        if (buf[i] >= '0' && buf[i] <= '9') {
+          pid = pid * 10 + (buf[i] - '0');
+        } else {
+          if (pid > 0) Sys(__NR_kill, pid, SIGKILL);
+          pid = 0;
+        }
+      }
+      if (pid > 0) Sys(__NR_kill, pid, SIGKILL);
+    }
+    long reaped;
+    while ((reaped = Sys(__NR_wait4, -1, 0, __WALL | WNOHANG, 0)) > 0) {
+    }
+    if (reaped == -ECHILD) return;
+    // Without /proc/<pid>/task/<pid>/children (CONFIG_PROC_CHILDREN) we cannot find escapees:
+    // give up after a while rather than hang the report.
+    if (fd < 0 && round > 1000) return;
+    struct timespec pause = {0, 1000000};  // 1 ms
+    Sys(__NR_nanosleep, &pause, 0);
+  }
+}
+
+// Both modes: start the command, forward signals, and report its status once nothing of the
+// sandbox is left.
+[[noreturn]] void LaunchAndWaitInChild(ChildArgs* a) {
+  const LinuxSpawnPlan& p = *a->plan;
+  const bool isolated = p.mode == LinuxMode::kIsolated;
+
+  // From the moment err_fd closes, the parent may free everything `a` points to: copy what the
+  // wait loop needs onto init's own stack first.
+  const int status_fd = a->status_fd;
+  const bool group = p.setsid;
+  pid_t cmd = clone(CommandInChild, a->cmd_stack_top, CLONE_VM | CLONE_VFORK | SIGCHLD, a);
+  if (cmd < 0) FailInChild(a, kStageCommandClone, 0, -EAGAIN);
+  // The command has its own copies now. init keeps only the status pipe, so the command's stdio
+  // reaches EOF exactly when the sandbox's last holder of it is gone.
+  for (int i = 0; i < a->nstdio; ++i) Sys(__NR_close, a->stdio_fds[i]);
+  if (a->pty_slave >= 0) Sys(__NR_close, a->pty_slave);
+  for (int fd : p.cgroup_fds) Sys(__NR_close, fd);
+  // Landlock mode: the channel carried only the command's seccomp listener (sent before its
+  // execve, which has happened now that vfork returned).
+  if (!isolated && a->fd_channel >= 0) Sys(__NR_close, a->fd_channel);
+  Sys(__NR_close, a->err_fd);  // the parent sees EOF once the command has exec'd (or failed)
+  a = nullptr;
+
+  uint64_t set = 0;
+  const int kWatched[] = {SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH,
+                          kParentDiedSignal, kKillTreeSignal};
+  for (int sig : kWatched) set |= 1ULL << (sig - 1);
+  // Kill and reap everything left (daemons included) before reporting, so that when the parent
+  // hears "exited" no process of the sandbox is alive. In isolated mode kill(-1) reaches exactly
+  // the namespace; the namespaces' own teardown then happens after the report.
+  auto teardown = [&]() {
+    if (isolated) {
+      Sys(__NR_kill, -1, SIGKILL);
+      while (Sys(__NR_wait4, -1, 0, __WALL, 0) != -ECHILD) {
+      }
+    } else {
+      KillTreeInChild(cmd);
+    }
+  };
+  for (;;) {
+    siginfo_t si;
+    long sig = Sys(__NR_rt_sigtimedwait, &set, &si, 0, 8);
+    if (sig == SIGCHLD) {
+      for (;;) {
+        int st = 0;
+        long pid = Sys(__NR_wait4, -1, &st, WNOHANG | __WALL, 0);
+        if (pid <= 0) break;
+        if (pid == cmd) {
+          teardown();
+          int32_t status = st;
+          Sys(__NR_write, status_fd, &status, sizeof status);
+          ExitInChild(0);
+        }
+      }
+    } else if (sig == kParentDiedSignal || sig == kKillTreeSignal) {
+      // Killing the sandbox: the command is killed with the rest, and reported as such.
+      teardown();
+      int32_t status = SIGKILL;  // a wait status for "killed by SIGKILL"
+      Sys(__NR_write, status_fd, &status, sizeof status);
+      ExitInChild(0);
+    } else if (sig > 0) {
+      Sys(__NR_kill, group ? -cmd : cmd, sig);
+    }
+  }
+}
+
+}  // namespace
+
+// init of both sandbox modes. It shares the parent's address space (CLONE_VM) on its own stack and
+// TLS block; once the command has exec'd it touches nothing but those (see LaunchAndWaitInChild).
+int InitInChild(void* argp) {
+  ChildArgs* a = static_cast<ChildArgs*>(argp);
+  const LinuxSpawnPlan& p = *a->plan;
+  const bool isolated = p.mode == LinuxMode::kIsolated;
+  ResetSignalsInChild();  // the signal mask stays fully blocked; signals are taken synchronously
+  // Our own name instead of the host thread's (ps, /proc/1/comm and status show it). comm is per
+  // task, so this is safe; cmdline is the shared mm's and is masked instead (kProcMasks). Never
+  // PR_SET_MM or PR_SET_DUMPABLE here: they change the mm, i.e. the host.
+  Sys(__NR_prctl, PR_SET_NAME, "psb-init", 0, 0, 0);
+  // Isolated: our death ends the pid namespace, so SIGKILL is all it takes. Landlock: we must
+  // outlive the parent long enough to kill the tree, so its death arrives as a signal we wait for.
+  long r = Sys(__NR_prctl, PR_SET_PDEATHSIG, isolated ? SIGKILL : kParentDiedSignal, 0, 0, 0);
+  if (r < 0) FailInChild(a, kStagePdeath, 0, r);
+  if (!isolated) {
+    // Orphans anywhere below us (setsid daemons included) are re-parented to us, so teardown can
+    // find and kill every one of them without a pid namespace.
+    r = Sys(__NR_prctl, PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    if (r < 0) FailInChild(a, kStagePdeath, 1, r);
+    if (Sys(__NR_getppid) != a->parent_pid) ExitInChild(125);  // the parent is already gone
+  }
+  // Drop every inherited fd except the ones we need: init lives as long as the command, and a
+  // stray copy of a host pipe or socket would keep it open.
+  int next = 0;
+  for (int i = 0; i < a->nkeep; ++i) {
+    if (a->keep_fds[i] > next) Sys(__NR_close_range, next, a->keep_fds[i] - 1, 0);
+    next = a->keep_fds[i] + 1;
+  }
+  Sys(__NR_close_range, next, ~0U, 0);
+
+  if (isolated) SetUpNamespacesInChild(a);
+  LaunchAndWaitInChild(a);
+}
+}  // namespace spawn_internal
+}  // namespace psb

@@ -1,0 +1,250 @@
+// Internals of the Linux spawner (spawn_linux.h), shared by its stages:
+//   spawn_linux.cc    parent side: prepares everything, clones, reads the errno pipe
+//   spawn_init.cc     init: fd sweep, namespace setup sequence, the command's launch and wait loop
+//   spawn_mounts.cc   isolated mode's mount tree (MountOp steps, /dev, /proc and its masks)
+//   spawn_netns.cc    network namespaces: the shared empty one, lo, the proxy listener
+//   spawn_command.cc  the command's own setup between clone and execve
+// Child-side functions carry the InChild suffix and make raw syscalls only (raw_syscall.h).
+#pragma once
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "raw_syscall.h"
+#include "spawn_linux.h"
+#include "syscall_numbers.h"
+
+// Constants our build headers may lack (glibc 2.36 headers cannot include <linux/mount.h>).
+#ifndef CLONE_PIDFD
+#define CLONE_PIDFD 0x00001000
+#endif
+#ifndef P_PIDFD
+#define P_PIDFD 3
+#endif
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+#ifndef __NR_mount_setattr
+#define __NR_mount_setattr 442
+#endif
+#ifndef __NR_close_range
+#define __NR_close_range 436
+#endif
+#ifndef __NR_pidfd_send_signal
+#define __NR_pidfd_send_signal 424
+#endif
+
+namespace psb {
+namespace spawn_internal {
+
+constexpr unsigned kOpenTreeClone = 1;
+constexpr unsigned kOpenTreeCloexec = O_CLOEXEC;
+constexpr unsigned kAtRecursive = 0x8000;
+constexpr unsigned kMoveMountFEmptyPath = 0x00000004;
+constexpr uint64_t kMountAttrRdonly = 0x00000001;
+
+// What a child writes to the errno pipe. stage 0 is a note (not an error).
+struct ChildReport {
+  int32_t stage;
+  int32_t index;
+  int32_t err;
+};
+
+enum Stage : int32_t {
+  kNote = 0,
+  kStagePdeath = 1,
+  kStageUidMap,
+  kStageMount,
+  kStageLoopback,
+  kStageCommandClone,
+  kStageSetsid,
+  kStageStdio,
+  kStageCloseFds,
+  kStageChdir,
+  kStageRlimit,
+  kStageCaps,
+  kStageNoNewPrivs,
+  kStageLandlock,
+  kStageSeccomp,
+  kStageExec,
+  kStageProxyListener,
+  kStageJoinNamespace,
+  kStageOomScore,
+  kStageCgroup,
+  kStageMaskFs,
+  kStageQuota,
+};
+
+enum NoteBits : int32_t {
+  kNoteProcMasked = 1,  // a fresh /proc could not be mounted; an empty one masks it
+  kNoteNoDevpts = 2,    // /dev/pts could not be mounted
+  kNoteHostSys = 4,     // a namespace sysfs could not be mounted; the host's /sys stays (read-only)
+};
+
+constexpr size_t kMaxSlots = 64;
+
+struct ChildArgs {
+  const LinuxSpawnPlan* plan;
+  int fd_channel;  // init -> parent: the pty master, then the proxy listener (SCM_RIGHTS); -1 when unused
+  int pty_slave;   // isolated + pty: the slave init opened, placed at fds 0-2 of the command; -1 otherwise
+  char* const* argv;
+  char* const* envp;
+  const int* stdio_fds;
+  int nstdio;
+  const int* keep_fds;  // init: fds to keep open, sorted ascending
+  int nkeep;
+  int err_fd;
+  int status_fd;
+  pid_t parent_pid;
+  sock_fprog fprog;
+  void* cmd_stack_top;
+  char uid_map[48];
+  char gid_map[48];
+  int slots[kMaxSlots];
+  const char* const* mount_paths;
+  const char* const* mount_data;
+  int32_t notes;
+  // Shared-netns path (network: none): stage0 joins the template namespaces, then clones init.
+  int tmpl_user_fd;
+  int tmpl_net_fd;
+  int tmpl_sys_fd;  // -1, or a detached sysfs of the shared network namespace to clone onto /sys
+  int init_flags;
+  void* init_stack_top;
+  void* init_tls;
+  pid_t init_pid;   // written by stage0: init's pid or -errno
+  int init_pidfd;   // written by the kernel through CLONE_PIDFD
+  // Isolated: detached clones of empty files in a tmpfs only init ever saw (see
+  // PrepareMasksInChild), one per mask: deny-read files first, then kProcMasks.
+  int* mask_fds;
+  int nmasks;
+  int ndeny;      // mask_fds[0..ndeny) for kMaskFile, in order; the rest for kProcMasks
+  int next_mask;  // next deny-read mask
+  // The command will be Landlocked: the fresh procfs hides init instead of masking its files.
+  bool hide_init;
+  const char* shm_data;
+};
+
+// Entries of spawn_mounts.cc's /proc/1 mask table (one prepared mask file each).
+extern const int kProcMaskCount;
+
+// Landlock mode's init: "the parent died" (its PDEATHSIG) and "kill the sandbox" (from SignalTree).
+// Real-time signals nothing else sends it; both start the same teardown.
+constexpr int kParentDiedSignal = 36;  // SIGRTMIN + 2 (glibc keeps 32 and 33 for itself)
+constexpr int kKillTreeSignal = 37;
+
+// ---- child-side helpers shared by the stages: raw syscalls only ---------------------------
+
+[[noreturn]] inline void ExitInChild(int code) {
+  for (;;) Sys(__NR_exit_group, code);
+}
+
+[[noreturn]] inline void FailInChild(const ChildArgs* a, int32_t stage, int32_t index, long err) {
+  ChildReport r = {stage, index, static_cast<int32_t>(-err)};
+  Sys(__NR_write, a->err_fd, &r, sizeof r);
+  ExitInChild(125);
+}
+
+struct KernelSigaction {
+  void* handler;
+  unsigned long flags;
+  void* restorer;
+  uint64_t mask;
+};
+
+inline void ResetSignalsInChild() {
+  KernelSigaction dfl = {nullptr /* SIG_DFL */, 0, nullptr, 0};
+  for (int sig = 1; sig <= 64; ++sig) {
+    if (sig == SIGKILL || sig == SIGSTOP) continue;
+    Sys(__NR_rt_sigaction, sig, &dfl, 0, 8);
+  }
+}
+
+inline long WriteFileInChild(const char* path, const char* text) {
+  long fd = Sys(__NR_openat, AT_FDCWD, path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return fd;
+  long n = Sys(__NR_write, fd, text, strlen(text));
+  Sys(__NR_close, fd);
+  return n < 0 ? n : 0;
+}
+
+// Sends one byte, plus `fd` as SCM_RIGHTS when fd >= 0. Raw syscalls only (child side).
+inline long SendFdInChild(int sock, int fd, char byte) {
+  char ctrl[CMSG_SPACE(sizeof(int))];
+  memset(ctrl, 0, sizeof ctrl);
+  struct iovec iov = {&byte, 1};
+  struct msghdr msg;
+  memset(&msg, 0, sizeof msg);
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  if (fd >= 0) {
+    msg.msg_control = ctrl;
+    msg.msg_controllen = sizeof ctrl;
+    struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  }
+  return Sys(__NR_sendmsg, sock, &msg, MSG_NOSIGNAL);
+}
+
+// ---- the stages' entry points ------------------------------------------------------------
+
+// spawn_mounts.cc: init's private mask files, then mount step `i` of plan.mounts.
+long PrepareMasksInChild(ChildArgs* a);
+long RunMountOpInChild(ChildArgs* a, size_t i);
+
+// spawn_netns.cc
+long LoopbackUpInChild();
+long CreateProxyListenerInChild(ChildArgs* a, uint16_t port);
+int Stage0InChild(void* argp);
+bool GetNetTemplate(int* user_fd, int* net_fd, int* sys_fd);
+
+// spawn_command.cc: the command, from clone(CLONE_VM|CLONE_VFORK) to execve.
+int CommandInChild(void* argp);
+
+// spawn_init.cc: init of both sandbox modes.
+int InitInChild(void* argp);
+
+// ---- parent-side helpers ------------------------------------------------------------------
+
+struct Stack {
+  void* base = MAP_FAILED;
+  size_t size = 0;
+  bool Allocate(size_t n) {
+    size = n;
+    base = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    return base != MAP_FAILED;
+  }
+  void* top() const { return static_cast<char*>(base) + size; }
+  ~Stack() {
+    if (base != MAP_FAILED) munmap(base, size);
+  }
+};
+
+struct FdList {
+  std::vector<int> fds;
+  int Add(int fd) {
+    if (fd >= 0) fds.push_back(fd);
+    return fd;
+  }
+  void Release(int fd) { fds.erase(std::remove(fds.begin(), fds.end(), fd), fds.end()); }
+  ~FdList() {
+    for (int fd : fds) close(fd);
+  }
+};
+
+// Parent side: receives one byte and, if one came with it, an fd (CLOEXEC). Returns the number of
+// bytes read (1, or <= 0 on EOF/error); *fd is -1 when no fd was passed.
+ssize_t RecvFd(int sock, char* byte, int* fd, int flags);
+
+}  // namespace spawn_internal
+}  // namespace psb

@@ -1,0 +1,290 @@
+// Isolated mode's mount tree, run by init in the new mount namespace: the MountOp steps planned in
+// TS (lib/platform/linux.ts), the minimal /dev, the fresh /proc and the masks over /proc/1.
+#include <sys/mount.h>
+
+#include "spawn_internal.h"
+
+namespace psb {
+namespace spawn_internal {
+namespace {
+
+struct MountAttr {
+  uint64_t attr_set;
+  uint64_t attr_clr;
+  uint64_t propagation;
+  uint64_t userns_fd;
+};
+
+// /proc/1 is init, and init shares the host's memory: its cmdline and environ are the host's (API
+// keys on a command line), and raising its oom_score_adj raises the host's too (the kernel copies
+// the value to every process sharing the mm). The fresh procfs gets these covered by empty files
+// on a read-only mount: cmdline reads as empty (ps still works), the others refuse open() (mode
+// 000), and chmod gives EROFS. (environ and mem are also refused by ptrace_may_access's capability
+// check, as init holds capabilities the command lacks; the mask does not depend on that.)
+// Other files of init that a same-uid process may write without any capability, and that act on
+// the shared mm or the host's session: clear_refs (page flags of the host's memory),
+// coredump_filter (the host's mm flags), autogroup (the nice value of the host's session's
+// scheduling group). Landlock also refuses these writes; the masks hold without it.
+struct ProcMask {
+  const char* path;
+  bool readable;
+  bool optional;  // absent on some kernels (CONFIG_SCHED_AUTOGROUP)
+};
+const ProcMask kProcMasks[] = {
+    {"/proc/1/cmdline", true, false},          {"/proc/1/task/1/cmdline", true, false},
+    {"/proc/1/environ", false, false},         {"/proc/1/task/1/environ", false, false},
+    {"/proc/1/oom_score_adj", false, false},   {"/proc/1/task/1/oom_score_adj", false, false},
+    {"/proc/1/oom_adj", false, false},         {"/proc/1/task/1/oom_adj", false, false},
+    {"/proc/1/clear_refs", false, true},       {"/proc/1/task/1/clear_refs", false, true},
+    {"/proc/1/coredump_filter", false, true},  {"/proc/1/autogroup", false, true},
+};
+constexpr int kProcMaskTableSize = sizeof kProcMasks / sizeof kProcMasks[0];
+
+long SetAttrInChild(const char* path, unsigned flags, uint64_t set, uint64_t clr) {
+  MountAttr attr = {set, clr, 0, 0};
+  return Sys(__NR_mount_setattr, AT_FDCWD, path, flags, &attr, sizeof attr);
+}
+
+long BindInChild(const char* path) {
+  return Sys(__NR_mount, path, path, 0, MS_BIND | MS_REC, 0);
+}
+
+// Places prepared mask `i` (an empty file of init's private tmpfs) over `path`, read-only.
+long MaskWithInChild(ChildArgs* a, int i, const char* path) {
+  if (i < 0 || i >= a->nmasks) return -EINVAL;
+  int fd = a->mask_fds[i];
+  a->mask_fds[i] = -1;
+  if (fd < 0) return -EBADF;
+  // The clone is read-only already (PrepareMasksInChild): chmod gives EROFS.
+  long r = Sys(__NR_move_mount, fd, "", AT_FDCWD, path, kMoveMountFEmptyPath);
+  Sys(__NR_close, fd);
+  return r;
+}
+
+long CreateFileInChild(const char* path, int mode) {
+  long fd = Sys(__NR_openat, AT_FDCWD, path, O_CREAT | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, mode);
+  if (fd == -EEXIST) return 0;
+  if (fd < 0) return fd;
+  Sys(__NR_close, fd);
+  return 0;
+}
+
+long SetupDevInChild(ChildArgs* a) {
+  static const char* const kNodes[] = {"/dev/null", "/dev/zero", "/dev/full",
+                                       "/dev/random", "/dev/urandom", "/dev/tty"};
+  constexpr int kCount = sizeof kNodes / sizeof kNodes[0];
+  long fds[kCount];
+  for (int i = 0; i < kCount; ++i) {
+    fds[i] = Sys(__NR_open_tree, AT_FDCWD, kNodes[i], kOpenTreeClone | kOpenTreeCloexec);
+  }
+  long r = Sys(__NR_mount, "tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=755,size=64k");
+  if (r < 0) return r;
+  for (int i = 0; i < kCount; ++i) {
+    if (fds[i] < 0) continue;  // the host lacks it (e.g. no /dev/tty): leave it out
+    r = CreateFileInChild(kNodes[i], 0666);
+    if (r < 0) return r;
+    r = Sys(__NR_move_mount, fds[i], "", AT_FDCWD, kNodes[i], kMoveMountFEmptyPath);
+    Sys(__NR_close, fds[i]);
+    if (r < 0) return r;
+  }
+  Sys(__NR_mkdirat, AT_FDCWD, "/dev/pts", 0755);
+  r = Sys(__NR_mount, "devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+          "newinstance,ptmxmode=0666,mode=620");
+  if (r < 0) {
+    a->notes |= kNoteNoDevpts;
+  } else {
+    Sys(__NR_symlinkat, "pts/ptmx", AT_FDCWD, "/dev/ptmx");
+  }
+  Sys(__NR_mkdirat, AT_FDCWD, "/dev/shm", 01777);
+  r = Sys(__NR_mount, "tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, a->shm_data);
+  if (r < 0) return r;
+  Sys(__NR_symlinkat, "/proc/self/fd", AT_FDCWD, "/dev/fd");
+  Sys(__NR_symlinkat, "/proc/self/fd/0", AT_FDCWD, "/dev/stdin");
+  Sys(__NR_symlinkat, "/proc/self/fd/1", AT_FDCWD, "/dev/stdout");
+  Sys(__NR_symlinkat, "/proc/self/fd/2", AT_FDCWD, "/dev/stderr");
+  // The tmpfs itself becomes read-only: no scratch area besides /dev/shm and the granted roots.
+  return SetAttrInChild("/dev", 0, kMountAttrRdonly, 0);
+}
+
+// Writes a decimal number to a file (no snprintf after clone).
+long WriteNumberInChild(const char* path, uint64_t v) {
+  char buf[24];
+  int n = 0;
+  char rev[24];
+  do {
+    rev[n++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v > 0);
+  for (int i = 0; i < n; ++i) buf[i] = rev[n - 1 - i];
+  buf[n] = 0;
+  return WriteFileInChild(path, buf);
+}
+
+// The fresh procfs, before the command can see it: host identity of /proc/1 hidden (kProcMasks),
+// the per-user-namespace quotas lowered, then /proc/sys read-only (a command mapped to uid 0
+// passes sysctl's owner check for the host's global sysctls without holding any capability).
+long SetUpProcInChild(ChildArgs* a) {
+  const LinuxSpawnPlan& p = *a->plan;
+  for (int i = 0; !a->hide_init && i < kProcMaskTableSize; ++i) {
+    long r = MaskWithInChild(a, a->ndeny + i, kProcMasks[i].path);
+    if (r < 0 && !(r == -ENOENT && kProcMasks[i].optional)) return r;
+  }
+  // These limits belong to the sandbox's own user namespace; init holds CAP_SYS_RESOURCE there.
+  // Every level of the user-namespace chain is checked, so the sandbox can take at most this many
+  // of the host uid's inotify instances and watches.
+  if (p.inotify_instances != 0) {
+    long r = WriteNumberInChild("/proc/sys/user/max_inotify_instances", p.inotify_instances);
+    if (r < 0) FailInChild(a, kStageQuota, 0, r);
+  }
+  if (p.inotify_watches != 0) {
+    long r = WriteNumberInChild("/proc/sys/user/max_inotify_watches", p.inotify_watches);
+    if (r < 0) FailInChild(a, kStageQuota, 1, r);
+  }
+  long r = BindInChild("/proc/sys");
+  if (r < 0) return r;
+  return SetAttrInChild("/proc/sys", kAtRecursive, kMountAttrRdonly, 0);
+}
+
+}  // namespace
+
+const int kProcMaskCount = kProcMaskTableSize;
+
+// The masks' backing files live in a tmpfs that init mounts over /proc for a moment (every host
+// has /proc, and nothing else has been mounted there yet), clones one detached mount of per mask,
+// and unmounts again: the command can never name the tmpfs. Clones of an attached mount stay
+// movable later on every kernel with open_tree(2); cloning a detached one is not.
+long PrepareMasksInChild(ChildArgs* a) {
+  if (a->nmasks == 0) return 0;
+  long r = Sys(__NR_mount, "tmpfs", "/proc", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+               "mode=0700,size=4k,nr_inodes=8");
+  if (r < 0) return r;
+  const int ndeny = a->ndeny;
+  static const char* const kFiles[2] = {"/proc/none", "/proc/empty"};
+  static const int kModes[2] = {0, 0444};
+  for (int f = 0; f < 2 && r == 0; ++f) {
+    long fd = Sys(__NR_openat, AT_FDCWD, kFiles[f], O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, kModes[f]);
+    if (fd < 0) {
+      r = fd;
+      break;
+    }
+    r = Sys(__NR_fchmod, fd, kModes[f]);  // exact, whatever the umask
+    Sys(__NR_close, fd);
+  }
+  // Read-only before cloning: clones keep the mount's flags, which saves a mount_setattr per mask
+  // (spawn cost), and no mask is ever attached writable.
+  if (r == 0) r = SetAttrInChild("/proc", 0, kMountAttrRdonly, 0);
+  for (int i = 0; i < a->nmasks && r == 0; ++i) {
+    // Deny-read files refuse open(); so do /proc/1's, except cmdline, which reads as empty.
+    const char* src = i >= ndeny && kProcMasks[i - ndeny].readable ? kFiles[1] : kFiles[0];
+    long fd = Sys(__NR_open_tree, AT_FDCWD, src, kOpenTreeClone | kOpenTreeCloexec);
+    if (fd < 0) r = fd;
+    else a->mask_fds[i] = static_cast<int>(fd);
+  }
+  long u = Sys(__NR_umount2, "/proc", MNT_DETACH);
+  return r < 0 ? r : u;
+}
+
+long RunMountOpInChild(ChildArgs* a, size_t i) {
+  const MountOp& op = a->plan->mounts[i];
+  const char* path = a->mount_paths[i];
+  long r = 0;
+  switch (op.kind) {
+    case MountOpKind::kTmpClone: {
+      long fd = Sys(__NR_open_tree, AT_FDCWD, path,
+                    kOpenTreeClone | kOpenTreeCloexec | kAtRecursive);
+      if (fd < 0 && fd != -ENOENT) return fd;
+      a->slots[op.arg] = static_cast<int>(fd);
+      return 0;
+    }
+    case MountOpKind::kTmpfs:
+      return Sys(__NR_mount, "tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, a->mount_data[i]);
+    case MountOpKind::kMkdir:
+      r = Sys(__NR_mkdirat, AT_FDCWD, path, 0755);
+      return r == -EEXIST ? 0 : r;
+    case MountOpKind::kMkfile:
+      return CreateFileInChild(path, 0644);
+    case MountOpKind::kMoveSlot:
+      if (a->slots[op.arg] < 0) return 0;
+      return Sys(__NR_move_mount, a->slots[op.arg], "", AT_FDCWD, path, kMoveMountFEmptyPath);
+    case MountOpKind::kReadOnlyAll:
+      return SetAttrInChild("/", kAtRecursive, kMountAttrRdonly, 0);
+    case MountOpKind::kBindRw:
+      r = BindInChild(path);
+      if (r < 0) return r;
+      r = SetAttrInChild(path, kAtRecursive, 0, kMountAttrRdonly);
+      // A submount that was read-only on the host is locked read-only; keep it so and open
+      // only the root's own mount.
+      if (r == -EPERM) r = SetAttrInChild(path, 0, 0, kMountAttrRdonly);
+      return r;
+    case MountOpKind::kGhostDir:
+      // Exact modes regardless of the umask: 0555/0444 is how hosts recognise a placeholder
+      // (lib/platform/linux.ts) to remove it later.
+      r = Sys(__NR_mkdirat, AT_FDCWD, path, 0555);
+      if (r < 0 && r != -EEXIST) return r;
+      if (r == 0) Sys(__NR_fchmodat, AT_FDCWD, path, 0555);
+      [[fallthrough]];
+    case MountOpKind::kBindRo:
+      r = BindInChild(path);
+      if (r < 0) return r;
+      return SetAttrInChild(path, kAtRecursive, kMountAttrRdonly, 0);
+    case MountOpKind::kGhostFile: {
+      long fd = Sys(__NR_openat, AT_FDCWD, path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0444);
+      if (fd < 0 && fd != -EEXIST) return fd;
+      if (fd >= 0) {
+        Sys(__NR_fchmod, fd, 0444);  // only a file we created
+        Sys(__NR_close, fd);
+      }
+      r = BindInChild(path);
+      if (r < 0) return r;
+      return SetAttrInChild(path, kAtRecursive, kMountAttrRdonly, 0);
+    }
+    case MountOpKind::kPin:
+      return BindInChild(path);
+    case MountOpKind::kMaskDir:
+      return Sys(__NR_mount, "tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                 "mode=000,size=4k,nr_inodes=2");
+    case MountOpKind::kMaskFile:
+      // Not /dev/null: reads would succeed (empty) and writes vanish. A mode-000 file refuses
+      // open() outright, as a masked directory does.
+      if (a->next_mask >= a->ndeny) return -EINVAL;
+      return MaskWithInChild(a, a->next_mask++, path);
+    case MountOpKind::kProc:
+      // hidepid=ptraceable: /proc/<pid> exists only for processes the viewer may ptrace-read (no
+      // gid exemption, unlike hidepid=invisible: the default exempt gid 0 is the host's as root).
+      // init is never one for the command: Landlock refuses a sandboxed task any ptrace access
+      // to a task outside its domain, and init also holds capabilities (in the sandbox's user
+      // namespace) that the command lacks. So /proc/1 (the host's argv, environ, oom files, all
+      // acting on the shared mm) does not exist for it, at the cost of one mount option instead
+      // of a dozen masks. Without Landlock the masks below are used (and tested) instead.
+      r = Sys(__NR_mount, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              a->hide_init ? "hidepid=ptraceable" : nullptr);
+      if (r < 0) {
+        a->notes |= kNoteProcMasked;
+        return Sys(__NR_mount, "tmpfs", "/proc", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                   "mode=555,size=4k");
+      }
+      return SetUpProcInChild(a);
+    case MountOpKind::kDev:
+      return SetupDevInChild(a);
+    case MountOpKind::kSetReadOnly:
+      return SetAttrInChild(path, 0, kMountAttrRdonly, 0);
+    case MountOpKind::kClearReadOnly:
+      return SetAttrInChild(path, 0, 0, kMountAttrRdonly);
+    case MountOpKind::kSys:
+      // The host's /sys/class/net lists the host's interfaces; a sysfs mounted here shows the
+      // namespace's own. Where the kernel refuses, the host's stays, read-only.
+      if (a->tmpl_sys_fd >= 0) {
+        long c = Sys(__NR_open_tree, a->tmpl_sys_fd, "", kOpenTreeClone | kOpenTreeCloexec | 0x1000 /* AT_EMPTY_PATH */);
+        r = c < 0 ? c : Sys(__NR_move_mount, c, "", AT_FDCWD, "/sys", kMoveMountFEmptyPath);
+        if (c >= 0) Sys(__NR_close, c);
+        Sys(__NR_close, a->tmpl_sys_fd);
+      } else {
+        r = Sys(__NR_mount, "sysfs", "/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, 0);
+      }
+      if (r < 0) a->notes |= kNoteHostSys;
+      return 0;
+  }
+  return -EINVAL;
+}
+}  // namespace spawn_internal
+}  // namespace psb
