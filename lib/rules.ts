@@ -4,12 +4,18 @@
  * (lib/platform/*) consume only this. All paths are absolute and canonical (symlinks resolved).
  */
 import type { ProxyPolicy, SandboxMode, TmpMode, ResourceLimits } from './policy-types';
-import type { ProtectPreset } from './permissions/resolve';
 
 export type NetworkRule =
   | { kind: 'none'; unixSockets?: UnixSocketRule }
   | { kind: 'full' }
   | { kind: 'proxy'; proxy: Required<Pick<ProxyPolicy, 'allow'>> & ProxyPolicy; unixSockets?: UnixSocketRule };
+
+/**
+ * Opt-in protection presets. 'startup-files': files and directories that shells, editors, git
+ * and agent tools read and act on later (sandbox-runtime's mandatory deny list): a command that
+ * rewrites them runs code outside the sandbox the next time a shell, editor or agent starts there.
+ */
+export type ProtectPreset = 'startup-files';
 
 /** Unix sockets the command may connect to by path: a list of socket paths, or 'all'. */
 export type UnixSocketRule = string[] | 'all';

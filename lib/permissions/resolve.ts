@@ -25,7 +25,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { SandboxError } from '../errors';
-import type { NetworkRule, ResolvedRules } from '../rules';
+import type { NetworkRule, ProtectPreset, ResolvedRules } from '../rules';
 import type { ResourceLimits, SandboxMode, TmpMode } from '../policy-types';
 import {
   canonicalizeMaybeMissing,
@@ -257,12 +257,8 @@ export function withLinks(p: string): string[] {
   return [canonicalizeMaybeMissing(p), ...symlinkComponents(p)];
 }
 
-/**
- * Opt-in protection presets. 'startup-files': files and directories that shells, editors, git
- * and agent tools read and act on later (sandbox-runtime's mandatory deny list): a command that
- * rewrites them runs code outside the sandbox the next time a shell, editor or agent starts there.
- */
-export type ProtectPreset = 'startup-files';
+/** The opt-in protection presets (their type lives with ResolvedRules, which records them). */
+export type { ProtectPreset };
 export const PROTECT_PRESETS: readonly ProtectPreset[] = ['startup-files'];
 export const STARTUP_FILES = ['.bashrc', '.bash_profile', '.zshrc', '.zprofile', '.profile', '.gitconfig', '.gitmodules', '.mcp.json', '.ripgreprc'];
 export const STARTUP_DIRS = ['.vscode', '.idea', '.claude/commands', '.claude/agents'];

@@ -1,0 +1,234 @@
+/**
+ * The plain-HTTP request path: absolute-form requests (`GET http://host/path`), decided, then
+ * forwarded to the checked address over the sandbox's keep-alive pool with hop-by-hop headers
+ * dropped and Host set to the checked authority; and absolute-form WebSocket upgrades, decided
+ * like a request and then relayed as a tunnel.
+ */
+import * as http from 'http';
+import * as net from 'net';
+
+import { clientOf, HOP_BY_HOP, refusalBody, type Listener, type ProxyContext } from './context';
+import { decide } from './decision';
+import { authorityOf, dial, READY } from './dial';
+import { claimUpstreamSlot, IDLE_UPSTREAM_MS, MAX_IDLE_UPSTREAM, noteRefusal, track } from './limits';
+import { tunnel, useNativeRelay } from './relay';
+
+export function upstreamAgent(): http.Agent {
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 64, maxFreeSockets: MAX_IDLE_UPSTREAM, timeout: IDLE_UPSTREAM_MS });
+  // maxFreeSockets is per origin: a sandbox touching many origins would otherwise park that many
+  // idle fds on each for the whole timeout, outside its connection cap. The agent's own 'free'
+  // listener (registered first) has filed the socket; drop it again when over the total.
+  agent.on('free', (socket: net.Socket) => {
+    let idle = 0;
+    for (const name in agent.freeSockets) idle += agent.freeSockets[name]?.length ?? 0;
+    if (idle > MAX_IDLE_UPSTREAM) socket.destroy();
+  });
+  return agent;
+}
+
+export async function onHttpRequest(
+  ctx: ProxyContext,
+  listener: Listener,
+  req: http.IncomingMessage,
+  res: http.ServerResponse,
+  expectContinue: boolean,
+): Promise<void> {
+  const socket = req.socket as net.Socket;
+  ctx.handshakes.get(socket)?.();
+  const plain = (status: number, body: string, extra: Record<string, string> = {}) => {
+    if (res.headersSent) return void res.destroy();
+    res.writeHead(status, {
+      'content-type': 'text/plain; charset=utf-8',
+      'content-length': Buffer.byteLength(body),
+      connection: 'close',
+      ...extra,
+    });
+    res.end(body);
+  };
+  let url: URL;
+  try {
+    url = new URL(req.url ?? '');
+  } catch {
+    return plain(400, 'this is a proxy: send absolute-form requests (http://host/path) or CONNECT\n');
+  }
+  if (url.protocol !== 'http:') {
+    return plain(400, `unsupported scheme ${url.protocol} in absolute-form request; use CONNECT\n`);
+  }
+  const port = url.port ? Number(url.port) : 80;
+  const method = (req.method ?? 'GET').toUpperCase();
+  // Do not read the body until the request is allowed.
+  req.pause();
+  const outcome = await decide(ctx, listener, clientOf(socket), 'http', url.hostname, port, method);
+  if (!outcome.allowed) {
+    if (outcome.header) return plain(outcome.status, refusalBody(outcome.reason), { 'x-proxy-error': outcome.header });
+    return plain(outcome.status, `proxy could not resolve ${url.hostname}\n`);
+  }
+  if (socket.destroyed) return;
+  if (!claimUpstreamSlot(socket)) {
+    noteRefusal(ctx, listener, 'socket_budget', clientOf(socket));
+    return plain(503, 'blocked by network policy: proxy socket budget exhausted\n', { 'x-proxy-error': 'blocked-by-connection-limit' });
+  }
+  if (expectContinue) res.writeContinue();
+
+  const connectionTokens = String(req.headers.connection ?? '')
+    .split(',')
+    .map((t) => t.trim().toLowerCase())
+    .filter(Boolean);
+  // RFC 9112 §3.2.2: with an absolute-form target the Host header is replaced by the target's
+  // authority, so the origin sees the name that was checked, not one the client made up.
+  // A flat [name, value, ...] list, as Node takes it: written in one go (validated like
+  // setHeader), repeated fields stay separate lines, no per-field setHeader bookkeeping.
+  const headers: string[] = ['Host', url.host];
+  for (let i = 0; i < req.rawHeaders.length; i += 2) {
+    const name = req.rawHeaders[i];
+    const lower = name.toLowerCase();
+    // Expect was answered here (after the decision); the body follows unconditionally.
+    if (HOP_BY_HOP.has(lower) || lower === 'host' || lower === 'expect' || connectionTokens.includes(lower)) continue;
+    headers.push(name, req.rawHeaders[i + 1]);
+  }
+
+  // A request without a body can be sent again when a pooled connection turns out to have been
+  // closed by the origin meanwhile (the keep-alive race); one with a body cannot.
+  const bodiless =
+    req.headers['transfer-encoding'] === undefined &&
+    (req.headers['content-length'] === undefined || req.headers['content-length'] === '0');
+  let current: http.ClientRequest | null = null;
+  let retried = false;
+  const send = (): void => {
+    const up = ctx.upstreamProxy;
+    // Through an upstream proxy: absolute form, naming the target as upstreamTarget says.
+    // (No spreads: this runs for every request.)
+    const upstreamReq = http.request(
+      up
+        ? {
+            host: up.host,
+            port: up.port,
+            path: `http://${authorityOf(ctx.options.upstreamTarget === 'address' ? outcome.address : outcome.host, port)}${url.pathname}${url.search}`,
+            headers: up.authorization ? [...headers, 'Proxy-Authorization', up.authorization] : headers,
+            method,
+            agent: listener.agent,
+            setHost: false,
+            timeout: ctx.connectTimeoutMs,
+          }
+        : {
+            host: outcome.address,
+            family: outcome.family,
+            port,
+            path: url.pathname + url.search,
+            headers,
+            method,
+            agent: listener.agent,
+            setHost: false,
+            timeout: ctx.connectTimeoutMs,
+          },
+    );
+    current = upstreamReq;
+    upstreamReq.on('socket', (s: net.Socket) => {
+      track(listener, s);
+      // The timeout bounds the connect only; a reused keep-alive connection is already up.
+      if (s.connecting) s.once('connect', () => upstreamReq.setTimeout(0));
+      else upstreamReq.setTimeout(0);
+    });
+    upstreamReq.on('timeout', () => upstreamReq.destroy(Object.assign(new Error('upstream timed out'), { code: 'ETIMEDOUT' })));
+    upstreamReq.on('error', (err: NodeJS.ErrnoException) => {
+      if (
+        upstreamReq.reusedSocket &&
+        bodiless &&
+        !retried &&
+        !res.headersSent &&
+        !socket.destroyed &&
+        (err.code === 'ECONNRESET' || err.code === 'EPIPE')
+      ) {
+        retried = true;
+        return send();
+      }
+      if (!res.headersSent) plain(502, `upstream request failed: ${err.code ?? err.message}\n`);
+      else res.destroy();
+    });
+    upstreamReq.on('response', (upstreamRes) => {
+      // From rawHeaders only: reading upstreamRes.headers would build the parsed header object
+      // for nothing. Every Connection field counts (Node would join them with ", ").
+      const raw = upstreamRes.rawHeaders;
+      let tokens: string[] | null = null;
+      for (let i = 0; i < raw.length; i += 2) {
+        if (raw[i].length !== 10 || raw[i].toLowerCase() !== 'connection') continue;
+        tokens ??= [];
+        for (const t of raw[i + 1].split(',')) tokens.push(t.trim().toLowerCase());
+      }
+      const out: string[] = [];
+      for (let i = 0; i < raw.length; i += 2) {
+        const lower = raw[i].toLowerCase();
+        if (HOP_BY_HOP.has(lower) || (tokens !== null && tokens.includes(lower))) continue;
+        out.push(raw[i], raw[i + 1]);
+      }
+      res.writeHead(upstreamRes.statusCode ?? 502, upstreamRes.statusMessage, out);
+      upstreamRes.pipe(res);
+      upstreamRes.on('error', () => res.destroy());
+    });
+    if (bodiless) upstreamReq.end();
+    else req.pipe(upstreamReq);
+  };
+  res.on('close', () => {
+    if (!res.writableFinished) current?.destroy();
+  });
+  send();
+  req.resume();
+}
+
+/**
+ * An absolute-form `Upgrade` request (WebSocket over plain HTTP): the same decision as any
+ * request to that host (limited mode refuses it: a tunnel carries any method), then the head is
+ * replayed to the checked address and both directions are relayed as a tunnel.
+ */
+export async function onUpgrade(ctx: ProxyContext, listener: Listener, req: http.IncomingMessage, socket: net.Socket, head: Buffer): Promise<void> {
+  ctx.handshakes.get(socket)?.();
+  const reply = (status: string, body: string, extra = '') =>
+    socket.end(
+      `HTTP/1.1 ${status}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\n` +
+        `${extra}connection: close\r\n\r\n${body}`,
+    );
+  let url: URL;
+  try {
+    url = new URL(req.url ?? '');
+  } catch {
+    return void reply('400 Bad Request', 'this is a proxy: send absolute-form requests (http://host/path) or CONNECT\n');
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'ws:') {
+    return void reply('400 Bad Request', `unsupported scheme ${url.protocol} in absolute-form request; use CONNECT\n`);
+  }
+  const port = url.port ? Number(url.port) : 80;
+  const method = (req.method ?? 'GET').toUpperCase();
+  const outcome =
+    ctx.rules.policy.mode === 'limited'
+      ? await decide(ctx, listener, clientOf(socket), 'httpsConnect', url.hostname, port, 'UPGRADE')
+      : await decide(ctx, listener, clientOf(socket), 'http', url.hostname, port, method);
+  if (!outcome.allowed) {
+    if (outcome.header) {
+      return void reply('403 Forbidden', refusalBody(outcome.reason), `x-proxy-error: ${outcome.header}\r\n`);
+    }
+    return void reply('502 Bad Gateway', `proxy could not resolve ${url.hostname}\n`);
+  }
+  if (socket.destroyed) return;
+  if (!claimUpstreamSlot(socket)) {
+    noteRefusal(ctx, listener, 'socket_budget', clientOf(socket));
+    return void reply('503 Service Unavailable', 'blocked by network policy: proxy socket budget exhausted\n', 'x-proxy-error: blocked-by-connection-limit\r\n');
+  }
+  // The origin sees the checked authority as Host; proxy credentials never leave.
+  const lines = [`${method} ${url.pathname}${url.search} HTTP/1.1`, `Host: ${url.host}`];
+  for (let i = 0; i < req.rawHeaders.length; i += 2) {
+    const lower = req.rawHeaders[i].toLowerCase();
+    if (lower === 'host' || lower === 'proxy-connection' || lower === 'proxy-authorization') continue;
+    lines.push(`${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}`);
+  }
+  const upstream = dial(ctx, listener, outcome, port, socket, useNativeRelay(ctx));
+  let up = false;
+  upstream.on('error', (err: NodeJS.ErrnoException) => {
+    if (!up && socket.writable) reply('502 Bad Gateway', `upstream connect failed: ${err.code ?? err.message}\n`);
+  });
+  upstream.once(READY, () => {
+    up = true;
+    socket.pause();
+    const replay = Buffer.from(`${lines.join('\r\n')}\r\n\r\n`, 'latin1');
+    tunnel(ctx, listener, socket, upstream, head.length > 0 ? Buffer.concat([replay, head]) : replay);
+  });
+}
