@@ -30,13 +30,25 @@ export interface LinuxNativePlan {
     scopeSignals?: boolean;
     rules: Array<{ path: string; access: 'read' | 'write' | 'device' | 'list' }>;
     connectPorts?: number[];
+    /** Landlock mode: device rights for the terminals on fds 0-2, by inode (landlock.h). */
+    stdioTerminals?: boolean;
   };
   /** unixSockets: allow socket(AF_UNIX, SOCK_STREAM|SOCK_SEQPACKET) whatever `net` says. */
   /**
    * connectSupervisor (Landlock mode, net 'proxy'): the proxy's port. connect() calls stop in a
    * seccomp user notification, answered by the host (native/linux/connect_supervisor.cc).
    */
-  seccomp?: { net: 'none' | 'proxy' | 'full'; unixSockets?: boolean; connectSupervisor?: number };
+  /**
+   * metadataSupervisor (Landlock mode): chmod/chown/utime/xattr calls stop in a seccomp user
+   * notification and the host carries them out inside `writable` and outside `protect` only
+   * (native/linux/metadata_supervisor.cc). Canonical absolute paths.
+   */
+  seccomp?: {
+    net: 'none' | 'proxy' | 'full';
+    unixSockets?: boolean;
+    connectSupervisor?: number;
+    metadataSupervisor?: { writable: string[]; protect: string[] };
+  };
   proxyPort?: number;
   rlimitNproc?: number;
   rlimitAs?: number;

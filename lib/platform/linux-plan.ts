@@ -109,7 +109,15 @@ export const PLATFORM_ETC_READS = [
   '/etc/mtab',
 ];
 /** Device files a sandboxed tool may open for writing. */
-const DEVICE_RULES = ['/dev/null', '/dev/zero', '/dev/full', '/dev/tty', '/dev/ptmx', '/dev/pts'];
+const DEVICE_RULES = ['/dev/null', '/dev/zero', '/dev/full', '/dev/tty'];
+/**
+ * Isolated mode's /dev/pts is a devpts instance of its own, holding only the sandbox's terminals.
+ * Landlock mode's would be the host's, with every terminal of the user in it (another session's
+ * /dev/pts/N could be read and written): it gets none of it, only the terminals on its stdio, by
+ * inode (landlock.h stdio_terminals). /dev/tty reaches the controlling terminal only, and after
+ * setsid that is the pty option's terminal or none.
+ */
+const ISOLATED_DEVICE_RULES = ['/dev/ptmx', '/dev/pts'];
 
 export interface LinuxPlanInput {
   rules: ResolvedRules;
@@ -260,6 +268,7 @@ function landlockRules(input: LinuxPlanInput, mode: 'isolated' | 'landlock') {
   for (const w of rules.writeRoots) out.push({ path: w, access: 'write' });
   for (const d of DEVICE_RULES) out.push({ path: d, access: 'device' });
   if (mode === 'isolated') {
+    for (const d of ISOLATED_DEVICE_RULES) out.push({ path: d, access: 'device' });
     out.push({ path: '/dev/shm', access: 'write' });
     if (rules.tmp === 'private') out.push({ path: '/tmp', access: 'write' });
   } else if (input.landlockTmpDir) {
@@ -554,8 +563,19 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
   // gap stay (Landlock mode is degraded-only anyway).
   const supervised = mode === 'landlock' && net === 'proxy' && probe.connectSupervisor === 0;
   if (supervised) native.seccomp!.connectSupervisor = input.proxyPort!;
+  // Landlock mode: Landlock has no right for chmod, chown, utime or xattr changes. The same
+  // supervisor carries those out itself, on the object it resolved, inside the writable roots
+  // and outside the protected paths only (native/linux/metadata_supervisor.cc); without it they
+  // are a listed gap.
+  const metadataSupervised = mode === 'landlock' && probe.connectSupervisor === 0;
+  if (metadataSupervised) {
+    native.seccomp!.metadataSupervisor = {
+      writable: [...rules.writeRoots, ...(input.landlockTmpDir ? [realpathOrNull(input.landlockTmpDir) ?? input.landlockTmpDir] : [])],
+      protect: [...rules.readOnly, ...rules.denyRead],
+    };
+  }
   if (abi >= 1) {
-    native.landlock = { net, rules: landlockRules(input, mode) };
+    native.landlock = { net, rules: landlockRules(input, mode), ...(mode === 'landlock' ? { stdioTerminals: true } : {}) };
     if (net === 'proxy' && !supervised) native.landlock.connectPorts = [input.proxyPort!];
   }
   const limits = rules.limits;
@@ -583,7 +603,9 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     namespaces = ['user', 'mnt', 'pid', 'ipc', 'uts', ...(net !== 'full' ? ['net'] : [])];
   } else {
     if (limits.maxProcesses) native.rlimitNproc = limits.maxProcesses;
-    gaps.push(...LANDLOCK_INHERENT_GAPS);
+    if (!metadataSupervised) {
+      gaps.push(...LANDLOCK_INHERENT_GAPS.map((g) => `${g}; this kernel has no seccomp supervision: errno ${-(probe.connectSupervisor ?? -38)}`));
+    }
     if (rules.readOnly.length > 0) {
       gaps.push(`read-only carve-outs inside writable roots are not enforced: ${rules.readOnly.join(', ')}`);
     }
@@ -609,7 +631,6 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       // oom_score_adj so that the OOM killer picks the host.
       gaps.push("a writable root covers /proc: the host's own /proc files (oom_score_adj among them) are writable");
     }
-    gaps.push("other terminals of the same user (/dev/pts/*) can be opened and written (the host's devpts is shared)");
     gaps.push("POSIX shared memory and semaphores (/dev/shm) are unavailable: the host's would be shared");
     if (!limits.maxProcesses && !cg) {
       gaps.push("no process cap by default: RLIMIT_NPROC would count all of the user's processes (set limits.maxProcesses)");
@@ -679,6 +700,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
           }),
       network: net === 'proxy' ? `proxy only (127.0.0.1:${input.proxyPort}${isolated ? ' inside the namespace' : ''})` : net,
       ...(supervised ? { connectSupervisor: 'seccomp-user-notif' } : {}),
+      ...(metadataSupervised ? { metadataSupervisor: 'seccomp-user-notif' } : {}),
       processCap,
       memoryCap,
       ...(isolated ? { tmpfs: tmpfsSizes(limits.tmpBytes) } : {}),

@@ -239,6 +239,7 @@ void FillLandlock(Napi::Env env, const Napi::Object& o, LandlockPlan* ll) {
     }
     ll->AddPath(GetString(r, "path"), bits);
   }
+  ll->stdio_terminals = GetBool(o, "stdioTerminals", false);
   Napi::Value ports = o.Get("connectPorts");
   if (ports.IsArray()) {
     Napi::Array p = ports.As<Napi::Array>();
@@ -367,6 +368,7 @@ Napi::Value Spawn(const Napi::CallbackInfo& info) {
   }
   Napi::Value sc = o.Get("seccomp");
   uint16_t connect_port = 0;
+  MetadataRules metadata;
   if (sc.IsObject()) {
     Napi::Object s = sc.As<Napi::Object>();
     SeccompConfig cfg;
@@ -383,6 +385,25 @@ Napi::Value Spawn(const Napi::CallbackInfo& info) {
         throw Napi::TypeError::New(env, "plan.seccomp.connectSupervisor needs Landlock mode and net 'proxy'");
       }
       cfg.notify_connect = true;
+      plan.seccomp_listener = true;
+    }
+    // Landlock mode: chmod/chown/utime/xattr calls go to the host's metadata supervisor, which
+    // carries them out inside these writable roots only (metadata_supervisor.cc).
+    Napi::Value ms = s.Get("metadataSupervisor");
+    if (ms.IsObject()) {
+      if (plan.mode != LinuxMode::kLandlock) {
+        for (int fd : parent_owned) close(fd);
+        throw Napi::TypeError::New(env, "plan.seccomp.metadataSupervisor needs Landlock mode");
+      }
+      try {
+        metadata.writable = GetStrings(ms.As<Napi::Object>(), "writable");
+        metadata.protect = GetStrings(ms.As<Napi::Object>(), "protect");
+      } catch (...) {
+        for (int fd : parent_owned) close(fd);
+        throw;
+      }
+      metadata.enabled = true;
+      cfg.notify_metadata = true;
       plan.seccomp_listener = true;
     }
     int r = BuildSeccompFilter(cfg, &plan.seccomp_filter);
@@ -407,7 +428,7 @@ Napi::Value Spawn(const Napi::CallbackInfo& info) {
   napi_get_uv_event_loop(env, &loop);
   if (res.seccomp_listener_fd >= 0) {
     // Owned by the supervisor from here on, whatever happens.
-    int r = StartConnectSupervisor(env, loop, res.seccomp_listener_fd, connect_port);
+    int r = StartSupervisor(env, loop, res.seccomp_listener_fd, connect_port, std::move(metadata));
     w->res.seccomp_listener_fd = -1;
     if (r < 0) {
       // The command runs already: its connects would fail (ENOSYS), never leak. Stop it anyway.

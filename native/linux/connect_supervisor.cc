@@ -47,52 +47,23 @@
 
 #include <cstdint>
 #include <list>
+#include <utility>
 
-#include "syscall_numbers.h"
-
-#ifndef __NR_pidfd_open
-#define __NR_pidfd_open 434
-#endif
+#include "metadata_supervisor.h"
+#include "notify_abi.h"
 
 namespace psb {
 namespace {
 
-// Kernel ABI from <linux/seccomp.h> (spelled out: this directory's seccomp.h shadows that header).
-struct SeccompData {
-  int32_t nr;
-  uint32_t arch;
-  uint64_t instruction_pointer;
-  uint64_t args[6];
-};
-struct SeccompNotif {
-  uint64_t id;
-  uint32_t pid;
-  uint32_t flags;
-  SeccompData data;
-};
-struct SeccompNotifResp {
-  uint64_t id;
-  int64_t val;
-  int32_t error;
-  uint32_t flags;
-};
-struct SeccompNotifAddfd {
-  uint64_t id;
-  uint32_t flags;
-  uint32_t srcfd;
-  uint32_t newfd;
-  uint32_t newfd_flags;
-};
-static_assert(sizeof(SeccompNotif) == 80, "struct seccomp_notif layout");
-static_assert(sizeof(SeccompNotifResp) == 24, "struct seccomp_notif_resp layout");
-static_assert(sizeof(SeccompNotifAddfd) == 24, "struct seccomp_notif_addfd layout");
-constexpr unsigned long kNotifRecv = _IOWR('!', 0, SeccompNotif);
-constexpr unsigned long kNotifSend = _IOWR('!', 1, SeccompNotifResp);
-constexpr unsigned long kNotifIdValid = _IOW('!', 2, uint64_t);
-constexpr unsigned long kNotifAddfd = _IOW('!', 3, SeccompNotifAddfd);
-constexpr uint32_t kUserNotifFlagContinue = 1;
-constexpr uint32_t kAddfdFlagSetfd = 1;
-constexpr unsigned kPidfdThread = O_EXCL;  // PIDFD_THREAD (6.9): a pidfd for a thread id
+using notify::ArgInt;
+using notify::Continue;
+using notify::IdValid;
+using notify::kAddfdFlagSetfd;
+using notify::kNotifAddfd;
+using notify::kNotifRecv;
+using notify::Respond;
+using notify::SeccompNotif;
+using notify::SeccompNotifAddfd;
 
 // TCP states (include/net/tcp_states.h).
 constexpr uint8_t kTcpSynSent = 2;
@@ -122,7 +93,8 @@ struct Pending {
 struct Supervisor {
   uv_poll_t poll;
   int fd = -1;
-  uint16_t port = 0;
+  uint16_t port = 0;  // 0: connect() is not supervised
+  MetadataRules metadata;
   bool closing = false;
   int open_handles = 0;
   std::list<Pending*> pending;
@@ -172,21 +144,6 @@ void Shutdown(Supervisor* s) {
 
 void TeardownHook(napi_async_cleanup_hook_handle, void* arg) { Shutdown(static_cast<Supervisor*>(arg)); }
 
-// Answers a notification: val 0 with error 0 is success; error is a negative errno. A failure
-// (ENOENT: the task was killed or its call interrupted) needs nothing more: nobody waits.
-void Respond(int listener, uint64_t id, int error, uint32_t flags = 0) {
-  SeccompNotifResp r;
-  memset(&r, 0, sizeof r);
-  r.id = id;
-  r.error = error;
-  r.flags = flags;
-  ioctl(listener, kNotifSend, &r);
-}
-
-void Continue(int listener, uint64_t id) { Respond(listener, id, 0, kUserNotifFlagContinue); }
-
-bool IdValid(int listener, uint64_t id) { return ioctl(listener, kNotifIdValid, &id) == 0; }
-
 // Whether the command's fd `fd` is close-on-exec (from /proc/<tid>/fdinfo; false if unknown).
 bool ChildFdCloexec(uint32_t tid, int fd) {
   char path[64];
@@ -202,22 +159,6 @@ bool ChildFdCloexec(uint32_t tid, int fd) {
   if (flags == nullptr) return false;
   unsigned long v = strtoul(flags + 6, nullptr, 8);
   return (v & O_CLOEXEC) != 0;
-}
-
-// The thread group of task `tid` (before PIDFD_THREAD, a pidfd names a whole process; its fd
-// table is the one the thread uses). 0 when unknown.
-uint32_t ThreadGroup(uint32_t tid) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%u/status", tid);
-  int f = open(path, O_RDONLY | O_CLOEXEC);
-  if (f < 0) return 0;
-  char buf[1024];
-  ssize_t n = read(f, buf, sizeof buf - 1);
-  close(f);
-  if (n <= 0) return 0;
-  buf[n] = 0;
-  const char* t = strstr(buf, "\nTgid:");
-  return t == nullptr ? 0 : static_cast<uint32_t>(strtoul(t + 6, nullptr, 10));
 }
 
 // Options a client commonly sets before connect(); the replacement socket carries them over.
@@ -271,23 +212,18 @@ void OnPendingWritable(uv_poll_t* h, int status, int) {
 }
 
 // One connect() notification. See the top of the file for the rules.
-void Handle(Supervisor* s, const SeccompNotif& n) {
+void HandleConnect(Supervisor* s, const SeccompNotif& n) {
   const int listener = s->fd;
-  if (n.data.nr != __NR_connect) return Continue(listener, n.id);
   // The kernel's connect takes an int fd and an int addrlen: the low words are what it acts on.
-  const int child_fd = static_cast<int>(static_cast<uint32_t>(n.data.args[0]));
-  const int addrlen = static_cast<int>(static_cast<uint32_t>(n.data.args[2]));
+  const int child_fd = ArgInt(n, 0);
+  const int addrlen = ArgInt(n, 2);
   if (addrlen < static_cast<int>(sizeof(sockaddr_in)) || addrlen > static_cast<int>(sizeof(sockaddr_storage))) {
     return Continue(listener, n.id);
   }
-  // A pidfd first, then a validity check: from then on it names the task that made the call.
-  int pidfd = static_cast<int>(syscall(__NR_pidfd_open, n.pid, kPidfdThread));
-  if (pidfd < 0) pidfd = static_cast<int>(syscall(__NR_pidfd_open, ThreadGroup(n.pid), 0));  // pre-6.9
-  if (pidfd < 0 || !IdValid(listener, n.id)) {
-    if (pidfd >= 0) close(pidfd);
-    // Without a pidfd nothing can be handed over; the kernel (and Landlock) decide.
-    return Continue(listener, n.id);
-  }
+  // A pidfd checked to name the task that made the call. Without one nothing can be handed
+  // over; the kernel (and Landlock) decide.
+  int pidfd = notify::PidfdFor(listener, n);
+  if (pidfd < 0) return Continue(listener, n.id);
   sockaddr_in sa;
   memset(&sa, 0, sizeof sa);
   struct iovec local = {&sa, sizeof sa};
@@ -378,6 +314,14 @@ void Handle(Supervisor* s, const SeccompNotif& n) {
   uv_poll_start(&p->poll, UV_WRITABLE, OnPendingWritable);
 }
 
+// One notification: connect() (with a proxy port) or a metadata change (with writable roots).
+// A call this supervisor was not configured for continues: the filter only stops what was asked.
+void Handle(Supervisor* s, const SeccompNotif& n) {
+  if (n.data.nr == __NR_connect && s->port != 0) return HandleConnect(s, n);
+  if (s->metadata.enabled && HandleMetadata(s->fd, n, s->metadata)) return;
+  Continue(s->fd, n.id);
+}
+
 void OnListener(uv_poll_t* h, int status, int) {
   Supervisor* s = static_cast<Supervisor*>(h->data);
   if (s->closing) return;
@@ -403,7 +347,7 @@ void OnListener(uv_poll_t* h, int status, int) {
 
 }  // namespace
 
-int StartConnectSupervisor(napi_env env, uv_loop_t* loop, int listener_fd, uint16_t proxy_port) noexcept {
+int StartSupervisor(napi_env env, uv_loop_t* loop, int listener_fd, uint16_t proxy_port, MetadataRules metadata) noexcept {
   Supervisor* s = new (std::nothrow) Supervisor();
   if (s == nullptr) {
     close(listener_fd);
@@ -411,6 +355,7 @@ int StartConnectSupervisor(napi_env env, uv_loop_t* loop, int listener_fd, uint1
   }
   s->fd = listener_fd;
   s->port = proxy_port;
+  s->metadata = std::move(metadata);
   // Before any uv handle exists (see relay.cc): a terminating env waits for our handles to close.
   if (napi_add_async_cleanup_hook(env, TeardownHook, s, &s->cleanup) != napi_ok) {
     close(listener_fd);

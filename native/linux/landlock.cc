@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/ioctl.h>
 
 #include "raw_syscall.h"
 #include "syscall_numbers.h"
@@ -85,6 +87,25 @@ int ApplyLandlockInChild(const LandlockPlan& plan) noexcept {
     if (r < 0) {
       Sys(__NR_close, fd);
       return static_cast<int>(r);
+    }
+  }
+  if (plan.stdio_terminals) {
+    // A rule takes any fd of a mountable file system, so the inherited terminal is named by the
+    // fd, never by a path another session's terminal could take. Only character devices that
+    // answer TCGETS (terminals) qualify; pipes, files and sockets on stdio need no rule.
+    constexpr uint64_t kTerminal = landlock::kFsReadFile | landlock::kFsWriteFile | landlock::kFsIoctlDev;
+    for (int sfd = 0; sfd < 3; ++sfd) {
+      struct stat st;
+      if (Sys(__NR_fstat, sfd, &st) < 0 || !S_ISCHR(st.st_mode)) continue;
+      char termios_buf[128];  // the kernel's struct termios is smaller
+      if (Sys(__NR_ioctl, sfd, TCGETS, termios_buf) < 0) continue;
+      PathBeneathAttr pb = {kTerminal & plan.handled_fs, sfd};
+      long r = Sys(__NR_landlock_add_rule, fd, landlock::kRulePathBeneath, &pb, 0);
+      // EBADFD: a terminal of an internal mount (none in practice); it stays usable by fd.
+      if (r < 0 && r != -EBADFD) {
+        Sys(__NR_close, fd);
+        return static_cast<int>(r);
+      }
     }
   }
   if (plan.handled_net & landlock::kNetConnectTcp) {

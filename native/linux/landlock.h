@@ -62,6 +62,10 @@ struct LandlockPlan {
   std::vector<std::string> paths;
   std::vector<uint64_t> path_access;
   std::vector<uint16_t> connect_ports;  // TCP connect allowed to these ports (when net handled)
+  // Landlock mode: the terminals on fds 0-2 (already placed when the rules are built) get device
+  // rights by inode, through the fd itself: the command can reopen its own terminal by name
+  // (ttyname(), /dev/pts/N), and no other terminal of the host's shared devpts is granted.
+  bool stdio_terminals = false;
 
   void AddPath(const std::string& path, uint64_t access) {
     paths.push_back(path);

@@ -88,11 +88,21 @@ constexpr int kNrOpen = __NR_open;
 constexpr int kNrCreat = __NR_creat;
 constexpr int kNrChmod = __NR_chmod;
 constexpr int kNrMknod = __NR_mknod;
+constexpr int kNrChown = __NR_chown;
+constexpr int kNrLchown = __NR_lchown;
+constexpr int kNrUtime = __NR_utime;
+constexpr int kNrUtimes = __NR_utimes;
+constexpr int kNrFutimesat = __NR_futimesat;
 #else
 constexpr int kNrOpen = kSkip;
 constexpr int kNrCreat = kSkip;
 constexpr int kNrChmod = kSkip;
 constexpr int kNrMknod = kSkip;
+constexpr int kNrChown = kSkip;
+constexpr int kNrLchown = kSkip;
+constexpr int kNrUtime = kSkip;
+constexpr int kNrUtimes = kSkip;
+constexpr int kNrFutimesat = kSkip;
 #endif
 
 // x86_64 marks x32 syscalls with this bit in the number; x32 has its own table, so every rule
@@ -124,6 +134,13 @@ constexpr uint32_t kAllow = kSeccompRetAllow;
 constexpr uint32_t kEperm = kSeccompRetErrno | (EPERM & kSeccompRetData);
 constexpr uint32_t kEnosys = kSeccompRetErrno | (ENOSYS & kSeccompRetData);
 constexpr uint32_t kKill = kSeccompRetKillProcess;
+// A table action: USER_NOTIF when the config has the metadata supervisor, else ALLOW (the plan
+// then lists the gap). Never a real return value (SECCOMP_RET_TRAP's range, unused here).
+constexpr uint32_t kSupervise = 0x00030000u;
+
+// File attribute flag ioctls (chattr): _IOW('f', 2, long) and _IOW('X', 32, struct fsxattr).
+constexpr uint32_t kFsIocSetflags = 0x40086602u;
+constexpr uint32_t kFsIocFssetxattr = 0x401c5820u;
 
 // ---- The rule table -------------------------------------------------------------------------
 
@@ -226,7 +243,11 @@ constexpr Rule kRules[] = {
 
     // PROC-01, PROC-02, PROC-03: terminal injection. The kernel's ioctl() takes an unsigned int
     // request, so the low 32 bits are what it acts on; In() compares exactly those.
-    When(__NR_ioctl, kAnyNet, kAnyMode, kAllow, Clause{{In(1, kAll, TIOCSTI, TIOCLINUX)}, kEperm}),
+    When(__NR_ioctl, kAnyNet, kIsolated, kAllow, Clause{{In(1, kAll, TIOCSTI, TIOCLINUX)}, kEperm}),
+    // Landlock mode adds the file attribute flags (FS-14): Landlock governs none of them.
+    When(__NR_ioctl, kAnyNet, kLandlock, kAllow, Clause{{In(1, kAll, TIOCSTI, TIOCLINUX, kFsIocSetflags)}, kEperm},
+         Clause{{In(1, kAll, kFsIocFssetxattr)}, kEperm}),
+    Deny(__NR_file_setattr, kAnyNet, kLandlock),
 
     // PROC-15: kernel attack surface no build or test needs.
     Deny(__NR_bpf),
@@ -291,10 +312,32 @@ constexpr Rule kRules[] = {
     // FS-25: no setuid/setgid file may be made inside (it would be honoured outside later, and as
     // root it would be setuid-root). Modes are unsigned ints, tested on their low word. openat2's
     // mode sits in memory a filter cannot read: ENOSYS makes callers fall back to openat.
-    When(kNrChmod, kAnyNet, kAnyMode, kAllow, Clause{{AnyBit(1, kSetIdBits)}, kEperm}),
-    When(__NR_fchmod, kAnyNet, kAnyMode, kAllow, Clause{{AnyBit(1, kSetIdBits)}, kEperm}),
-    When(__NR_fchmodat, kAnyNet, kAnyMode, kAllow, Clause{{AnyBit(2, kSetIdBits)}, kEperm}),
-    When(__NR_fchmodat2, kAnyNet, kAnyMode, kAllow, Clause{{AnyBit(2, kSetIdBits)}, kEperm}),
+    // FS-14 in Landlock mode: the other modes, and every chown, utime and xattr change, go to the
+    // metadata supervisor, which carries them out inside the writable roots only (kSupervise).
+    When(kNrChmod, kAnyNet, kIsolated, kAllow, Clause{{AnyBit(1, kSetIdBits)}, kEperm}),
+    When(__NR_fchmod, kAnyNet, kIsolated, kAllow, Clause{{AnyBit(1, kSetIdBits)}, kEperm}),
+    When(__NR_fchmodat, kAnyNet, kIsolated, kAllow, Clause{{AnyBit(2, kSetIdBits)}, kEperm}),
+    When(__NR_fchmodat2, kAnyNet, kIsolated, kAllow, Clause{{AnyBit(2, kSetIdBits)}, kEperm}),
+    When(kNrChmod, kAnyNet, kLandlock, kSupervise, Clause{{AnyBit(1, kSetIdBits)}, kEperm}),
+    When(__NR_fchmod, kAnyNet, kLandlock, kSupervise, Clause{{AnyBit(1, kSetIdBits)}, kEperm}),
+    When(__NR_fchmodat, kAnyNet, kLandlock, kSupervise, Clause{{AnyBit(2, kSetIdBits)}, kEperm}),
+    When(__NR_fchmodat2, kAnyNet, kLandlock, kSupervise, Clause{{AnyBit(2, kSetIdBits)}, kEperm}),
+    Rule{kNrChown, kAnyNet, kLandlock, kSupervise, {}},
+    Rule{kNrLchown, kAnyNet, kLandlock, kSupervise, {}},
+    Rule{__NR_fchown, kAnyNet, kLandlock, kSupervise, {}},
+    Rule{__NR_fchownat, kAnyNet, kLandlock, kSupervise, {}},
+    Rule{kNrUtime, kAnyNet, kLandlock, kSupervise, {}},
+    Rule{kNrUtimes, kAnyNet, kLandlock, kSupervise, {}},
+    Rule{kNrFutimesat, kAnyNet, kLandlock, kSupervise, {}},
+    Rule{__NR_utimensat, kAnyNet, kLandlock, kSupervise, {}},
+    Rule{__NR_setxattr, kAnyNet, kLandlock, kSupervise, {}},
+    Rule{__NR_lsetxattr, kAnyNet, kLandlock, kSupervise, {}},
+    Rule{__NR_fsetxattr, kAnyNet, kLandlock, kSupervise, {}},
+    Rule{__NR_setxattrat, kAnyNet, kLandlock, kSupervise, {}},
+    Rule{__NR_removexattr, kAnyNet, kLandlock, kSupervise, {}},
+    Rule{__NR_lremovexattr, kAnyNet, kLandlock, kSupervise, {}},
+    Rule{__NR_fremovexattr, kAnyNet, kLandlock, kSupervise, {}},
+    Rule{__NR_removexattrat, kAnyNet, kLandlock, kSupervise, {}},
     When(kNrCreat, kAnyNet, kAnyMode, kAllow, Clause{{AnyBit(1, kSetIdBits)}, kEperm}),
     When(kNrOpen, kAnyNet, kAnyMode, kAllow, Clause{{AnyBit(1, kCreateFlags), AnyBit(2, kSetIdBits)}, kEperm}),
     When(__NR_openat, kAnyNet, kAnyMode, kAllow, Clause{{AnyBit(2, kCreateFlags), AnyBit(3, kSetIdBits)}, kEperm}),
@@ -400,7 +443,8 @@ int ClauseLength(const Clause& c) {
 // Emits one rule body, entered with the syscall number matched; every path ends in a RET.
 // Layout per clause: tests (each either falls through to the next test or jumps to the clause's
 // end), RET action; after the last clause, RET otherwise. All jumps are forward and short.
-int EmitBody(const Rule& r, std::vector<sock_filter>* out) {
+int EmitBody(const Rule& r, uint32_t supervise, std::vector<sock_filter>* out) {
+  auto action = [supervise](uint32_t a) { return a == kSupervise ? supervise : a; };
   for (const Clause& c : r.clauses) {
     int ntests = ClauseTestCount(c);
     if (ntests == 0) continue;
@@ -435,9 +479,9 @@ int EmitBody(const Rule& r, std::vector<sock_filter>* out) {
         --remaining;
       }
     }
-    out->push_back(Stmt(BPF_RET | BPF_K, c.action));
+    out->push_back(Stmt(BPF_RET | BPF_K, action(c.action)));
   }
-  out->push_back(Stmt(BPF_RET | BPF_K, r.otherwise));
+  out->push_back(Stmt(BPF_RET | BPF_K, action(r.otherwise)));
   return 0;
 }
 
@@ -503,6 +547,11 @@ int BuildSeccompFilter(const SeccompConfig& cfg, std::vector<sock_filter>* out) 
     out->push_back(Stmt(BPF_RET | BPF_K, kAllow));
     out->push_back(Stmt(BPF_RET | BPF_K, kSeccompRetUserNotif));
   }
+  if (cfg.notify_metadata && mode != kLandlock) {
+    out->clear();
+    return -EINVAL;
+  }
+  const uint32_t supervise = cfg.notify_metadata ? kSeccompRetUserNotif : kAllow;
   // 3. Rules: `if (nr == N) { body }`, where every body ends in RET, so the accumulator still
   //    holds nr whenever the next comparison runs.
   std::vector<sock_filter> body;
@@ -510,7 +559,7 @@ int BuildSeccompFilter(const SeccompConfig& cfg, std::vector<sock_filter>* out) 
     const Rule& r = kRules[i];
     if (!Applies(r, net, mode)) continue;
     body.clear();
-    if (int rc = EmitBody(r, &body)) {
+    if (int rc = EmitBody(r, supervise, &body)) {
       out->clear();
       return rc;
     }

@@ -45,7 +45,10 @@
 //     placement of init or the host can be changed. A thread naming its own tid (glibc's
 //     pthread_setaffinity_np, pthread_setschedparam) gets EPERM too;
 //   - in Landlock mode, where no ipc namespace exists, SysV IPC and POSIX message queues, which
-//     would be shared with the host (PROC-16).
+//     would be shared with the host (PROC-16);
+//   - in Landlock mode, file attribute flags (FS_IOC_SETFLAGS, FS_IOC_FSSETXATTR, file_setattr:
+//     chattr's append-only, nodump, project ids), which Landlock does not govern either (FS-14);
+//     the other metadata calls go to the supervisor (notify_metadata).
 // Denials return EPERM, except clone3 (ENOSYS).
 // Left allowed on purpose: socketpair(AF_UNIX) stream IPC, send*/recv* on connected sockets and
 // setsockopt/getsockopt (asyncio, libuv, Chromium and Bun need them); memfd_create + execveat
@@ -103,6 +106,11 @@ struct SeccompConfig {
   // (EINVAL), and unix-socket programs with short names pay no round trip. Install with
   // InstallSeccompInChild(prog, true).
   bool notify_connect = false;
+  // Landlock mode: chmod/chown/utime/xattr calls (set-id modes aside, refused here) stop in
+  // SECCOMP_RET_USER_NOTIF for the host's metadata supervisor (metadata_supervisor.cc), which
+  // carries them out inside the writable roots only. Landlock has no right for any of them.
+  // Without it (no supervisor on this kernel) they run unchecked, a gap the plan lists.
+  bool notify_metadata = false;
 };
 
 // Parent side (may allocate). Replaces *out with the BPF program for cfg.

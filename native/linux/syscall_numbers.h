@@ -76,8 +76,17 @@
 #ifndef __NR_fchmodat2
 #define __NR_fchmodat2 452
 #endif
+#ifndef __NR_setxattrat
+#define __NR_setxattrat 463
+#endif
+#ifndef __NR_removexattrat
+#define __NR_removexattrat 466
+#endif
 #ifndef __NR_open_tree_attr
 #define __NR_open_tree_attr 467
+#endif
+#ifndef __NR_file_setattr
+#define __NR_file_setattr 469
 #endif
 
 #endif  // __x86_64__ || __aarch64__

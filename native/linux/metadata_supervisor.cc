@@ -1,0 +1,439 @@
+// Landlock mode's metadata supervisor (see metadata_supervisor.h for what it closes).
+//
+// The command's seccomp filter turns chmod, fchmod, fchmodat, fchmodat2 (set-id modes are
+// refused in the filter itself), chown, lchown, fchown, fchownat, utime, utimes, futimesat,
+// utimensat, setxattr, lsetxattr, fsetxattr, setxattrat, removexattr, lremovexattr,
+// fremovexattr and removexattrat into user notifications. Each is EMULATED here, never continued:
+//   1. read the call's arguments once: the path, name, value and times are copied out of the
+//      command's memory (process_vm_readv); its fd and dirfd are duplicated (pidfd_getfd), a
+//      relative path with AT_FDCWD starts at /proc/<tid>/cwd; then ID_VALID checks the copies
+//      came from the task that is still waiting in the call (no pid reuse);
+//   2. resolve the target ourselves, O_PATH, as the kernel would (following symlinks unless
+//      nofollow, AT_EMPTY_PATH) but refusing /proc magic links (RESOLVE_NO_MAGICLINKS: they would
+//      be resolved against the host process, not the command; /proc/self/fd/N and /dev/fd/N are
+//      translated to the command's fd N first). The fd pins the object;
+//   3. check where the pinned object is (its path, readlink of /proc/self/fd/N, which the kernel
+//      builds from the object's own dentry chain): inside a writable root and outside every
+//      protected path, else EACCES, the errno Landlock gives for writes there. Pipes, sockets and
+//      other objects without a path have no location outside to protect and are allowed;
+//   4. apply the change to the pinned object and answer with its result.
+// Why that is TOCTOU-safe: nothing the command can change after step 1 (its memory, its fd table,
+// its cwd) is read again, and the object checked in step 3 is the object changed in step 4. The
+// command cannot move an object across a writable root's edge in between (Landlock refuses the
+// rename or link on the outer side).
+// Why the result matches what the command itself could do: steps 2 and 4 run with this thread's
+// effective capabilities cleared (capset on the calling thread only; the permitted set is kept and
+// the effective set restored before returning), and the command has the host's uid and gids but
+// no capabilities (Landlock mode: no user namespace, every capability dropped). So directory
+// search rights, ownership (chmod, utime with times, user xattrs), group membership (chown) and
+// write access (utime "now") are the kernel's own checks, for the command's credentials.
+// What the command sees: the same errnos as the kernel's for those checks; EACCES outside the
+// writable roots; ELOOP for a path through another /proc magic link; EACCES when the host cannot
+// read the command (a non-dumpable command of an unprivileged host, or Yama ptrace_scope >= 2).
+#include "metadata_supervisor.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/capability.h>
+#include <linux/magic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/xattr.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace psb {
+namespace {
+
+using notify::ArgInt;
+using notify::SeccompNotif;
+
+enum class Op : uint8_t { kChmod, kChown, kUtimens, kUtimeval, kUtimbuf, kSetxattr, kRemovexattr, kSetxattrAt, kRemovexattrAt };
+
+// Where a call names its target and its operands (argument numbers; -1 for none).
+struct Call {
+  int nr;
+  Op op;
+  int8_t dirfd;    // the dirfd argument; -1: AT_FDCWD
+  int8_t path;     // the path argument; -1: the fd in argument 0 is the target
+  int8_t flags;    // the AT_* flags argument; -1: none
+  int8_t operand;  // the first operand: mode, uid, times, or the xattr name
+  bool nofollow;   // the l* variants
+};
+
+constexpr int kSkip = -1;
+#ifdef __NR_chmod
+constexpr int kNrChmod = __NR_chmod, kNrChown = __NR_chown, kNrLchown = __NR_lchown;
+constexpr int kNrUtime = __NR_utime, kNrUtimes = __NR_utimes, kNrFutimesat = __NR_futimesat;
+#else
+constexpr int kNrChmod = kSkip, kNrChown = kSkip, kNrLchown = kSkip;
+constexpr int kNrUtime = kSkip, kNrUtimes = kSkip, kNrFutimesat = kSkip;
+#endif
+
+constexpr Call kCalls[] = {
+    {kNrChmod, Op::kChmod, -1, 0, -1, 1, false},
+    {__NR_fchmod, Op::kChmod, -1, -1, -1, 1, false},
+    {__NR_fchmodat, Op::kChmod, 0, 1, -1, 2, false},
+    {__NR_fchmodat2, Op::kChmod, 0, 1, 3, 2, false},
+    {kNrChown, Op::kChown, -1, 0, -1, 1, false},
+    {kNrLchown, Op::kChown, -1, 0, -1, 1, true},
+    {__NR_fchown, Op::kChown, -1, -1, -1, 1, false},
+    {__NR_fchownat, Op::kChown, 0, 1, 4, 2, false},
+    {kNrUtime, Op::kUtimbuf, -1, 0, -1, 1, false},
+    {kNrUtimes, Op::kUtimeval, -1, 0, -1, 1, false},
+    {kNrFutimesat, Op::kUtimeval, 0, 1, -1, 2, false},
+    {__NR_utimensat, Op::kUtimens, 0, 1, 3, 2, false},
+    {__NR_setxattr, Op::kSetxattr, -1, 0, -1, 1, false},
+    {__NR_lsetxattr, Op::kSetxattr, -1, 0, -1, 1, true},
+    {__NR_fsetxattr, Op::kSetxattr, -1, -1, -1, 1, false},
+    {__NR_setxattrat, Op::kSetxattrAt, 0, 1, 2, 3, false},
+    {__NR_removexattr, Op::kRemovexattr, -1, 0, -1, 1, false},
+    {__NR_lremovexattr, Op::kRemovexattr, -1, 0, -1, 1, true},
+    {__NR_fremovexattr, Op::kRemovexattr, -1, -1, -1, 1, false},
+    {__NR_removexattrat, Op::kRemovexattrAt, 0, 1, 2, 3, false},
+};
+
+const Call* FindCall(int nr) {
+  for (const Call& c : kCalls) {
+    if (c.nr != kSkip && c.nr == nr) return &c;
+  }
+  return nullptr;
+}
+
+// An fd of ours, closed on every return path.
+struct Fd {
+  int fd = -1;
+  Fd() = default;
+  explicit Fd(int f) : fd(f) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd >= 0) close(fd);
+  }
+  void Reset(int f) {
+    if (fd >= 0) close(fd);
+    fd = f;
+  }
+};
+
+// Exactly len bytes of the command's memory, or -EFAULT.
+int ReadMem(uint32_t tid, uint64_t addr, void* buf, size_t len) {
+  if (len == 0) return 0;
+  struct iovec local = {buf, len};
+  struct iovec remote = {reinterpret_cast<void*>(static_cast<uintptr_t>(addr)), len};
+  ssize_t got = process_vm_readv(static_cast<pid_t>(tid), &local, 1, &remote, 1, 0);
+  if (got < 0 && errno != EFAULT) return errno == ESRCH ? -ESRCH : -EACCES;  // EPERM: unreadable task
+  return got == static_cast<ssize_t>(len) ? 0 : -EFAULT;
+}
+
+// A NUL-terminated string of at most max bytes (NUL included), read up to page ends so that a
+// string ending just before an unmapped page still reads. -EFAULT or too_long when it does not.
+int ReadString(uint32_t tid, uint64_t addr, std::string* out, size_t max, int too_long) {
+  if (addr == 0) return -EFAULT;
+  out->clear();
+  char page[4096];
+  while (out->size() < max) {
+    size_t chunk = 4096 - static_cast<size_t>((addr + out->size()) & 4095);
+    if (chunk > max - out->size()) chunk = max - out->size();
+    int r = ReadMem(tid, addr + out->size(), page, chunk);
+    if (r < 0) return r;
+    const void* nul = memchr(page, 0, chunk);
+    if (nul != nullptr) {
+      out->append(page, static_cast<const char*>(nul) - page);
+      return 0;
+    }
+    out->append(page, chunk);
+  }
+  return too_long;
+}
+
+// /proc/self/fd/N, /proc/thread-self/fd/N, /dev/fd/N and /dev/std{in,out,err} name the
+// command's own fd N; resolved here they would name the host's. -1 when path is none of them.
+int OwnFdPath(const std::string& path) {
+  if (path == "/dev/stdin") return 0;
+  if (path == "/dev/stdout") return 1;
+  if (path == "/dev/stderr") return 2;
+  for (const char* prefix : {"/proc/self/fd/", "/proc/thread-self/fd/", "/dev/fd/"}) {
+    size_t n = strlen(prefix);
+    if (path.compare(0, n, prefix) != 0 || path.size() == n || path.size() > n + 9) continue;
+    int fd = 0;
+    for (size_t i = n; i < path.size(); ++i) {
+      if (path[i] < '0' || path[i] > '9') return -1;
+      fd = fd * 10 + (path[i] - '0');
+    }
+    return fd;
+  }
+  return -1;
+}
+
+// Clears this thread's effective capabilities for the object's lifetime (see the top of the
+// file); a host without any does nothing. ok() is false when they could not be cleared.
+class EffectiveCapsCleared {
+ public:
+  EffectiveCapsCleared() {
+    if (syscall(SYS_capget, &hdr_, saved_) != 0) return;
+    if ((saved_[0].effective | saved_[1].effective) == 0) {
+      ok_ = true;
+      return;
+    }
+    __user_cap_data_struct lowered[2] = {saved_[0], saved_[1]};
+    lowered[0].effective = lowered[1].effective = 0;
+    ok_ = changed_ = syscall(SYS_capset, &hdr_, lowered) == 0;
+  }
+  ~EffectiveCapsCleared() {
+    if (changed_) syscall(SYS_capset, &hdr_, saved_);
+  }
+  EffectiveCapsCleared(const EffectiveCapsCleared&) = delete;
+  EffectiveCapsCleared& operator=(const EffectiveCapsCleared&) = delete;
+  bool ok() const { return ok_; }
+
+ private:
+  __user_cap_header_struct hdr_ = {_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct saved_[2] = {};
+  bool ok_ = false, changed_ = false;
+};
+
+bool Under(const std::string& p, const std::string& root) {
+  if (root == "/") return true;
+  return p.compare(0, root.size(), root) == 0 && (p.size() == root.size() || p[root.size()] == '/');
+}
+
+// Step 3: 0 when the pinned object may change, else -EACCES.
+int CheckLocation(int fd, const struct stat& st, const MetadataRules& rules) {
+  char proc[64];
+  snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+  char buf[PATH_MAX + 16];
+  ssize_t n = readlink(proc, buf, sizeof buf);
+  if (n <= 0 || n >= static_cast<ssize_t>(sizeof buf)) return -EACCES;
+  // "pipe:[N]", "socket:[N]", "anon_inode:...": no path, nothing outside shares its metadata.
+  if (buf[0] != '/') return 0;
+  struct statfs sfs;
+  // /proc objects: their owners are processes, not the writable roots.
+  if (fstatfs(fd, &sfs) != 0 || sfs.f_type == PROC_SUPER_MAGIC) return -EACCES;
+  std::string p(buf, static_cast<size_t>(n));
+  // An unlinked object's path carries this suffix; a live one named so keeps it (nlink > 0).
+  static const std::string kDeleted = " (deleted)";
+  if (st.st_nlink == 0 && p.size() > kDeleted.size() && p.compare(p.size() - kDeleted.size(), kDeleted.size(), kDeleted) == 0) {
+    p.resize(p.size() - kDeleted.size());
+  }
+  bool inside = false;
+  for (const std::string& w : rules.writable) inside = inside || Under(p, w);
+  if (!inside) return -EACCES;
+  for (const std::string& x : rules.protect) {
+    if (Under(p, x)) return -EACCES;
+  }
+  return 0;
+}
+
+// Operands copied out of the command's memory before anything is resolved.
+struct Operands {
+  uint32_t mode = 0, uid = 0, gid = 0;
+  bool times_now = true;  // NULL times
+  struct timespec times[2] = {};
+  std::string name, value;
+  int xattr_flags = 0;
+};
+
+int ReadOperands(const Call& c, const SeccompNotif& n, Operands* o) {
+  const uint32_t tid = n.pid;
+  const int a = c.operand;
+  switch (c.op) {
+    case Op::kChmod:
+      o->mode = static_cast<uint32_t>(n.data.args[a]) & 07777;
+      return 0;
+    case Op::kChown:
+      o->uid = static_cast<uint32_t>(n.data.args[a]);
+      o->gid = static_cast<uint32_t>(n.data.args[a + 1]);
+      return 0;
+    case Op::kUtimens:
+    case Op::kUtimeval:
+    case Op::kUtimbuf: {
+      const uint64_t ptr = n.data.args[a];
+      if (ptr == 0) return 0;
+      o->times_now = false;
+      if (c.op == Op::kUtimens) return ReadMem(tid, ptr, o->times, sizeof o->times);
+      if (c.op == Op::kUtimbuf) {
+        int64_t t[2];  // struct utimbuf: actime, modtime
+        if (int r = ReadMem(tid, ptr, t, sizeof t)) return r;
+        o->times[0] = {static_cast<time_t>(t[0]), 0};
+        o->times[1] = {static_cast<time_t>(t[1]), 0};
+        return 0;
+      }
+      struct timeval tv[2];
+      if (int r = ReadMem(tid, ptr, tv, sizeof tv)) return r;
+      for (int i = 0; i < 2; ++i) {
+        if (tv[i].tv_usec < 0 || tv[i].tv_usec >= 1000000) return -EINVAL;
+        o->times[i] = {tv[i].tv_sec, tv[i].tv_usec * 1000};
+      }
+      return 0;
+    }
+    case Op::kSetxattr:
+    case Op::kSetxattrAt:
+    case Op::kRemovexattr:
+    case Op::kRemovexattrAt: {
+      if (int r = ReadString(tid, n.data.args[a], &o->name, XATTR_NAME_MAX + 1, -ERANGE)) return r;
+      if (o->name.empty()) return -ERANGE;
+      if (c.op == Op::kRemovexattr || c.op == Op::kRemovexattrAt) return 0;
+      uint64_t value_ptr = n.data.args[a + 1];
+      uint64_t size = n.data.args[a + 2];
+      o->xattr_flags = ArgInt(n, a + 3);
+      if (c.op == Op::kSetxattrAt) {
+        struct {
+          uint64_t value;
+          uint32_t size, flags;
+        } args;  // struct xattr_args (its only version)
+        if (n.data.args[a + 2] != sizeof args) return -EINVAL;
+        if (int r = ReadMem(tid, n.data.args[a + 1], &args, sizeof args)) return r;
+        value_ptr = args.value;
+        size = args.size;
+        o->xattr_flags = static_cast<int>(args.flags);
+      }
+      if (size > XATTR_SIZE_MAX) return -E2BIG;
+      o->value.resize(size);
+      return ReadMem(tid, value_ptr, &o->value[0], size);
+    }
+  }
+  return -ENOSYS;
+}
+
+// Steps 1 and 2 for the target: on success *out pins it. Runs with the host's capabilities
+// (pidfd_getfd and /proc/<tid>/cwd need them); the resolution itself is done by Resolve below.
+struct Start {
+  Fd base;             // the dirfd's copy, the cwd, or nothing (AT_FDCWD of ours: absolute paths)
+  std::string path;    // empty with from_fd
+  bool from_fd = false;  // base itself is the target
+  bool nofollow = false;
+};
+
+int GetFd(int pidfd, int fd, Fd* out) {
+  int copy = static_cast<int>(syscall(__NR_pidfd_getfd, pidfd, fd, 0));
+  if (copy < 0) return errno == EBADF ? -EBADF : -EACCES;
+  out->Reset(copy);
+  return 0;
+}
+
+int ReadStart(const Call& c, const SeccompNotif& n, int pidfd, Start* s) {
+  if (c.path < 0) {
+    s->from_fd = true;
+    return GetFd(pidfd, ArgInt(n, 0), &s->base);
+  }
+  const int flags = c.flags >= 0 ? ArgInt(n, c.flags) : 0;
+  if (flags & ~(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH)) return -EINVAL;
+  s->nofollow = c.nofollow || (flags & AT_SYMLINK_NOFOLLOW) != 0;
+  const int dirfd = c.dirfd >= 0 ? ArgInt(n, c.dirfd) : AT_FDCWD;
+  if (c.op == Op::kUtimens && n.data.args[c.path] == 0) {
+    // utimensat(fd, NULL, ...) is futimens(fd).
+    if (dirfd == AT_FDCWD) return -EFAULT;
+    s->from_fd = true;
+    return GetFd(pidfd, dirfd, &s->base);
+  }
+  if (int r = ReadString(n.pid, n.data.args[c.path], &s->path, PATH_MAX, -ENAMETOOLONG)) return r;
+  if (s->path.empty()) {
+    if ((flags & AT_EMPTY_PATH) == 0) return -ENOENT;
+    s->from_fd = true;
+  } else if (int own = s->nofollow ? -1 : OwnFdPath(s->path); own >= 0) {
+    s->from_fd = true;
+    s->path.clear();
+    return GetFd(pidfd, own, &s->base);
+  } else if (s->path[0] == '/') {
+    return 0;  // the command's root is the host's: Landlock mode has no chroot (seccomp refuses it)
+  }
+  if (dirfd != AT_FDCWD) return GetFd(pidfd, dirfd, &s->base);
+  char cwd[64];
+  snprintf(cwd, sizeof cwd, "/proc/%u/cwd", n.pid);
+  s->base.Reset(open(cwd, O_PATH | O_DIRECTORY | O_CLOEXEC));
+  return s->base.fd < 0 ? -EACCES : 0;
+}
+
+// Step 2 proper, with capabilities cleared: the object, pinned by an O_PATH fd.
+int Resolve(Start* s, Fd* out) {
+  if (s->from_fd) {
+    out->Reset(s->base.fd);
+    s->base.fd = -1;
+    return 0;
+  }
+  struct {
+    uint64_t flags, mode, resolve;
+  } how = {static_cast<uint64_t>(O_PATH | O_CLOEXEC | (s->nofollow ? O_NOFOLLOW : 0)), 0, 0x02 /* RESOLVE_NO_MAGICLINKS */};
+  int fd = static_cast<int>(syscall(__NR_openat2, s->base.fd >= 0 ? s->base.fd : AT_FDCWD, s->path.c_str(), &how, sizeof how));
+  if (fd < 0) return -errno;
+  out->Reset(fd);
+  return 0;
+}
+
+// Step 4, with capabilities cleared: the change itself, on the pinned object.
+int Apply(const Call& c, int fd, const struct stat& st, const Operands& o) {
+  char proc[64];
+  snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+  // Only a nofollow call reaches a symlink itself (a followed one resolved through it).
+  const bool link = S_ISLNK(st.st_mode);
+  int r = -1;
+  switch (c.op) {
+    case Op::kChmod:
+      if (link) return -EOPNOTSUPP;  // the kernel's answer for a symlink's mode
+      r = chmod(proc, o.mode);
+      break;
+    case Op::kChown:
+      r = fchownat(fd, "", o.uid, o.gid, AT_EMPTY_PATH);
+      break;
+    case Op::kUtimens:
+    case Op::kUtimeval:
+    case Op::kUtimbuf:
+      r = link ? utimensat(fd, "", o.times_now ? nullptr : o.times, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)
+               : utimensat(AT_FDCWD, proc, o.times_now ? nullptr : o.times, 0);
+      break;
+    case Op::kSetxattr:
+    case Op::kSetxattrAt:
+      // No user xattrs on symlinks, and the others need capabilities the command lacks.
+      if (link) return -EPERM;
+      r = setxattr(proc, o.name.c_str(), o.value.data(), o.value.size(), o.xattr_flags);
+      break;
+    case Op::kRemovexattr:
+    case Op::kRemovexattrAt:
+      if (link) return -EPERM;
+      r = removexattr(proc, o.name.c_str());
+      break;
+  }
+  return r == 0 ? 0 : -errno;
+}
+
+int Emulate(int listener, const Call& c, const SeccompNotif& n, const MetadataRules& rules) {
+  Fd pidfd(notify::PidfdFor(listener, n));
+  if (pidfd.fd < 0) return -EACCES;
+  Operands o;
+  Start s;
+  if (int r = ReadOperands(c, n, &o)) return r;
+  if (int r = ReadStart(c, n, pidfd.fd, &s)) return r;
+  // Everything read from the command came from the task still waiting in this call.
+  if (!notify::IdValid(listener, n.id)) return -ESRCH;
+  EffectiveCapsCleared lowered;
+  if (!lowered.ok()) return -EPERM;
+  Fd target;
+  if (int r = Resolve(&s, &target)) return r;
+  struct stat st;
+  if (fstat(target.fd, &st) != 0) return -EACCES;
+  if (int r = CheckLocation(target.fd, st, rules)) return r;
+  return Apply(c, target.fd, st, o);
+}
+
+}  // namespace
+
+bool HandleMetadata(int listener, const SeccompNotif& n, const MetadataRules& rules) noexcept {
+  const Call* c = FindCall(n.data.nr);
+  if (c == nullptr) return false;
+  // Never continued: a continued call would run with whatever the command put in memory by then.
+  notify::Respond(listener, n.id, Emulate(listener, *c, n, rules));
+  return true;
+}
+
+}  // namespace psb

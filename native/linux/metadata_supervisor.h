@@ -1,0 +1,31 @@
+// Landlock mode's metadata supervisor: Landlock has no right for chmod, chown, utime or xattr
+// changes, so without it a sandboxed command could chmod 0666 any file it owns outside the
+// writable roots (as root: any root-owned file). The command's filter stops those calls
+// (SeccompConfig::notify_metadata) and the host carries each one out itself, on the object it
+// resolved and pinned, only when that object lies inside a writable root and outside every
+// protected path. See metadata_supervisor.cc.
+//
+// Threading: HandleMetadata runs on the supervisor's loop thread (connect_supervisor.cc), one
+// notification at a time. It lowers that thread's effective capabilities while it acts and
+// restores them before it returns.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "notify_abi.h"
+
+namespace psb {
+
+struct MetadataRules {
+  bool enabled = false;
+  // Canonical absolute paths (the plan's writable roots and private TMPDIR).
+  std::vector<std::string> writable;
+  // Canonical absolute paths inside those that stay unchanged (read-only carve-outs, deny-read).
+  std::vector<std::string> protect;
+};
+
+// Answers notification n when it is a metadata call (returns true); false for any other call.
+bool HandleMetadata(int listener, const notify::SeccompNotif& n, const MetadataRules& rules) noexcept;
+
+}  // namespace psb

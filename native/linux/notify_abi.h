@@ -1,0 +1,103 @@
+// The seccomp user-notification ABI and the small steps every supervisor answer takes (see
+// connect_supervisor.cc and metadata_supervisor.cc). Host side only: never used between fork and
+// exec. The structs are spelled out because this directory's seccomp.h shadows <linux/seccomp.h>.
+#pragma once
+
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "syscall_numbers.h"
+
+namespace psb {
+namespace notify {
+
+struct SeccompData {
+  int32_t nr;
+  uint32_t arch;
+  uint64_t instruction_pointer;
+  uint64_t args[6];
+};
+struct SeccompNotif {
+  uint64_t id;
+  uint32_t pid;
+  uint32_t flags;
+  SeccompData data;
+};
+struct SeccompNotifResp {
+  uint64_t id;
+  int64_t val;
+  int32_t error;
+  uint32_t flags;
+};
+struct SeccompNotifAddfd {
+  uint64_t id;
+  uint32_t flags;
+  uint32_t srcfd;
+  uint32_t newfd;
+  uint32_t newfd_flags;
+};
+static_assert(sizeof(SeccompNotif) == 80, "struct seccomp_notif layout");
+static_assert(sizeof(SeccompNotifResp) == 24, "struct seccomp_notif_resp layout");
+static_assert(sizeof(SeccompNotifAddfd) == 24, "struct seccomp_notif_addfd layout");
+constexpr unsigned long kNotifRecv = _IOWR('!', 0, SeccompNotif);
+constexpr unsigned long kNotifSend = _IOWR('!', 1, SeccompNotifResp);
+constexpr unsigned long kNotifIdValid = _IOW('!', 2, uint64_t);
+constexpr unsigned long kNotifAddfd = _IOW('!', 3, SeccompNotifAddfd);
+constexpr uint32_t kUserNotifFlagContinue = 1;
+constexpr uint32_t kAddfdFlagSetfd = 1;
+constexpr unsigned kPidfdThread = O_EXCL;  // PIDFD_THREAD (6.9): a pidfd for a thread id
+
+// The low word of a syscall argument: what the kernel acts on for an int or unsigned int.
+inline int ArgInt(const SeccompNotif& n, int i) { return static_cast<int>(static_cast<uint32_t>(n.data.args[i])); }
+
+// Answers a notification: error 0 is success, else a negative errno. A failure (ENOENT: the task
+// was killed or its call interrupted) needs nothing more: nobody waits.
+inline void Respond(int listener, uint64_t id, int error, uint32_t flags = 0) {
+  SeccompNotifResp r;
+  memset(&r, 0, sizeof r);
+  r.id = id;
+  r.error = error;
+  r.flags = flags;
+  ioctl(listener, kNotifSend, &r);
+}
+
+inline void Continue(int listener, uint64_t id) { Respond(listener, id, 0, kUserNotifFlagContinue); }
+
+inline bool IdValid(int listener, uint64_t id) { return ioctl(listener, kNotifIdValid, &id) == 0; }
+
+// The thread group of task `tid` (before PIDFD_THREAD, a pidfd names a whole process; its fd
+// table is the one the thread uses). 0 when unknown.
+inline uint32_t ThreadGroup(uint32_t tid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%u/status", tid);
+  int f = open(path, O_RDONLY | O_CLOEXEC);
+  if (f < 0) return 0;
+  char buf[1024];
+  ssize_t n = read(f, buf, sizeof buf - 1);
+  close(f);
+  if (n <= 0) return 0;
+  buf[n] = 0;
+  const char* t = strstr(buf, "\nTgid:");
+  return t == nullptr ? 0 : static_cast<uint32_t>(strtoul(t + 6, nullptr, 10));
+}
+
+// A pidfd for the notifying task, checked afterwards to still name the task that made call `id`
+// (no pid reuse in between). -1 when none can be had or the call is gone.
+inline int PidfdFor(int listener, const SeccompNotif& n) {
+  int pidfd = static_cast<int>(syscall(__NR_pidfd_open, n.pid, kPidfdThread));
+  if (pidfd < 0) pidfd = static_cast<int>(syscall(__NR_pidfd_open, ThreadGroup(n.pid), 0));  // pre-6.9
+  if (pidfd >= 0 && !IdValid(listener, n.id)) {
+    close(pidfd);
+    return -1;
+  }
+  return pidfd;
+}
+
+}  // namespace notify
+}  // namespace psb
