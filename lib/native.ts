@@ -47,7 +47,8 @@ export interface LinuxNativePlan {
     net: 'none' | 'proxy' | 'full';
     unixSockets?: boolean;
     connectSupervisor?: number;
-    metadataSupervisor?: { writable: string[]; protect: string[] };
+    /** inotify: the run's share of the uid's inotify counters, counted as they are created. */
+    metadataSupervisor?: { writable: string[]; protect: string[]; inotify?: { instances: number; watches: number } };
   };
   proxyPort?: number;
   rlimitNproc?: number;

@@ -671,8 +671,11 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     gaps.push('limits.memoryBytes is per process (RLIMIT_AS); without a memory cgroup the sandbox as a whole (and its tmpfs) is not capped');
   }
   // Per-uid kernel quotas: pending signals and POSIX timers (RLIMIT_SIGPENDING) and mqueue bytes
-  // (RLIMIT_MSGQUEUE) are capped in both modes; inotify only where a user namespace is ours.
-  if (!isolated) gaps.push("inotify instances and watches are not capped: they count against the host uid's limits (no user namespace to lower them in)");
+  // (RLIMIT_MSGQUEUE) are capped in both modes; inotify in the user namespace (isolated) or by
+  // the supervisor (Landlock). Each run's share is taken at spawn (linux-quotas.ts).
+  if (!isolated && !metadataSupervised) {
+    gaps.push("inotify instances and watches are not capped: they count against the host uid's limits (no user namespace to lower them in, no seccomp supervisor)");
+  }
   const enforcement: EnforcementReport = {
     platform: 'linux',
     sandboxed: true,

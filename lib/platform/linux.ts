@@ -16,6 +16,7 @@ import type { LinuxNativePlan, LinuxProbe, LinuxStdio, NativeBinding } from '../
 import { ManagedProxy } from '../network';
 import { createSandboxCgroup, type SandboxCgroup } from './linux-cgroup';
 import { chooseLinuxMode, DEFAULT_MAX_PROCESSES, planLinux } from './linux-plan';
+import { type QuotaShare, takeQuotaShare } from './linux-quotas';
 
 const PLAIN_REPORT = unsandboxedReport('linux', {
   treeTeardown: 'partial',
@@ -129,23 +130,34 @@ function sweepStaleTmpDirs(): void {
   }
 }
 
-let inotifyCaps: { instances: number; watches: number } | null | undefined;
 /**
- * Isolated mode: the sandbox's user namespace gets a quarter of the host's per-uid inotify limits
- * (those limits are checked at every level of the namespace chain, so this is all of the host
- * uid's quota the sandbox can take). null when the host's values cannot be read.
+ * Puts a run's quota share into its native plan (copies: a plan may be reused) and the report.
+ * Isolated mode: the user namespace's inotify limits and the command's rlimits. Landlock mode:
+ * the supervisor's inotify counts, where there is a supervisor.
  */
-function inotifyQuota(): { instances: number; watches: number } | null {
-  if (inotifyCaps !== undefined) return inotifyCaps;
-  try {
-    const read = (f: string) => Number(fs.readFileSync(`/proc/sys/user/${f}`, 'utf8').trim());
-    const i = read('max_inotify_instances');
-    const w = read('max_inotify_watches');
-    inotifyCaps = Number.isSafeInteger(i) && Number.isSafeInteger(w) && i > 0 && w > 0 ? { instances: Math.max(1, i >> 2), watches: Math.max(64, w >> 2) } : null;
-  } catch {
-    inotifyCaps = null;
+function applyQuotaShare(plan: Omit<LinuxNativePlan, 'stdio'>, enforcement: EnforcementReport, q: QuotaShare | null) {
+  const sup = plan.seccomp?.metadataSupervisor;
+  if (!q || (plan.mode === 'landlock' && !sup)) {
+    const gap = q ? null : "inotify instances and watches are not capped: this host's per-uid inotify limits could not be read";
+    return { plan, enforcement: gap ? { ...enforcement, gaps: [...enforcement.gaps, gap] } : enforcement };
   }
-  return inotifyCaps;
+  const inotify = { instances: q.inotifyInstances, watches: q.inotifyWatches };
+  const next: Omit<LinuxNativePlan, 'stdio'> =
+    plan.mode === 'isolated'
+      ? {
+          ...plan,
+          inotifyInstances: inotify.instances,
+          inotifyWatches: inotify.watches,
+          ...(q.sigpending !== undefined ? { rlimitSigpending: q.sigpending } : {}),
+          ...(q.msgqueueBytes !== undefined ? { rlimitMsgqueue: q.msgqueueBytes } : {}),
+        }
+      : { ...plan, seccomp: { ...plan.seccomp!, metadataSupervisor: { ...sup!, inotify } } };
+  const how = plan.mode === 'isolated' ? 'live, in the sandbox user namespace' : 'created, counted by the supervisor';
+  const mechanisms = {
+    ...enforcement.mechanisms,
+    inotify: `${inotify.instances} instances, ${inotify.watches} watches (${how}; this run's share of the uid's limits)`,
+  };
+  return { plan: next, enforcement: { ...enforcement, mechanisms } };
 }
 
 /** Facts only known after the spawn: the Landlock ABI applied, and whether the net namespace is shared. */
@@ -241,6 +253,7 @@ export function createLinuxBackend(native: NativeBinding): Backend {
       let held: HeldPlaceholder[] = [];
       let tmpDir: string | undefined;
       let cgroup: SandboxCgroup | null = null;
+      let quota: QuotaShare | null = null;
       if (req.rules === null) {
         plan = {
           mode: 'plain',
@@ -304,18 +317,17 @@ export function createLinuxBackend(native: NativeBinding): Backend {
           const p = planLinux({ rules, mode, file: req.file, argv: req.argv, env: planEnv, cwd: req.cwd, probe, landlockTmpDir: tmpDir, proxyPort, cgroup: cgInfo });
           plan = p.native;
           if (cgroup) plan.cgroupFds = cgroup.procsFds;
-          const q = mode === 'isolated' ? inotifyQuota() : null;
-          if (q) {
-            plan.inotifyInstances = q.instances;
-            plan.inotifyWatches = q.watches;
-          }
           enforcement = p.enforcement;
+          // This run's share of the uid's inotify, signal and mqueue counters (linux-quotas.ts).
+          quota = takeQuotaShare(mode);
+          ({ plan, enforcement } = applyQuotaShare(plan, enforcement, quota));
           ghosts = p.ghosts;
           // Existing placeholders (another run's, or a dead host's) are held before the spawn.
           held = lockPlaceholders(native, [...rules.readOnly, ...rules.denyRead]);
         } catch (e) {
           if (tmpDir) removeTmpDir(tmpDir);
           cgroup?.remove();
+          quota?.release();
           if (hostListenerFd !== undefined) fs.closeSync(hostListenerFd);
           if (ownsProxy) void proxy?.close();
           throw e;
@@ -328,6 +340,7 @@ export function createLinuxBackend(native: NativeBinding): Backend {
         // Every process of the sandbox is dead by now (init reported after its teardown); remove()
         // still kills anything found in the group before removing it.
         cgroup?.remove();
+        quota?.release();
         releasePlaceholders(native, held);
         held = [];
         if (tmpDir) removeTmpDir(tmpDir);

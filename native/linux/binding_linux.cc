@@ -367,8 +367,9 @@ Napi::Value Spawn(const Napi::CallbackInfo& info) {
     FillLandlock(env, ll.As<Napi::Object>(), &plan.landlock_plan);
   }
   Napi::Value sc = o.Get("seccomp");
-  uint16_t connect_port = 0;
-  MetadataRules metadata;
+  SupervisorConfig supervisor;
+  uint16_t& connect_port = supervisor.proxy_port;
+  MetadataRules& metadata = supervisor.metadata;
   if (sc.IsObject()) {
     Napi::Object s = sc.As<Napi::Object>();
     SeccompConfig cfg;
@@ -405,6 +406,13 @@ Napi::Value Spawn(const Napi::CallbackInfo& info) {
       metadata.enabled = true;
       cfg.notify_metadata = true;
       plan.seccomp_listener = true;
+      // The sandbox's lifetime share of the uid's inotify instances and watches (linux-quotas.ts).
+      Napi::Value iq = ms.As<Napi::Object>().Get("inotify");
+      if (iq.IsObject()) {
+        supervisor.inotify = true;
+        supervisor.inotify_instances = static_cast<uint32_t>(GetNumber(iq.As<Napi::Object>(), "instances", 0));
+        supervisor.inotify_watches = static_cast<uint32_t>(GetNumber(iq.As<Napi::Object>(), "watches", 0));
+      }
     }
     int r = BuildSeccompFilter(cfg, &plan.seccomp_filter);
     if (r < 0) {
@@ -428,7 +436,7 @@ Napi::Value Spawn(const Napi::CallbackInfo& info) {
   napi_get_uv_event_loop(env, &loop);
   if (res.seccomp_listener_fd >= 0) {
     // Owned by the supervisor from here on, whatever happens.
-    int r = StartSupervisor(env, loop, res.seccomp_listener_fd, connect_port, std::move(metadata));
+    int r = StartSupervisor(env, loop, res.seccomp_listener_fd, std::move(supervisor));
     w->res.seccomp_listener_fd = -1;
     if (r < 0) {
       // The command runs already: its connects would fail (ENOSYS), never leak. Stop it anyway.

@@ -93,8 +93,8 @@ struct Pending {
 struct Supervisor {
   uv_poll_t poll;
   int fd = -1;
-  uint16_t port = 0;  // 0: connect() is not supervised
-  MetadataRules metadata;
+  uint16_t port = 0;
+  SupervisorConfig config;
   bool closing = false;
   int open_handles = 0;
   std::list<Pending*> pending;
@@ -317,8 +317,22 @@ void HandleConnect(Supervisor* s, const SeccompNotif& n) {
 // One notification: connect() (with a proxy port) or a metadata change (with writable roots).
 // A call this supervisor was not configured for continues: the filter only stops what was asked.
 void Handle(Supervisor* s, const SeccompNotif& n) {
+  SupervisorConfig& c = s->config;
   if (n.data.nr == __NR_connect && s->port != 0) return HandleConnect(s, n);
-  if (s->metadata.enabled && HandleMetadata(s->fd, n, s->metadata)) return;
+  if (c.metadata.enabled && HandleMetadata(s->fd, n, c.metadata)) return;
+  // inotify: continuing is safe, as the count, not the call's arguments, is what is decided on
+  // (and a call the kernel then refuses was counted all the same: the safe direction).
+  uint32_t* left = nullptr;
+  int over = 0;
+#ifdef __NR_inotify_init
+  if (n.data.nr == __NR_inotify_init) left = &c.inotify_instances, over = -EMFILE;
+#endif
+  if (n.data.nr == __NR_inotify_init1) left = &c.inotify_instances, over = -EMFILE;
+  if (n.data.nr == __NR_inotify_add_watch) left = &c.inotify_watches, over = -ENOSPC;
+  if (left != nullptr && c.inotify) {
+    if (*left == 0) return Respond(s->fd, n.id, over);  // the kernel's answers at the uid's limits
+    --*left;
+  }
   Continue(s->fd, n.id);
 }
 
@@ -347,15 +361,15 @@ void OnListener(uv_poll_t* h, int status, int) {
 
 }  // namespace
 
-int StartSupervisor(napi_env env, uv_loop_t* loop, int listener_fd, uint16_t proxy_port, MetadataRules metadata) noexcept {
+int StartSupervisor(napi_env env, uv_loop_t* loop, int listener_fd, SupervisorConfig config) noexcept {
   Supervisor* s = new (std::nothrow) Supervisor();
   if (s == nullptr) {
     close(listener_fd);
     return -ENOMEM;
   }
   s->fd = listener_fd;
-  s->port = proxy_port;
-  s->metadata = std::move(metadata);
+  s->port = config.proxy_port;
+  s->config = std::move(config);
   // Before any uv handle exists (see relay.cc): a terminating env waits for our handles to close.
   if (napi_add_async_cleanup_hook(env, TeardownHook, s, &s->cleanup) != napi_ok) {
     close(listener_fd);

@@ -93,6 +93,7 @@ constexpr int kNrLchown = __NR_lchown;
 constexpr int kNrUtime = __NR_utime;
 constexpr int kNrUtimes = __NR_utimes;
 constexpr int kNrFutimesat = __NR_futimesat;
+constexpr int kNrInotifyInit = __NR_inotify_init;
 #else
 constexpr int kNrOpen = kSkip;
 constexpr int kNrCreat = kSkip;
@@ -103,6 +104,7 @@ constexpr int kNrLchown = kSkip;
 constexpr int kNrUtime = kSkip;
 constexpr int kNrUtimes = kSkip;
 constexpr int kNrFutimesat = kSkip;
+constexpr int kNrInotifyInit = kSkip;
 #endif
 
 // x86_64 marks x32 syscalls with this bit in the number; x32 has its own table, so every rule
@@ -338,6 +340,11 @@ constexpr Rule kRules[] = {
     Rule{__NR_lremovexattr, kAnyNet, kLandlock, kSupervise, {}},
     Rule{__NR_fremovexattr, kAnyNet, kLandlock, kSupervise, {}},
     Rule{__NR_removexattrat, kAnyNet, kLandlock, kSupervise, {}},
+    // Without a user namespace the uid's inotify limits are the host's: the supervisor counts
+    // the sandbox's instances and watches against its share (ROB-12).
+    Rule{kNrInotifyInit, kAnyNet, kLandlock, kSupervise, {}},
+    Rule{__NR_inotify_init1, kAnyNet, kLandlock, kSupervise, {}},
+    Rule{__NR_inotify_add_watch, kAnyNet, kLandlock, kSupervise, {}},
     When(kNrCreat, kAnyNet, kAnyMode, kAllow, Clause{{AnyBit(1, kSetIdBits)}, kEperm}),
     When(kNrOpen, kAnyNet, kAnyMode, kAllow, Clause{{AnyBit(1, kCreateFlags), AnyBit(2, kSetIdBits)}, kEperm}),
     When(__NR_openat, kAnyNet, kAnyMode, kAllow, Clause{{AnyBit(2, kCreateFlags), AnyBit(3, kSetIdBits)}, kEperm}),

@@ -109,7 +109,9 @@ struct SeccompConfig {
   // Landlock mode: chmod/chown/utime/xattr calls (set-id modes aside, refused here) stop in
   // SECCOMP_RET_USER_NOTIF for the host's metadata supervisor (metadata_supervisor.cc), which
   // carries them out inside the writable roots only. Landlock has no right for any of them.
-  // Without it (no supervisor on this kernel) they run unchecked, a gap the plan lists.
+  // Without it (no supervisor on this kernel) they run unchecked, a gap the plan lists. The same
+  // supervisor counts inotify_init* and inotify_add_watch against the sandbox's share of the
+  // uid's inotify limits (no user namespace holds them in this mode).
   bool notify_metadata = false;
 };
 
