@@ -202,15 +202,25 @@ import sys; sys.stdin.read()
     it.skipIf(skip)('HS-04: pending signals, mqueue bytes and (isolated) inotify are capped for the command', async () => {
       const r = await run('/bin/sh', ['-c', 'grep -E "pending signals|msgqueue" /proc/self/limits; cat /proc/sys/user/max_inotify_instances /proc/sys/user/max_inotify_watches'], { env: BASE_ENV, policy });
       expect(r.stdout).toMatch(/Max pending signals\s+1024\s+1024/);
-      expect(r.stdout).toMatch(/Max msgqueue size\s+262144\s+262144/);
+      // mqueue bytes: isolated mode's share of the host's budget (linux-quotas.ts), at most 256 KiB.
+      const mq = Number(/Max msgqueue size\s+(\d+)\s+\d+/.exec(r.stdout)?.[1]);
+      expect(mq).toBeGreaterThan(0);
+      expect(mq).toBeLessThanOrEqual(262144);
       const host = ['instances', 'watches'].map((f) => Number(fs.readFileSync(`/proc/sys/user/max_inotify_${f}`, 'utf8')));
       const inner = r.stdout.trim().split('\n').slice(-2).map(Number);
       if (isolated) {
-        expect(inner).toEqual([Math.max(1, host[0]! >> 2), Math.max(64, host[1]! >> 2)]);
+        // A share of half the host's limits: a quarter of what is left of it (linux-quotas.ts).
+        expect(inner[0]).toBeGreaterThanOrEqual(1);
+        expect(inner[0]).toBeLessThanOrEqual(Math.max(1, host[0]! >> 3));
+        expect(inner[1]).toBeGreaterThanOrEqual(64);
+        expect(inner[1]).toBeLessThanOrEqual(Math.max(64, host[1]! >> 3));
         // The cap holds: creating instances stops there (count from inside, limit from outside).
         const count = await run(PYTHON, ['-c', 'import ctypes\nlibc=ctypes.CDLL(None)\nn=0\nfds=[]\nwhile n < 4096:\n  fd=libc.inotify_init1(0)\n  if fd < 0: break\n  fds.append(fd); n+=1\nprint(n)'], { env: BASE_ENV, policy });
         expect(Number(count.stdout)).toBeLessThanOrEqual(inner[0]!);
         expect(Number(count.stdout)).toBeGreaterThan(0);
+      } else if (caps.connectSupervisor) {
+        // No user namespace: the supervisor counts what the command creates (landlock-holes tests it).
+        expect(r.enforcement.mechanisms.inotify).toMatch(/counted by the supervisor/);
       } else {
         expect(r.enforcement.gaps.join('\n')).toMatch(/inotify/);
       }
