@@ -63,7 +63,9 @@ describe.runIf(caps.linux)('modes and reports', () => {
       expect(r.enforcement.guarantees.denyRead).not.toBe('enforced');
       expect(r.enforcement.guarantees.protectedPaths).toBe('not-enforced');
       const gaps = r.enforcement.gaps.join('\n');
-      expect(gaps).toMatch(/chmod, chown, utime and xattr/);
+      // Metadata changes are a gap only where no seccomp supervisor carries them out.
+      if (caps.connectSupervisor) expect(r.enforcement.mechanisms.metadataSupervisor).toBe('seccomp-user-notif');
+      else expect(gaps).toMatch(/chmod, chown, utime and xattr/);
       expect(gaps).toMatch(/carve-outs/);
       expect(gaps).toContain(`${scene.out}/dir`);
     } finally {
