@@ -48,7 +48,14 @@ export interface LinuxNativePlan {
     unixSockets?: boolean;
     connectSupervisor?: number;
     /** inotify: the run's share of the uid's inotify counters, counted as they are created. */
-    metadataSupervisor?: { writable: string[]; protect: string[]; inotify?: { instances: number; watches: number } };
+    metadataSupervisor?: {
+      writable: string[];
+      protect: string[];
+      /** Restricted reads: inotify_add_watch is emulated for these paths only (minus denyRead). */
+      readable?: string[];
+      denyRead?: string[];
+      inotify?: { instances: number; watches: number };
+    };
   };
   proxyPort?: number;
   rlimitNproc?: number;

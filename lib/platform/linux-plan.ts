@@ -568,15 +568,23 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
   // and outside the protected paths only (native/linux/metadata_supervisor.cc); without it they
   // are a listed gap.
   const metadataSupervised = mode === 'landlock' && probe.connectSupervisor === 0;
+  if (abi >= 1) {
+    native.landlock = { net, rules: landlockRules(input, mode), ...(mode === 'landlock' ? { stdioTerminals: true } : {}) };
+    if (net === 'proxy' && !supervised) native.landlock.connectPorts = [input.proxyPort!];
+  }
   if (metadataSupervised) {
     native.seccomp!.metadataSupervisor = {
       writable: [...rules.writeRoots, ...(input.landlockTmpDir ? [realpathOrNull(input.landlockTmpDir) ?? input.landlockTmpDir] : [])],
       protect: [...rules.readOnly, ...rules.denyRead],
+      // Restricted reads: inotify watches follow what Landlock lets the command read or list
+      // (Landlock does not check inotify_add_watch; a directory's watch reports new names in it).
+      ...(rules.readAll
+        ? {}
+        : {
+            readable: [...new Set(native.landlock!.rules.map((r) => realpathOrNull(r.path)).filter((p): p is string => p !== null))],
+            denyRead: rules.denyRead,
+          }),
     };
-  }
-  if (abi >= 1) {
-    native.landlock = { net, rules: landlockRules(input, mode), ...(mode === 'landlock' ? { stdioTerminals: true } : {}) };
-    if (net === 'proxy' && !supervised) native.landlock.connectPorts = [input.proxyPort!];
   }
   const limits = rules.limits;
   if (limits.memoryBytes) native.rlimitAs = limits.memoryBytes;
@@ -670,6 +678,13 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
   if (limits.memoryBytes && !cg?.memoryBytes) {
     gaps.push('limits.memoryBytes is per process (RLIMIT_AS); without a memory cgroup the sandbox as a whole (and its tmpfs) is not capped');
   }
+  // Restricted reads rest on Landlock, which does not check inotify_add_watch: a watch on a
+  // directory outside the readable roots reports every name made in it. Landlock mode's
+  // supervisor checks watches like reads; elsewhere that is a gap.
+  const watchGap = !rules.readAll && !metadataSupervised;
+  if (watchGap) {
+    gaps.push('restricted reads do not cover inotify: a watch on a directory outside the readable roots reports the names made in it (Landlock does not check inotify_add_watch)');
+  }
   // Per-uid kernel quotas: pending signals and POSIX timers (RLIMIT_SIGPENDING) and mqueue bytes
   // (RLIMIT_MSGQUEUE) are capped in both modes; inotify in the user namespace (isolated) or by
   // the supervisor (Landlock). Each run's share is taken at spawn (linux-quotas.ts).
@@ -711,7 +726,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       ...(native.seccomp!.unixSockets ? { unixSockets: unix === 'all' ? 'all' : `any visible (asked: ${(unix as string[]).join(', ')})` } : {}),
     },
     guarantees: {
-      filesystemRead: rules.readAll ? 'not-requested' : 'enforced',
+      filesystemRead: rules.readAll ? 'not-requested' : watchGap ? 'partial' : 'enforced',
       filesystemWrite: isolated ? 'enforced' : 'partial',
       protectedPaths:
         rules.readOnly.length === 0 ? 'not-requested' : !isolated ? 'not-enforced' : protectPartial ? 'partial' : 'enforced',

@@ -399,6 +399,10 @@ Napi::Value Spawn(const Napi::CallbackInfo& info) {
       try {
         metadata.writable = GetStrings(ms.As<Napi::Object>(), "writable");
         metadata.protect = GetStrings(ms.As<Napi::Object>(), "protect");
+        if (ms.As<Napi::Object>().Has("readable")) {
+          metadata.readable = GetStrings(ms.As<Napi::Object>(), "readable");
+          metadata.deny_read = GetStrings(ms.As<Napi::Object>(), "denyRead");
+        }
       } catch (...) {
         for (int fd : parent_owned) close(fd);
         throw;

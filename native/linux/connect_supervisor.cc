@@ -319,9 +319,8 @@ void HandleConnect(Supervisor* s, const SeccompNotif& n) {
 void Handle(Supervisor* s, const SeccompNotif& n) {
   SupervisorConfig& c = s->config;
   if (n.data.nr == __NR_connect && s->port != 0) return HandleConnect(s, n);
-  if (c.metadata.enabled && HandleMetadata(s->fd, n, c.metadata)) return;
-  // inotify: continuing is safe, as the count, not the call's arguments, is what is decided on
-  // (and a call the kernel then refuses was counted all the same: the safe direction).
+  // inotify: first the count (a call then refused was counted all the same: the safe direction).
+  // Continuing inotify_init* is safe: nothing but the count is decided on.
   uint32_t* left = nullptr;
   int over = 0;
 #ifdef __NR_inotify_init
@@ -333,6 +332,7 @@ void Handle(Supervisor* s, const SeccompNotif& n) {
     if (*left == 0) return Respond(s->fd, n.id, over);  // the kernel's answers at the uid's limits
     --*left;
   }
+  if (c.metadata.enabled && HandleMetadata(s->fd, n, c.metadata)) return;
   Continue(s->fd, n.id);
 }
 

@@ -3,7 +3,9 @@
 // The command's seccomp filter turns chmod, fchmod, fchmodat, fchmodat2 (set-id modes are
 // refused in the filter itself), chown, lchown, fchown, fchownat, utime, utimes, futimesat,
 // utimensat, setxattr, lsetxattr, fsetxattr, setxattrat, removexattr, lremovexattr,
-// fremovexattr and removexattrat into user notifications. Each is EMULATED here, never continued:
+// fremovexattr and removexattrat into user notifications, and under restricted reads also
+// inotify_add_watch (checked against the readable paths: a directory's watch reports the names
+// made in it). Each is EMULATED here, never continued:
 //   1. read the call's arguments once: the path, name, value and times are copied out of the
 //      command's memory (process_vm_readv); its fd and dirfd are duplicated (pidfd_getfd), a
 //      relative path with AT_FDCWD starts at /proc/<tid>/cwd; then ID_VALID checks the copies
@@ -44,6 +46,7 @@
 #include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <sys/inotify.h>
 #include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
@@ -58,7 +61,9 @@ namespace {
 using notify::ArgInt;
 using notify::SeccompNotif;
 
-enum class Op : uint8_t { kChmod, kChown, kUtimens, kUtimeval, kUtimbuf, kSetxattr, kRemovexattr, kSetxattrAt, kRemovexattrAt };
+enum class Op : uint8_t { kChmod, kChown, kUtimens, kUtimeval, kUtimbuf, kSetxattr, kRemovexattr, kSetxattrAt, kRemovexattrAt, kWatch };
+
+constexpr uint32_t kInDontFollow = 0x02000000u;  // IN_DONT_FOLLOW
 
 // Where a call names its target and its operands (argument numbers; -1 for none).
 struct Call {
@@ -101,6 +106,8 @@ constexpr Call kCalls[] = {
     {__NR_lremovexattr, Op::kRemovexattr, -1, 0, -1, 1, true},
     {__NR_fremovexattr, Op::kRemovexattr, -1, -1, -1, 1, false},
     {__NR_removexattrat, Op::kRemovexattrAt, 0, 1, 2, 3, false},
+    // inotify_add_watch(fd, path, mask): the inotify fd and the mask are operands.
+    {__NR_inotify_add_watch, Op::kWatch, -1, 1, -1, 2, false},
 };
 
 const Call* FindCall(int nr) {
@@ -208,8 +215,8 @@ bool Under(const std::string& p, const std::string& root) {
   return p.compare(0, root.size(), root) == 0 && (p.size() == root.size() || p[root.size()] == '/');
 }
 
-// Step 3: 0 when the pinned object may change, else -EACCES.
-int CheckLocation(int fd, const struct stat& st, const MetadataRules& rules) {
+// Step 3: 0 when the pinned object lies inside `roots` and outside `except`, else -EACCES.
+int CheckLocation(int fd, const struct stat& st, const std::vector<std::string>& roots, const std::vector<std::string>& except) {
   char proc[64];
   snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
   char buf[PATH_MAX + 16];
@@ -227,9 +234,9 @@ int CheckLocation(int fd, const struct stat& st, const MetadataRules& rules) {
     p.resize(p.size() - kDeleted.size());
   }
   bool inside = false;
-  for (const std::string& w : rules.writable) inside = inside || Under(p, w);
+  for (const std::string& w : roots) inside = inside || Under(p, w);
   if (!inside) return -EACCES;
-  for (const std::string& x : rules.protect) {
+  for (const std::string& x : except) {
     if (Under(p, x)) return -EACCES;
   }
   return 0;
@@ -238,6 +245,7 @@ int CheckLocation(int fd, const struct stat& st, const MetadataRules& rules) {
 // Operands copied out of the command's memory before anything is resolved.
 struct Operands {
   uint32_t mode = 0, uid = 0, gid = 0;
+  uint32_t mask = 0;  // inotify_add_watch
   bool times_now = true;  // NULL times
   struct timespec times[2] = {};
   std::string name, value;
@@ -248,6 +256,9 @@ int ReadOperands(const Call& c, const SeccompNotif& n, Operands* o) {
   const uint32_t tid = n.pid;
   const int a = c.operand;
   switch (c.op) {
+    case Op::kWatch:
+      o->mask = static_cast<uint32_t>(n.data.args[a]);
+      return 0;
     case Op::kChmod:
       o->mode = static_cast<uint32_t>(n.data.args[a]) & 07777;
       return 0;
@@ -329,7 +340,8 @@ int ReadStart(const Call& c, const SeccompNotif& n, int pidfd, Start* s) {
   }
   const int flags = c.flags >= 0 ? ArgInt(n, c.flags) : 0;
   if (flags & ~(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH)) return -EINVAL;
-  s->nofollow = c.nofollow || (flags & AT_SYMLINK_NOFOLLOW) != 0;
+  s->nofollow = c.nofollow || (flags & AT_SYMLINK_NOFOLLOW) != 0 ||
+                (c.op == Op::kWatch && (static_cast<uint32_t>(n.data.args[c.operand]) & kInDontFollow) != 0);
   const int dirfd = c.dirfd >= 0 ? ArgInt(n, c.dirfd) : AT_FDCWD;
   if (c.op == Op::kUtimens && n.data.args[c.path] == 0) {
     // utimensat(fd, NULL, ...) is futimens(fd).
@@ -371,8 +383,9 @@ int Resolve(Start* s, Fd* out) {
   return 0;
 }
 
-// Step 4, with capabilities cleared: the change itself, on the pinned object.
-int Apply(const Call& c, int fd, const struct stat& st, const Operands& o) {
+// Step 4, with capabilities cleared: the change itself, on the pinned object. Returns the call's
+// result (a watch descriptor for inotify_add_watch, else 0) or -errno.
+long Apply(const Call& c, int fd, const struct stat& st, const Operands& o, int inotify_fd) {
   char proc[64];
   snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
   // Only a nofollow call reaches a symlink itself (a followed one resolved through it).
@@ -403,16 +416,27 @@ int Apply(const Call& c, int fd, const struct stat& st, const Operands& o) {
       if (link) return -EPERM;
       r = removexattr(proc, o.name.c_str());
       break;
+    case Op::kWatch: {
+      // Through the magic link the pinned object is what gets watched; a symlink itself (with
+      // IN_DONT_FOLLOW) cannot be named that way and is refused.
+      if (link) return -EACCES;
+      int wd = inotify_add_watch(inotify_fd, proc, o.mask & ~kInDontFollow);
+      return wd >= 0 ? wd : -errno;
+    }
   }
   return r == 0 ? 0 : -errno;
 }
 
-int Emulate(int listener, const Call& c, const SeccompNotif& n, const MetadataRules& rules) {
+long Emulate(int listener, const Call& c, const SeccompNotif& n, const MetadataRules& rules) {
   Fd pidfd(notify::PidfdFor(listener, n));
   if (pidfd.fd < 0) return -EACCES;
   Operands o;
   Start s;
+  Fd inotify;  // inotify_add_watch: the command's instance (shared, so the watch is its own)
   if (int r = ReadOperands(c, n, &o)) return r;
+  if (c.op == Op::kWatch) {
+    if (int r = GetFd(pidfd.fd, ArgInt(n, 0), &inotify)) return r;
+  }
   if (int r = ReadStart(c, n, pidfd.fd, &s)) return r;
   // Everything read from the command came from the task still waiting in this call.
   if (!notify::IdValid(listener, n.id)) return -ESRCH;
@@ -422,8 +446,9 @@ int Emulate(int listener, const Call& c, const SeccompNotif& n, const MetadataRu
   if (int r = Resolve(&s, &target)) return r;
   struct stat st;
   if (fstat(target.fd, &st) != 0) return -EACCES;
-  if (int r = CheckLocation(target.fd, st, rules)) return r;
-  return Apply(c, target.fd, st, o);
+  const bool watch = c.op == Op::kWatch;
+  if (int r = CheckLocation(target.fd, st, watch ? rules.readable : rules.writable, watch ? rules.deny_read : rules.protect)) return r;
+  return Apply(c, target.fd, st, o, inotify.fd);
 }
 
 }  // namespace
@@ -431,8 +456,10 @@ int Emulate(int listener, const Call& c, const SeccompNotif& n, const MetadataRu
 bool HandleMetadata(int listener, const SeccompNotif& n, const MetadataRules& rules) noexcept {
   const Call* c = FindCall(n.data.nr);
   if (c == nullptr) return false;
+  // With every path readable a watch needs no check (the count was taken by the caller).
+  if (c->op == Op::kWatch && rules.readable.empty()) return false;
   // Never continued: a continued call would run with whatever the command put in memory by then.
-  notify::Respond(listener, n.id, Emulate(listener, *c, n, rules));
+  notify::RespondResult(listener, n.id, Emulate(listener, *c, n, rules));
   return true;
 }
 

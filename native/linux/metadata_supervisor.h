@@ -23,6 +23,10 @@ struct MetadataRules {
   std::vector<std::string> writable;
   // Canonical absolute paths inside those that stay unchanged (read-only carve-outs, deny-read).
   std::vector<std::string> protect;
+  // Restricted reads: what the command's Landlock rules let it read or list (empty: everything).
+  // inotify_add_watch is emulated against these too: Landlock does not check it, and a watch on
+  // a directory reports the names made in it (IN_CREATE), a listing by another name.
+  std::vector<std::string> readable, deny_read;
 };
 
 // Answers notification n when it is a metadata call (returns true); false for any other call.

@@ -67,6 +67,16 @@ inline void Respond(int listener, uint64_t id, int error, uint32_t flags = 0) {
   ioctl(listener, kNotifSend, &r);
 }
 
+// Answers with a syscall's return value: >= 0 is the value, < 0 a negative errno.
+inline void RespondResult(int listener, uint64_t id, long result) {
+  SeccompNotifResp r;
+  memset(&r, 0, sizeof r);
+  r.id = id;
+  if (result < 0) r.error = static_cast<int32_t>(result);
+  else r.val = result;
+  ioctl(listener, kNotifSend, &r);
+}
+
 inline void Continue(int listener, uint64_t id) { Respond(listener, id, 0, kUserNotifFlagContinue); }
 
 inline bool IdValid(int listener, uint64_t id) { return ioctl(listener, kNotifIdValid, &id) == 0; }

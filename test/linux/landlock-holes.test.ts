@@ -282,6 +282,31 @@ print(json.dumps({'out': r.stdout, 'err': r.stderr, 'other_output': drain(m1), '
       expect(fileState(outside).ctime).not.toBe(before.ctime);
     });
 
+    // Landlock does not check inotify_add_watch, and a directory's watch reports every name made in
+    // it: under restricted reads, a listing by another name. The supervisor checks it like a read.
+    it.skipIf(skip || skipPython || (landlock && metaSkipLandlock))('FS-19: no inotify watch on a directory outside the readable roots', async () => {
+      const watch =
+        'import ctypes,os,select,sys\nlibc=ctypes.CDLL(None,use_errno=True)\nfd=libc.inotify_init1(0)\n' +
+        'def w(p):\n  r=libc.inotify_add_watch(fd,p.encode(),0x100)\n  return "ok" if r>=0 else os.strerror(ctypes.get_errno())\n' +
+        'out=w(sys.argv[1]); ws=w(sys.argv[2]); dev=w("/dev")\nname=b"made-%d" % os.getpid()\nopen(os.path.join(sys.argv[2],name.decode()),"w").close()\n' +
+        'ev=b""\nwhile name not in ev and select.select([fd],[],[],5)[0]: ev+=os.read(fd,4096)\n' +
+        'print("out=%s ws=%s dev=%s event=%s" % (out, ws, dev, name in ev))\n';
+      const restricted = modePolicy(mode, { filesystem: { read: [scene.ws], write: [scene.ws] } });
+      const r = await run(PYTHON, ['-c', watch, scene.out, scene.ws], { cwd: scene.ws, env: BASE_ENV, policy: restricted });
+      if (!landlock) {
+        // Isolated mode's restricted reads are Landlock's, which does not check watches: listed.
+        expect(r.stdout, r.stderr).toMatch(/ ws=ok dev=ok event=True$/m);
+        expect(r.enforcement.gaps.join('\n')).toMatch(/inotify: a watch on a directory outside the readable roots/);
+        expect(r.enforcement.guarantees.filesystemRead).toBe('partial');
+        return;
+      }
+      expect(r.stdout, r.stderr).toMatch(/^out=Permission denied ws=ok dev=ok event=True$/m);
+      expect(r.enforcement.guarantees.filesystemRead).toBe('enforced');
+      // Control: unsandboxed, the outside directory can be watched.
+      const ctl = spawnSync(PYTHON, ['-c', watch, scene.out, scene.ws], { encoding: 'utf8' });
+      expect(ctl.stdout).toMatch(/^out=ok ws=ok dev=ok event=True$/m);
+    });
+
     it.skipIf(skip || skipPython)('the unsupervised Landlock fallback lists metadata changes as a gap', async () => {
       // (Where the supervisor works the gap is gone and the report names the mechanism.)
       const r = await run('/bin/true', [], { env: BASE_ENV, policy });

@@ -187,7 +187,8 @@ describe.runIf(caps.linux)('modes and reports', () => {
       // The rest of /etc is not (checked outside: these files exist and the host can read them).
       r.slice(3).forEach((x, i) => expect(x, etcOutside[i]).toBe('EACCES'));
       const report = await run('/bin/true', [], { env: BASE_ENV, policy });
-      expect(report.enforcement.guarantees.filesystemRead).toBe('enforced');
+      // Partial where nothing checks inotify watches against the read roots (landlock-holes FS-19).
+      expect(report.enforcement.guarantees.filesystemRead).toBe(mode === 'landlock' && caps.connectSupervisor ? 'enforced' : 'partial');
       // The report says exactly what else is readable.
       const extra = report.enforcement.mechanisms.platformReads as string[];
       expect(extra).toEqual(expect.arrayContaining(['/usr', '/etc/passwd', '/bin/true']));
