@@ -505,8 +505,9 @@ const modePolicy = (p) => ({ ...p, mode, ...(mode === 'landlock' ? { degraded: t
       const ca = InterceptionCa.create({ dir: scene.out });
       const proxy = ManagedProxy.create({ policy, lookup, interception: { ca }, closeWithLastProcess: false });
       try {
-        // Landlock does not govern chmod: a sandbox can make the CA's directory world-writable
-        // (for another local user to swap the files); the mount namespace answers EROFS.
+        // Landlock does not govern chmod: without the metadata supervisor a sandbox could make the
+        // CA's directory world-writable (for another local user to swap the files); the mount
+        // namespace answers EROFS.
         // In the same run: writes to the files, a hard link to write through (EXDEV across
         // mounts / Landlock refers), and the host process's memory map and environ (the keys
         // live in its heap only) all fail.
@@ -527,7 +528,9 @@ const modePolicy = (p) => ({ ...p, mode, ...(mode === 'landlock' ? { degraded: t
         // Control for the /proc probe: the host itself can read them.
         expect(fs.readFileSync(`/proc/${process.pid}/maps`).length).toBeGreaterThan(0);
         const opened = (fs.statSync(ca.dir).mode & 0o022) !== 0;
-        expect(opened).toBe(mode === 'landlock');
+        // Landlock mode's metadata supervisor refuses that chmod where the kernel has it
+        // (test/linux/landlock-holes.test.ts); without it the chmod lands.
+        expect(opened).toBe(mode === 'landlock' && !caps.connectSupervisor);
         const next = run('/bin/sh', ['-c', `touch ${scene.ws}/ran`], opts(scene, proxy));
         if (opened) {
           await expect(next).rejects.toMatchObject({ code: 'EPROXY_CONFIG', message: /writable by others/, detail: { conflict: 'tampered' } });
@@ -536,6 +539,16 @@ const modePolicy = (p) => ({ ...p, mode, ...(mode === 'landlock' ? { degraded: t
         } else {
           await next;
           expect(fs.existsSync(path.join(scene.ws, 'ran'))).toBe(true);
+          // The tamper check itself, with the directory opened from outside: the next run is refused.
+          fs.rmSync(path.join(scene.ws, 'ran'));
+          fs.chmodSync(ca.dir, 0o777);
+          await expect(run('/bin/sh', ['-c', `touch ${scene.ws}/ran`], opts(scene, proxy))).rejects.toMatchObject({
+            code: 'EPROXY_CONFIG',
+            message: /writable by others/,
+            detail: { conflict: 'tampered' },
+          });
+          expect(fs.existsSync(path.join(scene.ws, 'ran'))).toBe(false);
+          fs.chmodSync(ca.dir, 0o755);
         }
         // Control: as created, it runs.
         fs.rmSync(path.join(scene.ws, 'ran'), { force: true });
