@@ -318,6 +318,10 @@ describe.skipIf(process.platform !== 'linux')('Landlock-mode plan with and witho
     expect(p.native.landlock!.connectPorts).toEqual([4321]);
     expect(p.native.seccomp).toEqual({ net: 'proxy' });
     expect(p.enforcement.mechanisms.connectSupervisor).toBeUndefined();
+    // Nor metadata supervision: chmod/chown/utime/xattr and inotify are listed gaps instead.
+    expect(p.enforcement.mechanisms.metadataSupervisor).toBeUndefined();
+    expect(p.enforcement.gaps.join('\n')).toMatch(/chmod, chown, utime and xattr changes .* not blocked/);
+    expect(p.enforcement.gaps.join('\n')).toMatch(/inotify instances and watches are not capped/);
     expect(portGap(p.enforcement.gaps)).toHaveLength(1);
     expect(p.enforcement.guarantees.network).toBe('partial');
   });
