@@ -10,8 +10,8 @@
  *
  * So each counter has a budget of half the host's limit (the other half stays the host's), and
  * each sandbox gets a quarter of what is left of it when it starts, returned when it exits:
- * however many run at once, together they never hold more than the budget (save the floor of one
- * per sandbox, below). Budgets are per host process; two host processes of one uid each have one.
+ * however many run at once, together they never hold more than the budget (save the rlimits'
+ * floors, below). Budgets are per host process; two host processes of one uid each have one.
  *
  * Where the share is enforced: isolated mode writes the inotify shares into the sandbox's user
  * namespace (the kernel counts live instances there) and sets RLIMIT_SIGPENDING and
@@ -99,14 +99,15 @@ export interface QuotaShare {
 
 /**
  * Takes this sandbox's share; null when the host's inotify limits cannot be read (the plan then
- * lists inotify as not capped). The floors (one instance, 64 watches, one signal, one page of
- * queue bytes) keep a sandbox usable when many run at once; each adds at most that over the budget.
+ * lists inotify as not capped). When many run at once a late one may get no inotify at all
+ * (EMFILE inside, the kernel's answer at the limit); the rlimits keep floors (one signal, 4 KiB
+ * of queue bytes: an rlimit of 0 is not set at all), each at most that over the budget.
  */
 export function takeQuotaShare(mode: 'isolated' | 'landlock'): QuotaShare | null {
   const b = hostBudgets();
   if (!b) return null;
-  const inotifyInstances = b.inotifyInstances.take(1);
-  const inotifyWatches = b.inotifyWatches.take(64);
+  const inotifyInstances = b.inotifyInstances.take(0);
+  const inotifyWatches = b.inotifyWatches.take(0);
   const sigpending = mode === 'isolated' ? b.sigpending?.take(1, DEFAULT_SIGPENDING) : undefined;
   const msgqueueBytes = mode === 'isolated' ? b.msgqueue?.take(4096, DEFAULT_MSGQUEUE_BYTES) : undefined;
   let released = false;

@@ -292,8 +292,8 @@ Napi::Value Spawn(const Napi::CallbackInfo& info) {
   plan.rlimit_nofile = static_cast<uint64_t>(GetNumber(o, "rlimitNofile", 0));
   plan.rlimit_sigpending = static_cast<uint64_t>(GetNumber(o, "rlimitSigpending", 0));
   plan.rlimit_msgqueue = static_cast<uint64_t>(GetNumber(o, "rlimitMsgqueue", 0));
-  plan.inotify_instances = static_cast<uint64_t>(GetNumber(o, "inotifyInstances", 0));
-  plan.inotify_watches = static_cast<uint64_t>(GetNumber(o, "inotifyWatches", 0));
+  plan.inotify_instances = static_cast<int64_t>(GetNumber(o, "inotifyInstances", -1));
+  plan.inotify_watches = static_cast<int64_t>(GetNumber(o, "inotifyWatches", -1));
   if (o.Get("shmData").IsString()) plan.shm_data = GetString(o, "shmData");
   Napi::Value cg = o.Get("cgroupFds");
   if (!cg.IsUndefined()) {

@@ -99,8 +99,9 @@ struct LinuxSpawnPlan {
   uint64_t rlimit_nproc = 0, rlimit_as = 0, rlimit_nofile = 0;
   // Per-uid kernel quotas the command could exhaust for every process of its uid (0 = unchanged).
   uint64_t rlimit_sigpending = 0, rlimit_msgqueue = 0;
-  // Isolated: init lowers these in the sandbox's own user namespace (/proc/sys/user/*), 0 = keep.
-  uint64_t inotify_instances = 0, inotify_watches = 0;
+  // Isolated: init lowers these in the sandbox's own user namespace (/proc/sys/user/*), -1 = keep
+  // (0 is a share too: the many-th concurrent sandbox may get none, lib/platform/linux-quotas.ts).
+  int64_t inotify_instances = -1, inotify_watches = -1;
   // Isolated: tmpfs options of the private /dev/shm (e.g. "mode=1777,size=268435456").
   std::string shm_data = "mode=1777";
   // Open cgroup.procs (or v1 `tasks`) files of this sandbox's cgroups: the command writes "0" to

@@ -132,12 +132,12 @@ long SetUpProcInChild(ChildArgs* a) {
   // These limits belong to the sandbox's own user namespace; init holds CAP_SYS_RESOURCE there.
   // Every level of the user-namespace chain is checked, so the sandbox can take at most this many
   // of the host uid's inotify instances and watches.
-  if (p.inotify_instances != 0) {
-    long r = WriteNumberInChild("/proc/sys/user/max_inotify_instances", p.inotify_instances);
+  if (p.inotify_instances >= 0) {
+    long r = WriteNumberInChild("/proc/sys/user/max_inotify_instances", static_cast<uint64_t>(p.inotify_instances));
     if (r < 0) FailInChild(a, kStageQuota, 0, r);
   }
-  if (p.inotify_watches != 0) {
-    long r = WriteNumberInChild("/proc/sys/user/max_inotify_watches", p.inotify_watches);
+  if (p.inotify_watches >= 0) {
+    long r = WriteNumberInChild("/proc/sys/user/max_inotify_watches", static_cast<uint64_t>(p.inotify_watches));
     if (r < 0) FailInChild(a, kStageQuota, 1, r);
   }
   long r = BindInChild("/proc/sys");
