@@ -140,8 +140,10 @@ constexpr uint32_t kKill = kSeccompRetKillProcess;
 // then lists the gap). Never a real return value (SECCOMP_RET_TRAP's range, unused here).
 constexpr uint32_t kSupervise = 0x00030000u;
 
-// File attribute flag ioctls (chattr): _IOW('f', 2, long) and _IOW('X', 32, struct fsxattr).
+// File attribute flag ioctls (chattr): _IOW('f', 2, long), its 32-bit spelling _IOW('f', 2, int)
+// (some file systems take it natively too) and _IOW('X', 32, struct fsxattr).
 constexpr uint32_t kFsIocSetflags = 0x40086602u;
+constexpr uint32_t kFsIoc32Setflags = 0x40046602u;
 constexpr uint32_t kFsIocFssetxattr = 0x401c5820u;
 
 // ---- The rule table -------------------------------------------------------------------------
@@ -248,7 +250,7 @@ constexpr Rule kRules[] = {
     When(__NR_ioctl, kAnyNet, kIsolated, kAllow, Clause{{In(1, kAll, TIOCSTI, TIOCLINUX)}, kEperm}),
     // Landlock mode adds the file attribute flags (FS-14): Landlock governs none of them.
     When(__NR_ioctl, kAnyNet, kLandlock, kAllow, Clause{{In(1, kAll, TIOCSTI, TIOCLINUX, kFsIocSetflags)}, kEperm},
-         Clause{{In(1, kAll, kFsIocFssetxattr)}, kEperm}),
+         Clause{{In(1, kAll, kFsIoc32Setflags, kFsIocFssetxattr)}, kEperm}),
     Deny(__NR_file_setattr, kAnyNet, kLandlock),
 
     // PROC-15: kernel attack surface no build or test needs.
