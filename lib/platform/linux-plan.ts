@@ -643,6 +643,9 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     if (!limits.maxProcesses && !cg) {
       gaps.push("no process cap by default: RLIMIT_NPROC would count all of the user's processes (set limits.maxProcesses)");
     }
+    // Before ABI 3 truncation is not a Landlock right: truncate(2) and open(O_RDONLY|O_TRUNC) of any
+    // file the uid may write, outside the writable roots too, are not stopped (FS-13).
+    if (abi < 3) gaps.push(`files outside the writable roots can be truncated (Landlock ABI ${abi} has no truncate right)`);
     if (abi < 4 && net !== 'full') gaps.push(`Landlock ABI ${abi} has no TCP rules; seccomp alone blocks sockets`);
     if (abi < 6) gaps.push(`Landlock ABI ${abi} has no signal or abstract-socket scoping`);
     if (probe.euid !== 0) gaps.push('the capability bounding set cannot be emptied without privileges (no_new_privs still blocks gaining capabilities)');

@@ -353,3 +353,43 @@ print(json.dumps({'out': r.stdout, 'err': r.stderr, 'other_output': drain(m1), '
     });
   });
 });
+
+// The plan alone (no spawn): what an older kernel's Landlock mode lists, and that the supervisor's
+// paths are the plan's roots.
+describe('issue P: Landlock-mode plan', () => {
+  const plan = async (landlockAbi: number, connectSupervisor: number | undefined) => {
+    const { planLinux } = await import('../../lib/platform/linux-plan');
+    const probe = { landlockAbi, seccomp: 0, userns: -1, euid: 1000, connectSupervisor };
+    const rules = {
+      readAll: false, readRoots: ['/srv/data'], writeRoots: ['/srv/ws'], readOnly: ['/srv/ws/.git'], denyRead: ['/srv/data/keys'],
+      tmp: 'none', network: { kind: 'none' }, mode: 'landlock', degraded: true, limits: {},
+    } as unknown as Parameters<typeof planLinux>[0]['rules'];
+    return planLinux({ rules, mode: 'landlock', file: '/bin/true', argv: ['true'], env: {}, cwd: '/', probe });
+  };
+
+  it('the supervisor gets the writable roots, the protected paths and the readable paths', async () => {
+    const p = await plan(7, 0);
+    const ms = p.native.seccomp!.metadataSupervisor!;
+    expect(ms.writable).toEqual(['/srv/ws']);
+    expect(ms.protect).toEqual(['/srv/ws/.git', '/srv/data/keys']);
+    expect(ms.denyRead).toEqual(['/srv/data/keys']);
+    expect(ms.readable).toEqual(expect.arrayContaining(['/usr']));
+    // No /dev/pts or /dev/ptmx rule: only the stdio terminals, by fd.
+    expect(p.native.landlock!.rules.map((r) => r.path)).not.toEqual(expect.arrayContaining(['/dev/pts']));
+    expect(p.native.landlock!.rules.map((r) => r.path)).not.toContain('/dev/ptmx');
+    expect(p.native.landlock!.stdioTerminals).toBe(true);
+    expect(p.enforcement.guarantees.filesystemRead).toBe('enforced');
+  });
+
+  it('before Landlock ABI 3 truncation outside the roots is a listed gap; without a supervisor so are metadata and watches', async () => {
+    const old = await plan(2, -95);
+    const gaps = old.enforcement.gaps.join('\n');
+    expect(gaps).toMatch(/can be truncated \(Landlock ABI 2 has no truncate right\)/);
+    expect(gaps).toMatch(/chmod, chown, utime and xattr/);
+    expect(gaps).toMatch(/restricted reads do not cover inotify/);
+    expect(old.enforcement.guarantees.filesystemRead).toBe('partial');
+    expect(old.native.seccomp!.metadataSupervisor).toBeUndefined();
+    // Control: ABI 7 with a supervisor lists none of them.
+    expect((await plan(7, 0)).enforcement.gaps.join('\n')).not.toMatch(/truncated|chmod|inotify/);
+  });
+});
