@@ -119,8 +119,9 @@ function makeTarget(p: string): void {
 }
 
 // A racing attacker (TOCTOU): one thread flips the path buffer (ctypes releases the GIL) between
-// the workspace's file and the outside one, another swaps a workspace symlink between them, while
-// the main thread chmods both names in a loop. Prints how many chmods returned 0.
+// the workspace's file and the outside one, another swaps a workspace symlink between them, a
+// third dup2()s the two files onto one fd, while the main thread chmods the buffer, the symlink
+// and the fd in a loop. Prints how many chmods returned 0.
 const RACE_PY = String.raw`
 import ctypes, os, sys, threading
 libc = ctypes.CDLL(None, use_errno=True)
@@ -140,13 +141,19 @@ def swap():
         os.symlink(sys.argv[2] if n % 2 else sys.argv[1], tmp)
         os.rename(tmp, os.path.join(linkdir, 'l'))
         n += 1
-ts = [threading.Thread(target=flip), threading.Thread(target=swap)]
+fdi, fdo = os.open(sys.argv[1], os.O_RDONLY), os.open(sys.argv[2], os.O_RDONLY)
+T = os.dup(fdi)
+def redup():
+    while not stop:
+        os.dup2(fdo, T); os.dup2(fdi, T)
+ts = [threading.Thread(target=flip), threading.Thread(target=swap), threading.Thread(target=redup)]
 for t in ts: t.start()
 ok = 0
 link = os.path.join(linkdir, 'l').encode()
 for i in range(3000):
     if libc.chmod(buf, 0o600 if i % 2 else 0o640) == 0: ok += 1
     if libc.chmod(link, 0o604 if i % 2 else 0o644) == 0: ok += 1
+    if libc.fchmod(T, 0o606 if i % 2 else 0o644) == 0: ok += 1
 stop = True
 for t in ts: t.join()
 print('RACE', ok)
