@@ -1,4 +1,6 @@
-// Landlock mode's connect supervisor (a sandbox whose network is the managed proxy).
+// Landlock mode's syscall supervisor: the loop, lifetime and connect() handling live here; the
+// same listener carries the metadata calls (metadata_supervisor.cc) and the inotify counts, and
+// Handle() below dispatches. connect() is supervised for a sandbox whose network is the proxy.
 //
 // The gap it closes: Landlock's TCP rules are per port, not per address, so a rule that lets the
 // command reach the proxy on 127.0.0.1:P would let it reach port P of every IPv4 address. With
@@ -28,7 +30,7 @@
 // exit watch decides how long the loop lives. The supervisor ends when the listener reports
 // POLLHUP (no task of the sandbox, setsid'd or not, holds the filter any more) or when the env is
 // torn down (an async cleanup hook, as in relay.cc); once its listener is closed, a notified
-// connect fails with ENOSYS: closed, never open.
+// connect (or chmod, or inotify call) fails with ENOSYS: closed, never open.
 #include "connect_supervisor.h"
 
 #include <errno.h>
