@@ -72,8 +72,9 @@ const EWOULDBLOCK = os.constants.errno.EWOULDBLOCK;
 
 /**
  * The addon never waits on a lock (a sandboxed command can hold one on a placeholder it sees).
- * A placeholder locked by someone else cannot be relied on: without our shared lock, the holder's
- * run could remove it mid-run and the command could then create the path for real. Fail closed.
+ * Placeholders init just made for this run: one already locked by someone else (the command itself
+ * could race for it) cannot be relied on, since its holder's run could remove it mid-run and the
+ * command could then create the path for real. The caller stops the command (fail closed).
  */
 function lockPlaceholders(native: NativeBinding, paths: string[]): HeldPlaceholder[] {
   const held: HeldPlaceholder[] = [];
@@ -84,15 +85,60 @@ function lockPlaceholders(native: NativeBinding, paths: string[]): HeldPlacehold
       held.push({ path: p, fd });
     } else if (fd === -EWOULDBLOCK) {
       releasePlaceholders(native, held);
-      throw new SandboxError(
-        'ESPAWN',
-        `the placeholder ${p} is locked by another process (a running sandboxed command can hold it); ` +
-          `it cannot be relied on to keep the protected path from being created, so nothing was started`,
-        { detail: { path: p } },
-      );
+      throw placeholderBusy(p);
     }
   }
   return held;
+}
+
+function placeholderBusy(p: string): SandboxError {
+  return new SandboxError(
+    'ESPAWN',
+    `the placeholder ${p} is locked by another process (a running sandboxed command can hold it) and could ` +
+      `not be replaced; it cannot be relied on to keep the protected path from being created, so nothing was started`,
+    // spawn() reports it as a start failure ('error' event, rejected `exited`), never a throw: a
+    // command must not be able to make the host's other spawns throw.
+    { detail: { path: p, startFailure: true } },
+  );
+}
+
+/**
+ * Existing placeholders (another run's, or a dead host's) that this run will rely on, held with a
+ * shared lock before the plan is made. A lookalike whose lock stays exclusively held (past the
+ * addon's short retries, which ride out a host's release) is relied on by no run: a run relying on
+ * it holds a shared lock, which excludes an exclusive one. Only a command that sees it holds it so
+ * (an attack on the host's other spawns), so it is removed like any unused placeholder; the plan
+ * then finds the path missing and this run's own init makes a fresh placeholder, locked after the
+ * spawn. Removal without the lock is safe: rmdir takes only an empty directory, unlink only a name.
+ */
+function claimPlaceholders(native: NativeBinding, paths: string[]): HeldPlaceholder[] {
+  const held: HeldPlaceholder[] = [];
+  try {
+    for (const p of paths) {
+      if (!looksLikePlaceholder(p)) continue;
+      let fd = native.lockPlaceholder!(p);
+      if (fd === -EWOULDBLOCK) {
+        removeLookalike(p);
+        if (!looksLikePlaceholder(p)) continue; // gone: the plan makes a fresh one
+        fd = native.lockPlaceholder!(p); // a new lookalike appeared at once (a racing command)
+        if (fd === -EWOULDBLOCK) throw placeholderBusy(p);
+      }
+      if (fd >= 0) held.push({ path: p, fd });
+    }
+  } catch (e) {
+    releasePlaceholders(native, held);
+    throw e;
+  }
+  return held;
+}
+
+function removeLookalike(p: string): void {
+  try {
+    if (fs.lstatSync(p).isDirectory()) fs.rmdirSync(p);
+    else fs.unlinkSync(p);
+  } catch {
+    // gone already, or no longer empty: the next look decides
+  }
 }
 
 function releasePlaceholders(native: NativeBinding, held: HeldPlaceholder[]): void {
@@ -299,6 +345,8 @@ export function createLinuxBackend(native: NativeBinding): Backend {
             }
             planEnv = ManagedProxy.proxyEnv(env, proxyPort);
           }
+          // Existing placeholders are held before the plan, which then binds them as existing paths.
+          held = claimPlaceholders(native, [...rules.readOnly, ...rules.denyRead]);
           cgroup = createSandboxCgroup({ pidsMax: rules.limits.maxProcesses ?? DEFAULT_MAX_PROCESSES, memoryBytes: rules.limits.memoryBytes });
           const cgInfo = cgroup ? { kind: cgroup.kind, pidsMax: cgroup.pidsMax, memoryBytes: cgroup.memoryBytes } : undefined;
           const p = planLinux({ rules, mode, file: req.file, argv: req.argv, env: planEnv, cwd: req.cwd, probe, landlockTmpDir: tmpDir, proxyPort, cgroup: cgInfo });
@@ -311,9 +359,8 @@ export function createLinuxBackend(native: NativeBinding): Backend {
           }
           enforcement = p.enforcement;
           ghosts = p.ghosts;
-          // Existing placeholders (another run's, or a dead host's) are held before the spawn.
-          held = lockPlaceholders(native, [...rules.readOnly, ...rules.denyRead]);
         } catch (e) {
+          releasePlaceholders(native, held);
           if (tmpDir) removeTmpDir(tmpDir);
           cgroup?.remove();
           if (hostListenerFd !== undefined) fs.closeSync(hostListenerFd);
