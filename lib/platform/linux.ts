@@ -34,13 +34,20 @@ export function signalName(n: number): NodeJS.Signals | null {
   return null;
 }
 
-/** Removes a per-run temp dir; the common case (left empty) is a single rmdir. */
+/** Removes a per-run temp dir; the common case (left empty) is a single rmdir (see closeOffThread). */
 function removeTmpDir(dir: string): void {
+  let fd: number | undefined;
+  try {
+    fd = fs.openSync(dir, fs.constants.O_RDONLY | fs.constants.O_DIRECTORY | fs.constants.O_NOFOLLOW);
+  } catch {
+    // not there, or not a directory: rmdir/rm below decide
+  }
   try {
     fs.rmdirSync(dir);
   } catch {
     fs.rmSync(dir, { recursive: true, force: true });
   }
+  if (fd !== undefined) closeOffThread(fd);
 }
 
 /**
@@ -142,7 +149,20 @@ function removeLookalike(p: string): void {
 }
 
 function releasePlaceholders(native: NativeBinding, held: HeldPlaceholder[]): void {
-  for (const h of held) native.releasePlaceholder!(h.fd, h.path, looksLikePlaceholder(h.path));
+  for (const h of held) {
+    // The path is gone already; the close that frees the inode runs on the thread pool.
+    if (native.releasePlaceholder!(h.fd, h.path, looksLikePlaceholder(h.path))) closeOffThread(h.fd);
+  }
+}
+
+/**
+ * Closing the last reference to an unlinked inode frees it, synchronously: on ext4 that is most of
+ * the cost of removing an empty directory (~70 us). Removing through a path while an fd is still
+ * open, then closing the fd on the thread pool, keeps the removal itself where it was (done when
+ * the exit is delivered) and moves the freeing off the JS thread.
+ */
+function closeOffThread(fd: number): void {
+  fs.close(fd, () => {});
 }
 
 const TMP_PREFIX = 'process-sandbox-tmp-';
