@@ -63,12 +63,17 @@ interface HeldPlaceholder {
   fd: number;
 }
 
-/** Ours look like this: an empty 0555 directory, or an empty 0444 file. */
-function looksLikePlaceholder(p: string): boolean {
+/**
+ * Ours look like this: an empty 0555 directory, or an empty 0444 file. `shape` skips the listing
+ * of a directory: enough where the next step is our own lock or rmdir (which takes only an empty
+ * directory), and it is what runs on every spawn's path (a missing path costs one lstat, no throw).
+ */
+function looksLikePlaceholder(p: string, shape = false): boolean {
   try {
-    const st = fs.lstatSync(p);
+    const st = fs.lstatSync(p, { throwIfNoEntry: false });
+    if (st === undefined) return false;
     const mode = st.mode & 0o7777;
-    if (st.isDirectory()) return mode === 0o555 && fs.readdirSync(p).length === 0;
+    if (st.isDirectory()) return mode === 0o555 && (shape || fs.readdirSync(p).length === 0);
     return st.isFile() && mode === 0o444 && st.size === 0;
   } catch {
     return false;
@@ -86,7 +91,7 @@ const EWOULDBLOCK = os.constants.errno.EWOULDBLOCK;
 function lockPlaceholders(native: NativeBinding, paths: string[]): HeldPlaceholder[] {
   const held: HeldPlaceholder[] = [];
   for (const p of paths) {
-    if (!looksLikePlaceholder(p)) continue;
+    if (!looksLikePlaceholder(p, true)) continue;
     const fd = native.lockPlaceholder!(p);
     if (fd >= 0) {
       held.push({ path: p, fd });
@@ -151,7 +156,7 @@ function removeLookalike(p: string): void {
 function releasePlaceholders(native: NativeBinding, held: HeldPlaceholder[]): void {
   for (const h of held) {
     // The path is gone already; the close that frees the inode runs on the thread pool.
-    if (native.releasePlaceholder!(h.fd, h.path, looksLikePlaceholder(h.path))) closeOffThread(h.fd);
+    if (native.releasePlaceholder!(h.fd, h.path, looksLikePlaceholder(h.path, true))) closeOffThread(h.fd);
   }
 }
 
