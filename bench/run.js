@@ -1,13 +1,20 @@
 #!/usr/bin/env node
 // npm run bench: our spawn against child_process.spawn, side by side in one process.
 // Prints median latency of each, the ratio, and sequential and 8-way concurrent throughput, for
-// /bin/true and a small sh pipeline, plain and in each sandbox mode this host supports.
+// /bin/true and a small sh pipeline, plain and in each sandbox mode this host supports. The
+// sandboxed variants use the policy "write the workspace (a fresh temp dir, the cwd), no network";
+// the proxy variants route the network through one shared ManagedProxy, as a harness running many
+// commands would. Latency rounds are interleaved so that drift and the other tenants' load hit
+// every variant alike; BENCH_N sets the samples per variant, BENCH_ROUNDS the interleaving.
 'use strict';
 const cp = require('node:child_process');
+const fs = require('node:fs');
+const os = require('node:os');
 const path = require('node:path');
-const { spawn, probe } = require(path.join(__dirname, '..', 'dist', 'index.js'));
+const { spawn, probe, ManagedProxy } = require(path.join(__dirname, '..', 'dist', 'index.js'));
 
 const N = Number(process.env.BENCH_N || 200);
+const ROUNDS = Number(process.env.BENCH_ROUNDS || 10);
 const CONC = 8;
 
 function nodeSpawn(file, args) {
@@ -18,8 +25,9 @@ function nodeSpawn(file, args) {
   });
 }
 
-function oursSpawn(policy) {
-  return (file, args) => spawn(file, args, { stdio: 'ignore', policy }).exited;
+function oursSpawn(policy, cwd, proxy) {
+  const opts = { stdio: 'ignore', policy, cwd, ...(proxy ? { proxy: { instance: proxy } } : {}) };
+  return (file, args) => spawn(file, args, opts).exited;
 }
 
 async function latencies(fn, file, args, n) {
@@ -52,17 +60,27 @@ const median = (xs) => {
 
 async function main() {
   const p = probe();
-  const variants = [['node child_process.spawn', nodeSpawn], ['ours, policy: null (plain)', oursSpawn(null)]];
-  if (p.features.isolatedMode) variants.push(['ours, isolated mode', oursSpawn({ mode: 'isolated' })]);
-  if (p.features.landlockMode) variants.push(['ours, landlock mode', oursSpawn({ mode: 'landlock', degraded: true })]);
+  const ws = fs.mkdtempSync(path.join(os.tmpdir(), 'psb-bench-'));
+  const policy = (mode, network = 'none') => ({ mode, filesystem: { write: [ws] }, network, ...(mode === 'landlock' ? { degraded: true } : {}) });
+  const proxy = ManagedProxy.create({ policy: { allow: ['example.com'] }, closeWithLastProcess: false });
+  const viaProxy = { proxy: { allow: ['example.com'] } };
+  const variants = [['node child_process.spawn', nodeSpawn], ['ours, policy: null (plain)', oursSpawn(null, ws)]];
+  if (p.features.isolatedMode) {
+    variants.push(['ours, isolated mode', oursSpawn(policy('isolated'), ws)]);
+    variants.push(['ours, isolated, network proxy', oursSpawn(policy('isolated', viaProxy), ws, proxy)]);
+  }
+  if (p.features.landlockMode) {
+    variants.push(['ours, landlock mode', oursSpawn(policy('landlock'), ws)]);
+    variants.push(['ours, landlock, network proxy', oursSpawn(policy('landlock', viaProxy), ws, proxy)]);
+  }
   const workloads = [['/bin/true', []], ['/bin/sh', ['-c', 'echo a b c | tr a-z A-Z | wc -c > /dev/null']]];
-  console.log(`process-sandbox bench: node ${process.version}, ${require('node:os').cpus().length} cpus, N=${N}, ${p.features.kernel || process.platform}`);
+  console.log(`process-sandbox bench: node ${process.version}, ${os.cpus().length} cpus, N=${N} in ${ROUNDS} interleaved rounds, ${p.features.kernel || process.platform}, load ${os.loadavg().map((x) => x.toFixed(2)).join(' ')}`);
   for (const [file, args] of workloads) {
     console.log(`\n${[file, ...args].join(' ')}`);
     // Warm up every variant, then interleave rounds so drift hits all of them alike.
     for (const [, fn] of variants) await latencies(fn, file, args, 10);
     const lat = new Map(variants.map(([name]) => [name, []]));
-    const rounds = 5;
+    const rounds = ROUNDS;
     for (let r = 0; r < rounds; r++) {
       for (const [name, fn] of variants) lat.get(name).push(...(await latencies(fn, file, args, Math.ceil(N / rounds))));
     }
@@ -75,7 +93,10 @@ async function main() {
       console.log(`  ${name.padEnd(32)} ${m.toFixed(2).padStart(9)} ${(m / base).toFixed(2).padStart(7)} ${seq.toFixed(0).padStart(7)} ${par.toFixed(0).padStart(9)}`);
     }
   }
-  if (require('node:fs').existsSync(path.join(__dirname, 'proxy.js'))) {
+  await proxy.close();
+  fs.rmSync(ws, { recursive: true, force: true });
+  if (process.env.BENCH_SPAWN_ONLY) return;
+  if (fs.existsSync(path.join(__dirname, 'proxy.js'))) {
     console.log('');
     require('./proxy.js');
   }

@@ -359,7 +359,9 @@ export function spawn(command: string, args?: readonly string[], options?: Spawn
     });
     return start(req);
   } catch (e) {
-    if (e instanceof SandboxError && START_ERRORS.has(e.code)) return SandboxedProcess.failed(e, stdio, notStartedReport(rules));
+    if (e instanceof SandboxError && (START_ERRORS.has(e.code) || e.detail?.startFailure === true)) {
+      return SandboxedProcess.failed(e, stdio, notStartedReport(rules));
+    }
     throw e;
   }
 }

@@ -113,6 +113,7 @@ export interface NativeBinding {
   probe?(): LinuxProbe | Record<string, unknown>;
   listenLoopback?(): { fd: number; port: number };
   lockPlaceholder?(path: string): number;
+  /** true: removed, and `fd` is left open for the caller to close (off the JS thread); false: closed. */
   releasePlaceholder?(fd: number, path: string, remove: boolean): boolean;
   /** A pseudo-terminal pair (both close-on-exec) with the given window size. */
   openPty?(cols: number, rows: number): { master: number; slave: number; name: string };

@@ -54,7 +54,8 @@ export function isStrictlyWithin(child: string, parent: string): boolean {
 
 export function lstatOrNull(p: string): fs.Stats | null {
   try {
-    return fs.lstatSync(p);
+    // A missing path is the common answer: no exception for it (~4 us each, many per spawn).
+    return fs.lstatSync(p, { throwIfNoEntry: false }) ?? null;
   } catch {
     return null;
   }
@@ -62,7 +63,7 @@ export function lstatOrNull(p: string): fs.Stats | null {
 
 export function statOrNull(p: string): fs.Stats | null {
   try {
-    return fs.statSync(p);
+    return fs.statSync(p, { throwIfNoEntry: false }) ?? null;
   } catch {
     return null;
   }

@@ -97,9 +97,26 @@ export function isSecretEnvEntry(name: string, value: string): boolean {
 export function withoutSecretEnv(env: Record<string, string | undefined>): Record<string, string> {
   const out: Record<string, string> = {};
   for (const [k, v] of Object.entries(env)) {
-    if (v !== undefined && !isSecretEnvEntry(k, v)) out[k] = v;
+    if (v !== undefined && !isSecretEntryMemo(k, v)) out[k] = v;
   }
   return out;
+}
+
+/**
+ * isSecretEnvEntry is pure, and the default env is the same process.env spawn after spawn: the
+ * answer per (name, value) is kept (most of a spawn's env scrub was the pattern matching). The
+ * key holds the value too, so a changed variable is judged afresh. Bounded: cleared when full.
+ */
+const secretMemo = new Map<string, boolean>();
+function isSecretEntryMemo(name: string, value: string): boolean {
+  const key = `${name}=${value}`;
+  let secret = secretMemo.get(key);
+  if (secret === undefined) {
+    if (secretMemo.size >= 4096) secretMemo.clear();
+    secret = isSecretEnvEntry(name, value);
+    secretMemo.set(key, secret);
+  }
+  return secret;
 }
 
 /** Codex's `envPolicy` (ExecParams.envPolicy, camelCase on the wire). */

@@ -170,7 +170,8 @@ const isUnder = (p: string, root: string): boolean =>
 
 function lstatOrNull(p: string): fs.Stats | null {
   try {
-    return fs.lstatSync(p);
+    // A missing path is the common answer: no exception for it (~4 us each, many per spawn).
+    return fs.lstatSync(p, { throwIfNoEntry: false }) ?? null;
   } catch {
     return null;
   }

@@ -35,13 +35,20 @@ export function signalName(n: number): NodeJS.Signals | null {
   return null;
 }
 
-/** Removes a per-run temp dir; the common case (left empty) is a single rmdir. */
+/** Removes a per-run temp dir; the common case (left empty) is a single rmdir (see closeOffThread). */
 function removeTmpDir(dir: string): void {
+  let fd: number | undefined;
+  try {
+    fd = fs.openSync(dir, fs.constants.O_RDONLY | fs.constants.O_DIRECTORY | fs.constants.O_NOFOLLOW);
+  } catch {
+    // not there, or not a directory: rmdir/rm below decide
+  }
   try {
     fs.rmdirSync(dir);
   } catch {
     fs.rmSync(dir, { recursive: true, force: true });
   }
+  if (fd !== undefined) closeOffThread(fd);
 }
 
 /**
@@ -57,12 +64,17 @@ interface HeldPlaceholder {
   fd: number;
 }
 
-/** Ours look like this: an empty 0555 directory, or an empty 0444 file. */
-function looksLikePlaceholder(p: string): boolean {
+/**
+ * Ours look like this: an empty 0555 directory, or an empty 0444 file. `shape` skips the listing
+ * of a directory: enough where the next step is our own lock or rmdir (which takes only an empty
+ * directory), and it is what runs on every spawn's path (a missing path costs one lstat, no throw).
+ */
+function looksLikePlaceholder(p: string, shape = false): boolean {
   try {
-    const st = fs.lstatSync(p);
+    const st = fs.lstatSync(p, { throwIfNoEntry: false });
+    if (st === undefined) return false;
     const mode = st.mode & 0o7777;
-    if (st.isDirectory()) return mode === 0o555 && fs.readdirSync(p).length === 0;
+    if (st.isDirectory()) return mode === 0o555 && (shape || fs.readdirSync(p).length === 0);
     return st.isFile() && mode === 0o444 && st.size === 0;
   } catch {
     return false;
@@ -73,31 +85,90 @@ const EWOULDBLOCK = os.constants.errno.EWOULDBLOCK;
 
 /**
  * The addon never waits on a lock (a sandboxed command can hold one on a placeholder it sees).
- * A placeholder locked by someone else cannot be relied on: without our shared lock, the holder's
- * run could remove it mid-run and the command could then create the path for real. Fail closed.
+ * Placeholders init just made for this run: one already locked by someone else (the command itself
+ * could race for it) cannot be relied on, since its holder's run could remove it mid-run and the
+ * command could then create the path for real. The caller stops the command (fail closed).
  */
 function lockPlaceholders(native: NativeBinding, paths: string[]): HeldPlaceholder[] {
   const held: HeldPlaceholder[] = [];
   for (const p of paths) {
-    if (!looksLikePlaceholder(p)) continue;
+    if (!looksLikePlaceholder(p, true)) continue;
     const fd = native.lockPlaceholder!(p);
     if (fd >= 0) {
       held.push({ path: p, fd });
     } else if (fd === -EWOULDBLOCK) {
       releasePlaceholders(native, held);
-      throw new SandboxError(
-        'ESPAWN',
-        `the placeholder ${p} is locked by another process (a running sandboxed command can hold it); ` +
-          `it cannot be relied on to keep the protected path from being created, so nothing was started`,
-        { detail: { path: p } },
-      );
+      throw placeholderBusy(p);
     }
   }
   return held;
 }
 
+function placeholderBusy(p: string): SandboxError {
+  return new SandboxError(
+    'ESPAWN',
+    `the placeholder ${p} is locked by another process (a running sandboxed command can hold it) and could ` +
+      `not be replaced; it cannot be relied on to keep the protected path from being created, so nothing was started`,
+    // spawn() reports it as a start failure ('error' event, rejected `exited`), never a throw: a
+    // command must not be able to make the host's other spawns throw.
+    { detail: { path: p, startFailure: true } },
+  );
+}
+
+/**
+ * Existing placeholders (another run's, or a dead host's) that this run will rely on, held with a
+ * shared lock before the plan is made. A lookalike whose lock stays exclusively held (past the
+ * addon's short retries, which ride out a host's release) is relied on by no run: a run relying on
+ * it holds a shared lock, which excludes an exclusive one. Only a command that sees it holds it so
+ * (an attack on the host's other spawns), so it is removed like any unused placeholder; the plan
+ * then finds the path missing and this run's own init makes a fresh placeholder, locked after the
+ * spawn. Removal without the lock is safe: rmdir takes only an empty directory, unlink only a name.
+ */
+function claimPlaceholders(native: NativeBinding, paths: string[]): HeldPlaceholder[] {
+  const held: HeldPlaceholder[] = [];
+  try {
+    for (const p of paths) {
+      if (!looksLikePlaceholder(p)) continue;
+      let fd = native.lockPlaceholder!(p);
+      if (fd === -EWOULDBLOCK) {
+        removeLookalike(p);
+        if (!looksLikePlaceholder(p)) continue; // gone: the plan makes a fresh one
+        fd = native.lockPlaceholder!(p); // a new lookalike appeared at once (a racing command)
+        if (fd === -EWOULDBLOCK) throw placeholderBusy(p);
+      }
+      if (fd >= 0) held.push({ path: p, fd });
+    }
+  } catch (e) {
+    releasePlaceholders(native, held);
+    throw e;
+  }
+  return held;
+}
+
+function removeLookalike(p: string): void {
+  try {
+    if (fs.lstatSync(p).isDirectory()) fs.rmdirSync(p);
+    else fs.unlinkSync(p);
+  } catch {
+    // gone already, or no longer empty: the next look decides
+  }
+}
+
 function releasePlaceholders(native: NativeBinding, held: HeldPlaceholder[]): void {
-  for (const h of held) native.releasePlaceholder!(h.fd, h.path, looksLikePlaceholder(h.path));
+  for (const h of held) {
+    // The path is gone already; the close that frees the inode runs on the thread pool.
+    if (native.releasePlaceholder!(h.fd, h.path, looksLikePlaceholder(h.path, true))) closeOffThread(h.fd);
+  }
+}
+
+/**
+ * Closing the last reference to an unlinked inode frees it, synchronously: on ext4 that is most of
+ * the cost of removing an empty directory (~70 us). Removing through a path while an fd is still
+ * open, then closing the fd on the thread pool, keeps the removal itself where it was (done when
+ * the exit is delivered) and moves the freeing off the JS thread.
+ */
+function closeOffThread(fd: number): void {
+  fs.close(fd, () => {});
 }
 
 const TMP_PREFIX = 'process-sandbox-tmp-';
@@ -312,6 +383,8 @@ export function createLinuxBackend(native: NativeBinding): Backend {
             }
             planEnv = ManagedProxy.proxyEnv(env, proxyPort);
           }
+          // Existing placeholders are held before the plan, which then binds them as existing paths.
+          held = claimPlaceholders(native, [...rules.readOnly, ...rules.denyRead]);
           cgroup = createSandboxCgroup({ pidsMax: rules.limits.maxProcesses ?? DEFAULT_MAX_PROCESSES, memoryBytes: rules.limits.memoryBytes });
           const cgInfo = cgroup ? { kind: cgroup.kind, pidsMax: cgroup.pidsMax, memoryBytes: cgroup.memoryBytes } : undefined;
           const p = planLinux({ rules, mode, file: req.file, argv: req.argv, env: planEnv, cwd: req.cwd, probe, landlockTmpDir: tmpDir, proxyPort, cgroup: cgInfo });
@@ -322,9 +395,8 @@ export function createLinuxBackend(native: NativeBinding): Backend {
           quota = takeQuotaShare(mode);
           ({ plan, enforcement } = applyQuotaShare(plan, enforcement, quota));
           ghosts = p.ghosts;
-          // Existing placeholders (another run's, or a dead host's) are held before the spawn.
-          held = lockPlaceholders(native, [...rules.readOnly, ...rules.denyRead]);
         } catch (e) {
+          releasePlaceholders(native, held);
           if (tmpDir) removeTmpDir(tmpDir);
           cgroup?.remove();
           quota?.release();

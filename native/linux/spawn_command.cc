@@ -49,12 +49,15 @@ void SetControllingTerminalInChild(const ChildArgs* a) {
 
 }  // namespace
 
-// The command: runs after clone(CLONE_VM|CLONE_VFORK), from the parent (plain/Landlock) or from
-// init (isolated). Its parent sleeps until execve succeeds or this function exits.
+// The command: runs after clone(CLONE_VM|CLONE_VFORK), from the parent (plain) or from init (both
+// sandbox modes). Its parent sleeps until execve succeeds or this function exits.
 int CommandInChild(void* argp) {
   ChildArgs* a = static_cast<ChildArgs*>(argp);
   const LinuxSpawnPlan& p = *a->plan;
-  ResetSignalsInChild();
+  // Every disposition back to SIG_DFL (the host's handlers must never run here, and SIG_IGN would
+  // survive execve). Under init that is done already: init reset all of them and installs none,
+  // and a clone copies its parent's table, so a second pass would be 62 syscalls that change nothing.
+  if (p.mode == LinuxMode::kPlain) ResetSignalsInChild();
   long r;
   // Join the sandbox's cgroups first, so that everything the command does is counted there.
   // Writing "0" moves the writer only: we are still a vfork child sharing the host's memory, and

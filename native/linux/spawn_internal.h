@@ -216,17 +216,24 @@ int InitInChild(void* argp);
 
 // ---- parent-side helpers ------------------------------------------------------------------
 
+// Child stacks come from a small pool (spawn_linux.cc): a fresh mapping per spawn cost an mmap, a
+// munmap (a TLB shootdown across the host's threads) and first-touch faults. A stack goes back
+// only once nothing runs on it: the destructor runs after the child exec'd or was reaped, and
+// init's stack returns through ReleaseInitStack after init was reaped.
+void* TakeStack(size_t size);
+void GiveStack(void* base, size_t size);
+
 struct Stack {
   void* base = MAP_FAILED;
   size_t size = 0;
   bool Allocate(size_t n) {
     size = n;
-    base = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    base = TakeStack(n);
     return base != MAP_FAILED;
   }
   void* top() const { return static_cast<char*>(base) + size; }
   ~Stack() {
-    if (base != MAP_FAILED) munmap(base, size);
+    if (base != MAP_FAILED) GiveStack(base, size);
   }
 };
 

@@ -4,7 +4,9 @@
 #include <sys/mount.h>
 #include <sys/wait.h>
 
+#include <mutex>
 #include <string>
+#include <utility>
 
 #include "spawn_internal.h"
 
@@ -30,6 +32,42 @@ ssize_t RecvFd(int sock, char* byte, int* fd, int flags) {
   struct cmsghdr* c = n > 0 ? CMSG_FIRSTHDR(&msg) : nullptr;
   if (c != nullptr && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) memcpy(fd, CMSG_DATA(c), sizeof(int));
   return n;
+}
+
+namespace {
+
+// At most this many unused stacks are kept (per size: 64K, 128K, 256K), enough for the bursts of
+// concurrent spawns a host makes; JS threads of Workers spawn too, hence the lock.
+constexpr size_t kPooledStacks = 8;
+std::mutex g_stack_mu;
+std::vector<std::pair<void*, size_t>> g_stacks;
+
+}  // namespace
+
+void* TakeStack(size_t size) {
+  {
+    std::lock_guard<std::mutex> lock(g_stack_mu);
+    for (size_t i = g_stacks.size(); i-- > 0;) {
+      if (g_stacks[i].second != size) continue;
+      void* base = g_stacks[i].first;
+      g_stacks.erase(g_stacks.begin() + static_cast<long>(i));
+      return base;
+    }
+  }
+  return mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+}
+
+void GiveStack(void* base, size_t size) {
+  {
+    std::lock_guard<std::mutex> lock(g_stack_mu);
+    size_t same = 0;
+    for (const auto& s : g_stacks) same += s.second == size;
+    if (same < kPooledStacks) {
+      g_stacks.emplace_back(base, size);
+      return;
+    }
+  }
+  munmap(base, size);
 }
 
 namespace {
@@ -453,7 +491,7 @@ Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
 }
 
 void ReleaseInitStack(LinuxSpawnResult* res) noexcept {
-  if (res->init_stack != nullptr) munmap(res->init_stack, res->init_stack_size);
+  if (res->init_stack != nullptr) spawn_internal::GiveStack(res->init_stack, res->init_stack_size);
   res->init_stack = nullptr;
 }
 
