@@ -16,7 +16,6 @@ import * as os from 'node:os';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { SandboxedProcess } from '../child';
-import { spawnPrepared } from '../index';
 import { SandboxError } from '../errors';
 import { isLikelySandboxDenied } from '../permissions';
 import { fileUriToPath, pathToFileUri } from '../permissions/uri';
@@ -48,7 +47,10 @@ const DENIAL_TAIL = 64 * 1024;
 export interface ExecServerOptions {
   /** Passed to prepareExecRequest for every process/start and sandboxed fs call. */
   runtime?: PrepareRuntime;
-  /** The spawn used for prepared requests (default: the package's spawnPrepared). */
+  /**
+   * The spawn used for prepared requests: the package's spawnPrepared, passed in by lib/index.ts's
+   * createExecServer (so this directory never imports lib/index.ts, which imports it).
+   */
   spawnPrepared?: (p: PreparedExecRequest, o?: { stdio?: Array<'pipe' | 'ignore'> }) => SandboxedProcess;
   /** Per-process output retention for process/read (default 1 MiB / 50,000 chunks). */
   retainBytes?: number;
@@ -133,8 +135,10 @@ export class ExecConnection {
   ) {
     this.retainBytes = options.retainBytes ?? RETAIN_BYTES;
     this.retainChunks = options.retainChunks ?? RETAIN_CHUNKS;
-    // The addon loads only when a process is really started (spawnPrepared loads it lazily).
-    this.spawnFn = options.spawnPrepared ?? ((p, o) => spawnPrepared(p, o));
+    if (typeof options.spawnPrepared !== 'function') {
+      throw new SandboxError('EINVALID_ARGUMENT', 'the exec-server needs options.spawnPrepared (createExecServer from the package root passes it)');
+    }
+    this.spawnFn = options.spawnPrepared;
   }
 
   /** A parse failure of one incoming line/frame (the transport could not even get JSON). */

@@ -14,10 +14,8 @@ import { afterAll, describe, expect, it } from 'vitest';
 
 import { caps } from '../helpers/capabilities';
 import { makeScene } from '../helpers/sandbox';
-import { spawn as spawnChild } from 'node:child_process';
-import WebSocket from 'ws';
 
-import { b64, Client, norm, OUR_CLI, pidsWith, REFERENCE_BIN, referenceSkip, type Server } from './client';
+import { b64, Client, norm, pidsWith, referenceSkip, startWsServer, wsAttempt, type Server, type WsOutcome } from './client';
 
 const FIXTURES = path.join(__dirname, 'fixtures');
 const scene = makeScene('exec-conf');
@@ -412,41 +410,16 @@ describe.skipIf(!caps.linux)('exec-server conformance with codex exec-server 0.1
     const token = path.join(scene.root, 'ws-token');
     fs.writeFileSync(token, 'a-capability-token-0123456789\n', { mode: 0o600 });
     const outcome = async (server: Server) => {
-      const args = ['exec-server', '--listen', 'ws://127.0.0.1:0', '--ws-auth', 'capability-token', '--ws-token-file', token];
-      const home = fs.mkdtempSync('/var/tmp/psb-exec-home-');
-      const child =
-        server === 'ours'
-          ? spawnChild(process.execPath, [OUR_CLI, ...args], { stdio: ['ignore', 'pipe', 'ignore'] })
-          : spawnChild(REFERENCE_BIN, args, { stdio: ['ignore', 'pipe', 'ignore'], env: { ...process.env, CODEX_HOME: home } });
+      const srv = await startWsServer(server, ['--listen', 'ws://127.0.0.1:0', '--ws-auth', 'capability-token', '--ws-token-file', token]);
       try {
-        // Both print the URL they listen on (port 0 resolved) on stdout.
-        let out = '';
-        child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
-        const end = Date.now() + 20_000;
-        while (!/ws:\/\/[^\s]+\n/.test(out) && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
-        const url = /(ws:\/\/[^\s]+)\n/.exec(out)?.[1];
-        if (!url) throw new Error(`${server}: no URL on stdout: ${out}`);
-        const attempt = (headers: Record<string, string>) =>
-          new Promise<unknown>((resolve) => {
-            const ws = new WebSocket(url, { headers });
-            ws.on('unexpected-response', (_q, r) => resolve({ http: r.statusCode }));
-            ws.on('error', (e) => resolve({ error: e.message }));
-            ws.on('open', () => ws.send(JSON.stringify({ id: 1, method: 'initialize', params: { clientName: 'ws' } })));
-            ws.on('message', (d) => {
-              const m = JSON.parse(d.toString()) as { result?: { sessionId?: unknown } };
-              ws.close();
-              resolve({ initialized: typeof m.result?.sessionId });
-            });
-          });
+        const init = (o: WsOutcome) => ('http' in o ? { http: o.http } : o);
         return {
-          none: await attempt({}),
-          wrong: await attempt({ Authorization: 'Bearer not-the-token-0123456789' }),
-          right: await attempt({ Authorization: 'Bearer a-capability-token-0123456789' }),
+          none: init(await wsAttempt(srv.url, {})),
+          wrong: init(await wsAttempt(srv.url, { Authorization: 'Bearer not-the-token-0123456789' })),
+          right: init(await wsAttempt(srv.url, { Authorization: 'Bearer a-capability-token-0123456789' })),
         };
       } finally {
-        child.kill('SIGKILL');
-        await new Promise((r) => (child.exitCode !== null || child.signalCode !== null ? r(null) : child.once('exit', r)));
-        fs.rmSync(home, { recursive: true, force: true });
+        await srv.stop();
       }
     };
     const ref = await outcome('reference');

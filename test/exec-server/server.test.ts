@@ -11,7 +11,8 @@ import { PassThrough } from 'node:stream';
 import { afterAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 
-import { createExecServer, ExecConnection, RETAIN_BYTES, type ExecServer } from '../../lib/exec-server';
+import { createExecServer, spawnPrepared } from '../../lib';
+import { ExecConnection, RETAIN_BYTES, type ExecServer } from '../../lib/exec-server';
 import { caps } from '../helpers/capabilities';
 import { makeScene } from '../helpers/sandbox';
 import { b64, pidsWith, type Message } from './client';
@@ -163,7 +164,7 @@ describe.skipIf(!caps.linux)('exec-server: a slow client', () => {
         return !congested;
       },
       onDrain: (cb) => (drain = cb),
-    });
+    }, { spawnPrepared });
     const req = async (id: number, method: string, params?: unknown) => {
       conn.handleText(JSON.stringify({ id, method, params }));
       return poll(() => sent.find((m) => m.id === id), `#${id}`);
@@ -267,7 +268,7 @@ describe.skipIf(!caps.linux)('exec-server: WebSocket transport', () => {
   }
 
   it('one message per text frame: initialize, start a process, get its output; bad frames do not kill the connection', async () => {
-    const server = await createExecServer({ transport: { kind: 'ws', host: '127.0.0.1', port: 0 }, maxMessageBytes: 4096 });
+    const server = await createExecServer({ transport: { kind: 'ws', host: '127.0.0.1', port: 0, dangerouslyAllowUnauthenticated: true }, maxMessageBytes: 4096 });
     const c = connect(server.address!.port);
     await c.opened;
     expect((await c.request('initialize', { clientName: 'ws' })).result?.sessionId).toBeTypeOf('string');
@@ -288,7 +289,7 @@ describe.skipIf(!caps.linux)('exec-server: WebSocket transport', () => {
   });
 
   it('closing the socket kills every process the connection started (checked from outside)', async () => {
-    const server = await createExecServer({ transport: { kind: 'ws', host: '127.0.0.1', port: 0 } });
+    const server = await createExecServer({ transport: { kind: 'ws', host: '127.0.0.1', port: 0, dangerouslyAllowUnauthenticated: true } });
     const c = connect(server.address!.port);
     await c.opened;
     await c.request('initialize', { clientName: 'ws' });
@@ -316,10 +317,11 @@ describe.skipIf(!caps.linux)('exec-server: WebSocket transport', () => {
   });
 
   it('bad token files are refused at start', async () => {
-    await expect(createExecServer({ transport: { kind: 'ws', host: '127.0.0.1', port: 0, tokenFile: 'relative/token' } })).rejects.toThrow(/absolute/);
-    await expect(createExecServer({ transport: { kind: 'ws', host: '127.0.0.1', port: 0, tokenFile: path.join(scene.root, 'missing') } })).rejects.toThrow(/cannot read/);
+    await expect(createExecServer({ transport: { kind: 'ws', host: '127.0.0.1', port: 0, tokenFile: path.join(scene.root, 'missing') } })).rejects.toThrow(/failed to read websocket auth secret/);
+    await expect(createExecServer({ transport: { kind: 'ws', host: '127.0.0.1', port: 0 } })).rejects.toThrow(/without authentication/);
+    await expect(createExecServer({ transport: { kind: 'ws', host: '0.0.0.0', port: 0, dangerouslyAllowUnauthenticated: true } })).rejects.toThrow(/not loopback/);
     const short = path.join(scene.root, 'short');
-    fs.writeFileSync(short, 'abc');
+    fs.writeFileSync(short, 'abc', { mode: 0o600 });
     await expect(createExecServer({ transport: { kind: 'ws', host: '127.0.0.1', port: 0, tokenFile: short } })).rejects.toThrow(/too short/);
   });
 });
@@ -330,8 +332,9 @@ describe.skipIf(!caps.linux)('exec-server: CLI', () => {
     await expect(execServerMain(['--listen', 'tcp://1.2.3.4:5'])).rejects.toThrow(/--listen must be stdio or ws:\/\/IP:PORT/);
     await expect(execServerMain(['--listen', 'stdio', '--ws-token-file', '/x'])).rejects.toThrow(/applies only/);
     await expect(execServerMain(['--bogus'])).rejects.toThrow(/unknown exec-server option/);
-    await expect(execServerMain(['--listen', 'ws://127.0.0.1:0', '--ws-auth', 'signed-bearer-token'])).rejects.toThrow(/not supported/);
-    await expect(execServerMain(['--listen', 'ws://127.0.0.1:0', '--ws-auth', 'capability-token'])).rejects.toThrow(/needs --ws-token-file/);
+    await expect(execServerMain(['--listen', 'ws://127.0.0.1:0', '--ws-auth', 'signed-bearer-token'])).rejects.toThrow(/--ws-shared-secret-file` is required/);
+    await expect(execServerMain(['--listen', 'ws://127.0.0.1:0', '--ws-auth', 'capability-token'])).rejects.toThrow(/--ws-token-sha256` is required/);
+    await expect(execServerMain(['--listen', 'ws://localhost:0'])).rejects.toThrow(/--listen must be stdio or ws:\/\/IP:PORT/);
   });
   void b64;
 });
