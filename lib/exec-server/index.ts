@@ -10,7 +10,8 @@
  */
 import type { Readable, Writable } from 'node:stream';
 import { SandboxError } from '../errors';
-import { ExecConnection, type ConnectionSink, type ExecServerOptions } from './connection';
+import { ExecConnection } from './connection';
+import type { ConnectionSink, ExecServerOptions } from './types';
 import { wsServer, type WsTransportOptions } from './ws-transport';
 
 export type { WsAuth } from './ws-auth';
@@ -42,6 +43,9 @@ export interface ExecServer {
 export async function createExecServer(options: CreateExecServerOptions): Promise<ExecServer> {
   if (!options || typeof options !== 'object' || !options.transport) {
     throw new SandboxError('EINVALID_ARGUMENT', 'createExecServer needs { transport: { kind: "stdio" } | { kind: "ws", host, port } }');
+  }
+  if (typeof options.spawnPrepared !== 'function') {
+    throw new SandboxError('EINVALID_ARGUMENT', 'createExecServer needs options.spawnPrepared (the package root\'s createExecServer passes it)');
   }
   const max = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
   const t = options.transport;

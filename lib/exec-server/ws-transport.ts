@@ -12,7 +12,9 @@
 import * as http from 'node:http';
 import type { Duplex } from 'node:stream';
 import { SandboxError } from '../errors';
-import { ExecConnection, type ConnectionSink, type ExecServerOptions } from './connection';
+import { ExecConnection } from './connection';
+import { SessionRegistry } from './sessions';
+import type { ConnectionSink, ExecServerOptions, SpawnPreparedFn } from './types';
 import { isLoopbackHost, loadWsAuth, type WsAuth, type WsAuthCheck } from './ws-auth';
 import type { ExecServer } from './index';
 
@@ -67,6 +69,8 @@ export async function wsServer(t: WsTransportOptions, options: ExecServerOptions
   const origins = new Set(t.allowOrigins ?? []);
   const { WebSocketServer } = require('ws') as typeof import('ws');
   const conns = new Set<ExecConnection>();
+  // Sessions outlive their connection (a client may resume one): they belong to the server.
+  const sessions = new SessionRegistry(options as ExecServerOptions & { spawnPrepared: SpawnPreparedFn });
   const wss = new WebSocketServer({
     noServer: true,
     // Frames up to twice the cap are read and refused with an error (the connection survives);
@@ -117,7 +121,7 @@ export async function wsServer(t: WsTransportOptions, options: ExecServerOptions
         }, 10);
       },
     };
-    const conn = new ExecConnection(sink, { ...options, transportName: 'websocket' });
+    const conn = new ExecConnection(sink, { ...options, transportName: 'websocket' }, sessions);
     conns.add(conn);
     socket.on('message', (data, isBinary) => {
       if (isBinary) {
@@ -149,6 +153,7 @@ export async function wsServer(t: WsTransportOptions, options: ExecServerOptions
     close: async () => {
       for (const c of wss.clients) c.terminate();
       await Promise.all([...conns].map((c) => c.close()));
+      await sessions.shutdown();
       await new Promise<void>((r) => wss.close(() => r()));
       await new Promise<void>((r) => server.close(() => r()));
       resolveDone();

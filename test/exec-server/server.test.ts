@@ -288,18 +288,63 @@ describe.skipIf(!caps.linux)('exec-server: WebSocket transport', () => {
     await server.close();
   });
 
-  it('closing the socket kills every process the connection started (checked from outside)', async () => {
-    const server = await createExecServer({ transport: { kind: 'ws', host: '127.0.0.1', port: 0, dangerouslyAllowUnauthenticated: true } });
+  it('a closed socket detaches its session: processes live on, a resume finds them with their output, then they die when the detached session expires (checked from outside)', async () => {
+    const server = await createExecServer({ transport: { kind: 'ws', host: '127.0.0.1', port: 0, dangerouslyAllowUnauthenticated: true }, detachedSessionTtlMs: 1500 });
     const c = connect(server.address!.port);
     await c.opened;
-    await c.request('initialize', { clientName: 'ws' });
+    const sessionId = (await c.request('initialize', { clientName: 'ws' })).result?.sessionId as string;
     c.ws.send('{"method":"initialized"}');
     const marker = `1000.8${process.pid}`;
-    for (let i = 0; i < 3; i++) await c.request('process/start', start(`s${i}`, ['sh', '-c', `sleep ${marker}; true`]));
+    for (let i = 0; i < 3; i++) await c.request('process/start', start(`s${i}`, ['sh', '-c', `echo up-${i}; sleep ${marker}; true`]));
     await poll(() => pidsWith(marker).length >= 6, 'sleepers');
     c.ws.terminate();
-    await poll(() => pidsWith(marker).length === 0, 'no survivors', 20_000);
+    // A resume of an unknown session is refused; another connection cannot take an attached one.
+    const other = connect(server.address!.port);
+    await other.opened;
+    expect((await other.request('initialize', { clientName: 'ws', resumeSessionId: 'nope' })).error).toEqual({ code: -32600, message: 'unknown session id nope' });
+    // The server sees the close a moment later: until then the session is still attached (-32010).
+    let r = connect(server.address!.port);
+    await r.opened;
+    let resumed = await r.request('initialize', { clientName: 'ws', resumeSessionId: sessionId });
+    for (let i = 0; resumed.error?.code === -32010 && i < 100; i++) {
+      r.ws.close();
+      await new Promise((res) => setTimeout(res, 50));
+      r = connect(server.address!.port);
+      await r.opened;
+      resumed = await r.request('initialize', { clientName: 'ws', resumeSessionId: sessionId });
+    }
+    expect(resumed.result?.sessionId).toBe(sessionId);
+    expect(pidsWith(marker).length).toBeGreaterThanOrEqual(6);
+    const dup = connect(server.address!.port);
+    await dup.opened;
+    expect((await dup.request('initialize', { clientName: 'ws', resumeSessionId: sessionId })).error).toEqual({
+      code: -32010,
+      message: `session ${sessionId} is already attached to another connection`,
+    });
+    r.ws.send('{"method":"initialized"}');
+    const read = await r.request('process/read', { processId: 's1', afterSeq: 0 });
+    const text = ((read.result?.chunks as Array<{ chunk: string }>) ?? []).map((ch) => Buffer.from(ch.chunk, 'base64').toString()).join('');
+    expect(text).toBe('up-1\n');
+    r.ws.terminate();
+    await poll(() => pidsWith(marker).length === 0, 'no survivors after the detached lifetime', 20_000);
+    for (const x of [other, dup]) x.ws.close();
     await server.close();
+  });
+
+  it('server.close() kills the processes of every session, attached or detached (checked from outside)', async () => {
+    const server = await createExecServer({ transport: { kind: 'ws', host: '127.0.0.1', port: 0, dangerouslyAllowUnauthenticated: true } });
+    const marker = `1000.9${process.pid}`;
+    for (const detach of [true, false]) {
+      const c = connect(server.address!.port);
+      await c.opened;
+      await c.request('initialize', { clientName: 'ws' });
+      c.ws.send('{"method":"initialized"}');
+      await c.request('process/start', start('s', ['sleep', `${marker}`]));
+      if (detach) c.ws.terminate();
+    }
+    await poll(() => pidsWith(marker).length === 2, 'two sleepers');
+    await server.close();
+    await poll(() => pidsWith(marker).length === 0, 'no survivors', 20_000);
   });
 
   it('capability token: no token or a wrong one is refused with 401 before any connection; the right one works', async () => {
