@@ -91,6 +91,10 @@ function checkKind(v: unknown, kind: Kind): void {
       for (const e of v as unknown[]) checkPathUri(e);
       return;
     case 'sandbox':
+      // The reference reads this one through a JSON value first: a number is "number" there.
+      if (typeof v !== 'object' || v === null || Array.isArray(v)) {
+        throw invalidParams(`invalid type: ${typeof v === 'number' ? 'number' : unexpected(v)}, expected struct WireFileSystemSandboxContext`);
+      }
       decodeSandbox(v);
       return;
   }
@@ -133,7 +137,7 @@ export function decodeVariant(v: unknown, allowed: string[]): string {
   if (typeof v !== 'string') throw invalidParams(`invalid type: ${unexpected(v)}, expected a string`);
   if (!allowed.includes(v)) {
     const list = allowed.map((a) => `\`${a}\``).join(allowed.length === 2 ? ' or ' : ', ');
-    throw invalidParams(`unknown variant \`${v}\`, expected ${allowed.length === 1 ? list : `one of ${list}`}`);
+    throw invalidParams(`unknown variant \`${v}\`, expected ${allowed.length <= 2 ? list : `one of ${list}`}`);
   }
   return v;
 }

@@ -3,6 +3,8 @@
  * readDirectory, remove, copy, canonicalize, walk): params decoded as the reference decodes them,
  * then one operation from fs-ops.ts, inside the request's sandbox when it carries one.
  */
+import * as fs from 'node:fs';
+import * as path from 'node:path';
 import type { FileSystemSandboxContext } from '../prepare';
 import { fileUriToPath } from '../permissions/uri';
 import type { MethodContext } from './connection';
@@ -131,5 +133,30 @@ export async function fsCall(ctx: MethodContext, method: string, params: unknown
   } else {
     (op as { path: string }).path = paths[0]!;
   }
-  return runFs(op, sandbox, fsRunner(ctx));
+  const result = await runFs(op, sandbox, fsRunner(ctx));
+  return sandbox === null ? result : withoutSandboxArtifacts(op, result);
+}
+
+/**
+ * A sandbox mounts placeholders over protected names that do not exist (`.git`, `.codex`, ...),
+ * so a listing made inside it shows them; they are not files of the host and are left out.
+ */
+function withoutSandboxArtifacts(op: FsOp, result: unknown): unknown {
+  const onHost = (p: string) => {
+    try {
+      fs.lstatSync(p);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  if (op.op === 'walk') {
+    const w = result as { entries: Array<{ path: string }> };
+    return { ...w, entries: w.entries.filter((e) => onHost(fileUriToPath(e.path))) };
+  }
+  if (op.op === 'readDirectory') {
+    const r = result as { entries: Array<{ fileName: string }> };
+    return { entries: r.entries.filter((e) => onHost(path.join(op.path, e.fileName))) };
+  }
+  return result;
 }

@@ -323,6 +323,8 @@ export async function runFs(req: FsOp, sandbox: FileSystemSandboxContext | null,
   });
   child.stdin!.end(JSON.stringify(req));
   const exit = await new Promise<[number | null, string | null]>((resolve) => child.once('close', (c, s) => resolve([c, s])));
+  // The run's cleanup (placeholders it mounted, its cgroup) is done once `exited` settles.
+  await child.exited.catch(() => {});
   if (tooBig) throw new RpcError(-32603, `file system result exceeds ${runner.maxOutputBytes} bytes`);
   const text = Buffer.concat(chunks).toString('utf8').trim();
   let out: FsOutcome;

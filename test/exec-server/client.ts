@@ -38,7 +38,8 @@ export class Client {
   private readonly waiters: Array<() => void> = [];
   private nextId = 1;
   private buf = '';
-  private readonly home: string;
+  /** The server's CODEX_HOME (and HOME fallback), fresh per client. */
+  readonly home: string;
   stderr = '';
 
   constructor(
