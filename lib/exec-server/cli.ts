@@ -28,6 +28,10 @@ export const EXEC_SERVER_USAGE = `Usage:
     --ws-dangerously-allow-unauthenticated
                                    listen on loopback without auth: every local user can then
                                    run commands as this one (never allowed off loopback)
+  http/request (made by the server through its managed proxy; by default every host is denied):
+    --http-allow-domain <pattern>  allow this domain (repeatable; *.example.com, **.example.com)
+    --http-deny-domain <pattern>   deny this domain even when allowed (repeatable)
+    --http-allow-local             let allowed names reach loopback and private addresses
 `;
 
 const AUTH_FLAGS: Record<string, keyof WsAuthFlags> = {
@@ -53,6 +57,9 @@ export async function execServerMain(argv: string[]): Promise<number> {
   const flags: WsAuthFlags = {};
   const origins: string[] = [];
   let unauthenticated = false;
+  const httpAllow: string[] = [];
+  const httpDeny: string[] = [];
+  let httpAllowLocal = false;
   let wsOnly: string | undefined;
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
@@ -75,7 +82,10 @@ export async function execServerMain(argv: string[]): Promise<number> {
     } else if (a === '--ws-dangerously-allow-unauthenticated') {
       unauthenticated = true;
       wsOnly ??= a;
-    } else if (a === '--help' || a === '-h') {
+    } else if (a === '--http-allow-domain') httpAllow.push(value());
+    else if (a === '--http-deny-domain') httpDeny.push(value());
+    else if (a === '--http-allow-local') httpAllowLocal = true;
+    else if (a === '--help' || a === '-h') {
       process.stdout.write(EXEC_SERVER_USAGE);
       return 0;
     } else throw new SandboxError('EINVALID_ARGUMENT', `unknown exec-server option: ${a}\n${EXEC_SERVER_USAGE}`);
@@ -96,7 +106,10 @@ export async function execServerMain(argv: string[]): Promise<number> {
       ...(unauthenticated ? { dangerouslyAllowUnauthenticated: true } : {}),
     };
   }
-  const server = await createExecServer({ transport });
+  const server = await createExecServer({
+    transport,
+    ...(httpAllow.length || httpDeny.length || httpAllowLocal ? { httpPolicy: { allow: httpAllow, deny: httpDeny, allowLocal: httpAllowLocal } } : {}),
+  });
   if (server.address) {
     const h = server.address.host.includes(':') ? `[${server.address.host}]` : server.address.host;
     process.stdout.write(`ws://${h}:${server.address.port}\n`);

@@ -136,7 +136,7 @@ export class HttpRequests {
   }
 
   private async run(r: Req, signal: AbortSignal): Promise<unknown> {
-    const timer = r.timeoutMs !== null ? setTimeout(() => (signal as AbortSignal & { timedOut?: boolean }) && this.inFlight.get(r.requestId)?.abort(new Error('timeout')), r.timeoutMs) : undefined;
+    const timer = r.timeoutMs !== null ? setTimeout(() => this.inFlight.get(r.requestId)?.abort(new Error('timeout')), r.timeoutMs) : undefined;
     try {
       let url = r.url;
       let method = r.method;
@@ -167,7 +167,8 @@ export class HttpRequests {
   /** One hop through the proxy: absolute-form for http, CONNECT then TLS for https. */
   private async once(r: Req, url: URL, method: string, body: Buffer | null, signal: AbortSignal): Promise<http.IncomingMessage> {
     const { at } = await this.attachment();
-    const headers = r.headers.flat();
+    // Given as a list (repeats kept), Node adds no Host of its own: the URL's, unless one was given.
+    const headers = r.headers.some(([n]) => /^host$/i.test(n)) ? r.headers.flat() : ['host', url.host, ...r.headers.flat()];
     const port = Number(url.port || (url.protocol === 'https:' ? 443 : 80));
     const track = (s: net.Socket) => {
       const p = s.localPort;
@@ -178,7 +179,7 @@ export class HttpRequests {
     };
     let req: http.ClientRequest;
     if (url.protocol === 'http:') {
-      req = http.request({ host: at.host, port: at.port, method, path: url.href, headers, signal, agent: false, setHost: !r.headers.some(([n]) => /^host$/i.test(n)) });
+      req = http.request({ host: at.host, port: at.port, method, path: url.href, headers, signal, agent: false });
       req.once('socket', (s) => (s.connecting ? s.once('connect', () => track(s)) : track(s)));
     } else {
       const tunnel = await new Promise<net.Socket>((resolve, reject) => {

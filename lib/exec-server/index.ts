@@ -10,6 +10,7 @@
  */
 import type { Readable, Writable } from 'node:stream';
 import { SandboxError } from '../errors';
+import { ManagedProxy } from '../network';
 import { ExecConnection } from './connection';
 import type { ConnectionSink, ExecServerOptions } from './types';
 import { wsServer, type WsTransportOptions } from './ws-transport';
@@ -46,6 +47,14 @@ export async function createExecServer(options: CreateExecServerOptions): Promis
   }
   if (typeof options.spawnPrepared !== 'function') {
     throw new SandboxError('EINVALID_ARGUMENT', 'createExecServer needs options.spawnPrepared (the package root\'s createExecServer passes it)');
+  }
+  if (options.httpPolicy !== undefined) {
+    // A bad pattern is refused now, not at the first http/request.
+    try {
+      ManagedProxy.compilePolicy(options.httpPolicy);
+    } catch (e) {
+      throw new SandboxError('EINVALID_ARGUMENT', `httpPolicy: ${(e as Error).message}`);
+    }
   }
   const max = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
   const t = options.transport;
