@@ -120,13 +120,17 @@ export class ExecConnection {
       // transfer) runs beside the queue.
       if (hasId) {
         const id = m.id as string | number;
+        const answer = (result: unknown, err?: unknown) => {
+          const e = this.reply(id, result, err);
+          this.ctx.options.observe?.({ method, ...(e ? { error: e } : {}) });
+        };
         this.queue = this.queue.then(() =>
           this.dispatch(method, m.params).then(
             (result) => {
-              if (result instanceof Deferred) result.promise.then((r) => this.reply(id, r), (e) => this.reply(id, undefined, e));
-              else this.reply(id, result);
+              if (result instanceof Deferred) result.promise.then((r) => answer(r), (e) => answer(undefined, e));
+              else answer(result);
             },
-            (err) => this.reply(id, undefined, err),
+            (err) => answer(undefined, err),
           ),
         );
       } else {
@@ -163,16 +167,17 @@ export class ExecConnection {
 
   // ---- plumbing ----
 
-  private reply(id: string | number, result: unknown, err?: unknown): void {
-    if (this.closedConn) return;
+  /** Sends the answer; returns the error sent, if any. */
+  private reply(id: string | number, result: unknown, err?: unknown): { code: number; message: string } | undefined {
     if (err === undefined) {
       this.emit({ id, result });
-      return;
+      return undefined;
     }
     let e: { code: number; message: string; data?: unknown };
     if (err instanceof RpcError) e = err.data === undefined ? { code: err.code, message: err.message } : { code: err.code, message: err.message, data: err.data };
     else e = toJsonRpcError(err);
     this.emit({ error: e, id });
+    return e;
   }
 
   private emit(message: object): boolean {

@@ -27,6 +27,8 @@ export interface ExecServerOptions {
    * through (lib/network). Default `{ allow: [] }`: every destination is denied.
    */
   httpPolicy?: ProxyPolicyConfig;
+  /** Called after every request is answered (diagnostics, tests): its method and, if it failed, the error. */
+  observe?: (event: { method: string; error?: { code: number; message: string } }) => void;
   /** Transport name used in parse-error texts ("stdio", "websocket"). */
   transportName?: string;
   /** Executor version reported in environment/info (default: this package's version). */
