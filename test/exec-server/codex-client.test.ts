@@ -20,7 +20,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { createExecServer } from '../../lib';
 import { caps } from '../helpers/capabilities';
 import { makeScene } from '../helpers/sandbox';
-import { REFERENCE_BIN, referenceSkip } from './client';
+import { OUR_CLI, REFERENCE_BIN, referenceSkip } from './client';
 
 const scene = makeScene('exec-codex');
 afterAll(() => scene.cleanup());
@@ -62,9 +62,9 @@ function standInModel(command: string) {
 describe.skipIf(!caps.linux || !caps.userns || referenceSkip !== undefined)(
   `the Codex CLI runs its tool call through our exec-server${referenceSkip ? ` (skipped: ${referenceSkip})` : caps.userns ? '' : ' (skipped: no unprivileged user namespaces)'}`,
   () => {
-    it('a write inside the workspace lands, one outside is refused; every call Codex makes on our server succeeds', async () => {
-      const inside = path.join(scene.ws, 'inside.txt');
-      const outside = path.join(scene.out, 'outside.txt');
+    async function runCodex(transport: 'ws' | 'stdio') {
+      const inside = path.join(scene.ws, `inside-${transport}.txt`);
+      const outside = path.join(scene.out, `outside-${transport}.txt`);
       // The outside directory is writable by this user: a refusal there is the sandbox's.
       fs.writeFileSync(path.join(scene.out, 'control.txt'), 'x');
       expect(fs.existsSync(path.join(scene.out, 'control.txt'))).toBe(true);
@@ -78,6 +78,7 @@ describe.skipIf(!caps.linux || !caps.userns || referenceSkip !== undefined)(
         observe: (e) => calls.push(e),
       });
       const home = fs.mkdtempSync('/var/tmp/psb-codex-home-');
+      const stdioMarker = path.join(home, 'our-stdio-server-started');
       fs.writeFileSync(
         path.join(home, 'config.toml'),
         [
@@ -93,6 +94,21 @@ describe.skipIf(!caps.linux || !caps.userns || referenceSkip !== undefined)(
           '',
         ].join('\n'),
       );
+      if (transport === 'stdio') {
+        // The recipe without a listener: Codex starts our server itself and talks over its stdio.
+        fs.writeFileSync(
+          path.join(home, 'environments.toml'),
+          [
+            'default = "sandboxed"',
+            '[[environments]]',
+            'id = "sandboxed"',
+            'program = "/bin/sh"',
+            // The marker shows Codex really started our server (not its own executor).
+            `args = ${JSON.stringify(['-c', `: > ${stdioMarker}; exec ${process.execPath} ${OUR_CLI} exec-server --listen stdio`])}`,
+            '',
+          ].join('\n'),
+        );
+      }
       try {
         const child = spawn(REFERENCE_BIN, ['exec', '--skip-git-repo-check', '--sandbox', 'workspace-write', '-C', scene.ws, 'write the two files'], {
           cwd: scene.ws,
@@ -102,7 +118,7 @@ describe.skipIf(!caps.linux || !caps.userns || referenceSkip !== undefined)(
             HOME: home,
             CODEX_HOME: home,
             STANDIN_KEY: 'stand-in-key',
-            CODEX_EXEC_SERVER_URL: `ws://127.0.0.1:${server.address!.port}`,
+            ...(transport === 'ws' ? { CODEX_EXEC_SERVER_URL: `ws://127.0.0.1:${server.address!.port}` } : {}),
           },
         });
         let out = '';
@@ -122,6 +138,10 @@ describe.skipIf(!caps.linux || !caps.userns || referenceSkip !== undefined)(
         expect(JSON.stringify(output)).toMatch(/out=[1-9]/);
         expect(fs.readFileSync(inside, 'utf8')).toBe('in');
         expect(fs.existsSync(outside)).toBe(false);
+        if (transport === 'stdio') {
+          expect(fs.existsSync(stdioMarker)).toBe(true);
+          return;
+        }
         // The command really went through our server, sandboxed; nothing Codex asked failed.
         const methods = calls.map((c) => c.method);
         expect(methods).toContain('process/start');
@@ -138,6 +158,9 @@ describe.skipIf(!caps.linux || !caps.userns || referenceSkip !== undefined)(
         await new Promise((r) => model.server.close(r));
         fs.rmSync(home, { recursive: true, force: true });
       }
-    });
+    }
+
+    it('CODEX_EXEC_SERVER_URL (ws): a write inside the workspace lands, one outside is refused; every call Codex makes on our server succeeds', () => runCodex('ws'));
+    it('environments.toml program (stdio, no listener): the same tool call, the same outcome', () => runCodex('stdio'));
   },
 );
