@@ -21,13 +21,12 @@ import { nativePath } from './fs-methods';
 
 type KeyPath = string[];
 
-function decodePaths(v: unknown, field: string): KeyPath[] {
+function decodePaths(v: unknown): KeyPath[] {
   if (!Array.isArray(v)) throw invalidParams(`invalid type: ${v === null ? 'null' : typeof v === 'string' ? `string ${JSON.stringify(v)}` : 'map'}, expected a sequence`);
   return v.map((p) => {
     if (!Array.isArray(p)) throw invalidParams(`invalid type: ${typeof p === 'string' ? `string ${JSON.stringify(p)}` : 'map'}, expected a sequence`);
     for (const s of p) if (typeof s !== 'string') throw invalidParams('invalid type: map, expected a string');
     if (p.length === 0) throw invalidParams('TOML paths must contain at least one key segment');
-    void field;
     return p as string[];
   });
 }
@@ -160,8 +159,8 @@ export async function environmentConfigRead(ctx: MethodContext, params: unknown)
     { name: 'configPaths', kind: 'any', required: true },
     { name: 'requirementsPaths', kind: 'any', required: true },
   ]);
-  const configPaths = decodePaths(p.configPaths, 'configPaths');
-  const requirementsPaths = decodePaths(p.requirementsPaths, 'requirementsPaths');
+  const configPaths = decodePaths(p.configPaths);
+  const requirementsPaths = decodePaths(p.requirementsPaths);
   ctx.gate('environment config');
   if (configPaths.length === 0 && requirementsPaths.length === 0) throw invalidParams('at least one config or requirements path is required');
   nativePath(p.cwd as string);

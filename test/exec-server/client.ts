@@ -242,3 +242,29 @@ export function wsAttempt(url: string, headers: Record<string, string>, startPar
     });
   });
 }
+
+/**
+ * Codex's workspace-write `sandbox` context: read everything, write the project roots (`root`),
+ * plus any extra permission entries (a `deny`, say).
+ */
+export function workspaceWrite(root: string, extraEntries: object[] = []) {
+  const uri = (p: string) => 'file://' + p;
+  return {
+    permissions: {
+      type: 'managed',
+      file_system: {
+        type: 'restricted',
+        entries: [
+          { path: { type: 'special', value: { kind: 'root' } }, access: 'read' },
+          { path: { type: 'special', value: { kind: 'project_roots' } }, access: 'write' },
+          ...extraEntries,
+        ],
+      },
+      network: 'restricted',
+    },
+    cwd: uri(root),
+    workspaceRoots: [uri(root)],
+    windowsSandboxLevel: 'disabled',
+    useLegacyLandlock: false,
+  };
+}

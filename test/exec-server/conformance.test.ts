@@ -16,7 +16,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { caps } from '../helpers/capabilities';
 import { makeScene } from '../helpers/sandbox';
 
-import { b64, Client, norm, pidsWith, referenceSkip, startWsServer, wsAttempt, type Server, type WsOutcome } from './client';
+import { b64, Client, norm, pidsWith, referenceSkip, startWsServer, workspaceWrite, wsAttempt, type Server, type WsOutcome } from './client';
 
 const FIXTURES = path.join(__dirname, 'fixtures');
 const scene = makeScene('exec-conf');
@@ -29,27 +29,6 @@ const SH_ENV = { PATH: '/usr/bin:/bin' };
 
 function start(processId: string, argv: string[], extra: Record<string, unknown> = {}) {
   return { processId, argv, cwd: uri(WS), env: SH_ENV, tty: false, pipeStdin: false, ...extra };
-}
-
-/** Codex's workspace-write shape: read everything, write the project roots. */
-function workspaceWrite(root: string) {
-  return {
-    permissions: {
-      type: 'managed',
-      file_system: {
-        type: 'restricted',
-        entries: [
-          { path: { type: 'special', value: { kind: 'root' } }, access: 'read' },
-          { path: { type: 'special', value: { kind: 'project_roots' } }, access: 'write' },
-        ],
-      },
-      network: 'restricted',
-    },
-    cwd: uri(root),
-    workspaceRoots: [uri(root)],
-    windowsSandboxLevel: 'disabled',
-    useLegacyLandlock: false,
-  };
 }
 
 type Session = (c: Client, server: Server, dir: string) => Promise<unknown>;

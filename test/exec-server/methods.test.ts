@@ -15,7 +15,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { createExecServer, type CreateExecServerOptions, type ExecServer } from '../../lib';
 import { caps } from '../helpers/capabilities';
 import { makeScene } from '../helpers/sandbox';
-import type { Message } from './client';
+import { workspaceWrite, type Message } from './client';
 
 const scene = makeScene('exec-methods');
 afterAll(() => scene.cleanup());
@@ -66,26 +66,7 @@ async function peer(options: Omit<CreateExecServerOptions, 'transport'> = {}) {
 }
 
 /** Read everything, write the workspace, and nothing at all under `denied`. */
-function denyingSandbox(root: string, denied: string) {
-  return {
-    permissions: {
-      type: 'managed',
-      file_system: {
-        type: 'restricted',
-        entries: [
-          { path: { type: 'special', value: { kind: 'root' } }, access: 'read' },
-          { path: { type: 'special', value: { kind: 'project_roots' } }, access: 'write' },
-          { path: { type: 'path', path: uri(denied) }, access: 'deny' },
-        ],
-      },
-      network: 'restricted',
-    },
-    cwd: uri(root),
-    workspaceRoots: [uri(root)],
-    windowsSandboxLevel: 'disabled',
-    useLegacyLandlock: false,
-  };
-}
+const denyingSandbox = (root: string, denied: string) => workspaceWrite(root, [{ path: { type: 'path', path: uri(denied) }, access: 'deny' }]);
 
 describe.skipIf(!caps.linux)('exec-server: bounded memory and handles', () => {
   it('a 700 MiB fs/readFile is refused (the server does not load it); fs/open + fs/readBlock stream it', async () => {
