@@ -19,6 +19,7 @@ import { isLikelySandboxDenied, resolvePolicy, withoutSecretEnv } from './permis
 import type { SandboxPolicy } from './policy-types';
 import type { ResolvedRules } from './rules';
 import type { PreparedExecRequest } from './prepare';
+import { createExecServer as createExecServerWith, type CreateExecServerOptions, type ExecServer } from './exec-server';
 import { interceptionEnv, wireInterception } from './network/interception-spawn';
 import { createDarwinBackend } from './platform/darwin';
 import { createLinuxBackend } from './platform/linux';
@@ -41,7 +42,7 @@ export {
   type CredentialRule,
 } from './network';
 export { prepareExecRequest, type ExecParams, type PrepareRuntime, type PreparedExecRequest } from './prepare';
-export { createExecServer, type CreateExecServerOptions, type ExecServer, type ExecServerTransport } from './exec-server';
+export type { CreateExecServerOptions, ExecServer, ExecServerTransport, WsAuth } from './exec-server';
 
 export interface SpawnOptions {
   cwd?: string;
@@ -565,4 +566,12 @@ export function probe(): ProbeReport {
     return { platform: process.platform, arch: process.arch, addonLoaded: false, addonError: error?.message, defaultMode: null, features: {} };
   }
   return backend().probe();
+}
+
+/**
+ * A Codex-compatible exec-server (lib/exec-server) whose processes start through spawnPrepared.
+ * The spawn is passed in, so lib/exec-server never imports this file.
+ */
+export function createExecServer(options: CreateExecServerOptions): Promise<ExecServer> {
+  return createExecServerWith({ spawnPrepared, ...options });
 }

@@ -1,63 +1,115 @@
 /**
- * `process-sandbox exec-server --listen stdio | ws://IP:PORT [--ws-token-file PATH]`: a
- * Codex-compatible exec-server. stdio: one JSON message per line on stdin/stdout (diagnostics go to
- * stderr); the server exits when stdin ends, after killing every process it started.
+ * `process-sandbox exec-server --listen stdio | ws://IP:PORT [auth flags]`: a Codex-compatible
+ * exec-server. stdio: one JSON message per line on stdin/stdout (diagnostics go to stderr); the
+ * server exits when stdin ends, after killing every process it started. The WebSocket auth flags
+ * are Codex 0.171's (ws-auth.ts); a ws listener without them refuses to start.
  */
 import { SandboxError } from '../errors';
-import { createExecServer, type ExecServerTransport } from './index';
+import { createExecServer } from '../index';
+import type { ExecServerTransport } from './index';
+import { wsAuthFromFlags, type WsAuthFlags } from './ws-auth';
 
 export const EXEC_SERVER_USAGE = `Usage:
-  process-sandbox exec-server --listen stdio|ws://IP:PORT [--ws-auth capability-token] [--ws-token-file <absolute path>]
+  process-sandbox exec-server --listen stdio|ws://IP:PORT [WebSocket auth options]
     --listen stdio         JSON-RPC (Codex dialect) over stdin/stdout, one message per line
     --listen ws://IP:PORT  WebSocket, one message per text frame (port 0: any free port); the
-                           URL actually listened on is printed on stdout, as the reference does
-    --ws-token-file <p>    WebSocket clients must send "Authorization: Bearer <token in file>"
-    --ws-auth capability-token   accepted for compatibility (implied by --ws-token-file)
+                           URL actually listened on is printed on stdout, as Codex does
+  WebSocket auth (the same flags as codex exec-server; one mode is required):
+    --ws-auth capability-token     clients send "Authorization: Bearer <token>"
+      --ws-token-file <path>       the token (file mode 600, at least 16 characters), or
+      --ws-token-sha256 <hex>      the token's SHA-256 digest
+    --ws-auth signed-bearer-token  clients send "Authorization: Bearer <HS256 JWT with exp>"
+      --ws-shared-secret-file <path>   the HMAC secret (file mode 600, at least 32 bytes)
+      --ws-issuer <iss>            required iss claim
+      --ws-audience <aud>          required aud claim
+      --ws-max-clock-skew-seconds <n>  allowed skew on exp/nbf (default 30)
+    --ws-allow-origin <origin>     allow browser clients from this Origin (repeatable; by
+                                   default any request with an Origin header gets 403)
+    --ws-dangerously-allow-unauthenticated
+                                   listen on loopback without auth: every local user can then
+                                   run commands as this one (never allowed off loopback)
+  http/request (made by the server through its managed proxy; by default every host is denied):
+    --http-allow-domain <pattern>  allow this domain (repeatable; *.example.com, **.example.com)
+    --http-deny-domain <pattern>   deny this domain even when allowed (repeatable)
+    --http-allow-local             let allowed names reach loopback and private addresses
 `;
 
-function parseListen(v: string, tokenFile: string | undefined): ExecServerTransport {
-  if (v === 'stdio' || v === 'stdio://') {
-    if (tokenFile !== undefined) throw new SandboxError('EINVALID_ARGUMENT', '--ws-token-file applies only to --listen ws://IP:PORT');
-    return { kind: 'stdio' };
-  }
-  const m = /^ws:\/\/(\[[0-9a-fA-F:]+\]|[0-9.]+|localhost):(\d{1,5})\/?$/.exec(v);
+const AUTH_FLAGS: Record<string, keyof WsAuthFlags> = {
+  '--ws-auth': 'wsAuth',
+  '--ws-token-file': 'wsTokenFile',
+  '--ws-token-sha256': 'wsTokenSha256',
+  '--ws-shared-secret-file': 'wsSharedSecretFile',
+  '--ws-issuer': 'wsIssuer',
+  '--ws-audience': 'wsAudience',
+  '--ws-max-clock-skew-seconds': 'wsMaxClockSkewSeconds',
+};
+
+function parseListen(v: string): { kind: 'stdio' } | { kind: 'ws'; host: string; port: number } {
+  if (v === 'stdio' || v === 'stdio://') return { kind: 'stdio' };
+  // An IP literal only, as Codex: a host name could resolve to something other than loopback.
+  const m = /^ws:\/\/(\[[0-9a-fA-F:]+\]|[0-9.]+):(\d{1,5})$/.exec(v);
   if (!m || Number(m[2]) > 65535) throw new SandboxError('EINVALID_ARGUMENT', `--listen must be stdio or ws://IP:PORT, got ${v}`);
-  const host = m[1]!.replace(/^\[|\]$/g, '');
-  return { kind: 'ws', host, port: Number(m[2]), ...(tokenFile !== undefined ? { tokenFile } : {}) };
+  return { kind: 'ws', host: m[1]!.replace(/^\[|\]$/g, ''), port: Number(m[2]) };
 }
 
 export async function execServerMain(argv: string[]): Promise<number> {
   let listen = 'stdio';
-  let tokenFile: string | undefined;
-  let auth: string | undefined;
+  const flags: WsAuthFlags = {};
+  const origins: string[] = [];
+  let unauthenticated = false;
+  const httpAllow: string[] = [];
+  const httpDeny: string[] = [];
+  let httpAllowLocal = false;
+  let wsOnly: string | undefined;
   for (let i = 0; i < argv.length; i++) {
-    const a = argv[i]!;
+    const arg = argv[i]!;
+    const eq = arg.startsWith('--') ? arg.indexOf('=') : -1;
+    const a = eq > 0 ? arg.slice(0, eq) : arg;
     const value = () => {
-      const v = argv[++i];
+      const v = eq > 0 ? arg.slice(eq + 1) : argv[++i];
       if (v === undefined) throw new SandboxError('EINVALID_ARGUMENT', `${a} needs a value`);
       return v;
     };
     if (a === '--listen') listen = value();
-    else if (a.startsWith('--listen=')) listen = a.slice(9);
-    else if (a === '--ws-token-file') tokenFile = value();
-    else if (a === '--ws-auth') auth = value();
+    else if (a in AUTH_FLAGS) {
+      const k = AUTH_FLAGS[a]!;
+      if (flags[k] !== undefined) throw new SandboxError('EINVALID_ARGUMENT', `${a} may be given only once`);
+      flags[k] = value();
+      wsOnly ??= a;
+    } else if (a === '--ws-allow-origin') {
+      origins.push(value());
+      wsOnly ??= a;
+    } else if (a === '--ws-dangerously-allow-unauthenticated') {
+      unauthenticated = true;
+      wsOnly ??= a;
+    } else if (a === '--http-allow-domain') httpAllow.push(value());
+    else if (a === '--http-deny-domain') httpDeny.push(value());
+    else if (a === '--http-allow-local') httpAllowLocal = true;
     else if (a === '--help' || a === '-h') {
       process.stdout.write(EXEC_SERVER_USAGE);
       return 0;
     } else throw new SandboxError('EINVALID_ARGUMENT', `unknown exec-server option: ${a}\n${EXEC_SERVER_USAGE}`);
   }
-  if (auth !== undefined && auth !== 'capability-token') {
-    throw new SandboxError('EINVALID_ARGUMENT', `--ws-auth ${auth} is not supported (only capability-token)`);
+  const where = parseListen(listen);
+  if (where.kind === 'stdio' && wsOnly !== undefined) throw new SandboxError('EINVALID_ARGUMENT', `${wsOnly} applies only to --listen ws://IP:PORT`);
+  const auth = wsAuthFromFlags(flags);
+  let transport: ExecServerTransport;
+  if (where.kind === 'stdio') transport = where;
+  else {
+    if (auth !== undefined && unauthenticated) {
+      throw new SandboxError('EINVALID_ARGUMENT', '--ws-dangerously-allow-unauthenticated cannot be combined with --ws-auth');
+    }
+    transport = {
+      ...where,
+      ...(auth !== undefined ? { auth } : {}),
+      ...(origins.length ? { allowOrigins: origins } : {}),
+      ...(unauthenticated ? { dangerouslyAllowUnauthenticated: true } : {}),
+    };
   }
-  if (auth === 'capability-token' && tokenFile === undefined) {
-    throw new SandboxError('EINVALID_ARGUMENT', '--ws-auth capability-token needs --ws-token-file');
-  }
-  const transport = parseListen(listen, tokenFile);
-  if (transport.kind === 'ws' && transport.tokenFile === undefined && !/^(127\.|::1$|localhost$)/.test(transport.host)) {
-    // Anyone who can reach the port can run commands as this user: say so loudly.
-    process.stderr.write(`warning: exec-server on ${transport.host} without --ws-token-file accepts every client that can reach it\n`);
-  }
-  const server = await createExecServer({ transport });
+  const server = await createExecServer({
+    transport,
+    ...(httpAllow.length || httpDeny.length || httpAllowLocal ? { httpPolicy: { allow: httpAllow, deny: httpDeny, allowLocal: httpAllowLocal } } : {}),
+  });
   if (server.address) {
     const h = server.address.host.includes(':') ? `[${server.address.host}]` : server.address.host;
     process.stdout.write(`ws://${h}:${server.address.port}\n`);

@@ -5,6 +5,7 @@
  * ignored, as serde does by default. Only shapes are checked here; meaning (paths, policies) is
  * checked by prepareExecRequest and the fs layer.
  */
+import type { FileSystemSandboxContext } from '../prepare';
 import { INVALID_PARAMS } from '../prepare/rpc';
 
 export class RpcError extends Error {
@@ -34,7 +35,11 @@ export function unexpected(v: unknown): string {
   return 'map';
 }
 
-type Kind = 'string' | 'bool' | 'seq<string>' | 'map<string>' | 'u64' | 'object' | 'any';
+/**
+ * `uri` is a PathUri and `sandbox` a FileSystemSandboxContext: both are checked where they stand
+ * in the input, as serde does, so a bad cwd URI is reported before a field missing after it.
+ */
+type Kind = 'string' | 'bool' | 'seq<string>' | 'map<string>' | 'u64' | 'object' | 'any' | 'uri' | 'seq<uri>' | 'sandbox';
 
 const EXPECTED: Record<Kind, string> = {
   string: 'a string',
@@ -44,6 +49,9 @@ const EXPECTED: Record<Kind, string> = {
   u64: 'u64',
   object: 'a map',
   any: 'any value',
+  uri: 'a string',
+  'seq<uri>': 'a sequence',
+  sandbox: 'struct FileSystemSandboxContext',
 };
 
 function checkKind(v: unknown, kind: Kind): void {
@@ -74,6 +82,20 @@ function checkKind(v: unknown, kind: Kind): void {
       if (typeof v !== 'object' || v === null || Array.isArray(v)) fail();
       return;
     case 'any':
+      return;
+    case 'uri':
+      checkPathUri(v);
+      return;
+    case 'seq<uri>':
+      if (!Array.isArray(v)) fail();
+      for (const e of v as unknown[]) checkPathUri(e);
+      return;
+    case 'sandbox':
+      // The reference reads this one through a JSON value first: a number is "number" there.
+      if (typeof v !== 'object' || v === null || Array.isArray(v)) {
+        throw invalidParams(`invalid type: ${typeof v === 'number' ? 'number' : unexpected(v)}, expected struct WireFileSystemSandboxContext`);
+      }
+      decodeSandbox(v);
       return;
   }
 }
@@ -115,7 +137,7 @@ export function decodeVariant(v: unknown, allowed: string[]): string {
   if (typeof v !== 'string') throw invalidParams(`invalid type: ${unexpected(v)}, expected a string`);
   if (!allowed.includes(v)) {
     const list = allowed.map((a) => `\`${a}\``).join(allowed.length === 2 ? ' or ' : ', ');
-    throw invalidParams(`unknown variant \`${v}\`, expected ${allowed.length === 1 ? list : `one of ${list}`}`);
+    throw invalidParams(`unknown variant \`${v}\`, expected ${allowed.length <= 2 ? list : `one of ${list}`}`);
   }
   return v;
 }
@@ -174,4 +196,19 @@ export function foreignHostMessage(uri: string, platform: NodeJS.Platform): stri
   if (u.hostname === '' || u.hostname.toLowerCase() === 'localhost') return null;
   if (platform === 'win32') return null; // UNC: valid on a Windows executor
   return `'${uri}' is invalid on '${platform}'`;
+}
+
+/** The `sandbox` object of a request (FileSystemSandboxContext), shape only. */
+export function decodeSandbox(s: unknown): FileSystemSandboxContext {
+  const d = decodeStruct(s, 'FileSystemSandboxContext', [
+    { name: 'permissions', kind: 'object', required: true },
+    { name: 'cwd', kind: 'uri' },
+    { name: 'workspaceRoots', kind: 'seq<uri>' },
+    { name: 'userHomeDir', kind: 'string' },
+    { name: 'windowsSandboxLevel', kind: 'string', required: true },
+    { name: 'windowsSandboxProxySettingsMode', kind: 'string' },
+    { name: 'useLegacyLandlock', kind: 'bool' },
+  ]);
+  decodeVariant(d.windowsSandboxLevel, ['disabled', 'restricted-token', 'elevated', 'mxc']);
+  return d as unknown as FileSystemSandboxContext;
 }

@@ -16,16 +16,23 @@ import { pathToFileUri } from '../permissions/uri';
 import type { SandboxedProcess } from '../child';
 import type { PreparedExecRequest } from '../prepare';
 import { INVALID_REQUEST, NOT_FOUND, RpcError } from './decode';
+import type { SpawnPreparedFn } from './types';
+
+/** fs/readFile answers in one message: beyond this size it is refused (fs/open + fs/readBlock stream it). */
+export const MAX_READ_FILE_BYTES = 16 * 1024 * 1024;
+/** The reference's fs/walk caps. */
+export const WALK_MAX = { depth: 64, directories: 10_000, entries: 50_000 };
 
 export type FsOp =
-  | { op: 'readFile'; path: string }
+  | { op: 'readFile'; path: string; limit?: number }
   | { op: 'writeFile'; path: string; data: string /* base64 */ }
   | { op: 'createDirectory'; path: string; recursive: boolean }
   | { op: 'getMetadata'; path: string }
   | { op: 'readDirectory'; path: string }
   | { op: 'remove'; path: string; recursive: boolean; force: boolean }
   | { op: 'copy'; source: string; destination: string; recursive: boolean }
-  | { op: 'canonicalize'; path: string };
+  | { op: 'canonicalize'; path: string }
+  | { op: 'walk'; path: string; maxDepth: number; maxDirectories: number; maxEntries: number; follow: boolean };
 
 /** Result, or a failure described by errno (and a message for the non-errno cases). */
 export type FsOutcome = { ok: unknown } | { errno?: string; message?: string; notAFile?: string };
@@ -53,9 +60,23 @@ function runFsOp(req: FsOp, fsm: typeof fs): FsOutcome {
   try {
     switch (req.op) {
       case 'readFile': {
-        const st = fsm.statSync(req.path);
-        if (!st.isFile()) return { notAFile: req.path };
-        return { ok: { dataBase64: fsm.readFileSync(req.path).toString('base64') } };
+        // Opened first, then checked: a FIFO swapped in cannot block the read (O_NONBLOCK), and
+        // the size is that of the file really read. Never more than the limit is read.
+        const fd = fsm.openSync(req.path, fsm.constants.O_RDONLY | fsm.constants.O_NONBLOCK);
+        try {
+          const st = fsm.fstatSync(fd);
+          if (!st.isFile()) return { notAFile: req.path };
+          const limit = req.limit ?? 16 * 1024 * 1024;
+          const tooBig = () => ({ message: `file \`${req.path}\` is larger than ${limit} bytes, the fs/readFile limit of this exec-server; read it in blocks with fs/open and fs/readBlock` });
+          if (st.size > limit) return tooBig();
+          const buf = Buffer.alloc(Math.min(st.size, limit) + 1);
+          let n = 0;
+          for (let r; n < buf.length && (r = fsm.readSync(fd, buf, n, buf.length - n, n)) > 0; ) n += r;
+          if (n > limit) return tooBig();
+          return { ok: { dataBase64: buf.subarray(0, n).toString('base64') } };
+        } finally {
+          fsm.closeSync(fd);
+        }
       }
       case 'writeFile':
         fsm.writeFileSync(req.path, Buffer.from(req.data, 'base64'));
@@ -116,6 +137,62 @@ function runFsOp(req: FsOp, fsm: typeof fs): FsOutcome {
       }
       case 'canonicalize':
         return { ok: { path: fsm.realpathSync.native(req.path) } };
+      case 'walk': {
+        // Breadth-first, names in byte order, as the reference. Bounded by the request's limits
+        // (capped by WALK_MAX). A symlink is listed and entered only when following is asked and
+        // it names a directory; every directory is entered once (dev:ino), so a link cycle ends.
+        // In a sandbox this runs inside it: what a link may reach is the kernel's decision.
+        const entries: Array<{ path: string; kind: string }> = [];
+        const errors: Array<{ path: string; errno: string }> = [];
+        let truncated = false;
+        const root = req.follow ? fsm.statSync(req.path) : fsm.lstatSync(req.path);
+        if (!root.isDirectory()) return { ok: { entries, errors, truncated } };
+        const seen = new Set([`${root.dev}:${root.ino}`]);
+        const queue: Array<[string, number]> = [[req.path, 0]];
+        let dirsRead = 0;
+        outer: while (queue.length > 0) {
+          if (dirsRead >= req.maxDirectories) {
+            truncated = true;
+            break;
+          }
+          dirsRead++;
+          const [dir, depth] = queue.shift()!;
+          let names: string[];
+          try {
+            names = fsm.readdirSync(dir).sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
+          } catch (e) {
+            errors.push({ path: dir, errno: String((e as NodeJS.ErrnoException).code) });
+            continue;
+          }
+          for (const name of names) {
+            const full = dir.endsWith('/') ? dir + name : `${dir}/${name}`;
+            let st: fs.Stats;
+            try {
+              st = fsm.lstatSync(full);
+              if (st.isSymbolicLink()) {
+                if (!req.follow) continue;
+                st = fsm.statSync(full);
+                if (!st.isDirectory()) continue;
+              }
+            } catch {
+              continue;
+            }
+            const kind = st.isDirectory() ? 'directory' : st.isFile() ? 'file' : null;
+            if (kind === null) continue;
+            if (entries.length >= req.maxEntries) {
+              truncated = true;
+              break outer;
+            }
+            entries.push({ path: full, kind });
+            const key = `${st.dev}:${st.ino}`;
+            if (kind === 'directory' && depth < req.maxDepth && !seen.has(key)) {
+              seen.add(key);
+              queue.push([full, depth + 1]);
+            }
+          }
+        }
+        return { ok: { entries, errors, truncated } };
+      }
     }
   } catch (e) {
     const err = e as NodeJS.ErrnoException;
@@ -165,11 +242,20 @@ const STRERROR: Record<string, string> = {
   EIO: 'Input/output error',
   EFBIG: 'File too large',
   ETXTBSY: 'Text file busy',
+  EBADF: 'Bad file descriptor',
 };
 
-function outcomeToResult(out: FsOutcome, req: FsOp): unknown {
+export function outcomeToResult(out: FsOutcome, req: { op: string }): unknown {
   if ('ok' in out) {
     if (req.op === 'canonicalize') return { path: pathToFileUri((out.ok as { path: string }).path) };
+    if (req.op === 'walk') {
+      const w = out.ok as { entries: Array<{ path: string; kind: string }>; errors: Array<{ path: string; errno: string }>; truncated: boolean };
+      return {
+        entries: w.entries.map((e) => ({ path: pathToFileUri(e.path), kind: e.kind })),
+        errors: w.errors.map((e) => ({ path: pathToFileUri(e.path), message: osErrorText(e.errno) })),
+        truncated: w.truncated,
+      };
+    }
     return out.ok;
   }
   if (out.notAFile !== undefined) throw new RpcError(INVALID_REQUEST, `path \`${out.notAFile}\` is not a file`);
@@ -179,22 +265,23 @@ function outcomeToResult(out: FsOutcome, req: FsOp): unknown {
 
 export interface FsRunner {
   runtime: PrepareRuntime;
-  spawnPrepared: (p: PreparedExecRequest, o: { stdio?: Array<'pipe' | 'ignore'> }) => SandboxedProcess;
+  spawnPrepared: SpawnPreparedFn;
   /** Cap on the helper's answer (a readFile result); beyond it the helper is killed. */
   maxOutputBytes: number;
 }
 
-/** Runs one fs operation, sandboxed when a context is given. */
-export async function runFs(req: FsOp, sandbox: FileSystemSandboxContext | null, runner: FsRunner): Promise<unknown> {
-  if (sandbox === null) return outcomeToResult(runFsOp(req, fs), req);
-  const cwdUri = sandbox.cwd ?? 'file:///';
+/**
+ * Starts a node helper program (`node -e program`) inside `sandbox`, prepared exactly as a
+ * process/start with that context is, so the kernel bounds what it can touch.
+ */
+export async function spawnSandboxedHelper(program: string, sandbox: FileSystemSandboxContext, runner: FsRunner): Promise<SandboxedProcess> {
   let prepared: PreparedExecRequest;
   try {
     prepared = await prepareExecRequest(
       {
         processId: 'fs-helper',
-        argv: [process.execPath, '--no-warnings', '-e', FS_HELPER],
-        cwd: cwdUri,
+        argv: [process.execPath, '--no-warnings', '-e', program],
+        cwd: sandbox.cwd ?? 'file:///',
         env: {},
         tty: false,
         pipeStdin: true,
@@ -206,13 +293,18 @@ export async function runFs(req: FsOp, sandbox: FileSystemSandboxContext | null,
     const r = toJsonRpcError(e);
     throw new RpcError(r.code, r.message);
   }
-  let child: SandboxedProcess;
   try {
-    child = runner.spawnPrepared(prepared, { stdio: ['pipe', 'pipe', 'pipe'] });
+    return runner.spawnPrepared(prepared, { stdio: ['pipe', 'pipe', 'pipe'] });
   } catch (e) {
     const r = toJsonRpcError(e);
     throw new RpcError(-32603, r.message);
   }
+}
+
+/** Runs one fs operation, sandboxed when a context is given. */
+export async function runFs(req: FsOp, sandbox: FileSystemSandboxContext | null, runner: FsRunner): Promise<unknown> {
+  if (sandbox === null) return outcomeToResult(runFsOp(req, fs), req);
+  const child = await spawnSandboxedHelper(FS_HELPER, sandbox, runner);
   const chunks: Buffer[] = [];
   let size = 0;
   let tooBig = false;
@@ -231,6 +323,8 @@ export async function runFs(req: FsOp, sandbox: FileSystemSandboxContext | null,
   });
   child.stdin!.end(JSON.stringify(req));
   const exit = await new Promise<[number | null, string | null]>((resolve) => child.once('close', (c, s) => resolve([c, s])));
+  // The run's cleanup (placeholders it mounted, its cgroup) is done once `exited` settles.
+  await child.exited.catch(() => {});
   if (tooBig) throw new RpcError(-32603, `file system result exceeds ${runner.maxOutputBytes} bytes`);
   const text = Buffer.concat(chunks).toString('utf8').trim();
   let out: FsOutcome;

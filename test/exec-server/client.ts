@@ -38,7 +38,8 @@ export class Client {
   private readonly waiters: Array<() => void> = [];
   private nextId = 1;
   private buf = '';
-  private readonly home: string;
+  /** The server's CODEX_HOME (and HOME fallback), fresh per client. */
+  readonly home: string;
   stderr = '';
 
   constructor(
@@ -171,4 +172,99 @@ export function pidsWith(marker: string): number[] {
     }
   }
   return out;
+}
+
+/** Starts a WebSocket exec-server process and waits for the URL it prints on stdout. */
+export async function startWsServer(server: Server, args: string[]): Promise<{ url: string; stop(): Promise<void>; stderr(): string }> {
+  const { spawn: spawnChild } = await import('node:child_process');
+  const home = fs.mkdtempSync('/var/tmp/psb-exec-home-');
+  const child =
+    server === 'ours'
+      ? spawnChild(process.execPath, [OUR_CLI, 'exec-server', ...args], { stdio: ['ignore', 'pipe', 'pipe'] })
+      : spawnChild(REFERENCE_BIN, ['exec-server', ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, CODEX_HOME: home } });
+  let out = '';
+  let err = '';
+  child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+  child.stderr!.on('data', (d: Buffer) => (err += d.toString()));
+  const stop = async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      const gone = new Promise((r) => child.once('exit', r));
+      child.kill('SIGKILL');
+      await gone;
+    }
+    fs.rmSync(home, { recursive: true, force: true });
+  };
+  const end = Date.now() + 20_000;
+  while (!/ws:\/\/\S+\n/.test(out) && child.exitCode === null && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
+  const url = /(ws:\/\/\S+)\n/.exec(out)?.[1];
+  if (!url) {
+    await stop();
+    throw new Error(`${server}: no URL on stdout (exit ${child.exitCode}): ${out} ${err}`);
+  }
+  return { url, stop, stderr: () => err };
+}
+
+export type WsOutcome = { http: number; body: string } | { error: string } | { initialized: string; started?: unknown };
+
+/**
+ * One WebSocket connection attempt with these headers. Once open it initializes and, when
+ * `startParams` is given, sends that process/start: a refused attempt must never get that far,
+ * which the caller checks from outside (the file the command would write).
+ */
+export function wsAttempt(url: string, headers: Record<string, string>, startParams?: object): Promise<WsOutcome> {
+  return new Promise((resolve) => {
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const WebSocket = require('ws') as typeof import('ws');
+    const ws = new WebSocket(url, { headers });
+    ws.on('unexpected-response', (_q, r) => {
+      let body = '';
+      r.on('data', (d: Buffer) => (body += d.toString()));
+      r.on('end', () => resolve({ http: r.statusCode ?? 0, body }));
+    });
+    ws.on('error', (e) => resolve({ error: e.message }));
+    ws.on('open', () => ws.send(JSON.stringify({ id: 1, method: 'initialize', params: { clientName: 'ws' } })));
+    let initialized = '';
+    ws.on('message', (d) => {
+      const m = JSON.parse(d.toString()) as Message;
+      if (m.id === 1) {
+        initialized = typeof m.result?.sessionId;
+        if (!startParams) {
+          ws.close();
+          resolve({ initialized });
+          return;
+        }
+        ws.send(JSON.stringify({ method: 'initialized' }));
+        ws.send(JSON.stringify({ id: 2, method: 'process/start', params: startParams }));
+      } else if (m.method === 'process/closed' || (m.id === 2 && m.error)) {
+        ws.close();
+        resolve({ initialized, started: m.error ? m.error : 'closed' });
+      }
+    });
+  });
+}
+
+/**
+ * Codex's workspace-write `sandbox` context: read everything, write the project roots (`root`),
+ * plus any extra permission entries (a `deny`, say).
+ */
+export function workspaceWrite(root: string, extraEntries: object[] = []) {
+  const uri = (p: string) => 'file://' + p;
+  return {
+    permissions: {
+      type: 'managed',
+      file_system: {
+        type: 'restricted',
+        entries: [
+          { path: { type: 'special', value: { kind: 'root' } }, access: 'read' },
+          { path: { type: 'special', value: { kind: 'project_roots' } }, access: 'write' },
+          ...extraEntries,
+        ],
+      },
+      network: 'restricted',
+    },
+    cwd: uri(root),
+    workspaceRoots: [uri(root)],
+    windowsSandboxLevel: 'disabled',
+    useLegacyLandlock: false,
+  };
 }

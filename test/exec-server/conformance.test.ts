@@ -9,15 +9,14 @@
  * the reference binary cannot run, ours is compared with the recorded transcript instead.
  */
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 
 import { caps } from '../helpers/capabilities';
 import { makeScene } from '../helpers/sandbox';
-import { spawn as spawnChild } from 'node:child_process';
-import WebSocket from 'ws';
 
-import { b64, Client, norm, OUR_CLI, pidsWith, REFERENCE_BIN, referenceSkip, type Server } from './client';
+import { b64, Client, norm, pidsWith, referenceSkip, startWsServer, workspaceWrite, wsAttempt, type Server, type WsOutcome } from './client';
 
 const FIXTURES = path.join(__dirname, 'fixtures');
 const scene = makeScene('exec-conf');
@@ -30,27 +29,6 @@ const SH_ENV = { PATH: '/usr/bin:/bin' };
 
 function start(processId: string, argv: string[], extra: Record<string, unknown> = {}) {
   return { processId, argv, cwd: uri(WS), env: SH_ENV, tty: false, pipeStdin: false, ...extra };
-}
-
-/** Codex's workspace-write shape: read everything, write the project roots. */
-function workspaceWrite(root: string) {
-  return {
-    permissions: {
-      type: 'managed',
-      file_system: {
-        type: 'restricted',
-        entries: [
-          { path: { type: 'special', value: { kind: 'root' } }, access: 'read' },
-          { path: { type: 'special', value: { kind: 'project_roots' } }, access: 'write' },
-        ],
-      },
-      network: 'restricted',
-    },
-    cwd: uri(root),
-    workspaceRoots: [uri(root)],
-    windowsSandboxLevel: 'disabled',
-    useLegacyLandlock: false,
-  };
 }
 
 type Session = (c: Client, server: Server, dir: string) => Promise<unknown>;
@@ -99,9 +77,9 @@ function strictSeq(t: unknown, name: string): unknown {
   if (t === null || typeof t !== 'object') return t;
   const out: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(t)) {
-    if (k === 'seqIncreasing' && v === false) {
+    if ((k === 'seqIncreasing' || k === 'lastIsClosed' || k === 'closedSeqIsMax') && v === false) {
       // eslint-disable-next-line no-console
-      console.warn(`[conformance] ${name}: the reference delivered a process's notifications out of seq order; ours is held to strict order`);
+      console.warn(`[conformance] ${name}: the reference delivered a process's notifications out of order (${k} false); ours is held to strict order`);
       out[k] = true;
     } else {
       out[k] = strictSeq(v, name);
@@ -401,6 +379,209 @@ except OSError as e:
   },
 };
 
+
+/** Sessions for the methods added after the first suite: each has a success, a denial or failure, and bad params. */
+const MORE_SESSIONS: Record<string, Session> = {
+  async 'error-precedence'(c) {
+    await c.init();
+    const t: unknown[] = [];
+    const req = async (method: string, params?: unknown) => t.push([method, norm(await c.request(method, params))]);
+    // Faults are reported in field order, as serde meets them: the bad URI first, then the missing field.
+    await req('process/start', { processId: 'p', argv: ['true'], cwd: 'relative', env: {}, tty: false });
+    await req('process/start', { processId: 'p', argv: ['true'], tty: false, cwd: 'http://x/y', env: {} });
+    await req('process/start', { processId: 'p', cwd: 'relative' });
+    await req('process/start', { processId: 'p', argv: 'x', cwd: 'relative', env: {}, tty: false, pipeStdin: false });
+    await req('process/start', { ...start('p', ['true']), sandbox: { cwd: 'relative', permissions: {} } });
+    await req('fs/readFile', { sandbox: 7, path: 'relative' });
+    await req('fs/readFile', { path: 'relative', sandbox: 7 });
+    return t;
+  },
+
+  async 'long-poll-exit'(c) {
+    await c.init();
+    await c.request('process/start', start('a', ['sh', '-c', 'echo first; sleep 0.5; echo late; sleep 0.5']));
+    const r1 = await c.request('process/read', { processId: 'a', afterSeq: 0, waitMs: 20_000 });
+    const r2 = await c.request('process/read', { processId: 'a', afterSeq: 1, waitMs: 20_000 });
+    // Woken by the exit: the answer carries the close too (the reference's exit and close come together).
+    const r3 = await c.request('process/read', { processId: 'a', afterSeq: 2, waitMs: 20_000 });
+    const shape = (r: typeof r1) => ({ ...r.result, chunks: (r.result!.chunks as Array<{ chunk: string }>).map((ch) => Buffer.from(ch.chunk, 'base64').toString()) });
+    // Whether the close is in that answer races in the reference (both seen): its nextSeq must agree with it.
+    const { closed, nextSeq, ...rest } = shape(r3) as Record<string, unknown>;
+    return { r1: shape(r1), r2: shape(r2), r3: { ...rest, nextSeqMatchesClosed: nextSeq === (closed ? 5 : 4) } };
+  },
+
+  async 'fs-handles'(c, _server, dir) {
+    await c.init();
+    const f = (n: string) => uri(path.join(dir, n));
+    fs.writeFileSync(path.join(dir, 'a.txt'), 'hello world\n');
+    const t: Array<[string, unknown]> = [];
+    const req = async (label: string, method: string, params: unknown) => t.push([label, norm(await c.request(method, params))]);
+    await req('open', 'fs/open', { handleId: 'h1', path: f('a.txt') });
+    await req('open again', 'fs/open', { handleId: 'h1', path: f('a.txt') });
+    await req('read 0..5', 'fs/readBlock', { handleId: 'h1', offset: 0, len: 5 });
+    await req('read to the end', 'fs/readBlock', { handleId: 'h1', offset: 6, len: 100 });
+    await req('read past the end', 'fs/readBlock', { handleId: 'h1', offset: 100, len: 10 });
+    await req('read len 0', 'fs/readBlock', { handleId: 'h1', offset: 0, len: 0 });
+    await req('read len too big', 'fs/readBlock', { handleId: 'h1', offset: 0, len: 1048577 });
+    await req('write on a read handle', 'fs/writeBlock', { handleId: 'h1', offset: 0, chunk: b64('x') });
+    await req('close', 'fs/close', { handleId: 'h1' });
+    await req('close again', 'fs/close', { handleId: 'h1' });
+    await req('read after close', 'fs/readBlock', { handleId: 'h1', offset: 0, len: 5 });
+    await req('open missing', 'fs/open', { handleId: 'm', path: f('missing') });
+    await req('open a directory', 'fs/open', { handleId: 'd', path: uri(dir) });
+    await req('replace', 'fs/open', { handleId: 'w', path: f('new.txt'), mode: 'replace' });
+    await req('write', 'fs/writeBlock', { handleId: 'w', offset: 0, chunk: b64('xx') });
+    await req('write at 5', 'fs/writeBlock', { handleId: 'w', offset: 5, chunk: b64('yy') });
+    await req('write bad base64', 'fs/writeBlock', { handleId: 'w', offset: 0, chunk: '!!' });
+    await req('read on a write handle', 'fs/readBlock', { handleId: 'w', offset: 0, len: 2 });
+    await req('close w', 'fs/close', { handleId: 'w' });
+    t.push(['written', fs.readFileSync(path.join(dir, 'new.txt')).toString('base64')]);
+    await req('replace a directory', 'fs/open', { handleId: 'wd', path: uri(dir), mode: 'replace' });
+    await req('replace, no parent', 'fs/open', { handleId: 'wp', path: f('nodir/x'), mode: 'replace' });
+    await req('bad mode', 'fs/open', { handleId: 'x', path: f('a.txt'), mode: 'write' });
+    await req('missing handleId', 'fs/open', { path: f('a.txt') });
+    await req('missing len', 'fs/readBlock', { handleId: 'x', offset: 0 });
+    await req('unknown handle', 'fs/readBlock', { handleId: 'nope', offset: 0, len: 1 });
+    await req('unknown handle, write', 'fs/writeBlock', { handleId: 'nope', offset: 0, chunk: b64('x') });
+    return t;
+  },
+
+  async 'fs-handles-sandboxed'(c, _server, dir) {
+    await c.init();
+    const sb = workspaceWrite(dir);
+    const inside = path.join(dir, 'in.txt');
+    const outside = path.join(OUT, `handle-outside-${path.basename(dir)}.txt`);
+    fs.writeFileSync(inside, 'inside\n');
+    const t: Array<[string, unknown]> = [];
+    const req = async (label: string, method: string, params: unknown) => t.push([label, norm(await c.request(method, params))]);
+    await req('open inside', 'fs/open', { handleId: 'r', path: uri(inside), sandbox: sb });
+    await req('read inside', 'fs/readBlock', { handleId: 'r', offset: 0, len: 100 });
+    await req('close', 'fs/close', { handleId: 'r' });
+    await req('replace inside', 'fs/open', { handleId: 'w', path: uri(path.join(dir, 'new.txt')), mode: 'replace', sandbox: sb });
+    await req('write inside', 'fs/writeBlock', { handleId: 'w', offset: 0, chunk: b64('new') });
+    await req('close w', 'fs/close', { handleId: 'w' });
+    t.push(['inside written', fs.readFileSync(path.join(dir, 'new.txt'), 'utf8')]);
+    await req('replace outside (denied)', 'fs/open', { handleId: 'o', path: uri(outside), mode: 'replace', sandbox: sb });
+    t.push(['outside exists', fs.existsSync(outside)]);
+    // Positive control: the same open without a sandbox context creates the file.
+    await req('replace outside, unsandboxed', 'fs/open', { handleId: 'o2', path: uri(outside), mode: 'replace' });
+    await req('close o2', 'fs/close', { handleId: 'o2' });
+    t.push(['outside exists after the control', fs.existsSync(outside)]);
+    fs.rmSync(outside, { force: true });
+    return t;
+  },
+
+  async 'fs-walk'(c, _server, dir) {
+    await c.init();
+    fs.mkdirSync(path.join(dir, 'sub', 'deep'), { recursive: true });
+    fs.writeFileSync(path.join(dir, 'a.txt'), 'a');
+    fs.writeFileSync(path.join(dir, 'B.txt'), 'b');
+    fs.writeFileSync(path.join(dir, 'sub', 'deep', 'z'), 'z');
+    fs.mkdirSync(path.join(OUT, 'walk-target'), { recursive: true });
+    fs.writeFileSync(path.join(OUT, 'walk-target', 'secret'), 's');
+    fs.symlinkSync(path.join(OUT, 'walk-target'), path.join(dir, 'dirlink'));
+    fs.symlinkSync('a.txt', path.join(dir, 'filelink'));
+    fs.symlinkSync('/nonexistent', path.join(dir, 'dangling'));
+    fs.symlinkSync('.', path.join(dir, 'sub', 'loop'));
+    const opts = (o: Record<string, unknown> = {}) => ({ maxDepth: 5, maxDirectories: 100, maxEntries: 100, followDirectorySymlinks: false, ...o });
+    const t: Array<[string, unknown]> = [];
+    const req = async (label: string, params: unknown) => t.push([label, JSON.parse(JSON.stringify(norm(await c.request('fs/walk', params))).split(OUT).join('<OUT>'))]);
+    await req('walk', { path: uri(dir), options: opts() });
+    await req('follow', { path: uri(dir), options: opts({ followDirectorySymlinks: true }) });
+    await req('depth 0', { path: uri(dir), options: opts({ maxDepth: 0 }) });
+    await req('one directory', { path: uri(dir), options: opts({ maxDirectories: 1 }) });
+    await req('two entries', { path: uri(dir), options: opts({ maxEntries: 2 }) });
+    await req('a file', { path: uri(path.join(dir, 'a.txt')), options: opts() });
+    await req('a link, not followed', { path: uri(path.join(dir, 'dirlink')), options: opts() });
+    await req('missing', { path: uri(path.join(dir, 'missing')), options: opts() });
+    await req('zero limit', { path: uri(dir), options: opts({ maxEntries: 0 }) });
+    await req('over the caps', { path: uri(dir), options: opts({ maxDepth: 65 }) });
+    await req('missing options', { path: uri(dir) });
+    await req('missing option', { path: uri(dir), options: { maxDepth: 1 } });
+    await req('other host', { path: 'file://otherhost/x', options: opts() });
+    return t;
+  },
+
+  async 'fs-walk-sandboxed'(c, _server, dir) {
+    await c.init();
+    fs.mkdirSync(path.join(dir, 'sub'), { recursive: true });
+    fs.writeFileSync(path.join(dir, 'sub', 'f'), 'f');
+    const t: Array<[string, unknown]> = [];
+    t.push(['walk inside', norm(await c.request('fs/walk', { path: uri(dir), options: { maxDepth: 5, maxDirectories: 100, maxEntries: 100, followDirectorySymlinks: false }, sandbox: workspaceWrite(dir) }))]);
+    return t;
+  },
+
+  async 'fs-watch-missing'(c, _server, dir) {
+    await c.init();
+    const t: Array<[string, unknown]> = [];
+    const req = async (label: string, params: unknown) => t.push([label, norm(await c.request('fs/watchMissing', params))]);
+    fs.writeFileSync(path.join(dir, 'present'), 'x');
+    await req('present', { watchId: 1, missing: [uri(path.join(dir, 'present'))] });
+    await req('empty', { watchId: 2, missing: [] });
+    await req('missing', { watchId: 3, missing: [uri(path.join(dir, 'later'))] });
+    fs.writeFileSync(path.join(dir, 'later'), 'x');
+    const n = await c.waitFor(() => c.notifications.find((m) => m.method === 'fs/missingChanged'), 'fs/missingChanged');
+    t.push(['notification', n]);
+    await req('bad id', { watchId: 'x', missing: [] });
+    await req('not a sequence', { watchId: 4, missing: uri(dir) });
+    await req('missing field', { watchId: 4 });
+    return t;
+  },
+
+  async 'http-request-bad-params'(c) {
+    await c.init();
+    const t: Array<[string, unknown]> = [];
+    const req = async (label: string, params: unknown) => t.push([label, norm(await c.request('http/request', params))]);
+    const base = { method: 'GET', url: 'http://127.0.0.1:9/', requestId: 'r' };
+    await req('missing method', {});
+    await req('missing url', { method: 'GET' });
+    await req('missing requestId', { method: 'GET', url: 'http://127.0.0.1:9/' });
+    await req('ftp', { ...base, url: 'ftp://x/' });
+    await req('relative url', { ...base, url: 'not a url' });
+    await req('bad method', { ...base, method: 'BAD METHOD' });
+    await req('bad header name', { ...base, headers: [{ name: 'bad name', value: '1' }] });
+    await req('bad redirect policy', { ...base, redirectPolicy: 'bogus' });
+    await req('bad body', { ...base, bodyBase64: '!!' });
+    return t;
+  },
+
+  async 'environment-config'(c) {
+    fs.writeFileSync(path.join(c.home, 'config.toml'), 'model = "m1" # a comment\nother = 2\n[sandbox_workspace_write]\nnetwork_access = true\nwritable_roots = ["/a"]\n[profiles.fast]\nmodel = "m2"\n');
+    await c.init();
+    const t: Array<[string, unknown]> = [];
+    const req = async (label: string, params: unknown) => t.push([label, JSON.parse(JSON.stringify(norm(await c.request('environmentConfig/read', params))).split(c.home).join('<HOME>'))]);
+    const cwd = uri(WS);
+    await req('model', { cwd, configPaths: [['model']], requirementsPaths: [] });
+    await req('a table and a nested key', { cwd, configPaths: [['sandbox_workspace_write'], ['profiles', 'fast', 'model']], requirementsPaths: [] });
+    await req('nothing there', { cwd, configPaths: [['nope']], requirementsPaths: [] });
+    await req('no paths', { cwd, configPaths: [], requirementsPaths: [] });
+    await req('empty path', { cwd, configPaths: [[]], requirementsPaths: [] });
+    await req('a string path', { cwd, configPaths: ['model'], requirementsPaths: [] });
+    await req('missing requirementsPaths', { cwd, configPaths: [['model']] });
+    await req('relative cwd', { cwd: 'relative', configPaths: [['model']], requirementsPaths: [] });
+    return t.map(([l, r]) => [l, hideHost(r)]);
+  },
+
+  async 'capability-discovery'(c, _server, dir) {
+    await c.init();
+    const t: Array<[string, unknown]> = [];
+    const req = async (label: string, method: string, params: unknown) => t.push([label, norm(await c.request(method, params))]);
+    await req('v1', 'capabilityRoots/discoverV1', { roots: [{ id: 'r', path: uri(dir) }] });
+    await req('v1 empty', 'capabilityRoots/discoverV1', { roots: [] });
+    await req('v1 missing id', 'capabilityRoots/discoverV1', { roots: [{ path: uri(dir) }] });
+    await req('v1 a string root', 'capabilityRoots/discoverV1', { roots: [uri(dir)] });
+    await req('v2', 'capabilities/discoverV2', { cwd: uri(dir) });
+    await req('v2 missing cwd', 'capabilities/discoverV2', {});
+    return t;
+  },
+};
+
+/** The machine's own facts (user home, host name) are the same for both servers: kept, but shown as placeholders. */
+function hideHost(r: unknown): unknown {
+  return JSON.parse(JSON.stringify(r).split(`"hostname":${JSON.stringify(os.hostname())}`).join('"hostname":"<HOST>"'));
+}
+Object.assign(SESSIONS, MORE_SESSIONS);
+
 describe.skipIf(!caps.linux)('exec-server conformance with codex exec-server 0.171.0', () => {
   for (const [name, session] of Object.entries(SESSIONS)) {
     it(`${name}: ours matches the reference${referenceSkip ? ` (reference unavailable: ${referenceSkip}; vs recorded fixture)` : ''}`, async () => {
@@ -412,41 +593,16 @@ describe.skipIf(!caps.linux)('exec-server conformance with codex exec-server 0.1
     const token = path.join(scene.root, 'ws-token');
     fs.writeFileSync(token, 'a-capability-token-0123456789\n', { mode: 0o600 });
     const outcome = async (server: Server) => {
-      const args = ['exec-server', '--listen', 'ws://127.0.0.1:0', '--ws-auth', 'capability-token', '--ws-token-file', token];
-      const home = fs.mkdtempSync('/var/tmp/psb-exec-home-');
-      const child =
-        server === 'ours'
-          ? spawnChild(process.execPath, [OUR_CLI, ...args], { stdio: ['ignore', 'pipe', 'ignore'] })
-          : spawnChild(REFERENCE_BIN, args, { stdio: ['ignore', 'pipe', 'ignore'], env: { ...process.env, CODEX_HOME: home } });
+      const srv = await startWsServer(server, ['--listen', 'ws://127.0.0.1:0', '--ws-auth', 'capability-token', '--ws-token-file', token]);
       try {
-        // Both print the URL they listen on (port 0 resolved) on stdout.
-        let out = '';
-        child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
-        const end = Date.now() + 20_000;
-        while (!/ws:\/\/[^\s]+\n/.test(out) && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
-        const url = /(ws:\/\/[^\s]+)\n/.exec(out)?.[1];
-        if (!url) throw new Error(`${server}: no URL on stdout: ${out}`);
-        const attempt = (headers: Record<string, string>) =>
-          new Promise<unknown>((resolve) => {
-            const ws = new WebSocket(url, { headers });
-            ws.on('unexpected-response', (_q, r) => resolve({ http: r.statusCode }));
-            ws.on('error', (e) => resolve({ error: e.message }));
-            ws.on('open', () => ws.send(JSON.stringify({ id: 1, method: 'initialize', params: { clientName: 'ws' } })));
-            ws.on('message', (d) => {
-              const m = JSON.parse(d.toString()) as { result?: { sessionId?: unknown } };
-              ws.close();
-              resolve({ initialized: typeof m.result?.sessionId });
-            });
-          });
+        const init = (o: WsOutcome) => ('http' in o ? { http: o.http } : o);
         return {
-          none: await attempt({}),
-          wrong: await attempt({ Authorization: 'Bearer not-the-token-0123456789' }),
-          right: await attempt({ Authorization: 'Bearer a-capability-token-0123456789' }),
+          none: init(await wsAttempt(srv.url, {})),
+          wrong: init(await wsAttempt(srv.url, { Authorization: 'Bearer not-the-token-0123456789' })),
+          right: init(await wsAttempt(srv.url, { Authorization: 'Bearer a-capability-token-0123456789' })),
         };
       } finally {
-        child.kill('SIGKILL');
-        await new Promise((r) => (child.exitCode !== null || child.signalCode !== null ? r(null) : child.once('exit', r)));
-        fs.rmSync(home, { recursive: true, force: true });
+        await srv.stop();
       }
     };
     const ref = await outcome('reference');

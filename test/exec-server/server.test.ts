@@ -11,7 +11,8 @@ import { PassThrough } from 'node:stream';
 import { afterAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 
-import { createExecServer, ExecConnection, RETAIN_BYTES, type ExecServer } from '../../lib/exec-server';
+import { createExecServer, spawnPrepared } from '../../lib';
+import { ExecConnection, RETAIN_BYTES, type ExecServer } from '../../lib/exec-server';
 import { caps } from '../helpers/capabilities';
 import { makeScene } from '../helpers/sandbox';
 import { b64, pidsWith, type Message } from './client';
@@ -163,7 +164,7 @@ describe.skipIf(!caps.linux)('exec-server: a slow client', () => {
         return !congested;
       },
       onDrain: (cb) => (drain = cb),
-    });
+    }, { spawnPrepared });
     const req = async (id: number, method: string, params?: unknown) => {
       conn.handleText(JSON.stringify({ id, method, params }));
       return poll(() => sent.find((m) => m.id === id), `#${id}`);
@@ -267,7 +268,7 @@ describe.skipIf(!caps.linux)('exec-server: WebSocket transport', () => {
   }
 
   it('one message per text frame: initialize, start a process, get its output; bad frames do not kill the connection', async () => {
-    const server = await createExecServer({ transport: { kind: 'ws', host: '127.0.0.1', port: 0 }, maxMessageBytes: 4096 });
+    const server = await createExecServer({ transport: { kind: 'ws', host: '127.0.0.1', port: 0, dangerouslyAllowUnauthenticated: true }, maxMessageBytes: 4096 });
     const c = connect(server.address!.port);
     await c.opened;
     expect((await c.request('initialize', { clientName: 'ws' })).result?.sessionId).toBeTypeOf('string');
@@ -287,18 +288,63 @@ describe.skipIf(!caps.linux)('exec-server: WebSocket transport', () => {
     await server.close();
   });
 
-  it('closing the socket kills every process the connection started (checked from outside)', async () => {
-    const server = await createExecServer({ transport: { kind: 'ws', host: '127.0.0.1', port: 0 } });
+  it('a closed socket detaches its session: processes live on, a resume finds them with their output, then they die when the detached session expires (checked from outside)', async () => {
+    const server = await createExecServer({ transport: { kind: 'ws', host: '127.0.0.1', port: 0, dangerouslyAllowUnauthenticated: true }, detachedSessionTtlMs: 1500 });
     const c = connect(server.address!.port);
     await c.opened;
-    await c.request('initialize', { clientName: 'ws' });
+    const sessionId = (await c.request('initialize', { clientName: 'ws' })).result?.sessionId as string;
     c.ws.send('{"method":"initialized"}');
     const marker = `1000.8${process.pid}`;
-    for (let i = 0; i < 3; i++) await c.request('process/start', start(`s${i}`, ['sh', '-c', `sleep ${marker}; true`]));
+    for (let i = 0; i < 3; i++) await c.request('process/start', start(`s${i}`, ['sh', '-c', `echo up-${i}; sleep ${marker}; true`]));
     await poll(() => pidsWith(marker).length >= 6, 'sleepers');
     c.ws.terminate();
-    await poll(() => pidsWith(marker).length === 0, 'no survivors', 20_000);
+    // A resume of an unknown session is refused; another connection cannot take an attached one.
+    const other = connect(server.address!.port);
+    await other.opened;
+    expect((await other.request('initialize', { clientName: 'ws', resumeSessionId: 'nope' })).error).toEqual({ code: -32600, message: 'unknown session id nope' });
+    // The server sees the close a moment later: until then the session is still attached (-32010).
+    let r = connect(server.address!.port);
+    await r.opened;
+    let resumed = await r.request('initialize', { clientName: 'ws', resumeSessionId: sessionId });
+    for (let i = 0; resumed.error?.code === -32010 && i < 100; i++) {
+      r.ws.close();
+      await new Promise((res) => setTimeout(res, 50));
+      r = connect(server.address!.port);
+      await r.opened;
+      resumed = await r.request('initialize', { clientName: 'ws', resumeSessionId: sessionId });
+    }
+    expect(resumed.result?.sessionId).toBe(sessionId);
+    expect(pidsWith(marker).length).toBeGreaterThanOrEqual(6);
+    const dup = connect(server.address!.port);
+    await dup.opened;
+    expect((await dup.request('initialize', { clientName: 'ws', resumeSessionId: sessionId })).error).toEqual({
+      code: -32010,
+      message: `session ${sessionId} is already attached to another connection`,
+    });
+    r.ws.send('{"method":"initialized"}');
+    const read = await r.request('process/read', { processId: 's1', afterSeq: 0 });
+    const text = ((read.result?.chunks as Array<{ chunk: string }>) ?? []).map((ch) => Buffer.from(ch.chunk, 'base64').toString()).join('');
+    expect(text).toBe('up-1\n');
+    r.ws.terminate();
+    await poll(() => pidsWith(marker).length === 0, 'no survivors after the detached lifetime', 20_000);
+    for (const x of [other, dup]) x.ws.close();
     await server.close();
+  });
+
+  it('server.close() kills the processes of every session, attached or detached (checked from outside)', async () => {
+    const server = await createExecServer({ transport: { kind: 'ws', host: '127.0.0.1', port: 0, dangerouslyAllowUnauthenticated: true } });
+    const marker = `1000.9${process.pid}`;
+    for (const detach of [true, false]) {
+      const c = connect(server.address!.port);
+      await c.opened;
+      await c.request('initialize', { clientName: 'ws' });
+      c.ws.send('{"method":"initialized"}');
+      await c.request('process/start', start('s', ['sleep', `${marker}`]));
+      if (detach) c.ws.terminate();
+    }
+    await poll(() => pidsWith(marker).length === 2, 'two sleepers');
+    await server.close();
+    await poll(() => pidsWith(marker).length === 0, 'no survivors', 20_000);
   });
 
   it('capability token: no token or a wrong one is refused with 401 before any connection; the right one works', async () => {
@@ -316,10 +362,11 @@ describe.skipIf(!caps.linux)('exec-server: WebSocket transport', () => {
   });
 
   it('bad token files are refused at start', async () => {
-    await expect(createExecServer({ transport: { kind: 'ws', host: '127.0.0.1', port: 0, tokenFile: 'relative/token' } })).rejects.toThrow(/absolute/);
-    await expect(createExecServer({ transport: { kind: 'ws', host: '127.0.0.1', port: 0, tokenFile: path.join(scene.root, 'missing') } })).rejects.toThrow(/cannot read/);
+    await expect(createExecServer({ transport: { kind: 'ws', host: '127.0.0.1', port: 0, tokenFile: path.join(scene.root, 'missing') } })).rejects.toThrow(/failed to read websocket auth secret/);
+    await expect(createExecServer({ transport: { kind: 'ws', host: '127.0.0.1', port: 0 } })).rejects.toThrow(/without authentication/);
+    await expect(createExecServer({ transport: { kind: 'ws', host: '0.0.0.0', port: 0, dangerouslyAllowUnauthenticated: true } })).rejects.toThrow(/not loopback/);
     const short = path.join(scene.root, 'short');
-    fs.writeFileSync(short, 'abc');
+    fs.writeFileSync(short, 'abc', { mode: 0o600 });
     await expect(createExecServer({ transport: { kind: 'ws', host: '127.0.0.1', port: 0, tokenFile: short } })).rejects.toThrow(/too short/);
   });
 });
@@ -330,8 +377,9 @@ describe.skipIf(!caps.linux)('exec-server: CLI', () => {
     await expect(execServerMain(['--listen', 'tcp://1.2.3.4:5'])).rejects.toThrow(/--listen must be stdio or ws:\/\/IP:PORT/);
     await expect(execServerMain(['--listen', 'stdio', '--ws-token-file', '/x'])).rejects.toThrow(/applies only/);
     await expect(execServerMain(['--bogus'])).rejects.toThrow(/unknown exec-server option/);
-    await expect(execServerMain(['--listen', 'ws://127.0.0.1:0', '--ws-auth', 'signed-bearer-token'])).rejects.toThrow(/not supported/);
-    await expect(execServerMain(['--listen', 'ws://127.0.0.1:0', '--ws-auth', 'capability-token'])).rejects.toThrow(/needs --ws-token-file/);
+    await expect(execServerMain(['--listen', 'ws://127.0.0.1:0', '--ws-auth', 'signed-bearer-token'])).rejects.toThrow(/--ws-shared-secret-file` is required/);
+    await expect(execServerMain(['--listen', 'ws://127.0.0.1:0', '--ws-auth', 'capability-token'])).rejects.toThrow(/--ws-token-sha256` is required/);
+    await expect(execServerMain(['--listen', 'ws://localhost:0'])).rejects.toThrow(/--listen must be stdio or ws:\/\/IP:PORT/);
   });
   void b64;
 });

@@ -1,0 +1,206 @@
+/**
+ * environmentConfig/read, capabilityRoots/discoverV1, capabilities/discoverV2: what the executor
+ * tells a Codex client about its own configuration, in the reference's shapes.
+ *
+ * environmentConfig/read returns the user layer ($CODEX_HOME/config.toml, default ~/.codex)
+ * filtered to the asked key paths, so nothing else in the file leaves the machine. The filter is
+ * line based and understands the TOML a config file normally holds (`key = value` on one line,
+ * `[table]` headers, comments); a value spread over several lines, or an array of tables, inside
+ * an asked path is left out rather than guessed at. Project and system layers are not read.
+ *
+ * The discovery methods answer with nothing discovered (no skills or plugins are looked for), so
+ * environment/info does not claim capabilityDiscoveryV2.
+ */
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { pathToFileUri } from '../permissions/uri';
+import type { MethodContext } from './connection';
+import { decodeStruct, invalidParams } from './decode';
+import { nativePath } from './fs-methods';
+
+type KeyPath = string[];
+
+function decodePaths(v: unknown): KeyPath[] {
+  if (!Array.isArray(v)) throw invalidParams(`invalid type: ${v === null ? 'null' : typeof v === 'string' ? `string ${JSON.stringify(v)}` : 'map'}, expected a sequence`);
+  return v.map((p) => {
+    if (!Array.isArray(p)) throw invalidParams(`invalid type: ${typeof p === 'string' ? `string ${JSON.stringify(p)}` : 'map'}, expected a sequence`);
+    for (const s of p) if (typeof s !== 'string') throw invalidParams('invalid type: map, expected a string');
+    if (p.length === 0) throw invalidParams('TOML paths must contain at least one key segment');
+    return p as string[];
+  });
+}
+
+function codexHome(): string {
+  const env = process.env.CODEX_HOME;
+  return env && path.isAbsolute(env) ? env : path.join(os.homedir(), '.codex');
+}
+
+/** Splits a dotted TOML key (bare or quoted parts) into its segments; null when it is not one. */
+function keySegments(k: string): string[] | null {
+  const out: string[] = [];
+  const re = /\s*(?:([A-Za-z0-9_-]+)|"((?:[^"\\]|\\.)*)"|'([^']*)')\s*(\.|$)/y;
+  let m: RegExpExecArray | null;
+  while (re.lastIndex < k.length && (m = re.exec(k))) {
+    out.push(m[1] ?? (m[2] !== undefined ? (JSON.parse(`"${m[2]}"`) as string) : m[3]!));
+    if (m[4] === '') return out;
+  }
+  return out.length > 0 && re.lastIndex >= k.length ? out : null;
+}
+
+const startsWith = (full: string[], prefix: string[]) => prefix.every((s, i) => full[i] === s);
+
+/** The lines of `text` whose key path is asked for (or lies under one asked for), with their table headers. */
+export function filterToml(text: string, wanted: KeyPath[]): string {
+  const top: string[] = [];
+  const tables: Array<{ header: string; lines: string[] }> = [];
+  let table: string[] = [];
+  let current: { header: string; lines: string[] } | null = null;
+  let skipTable = false;
+  let depth = 0; // open brackets of a value that continues on the next lines
+  let triple: string | null = null; // the quotes of a multi-line string still open
+  for (const raw of text.split(/\r?\n/)) {
+    if (triple !== null) {
+      if (raw.includes(triple)) triple = null;
+      continue;
+    }
+    if (depth > 0) {
+      depth += bracketDelta(raw);
+      continue;
+    }
+    const line = stripComment(raw).trim();
+    if (line === '') continue;
+    const header = /^\[([^[\]]+)\]$/.exec(line);
+    if (header) {
+      const segs = keySegments(header[1]!);
+      skipTable = segs === null;
+      table = segs ?? [];
+      current = { header: line, lines: [] };
+      tables.push(current);
+      continue;
+    }
+    if (line.startsWith('[[')) {
+      skipTable = true; // arrays of tables: left out
+      continue;
+    }
+    const eq = findEquals(line);
+    if (eq < 0) continue;
+    const value = line.slice(eq + 1).trim();
+    // Values spread over several lines are left out (see the header).
+    const q = /^("""|''')/.exec(value)?.[1];
+    if (q !== undefined) {
+      if (!value.slice(3).includes(q)) triple = q;
+      continue;
+    }
+    const delta = bracketDelta(value);
+    if (delta > 0) {
+      depth = delta;
+      continue;
+    }
+    if (skipTable) continue;
+    const segs = keySegments(line.slice(0, eq));
+    if (!segs) continue;
+    const full = [...table, ...segs];
+    if (!wanted.some((w) => startsWith(full, w) || (full.length < w.length && startsWith(w, full)))) continue;
+    // A key that is only a prefix of the asked path holds an inline table: kept whole.
+    (current ? current.lines : top).push(`${line.slice(0, eq).trim()} = ${value}`);
+  }
+  const parts: string[] = [];
+  if (top.length) parts.push(top.join('\n') + '\n');
+  for (const t of tables) if (t.lines.length) parts.push(`${t.header}\n${t.lines.join('\n')}\n`);
+  return parts.join('\n');
+}
+
+function stripComment(l: string): string {
+  let q: string | null = null;
+  for (let i = 0; i < l.length; i++) {
+    const c = l[i]!;
+    if (q) {
+      if (c === '\\' && q === '"') i++;
+      else if (c === q) q = null;
+    } else if (c === '"' || c === "'") q = c;
+    else if (c === '#') return l.slice(0, i);
+  }
+  return l;
+}
+
+function findEquals(l: string): number {
+  let q: string | null = null;
+  for (let i = 0; i < l.length; i++) {
+    const c = l[i]!;
+    if (q) {
+      if (c === q) q = null;
+    } else if (c === '"' || c === "'") q = c;
+    else if (c === '=') return i;
+  }
+  return -1;
+}
+
+/** Open minus closed brackets and braces outside strings. */
+function bracketDelta(v: string): number {
+  let d = 0;
+  let q: string | null = null;
+  for (let i = 0; i < v.length; i++) {
+    const c = v[i]!;
+    if (q) {
+      if (c === '\\' && q === '"') i++;
+      else if (c === q) q = null;
+    } else if (c === '"' || c === "'") q = c;
+    else if (c === '[' || c === '{') d++;
+    else if (c === ']' || c === '}') d--;
+    else if (c === '#') break;
+  }
+  return d;
+}
+
+export async function environmentConfigRead(ctx: MethodContext, params: unknown): Promise<unknown> {
+  const p = decodeStruct(params, 'EnvironmentConfigReadParams', [
+    { name: 'cwd', kind: 'uri', required: true },
+    { name: 'configPaths', kind: 'any', required: true },
+    { name: 'requirementsPaths', kind: 'any', required: true },
+  ]);
+  const configPaths = decodePaths(p.configPaths);
+  const requirementsPaths = decodePaths(p.requirementsPaths);
+  ctx.gate('environment config');
+  if (configPaths.length === 0 && requirementsPaths.length === 0) throw invalidParams('at least one config or requirements path is required');
+  nativePath(p.cwd as string);
+  const home = codexHome();
+  const file = path.join(home, 'config.toml');
+  const layers: unknown[] = [];
+  let text: string | null = null;
+  try {
+    text = fs.readFileSync(file, 'utf8');
+  } catch {
+    /* no user config */
+  }
+  if (text !== null && configPaths.length > 0) {
+    const toml = filterToml(text, configPaths);
+    if (toml !== '') layers.push({ source: `user (${file})`, baseDir: pathToFileUri(home), toml });
+  }
+  return {
+    userHomeDir: pathToFileUri(os.homedir()),
+    codexHomeDir: pathToFileUri(home),
+    hostname: os.hostname(),
+    config: { layers, cloudInsertionIndex: 0 },
+    requirements: { layers: [], cloudInsertionIndex: 0 },
+  };
+}
+
+export async function capabilityRootsDiscoverV1(ctx: MethodContext, params: unknown): Promise<unknown> {
+  const p = decodeStruct(params, 'CapabilityRootsDiscoverParams', [{ name: 'roots', kind: 'any', required: true }]);
+  if (!Array.isArray(p.roots)) throw invalidParams('invalid type: map, expected a sequence');
+  const roots = p.roots.map((r) =>
+    decodeStruct(r, 'WireCapabilityRootDiscoverRequest', [
+      { name: 'id', kind: 'string', required: true },
+      { name: 'path', kind: 'uri', required: true },
+    ]),
+  );
+  ctx.gate('capability discovery');
+  return { roots: roots.map((r) => ({ id: r.id, path: r.path, plugin: null, skills: [], namespaceManifests: [], warnings: [], error: null })) };
+}
+
+export async function capabilitiesDiscoverV2(ctx: MethodContext, params: unknown): Promise<unknown> {
+  decodeStruct(params, 'DiscoverV2CapabilitiesParams', [{ name: 'cwd', kind: 'uri', required: true }]);
+  ctx.gate('capability discovery');
+  return { plugins: [], skills: [], warnings: [] };
+}

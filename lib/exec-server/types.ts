@@ -1,0 +1,48 @@
+/** Types shared by the exec-server's connection, sessions and method families. */
+import type { SandboxedProcess } from '../child';
+import type { ProxyPolicyConfig } from '../network';
+import type { PrepareRuntime, PreparedExecRequest } from '../prepare';
+
+export type SpawnPreparedFn = (p: PreparedExecRequest, o?: { stdio?: Array<'pipe' | 'ignore'> }) => SandboxedProcess;
+
+export interface ExecServerOptions {
+  /** Passed to prepareExecRequest for every process/start and sandboxed fs or http call. */
+  runtime?: PrepareRuntime;
+  /**
+   * The spawn used for prepared requests: the package's spawnPrepared, passed in by lib/index.ts's
+   * createExecServer (so this directory never imports lib/index.ts, which imports it).
+   */
+  spawnPrepared?: SpawnPreparedFn;
+  /** Per-process output retention for process/read (default 1 MiB / 50,000 chunks). */
+  retainBytes?: number;
+  retainChunks?: number;
+  /** Processes starting or running at once in one session (default 1024). */
+  maxProcesses?: number;
+  /** Open fs/open handles per connection (default 64). */
+  maxFileHandles?: number;
+  /** How long a session's processes outlive its connection, waiting for a resume (default 30 s, as the reference). */
+  detachedSessionTtlMs?: number;
+  /**
+   * Where http/request may go: the domain policy of the ManagedProxy every such request passes
+   * through (lib/network). Default `{ allow: [] }`: every destination is denied.
+   */
+  httpPolicy?: ProxyPolicyConfig;
+  /** Called after every request is answered (diagnostics, tests): its method and, if it failed, the error. */
+  observe?: (event: { method: string; error?: { code: number; message: string } }) => void;
+  /** Transport name used in parse-error texts ("stdio", "websocket"). */
+  transportName?: string;
+  /** Executor version reported in environment/info (default: this package's version). */
+  executorVersion?: string;
+}
+
+/** What a transport gives the connection: send one message; false means "buffer is full". */
+export interface ConnectionSink {
+  send(message: object): boolean;
+  /** Called once when the transport can take more after send returned false. */
+  onDrain(cb: () => void): void;
+}
+
+/** A result that completes later, off the request queue (process/read's long-poll, http/request). */
+export class Deferred {
+  constructor(readonly promise: Promise<unknown>) {}
+}

@@ -1,0 +1,229 @@
+/**
+ * WebSocket authentication for the exec-server: Codex 0.171's two modes with its flags, checks
+ * and refusal texts, plus what we add on top because an exec-server runs commands as its user.
+ *
+ *   capability-token     `Authorization: Bearer <token>`; the server knows the token's SHA-256
+ *                        (read from --ws-token-file, or given as --ws-token-sha256).
+ *   signed-bearer-token  `Authorization: Bearer <JWT>`, HS256 over the secret in
+ *                        --ws-shared-secret-file; exp required; nbf, iss, aud checked as Codex
+ *                        does, with --ws-max-clock-skew-seconds (default 30) either way.
+ *
+ * Ours, beyond Codex: a token or secret file that group or others can access, or that another
+ * user owns, is refused (someone else could read or replace the credential), and a token file
+ * needs at least 16 characters (a short token can be guessed through the 401s).
+ *
+ * Credentials are read once, at start; the upgrade check only compares digests or verifies a
+ * signature. The check runs before the upgrade, so a refused client never gets a connection.
+ */
+import * as crypto from 'node:crypto';
+import * as fs from 'node:fs';
+import type { IncomingHttpHeaders } from 'node:http';
+import * as path from 'node:path';
+import { SandboxError } from '../errors';
+
+export type WsAuth =
+  | { mode: 'capability-token'; tokenFile: string }
+  | { mode: 'capability-token'; tokenSha256: string }
+  | { mode: 'signed-bearer-token'; sharedSecretFile: string; issuer?: string; audience?: string; maxClockSkewSeconds?: number };
+
+/** A refusal: the HTTP status and the plain-text body (Codex's wording). */
+export interface AuthRefusal {
+  status: 401;
+  message: string;
+}
+
+/** Checks an upgrade request's headers; null means authorized. */
+export type WsAuthCheck = (headers: IncomingHttpHeaders) => AuthRefusal | null;
+
+const DEFAULT_MAX_CLOCK_SKEW_SECONDS = 30;
+const MIN_SIGNED_BEARER_SECRET_BYTES = 32;
+const MIN_TOKEN_CHARS = 16;
+const INVALID_HEADER = 'invalid authorization header';
+
+const bad = (msg: string): never => {
+  throw new SandboxError('EINVALID_ARGUMENT', msg);
+};
+const sha256 = (b: string | Buffer): Buffer => crypto.createHash('sha256').update(b).digest();
+
+/**
+ * Reads a credential file, refusing one that others could read or replace. The mode and owner
+ * come from fstat of the opened file, so a swap between the check and the read cannot slip by.
+ */
+export function readSecretFile(file: string): string {
+  let fd: number;
+  try {
+    fd = fs.openSync(file, 'r');
+  } catch (e) {
+    return bad(`failed to read websocket auth secret ${file}: ${(e as Error).message}`);
+  }
+  try {
+    const st = fs.fstatSync(fd);
+    if (!st.isFile()) bad(`websocket auth secret ${file} is not a regular file`);
+    // Windows has no POSIX mode bits (Node reports 0o666 for every file); its ACLs are not
+    // checked here.
+    if (process.platform !== 'win32') {
+      if ((st.mode & 0o077) !== 0) {
+        bad(`websocket auth secret ${file} is accessible by group or others (mode ${(st.mode & 0o777).toString(8)}); run chmod 600 ${file}`);
+      }
+      const me = process.geteuid?.() ?? -1;
+      if (st.uid !== me && st.uid !== 0) bad(`websocket auth secret ${file} is owned by uid ${st.uid}, not by this server's user (uid ${me}) or root`);
+    }
+    const text = fs.readFileSync(fd, 'utf8').trim();
+    if (text === '') bad(`websocket auth secret ${file} must not be empty`);
+    return text;
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+/** Loads the credentials once and returns the upgrade check. */
+export function loadWsAuth(auth: WsAuth): WsAuthCheck {
+  if (auth.mode === 'capability-token') {
+    let digest: Buffer;
+    if ('tokenSha256' in auth) {
+      digest = parseSha256Hex('--ws-token-sha256', auth.tokenSha256);
+    } else {
+      const file = path.resolve(auth.tokenFile);
+      const token = readSecretFile(file);
+      if (token.length < MIN_TOKEN_CHARS) bad(`the capability token in ${file} is too short (at least ${MIN_TOKEN_CHARS} characters)`);
+      digest = sha256(token);
+    }
+    return (headers) => {
+      const t = bearerToken(headers);
+      if (typeof t !== 'string') return t;
+      // Digests have the same length whatever the token's, so the comparison is constant-time.
+      return crypto.timingSafeEqual(sha256(t), digest) ? null : { status: 401, message: 'invalid websocket bearer token' };
+    };
+  }
+  if (auth.mode === 'signed-bearer-token') {
+    const file = path.resolve(auth.sharedSecretFile);
+    const secret = Buffer.from(readSecretFile(file), 'utf8');
+    if (secret.length < MIN_SIGNED_BEARER_SECRET_BYTES) bad(`signed websocket bearer secret ${file} must be at least ${MIN_SIGNED_BEARER_SECRET_BYTES} bytes`);
+    const skew = auth.maxClockSkewSeconds ?? DEFAULT_MAX_CLOCK_SKEW_SECONDS;
+    if (!Number.isSafeInteger(skew) || skew < 0) bad('--ws-max-clock-skew-seconds must be a whole number of seconds, 0 or more');
+    const issuer = auth.issuer?.trim() || undefined;
+    const audience = auth.audience?.trim() || undefined;
+    return (headers) => {
+      const t = bearerToken(headers);
+      if (typeof t !== 'string') return t;
+      const why = verifyJwt(t, secret, { issuer, audience, skew, now: Math.floor(Date.now() / 1000) });
+      return why === null ? null : { status: 401, message: why };
+    };
+  }
+  return bad(`unknown websocket auth mode ${String((auth as { mode: unknown }).mode)}`);
+}
+
+function bearerToken(headers: IncomingHttpHeaders): string | AuthRefusal {
+  const h = headers.authorization;
+  if (h === undefined) return { status: 401, message: 'missing websocket bearer token' };
+  // Codex takes the header only as visible ASCII, split at the first space, scheme in any case.
+  if (/[^\x20-\x7e\t]/.test(h)) return { status: 401, message: INVALID_HEADER };
+  const sp = h.indexOf(' ');
+  if (sp < 0 || h.slice(0, sp).toLowerCase() !== 'bearer') return { status: 401, message: INVALID_HEADER };
+  const token = h.slice(sp + 1).trim();
+  return token === '' ? { status: 401, message: INVALID_HEADER } : token;
+}
+
+const B64URL = /^[A-Za-z0-9_-]*$/;
+const isI64 = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v);
+
+/**
+ * HS256 JWT check, as Codex's (jsonwebtoken with HS256 only, then its own claim checks): any
+ * malformed, wrongly signed or wrongly typed token is "invalid websocket jwt"; then expiry,
+ * not-before, issuer and audience, each with its own text. Returns null when the token is good.
+ */
+export function verifyJwt(
+  token: string,
+  secret: Buffer,
+  o: { issuer?: string; audience?: string; skew: number; now: number },
+): string | null {
+  const INVALID = 'invalid websocket jwt';
+  const parts = token.split('.');
+  if (parts.length !== 3 || !parts.every((p) => B64URL.test(p))) return INVALID;
+  const [h, p, s] = parts as [string, string, string];
+  let header: unknown;
+  let claims: Record<string, unknown>;
+  try {
+    header = JSON.parse(Buffer.from(h, 'base64url').toString('utf8'));
+    claims = JSON.parse(Buffer.from(p, 'base64url').toString('utf8')) as Record<string, unknown>;
+  } catch {
+    return INVALID;
+  }
+  // Only HS256: "none" or another algorithm is refused, never downgraded to.
+  if (typeof header !== 'object' || header === null || (header as { alg?: unknown }).alg !== 'HS256') return INVALID;
+  const want = crypto.createHmac('sha256', secret).update(`${h}.${p}`).digest();
+  const got = Buffer.from(s, 'base64url');
+  if (got.length !== want.length || !crypto.timingSafeEqual(got, want)) return INVALID;
+  if (typeof claims !== 'object' || claims === null || Array.isArray(claims)) return INVALID;
+  const { exp, nbf, iss, aud } = claims;
+  if (!isI64(exp)) return INVALID;
+  if (nbf !== undefined && nbf !== null && !isI64(nbf)) return INVALID;
+  if (iss !== undefined && iss !== null && typeof iss !== 'string') return INVALID;
+  const audList = aud === undefined || aud === null ? null : typeof aud === 'string' ? [aud] : Array.isArray(aud) && aud.every((a) => typeof a === 'string') ? (aud as string[]) : undefined;
+  if (audList === undefined) return INVALID;
+  if (o.now > exp + o.skew) return 'expired websocket jwt';
+  if (isI64(nbf) && o.now < nbf - o.skew) return 'websocket jwt is not valid yet';
+  if (o.issuer !== undefined && iss !== o.issuer) return 'websocket jwt issuer mismatch';
+  if (o.audience !== undefined && !(audList ?? []).includes(o.audience)) return 'websocket jwt audience mismatch';
+  return null;
+}
+
+function parseSha256Hex(flag: string, v: string): Buffer {
+  const t = v.trim();
+  if (!/^[0-9a-fA-F]{64}$/.test(t)) bad(`${flag} must be a 64-character hex SHA-256 digest`);
+  return Buffer.from(t, 'hex');
+}
+
+/** The command-line flags, as Codex 0.171 names them. */
+export interface WsAuthFlags {
+  wsAuth?: string;
+  wsTokenFile?: string;
+  wsTokenSha256?: string;
+  wsSharedSecretFile?: string;
+  wsIssuer?: string;
+  wsAudience?: string;
+  wsMaxClockSkewSeconds?: string;
+}
+
+/** Flags to a WsAuth (undefined: none given), refusing the combinations Codex refuses, in its words. */
+export function wsAuthFromFlags(f: WsAuthFlags): WsAuth | undefined {
+  const jwtFlags = f.wsSharedSecretFile !== undefined || f.wsIssuer !== undefined || f.wsAudience !== undefined || f.wsMaxClockSkewSeconds !== undefined;
+  const tokenFlags = f.wsTokenFile !== undefined || f.wsTokenSha256 !== undefined;
+  if (f.wsAuth === undefined) {
+    if (jwtFlags || tokenFlags) bad('websocket auth flags require `--ws-auth capability-token` or `--ws-auth signed-bearer-token`');
+    return undefined;
+  }
+  if (f.wsAuth === 'capability-token') {
+    if (jwtFlags) bad('`--ws-shared-secret-file`, `--ws-issuer`, `--ws-audience`, and `--ws-max-clock-skew-seconds` require `--ws-auth signed-bearer-token`');
+    if (f.wsTokenFile !== undefined && f.wsTokenSha256 !== undefined) bad('`--ws-token-file` and `--ws-token-sha256` are mutually exclusive');
+    if (f.wsTokenFile !== undefined) return { mode: 'capability-token', tokenFile: f.wsTokenFile };
+    if (f.wsTokenSha256 !== undefined) {
+      parseSha256Hex('--ws-token-sha256', f.wsTokenSha256);
+      return { mode: 'capability-token', tokenSha256: f.wsTokenSha256 };
+    }
+    return bad('`--ws-token-file` or `--ws-token-sha256` is required when `--ws-auth capability-token` is set');
+  }
+  if (f.wsAuth === 'signed-bearer-token') {
+    if (tokenFlags) bad('`--ws-token-file` and `--ws-token-sha256` require `--ws-auth capability-token`, not `signed-bearer-token`');
+    if (f.wsSharedSecretFile === undefined) bad('`--ws-shared-secret-file` is required when `--ws-auth signed-bearer-token` is set');
+    let skew: number | undefined;
+    if (f.wsMaxClockSkewSeconds !== undefined) {
+      if (!/^\d+$/.test(f.wsMaxClockSkewSeconds)) bad(`invalid value '${f.wsMaxClockSkewSeconds}' for '--ws-max-clock-skew-seconds <SECONDS>': invalid digit found in string`);
+      skew = Number(f.wsMaxClockSkewSeconds);
+    }
+    return {
+      mode: 'signed-bearer-token',
+      sharedSecretFile: f.wsSharedSecretFile!,
+      ...(f.wsIssuer !== undefined ? { issuer: f.wsIssuer } : {}),
+      ...(f.wsAudience !== undefined ? { audience: f.wsAudience } : {}),
+      ...(skew !== undefined ? { maxClockSkewSeconds: skew } : {}),
+    };
+  }
+  return bad(`invalid value '${f.wsAuth}' for '--ws-auth <MODE>' (possible values: capability-token, signed-bearer-token)`);
+}
+
+/** Whether a listen host is loopback (127.0.0.0/8 or ::1): only there may auth be waived. */
+export function isLoopbackHost(host: string): boolean {
+  const h = host.replace(/^\[|\]$/g, '');
+  return /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h) || h === '::1' || h === '0:0:0:0:0:0:0:1';
+}

@@ -1,0 +1,224 @@
+/**
+ * Our exec-server's new method families beyond what the reference comparison covers (the
+ * reference has no network policy and no limits like these): bounded memory (a 700 MiB
+ * fs/readFile is refused and can be streamed with fs/open + fs/readBlock), bounded handles,
+ * fs/walk and fs/open inside a sandbox that denies part of the tree (symlinks are no way out),
+ * and http/request through the managed proxy (a denied host is refused, audited, and the target
+ * really got nothing). Each denial is paired with its positive control.
+ */
+import fs from 'node:fs';
+import http from 'node:http';
+import path from 'node:path';
+import { PassThrough } from 'node:stream';
+import { afterAll, describe, expect, it } from 'vitest';
+
+import { createExecServer, type CreateExecServerOptions, type ExecServer } from '../../lib';
+import { caps } from '../helpers/capabilities';
+import { makeScene } from '../helpers/sandbox';
+import { workspaceWrite, type Message } from './client';
+
+const scene = makeScene('exec-methods');
+afterAll(() => scene.cleanup());
+const uri = (p: string) => 'file://' + p;
+
+/** An in-process client over the stdio transport. */
+async function peer(options: Omit<CreateExecServerOptions, 'transport'> = {}) {
+  const input = new PassThrough();
+  const output = new PassThrough();
+  const messages: Message[] = [];
+  const server: ExecServer = await createExecServer({ transport: { kind: 'stdio', input, output }, ...options });
+  let buf = '';
+  output.setEncoding('utf8');
+  output.on('data', (d: string) => {
+    buf += d;
+    let i;
+    while ((i = buf.indexOf('\n')) >= 0) {
+      messages.push(JSON.parse(buf.slice(0, i)) as Message);
+      buf = buf.slice(i + 1);
+    }
+  });
+  let id = 1;
+  const waitFor = async <T>(get: () => T | undefined, what: string): Promise<T> => {
+    const end = Date.now() + 60_000;
+    for (;;) {
+      const v = get();
+      if (v !== undefined) return v;
+      if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+      await new Promise((r) => setTimeout(r, 10));
+    }
+  };
+  const request = async (method: string, params?: unknown) => {
+    const n = id++;
+    input.write(JSON.stringify({ id: n, method, params }) + '\n');
+    return waitFor(() => messages.find((m) => m.id === n), `#${n} ${method}`);
+  };
+  await request('initialize', { clientName: 't' });
+  input.write('{"method":"initialized"}\n');
+  return {
+    request,
+    messages,
+    waitFor,
+    close: async () => {
+      input.end();
+      await server.done;
+    },
+  };
+}
+
+/** Read everything, write the workspace, and nothing at all under `denied`. */
+const denyingSandbox = (root: string, denied: string) => workspaceWrite(root, [{ path: { type: 'path', path: uri(denied) }, access: 'deny' }]);
+
+describe.skipIf(!caps.linux)('exec-server: bounded memory and handles', () => {
+  it('a 700 MiB fs/readFile is refused (the server does not load it); fs/open + fs/readBlock stream it', async () => {
+    const big = path.join(scene.ws, 'big.bin');
+    const fd = fs.openSync(big, 'w');
+    fs.ftruncateSync(fd, 700 * 1024 * 1024); // sparse: costs no disk
+    fs.writeSync(fd, Buffer.from('tail'), 0, 4, 700 * 1024 * 1024 - 4);
+    fs.closeSync(fd);
+    const c = await peer();
+    try {
+      const before = process.memoryUsage().rss;
+      const r = await c.request('fs/readFile', { path: uri(big) });
+      expect(r.error?.message).toBe(
+        `file \`${big}\` is larger than 16777216 bytes, the fs/readFile limit of this exec-server; read it in blocks with fs/open and fs/readBlock`,
+      );
+      // The refusal came from a stat, not from reading: memory did not grow by anything near the file.
+      expect(process.memoryUsage().rss - before).toBeLessThan(200 * 1024 * 1024);
+      // Positive control: the same file, in blocks.
+      expect((await c.request('fs/open', { handleId: 'b', path: uri(big) })).result).toEqual({ handleId: 'b' });
+      const last = await c.request('fs/readBlock', { handleId: 'b', offset: 700 * 1024 * 1024 - 4, len: 1024 * 1024 });
+      expect(last.result).toEqual({ chunk: Buffer.from('tail').toString('base64'), eof: true });
+      const mid = await c.request('fs/readBlock', { handleId: 'b', offset: 300 * 1024 * 1024, len: 1024 * 1024 });
+      expect(Buffer.from((mid.result as { chunk: string }).chunk, 'base64').length).toBe(1024 * 1024);
+    } finally {
+      await c.close();
+      fs.rmSync(big, { force: true });
+    }
+  });
+
+  it('handles are bounded per connection: one past the bound is refused, a close frees a slot', async () => {
+    const f = path.join(scene.ws, 'h.txt');
+    fs.writeFileSync(f, 'h');
+    const c = await peer({ maxFileHandles: 3 });
+    try {
+      for (const id of ['a', 'b', 'c']) expect((await c.request('fs/open', { handleId: id, path: uri(f) })).result).toEqual({ handleId: id });
+      expect((await c.request('fs/open', { handleId: 'd', path: uri(f) })).error).toEqual({
+        code: -32600,
+        message: 'too many open file handles on this connection (at most 3); close some with fs/close',
+      });
+      await c.request('fs/close', { handleId: 'b' });
+      expect((await c.request('fs/open', { handleId: 'd', path: uri(f) })).result).toEqual({ handleId: 'd' });
+    } finally {
+      await c.close();
+    }
+  });
+});
+
+describe.skipIf(!caps.linux || !caps.userns)(`exec-server: sandboxed fs/walk and fs/open stay inside the policy${caps.userns ? '' : ' (skipped: no unprivileged user namespaces)'}`, () => {
+  const root = path.join(scene.ws, 'walk');
+  const denied = path.join(scene.out, 'walk-denied');
+  fs.mkdirSync(root, { recursive: true });
+  fs.mkdirSync(denied, { recursive: true });
+  fs.writeFileSync(path.join(denied, 'secret'), 'top secret');
+  fs.writeFileSync(path.join(root, 'mine'), 'mine');
+  fs.symlinkSync(denied, path.join(root, 'link'));
+  const opts = { maxDepth: 5, maxDirectories: 100, maxEntries: 100, followDirectorySymlinks: true };
+
+  it('a followed symlink into a denied directory lists nothing of it; unsandboxed, the same walk does', async () => {
+    const c = await peer();
+    try {
+      const control = await c.request('fs/walk', { path: uri(root), options: opts });
+      const paths = (r: Message) => ((r.result?.entries as Array<{ path: string }>) ?? []).map((e) => e.path);
+      expect(paths(control)).toContain(uri(path.join(root, 'link', 'secret')));
+      const sandboxed = await c.request('fs/walk', { path: uri(root), options: opts, sandbox: denyingSandbox(root, denied) });
+      expect(sandboxed.error).toBeUndefined();
+      expect(paths(sandboxed)).toContain(uri(path.join(root, 'mine')));
+      expect(paths(sandboxed).filter((p) => p.includes('secret'))).toEqual([]);
+    } finally {
+      await c.close();
+    }
+  });
+
+  it('fs/open of a denied file fails inside the sandbox (through a symlink too); unsandboxed it opens', async () => {
+    const c = await peer();
+    try {
+      const sb = denyingSandbox(root, denied);
+      for (const p of [path.join(denied, 'secret'), path.join(root, 'link', 'secret')]) {
+        const r = await c.request('fs/open', { handleId: 's', path: uri(p), sandbox: sb });
+        expect(r.error, p).toBeDefined();
+        expect(r.result).toBeUndefined();
+      }
+      expect((await c.request('fs/open', { handleId: 'ok', path: uri(path.join(denied, 'secret')) })).result).toEqual({ handleId: 'ok' });
+      expect((await c.request('fs/readBlock', { handleId: 'ok', offset: 0, len: 100 })).result).toEqual({ chunk: Buffer.from('top secret').toString('base64'), eof: true });
+      // The denied file is unchanged, and a sandboxed replace outside the workspace wrote nothing.
+      const r = await c.request('fs/open', { handleId: 'w', path: uri(path.join(denied, 'secret')), mode: 'replace', sandbox: sb });
+      expect(r.error).toBeDefined();
+      expect(fs.readFileSync(path.join(denied, 'secret'), 'utf8')).toBe('top secret');
+    } finally {
+      await c.close();
+    }
+  });
+});
+
+describe.skipIf(!caps.linux)('exec-server: http/request goes through the managed proxy', () => {
+  async function target() {
+    let hits = 0;
+    const srv = http.createServer((req, res) => {
+      hits++;
+      res.writeHead(200, { 'content-type': 'text/plain', 'x-test': 'yes' });
+      res.end(`hello ${req.method} ${req.url}`);
+    });
+    await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+    return { port: (srv.address() as { port: number }).port, hits: () => hits, close: () => new Promise((r) => srv.close(r)) };
+  }
+
+  it('an allowed host is fetched (buffered and streamed); a host not allowed is refused and audited, and the target got nothing', async () => {
+    const t = await target();
+    const c = await peer({ httpPolicy: { allow: ['127.0.0.1'], allowLocal: true } });
+    try {
+      const ok = await c.request('http/request', { method: 'GET', url: `http://127.0.0.1:${t.port}/a?b=1`, requestId: 'r1', headers: [{ name: 'X-A', value: '1' }] });
+      expect(ok.error).toBeUndefined();
+      expect(ok.result?.status).toBe(200);
+      expect(Buffer.from(ok.result?.bodyBase64 as string, 'base64').toString()).toBe('hello GET /a?b=1');
+      expect(ok.result?.headers).toContainEqual({ name: 'x-test', value: 'yes' });
+      expect(t.hits()).toBe(1);
+      const allowEvent = await c.waitFor(() => c.messages.find((m) => m.method === 'network/policyDecision' && m.params?.decision === 'allow'), 'allow audit');
+      expect(allowEvent.params).toMatchObject({ processId: 'r1', host: '127.0.0.1', port: t.port, protocol: 'http' });
+
+      const streamed = await c.request('http/request', { method: 'GET', url: `http://127.0.0.1:${t.port}/s`, requestId: 'r2', streamResponse: true });
+      expect(streamed.result).toMatchObject({ status: 200, bodyBase64: '' });
+      await c.waitFor(() => c.messages.find((m) => m.method === 'http/request/bodyDelta' && m.params?.requestId === 'r2' && m.params?.done === true), 'last delta');
+      const body = c.messages
+        .filter((m) => m.method === 'http/request/bodyDelta' && m.params?.requestId === 'r2')
+        .map((m) => Buffer.from(m.params!.deltaBase64 as string, 'base64').toString())
+        .join('');
+      expect(body).toBe('hello GET /s');
+
+      const hitsBefore = t.hits();
+      const denied = await c.request('http/request', { method: 'GET', url: `http://localhost:${t.port}/`, requestId: 'r3' });
+      expect(denied.error).toEqual({ code: -32603, message: "http/request failed: localhost is denied by the exec-server's network policy (blocked-by-allowlist)" });
+      const denyEvent = await c.waitFor(() => c.messages.find((m) => m.method === 'network/policyDecision' && m.params?.decision === 'deny'), 'deny audit');
+      expect(denyEvent.params).toMatchObject({ processId: 'r3', host: 'localhost', decision: 'deny' });
+      expect(t.hits()).toBe(hitsBefore);
+    } finally {
+      await c.close();
+      await t.close();
+    }
+  });
+
+  it('with no http policy configured every host is denied (the target got nothing)', async () => {
+    const t = await target();
+    const c = await peer();
+    try {
+      const r = await c.request('http/request', { method: 'GET', url: `http://127.0.0.1:${t.port}/`, requestId: 'r' });
+      expect(r.error?.message).toMatch(/^http\/request failed: 127\.0\.0\.1 is denied by the exec-server's network policy/);
+      // https goes as CONNECT: refused the same way, before any TLS.
+      const s = await c.request('http/request', { method: 'GET', url: `https://127.0.0.1:${t.port}/`, requestId: 's' });
+      expect(s.error?.message).toMatch(/^http\/request failed: 127\.0\.0\.1 is denied by the exec-server's network policy \(blocked-by-/);
+      expect(t.hits()).toBe(0);
+    } finally {
+      await c.close();
+      await t.close();
+    }
+  });
+});

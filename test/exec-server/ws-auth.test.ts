@@ -1,0 +1,235 @@
+/**
+ * WebSocket auth of the exec-server, from outside: the CLI (dist/cli.js) is started as a separate
+ * process and driven over real sockets.
+ *
+ * - Codex 0.171's two modes with its flags: every refusal (status and text) is compared with the
+ *   reference binary's, side by side, for the same tokens.
+ * - Each refusal is paired with the positive control (the right credential connects), and a
+ *   refused client's process/start is checked not to have run: the file its command would write
+ *   does not exist, while the control's does.
+ * - What we add: no auth refuses to start (unless the unsafe opt-out, and never off loopback), a
+ *   browser Origin is refused unless allowed, a credential file others can read is refused.
+ */
+import { spawnSync } from 'node:child_process';
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+
+import { verifyJwt, wsAuthFromFlags } from '../../lib/exec-server/ws-auth';
+import { caps } from '../helpers/capabilities';
+import { makeScene } from '../helpers/sandbox';
+import { OUR_CLI, referenceSkip, startWsServer, wsAttempt, type Server, type WsOutcome } from './client';
+
+const scene = makeScene('exec-ws-auth');
+afterAll(() => scene.cleanup());
+
+const TOKEN = 'a-capability-token-0123456789';
+const tokenFile = path.join(scene.root, 'token');
+fs.writeFileSync(tokenFile, TOKEN + '\n', { mode: 0o600 });
+const SECRET = crypto.randomBytes(32).toString('hex');
+const secretFile = path.join(scene.root, 'secret');
+fs.writeFileSync(secretFile, SECRET + '\n', { mode: 0o600 });
+
+const b64u = (o: unknown) => Buffer.from(JSON.stringify(o)).toString('base64url');
+function jwt(claims: Record<string, unknown>, header: Record<string, unknown> = { alg: 'HS256', typ: 'JWT' }, key = SECRET): string {
+  const s = `${b64u(header)}.${b64u(claims)}`;
+  return `${s}.${crypto.createHmac('sha256', key).update(s).digest('base64url')}`;
+}
+
+let markerN = 0;
+/** A process/start whose command writes a fresh marker file; returns both. */
+function markedStart(): { marker: string; params: object } {
+  const marker = path.join(scene.ws, `ran-${process.pid}-${markerN++}`);
+  return {
+    marker,
+    params: { processId: 'p', argv: ['sh', '-c', `echo ran > ${marker}`], cwd: 'file://' + scene.ws, env: { PATH: '/usr/bin:/bin' }, tty: false, pipeStdin: false },
+  };
+}
+
+/** One attempt with a process/start behind it, plus whether its command ran (seen on disk). */
+async function attempt(url: string, headers: Record<string, string>): Promise<{ outcome: WsOutcome; ran: boolean }> {
+  const { marker, params } = markedStart();
+  const outcome = await wsAttempt(url, headers, params);
+  return { outcome, ran: fs.existsSync(marker) };
+}
+
+function runCli(args: string[]): { status: number | null; stderr: string; stdout: string } {
+  const r = spawnSync(process.execPath, [OUR_CLI, 'exec-server', ...args], { encoding: 'utf8', timeout: 20_000 });
+  return { status: r.status, stderr: r.stderr, stdout: r.stdout };
+}
+
+describe('exec-server ws auth: pure checks', () => {
+  const now = 1_000_000;
+  const secret = Buffer.from(SECRET);
+  const o = { issuer: 'iss1', audience: 'aud1', skew: 10, now };
+  it('a good HS256 token passes; each fault gets its own text', () => {
+    expect(verifyJwt(jwt({ exp: now + 60, iss: 'iss1', aud: 'aud1' }), secret, o)).toBeNull();
+    expect(verifyJwt(jwt({ exp: now + 60, iss: 'iss1', aud: ['x', 'aud1'] }), secret, o)).toBeNull();
+    expect(verifyJwt(jwt({ exp: now - 5, iss: 'iss1', aud: 'aud1' }), secret, o)).toBeNull(); // within the skew
+    expect(verifyJwt(jwt({ exp: now - 30, iss: 'iss1', aud: 'aud1' }), secret, o)).toBe('expired websocket jwt');
+    expect(verifyJwt(jwt({ exp: now + 60, nbf: now + 60, iss: 'iss1', aud: 'aud1' }), secret, o)).toBe('websocket jwt is not valid yet');
+    expect(verifyJwt(jwt({ exp: now + 60, iss: 'x', aud: 'aud1' }), secret, o)).toBe('websocket jwt issuer mismatch');
+    expect(verifyJwt(jwt({ exp: now + 60, iss: 'iss1' }), secret, o)).toBe('websocket jwt audience mismatch');
+    for (const bad of [
+      jwt({ iss: 'iss1', aud: 'aud1' }), // no exp
+      jwt({ exp: String(now + 60), iss: 'iss1', aud: 'aud1' }),
+      jwt({ exp: now + 60.5, iss: 'iss1', aud: 'aud1' }),
+      jwt({ exp: now + 60, iss: 'iss1', aud: 'aud1' }, undefined, 'another-key'),
+      `${b64u({ alg: 'none' })}.${b64u({ exp: now + 60 })}.`,
+      jwt({ exp: now + 60 }, { alg: 'HS512' }),
+      'abc',
+    ]) {
+      expect(verifyJwt(bad, secret, o)).toBe('invalid websocket jwt');
+    }
+  });
+
+  it('flag combinations are refused in Codex words', () => {
+    expect(() => wsAuthFromFlags({ wsTokenFile: '/x' })).toThrow('websocket auth flags require `--ws-auth capability-token` or `--ws-auth signed-bearer-token`');
+    expect(() => wsAuthFromFlags({ wsAuth: 'capability-token' })).toThrow('`--ws-token-file` or `--ws-token-sha256` is required');
+    expect(() => wsAuthFromFlags({ wsAuth: 'capability-token', wsTokenFile: '/x', wsTokenSha256: 'a'.repeat(64) })).toThrow('mutually exclusive');
+    expect(() => wsAuthFromFlags({ wsAuth: 'capability-token', wsTokenSha256: 'abc' })).toThrow('--ws-token-sha256 must be a 64-character hex SHA-256 digest');
+    expect(() => wsAuthFromFlags({ wsAuth: 'capability-token', wsTokenFile: '/x', wsIssuer: 'i' })).toThrow('require `--ws-auth signed-bearer-token`');
+    expect(() => wsAuthFromFlags({ wsAuth: 'signed-bearer-token' })).toThrow('`--ws-shared-secret-file` is required');
+    expect(() => wsAuthFromFlags({ wsAuth: 'signed-bearer-token', wsSharedSecretFile: '/s', wsTokenFile: '/x' })).toThrow('require `--ws-auth capability-token`');
+    expect(() => wsAuthFromFlags({ wsAuth: 'bogus' })).toThrow(/possible values: capability-token, signed-bearer-token/);
+    expect(wsAuthFromFlags({})).toBeUndefined();
+  });
+});
+
+describe.skipIf(!caps.linux)('exec-server ws auth: the CLI, from outside', () => {
+  it('no auth on ws: refused to start (nothing listens); the unsafe opt-out starts on loopback only', async () => {
+    const r = runCli(['--listen', 'ws://127.0.0.1:0']);
+    expect(r.status).not.toBe(0);
+    expect(r.stdout).toBe('');
+    expect(r.stderr).toMatch(/without authentication lets every local user run commands/);
+    expect(r.stderr).toMatch(/--ws-dangerously-allow-unauthenticated/);
+    const off = runCli(['--listen', 'ws://0.0.0.0:0', '--ws-dangerously-allow-unauthenticated']);
+    expect(off.status).not.toBe(0);
+    expect(off.stderr).toMatch(/on 0\.0\.0\.0 \(not loopback\) needs authentication/);
+    // Positive control: the opt-out really starts a server, and says what it risks.
+    const srv = await startWsServer('ours', ['--listen', 'ws://127.0.0.1:0', '--ws-dangerously-allow-unauthenticated']);
+    try {
+      const a = await attempt(srv.url, {});
+      expect(a).toEqual({ outcome: { initialized: 'string', started: 'closed' }, ran: true });
+      expect(srv.stderr()).toMatch(/accepts unauthenticated clients/);
+    } finally {
+      await srv.stop();
+    }
+  });
+
+  it('non-loopback with auth starts (auth, not the address, is what is required)', async () => {
+    const srv = await startWsServer('ours', ['--listen', 'ws://0.0.0.0:0', '--ws-auth', 'capability-token', '--ws-token-file', tokenFile]);
+    try {
+      const url = srv.url.replace('0.0.0.0', '127.0.0.1');
+      expect(await attempt(url, {})).toMatchObject({ outcome: { http: 401 }, ran: false });
+      expect(await attempt(url, { Authorization: `Bearer ${TOKEN}` })).toMatchObject({ ran: true });
+    } finally {
+      await srv.stop();
+    }
+  });
+
+  it('a credential file group or others can read is refused; mode 600 starts', async () => {
+    for (const [flag, file, mode] of [
+      ['--ws-token-file', tokenFile, 0o644],
+      ['--ws-token-file', tokenFile, 0o640],
+      ['--ws-shared-secret-file', secretFile, 0o604],
+    ] as const) {
+      const copy = path.join(scene.root, `loose-${mode.toString(8)}`);
+      fs.copyFileSync(file, copy);
+      fs.chmodSync(copy, mode);
+      const mode_ = flag === '--ws-token-file' ? 'capability-token' : 'signed-bearer-token';
+      const r = runCli(['--listen', 'ws://127.0.0.1:0', '--ws-auth', mode_, flag, copy]);
+      expect(r.status).not.toBe(0);
+      expect(r.stdout).toBe('');
+      expect(r.stderr).toContain(`is accessible by group or others (mode ${mode.toString(8)}); run chmod 600 ${copy}`);
+      fs.chmodSync(copy, 0o600);
+      const srv = await startWsServer('ours', ['--listen', 'ws://127.0.0.1:0', '--ws-auth', mode_, flag, copy]);
+      await srv.stop();
+    }
+    const short = path.join(scene.root, 'short-token');
+    fs.writeFileSync(short, 'abc', { mode: 0o600 });
+    expect(runCli(['--listen', 'ws://127.0.0.1:0', '--ws-auth', 'capability-token', '--ws-token-file', short]).stderr).toMatch(/too short/);
+  });
+
+  it.skipIf(!caps.root)(`a credential file owned by another user is refused${caps.root ? '' : ' (skipped: needs root to chown)'}`, () => {
+    const other = path.join(scene.root, 'other-owner');
+    fs.copyFileSync(tokenFile, other);
+    fs.chmodSync(other, 0o600);
+    fs.chownSync(other, 65534, 65534);
+    const r = runCli(['--listen', 'ws://127.0.0.1:0', '--ws-auth', 'capability-token', '--ws-token-file', other]);
+    expect(r.stderr).toMatch(/is owned by uid 65534, not by this server's user/);
+  });
+
+  it('a browser Origin is refused with 403 (even with the right token) unless --ws-allow-origin names it', async () => {
+    const args = ['--listen', 'ws://127.0.0.1:0', '--ws-auth', 'capability-token', '--ws-token-file', tokenFile];
+    const srv = await startWsServer('ours', [...args, '--ws-allow-origin', 'http://allowed.example']);
+    try {
+      const auth = { Authorization: `Bearer ${TOKEN}` };
+      expect(await attempt(srv.url, { ...auth, Origin: 'http://evil.example' })).toEqual({ outcome: { http: 403, body: '' }, ran: false });
+      expect(await attempt(srv.url, { ...auth, Origin: 'http://127.0.0.1' })).toEqual({ outcome: { http: 403, body: '' }, ran: false });
+      // The allowed origin still needs the token.
+      expect(await attempt(srv.url, { Origin: 'http://allowed.example' })).toMatchObject({ outcome: { http: 401 }, ran: false });
+      expect(await attempt(srv.url, { ...auth, Origin: 'http://allowed.example' })).toEqual({ outcome: { initialized: 'string', started: 'closed' }, ran: true });
+    } finally {
+      await srv.stop();
+    }
+  });
+});
+
+describe.skipIf(!caps.linux)('exec-server ws auth: same refusals as the reference, and nothing runs', () => {
+  const sha = crypto.createHash('sha256').update(TOKEN).digest('hex');
+  const now = () => Math.floor(Date.now() / 1000);
+  const modes: Record<string, { args: string[]; cases: () => Record<string, Record<string, string>> }> = {
+    'capability-token (file)': {
+      args: ['--ws-auth', 'capability-token', '--ws-token-file', tokenFile],
+      cases: () => ({
+        none: {},
+        wrong: { Authorization: 'Bearer not-the-token-0123456789' },
+        basic: { Authorization: `Basic ${TOKEN}` },
+        empty: { Authorization: 'Bearer   ' },
+        browser: { Authorization: `Bearer ${TOKEN}`, Origin: 'http://evil.example' },
+        right: { Authorization: `Bearer ${TOKEN}` },
+        rightLowercase: { Authorization: `bearer ${TOKEN}` },
+      }),
+    },
+    'capability-token (sha256)': {
+      args: ['--ws-auth', 'capability-token', '--ws-token-sha256', sha],
+      cases: () => ({ wrong: { Authorization: 'Bearer nope-0123456789abcdef' }, right: { Authorization: `Bearer ${TOKEN}` } }),
+    },
+    'signed-bearer-token': {
+      args: ['--ws-auth', 'signed-bearer-token', '--ws-shared-secret-file', secretFile, '--ws-issuer', 'iss1', '--ws-audience', 'aud1', '--ws-max-clock-skew-seconds', '10'],
+      cases: () => ({
+        none: {},
+        expired: { Authorization: `Bearer ${jwt({ exp: now() - 60, iss: 'iss1', aud: 'aud1' })}` },
+        notYet: { Authorization: `Bearer ${jwt({ exp: now() + 600, nbf: now() + 300, iss: 'iss1', aud: 'aud1' })}` },
+        issuer: { Authorization: `Bearer ${jwt({ exp: now() + 600, iss: 'other', aud: 'aud1' })}` },
+        audience: { Authorization: `Bearer ${jwt({ exp: now() + 600, iss: 'iss1', aud: 'other' })}` },
+        badSignature: { Authorization: `Bearer ${jwt({ exp: now() + 600, iss: 'iss1', aud: 'aud1' }, undefined, 'x'.repeat(40))}` },
+        algNone: { Authorization: `Bearer ${b64u({ alg: 'none' })}.${b64u({ exp: now() + 600, iss: 'iss1', aud: 'aud1' })}.` },
+        noExp: { Authorization: `Bearer ${jwt({ iss: 'iss1', aud: 'aud1' })}` },
+        right: { Authorization: `Bearer ${jwt({ exp: now() + 600, iss: 'iss1', aud: ['aud1', 'x'] })}` },
+      }),
+    },
+  };
+  for (const [name, m] of Object.entries(modes)) {
+    it(`${name}: each refusal is the reference's; refused clients run nothing, the right credential runs${referenceSkip ? ` (reference unavailable: ${referenceSkip}; ours only)` : ''}`, async () => {
+      const run = async (server: Server) => {
+        const srv = await startWsServer(server, ['--listen', 'ws://127.0.0.1:0', ...m.args]);
+        try {
+          const out: Record<string, unknown> = {};
+          for (const [k, headers] of Object.entries(m.cases())) out[k] = await attempt(srv.url, headers);
+          return out;
+        } finally {
+          await srv.stop();
+        }
+      };
+      const ours = await run('ours');
+      for (const [k, v] of Object.entries(ours)) {
+        const ok = k.startsWith('right');
+        expect(v, k).toMatchObject(ok ? { outcome: { initialized: 'string', started: 'closed' }, ran: true } : { ran: false });
+      }
+      if (referenceSkip === undefined) expect(ours).toEqual(await run('reference'));
+    });
+  }
+});
