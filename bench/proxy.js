@@ -1,67 +1,86 @@
 #!/usr/bin/env node
 /**
- * Managed-proxy benchmark: `node bench/proxy.js [--mb 100] [--requests 2000] [--rounds 5] [--json]`.
+ * Managed-proxy benchmark: `node bench/proxy.js [--mb 100] [--rounds 7] [--small 400] [--json]`.
  *
- * Two peer processes stand in for the remote side (a TCP source and an HTTP server) and for the
- * sandboxed command (the clients); this process runs the proxy, as the host does. Reported, each
- * the best of `rounds` with direct and proxied runs interleaved:
- *   - an N MB download through CONNECT (the addon's native relay, and JS piping for comparison)
- *     vs. the same download direct over loopback; the ratio of the best runs and of the medians,
- *     and the proxy's own CPU time per 100 MB (a figure that does not depend on what else the
- *     machine is running);
- *   - plain-HTTP requests per second through the proxy (absolute-form, keep-alive client, pooled
- *     upstream connections) vs. direct, one at a time and 8 at once, with the number of upstream
- *     connections the server saw;
- *   - a PASS/FAIL verdict for each ratio against the goal (>= 0.9 of direct).
- * On a machine with fewer cores than the three processes need, the wall-clock ratios measure CPU
- * contention as much as the proxy; the CPU figures say how much the proxy itself costs.
+ * Two peer processes stand in for the remote side (a TCP source, an HTTP and an HTTPS server) and
+ * for the sandboxed command (the client); this process runs the proxy, as the host does. Each
+ * round runs every case direct and through the proxy, one after the other, so load on the machine
+ * hits both alike; the report gives the median of the per-round ratios and their spread (min-max).
+ *   - N MB downloads, direct vs. through the proxy: a CONNECT tunnel (the addon's native relay;
+ *     JS piping for comparison), a plain-HTTP (absolute-form) GET, and an HTTPS GET through a
+ *     TLS-intercepted CONNECT (the proxy terminates TLS and talks TLS to the origin);
+ *   - CPU time per GB of each process (client, server, proxy), and what that CPU implies on this
+ *     machine: with C cores, a transfer that needs S CPU-seconds in all and P in its busiest
+ *     process cannot take less than max(S / C, P) seconds; the bound printed is that floor for
+ *     the proxied run over the direct run's wall time, the best ratio the CPU allows;
+ *   - many small (1 kB) GETs, one at a time, with a keep-alive client and with a new connection per
+ *     request: the latency the proxy adds per request (median over rounds) and its CPU per request;
+ *   - a PASS/FAIL verdict per target (CONNECT >= 0.9, plain HTTP >= 0.8, TLS-intercepted >= 0.5).
  * Loads lib/network from dist/ when built, else transpiles the TypeScript on the fly.
  */
 'use strict';
 const { fork } = require('child_process');
 const fs = require('fs');
 const http = require('http');
+const https = require('https');
 const net = require('net');
+const os = require('os');
 const path = require('path');
+const tls = require('tls');
 
 const args = process.argv.slice(2);
 const argOf = (name, dflt) => {
   const i = args.indexOf(name);
   return i >= 0 ? Number(args[i + 1]) : dflt;
 };
+const cpuMs = (since) => {
+  const c = process.cpuUsage(since);
+  return (c.user + c.system) / 1000;
+};
 
-// ---------------------------------------------------------------- peer (the "sandboxed" side)
+// ---------------------------------------------------------------- peers
 if (args[0] === '--peer') {
   const CHUNK = Buffer.alloc(1 << 20, 0x5a);
+  const SMALL = Buffer.alloc(1024, 0x61);
+  // Writes `left` bytes of CHUNK to a stream, with backpressure, then ends it.
+  const pump = (out, left) => {
+    const more = () => {
+      while (left > 0) {
+        const n = Math.min(left, CHUNK.length);
+        left -= n;
+        if (!out.write(n === CHUNK.length ? CHUNK : CHUNK.subarray(0, n))) return void out.once('drain', more);
+      }
+      out.end();
+    };
+    more();
+  };
   const source = net.createServer((sock) => {
-    sock.once('data', (line) => {
-      let left = Number(String(line).trim());
-      const pump = () => {
-        while (left > 0) {
-          const n = Math.min(left, CHUNK.length);
-          left -= n;
-          if (!sock.write(n === CHUNK.length ? CHUNK : CHUNK.subarray(0, n))) return void sock.once('drain', pump);
-        }
-        sock.end();
-      };
-      pump();
-    });
+    sock.once('data', (line) => pump(sock, Number(String(line).trim())));
     sock.on('error', () => {});
   });
+  // GET /bytes/N: N bytes with a Content-Length; anything else: 1 kB.
+  const serve = (req, res) => {
+    const m = /^\/bytes\/(\d+)$/.exec(req.url);
+    if (!m) return res.end(SMALL);
+    res.writeHead(200, { 'content-length': m[1], 'content-type': 'application/octet-stream' });
+    pump(res, Number(m[1]));
+  };
   let webConnections = 0;
-  const web = http.createServer((req, res) => res.end('ok'));
+  const web = http.createServer(serve);
   web.on('connection', () => webConnections++);
-  const download = (port, bytes, viaProxy, hash) =>
+  let secure = null;
+
+  // A raw CONNECT download: counts bytes (the worst case for a relay: every extra cost shows).
+  const download = (port, bytes, viaProxy) =>
     new Promise((resolve, reject) => {
       const sock = net.connect(port, '127.0.0.1');
-      const sha = hash ? require('crypto').createHash('sha256') : null;
       let got = 0;
       let headerDone = !viaProxy;
       let pending = Buffer.alloc(0);
       let t0 = 0;
       sock.on('connect', () => {
         t0 = process.hrtime.bigint();
-        if (viaProxy) sock.write(`CONNECT bench.test:${viaProxy} HTTP/1.1\r\nHost: bench.test:${viaProxy}\r\n\r\n`);
+        if (viaProxy) sock.write(`CONNECT tunnel.test:${viaProxy} HTTP/1.1\r\nHost: tunnel.test:${viaProxy}\r\n\r\n`);
         else sock.write(`${bytes}\n`);
       });
       sock.on('data', (chunk) => {
@@ -72,60 +91,112 @@ if (args[0] === '--peer') {
           if (!pending.subarray(0, 12).toString().includes(' 200')) return reject(new Error(String(pending)));
           headerDone = true;
           got += pending.length - end - 4;
-          if (sha) sha.update(pending.subarray(end + 4));
           sock.write(`${bytes}\n`);
           return;
         }
         got += chunk.length;
-        if (sha) sha.update(chunk);
       });
       sock.on('end', () => {
         const secs = Number(process.hrtime.bigint() - t0) / 1e9;
         if (got !== bytes) return reject(new Error(`short read ${got}/${bytes}`));
-        if (sha) sha.digest();
         resolve(secs);
       });
       sock.on('error', reject);
     });
-  // n GETs over `conc` keep-alive client connections; resolves with requests per second.
-  const gets = (n, opts, conc) =>
+  // One GET with Node's client; resolves with { secs, bytes }.
+  const get = (mod, opts) =>
     new Promise((resolve, reject) => {
-      const agent = new http.Agent({ keepAlive: true, maxSockets: conc });
-      let started = 0;
-      let done = 0;
       const t0 = process.hrtime.bigint();
-      const next = () => {
-        if (started === n) return;
-        started++;
-        http
-          .get({ ...opts, agent }, (res) => {
-            res.resume();
-            res.on('end', () => {
-              if (++done === n) {
-                agent.destroy();
-                return resolve(n / (Number(process.hrtime.bigint() - t0) / 1e9));
-              }
-              next();
-            });
-          })
-          .on('error', reject);
-      };
-      for (let i = 0; i < conc; i++) next();
+      let got = 0;
+      mod
+        .get(opts, (res) => {
+          res.on('data', (c) => (got += c.length));
+          res.on('end', () => resolve({ secs: Number(process.hrtime.bigint() - t0) / 1e9, bytes: got }));
+          res.on('error', reject);
+        })
+        .on('error', reject);
     });
-  Promise.all([
-    new Promise((r) => source.listen(0, '127.0.0.1', r)),
-    new Promise((r) => web.listen(0, '127.0.0.1', r)),
-  ]).then(() => process.send({ sourcePort: source.address().port, webPort: web.address().port }));
+  // An HTTPS GET through a CONNECT tunnel (the proxy intercepts it), or direct.
+  const tlsGet = async (proxyPort, originPort, reqPath, ca) => {
+    let socket;
+    if (proxyPort) {
+      socket = await new Promise((resolve, reject) => {
+        const s = net.connect(proxyPort, '127.0.0.1', () => s.write(`CONNECT bench.test:${originPort} HTTP/1.1\r\nHost: bench.test:${originPort}\r\n\r\n`));
+        let head = Buffer.alloc(0);
+        const onData = (c) => {
+          head = Buffer.concat([head, c]);
+          const end = head.indexOf('\r\n\r\n');
+          if (end < 0) return;
+          s.off('data', onData);
+          if (!head.subarray(0, 12).toString().includes(' 200')) return reject(new Error(String(head)));
+          s.pause();
+          resolve(s);
+        };
+        s.on('data', onData);
+        s.on('error', reject);
+      });
+    }
+    return get(https, {
+      host: '127.0.0.1',
+      port: originPort,
+      path: reqPath,
+      servername: 'bench.test',
+      ca,
+      headers: { host: `bench.test:${originPort}` },
+      // A createConnection of the request's own is used only without an agent.
+      ...(socket ? { agent: undefined, createConnection: () => tls.connect({ socket, servername: 'bench.test', ca }) } : { agent: false }),
+    });
+  };
+  // n small GETs one at a time; keepAlive: one client connection for all, else one per request.
+  const smalls = async (n, opts, keepAlive) => {
+    const agent = keepAlive ? new http.Agent({ keepAlive: true, maxSockets: 1 }) : false;
+    const t0 = process.hrtime.bigint();
+    for (let i = 0; i < n; i++) {
+      const r = await get(http, { ...opts, agent });
+      if (r.bytes !== 1024) throw new Error(`small GET got ${r.bytes} bytes`);
+    }
+    if (agent) agent.destroy();
+    return Number(process.hrtime.bigint() - t0) / 1e9 / n;
+  };
+  const timed = async (fn) => {
+    const c0 = process.cpuUsage();
+    const r = await fn();
+    return { ...r, cpuMs: cpuMs(c0) };
+  };
+  const ops = {
+    async listen(msg) {
+      secure = https.createServer({ key: msg.key, cert: msg.cert }, serve);
+      await Promise.all([source, web, secure].map((s) => new Promise((r) => s.listen(0, '127.0.0.1', r))));
+      return { sourcePort: source.address().port, webPort: web.address().port, securePort: secure.address().port };
+    },
+    download: (m) => timed(async () => ({ secs: await download(m.port, m.bytes, m.viaProxy) })),
+    httpGet: (m) =>
+      timed(async () => {
+        const r = await get(http, { host: '127.0.0.1', port: m.port, path: m.path, agent: false, headers: { host: `bench.test:${m.webPort}` } });
+        if (r.bytes !== m.bytes) throw new Error(`short read ${r.bytes}/${m.bytes}`);
+        return r;
+      }),
+    tlsGet: (m) =>
+      timed(async () => {
+        const r = await tlsGet(m.proxyPort, m.port, m.path, m.ca);
+        if (r.bytes !== m.bytes) throw new Error(`short read ${r.bytes}/${m.bytes}`);
+        return r;
+      }),
+    smalls: (m) => timed(async () => ({ secsPerRequest: await smalls(m.n, m.opts, m.keepAlive) })),
+    cpu: async () => ({ cpuMs: cpuMs() }),
+    webConnections: async () => ({ webConnections }),
+    exit: () => process.exit(0),
+  };
   process.on('message', async (msg) => {
     try {
-      if (msg.op === 'download') process.send({ secs: await download(msg.port, msg.bytes, msg.viaProxy, msg.hash) });
-      else if (msg.op === 'gets') process.send({ rps: await gets(msg.n, msg.opts, msg.conc) });
-      else if (msg.op === 'webConnections') process.send({ webConnections });
-      else if (msg.op === 'exit') process.exit(0);
+      process.send(await ops[msg.op](msg));
     } catch (err) {
       process.send({ error: String(err && err.stack) });
     }
   });
+  // The host side may die first (an error): never outlive it.
+  process.on('disconnect', () => process.exit(0));
+  process.send({ ready: true });
   return;
 }
 
@@ -133,7 +204,7 @@ if (args[0] === '--peer') {
 function loadNetwork() {
   const root = path.join(__dirname, '..');
   const built = path.join(root, 'dist', 'network', 'index.js');
-  if (fs.existsSync(built)) return require(built);
+  if (fs.existsSync(built)) return { ...require(built), ...require(path.join(root, 'dist', 'network', 'relay.js')) };
   const ts = require('typescript');
   require.extensions['.ts'] = (module, filename) => {
     const out = ts.transpileModule(fs.readFileSync(filename, 'utf8'), {
@@ -142,19 +213,19 @@ function loadNetwork() {
     });
     module._compile(out.outputText, filename);
   };
-  return require(path.join(root, 'lib', 'network', 'index.ts'));
+  return { ...require(path.join(root, 'lib', 'network', 'index.ts')), ...require(path.join(root, 'lib', 'network', 'relay.ts')) };
 }
 
-const GOAL = 0.9;
+const GOALS = { connect: 0.9, http: 0.8, tls: 0.5 };
 
 async function main() {
   const mb = argOf('--mb', 100);
-  const requests = argOf('--requests', 2000);
-  const rounds = argOf('--rounds', 5);
+  const rounds = argOf('--rounds', 7);
+  const smallN = argOf('--small', 400);
   const bytes = mb * 1024 * 1024;
-  const { ManagedProxy } = loadNetwork();
+  const { ManagedProxy, InterceptionCa, nativeRelay } = loadNetwork();
+  const cores = os.cpus().length;
 
-  // Two peers: one serves (the remote side), one downloads (the sandboxed command).
   const spawnPeer = () => {
     const child = fork(__filename, ['--peer'], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     const replies = [];
@@ -171,134 +242,159 @@ async function main() {
   };
   const server = spawnPeer();
   const client = spawnPeer();
-  const { sourcePort, webPort } = await server.recv();
-  await client.recv();
-  const ask = client.ask;
+  await Promise.all([server.recv(), client.recv()]);
+  // The origin's certificate comes from a CA of its own, trusted by the proxy (originCa) and by the
+  // direct client; the intercepting proxy's CA is trusted by the proxied client.
+  const originCa = InterceptionCa.create();
+  const mitmCa = InterceptionCa.create();
+  const { sourcePort, webPort, securePort } = await server.ask({ op: 'listen', ...originCa.leafFor('bench.test') });
 
   const start = async (relay) => {
     const proxy = await ManagedProxy.start({
-      policy: { allow: ['bench.test'], allowLocal: true },
+      policy: { allow: ['bench.test', 'tunnel.test'], allowLocal: true },
       lookup: async () => [{ address: '127.0.0.1', family: 4 }],
       relay,
+      interception: {
+        ca: mitmCa,
+        originCa: originCa.certPem,
+        credentials: [{ host: 'bench.test', header: 'authorization', placeholder: 'placeholder-0000', value: 'secret-value-0000' }],
+      },
     });
     return { proxy, ...(await proxy.attach(`bench-${relay}`)) };
   };
-  const kernel = await start('auto');
+  const native = await start('auto');
   const js = await start('js');
-  const { nativeRelay } = require(path.join(__dirname, '..', fs.existsSync(path.join(__dirname, '..', 'dist')) ? 'dist' : 'lib', 'network', 'relay'));
   const haveNativeRelay = nativeRelay() !== null;
 
-  // Warm up every path once.
-  await ask({ op: 'download', port: sourcePort, bytes: 8 << 20 });
-  await ask({ op: 'download', port: kernel.port, bytes: 8 << 20, viaProxy: sourcePort });
-  await ask({ op: 'download', port: js.port, bytes: 8 << 20, viaProxy: sourcePort });
-  // Raw: the client only counts bytes (the worst case for a relay: every extra cost shows).
-  // Consumer: the client hashes what it gets, as a real download does some work per byte.
-  const download = async (port, viaProxy, hash) => {
-    const cpu0 = process.cpuUsage();
-    const { secs } = await ask({ op: 'download', port, bytes, viaProxy, hash });
-    const cpu = process.cpuUsage(cpu0);
-    return { secs, cpuMs: (cpu.user + cpu.system) / 1000 };
+  // One measured run: wall time as the client saw it, and the CPU of the client, the server and
+  // this process (the proxy) over it.
+  const run = async (msg) => {
+    const s0 = (await server.ask({ op: 'cpu' })).cpuMs;
+    const p0 = process.cpuUsage();
+    const r = await client.ask(msg);
+    const proxyMs = cpuMs(p0);
+    const serverMs = (await server.ask({ op: 'cpu' })).cpuMs - s0;
+    return { secs: r.secs ?? r.secsPerRequest, cpu: { client: r.cpuMs, server: serverMs, proxy: proxyMs } };
   };
-  const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
-  const measure = async (hash) => {
-    const best = { direct: Infinity, kernel: Infinity, js: Infinity, kernelCpu: Infinity, jsCpu: Infinity };
-    const all = { direct: [], kernel: [] };
-    for (let i = 0; i < rounds; i++) {
-      const d = (await download(sourcePort, undefined, hash)).secs;
-      all.direct.push(d);
-      best.direct = Math.min(best.direct, d);
-      const k = await download(kernel.port, sourcePort, hash);
-      all.kernel.push(k.secs);
-      best.kernel = Math.min(best.kernel, k.secs);
-      best.kernelCpu = Math.min(best.kernelCpu, k.cpuMs);
-      const j = await download(js.port, sourcePort, hash);
-      best.js = Math.min(best.js, j.secs);
-      best.jsCpu = Math.min(best.jsCpu, j.cpuMs);
-    }
-    best.medianRatio = median(all.direct) / median(all.kernel);
-    return best;
+  const cases = {
+    connect: [{ op: 'download', port: sourcePort, bytes }, { op: 'download', port: native.port, bytes, viaProxy: sourcePort }],
+    connectJs: [null, { op: 'download', port: js.port, bytes, viaProxy: sourcePort }],
+    http: [
+      { op: 'httpGet', port: webPort, path: `/bytes/${bytes}`, bytes, webPort },
+      { op: 'httpGet', port: native.port, path: `http://bench.test:${webPort}/bytes/${bytes}`, bytes, webPort },
+    ],
+    tls: [
+      { op: 'tlsGet', port: securePort, path: `/bytes/${bytes}`, bytes, ca: originCa.certPem },
+      { op: 'tlsGet', port: securePort, proxyPort: native.port, path: `/bytes/${bytes}`, bytes, ca: mitmCa.certPem },
+    ],
   };
-  const raw = await measure(false);
-  const consumer = await measure(true);
+  const smallDirect = { host: '127.0.0.1', port: webPort, path: '/small' };
+  const smallProxied = { host: '127.0.0.1', port: native.port, path: `http://bench.test:${webPort}/small`, headers: { host: `bench.test:${webPort}` } };
+  const smallCases = {
+    keepAlive: [
+      { op: 'smalls', n: smallN, opts: smallDirect, keepAlive: true },
+      { op: 'smalls', n: smallN, opts: smallProxied, keepAlive: true },
+    ],
+    newConnection: [
+      { op: 'smalls', n: smallN, opts: smallDirect, keepAlive: false },
+      { op: 'smalls', n: smallN, opts: smallProxied, keepAlive: false },
+    ],
+  };
 
-  // Plain HTTP: requests per second, one at a time and 8 at once, keep-alive clients.
-  const direct = { host: '127.0.0.1', port: webPort, path: '/' };
-  const proxied = { host: '127.0.0.1', port: kernel.port, path: `http://bench.test:${webPort}/`, headers: { host: `bench.test:${webPort}` } };
-  const n = Math.max(50, Math.floor(requests / rounds));
-  await ask({ op: 'gets', n: 200, opts: direct, conc: 1 });
-  await ask({ op: 'gets', n: 200, opts: proxied, conc: 1 });
+  // Warm-up: every path once, small.
+  const warm = (m) => ({ ...m, bytes: 8 << 20, path: m.path && m.path.replace(/\/bytes\/\d+$/, `/bytes/${8 << 20}`) });
+  for (const pair of Object.values(cases)) for (const m of pair) if (m) { await client.ask(warm(m)); }
+  for (const pair of Object.values(smallCases)) for (const m of pair) await client.ask({ ...m, n: 50 });
+
+  const samples = {};
+  const add = (name, v) => (samples[name] ??= []).push(v);
   const connectionsBefore = (await server.ask({ op: 'webConnections' })).webConnections;
-  const rps = { direct1: 0, proxy1: 0, direct8: 0, proxy8: 0 };
-  let proxiedRequests = 0;
-  let proxyCpuUs = Infinity;
   for (let i = 0; i < rounds; i++) {
-    rps.direct1 = Math.max(rps.direct1, (await ask({ op: 'gets', n, opts: direct, conc: 1 })).rps);
-    const cpu0 = process.cpuUsage();
-    rps.proxy1 = Math.max(rps.proxy1, (await ask({ op: 'gets', n, opts: proxied, conc: 1 })).rps);
-    const cpu = process.cpuUsage(cpu0);
-    proxyCpuUs = Math.min(proxyCpuUs, (cpu.user + cpu.system) / n);
-    rps.direct8 = Math.max(rps.direct8, (await ask({ op: 'gets', n, opts: direct, conc: 8 })).rps);
-    rps.proxy8 = Math.max(rps.proxy8, (await ask({ op: 'gets', n, opts: proxied, conc: 8 })).rps);
-    proxiedRequests += 2 * n;
+    for (const [name, [d, p]] of Object.entries(cases)) {
+      const direct = d ? await run(d) : null;
+      const proxied = await run(p);
+      if (direct) add(`${name}.direct`, direct);
+      add(`${name}.proxy`, proxied);
+      if (direct) add(`${name}.ratio`, direct.secs / proxied.secs);
+      else add(`${name}.ratio`, samples['connect.direct'][i].secs / proxied.secs);
+      if (direct) {
+        // The CPU floor of the proxied run on this machine, over the direct run's wall time.
+        const c = proxied.cpu;
+        const floor = Math.max((c.client + c.server + c.proxy) / 1000 / cores, Math.max(c.client, c.server, c.proxy) / 1000);
+        add(`${name}.bound`, Math.min(1, direct.secs / floor));
+      }
+    }
+    for (const [name, [d, p]] of Object.entries(smallCases)) {
+      const direct = await run(d);
+      const proxied = await run(p);
+      add(`${name}.addedUs`, (proxied.secs - direct.secs) * 1e6);
+      add(`${name}.directUs`, direct.secs * 1e6);
+      add(`${name}.proxyCpuUs`, (proxied.cpu.proxy * 1000) / smallN);
+    }
   }
-  // Upstream connections opened for the proxied requests (direct clients keep theirs alive too:
-  // at most 1 + 8 per round).
-  const upstreamConnections = (await server.ask({ op: 'webConnections' })).webConnections - connectionsBefore - 9 * rounds;
+  const webConnections = (await server.ask({ op: 'webConnections' })).webConnections - connectionsBefore;
   server.child.send({ op: 'exit' });
   client.child.send({ op: 'exit' });
-  await kernel.detach();
+  await native.detach();
   await js.detach();
+  originCa.dispose();
+  mitmCa.dispose();
 
-  const mbps = (secs) => +(mb / secs).toFixed(1);
-  const per100 = (ms) => +((ms * 100) / mb).toFixed(1);
-  const result = {
-    transferMB: mb,
-    rounds,
-    cpus: require('os').cpus().length,
-    loadAverage: require('os').loadavg().map((x) => +x.toFixed(2)),
-    nativeRelay: haveNativeRelay,
-    directMBps: mbps(raw.direct),
-    connectMBps: mbps(raw.kernel),
-    ratio: +(raw.direct / raw.kernel).toFixed(3),
-    medianRatio: +raw.medianRatio.toFixed(3),
-    proxyCpuMsPer100MB: per100(raw.kernelCpu),
-    jsRelayMBps: mbps(raw.js),
-    jsRelayRatio: +(raw.direct / raw.js).toFixed(3),
-    jsRelayCpuMsPer100MB: per100(raw.jsCpu),
-    sha256ConsumerDirectMBps: mbps(consumer.direct),
-    sha256ConsumerConnectMBps: mbps(consumer.kernel),
-    sha256ConsumerRatio: +(consumer.direct / consumer.kernel).toFixed(3),
-    requestsPerRound: n,
-    directRps: Math.round(rps.direct1),
-    proxyRps: Math.round(rps.proxy1),
-    rpsRatio: +(rps.proxy1 / rps.direct1).toFixed(3),
-    proxyCpuUsPerRequest: Math.round(proxyCpuUs),
-    direct8Rps: Math.round(rps.direct8),
-    proxy8Rps: Math.round(rps.proxy8),
-    rps8Ratio: +(rps.proxy8 / rps.direct8).toFixed(3),
-    proxiedRequests,
-    upstreamConnections,
-  };
-  result.connectVerdict = result.ratio >= GOAL ? 'PASS' : 'FAIL';
-  result.httpVerdict = result.rpsRatio >= GOAL ? 'PASS' : 'FAIL';
-  if (args.includes('--json')) {
-    console.log(JSON.stringify(result));
-  } else {
-    const r = result;
-    console.log(`proxy bench (${r.cpus} CPUs, load average ${r.loadAverage.join(' ')}; best of ${rounds}, direct and proxied interleaved)`);
-    console.log(
-      `  CONNECT ${mb} MB, ${haveNativeRelay ? 'native relay' : 'JS piping (no native relay here)'}: direct ${r.directMBps} MB/s, via proxy ${r.connectMBps} MB/s, ratio ${r.ratio} (median ${r.medianRatio}) -> ${r.connectVerdict} (goal >= ${GOAL}); proxy CPU ${r.proxyCpuMsPer100MB} ms per 100 MB`,
-    );
-    console.log(`  CONNECT ${mb} MB, JS piping (relay: 'js'): ${r.jsRelayMBps} MB/s, ratio ${r.jsRelayRatio}; proxy CPU ${r.jsRelayCpuMsPer100MB} ms per 100 MB`);
-    console.log(`  CONNECT ${mb} MB, sha256-hashing client: direct ${r.sha256ConsumerDirectMBps} MB/s, via proxy ${r.sha256ConsumerConnectMBps} MB/s, ratio ${r.sha256ConsumerRatio}`);
-    console.log(
-      `  plain HTTP GET, 1 at a time: direct ${r.directRps} req/s, via proxy ${r.proxyRps} req/s, ratio ${r.rpsRatio} -> ${r.httpVerdict} (goal >= ${GOAL}); proxy CPU ${r.proxyCpuUsPerRequest} us per request`,
-    );
-    console.log(`  plain HTTP GET, 8 at a time: direct ${r.direct8Rps} req/s, via proxy ${r.proxy8Rps} req/s, ratio ${r.rps8Ratio}`);
-    console.log(`  upstream keep-alive pool: ${r.proxiedRequests} proxied requests used ${r.upstreamConnections} upstream connections`);
-    if (r.cpus < 4) console.log(`  note: ${r.cpus} CPUs for three busy processes; wall-clock ratios include CPU contention (see the CPU figures)`);
+  const sorted = (xs) => [...xs].sort((a, b) => a - b);
+  const median = (xs) => sorted(xs)[xs.length >> 1];
+  const r3 = (x) => +x.toFixed(3);
+  const stat = (xs) => ({ median: r3(median(xs)), min: r3(sorted(xs)[0]), max: r3(sorted(xs)[xs.length - 1]) });
+  const perGb = (runs, who) => Math.round(median(runs.map((s) => s.cpu[who])) * (1024 / mb));
+  const result = { transferMB: mb, rounds, cpus: cores, loadAverage: os.loadavg().map((x) => +x.toFixed(2)), nativeRelay: haveNativeRelay };
+  for (const name of Object.keys(cases)) {
+    const proxied = samples[`${name}.proxy`];
+    const entry = {
+      ratio: stat(samples[`${name}.ratio`]),
+      proxyMBps: +(mb / median(proxied.map((s) => s.secs))).toFixed(0),
+      cpuMsPerGB: { proxy: perGb(proxied, 'proxy'), client: perGb(proxied, 'client'), server: perGb(proxied, 'server') },
+    };
+    const direct = samples[`${name}.direct`];
+    if (direct) {
+      entry.directMBps = +(mb / median(direct.map((s) => s.secs))).toFixed(0);
+      entry.directCpuMsPerGB = { client: perGb(direct, 'client'), server: perGb(direct, 'server') };
+      entry.cpuBound = stat(samples[`${name}.bound`]);
+    }
+    if (GOALS[name]) {
+      entry.goal = GOALS[name];
+      entry.verdict = entry.ratio.median >= GOALS[name] ? 'PASS' : 'FAIL';
+    }
+    result[name] = entry;
   }
+  for (const name of Object.keys(smallCases)) {
+    result[name] = {
+      requests: smallN,
+      directUsPerRequest: Math.round(median(samples[`${name}.directUs`])),
+      addedUs: stat(samples[`${name}.addedUs`].map((x) => Math.round(x))),
+      proxyCpuUsPerRequest: Math.round(median(samples[`${name}.proxyCpuUs`])),
+    };
+  }
+  result.upstreamConnections = webConnections;
+  if (args.includes('--json')) return void console.log(JSON.stringify(result));
+  const r = result;
+  const spread = (s) => `${s.median} (${s.min}-${s.max})`;
+  console.log(`proxy bench: ${cores} CPUs, load average ${r.loadAverage.join(' ')}; ${rounds} rounds, direct and proxied interleaved; median (min-max) of the per-round ratios`);
+  const line = (label, e) => {
+    const d = e.directMBps ? `direct ${e.directMBps} MB/s, ` : '';
+    const v = e.verdict ? ` -> ${e.verdict} (goal >= ${e.goal})` : '';
+    const bound = e.cpuBound ? `; the CPU it took allows at most ${spread(e.cpuBound)}` : '';
+    console.log(`  ${label}: ${d}via proxy ${e.proxyMBps} MB/s, ratio ${spread(e.ratio)}${v}${bound}`);
+    const dc = e.directCpuMsPerGB ? `; direct: client ${e.directCpuMsPerGB.client}, server ${e.directCpuMsPerGB.server}` : '';
+    console.log(`      CPU ms per GB: proxy ${e.cpuMsPerGB.proxy}, client ${e.cpuMsPerGB.client}, server ${e.cpuMsPerGB.server}${dc}`);
+  };
+  line(`CONNECT ${mb} MB (${haveNativeRelay ? 'native relay' : 'JS piping, no native relay here'})`, r.connect);
+  line(`CONNECT ${mb} MB (relay: 'js', for comparison)`, r.connectJs);
+  line(`plain HTTP GET ${mb} MB`, r.http);
+  line(`TLS-intercepted HTTPS GET ${mb} MB`, r.tls);
+  for (const [name, label] of [['keepAlive', 'keep-alive client'], ['newConnection', 'a new connection per request']]) {
+    const e = r[name];
+    console.log(`  ${e.requests} x 1 kB GET, one at a time, ${label}: direct ${e.directUsPerRequest} us per request, the proxy adds ${spread(e.addedUs)} us; proxy CPU ${e.proxyCpuUsPerRequest} us per request`);
+  }
+  console.log(`  upstream connections the origin saw over all measured rounds: ${r.upstreamConnections}`);
 }
 
 main().catch((err) => {
