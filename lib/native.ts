@@ -115,6 +115,8 @@ export interface NativeBinding {
   lockPlaceholder?(path: string): number;
   /** true: removed, and `fd` is left open for the caller to close (off the JS thread); false: closed. */
   releasePlaceholder?(fd: number, path: string, remove: boolean): boolean;
+  /** Whether systemd marked the cgroup directory delegated (trusted.delegate or user.delegate xattr). */
+  cgroupDelegated?(dir: string): boolean;
   /** A pseudo-terminal pair (both close-on-exec) with the given window size. */
   openPty?(cols: number, rows: number): { master: number; slave: number; name: string };
   resizePty?(fd: number, cols: number, rows: number): void;

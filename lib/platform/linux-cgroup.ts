@@ -24,6 +24,8 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { threadId } from 'node:worker_threads';
 
+import { loadNative } from '../native';
+
 export interface CgroupRequest {
   pidsMax: number;
   memoryBytes?: number;
@@ -53,10 +55,19 @@ interface Hierarchies {
 }
 
 let hierarchies: Hierarchies | undefined;
+/** Where the cgroup2 file system holding our group is mounted. */
+let v2Mount: string | undefined;
 /** Set once a hierarchy refused us (EACCES, EROFS...): no retry per spawn. */
 const unusable = new Set<string>();
 const swept = new Set<string>();
 let counter = 0;
+/** Why the last attempt made no v2 group (for the report's gap text and tests), or undefined. */
+let v2Refusal: string | undefined;
+
+/** Why no cgroup v2 group could be made here, when that was the case. */
+export function cgroupV2Refusal(): string | undefined {
+  return v2Refusal;
+}
 
 /**
  * Emptied pids-only groups kept for reuse: mkdir and rmdir on cgroupfs take the kernel's global
@@ -120,7 +131,10 @@ function findHierarchies(): Hierarchies {
       return undefined;
     };
     if (fstype === 'cgroup2') {
-      out.v2 ??= place(own.get(''));
+      if (out.v2 === undefined) {
+        out.v2 = place(own.get(''));
+        if (out.v2 !== undefined) v2Mount = mountPoint;
+      }
     } else if (fstype === 'cgroup') {
       const opts = (right[2] ?? '').split(',');
       for (const ctrl of ['pids', 'memory']) {
@@ -151,13 +165,26 @@ function alive(pid: number): boolean {
   }
 }
 
-function killMembers(dir: string): void {
+function killMembers(dir: string, useKillFile = true): void {
   // v2: one write kills the whole group, race-free against forks.
+  if (useKillFile) {
+    try {
+      fs.writeFileSync(path.join(dir, 'cgroup.kill'), '1');
+      return;
+    } catch {
+      /* v1, or a v2 kernel before 5.14 */
+    }
+  }
+  // Kill by pid. On v2 the group is frozen first (cgroup.freeze, 5.2+), so nothing in it forks
+  // between reading the list and the kills (a fatal signal still ends a frozen task), then thawed
+  // so a pooled group is not left frozen; on v1 pids.max bounds that race and remove() retries.
+  const freeze = path.join(dir, 'cgroup.freeze');
+  let frozen = false;
   try {
-    fs.writeFileSync(path.join(dir, 'cgroup.kill'), '1');
-    return;
+    fs.writeFileSync(freeze, '1');
+    frozen = true;
   } catch {
-    /* v1, or a v2 kernel before 5.14: kill by pid (pids.max bounds any fork race) */
+    /* v1 */
   }
   for (const s of readText(path.join(dir, 'cgroup.procs')).split('\n')) {
     const pid = Number(s);
@@ -168,6 +195,18 @@ function killMembers(dir: string): void {
       /* gone */
     }
   }
+  if (frozen) {
+    try {
+      fs.writeFileSync(freeze, '0');
+    } catch {
+      /* removed meanwhile */
+    }
+  }
+}
+
+/** For tests: the kill path of kernels before 5.14 (no cgroup.kill), on any kernel. */
+export function killGroupMembersForTest(dir: string, useKillFile: boolean): void {
+  killMembers(dir, useKillFile);
 }
 
 function tryRemove(dir: string): boolean {
@@ -221,8 +260,139 @@ function makeGroup(parent: string, name: string, limits: Array<[string, string]>
   }
 }
 
-function v2Controllers(dir: string): Set<string> {
-  return new Set(readText(path.join(dir, 'cgroup.subtree_control')).split(/\s+/).filter(Boolean));
+function v2Controllers(dir: string, file = 'cgroup.subtree_control'): Set<string> {
+  return new Set(readText(path.join(dir, file)).split(/\s+/).filter(Boolean));
+}
+
+function procsOf(dir: string): number[] {
+  return readText(path.join(dir, 'cgroup.procs'))
+    .split('\n')
+    .map(Number)
+    .filter((n) => Number.isInteger(n) && n > 0);
+}
+
+/** The leaf a delegated unit's own processes move to, so that the unit can enable controllers. */
+const HOST_LEAF = 'psb-host';
+
+/** The systemd unit (a .service or .scope cgroup) that holds `dir`, if any, up to the mount. */
+function unitOf(dir: string, mount: string): string | undefined {
+  for (let d = dir; d.length > mount.length && d.startsWith(mount + '/'); d = path.dirname(d)) {
+    const b = path.basename(d);
+    if (b.endsWith('.service') || b.endsWith('.scope')) return d;
+  }
+  return undefined;
+}
+
+function isDelegated(dir: string): boolean {
+  try {
+    return loadNative().cgroupDelegated?.(dir) === true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The v2 "no internal processes" rule: a group that holds processes cannot hand domain
+ * controllers (memory) to children, and enabling a threaded one (pids) there turns it into a
+ * thread root whose domain children no process can join (EOPNOTSUPP). So a delegated unit's own
+ * processes (this host and whatever else runs in the unit) move into <unit>/psb-host first, as
+ * systemd's DelegateSubgroup= (254+) would have put them. Returns whether the unit is now empty.
+ */
+function moveToLeaf(unit: string): boolean {
+  const leaf = path.join(unit, HOST_LEAF);
+  try {
+    fs.mkdirSync(leaf);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'EEXIST') return false;
+  }
+  // A few rounds: a process may fork into the unit while we move the others.
+  for (let round = 0; round < 5; round++) {
+    const pids = procsOf(unit);
+    if (pids.length === 0) return true;
+    for (const pid of pids) {
+      try {
+        fs.writeFileSync(path.join(leaf, 'cgroup.procs'), String(pid));
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code !== 'ESRCH') return false;
+      }
+    }
+  }
+  return procsOf(unit).length === 0;
+}
+
+/**
+ * Which v2 group the sandbox groups go under, or null. Under systemd only a delegated unit's
+ * sub-tree is ours (Delegate= on the service or scope; a session scope or an ordinary service is
+ * systemd's). Without a systemd unit above us (a container's cgroup namespace, a hand-made tree),
+ * our own group, which createV2 then checks can really have domain children.
+ */
+function refuse(why: string): null {
+  v2Refusal = why;
+  return null;
+}
+
+function v2Parent(own: string, mount: string): string | null {
+  const unit = unitOf(own, mount);
+  if (unit === undefined) return own;
+  const rel = unit.slice(mount.length);
+  if (!isDelegated(unit)) return refuse(`the host's systemd unit ${rel} does not delegate its cgroup (Delegate=)`);
+  if (procsOf(unit).length > 0 && !moveToLeaf(unit)) return refuse(`the processes of ${rel} could not move into ${rel}/${HOST_LEAF}`);
+  return unit;
+}
+
+function createV2(own: string, name: string, req: CgroupRequest): SandboxCgroup | null {
+  const mount = v2Mount ?? own;
+  const parent = v2Parent(own, mount);
+  if (!parent) return null;
+  const enabled: string[] = [];
+  let ctl = v2Controllers(parent);
+  const available = v2Controllers(parent, 'cgroup.controllers');
+  const want = req.memoryBytes !== undefined ? ['pids', 'memory'] : ['pids'];
+  // Never enable controllers in a group that holds processes (see moveToLeaf), except the root.
+  const mayEnable = parent === mount || procsOf(parent).length === 0;
+  for (const c of want) {
+    if (ctl.has(c) || !available.has(c) || !mayEnable) continue;
+    try {
+      fs.writeFileSync(path.join(parent, 'cgroup.subtree_control'), `+${c}`);
+      enabled.push(c);
+    } catch {
+      /* not delegated to us */
+    }
+  }
+  ctl = v2Controllers(parent);
+  const undo = () => {
+    for (const c of enabled.reverse()) {
+      try {
+        fs.writeFileSync(path.join(parent, 'cgroup.subtree_control'), `-${c}`);
+      } catch {
+        /* in use by another group meanwhile */
+      }
+    }
+  };
+  if (!ctl.has('pids')) {
+    undo();
+    return refuse(`${parent.slice(mount.length) || '/'} cannot enable the pids controller (available: ${[...available].join(' ') || 'none'})`);
+  }
+  sweep(parent);
+  const withMemory = req.memoryBytes !== undefined && ctl.has('memory');
+  const limits: Array<[string, string]> = [['pids.max', String(req.pidsMax)]];
+  if (withMemory) limits.push(['memory.max', String(req.memoryBytes)], ['memory.swap.max', '0']);
+  let dir = makeGroup(parent, name, limits);
+  // memory.swap.max is absent without swap accounting: the memory cap alone still holds.
+  if (!dir && withMemory) dir = makeGroup(parent, name, limits.slice(0, 2));
+  if (!dir) {
+    undo();
+    return refuse(`no group could be made under ${parent.slice(mount.length) || '/'}`);
+  }
+  // A group a process can join is a "domain"; "domain invalid" (a parent that is a thread root,
+  // e.g. a cgroup namespace root holding processes) would fail every spawn at the join.
+  if (readText(path.join(dir, 'cgroup.type')).trim() !== 'domain') {
+    tryRemove(dir);
+    undo();
+    return refuse(`${parent.slice(mount.length) || '/'} holds processes: its groups cannot be joined`);
+  }
+  v2Refusal = undefined;
+  return open([dir], 'v2', req, withMemory);
 }
 
 function open(dirs: string[], kind: 'v1' | 'v2', req: CgroupRequest, withMemory: boolean, reuseFd?: number): SandboxCgroup | null {
@@ -300,29 +470,8 @@ export function createSandboxCgroup(req: CgroupRequest): SandboxCgroup | null {
   // apart; the pid comes first, for the sweep.
   const name = `${PREFIX}${process.pid}-${threadId}-${++counter}${crypto.randomBytes(3).toString('hex')}`;
   if (h.v2 && !unusable.has('v2')) {
-    let ctl = v2Controllers(h.v2);
-    if (!ctl.has('pids')) {
-      // Only possible where our cgroup holds no processes itself (a cgroup namespace root, or a
-      // delegated parent); elsewhere the kernel says EBUSY and v2 is not for us.
-      for (const c of req.memoryBytes ? ['+pids', '+memory'] : ['+pids']) {
-        try {
-          fs.writeFileSync(path.join(h.v2, 'cgroup.subtree_control'), c);
-        } catch {
-          /* not delegated */
-        }
-      }
-      ctl = v2Controllers(h.v2);
-    }
-    if (ctl.has('pids')) {
-      sweep(h.v2);
-      const withMemory = req.memoryBytes !== undefined && ctl.has('memory');
-      const limits: Array<[string, string]> = [['pids.max', String(req.pidsMax)]];
-      if (withMemory) limits.push(['memory.max', String(req.memoryBytes)], ['memory.swap.max', '0']);
-      let dir = makeGroup(h.v2, name, limits);
-      // memory.swap.max is absent without swap accounting: the memory cap alone still holds.
-      if (!dir && withMemory) dir = makeGroup(h.v2, name, limits.slice(0, 2));
-      if (dir) return open([dir], 'v2', req, withMemory);
-    }
+    const made = createV2(h.v2, name, req);
+    if (made) return made;
     unusable.add('v2');
   }
   const pidsParent = h.v1.get('pids');

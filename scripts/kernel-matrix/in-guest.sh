@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Inside the guest, as root from psb-matrix.service: set up this boot's configuration, run the
+# chosen suites as root (a transient system service) and as psbtest from a login session (su -l:
+# pam_systemd puts it in session-N.scope; the suites run in a scope of its user manager, under
+# user@.service), and write one result line per row to stdout (the host's second serial port).
+#
+# The configuration comes from the kernel command line (psb.config=NAME); the suites and options
+# from /opt/psb-src/.kernel-matrix/env, written by the host (run.sh).
+set -uo pipefail
+SRC=/opt/psb-src
+CONFIG=$(sed -n 's/.*psb\.config=\([^ ]*\).*/\1/p' /proc/cmdline)
+# shellcheck disable=SC1091
+. "$SRC/.kernel-matrix/env" # SUITES, WORKERS, USERS
+RES=/var/tmp/psb-results
+mkdir -p "$RES" && chmod 0777 "$RES"
+log() { echo "kernel-matrix-guest: $*"; }
+log "config=$CONFIG kernel=$(uname -r) cgroup=$(stat -fc %T /sys/fs/cgroup) lsm=$(cat /sys/kernel/security/lsm 2>/dev/null) systemd=$(systemctl --version | head -1)"
+install -m 0755 "$SRC/.kernel-matrix/node" /usr/local/bin/node
+
+# What each configuration changes, and what the unit running the suites delegates.
+DELEGATE=yes
+case "$CONFIG" in
+  v2-systemd | no-landlock) ;;
+  no-userns) sysctl -qw kernel.unprivileged_userns_clone=0 ;;
+  no-memcg-delegation) DELEGATE=pids ;;
+  *) log "unknown config '$CONFIG'"; exit 2 ;;
+esac
+export PSB_MATRIX_CONFIG=$CONFIG PSB_MATRIX_DELEGATE=$DELEGATE
+
+# One tree per user, outside /tmp (the sandbox hides the host /tmp).
+for u in root psbtest; do
+  dst=/var/tmp/psb-$u
+  rm -rf "$dst" && mkdir -p "$dst" && cp -a "$SRC/." "$dst/"
+  [ "$u" = root ] || chown -R "$u": "$dst"
+  chmod 0755 "$dst"
+done
+
+VITEST="node node_modules/vitest/vitest.mjs run --reporter=default --reporter=json"
+ENVS="CI=1 NO_COLOR=1 TERM=dumb PSB_SKIP_BUILD=1 PSB_TEST_WORKERS=$WORKERS PSB_MATRIX_CONFIG=$CONFIG PSB_MATRIX_DELEGATE=$DELEGATE"
+
+summary() { # json file -> "N passed, N failed, N skipped" (suites that failed to load count as failed)
+  node -e '
+const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+let f = r.numFailedTests; if (r.numFailedTestSuites && !f) f = r.numFailedTestSuites;
+console.log(`${r.numPassedTests} passed, ${f} failed, ${r.numPendingTests + (r.numTodoTests || 0)} skipped`);
+' "$1" 2>/dev/null || echo "0 passed, 1 failed, 0 skipped"
+}
+
+row() { # user rc json
+  local s; s=$(summary "$3")
+  local verdict=pass
+  [ "$2" = 0 ] && [[ "$s" == *" 0 failed"* ]] || verdict=fail
+  printf '\nkernel-matrix: %s %s %s %s\n' "$CONFIG" "$1" "$verdict" "$s"
+}
+
+for u in $USERS; do
+  out=$RES/$u.json
+  rm -f "$out"
+  if [ "$u" = root ]; then
+    # A transient system service, delegated as a service that runs a sandboxing host should be.
+    log "root: systemd-run --wait --pipe -p Delegate=$DELEGATE"
+    systemd-run --quiet --wait --pipe --collect -p Delegate="$DELEGATE" --working-directory=/var/tmp/psb-root \
+      -E PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin -E HOME=/root -E LANG=C.UTF-8 \
+      $(for e in $ENVS; do printf -- '-E %s ' "$e"; done) \
+      bash -c "echo \"kernel-matrix-guest: root cgroup \$(cat /proc/self/cgroup)\"; $VITEST --outputFile.json=$out $SUITES" 2>&1
+    rc=$?
+  else
+    # A login session (pam_systemd: session-N.scope, user@.service started), then the suites in a
+    # scope of the user's own manager with the configuration's delegation.
+    log "$u: su -l, then systemd-run --user --scope -p Delegate=$DELEGATE"
+    su -l "$u" -c "cd /var/tmp/psb-$u && echo \"kernel-matrix-guest: $u login cgroup \$(cat /proc/self/cgroup)\" && \
+      env $ENVS systemd-run --user --quiet --scope -p Delegate=$DELEGATE -- \
+      bash -c 'echo \"kernel-matrix-guest: $u test cgroup \$(cat /proc/self/cgroup)\"; exec $VITEST --outputFile.json=$out $SUITES'" 2>&1
+    rc=$?
+  fi
+  row "$u" "$rc" "$out"
+done
