@@ -276,6 +276,8 @@ export function createLinuxBackend(native: NativeBinding): Backend {
           landlockMode: p.landlockAbi >= 1 && p.seccomp === 0,
           // Landlock mode with the proxy closes the proxy-port gap through it (README).
           connectSupervisor: p.connectSupervisor === 0,
+          // The same seccomp supervision carries Landlock mode's metadata calls and inotify counts.
+          metadataSupervisor: p.landlockAbi >= 1 && p.seccomp === 0 && p.connectSupervisor === 0,
         },
       };
     },

@@ -50,6 +50,8 @@ export const caps = {
   seccomp: features.seccomp === true,
   /** Landlock mode's connect supervisor (seccomp user notification) works here. */
   connectSupervisor: features.connectSupervisor === true,
+  /** Landlock mode's metadata supervisor (the same seccomp user notification) works here. */
+  metadataSupervisor: features.metadataSupervisor === true,
   /** A system python3 (not a per-user shim that another uid or the sandbox cannot reach). */
   python: hasExecutable('/usr/bin/python3') ? '/usr/bin/python3' : null,
   cc: which('cc'),

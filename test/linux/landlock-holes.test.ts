@@ -23,7 +23,7 @@ import { BASE_ENV, hostScript, makeScene, NODE, PYTHON, type Scene } from '../he
 const skipPython = caps.python ? undefined : 'no /usr/bin/python3';
 // eslint-disable-next-line no-console
 if (skipPython) console.warn(`[landlock-holes] SKIPPING: ${skipPython}`);
-const metaSkipLandlock = caps.connectSupervisor
+const metaSkipLandlock = caps.metadataSupervisor
   ? undefined
   : 'this kernel has no seccomp user notification with ADDFD: Landlock mode lists metadata changes as a gap';
 // eslint-disable-next-line no-console
@@ -319,7 +319,9 @@ print(json.dumps({'out': r.stdout, 'err': r.stderr, 'other_output': drain(m1), '
       const r = await run('/bin/true', [], { env: BASE_ENV, policy });
       const gaps = r.enforcement.gaps.join('\n');
       if (!landlock) return expect(r.enforcement.mechanisms.metadataSupervisor).toBeUndefined();
-      if (caps.connectSupervisor) {
+      // probe() says so before any spawn.
+      expect(caps.metadataSupervisor).toBe(caps.connectSupervisor);
+      if (caps.metadataSupervisor) {
         expect(r.enforcement.mechanisms.metadataSupervisor).toBe('seccomp-user-notif');
         expect(gaps).not.toMatch(/chmod|xattr/);
         expect(gaps).not.toMatch(/terminals/);
