@@ -190,15 +190,20 @@ describe.runIf(caps.linux)('issue P: Landlock-mode holes and shared counters', (
          go.then((r) => process.stdout.write(r.stdout));`,
       );
       const code = String.raw`
-import os, pty, subprocess, sys, json, termios, tty
+import os, pty, select, subprocess, sys, json, termios, tty
 m1, s1 = pty.openpty(); m2, s2 = pty.openpty()
 tty.setraw(s1)  # no echo, no line discipline games: what is typed stays readable at s1
 os.write(m1, b'secret1\n')
 r = subprocess.run([sys.argv[1], sys.argv[2], sys.argv[3], str(s2), os.ttyname(s1), str(os.getpid()), str(s1)], pass_fds=(s2,), capture_output=True, text=True)
 def drain(fd):
-    os.set_blocking(fd, False)
-    try: return os.read(fd, 200).decode(errors='replace')
-    except BlockingIOError: return ''
+    # Everything queued, however many reads it takes (writes may arrive as separate chunks).
+    got = b''
+    while select.select([fd], [], [], 0.2)[0]:
+        try: chunk = os.read(fd, 4096)
+        except OSError: break
+        if not chunk: break
+        got += chunk
+    return got.decode(errors='replace')
 print(json.dumps({'out': r.stdout, 'err': r.stderr, 'other_output': drain(m1), 'other_input_left': drain(s1), 'own_output': drain(m2)}))
 `;
       const go = (pol: SandboxPolicy | null) => {
