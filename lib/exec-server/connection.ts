@@ -47,8 +47,10 @@ export interface MethodContext {
   readonly options: ExecServerOptions & { spawnPrepared: SpawnPreparedFn };
   /** Throws the "client must call initialize / send initialized" errors. */
   gate(kind: string): void;
-  /** Sends a notification (dropped once the connection closed). */
-  notify(method: string, params: object): void;
+  /** Sends a notification (dropped once the connection closed); false: the transport is congested. */
+  notify(method: string, params: object): boolean;
+  /** Called once when a congested transport can take more. */
+  onDrain(cb: () => void): void;
   closed(): boolean;
 }
 
@@ -80,6 +82,7 @@ export class ExecConnection {
       options: opts,
       gate: (kind) => this.gate(kind),
       notify: (method, params) => this.emit({ method, params }),
+      onDrain: (cb) => this.sink.onDrain(cb),
       closed: () => this.closedConn,
     };
     this.handles = new FileHandles(this.ctx);

@@ -8,7 +8,9 @@
  * `[table]` headers, comments); a value spread over several lines, or an array of tables, inside
  * an asked path is left out rather than guessed at. Project and system layers are not read.
  *
- * The discovery methods answer with nothing discovered (no skills or plugins are looked for), so
+ * capabilityRoots/discoverV1 finds plugins and skills in the given roots as the reference does
+ * (discoverRoot), outside any sandbox (it takes no sandbox context, so environment/info does not
+ * claim capabilityDiscoverySandbox). capabilities/discoverV2 answers with nothing discovered, so
  * environment/info does not claim capabilityDiscoveryV2.
  */
 import * as fs from 'node:fs';
@@ -18,6 +20,7 @@ import { pathToFileUri } from '../permissions/uri';
 import type { MethodContext } from './connection';
 import { decodeStruct, invalidParams } from './decode';
 import { nativePath } from './fs-methods';
+import { osErrorText } from './fs-ops';
 
 type KeyPath = string[];
 
@@ -186,6 +189,74 @@ export async function environmentConfigRead(ctx: MethodContext, params: unknown)
   };
 }
 
+const DISCOVERY = { maxDirectories: 10_000, maxDepth: 16, maxFiles: 256, maxFileBytes: 256 * 1024, maxTotalBytes: 8 * 1024 * 1024 };
+
+/**
+ * One capability root, as the reference discovers it: a plugin (`.codex-plugin/plugin.json`, with
+ * `.mcp.json` and `.app.json` beside it) and every SKILL.md below the root (with its
+ * `agents/openai.yaml` metadata), in path order. Bounded (DISCOVERY): past a bound the walk stops
+ * with the reference's warning. Symlinks are not followed.
+ */
+function discoverRoot(root: string): { plugin: unknown; skills: unknown[]; namespaceManifests: unknown[]; warnings: string[]; error: string | null } {
+  let total = 0;
+  let files = 0;
+  const warnings: string[] = [];
+  const limit = () => {
+    if (!warnings.includes('capability discovery size limit reached')) warnings.push('capability discovery size limit reached');
+  };
+  const textFile = (p: string): { path: string; contents: string } | null => {
+    try {
+      const st = fs.lstatSync(p);
+      if (!st.isFile()) return null;
+      if (st.size > DISCOVERY.maxFileBytes || total + st.size > DISCOVERY.maxTotalBytes || files >= DISCOVERY.maxFiles) {
+        limit();
+        return null;
+      }
+      total += st.size;
+      files++;
+      return { path: pathToFileUri(p), contents: fs.readFileSync(p, 'utf8') };
+    } catch {
+      return null;
+    }
+  };
+  try {
+    if (!fs.statSync(root).isDirectory()) return { plugin: null, skills: [], namespaceManifests: [], warnings, error: null };
+  } catch (e) {
+    const code = String((e as NodeJS.ErrnoException).code);
+    return { plugin: null, skills: [], namespaceManifests: [], warnings, error: `failed to inspect capability root ${pathToFileUri(root)}: ${osErrorText(code)}` };
+  }
+  const manifest = textFile(path.join(root, '.codex-plugin', 'plugin.json'));
+  const plugin = manifest ? { manifest, mcpConfig: textFile(path.join(root, '.mcp.json')), appsConfig: textFile(path.join(root, '.app.json')) } : null;
+  const skillFiles: string[] = [];
+  const queue: Array<[string, number]> = [[root, 0]];
+  let dirs = 0;
+  while (queue.length > 0) {
+    if (++dirs > DISCOVERY.maxDirectories) {
+      limit();
+      break;
+    }
+    const [dir, depth] = queue.shift()!;
+    let names: fs.Dirent[];
+    try {
+      names = fs.readdirSync(dir, { withFileTypes: true });
+    } catch {
+      continue;
+    }
+    for (const d of names) {
+      const full = path.join(dir, d.name);
+      if (d.isDirectory() && depth < DISCOVERY.maxDepth) queue.push([full, depth + 1]);
+      else if (d.isFile() && d.name === 'SKILL.md') skillFiles.push(full);
+    }
+  }
+  skillFiles.sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
+  const skills: unknown[] = [];
+  for (const f of skillFiles) {
+    const instructions = textFile(f);
+    if (instructions) skills.push({ instructions, metadata: textFile(path.join(path.dirname(f), 'agents', 'openai.yaml')) });
+  }
+  return { plugin, skills, namespaceManifests: manifest ? [manifest] : [], warnings, error: null };
+}
+
 export async function capabilityRootsDiscoverV1(ctx: MethodContext, params: unknown): Promise<unknown> {
   const p = decodeStruct(params, 'CapabilityRootsDiscoverParams', [{ name: 'roots', kind: 'any', required: true }]);
   if (!Array.isArray(p.roots)) throw invalidParams('invalid type: map, expected a sequence');
@@ -196,7 +267,7 @@ export async function capabilityRootsDiscoverV1(ctx: MethodContext, params: unkn
     ]),
   );
   ctx.gate('capability discovery');
-  return { roots: roots.map((r) => ({ id: r.id, path: r.path, plugin: null, skills: [], namespaceManifests: [], warnings: [], error: null })) };
+  return { roots: roots.map((r) => ({ id: r.id, path: r.path, ...discoverRoot(nativePath(r.path as string)) })) };
 }
 
 export async function capabilitiesDiscoverV2(ctx: MethodContext, params: unknown): Promise<unknown> {

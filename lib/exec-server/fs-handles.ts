@@ -43,7 +43,9 @@ function handleOp(state: { fd: number | null }, req: HandleReq, fsm: typeof fs):
           }
           state.fd = fd;
         } else {
-          state.fd = fsm.openSync(req.path, 'w');
+          // O_NONBLOCK: a FIFO with no reader fails (ENXIO) instead of blocking the server.
+          const c = fsm.constants;
+          state.fd = fsm.openSync(req.path, c.O_WRONLY | c.O_CREAT | c.O_TRUNC | c.O_NONBLOCK, 0o666);
         }
         return { ok: {} };
       case 'read': {

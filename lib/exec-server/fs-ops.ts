@@ -78,9 +78,17 @@ function runFsOp(req: FsOp, fsm: typeof fs): FsOutcome {
           fsm.closeSync(fd);
         }
       }
-      case 'writeFile':
-        fsm.writeFileSync(req.path, Buffer.from(req.data, 'base64'));
+      case 'writeFile': {
+        // O_NONBLOCK: a FIFO with no reader fails (ENXIO) instead of blocking the server.
+        const c = fsm.constants;
+        const fd = fsm.openSync(req.path, c.O_WRONLY | c.O_CREAT | c.O_TRUNC | c.O_NONBLOCK, 0o666);
+        try {
+          fsm.writeFileSync(fd, Buffer.from(req.data, 'base64'));
+        } finally {
+          fsm.closeSync(fd);
+        }
         return { ok: {} };
+      }
       case 'createDirectory':
         if (req.recursive) mkdirAll(req.path);
         else fsm.mkdirSync(req.path);
@@ -243,6 +251,7 @@ const STRERROR: Record<string, string> = {
   EFBIG: 'File too large',
   ETXTBSY: 'Text file busy',
   EBADF: 'Bad file descriptor',
+  ENXIO: 'No such device or address',
 };
 
 export function outcomeToResult(out: FsOutcome, req: { op: string }): unknown {

@@ -7,8 +7,9 @@
  * and the proxy's audit event is sent as `network/policyDecision` (processId: the requestId).
  *
  * Bounded per connection: MAX_IN_FLIGHT requests at once, a buffered body of at most
- * MAX_BUFFERED_BODY (larger: use streamResponse, whose deltas are paused while the client's
- * transport is congested), at most MAX_REDIRECTS hops.
+ * MAX_BUFFERED_BODY and all buffered bodies together at most MAX_BUFFERED_TOTAL (larger: use
+ * streamResponse, whose response is paused while the client's transport is congested), at most
+ * MAX_REDIRECTS hops.
  */
 import * as http from 'node:http';
 import * as https from 'node:https';
@@ -21,6 +22,7 @@ import { Deferred } from './types';
 
 const MAX_IN_FLIGHT = 16;
 export const MAX_BUFFERED_BODY = 16 * 1024 * 1024;
+const MAX_BUFFERED_TOTAL = 32 * 1024 * 1024;
 const MAX_REDIRECTS = 10;
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 
@@ -40,6 +42,8 @@ export class HttpRequests {
   private readonly inFlight = new Map<string, AbortController>();
   /** The requestId each proxy client port belongs to, for the audit events. */
   private readonly clientIds = new Map<number, string>();
+  /** Bytes of buffered response bodies held now, all requests of the connection together. */
+  private buffered = 0;
 
   constructor(private readonly ctx: MethodContext) {}
 
@@ -219,27 +223,40 @@ export class HttpRequests {
     }
     const parts: Buffer[] = [];
     let size = 0;
-    for await (const chunk of res as AsyncIterable<Buffer>) {
-      size += chunk.length;
-      if (size > MAX_BUFFERED_BODY) {
-        res.destroy();
-        throw new RpcError(-32603, `http/request failed: the response body exceeds ${MAX_BUFFERED_BODY} bytes; ask with streamResponse: true`);
+    try {
+      for await (const chunk of res as AsyncIterable<Buffer>) {
+        size += chunk.length;
+        this.buffered += chunk.length;
+        if (size > MAX_BUFFERED_BODY || this.buffered > MAX_BUFFERED_TOTAL) {
+          res.destroy();
+          const what = size > MAX_BUFFERED_BODY ? `the response body exceeds ${MAX_BUFFERED_BODY} bytes` : `buffered responses on this connection exceed ${MAX_BUFFERED_TOTAL} bytes`;
+          throw new RpcError(-32603, `http/request failed: ${what}; ask with streamResponse: true`);
+        }
+        parts.push(chunk);
       }
-      parts.push(chunk);
+      return { status, headers, bodyBase64: Buffer.concat(parts).toString('base64') };
+    } finally {
+      this.buffered -= size;
     }
-    return { status, headers, bodyBase64: Buffer.concat(parts).toString('base64') };
   }
 
   private streamBody(r: Req, res: http.IncomingMessage, signal: AbortSignal): void {
     let seq = 0;
-    const delta = (chunk: Buffer, done: boolean, error: string | null = null) =>
+    const delta = (chunk: Buffer, done: boolean, error: string | null = null): boolean =>
       this.ctx.notify('http/request/bodyDelta', { requestId: r.requestId, seq: ++seq, deltaBase64: chunk.toString('base64'), ...(done ? { done: true, error } : {}) });
     const end = (error: string | null) => {
       if (!this.inFlight.has(r.requestId)) return;
       this.inFlight.delete(r.requestId);
       delta(Buffer.alloc(0), true, error);
     };
-    res.on('data', (c: Buffer) => delta(c, false));
+    // A client slower than the body pauses the response (TCP backpressure reaches the origin)
+    // instead of queueing deltas without end.
+    res.on('data', (c: Buffer) => {
+      if (!delta(c, false)) {
+        res.pause();
+        this.ctx.onDrain(() => res.resume());
+      }
+    });
     res.once('end', () => end(null));
     res.once('error', (e) => end(e.message));
     signal.addEventListener('abort', () => res.destroy(), { once: true });

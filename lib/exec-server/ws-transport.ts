@@ -155,6 +155,7 @@ export async function wsServer(t: WsTransportOptions, options: ExecServerOptions
       await Promise.all([...conns].map((c) => c.close()));
       await sessions.shutdown();
       await new Promise<void>((r) => wss.close(() => r()));
+      server.closeAllConnections();
       await new Promise<void>((r) => server.close(() => r()));
       resolveDone();
     },

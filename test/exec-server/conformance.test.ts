@@ -566,7 +566,19 @@ const MORE_SESSIONS: Record<string, Session> = {
     await c.init();
     const t: Array<[string, unknown]> = [];
     const req = async (label: string, method: string, params: unknown) => t.push([label, norm(await c.request(method, params))]);
-    await req('v1', 'capabilityRoots/discoverV1', { roots: [{ id: 'r', path: uri(dir) }] });
+    await req('v1 empty root', 'capabilityRoots/discoverV1', { roots: [{ id: 'r', path: uri(dir) }] });
+    const put = (p: string, text: string) => {
+      fs.mkdirSync(path.dirname(path.join(dir, p)), { recursive: true });
+      fs.writeFileSync(path.join(dir, p), text);
+    };
+    put('.codex-plugin/plugin.json', '{"name":"plug","version":"1.0.0"}\n');
+    put('.mcp.json', '{"mcpServers":{}}\n');
+    put('.codex/skills/foo/SKILL.md', '---\nname: foo\ndescription: Foo\n---\nbody\n');
+    put('.agents/skills/bar/sub/inner/SKILL.md', '---\nname: inner\ndescription: d\n---\n');
+    put('skills/baz/SKILL.md', '---\nname: baz\ndescription: Baz\n---\n');
+    put('skills/baz/agents/openai.yaml', 'interface:\n  display_name: Baz\n');
+    put('SKILL.md', '---\nname: top\ndescription: t\n---\n');
+    await req('v1 plugin and skills', 'capabilityRoots/discoverV1', { roots: [{ id: 'r', path: uri(dir) }, { id: 'missing', path: uri(path.join(dir, 'nope')) }] });
     await req('v1 empty', 'capabilityRoots/discoverV1', { roots: [] });
     await req('v1 missing id', 'capabilityRoots/discoverV1', { roots: [{ path: uri(dir) }] });
     await req('v1 a string root', 'capabilityRoots/discoverV1', { roots: [uri(dir)] });

@@ -6,6 +6,7 @@
  * and http/request through the managed proxy (a denied host is refused, audited, and the target
  * really got nothing). Each denial is paired with its positive control.
  */
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
@@ -108,6 +109,26 @@ describe.skipIf(!caps.linux)('exec-server: bounded memory and handles', () => {
       });
       await c.request('fs/close', { handleId: 'b' });
       expect((await c.request('fs/open', { handleId: 'd', path: uri(f) })).result).toEqual({ handleId: 'd' });
+    } finally {
+      await c.close();
+    }
+  });
+});
+
+describe.skipIf(!caps.linux)('exec-server: a FIFO cannot block the server', () => {
+  it('fs/writeFile, fs/open (read and replace) and fs/readFile on a FIFO nobody reads fail at once; the next request is answered', async () => {
+    const fifo = path.join(scene.ws, 'fifo');
+    execFileSync('mkfifo', [fifo]);
+    const c = await peer();
+    try {
+      expect((await c.request('fs/writeFile', { path: uri(fifo), dataBase64: 'eA==' })).error).toEqual({ code: -32603, message: 'No such device or address (os error 6)' });
+      expect((await c.request('fs/open', { handleId: 'w', path: uri(fifo), mode: 'replace' })).error).toEqual({ code: -32603, message: 'No such device or address (os error 6)' });
+      expect((await c.request('fs/open', { handleId: 'r', path: uri(fifo) })).error).toEqual({ code: -32600, message: `path \`${fifo}\` is not a file` });
+      expect((await c.request('fs/readFile', { path: uri(fifo) })).error).toEqual({ code: -32600, message: `path \`${fifo}\` is not a file` });
+      // Positive control: the server still answers, and a regular file is written.
+      const f = path.join(scene.ws, 'regular');
+      expect((await c.request('fs/writeFile', { path: uri(f), dataBase64: 'eA==' })).result).toEqual({});
+      expect(fs.readFileSync(f, 'utf8')).toBe('x');
     } finally {
       await c.close();
     }
