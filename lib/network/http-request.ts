@@ -11,7 +11,7 @@ import { clientOf, HOP_BY_HOP, refusalBody, type Listener, type ProxyContext } f
 import { decide } from './decision';
 import { authorityOf, dial, READY } from './dial';
 import { claimUpstreamSlot, IDLE_UPSTREAM_MS, MAX_IDLE_UPSTREAM, noteRefusal, track } from './limits';
-import { tunnel, useNativeRelay } from './relay';
+import { holdBody, tunnel, useNativeRelay } from './relay';
 
 export function upstreamAgent(): http.Agent {
   const agent = new http.Agent({ keepAlive: true, maxSockets: 64, maxFreeSockets: MAX_IDLE_UPSTREAM, timeout: IDLE_UPSTREAM_MS });
@@ -24,6 +24,30 @@ export function upstreamAgent(): http.Agent {
     if (idle > MAX_IDLE_UPSTREAM) socket.destroy();
   });
   return agent;
+}
+
+/** Plain-HTTP bodies at least this long go through the native relay (shorter ones cost less in JS than the hand-over). */
+export const BODY_RELAY_MIN = 256 << 10;
+
+const EMPTY = Buffer.alloc(0);
+
+/**
+ * The length of a response body the native relay may move: a single Content-Length of at least
+ * BODY_RELAY_MIN, no Transfer-Encoding, a status and method that have a body. Else null.
+ */
+function relayedBodyLength(method: string, status: number, raw: string[]): number | null {
+  if (method === 'HEAD' || status < 200 || status === 204 || status === 304) return null;
+  let length: string | null = null;
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i];
+    if (name.length === 17 && name.toLowerCase() === 'transfer-encoding') return null;
+    if (name.length !== 14 || name.toLowerCase() !== 'content-length') continue;
+    if (length !== null) return null;
+    length = raw[i + 1];
+  }
+  if (length === null || !/^\d{1,15}$/.test(length)) return null;
+  const n = Number(length);
+  return n >= BODY_RELAY_MIN ? n : null;
 }
 
 export async function onHttpRequest(
@@ -93,6 +117,8 @@ export async function onHttpRequest(
     req.headers['transfer-encoding'] === undefined &&
     (req.headers['content-length'] === undefined || req.headers['content-length'] === '0');
   let current: http.ClientRequest | null = null;
+  /** The response body went to the native relay (holdBody): the upstream socket is no longer ours. */
+  let handedOff = false;
   let retried = false;
   const send = (): void => {
     const up = ctx.upstreamProxy;
@@ -131,6 +157,7 @@ export async function onHttpRequest(
     });
     upstreamReq.on('timeout', () => upstreamReq.destroy(Object.assign(new Error('upstream timed out'), { code: 'ETIMEDOUT' })));
     upstreamReq.on('error', (err: NodeJS.ErrnoException) => {
+      if (handedOff) return;
       if (
         upstreamReq.reusedSocket &&
         bodiless &&
@@ -161,7 +188,31 @@ export async function onHttpRequest(
         if (HOP_BY_HOP.has(lower) || (tokens !== null && tokens.includes(lower))) continue;
         out.push(raw[i], raw[i + 1]);
       }
-      res.writeHead(upstreamRes.statusCode ?? 502, upstreamRes.statusMessage, out);
+      const status = upstreamRes.statusCode ?? 502;
+      const length = relayedBodyLength(method, status, raw);
+      // A large counted body goes through the addon once its head is written, unless JS still has
+      // request bytes to send upstream or this response waits behind an earlier one.
+      if (length !== null && req.complete && upstreamReq.writableFinished && res.socket === socket && (socket as { _httpMessage?: unknown })._httpMessage === res) {
+        const body = holdBody(ctx, listener, upstreamRes.socket as net.Socket, socket, (err) => (err === null ? res.end() : res.destroy()));
+        if (body) {
+          handedOff = true;
+          // The parser never sees the rest of the body: its 'aborted' is expected.
+          upstreamRes.on('error', () => {});
+          // After the parser has handed over what it read with the head (this tick).
+          process.nextTick(() => {
+            const chunks: Buffer[] = [];
+            for (let c = upstreamRes.read() as Buffer | null; c !== null; c = upstreamRes.read() as Buffer | null) chunks.push(c);
+            const prefix = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks);
+            res.writeHead(status, upstreamRes.statusMessage, out);
+            if (prefix.length > 0) res.write(prefix);
+            else res.flushHeaders();
+            // Writes complete in order: once this one has, the head and prefix are in the kernel.
+            socket.write(EMPTY, () => body.start(length - prefix.length));
+          });
+          return;
+        }
+      }
+      res.writeHead(status, upstreamRes.statusMessage, out);
       upstreamRes.pipe(res);
       upstreamRes.on('error', () => res.destroy());
     });

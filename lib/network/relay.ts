@@ -23,7 +23,14 @@ export interface NativeRelay {
     prefixBtoA: Buffer | null,
     idleMs: number,
     onDone: (err: string | null, aToB: number, bToA: number) => void,
+    held?: boolean,
   ): object;
+  /**
+   * For a relay made `held`: moves exactly `length` bytes from A to B, one way, shutting neither
+   * socket down; onDone(null, length, 0) once all of it is sent (EOF from A before that is an
+   * error). False when the relay already ended (onDone ran or will run).
+   */
+  relayStart(handle: object, length: number): boolean;
   /** Tears the tunnel down (onDone runs with "closed" if it was still open). */
   relayClose(handle: object): boolean;
 }
@@ -37,7 +44,7 @@ export function nativeRelay(): NativeRelay | null {
   if (process.platform !== 'linux') return cached;
   const { binding } = tryLoadNative();
   const b = binding as unknown as Partial<NativeRelay> | undefined;
-  if (b && typeof b.relay === 'function' && typeof b.relayClose === 'function') cached = b as NativeRelay;
+  if (b && typeof b.relay === 'function' && typeof b.relayStart === 'function' && typeof b.relayClose === 'function') cached = b as NativeRelay;
   return cached;
 }
 
@@ -157,4 +164,58 @@ export function tunnel(ctx: ProxyContext, listener: Listener, client: net.Socket
   splice(client, upstream, idle);
   client.resume();
   upstream.resume();
+}
+
+/**
+ * A counted body the addon moves from one socket to another (see holdBody()); `start` once
+ * everything JS wrote to the receiving socket before it has been flushed.
+ */
+export interface HeldBody {
+  start(length: number): void;
+}
+
+/**
+ * Takes a body's source over for the native relay, for a plain-HTTP response whose head has just
+ * been parsed: duplicates of `from`'s and `to`'s fds go to a held relay, and `from` is destroyed
+ * in this tick, so JS reads nothing more from it (what its parser already read is the caller's
+ * to send first; the connection is not reused, its parser never sees the body). `to` stays with
+ * JS. Until onDone (exactly once: null when the whole body was sent, else why not) the duplicates
+ * count against the fd budget and the relay is closed with the listener, when `to` closes, and
+ * after idleMs without progress. Null (nothing taken over) where the native relay is not used.
+ */
+export function holdBody(ctx: ProxyContext, listener: Listener, from: net.Socket, to: net.Socket, onDone: (err: string | null) => void): HeldBody | null {
+  const relay = useNativeRelay(ctx) ? nativeRelay() : null;
+  const fa = socketFd(from);
+  const fb = socketFd(to);
+  if (!relay || fa < 0 || fb < 0 || listener.closing || !budgetAllows(RELAY_FDS)) return null;
+  const entry: RelayEntry = { handle: null, released: false };
+  const close = () => {
+    if (entry.handle) relay.relayClose(entry.handle);
+  };
+  const release = (err: string | null) => {
+    if (entry.released) return;
+    entry.released = true;
+    listener.relays.delete(entry);
+    socketBudget.open -= RELAY_FDS;
+    to.off('close', close);
+    onDone(err);
+  };
+  listener.relays.add(entry);
+  socketBudget.open += RELAY_FDS;
+  try {
+    entry.handle = relay.relay(fa, fb, null, null, ctx.limits.tunnelIdleTimeoutMs, release, true);
+  } catch {
+    entry.released = true;
+    listener.relays.delete(entry);
+    socketBudget.open -= RELAY_FDS;
+    return null;
+  }
+  from.destroy();
+  to.once('close', close);
+  const handle = entry.handle;
+  return {
+    start: (length) => {
+      relay.relayStart(handle, length);
+    },
+  };
 }

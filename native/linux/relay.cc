@@ -20,6 +20,12 @@
 //   h = relay(fdA, fdB, prefixAtoB, prefixBtoA, idleMs, onDone(err, bytesAtoB, bytesBtoA))
 //   relayClose(h)   // tears the tunnel down; onDone runs once, with "closed"
 //
+// A counted body (a plain-HTTP response whose head JS has parsed and written):
+//   h = relay(fdA, fdB, null, null, idleMs, onDone, /* held */ true)   // dups the fds; moves nothing
+//   relayStart(h, length)   // moves exactly `length` bytes A->B, then onDone(null, length, 0)
+// One way only (B->A is not read), and neither socket is shut down: the connection to B carries
+// more after the body, written by JS once onDone ran. EOF from A before `length` is an error.
+//
 // Ownership: relay() duplicates both fds (F_DUPFD_CLOEXEC) and owns the duplicates; the caller
 // then destroys its own sockets at once, in the same tick (libuv drops its epoll registration and
 // closes its fd synchronously in uv_close, so nothing else reads the sockets after that). The
@@ -98,6 +104,10 @@ struct Dir {
   bool shut = false;  // `to` got shutdown(SHUT_WR)
   bool want_read = false, want_write = false;
   double bytes = 0;
+  // A counted direction (relayStart): reads stop at `remaining`; done once it is 0 and all is sent.
+  bool counted = false, done = false;
+  double remaining = 0;
+  bool disabled = false;  // not relayed at all (B->A of a counted body)
 };
 
 // Frees the direction's buffer (its unsent bytes, if any, are dropped) and its bulk reservation.
@@ -123,6 +133,7 @@ struct Relay {
   bool finished = false;
   bool report_pending = false;  // finished, onDone not called yet
   bool in_setup = true;         // inside relay(): never call onDone from there
+  bool held = false;            // relay(..., held): nothing moves until relayStart()
   // While any uv handle of ours is open (or closing), an async cleanup hook keeps a terminating
   // env (a Worker) from unloading the addon: libuv would otherwise call OnHandleClosed in
   // unmapped code. The hook is removed when the last handle has closed.
@@ -257,6 +268,7 @@ int SocketError(int fd) {
 bool Pump(Relay* r, Dir& d) {
   const int from = r->side[d.from].fd, to = r->side[d.to].fd;
   d.want_read = d.want_write = false;
+  if (d.disabled || d.done) return true;
   int reads = 0;
   for (;;) {
     if (d.off < d.len) {
@@ -273,6 +285,10 @@ bool Pump(Relay* r, Dir& d) {
       }
       r->error = ErrorText("write", n < 0 ? errno : EPIPE);
       return false;
+    }
+    if (d.counted && d.remaining == 0) {
+      d.done = true;  // all of it sent; `to` stays open for what follows the body
+      return true;
     }
     if (d.eof) {
       if (!d.shut) {
@@ -298,13 +314,20 @@ bool Pump(Relay* r, Dir& d) {
       }
     }
     d.off = d.len = 0;
-    ssize_t n = recv(from, d.buf.get(), d.cap, MSG_DONTWAIT);
+    // A counted direction never reads past its end: what follows belongs to the next message.
+    const size_t want = d.counted && d.remaining < static_cast<double>(d.cap) ? static_cast<size_t>(d.remaining) : d.cap;
+    ssize_t n = recv(from, d.buf.get(), want, MSG_DONTWAIT);
     if (n > 0) {
       d.len = static_cast<size_t>(n);
+      if (d.counted) d.remaining -= static_cast<double>(n);
       if (d.len == d.cap && !d.bulk) d.bulk = TakeBulk();
       continue;
     }
     if (n == 0) {
+      if (d.counted) {
+        r->error = "read: EOF before the end of the body";
+        return false;
+      }
       d.eof = true;
       continue;
     }
@@ -325,11 +348,12 @@ bool Pump(Relay* r, Dir& d) {
 void OnPoll(uv_poll_t* handle, int status, int events);
 
 void Step(Relay* r) {
-  if (r->finished) return;
+  if (r->finished || r->held) return;
   for (Dir& d : r->dir) {
     if (!Pump(r, d)) return Finish(r, r->error.c_str());
   }
   if (r->dir[0].shut && r->dir[1].shut) return Finish(r, nullptr);
+  if (r->dir[0].done) return Finish(r, nullptr);
   for (int i = 0; i < 2; i++) {
     Side& s = r->side[i];
     int ev = 0;
@@ -393,8 +417,9 @@ std::string BufferOrEmpty(const Napi::Value& v) {
 Napi::Value RelayJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (info.Length() < 6 || !info[0].IsNumber() || !info[1].IsNumber() || !info[4].IsNumber() || !info[5].IsFunction()) {
-    throw Napi::TypeError::New(env, "relay(fdA, fdB, prefixAtoB, prefixBtoA, idleMs, onDone)");
+    throw Napi::TypeError::New(env, "relay(fdA, fdB, prefixAtoB, prefixBtoA, idleMs, onDone[, held])");
   }
+  const bool held = info.Length() > 6 && info[6].ToBoolean().Value();
   const int fds[2] = {info[0].As<Napi::Number>().Int32Value(), info[1].As<Napi::Number>().Int32Value()};
   const double idle = info[4].As<Napi::Number>().DoubleValue();
   if (!(idle > 0) || idle > 1e12) throw Napi::TypeError::New(env, "relay: idleMs must be a positive number");
@@ -413,6 +438,7 @@ Napi::Value RelayJs(const Napi::CallbackInfo& info) {
 
   auto* r = new Relay();
   r->env = env;
+  r->held = held;
   for (int i = 0; i < 2; i++) {
     // Bytes the caller had already read from side i go out first: they start that direction's buffer.
     if (prefix[i].empty()) continue;
@@ -481,6 +507,26 @@ Napi::Value RelayJs(const Napi::CallbackInfo& info) {
   return handle;
 }
 
+Napi::Value RelayStartJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Relay* r = FromExternal(info);
+  if (info.Length() < 2 || !info[1].IsNumber()) throw Napi::TypeError::New(env, "relayStart(handle, length)");
+  const double length = info[1].As<Napi::Number>().DoubleValue();
+  if (!(length >= 0) || length > 9007199254740991.0 || length != static_cast<double>(static_cast<int64_t>(length))) {
+    throw Napi::TypeError::New(env, "relayStart: length must be a non-negative integer");
+  }
+  if (!r->held || r->finished) return Napi::Boolean::New(env, false);
+  r->held = false;
+  r->dir[0].counted = true;
+  r->dir[0].remaining = length;
+  r->dir[1].disabled = true;
+  r->last_activity = uv_now(r->timer.loop);
+  r->in_setup = true;  // a body already complete reports on the next loop turn, as in relay()
+  Step(r);
+  r->in_setup = false;
+  return Napi::Boolean::New(env, true);
+}
+
 Napi::Value RelayCloseJs(const Napi::CallbackInfo& info) {
   Relay* r = FromExternal(info);
   bool was_open = !r->finished;
@@ -492,6 +538,7 @@ Napi::Value RelayCloseJs(const Napi::CallbackInfo& info) {
 
 void InitRelay(Napi::Env env, Napi::Object exports) {
   exports.Set("relay", Napi::Function::New(env, RelayJs, "relay"));
+  exports.Set("relayStart", Napi::Function::New(env, RelayStartJs, "relayStart"));
   exports.Set("relayClose", Napi::Function::New(env, RelayCloseJs, "relayClose"));
 }
 

@@ -5,7 +5,7 @@
 
 namespace psb {
 
-// Adds relay() and relayClose() to the addon's exports.
+// Adds relay(), relayStart() and relayClose() to the addon's exports.
 void InitRelay(Napi::Env env, Napi::Object exports);
 
 }  // namespace psb
