@@ -200,6 +200,7 @@ export async function onHttpRequest(
           upstreamRes.on('error', () => {});
           // After the parser has handed over what it read with the head (this tick).
           process.nextTick(() => {
+            if (res.destroyed || socket.destroyed) return; // closed meanwhile: the relay reported it
             const chunks: Buffer[] = [];
             for (let c = upstreamRes.read() as Buffer | null; c !== null; c = upstreamRes.read() as Buffer | null) chunks.push(c);
             const prefix = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks);
