@@ -135,3 +135,11 @@ export function clientOf(socket: net.Socket): string | null {
 export function refusalBody(reason: string): string {
   return `blocked by network policy: ${reason}\n`;
 }
+
+/** Answers on a client socket that has no HTTP response object (CONNECT, upgrades), and closes it. */
+export function replyRaw(socket: net.Socket, status: string, body: string, extra = ''): void {
+  socket.end(
+    `HTTP/1.1 ${status}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\n` +
+      `${extra}connection: close\r\n\r\n${body}`,
+  );
+}

@@ -5,9 +5,9 @@
  */
 import * as net from 'net';
 
-import type { Allowed, Listener, ProxyContext, UpstreamProxy } from './context';
+import { replyRaw, type Allowed, type Listener, type ProxyContext, type UpstreamProxy } from './context';
 import { track } from './limits';
-import { chainedSockets } from './relay';
+import { chainedSockets, useNativeRelay } from './relay';
 
 /** Emitted on a socket from dial() once bytes can flow to the target (TCP connect, or the upstream proxy's 200). */
 export const READY = 'psb:ready';
@@ -135,4 +135,22 @@ export function dialUpstream(ctx: ProxyContext, listener: Listener, target: Allo
     );
   });
   return socket;
+}
+
+/**
+ * Dials an admitted tunnel's target (paused for the native relay), answers 502 on the client
+ * socket when that fails, and once bytes can flow pauses the client and calls `ready`, which
+ * sends any success reply and hands both sockets to tunnel().
+ */
+export function openTunnel(ctx: ProxyContext, listener: Listener, socket: net.Socket, target: Allowed, port: number, ready: (upstream: net.Socket) => void): void {
+  const upstream = dial(ctx, listener, target, port, socket, useNativeRelay(ctx));
+  let up = false;
+  upstream.on('error', (err: NodeJS.ErrnoException) => {
+    if (!up && socket.writable) replyRaw(socket, '502 Bad Gateway', `upstream connect failed: ${err.code ?? err.message}\n`);
+  });
+  upstream.once(READY, () => {
+    up = true;
+    socket.pause();
+    ready(upstream);
+  });
 }

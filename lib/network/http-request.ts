@@ -7,11 +7,11 @@
 import * as http from 'http';
 import * as net from 'net';
 
-import { clientOf, HOP_BY_HOP, refusalBody, type Listener, type ProxyContext } from './context';
+import { clientOf, HOP_BY_HOP, refusalBody, replyRaw, type Listener, type ProxyContext } from './context';
 import { decide } from './decision';
-import { authorityOf, dial, READY } from './dial';
-import { claimUpstreamSlot, IDLE_UPSTREAM_MS, MAX_IDLE_UPSTREAM, noteRefusal, track } from './limits';
-import { holdBody, tunnel, useNativeRelay } from './relay';
+import { authorityOf, openTunnel } from './dial';
+import { admitUpstream, claimUpstreamSlot, IDLE_UPSTREAM_MS, MAX_IDLE_UPSTREAM, noteRefusal, track } from './limits';
+import { holdBody, tunnel } from './relay';
 
 export function upstreamAgent(): http.Agent {
   const agent = new http.Agent({ keepAlive: true, maxSockets: 64, maxFreeSockets: MAX_IDLE_UPSTREAM, timeout: IDLE_UPSTREAM_MS });
@@ -234,11 +234,7 @@ export async function onHttpRequest(
  */
 export async function onUpgrade(ctx: ProxyContext, listener: Listener, req: http.IncomingMessage, socket: net.Socket, head: Buffer): Promise<void> {
   ctx.handshakes.get(socket)?.();
-  const reply = (status: string, body: string, extra = '') =>
-    socket.end(
-      `HTTP/1.1 ${status}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\n` +
-        `${extra}connection: close\r\n\r\n${body}`,
-    );
+  const reply = (status: string, body: string) => replyRaw(socket, status, body);
   let url: URL;
   try {
     url = new URL(req.url ?? '');
@@ -254,17 +250,7 @@ export async function onUpgrade(ctx: ProxyContext, listener: Listener, req: http
     ctx.rules.policy.mode === 'limited'
       ? await decide(ctx, listener, clientOf(socket), 'httpsConnect', url.hostname, port, 'UPGRADE')
       : await decide(ctx, listener, clientOf(socket), 'http', url.hostname, port, method);
-  if (!outcome.allowed) {
-    if (outcome.header) {
-      return void reply('403 Forbidden', refusalBody(outcome.reason), `x-proxy-error: ${outcome.header}\r\n`);
-    }
-    return void reply('502 Bad Gateway', `proxy could not resolve ${url.hostname}\n`);
-  }
-  if (socket.destroyed) return;
-  if (!claimUpstreamSlot(socket)) {
-    noteRefusal(ctx, listener, 'socket_budget', clientOf(socket));
-    return void reply('503 Service Unavailable', 'blocked by network policy: proxy socket budget exhausted\n', 'x-proxy-error: blocked-by-connection-limit\r\n');
-  }
+  if (!admitUpstream(ctx, listener, socket, outcome, url.hostname)) return;
   // The origin sees the checked authority as Host; proxy credentials never leave.
   const lines = [`${method} ${url.pathname}${url.search} HTTP/1.1`, `Host: ${url.host}`];
   for (let i = 0; i < req.rawHeaders.length; i += 2) {
@@ -272,14 +258,7 @@ export async function onUpgrade(ctx: ProxyContext, listener: Listener, req: http
     if (lower === 'host' || lower === 'proxy-connection' || lower === 'proxy-authorization') continue;
     lines.push(`${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}`);
   }
-  const upstream = dial(ctx, listener, outcome, port, socket, useNativeRelay(ctx));
-  let up = false;
-  upstream.on('error', (err: NodeJS.ErrnoException) => {
-    if (!up && socket.writable) reply('502 Bad Gateway', `upstream connect failed: ${err.code ?? err.message}\n`);
-  });
-  upstream.once(READY, () => {
-    up = true;
-    socket.pause();
+  openTunnel(ctx, listener, socket, outcome, port, (upstream) => {
     const replay = Buffer.from(`${lines.join('\r\n')}\r\n\r\n`, 'latin1');
     tunnel(ctx, listener, socket, upstream, head.length > 0 ? Buffer.concat([replay, head]) : replay);
   });

@@ -8,7 +8,7 @@
 import * as fs from 'fs';
 import type * as net from 'net';
 
-import type { Listener, ProxyContext } from './context';
+import { clientOf, refusalBody, replyRaw, type Allowed, type Listener, type Outcome, type ProxyContext } from './context';
 import type { ProxyLimits } from './options';
 
 /**
@@ -92,6 +92,26 @@ export function noteRefusal(ctx: ProxyContext, listener: Listener, reason: 'conn
 /** True when the process-wide socket budget has room for `n` more sockets. */
 export function budgetAllows(n: number): boolean {
   return socketBudget.open + socketBudget.reserved + n <= socketBudget.max;
+}
+
+/**
+ * Admission of a CONNECT or upgrade once decided: a refusal is answered on the raw socket (403 with
+ * its x-proxy-error, 502 when `host` did not resolve), so is a full socket budget (503); a socket
+ * closed meanwhile gets nothing. True when the request may dial, its upstream slot claimed.
+ */
+export function admitUpstream(ctx: ProxyContext, listener: Listener, socket: net.Socket, outcome: Outcome, host: string): outcome is Allowed {
+  if (!outcome.allowed) {
+    if (outcome.header) replyRaw(socket, '403 Forbidden', refusalBody(outcome.reason), `x-proxy-error: ${outcome.header}\r\n`);
+    else replyRaw(socket, '502 Bad Gateway', `proxy could not resolve ${host}\n`);
+    return false;
+  }
+  if (socket.destroyed) return false;
+  if (!claimUpstreamSlot(socket)) {
+    noteRefusal(ctx, listener, 'socket_budget', clientOf(socket));
+    replyRaw(socket, '503 Service Unavailable', 'blocked by network policy: proxy socket budget exhausted\n', 'x-proxy-error: blocked-by-connection-limit\r\n');
+    return false;
+  }
+  return true;
 }
 
 /** Room for one upstream socket of `client`: its own reservation, else a free slot. */
