@@ -95,6 +95,27 @@ function get(port: number, pathname: string, agent: http.Agent | false, method =
   });
 }
 
+/** A GET whose body has begun to arrive (`started`: the response head and its first bytes are through). */
+function startedGet(port: number, pathname: string) {
+  let began!: () => void;
+  const started = new Promise<void>((r) => (began = r));
+  const done = new Promise<{ complete: boolean; bytes: number }>((resolve, reject) => {
+    const req = http.get({ host: '127.0.0.1', port, path: `http://o.test:${origin.port}${pathname}`, agent: false }, (res) => {
+      let bytes = 0;
+      res.on('data', (c: Buffer) => {
+        bytes += c.length;
+        began();
+      });
+      const end = () => resolve({ complete: res.complete, bytes });
+      res.on('end', end);
+      res.on('aborted', end);
+      res.on('error', end);
+    });
+    req.on('error', reject);
+  });
+  return { started, done };
+}
+
 function fdCount(): number {
   return fs.readdirSync('/proc/self/fd').length;
 }
@@ -160,12 +181,12 @@ for (const relay of ['auto', 'js'] as const) {
 
     it.runIf(haveProcFd)('proxy.close() in the middle of a body ends the exchange and releases every fd', async () => {
       const { proxy, port } = await startProxy(relay);
+      expect(await waitFor(() => originSockets.size === 0, 10_000)).toBe(true); // earlier cases' connections are gone
       const base = fdCount();
-      const pending = get(port, '/stall', false);
-      expect(await waitFor(() => originSockets.size > 0, 5000)).toBe(true);
-      await new Promise((r) => setTimeout(r, 100));
+      const pending = startedGet(port, '/stall');
+      await pending.started;
       await proxy.close();
-      const r = await pending;
+      const r = await pending.done;
       expect(r.complete).toBe(false);
       expect(await waitFor(() => fdCount() <= base - 1, 10_000)).toBe(true); // the listener's own fd is gone too
     });
@@ -182,13 +203,16 @@ describe.runIf(haveNative)('native body relay specifics', () => {
 
   it('a natively relayed body counts against the socket budget and the listener while it runs', async () => {
     const { port } = await startProxy('auto');
+    expect(await waitFor(() => originSockets.size === 0, 10_000)).toBe(true); // earlier cases' connections are gone
     const before = fdCount();
-    const pending = get(port, '/stall', false);
+    const pending = startedGet(port, '/stall');
+    await pending.started;
     // While stalled: the client socket and the relay's two duplicates (the upstream JS socket is gone).
-    expect(await waitFor(() => originSockets.size > 0 && fdCount() >= before + 3, 5000)).toBe(true);
+    expect(await waitFor(() => fdCount() >= before + 3, 5000)).toBe(true);
     for (const s of originSockets) s.destroy();
-    const r = await pending;
+    const r = await pending.done;
     expect(r.complete).toBe(false);
+    expect(r.bytes).toBeLessThanOrEqual(BIG.length >> 1); // the origin was cut off while sending its half
     expect(await waitFor(() => fdCount() <= before, 10_000)).toBe(true);
   });
 });
