@@ -204,11 +204,17 @@ export async function onHttpRequest(
             const chunks: Buffer[] = [];
             for (let c = upstreamRes.read() as Buffer | null; c !== null; c = upstreamRes.read() as Buffer | null) chunks.push(c);
             const prefix = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks);
-            res.writeHead(status, upstreamRes.statusMessage, out);
-            if (prefix.length > 0) res.write(prefix);
-            else res.flushHeaders();
+            try {
+              res.writeHead(status, upstreamRes.statusMessage, out);
+              if (prefix.length > 0) res.write(prefix);
+              else res.flushHeaders();
+            } catch {
+              return void res.destroy(); // a head Node will not write: the client's close ends the relay
+            }
             // Writes complete in order: once this one has, the head and prefix are in the kernel.
-            socket.write(EMPTY, () => body.start(length - prefix.length));
+            socket.write(EMPTY, (err) => {
+              if (!err && !socket.destroyed) body.start(length - prefix.length);
+            });
           });
           return;
         }
