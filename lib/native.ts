@@ -113,10 +113,11 @@ export interface NativeBinding {
   probe?(): LinuxProbe | Record<string, unknown>;
   listenLoopback?(): { fd: number; port: number };
   lockPlaceholder?(path: string): number;
-  /** true: removed, and `fd` is left open for the caller to close (off the JS thread); false: closed. */
   releasePlaceholder?(fd: number, path: string, remove: boolean): boolean;
   /** Whether systemd marked the cgroup directory delegated (trusted.delegate or user.delegate xattr). */
   cgroupDelegated?(dir: string): boolean;
+  /** Closes an fd on the libuv thread pool (the freeing of an unlinked inode stays off the JS thread). */
+  closeOnPool?(fd: number): void;
   /** A pseudo-terminal pair (both close-on-exec) with the given window size. */
   openPty?(cols: number, rows: number): { master: number; slave: number; name: string };
   resizePty?(fd: number, cols: number, rows: number): void;

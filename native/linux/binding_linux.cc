@@ -561,12 +561,36 @@ Napi::Value LockPlaceholder(const Napi::CallbackInfo& info) {
   return Napi::Number::New(env, fd);
 }
 
+// Closes `fd` on the libuv thread pool. For an fd that holds the last reference to an unlinked
+// inode, close() frees the inode (about 70 us on ext4): removing through the path first and
+// closing here keeps that off the JS thread. (Node's own fs.close may run inline on this thread:
+// libuv submits it through io_uring.) If the work cannot be queued, it is closed at once.
+void CloseOnPool(Napi::Env env, int fd) {
+  uv_loop_t* loop = nullptr;
+  uv_work_t* req = new uv_work_t;
+  req->data = reinterpret_cast<void*>(static_cast<intptr_t>(fd));
+  auto work = [](uv_work_t* r) { close(static_cast<int>(reinterpret_cast<intptr_t>(r->data))); };
+  auto done = [](uv_work_t* r, int) { delete r; };
+  if (napi_get_uv_event_loop(env, &loop) != napi_ok || loop == nullptr || uv_queue_work(loop, req, work, done) != 0) {
+    close(fd);
+    delete req;
+  }
+}
+
+// native.closeOnPool(fd): see CloseOnPool (the Landlock-mode TMPDIR, removed with an fd open).
+Napi::Value CloseOnPoolJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() != 1 || !info[0].IsNumber()) throw Napi::TypeError::New(env, "Usage: native.closeOnPool(fd)");
+  int fd = info[0].As<Napi::Number>().Int32Value();
+  if (fd >= 0) CloseOnPool(env, fd);
+  return env.Undefined();
+}
+
 // native.releasePlaceholder(fd, path, remove) -> true when it removed the placeholder. Removal
 // happens only if no other run holds it (LOCK_EX succeeds) and `path` is still the same inode.
-// After a removal the fd stays open and the caller closes it off the JS thread: that close drops
-// the unlinked inode's last reference and frees it (about 70 us on ext4, per placeholder, on the
-// path to delivering the exit). Otherwise it is closed here, at once: a shared lock kept a moment
-// longer would make another run's release (LOCK_EX) fail and leave the placeholder behind.
+// The fd is closed either way: after a removal on the thread pool (CloseOnPool), otherwise at
+// once (a shared lock kept a moment longer would make another run's release fail and leave the
+// placeholder behind).
 Napi::Value ReleasePlaceholder(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (info.Length() != 3 || !info[0].IsNumber() || !info[1].IsString() || !info[2].IsBoolean()) {
@@ -581,7 +605,8 @@ Napi::Value ReleasePlaceholder(const Napi::CallbackInfo& info) {
       removed = (S_ISDIR(b.st_mode) ? rmdir(path.c_str()) : unlink(path.c_str())) == 0;
     }
   }
-  if (!removed) close(fd);
+  if (removed) CloseOnPool(env, fd);
+  else close(fd);
   return Napi::Boolean::New(env, removed);
 }
 
@@ -613,6 +638,7 @@ void InitPlatform(Napi::Env env, Napi::Object exports) {
   exports.Set("lockPlaceholder", Napi::Function::New(env, LockPlaceholder, "lockPlaceholder"));
   exports.Set("releasePlaceholder", Napi::Function::New(env, ReleasePlaceholder, "releasePlaceholder"));
   exports.Set("cgroupDelegated", Napi::Function::New(env, CgroupDelegated, "cgroupDelegated"));
+  exports.Set("closeOnPool", Napi::Function::New(env, CloseOnPoolJs, "closeOnPool"));
   RegisterPty(env, exports);
   InitRelay(env, exports);
 }

@@ -38,6 +38,26 @@ describe('addon loading through lib/native.ts', () => {
     expect(typeof n.probe).toBe('function');
   });
 
+  it.runIf(isLinux)('closeOnPool closes the fd (on the thread pool) and checks its argument', async () => {
+    const n = loadNative();
+    const file = path.join(os.tmpdir(), `psb-close-${process.pid}-${Date.now()}`);
+    const fd = fs.openSync(file, 'w');
+    const ino = fs.fstatSync(fd).ino;
+    fs.unlinkSync(file);
+    n.closeOnPool!(fd);
+    // Closed once fstat fails, or the number names another file (fd numbers are reused).
+    const closed = () => {
+      try {
+        return fs.fstatSync(fd).ino !== ino;
+      } catch {
+        return true;
+      }
+    };
+    for (let i = 0; i < 500 && !closed(); i++) await new Promise((r) => setTimeout(r, 10));
+    expect(closed()).toBe(true);
+    expect(() => (n.closeOnPool as (...a: unknown[]) => void)('3')).toThrow(new TypeError('Usage: native.closeOnPool(fd)'));
+  });
+
   it.runIf(isLinux)('probe() reports this kernel and process', () => {
     const p = loadNative().probe!() as Record<string, unknown>;
     expect(typeof p.landlockAbi).toBe('number');
