@@ -1,5 +1,5 @@
 /**
- * environmentConfig/read, capabilityRoots/discoverV1, capabilities/discoverV2: what the executor
+ * environmentConfig/read, capabilityRoots/discoverV1: what the executor
  * tells a Codex client about its own configuration, in the reference's shapes.
  *
  * environmentConfig/read returns the user layer ($CODEX_HOME/config.toml, default ~/.codex)
@@ -10,8 +10,7 @@
  *
  * capabilityRoots/discoverV1 finds plugins and skills in the given roots as the reference does
  * (discoverRoot), outside any sandbox (it takes no sandbox context, so environment/info does not
- * claim capabilityDiscoverySandbox). capabilities/discoverV2 answers with nothing discovered, so
- * environment/info does not claim capabilityDiscoveryV2.
+ * claim capabilityDiscoverySandbox). capabilities/discoverV2 is in capability-discovery.ts.
  */
 import * as fs from 'node:fs';
 import * as os from 'node:os';
@@ -268,10 +267,4 @@ export async function capabilityRootsDiscoverV1(ctx: MethodContext, params: unkn
   );
   ctx.gate('capability discovery');
   return { roots: roots.map((r) => ({ id: r.id, path: r.path, ...discoverRoot(nativePath(r.path as string)) })) };
-}
-
-export async function capabilitiesDiscoverV2(ctx: MethodContext, params: unknown): Promise<unknown> {
-  decodeStruct(params, 'DiscoverV2CapabilitiesParams', [{ name: 'cwd', kind: 'uri', required: true }]);
-  ctx.gate('capability discovery');
-  return { plugins: [], skills: [], warnings: [] };
 }

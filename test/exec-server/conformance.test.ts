@@ -32,13 +32,44 @@ function start(processId: string, argv: string[], extra: Record<string, unknown>
 }
 
 type Session = (c: Client, server: Server, dir: string) => Promise<unknown>;
+const OWN_HOME: Record<string, (dir: string) => void> = {
+  'capability-discovery-v2'(dir) {
+    const put = (p: string, text: string) => {
+      fs.mkdirSync(path.dirname(path.join(dir, p)), { recursive: true });
+      fs.writeFileSync(path.join(dir, p), text);
+    };
+    const skill = (name: string, extra = '') => `---\nname: ${name}\ndescription: The ${name} skill${extra}\n---\nbody\n`;
+    put('codex-home/skills/alpha/SKILL.md', skill('alpha', '\nmetadata:\n  short-description: Short alpha # a comment'));
+    put('codex-home/skills/alpha/agents/openai.yaml', 'interface:\n  display_name: Alpha\ndependencies:\n  tools:\n    - type: mcp\n      value: docs\n      description: "The docs server"\n      url: https://example.invalid/mcp\npolicy:\n  allow_implicit_invocation: false\n  products: [codex]\n');
+    put('codex-home/skills/folded/SKILL.md', "---\nname: 'folded'\ndescription: >\n  spread over\n  two lines\n---\n");
+    put('codex-home/skills/.system/sys/SKILL.md', skill('sys'));
+    put('codex-home/skills/a/b/c/d/e/six/SKILL.md', skill('six-deep'));
+    put('codex-home/skills/a/b/c/d/e/f/seven/SKILL.md', skill('seven-deep'));
+    put('codex-home/skills/a-b/SKILL.md', skill('dash'));
+    put('codex-home/skills/secret/SKILL.md', skill('secret'));
+    put('codex-home/skills/nodesc/SKILL.md', '---\nname: nodesc\n---\n');
+    put('linked/SKILL.md', skill('linked'));
+    fs.symlinkSync(path.join(dir, 'linked'), path.join(dir, 'codex-home/skills/link'));
+    put('home/.agents/skills/mine/SKILL.md', skill('mine'));
+    put('.agents/skills/project/SKILL.md', skill('project'));
+    const plugin = 'codex-home/plugins/cache/market/plug/1.0.0';
+    put(`${plugin}/.codex-plugin/plugin.json`, '{"name":"plug","version":"1.0.0"}\n');
+    put(`${plugin}/.mcp.json`, '{"mcpServers":{}}\n');
+    put(`${plugin}/skills/tool/SKILL.md`, skill('tool'));
+    put('codex-home/config.toml', '[plugins."plug@market"]\nenabled = true\n\n[plugins."off@market"]\nenabled = false\n');
+  },
+};
 
 /** Each session gets its own fresh directory inside the workspace (same name for both servers). */
 async function runSession(server: Server, name: string, session: Session): Promise<unknown> {
   const dir = path.join(WS, `${name}-${server}`);
   fs.rmSync(dir, { recursive: true, force: true });
   fs.mkdirSync(dir, { recursive: true });
-  const c = new Client(server);
+  // Some sessions give the server a HOME and CODEX_HOME of their own in the session dir, filled
+  // before it starts (so what is found under ~ is theirs, whenever the server reads it).
+  const setup = OWN_HOME[name];
+  setup?.(dir);
+  const c = new Client(server, setup ? { HOME: path.join(dir, 'home'), CODEX_HOME: path.join(dir, 'codex-home') } : {});
   try {
     // Paths in transcripts name the session dir; normalise it so both servers compare.
     const t = await session(c, server, dir);
@@ -582,8 +613,24 @@ const MORE_SESSIONS: Record<string, Session> = {
     await req('v1 empty', 'capabilityRoots/discoverV1', { roots: [] });
     await req('v1 missing id', 'capabilityRoots/discoverV1', { roots: [{ path: uri(dir) }] });
     await req('v1 a string root', 'capabilityRoots/discoverV1', { roots: [uri(dir)] });
-    await req('v2', 'capabilities/discoverV2', { cwd: uri(dir) });
     await req('v2 missing cwd', 'capabilities/discoverV2', {});
+    return t;
+  },
+
+  async 'capability-discovery-v2'(c, _server, dir) {
+    // The files are made by OWN_HOME's setup, before the server starts.
+    const skills = path.join(dir, 'codex-home', 'skills');
+    await c.init();
+    const t: Array<[string, unknown]> = [];
+    const req = async (label: string, params: unknown) => t.push([label, norm(await c.request('capabilities/discoverV2', params))]);
+    await req('skills and a plugin', { cwd: uri(dir) });
+    await req('sandboxed, one skill denied', { cwd: uri(dir), sandbox: workspaceWrite(dir, [{ path: { type: 'path', path: uri(path.join(skills, 'secret')) }, access: 'deny' }]) });
+    await req('sandboxed, the root denied', { cwd: uri(dir), sandbox: workspaceWrite(dir, [{ path: { type: 'path', path: uri(skills) }, access: 'deny' }]) });
+    await req('missing cwd', {});
+    await req('relative cwd', { cwd: 'relative' });
+    await req('a bad sandbox', { cwd: uri(dir), sandbox: { bogus: 1 } });
+    await req('a number', 5);
+    await req('a sequence', []);
     return t;
   },
 };
