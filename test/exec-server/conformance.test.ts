@@ -590,6 +590,53 @@ const MORE_SESSIONS: Record<string, Session> = {
     await req('a string path', { cwd, configPaths: ['model'], requirementsPaths: [] });
     await req('missing requirementsPaths', { cwd, configPaths: [['model']] });
     await req('relative cwd', { cwd: 'relative', configPaths: [['model']], requirementsPaths: [] });
+    // A config as users write them: Codex parses it and writes the asked paths back in its own format.
+    fs.writeFileSync(
+      path.join(c.home, 'config.toml'),
+      [
+        '# the user layer',
+        "approval_policy = 'on-request'   # literal string",
+        'developer_instructions = """',
+        'Be brief.',
+        'Quote "exactly".',
+        '"""',
+        "notify = ['''",
+        "C:\\path\\hook''', \"say 'hi'\"]",
+        'writable = [',
+        '  "/a", # first',
+        '  "/b",',
+        ']',
+        'nums = [1, 2.5, 1e3, 0x1F, 1_000, -0.0, inf]',
+        'mixed = [ { x = 1 }, [true, false] ]',
+        'shell_environment_policy = { inherit = "core", set = { PATH = "/usr/bin", "A B" = "tab\\there \\"q\\"" } }',
+        'tui.theme = "dark"',
+        'when = 1979-05-27 07:32:00.5Z',
+        '',
+        '[sandbox_workspace_write]',
+        'network_access = true',
+        '[profiles.fast]',
+        'model = "m2"',
+        '[profiles.fast.empty]',
+        '[[skills.config]]',
+        'path = "/s1"',
+        '[[skills.config]]',
+        'path = "/s2"',
+        'enabled = false',
+        '[mcp_servers.docs]',
+        'command = "npx"',
+        'args = ["-y", "docs"]',
+        'env = { KEY = "v" }',
+        '',
+      ].join('\n'),
+    );
+    await req('a real config, every path', {
+      cwd,
+      configPaths: [['approval_policy'], ['developer_instructions'], ['notify'], ['writable'], ['nums'], ['mixed'], ['shell_environment_policy'], ['tui'], ['when'], ['sandbox_workspace_write'], ['profiles'], ['skills'], ['mcp_servers']],
+      requirementsPaths: [],
+    });
+    await req('a real config, nested paths', { cwd, configPaths: [['mcp_servers', 'docs', 'env'], ['shell_environment_policy', 'set', 'A B'], ['profiles', 'fast', 'nope'], ['nums', 'x']], requirementsPaths: [] });
+    fs.writeFileSync(path.join(c.home, 'config.toml'), 'model = \n');
+    await req('an invalid config', { cwd, configPaths: [['model']], requirementsPaths: [] });
     return t.map(([l, r]) => [l, hideHost(r)]);
   },
 
