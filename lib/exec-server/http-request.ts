@@ -13,7 +13,8 @@
  */
 import * as http from 'node:http';
 import * as https from 'node:https';
-import type * as net from 'node:net';
+import * as fs from 'node:fs';
+import * as net from 'node:net';
 import * as tls from 'node:tls';
 import { ManagedProxy, type Attachment, type AuditEvent, type ProxyPolicyConfig } from '../network';
 import type { MethodContext } from './connection';
@@ -186,6 +187,7 @@ export class HttpRequests {
       req = http.request({ host: at.host, port: at.port, method, path: url.href, headers, signal, agent: false });
       req.once('socket', (s) => (s.connecting ? s.once('connect', () => track(s)) : track(s)));
     } else {
+      const ca = trustedRoots(); // before the tunnel, which a refusal here would leave open
       const tunnel = await new Promise<net.Socket>((resolve, reject) => {
         const c = http.request({ host: at.host, port: at.port, method: 'CONNECT', path: `${url.hostname}:${port}`, headers: { host: `${url.hostname}:${port}` }, signal, agent: false });
         c.once('socket', (s) => (s.connecting ? s.once('connect', () => track(s)) : track(s)));
@@ -197,7 +199,10 @@ export class HttpRequests {
         c.once('error', reject);
         c.end();
       });
-      const socket = tls.connect({ socket: tunnel, servername: url.hostname });
+      // The certificate is checked against the URL's host (an IP address too: Node would check
+      // "localhost" when given no host); SNI carries names only (RFC 6066).
+      const host = url.hostname.replace(/^\[(.*)\]$/, '$1');
+      const socket = tls.connect({ socket: tunnel, host, servername: net.isIP(host) ? undefined : host, ca });
       req = https.request({ host: url.hostname, port, method, path: url.pathname + url.search, headers, signal, createConnection: () => socket });
     }
     return new Promise((resolve, reject) => {
@@ -261,6 +266,43 @@ export class HttpRequests {
     res.once('error', (e) => end(e.message));
     signal.addEventListener('abort', () => res.destroy(), { once: true });
   }
+}
+
+const CA_ENV = ['CODEX_CA_CERTIFICATE', 'SSL_CERT_FILE'] as const;
+const MAX_CA_BYTES = 4 * 1024 * 1024;
+let rootsCache: { key: string; roots: string[] } | null = null;
+
+/**
+ * The roots an https request trusts: the system's (Node's bundled set), plus the PEM bundle named
+ * by CODEX_CA_CERTIFICATE (else SSL_CERT_FILE) in the server's environment, as Codex's HTTP client.
+ */
+function trustedRoots(): string[] | undefined {
+  const name = CA_ENV.find((n) => (process.env[n] ?? '') !== '');
+  if (name === undefined) return undefined;
+  const file = process.env[name]!;
+  let key: string;
+  try {
+    const st = fs.statSync(file);
+    if (!st.isFile()) throw new RpcError(-32603, `http/request failed: ${name} does not point at a file (${file})`);
+    if (st.size > MAX_CA_BYTES) throw new RpcError(-32603, `http/request failed: ${name} names a file larger than ${MAX_CA_BYTES} bytes (${file})`);
+    key = `${file}:${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}`;
+  } catch (e) {
+    if (e instanceof RpcError) throw e;
+    throw new RpcError(-32603, `http/request failed: ${name} points at an unreadable path (${file})`);
+  }
+  if (rootsCache?.key === key) return rootsCache.roots;
+  let text: string;
+  try {
+    text = fs.readFileSync(file, 'utf8');
+  } catch {
+    throw new RpcError(-32603, `http/request failed: ${name} points at an unreadable file (${file})`);
+  }
+  const blocks = text.match(/-----BEGIN CERTIFICATE-----[\s\S]*?-----END CERTIFICATE-----/g) ?? [];
+  if (blocks.length === 0) {
+    throw new RpcError(-32603, `http/request failed: ${name} (${file}) holds no certificate. If you set CODEX_CA_CERTIFICATE or SSL_CERT_FILE, ensure it points to a PEM file containing one or more CERTIFICATE blocks, or unset it to use system roots.`);
+  }
+  rootsCache = { key, roots: [...tls.rootCertificates, ...blocks] };
+  return rootsCache.roots;
 }
 
 function denied(url: URL, why: unknown, status: number | undefined): RpcError {

@@ -9,11 +9,13 @@
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
+import https from 'node:https';
 import path from 'node:path';
 import { PassThrough } from 'node:stream';
 import { afterAll, describe, expect, it } from 'vitest';
 
 import { createExecServer, type CreateExecServerOptions, type ExecServer } from '../../lib';
+import { InterceptionCa } from '../../lib/network';
 import { caps } from '../helpers/capabilities';
 import { makeScene } from '../helpers/sandbox';
 import { workspaceWrite, type Message } from './client';
@@ -224,6 +226,58 @@ describe.skipIf(!caps.linux)('exec-server: http/request goes through the managed
     } finally {
       await c.close();
       await t.close();
+    }
+  });
+
+  it('https through the policy: a server whose CA is named by CODEX_CA_CERTIFICATE is fetched; without it, or for a host its certificate does not name, the TLS check refuses and the target got no request', async () => {
+    const ca = InterceptionCa.create({ dir: scene.out });
+    // The certificate names "localhost" only (a DNS name, no IP address).
+    const { key, cert } = ca.leafFor('localhost');
+    const seen: string[] = [];
+    const srv = https.createServer({ key, cert }, (req, res) => {
+      seen.push(req.url ?? '');
+      res.writeHead(200, { 'x-tls': 'yes' });
+      res.end(`secure ${req.method} ${req.url}`);
+    });
+    await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+    const port = (srv.address() as { port: number }).port;
+    const saved = process.env.CODEX_CA_CERTIFICATE;
+    const c = await peer({ httpPolicy: { allow: ['localhost', '127.0.0.1'], allowLocal: true } });
+    try {
+      delete process.env.CODEX_CA_CERTIFICATE;
+      if (process.env.SSL_CERT_FILE) console.warn(`[http/request] SSL_CERT_FILE is set (${process.env.SSL_CERT_FILE}); the untrusted case assumes it does not name the test CA`);
+      const untrusted = await c.request('http/request', { method: 'GET', url: `https://localhost:${port}/u`, requestId: 'u' });
+      expect(untrusted.error?.message).toMatch(/^http\/request failed: error sending request for url \(https:\/\/localhost:\d+\/u\): .*(certificate|verify)/);
+      expect(seen).toEqual([]);
+
+      process.env.CODEX_CA_CERTIFICATE = ca.certPath;
+      const ok = await c.request('http/request', { method: 'POST', url: `https://localhost:${port}/t?q=1`, requestId: 't', bodyBase64: Buffer.from('x').toString('base64') });
+      expect(ok.error).toBeUndefined();
+      expect(ok.result?.status).toBe(200);
+      expect(Buffer.from(ok.result?.bodyBase64 as string, 'base64').toString()).toBe('secure POST /t?q=1');
+      expect(ok.result?.headers).toContainEqual({ name: 'x-tls', value: 'yes' });
+      expect(seen).toEqual(['/t?q=1']);
+      const allow = await c.waitFor(() => c.messages.find((m) => m.method === 'network/policyDecision' && m.params?.processId === 't'), 'the allow audit of t');
+      expect(allow.params).toMatchObject({ decision: 'allow', host: 'localhost', port, protocol: 'httpsConnect' });
+
+      // The same server by its IP address: the certificate is checked against the URL's host.
+      const wrongHost = await c.request('http/request', { method: 'GET', url: `https://127.0.0.1:${port}/w`, requestId: 'w' });
+      expect(wrongHost.error?.message).toMatch(/^http\/request failed: error sending request for url \(https:\/\/127\.0\.0\.1:\d+\/w\): .*(IP|altnames|127\.0\.0\.1)/);
+      expect(seen).toEqual(['/t?q=1']);
+
+      // A bundle with no certificate in it is refused with Codex's advice, before any connection.
+      const empty = path.join(scene.out, 'no-certs.pem');
+      fs.writeFileSync(empty, 'not a certificate\n');
+      process.env.CODEX_CA_CERTIFICATE = empty;
+      const bad = await c.request('http/request', { method: 'GET', url: `https://localhost:${port}/b`, requestId: 'b' });
+      expect(bad.error?.message).toContain('ensure it points to a PEM file containing one or more CERTIFICATE blocks');
+      expect(seen).toEqual(['/t?q=1']);
+    } finally {
+      if (saved === undefined) delete process.env.CODEX_CA_CERTIFICATE;
+      else process.env.CODEX_CA_CERTIFICATE = saved;
+      await c.close();
+      await new Promise((r) => srv.close(r));
+      ca.dispose();
     }
   });
 
