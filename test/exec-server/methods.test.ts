@@ -297,3 +297,62 @@ describe.skipIf(!caps.linux)('exec-server: http/request goes through the managed
     }
   });
 });
+
+describe.skipIf(!caps.linux)('exec-server: fs/watchMissing follows file-system events', () => {
+  const changed = (c: Awaited<ReturnType<typeof peer>>, watchId: number) => c.messages.filter((m) => m.method === 'fs/missingChanged' && m.params?.watchId === watchId).length;
+  const settle = () => new Promise((r) => setTimeout(r, 400));
+
+  it('a path three levels under what exists is reported once it appears, not when its parents do; `mkdir -p` in one go is not missed', async () => {
+    const dir = fs.mkdtempSync(path.join(scene.out, 'watch-'));
+    const c = await peer();
+    try {
+      expect((await c.request('fs/watchMissing', { watchId: 1, missing: [uri(path.join(dir, 'a/b/c'))] })).result).toEqual({ watching: true });
+      expect((await c.request('fs/watchMissing', { watchId: 2, missing: [uri(path.join(dir, 'x/y/z'))] })).result).toEqual({ watching: true });
+      fs.mkdirSync(path.join(dir, 'a'));
+      await settle();
+      fs.mkdirSync(path.join(dir, 'a/b'));
+      await settle();
+      // The parents alone are not the path (checked after each step).
+      expect(changed(c, 1)).toBe(0);
+      fs.writeFileSync(path.join(dir, 'a/b/c'), '');
+      await c.waitFor(() => (changed(c, 1) > 0 ? true : undefined), 'fs/missingChanged for a/b/c');
+      // All three components made at once, faster than a watcher can follow them down.
+      fs.mkdirSync(path.join(dir, 'x/y/z'), { recursive: true });
+      await c.waitFor(() => (changed(c, 2) > 0 ? true : undefined), 'fs/missingChanged for x/y/z');
+      await settle();
+      expect([changed(c, 1), changed(c, 2)]).toEqual([1, 1]);
+    } finally {
+      await c.close();
+    }
+  });
+
+  it('the watched ancestor removed and made again: the path is still reported when it appears', async () => {
+    const dir = fs.mkdtempSync(path.join(scene.out, 'watch-'));
+    fs.mkdirSync(path.join(dir, 'p'));
+    const c = await peer();
+    try {
+      await c.request('fs/watchMissing', { watchId: 7, missing: [uri(path.join(dir, 'p/q'))] });
+      fs.rmdirSync(path.join(dir, 'p'));
+      await settle();
+      expect(changed(c, 7)).toBe(0);
+      fs.mkdirSync(path.join(dir, 'p/q'), { recursive: true });
+      await c.waitFor(() => (changed(c, 7) > 0 ? true : undefined), 'fs/missingChanged for p/q');
+    } finally {
+      await c.close();
+    }
+  });
+
+  it('more watched directories than a connection may hold: the rest are polled, and every watch is still reported', async () => {
+    const dir = fs.mkdtempSync(path.join(scene.out, 'watch-'));
+    const n = 80; // above MAX_FS_WATCHERS (64): at least 16 watches run on the poll
+    for (let i = 0; i < n; i++) fs.mkdirSync(path.join(dir, `d${i}`));
+    const c = await peer();
+    try {
+      for (let i = 0; i < n; i++) expect((await c.request('fs/watchMissing', { watchId: 100 + i, missing: [uri(path.join(dir, `d${i}`, 'f'))] })).result).toEqual({ watching: true });
+      for (let i = 0; i < n; i++) fs.writeFileSync(path.join(dir, `d${i}`, 'f'), '');
+      await c.waitFor(() => (Array.from({ length: n }, (_, i) => changed(c, 100 + i)).every((k) => k === 1) ? true : undefined), 'every fs/missingChanged');
+    } finally {
+      await c.close();
+    }
+  });
+});
