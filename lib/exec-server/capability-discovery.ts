@@ -26,6 +26,8 @@ import { runFs, type DiscoveredFiles } from './fs-ops';
 
 const BOUNDS = { maxDepth: 6, maxDirectories: 10_000, maxFileBytes: 256 * 1024, maxTotalBytes: 8 * 1024 * 1024 };
 const METADATA_WARNING = 'some capability metadata could not be loaded; discovery may be incomplete';
+/** Longer skill names are refused (as the reference). */
+const MAX_NAME_CHARS = 64;
 const LIMIT_WARNING = 'capability discovery size limit reached';
 
 type Yaml = string | number | boolean | null | Yaml[] | { [k: string]: Yaml };
@@ -59,7 +61,7 @@ export function parseYamlSubset(text: string): Yaml {
     const v = raw.trim();
     if (v.startsWith('"')) {
       if (!v.endsWith('"') || v.length < 2) throw new Error('unterminated string');
-      return JSON.parse(v.replace(/\\'/g, "'").replace(/\t/g, '\\t')) as string;
+      return doubleQuoted(v.slice(1, -1));
     }
     if (v.startsWith("'")) {
       if (!v.endsWith("'") || v.length < 2) throw new Error('unterminated string');
@@ -133,6 +135,15 @@ export function parseYamlSubset(text: string): Yaml {
       return null;
     }
     if (/^[|>][-+]?$/.test(v)) return blockScalar(v, indent);
+    if (!/^["'\[{]/.test(v)) {
+      // A plain scalar may go on over more indented lines (folded with single spaces).
+      let text = v;
+      while (i < lines.length && !blank(lines[i]!) && indentOf(lines[i]!) > indent && !keyRe.test(lines[i]!.trim())) {
+        text += ' ' + stripComment(lines[i]!.trim());
+        i++;
+      }
+      return scalar(text);
+    }
     return scalar(v);
   };
   const keyRe = /^("(?:[^"\\]|\\.)*"|'(?:[^']|'')*'|[^\s#'"][^:#]*?)\s*:(?:\s+(.*))?$/;
@@ -175,7 +186,7 @@ export function parseYamlSubset(text: string): Yaml {
       const n = indentOf(l);
       if (n < indent) break;
       if (n > indent) throw new Error('bad indentation');
-      const m = keyRe.exec(stripComment(l.trim()) === l.trim() ? l.trim() : l.trim());
+      const m = keyRe.exec(l.trim());
       if (!m) throw new Error('expected a mapping key');
       const rawKey = m[1]!;
       const key = rawKey.startsWith('"') ? (JSON.parse(rawKey) as string) : rawKey.startsWith("'") ? rawKey.slice(1, -1).replace(/''/g, "'") : rawKey;
@@ -197,7 +208,7 @@ const str = (v: Yaml | undefined): string | null => (typeof v === 'string' ? v :
 const obj = (v: Yaml | undefined): Record<string, Yaml> | null => (v !== null && typeof v === 'object' && !Array.isArray(v) ? v : null);
 
 /** The SKILL.md header (between `---` lines), or null when missing or invalid. */
-function skillHeader(contents: string): { name: string; description: string; shortDescription: string | null } | null {
+function skillHeader(contents: string, dirName: string): { name: string; description: string; shortDescription: string | null } | null {
   const m = /^---[ \t]*\r?\n([\s\S]*?)\r?\n---[ \t]*(\r?\n|$)/.exec(contents.replace(/^\uFEFF/, ''));
   if (!m) return null;
   let y: Yaml;
@@ -207,12 +218,42 @@ function skillHeader(contents: string): { name: string; description: string; sho
     return null;
   }
   const h = obj(y);
-  const name = str(h?.name)?.trim();
-  const description = str(h?.description)?.trim();
-  if (!h || !name || !description) return null;
+  if (!h) return null;
+  // Scalars of any kind are text; whitespace runs become one space, as the reference shows them.
+  const text = (v: Yaml | undefined) => (typeof v === 'string' || typeof v === 'number' || typeof v === 'boolean' ? String(v).split(/\s+/).filter(Boolean).join(' ') : null);
+  const name = h.name === undefined || h.name === null ? dirName : text(h.name);
+  const description = text(h.description);
+  if (!name || !description || [...name].length > MAX_NAME_CHARS) return null;
   const meta = obj(h.metadata);
-  const short = meta ? str(meta['short-description']) : null;
-  return { name, description, shortDescription: short };
+  const short = meta ? text(meta['short-description']) : null;
+  return { name, description, shortDescription: short || null };
+}
+
+/** A YAML double-quoted scalar's escapes. */
+function doubleQuoted(body: string): string {
+  let out = '';
+  for (let k = 0; k < body.length; k++) {
+    const c = body[k]!;
+    if (c === '"') throw new Error('unescaped quote');
+    if (c !== '\\') {
+      out += c;
+      continue;
+    }
+    const e = body[++k];
+    const simple: Record<string, string> = { '0': '\0', a: '\x07', b: '\b', t: '\t', '\t': '\t', n: '\n', v: '\v', f: '\f', r: '\r', e: '\x1b', ' ': ' ', '"': '"', '/': '/', '\\': '\\', N: '\x85', _: '\xa0', L: '\u2028', P: '\u2029' };
+    if (e !== undefined && simple[e] !== undefined) {
+      out += simple[e];
+      continue;
+    }
+    const n = e === 'x' ? 2 : e === 'u' ? 4 : e === 'U' ? 8 : 0;
+    const hex = body.slice(k + 1, k + 1 + n);
+    if (n === 0 || !/^[0-9A-Fa-f]+$/.test(hex) || hex.length !== n) throw new Error('invalid escape');
+    const cp = parseInt(hex, 16);
+    if (cp > 0x10ffff) throw new Error('invalid escape');
+    out += String.fromCodePoint(cp);
+    k += n;
+  }
+  return out;
 }
 
 /** agents/openai.yaml: dependencies and policy, in the reference's shapes; undefined when invalid. */
@@ -325,7 +366,7 @@ export async function capabilitiesDiscoverV2(ctx: MethodContext, params: unknown
     let bad = r.error !== null || r.unreadable > 0;
     const out: Array<{ header: NonNullable<ReturnType<typeof skillHeader>>; meta: { dependencies: unknown; policy: unknown }; path: string }> = [];
     for (const s of r.skills) {
-      const header = skillHeader(s.contents);
+      const header = skillHeader(s.contents, path.basename(path.dirname(s.path)));
       const meta = skillMetadata(s.metadata);
       if (!header || !meta) {
         bad = true;

@@ -48,6 +48,17 @@ const OWN_HOME: Record<string, (dir: string) => void> = {
     put('codex-home/skills/a-b/SKILL.md', skill('dash'));
     put('codex-home/skills/secret/SKILL.md', skill('secret'));
     put('codex-home/skills/nodesc/SKILL.md', '---\nname: nodesc\n---\n');
+    // Header forms: a plain scalar over several lines, a literal block, YAML escapes, a number,
+    // spaces to collapse, no name (the directory's), CRLF lines, a name over 64 characters.
+    put('codex-home/skills/forms/cont/SKILL.md', '---\nname: cont\ndescription: goes on\n  over lines\n---\n');
+    put('codex-home/skills/forms/lit/SKILL.md', '---\nname: lit\ndescription: |\n  line1\n  line2\nmetadata:\n  short-description: >\n    two\n    lines\n---\n');
+    put('codex-home/skills/forms/esc/SKILL.md', '---\nname: "esc"\ndescription: "\\u00e9 \\x41 \\t tab"\n---\n');
+    put('codex-home/skills/forms/num/SKILL.md', '---\nname: 123\ndescription: true\n---\n');
+    put('codex-home/skills/forms/spaced/SKILL.md', "---\nname:   '  spaced   name '\ndescription: \"  a  b \"\n---\n");
+    put('codex-home/skills/forms/unnamed/SKILL.md', '---\ndescription: no name\n---\n');
+    put('codex-home/skills/forms/crlf/SKILL.md', '---\r\nname: crlf\r\ndescription: CR LF\r\n---\r\n');
+    put('codex-home/skills/forms/long/SKILL.md', `---\nname: ${'n'.repeat(65)}\ndescription: too long a name\n---\n`);
+    put('codex-home/skills/forms/max/SKILL.md', `---\nname: ${'m'.repeat(64)}\ndescription: the longest name\n---\n`);
     put('linked/SKILL.md', skill('linked'));
     fs.symlinkSync(path.join(dir, 'linked'), path.join(dir, 'codex-home/skills/link'));
     put('home/.agents/skills/mine/SKILL.md', skill('mine'));
