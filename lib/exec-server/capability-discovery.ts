@@ -146,7 +146,8 @@ export function parseYamlSubset(text: string): Yaml {
     }
     return scalar(v);
   };
-  const keyRe = /^("(?:[^"\\]|\\.)*"|'(?:[^']|'')*'|[^\s#'"][^:#]*?)\s*:(?:\s+(.*))?$/;
+  // Linear: the plain key runs to the first `:` (trimmed after), no overlapping repetitions.
+  const keyRe = /^("(?:[^"\\]|\\.)*"[ \t]*|'(?:[^']|'')*'[ \t]*|[^\s#'"][^:#]*):(?:\s+(.*))?$/;
   const block = (indent: number): Yaml => {
     skipBlank();
     const first = lines[i]!.trimStart();
@@ -188,7 +189,7 @@ export function parseYamlSubset(text: string): Yaml {
       if (n > indent) throw new Error('bad indentation');
       const m = keyRe.exec(l.trim());
       if (!m) throw new Error('expected a mapping key');
-      const rawKey = m[1]!;
+      const rawKey = m[1]!.trim();
       const key = rawKey.startsWith('"') ? (JSON.parse(rawKey) as string) : rawKey.startsWith("'") ? rawKey.slice(1, -1).replace(/''/g, "'") : rawKey;
       if (Object.prototype.hasOwnProperty.call(map, key)) throw new Error(`duplicate key ${key}`);
       i++;

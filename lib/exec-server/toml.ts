@@ -226,6 +226,7 @@ export function parseToml(src: string): TomlTable {
       i++;
       ws();
       parts.push(simpleKey());
+      if (parts.length > MAX_DEPTH) fail('key has too many parts');
     }
   };
   const number = (): TomlValue => {
