@@ -163,7 +163,8 @@ export class HttpRequests {
     } catch (e) {
       if (e instanceof RpcError) throw e;
       if (signal.aborted && (signal.reason as Error | undefined)?.message === 'timeout') throw new RpcError(-32603, 'http/request failed: request timed out');
-      throw new RpcError(-32603, `http/request failed: error sending request for url (${r.url.href}): ${(e as Error).message}`);
+      // The reference's text names the URL only (no cause), for every transport failure.
+      throw new RpcError(-32603, `http/request failed: error sending request for url (${r.url.href})`);
     } finally {
       if (timer) clearTimeout(timer);
     }
@@ -194,7 +195,9 @@ export class HttpRequests {
         c.once('connect', (res, socket) => {
           if (res.statusCode === 200) return resolve(socket);
           socket.destroy();
-          reject(denied(url, res.headers['x-proxy-error'], res.statusCode));
+          // A policy refusal carries the proxy's reason; any other answer is an unreachable upstream.
+          const why = res.headers['x-proxy-error'];
+          reject(typeof why === 'string' && why.startsWith('blocked-') ? denied(url, why, res.statusCode) : new Error(`proxy answered CONNECT with ${res.statusCode}`));
         });
         c.once('error', reject);
         c.end();

@@ -9,9 +9,12 @@
  * the reference binary cannot run, ours is compared with the recorded transcript instead.
  */
 import fs from 'node:fs';
+import https from 'node:https';
 import os from 'node:os';
 import path from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+import { InterceptionCa } from '../../lib/network';
 
 import { caps } from '../helpers/capabilities';
 import { makeScene } from '../helpers/sandbox';
@@ -32,6 +35,49 @@ function start(processId: string, argv: string[], extra: Record<string, unknown>
 }
 
 type Session = (c: Client, server: Server, dir: string) => Promise<unknown>;
+/**
+ * https: a TLS server on loopback whose certificate (for "localhost") comes from a test CA. The
+ * reference goes direct; ours goes through its proxy, so it is given the policy that allows the
+ * loopback host (the reference has no policy). With CODEX_CA_CERTIFICATE naming the CA both fetch
+ * it; without, both refuse it.
+ */
+const tls = {
+  ca: null as InterceptionCa | null,
+  server: null as https.Server | null,
+  port: 0,
+  seen: [] as string[],
+};
+const TLS_ARGS = ['--http-allow-domain', 'localhost', '--http-allow-local'];
+const OUR_ARGS: Record<string, string[]> = { 'http-request-tls': TLS_ARGS, 'http-request-tls-untrusted': TLS_ARGS };
+const SESSION_ENV: Record<string, () => Record<string, string>> = { 'http-request-tls': () => ({ CODEX_CA_CERTIFICATE: tls.ca!.certPath }) };
+beforeAll(async () => {
+  tls.ca = InterceptionCa.create({ dir: scene.out });
+  const { key, cert } = tls.ca.leafFor('localhost');
+  tls.server = https.createServer({ key, cert }, (req, res) => {
+    tls.seen.push(`${req.method} ${req.url}`);
+    let body = '';
+    req.setEncoding('utf8');
+    req.on('data', (d: string) => (body += d));
+    req.on('end', () => {
+      res.writeHead(201, { 'x-tls': 'yes', 'content-type': 'text/plain' });
+      res.end(`secure ${req.method} ${req.url} ${body}`);
+    });
+  });
+  await new Promise<void>((r) => tls.server!.listen(0, '127.0.0.1', r));
+  tls.port = (tls.server.address() as { port: number }).port;
+});
+afterAll(async () => {
+  await new Promise((r) => tls.server?.close(r));
+  tls.ca?.dispose();
+});
+
+/** A response without what differs by nature (date) or by transport (keep-alive framing). */
+function httpShape(m: { result?: Record<string, unknown>; error?: unknown }): unknown {
+  if (!m.result) return { error: m.error };
+  const headers = (m.result.headers as Array<{ name: string; value: string }>).filter((h) => ['x-tls', 'content-type'].includes(h.name));
+  return { status: m.result.status, headers, body: Buffer.from(m.result.bodyBase64 as string, 'base64').toString() };
+}
+
 const OWN_HOME: Record<string, (dir: string) => void> = {
   'capability-discovery-v2'(dir) {
     const put = (p: string, text: string) => {
@@ -80,7 +126,8 @@ async function runSession(server: Server, name: string, session: Session): Promi
   // before it starts (so what is found under ~ is theirs, whenever the server reads it).
   const setup = OWN_HOME[name];
   setup?.(dir);
-  const c = new Client(server, setup ? { HOME: path.join(dir, 'home'), CODEX_HOME: path.join(dir, 'codex-home') } : {});
+  const env = { ...(setup ? { HOME: path.join(dir, 'home'), CODEX_HOME: path.join(dir, 'codex-home') } : {}), ...SESSION_ENV[name]?.() };
+  const c = new Client(server, env, OUR_ARGS[name] ?? []);
   try {
     // Paths in transcripts name the session dir; normalise it so both servers compare.
     const t = await session(c, server, dir);
@@ -673,6 +720,26 @@ const MORE_SESSIONS: Record<string, Session> = {
     await req('v1 a string root', 'capabilityRoots/discoverV1', { roots: [uri(dir)] });
     await req('v2 missing cwd', 'capabilities/discoverV2', {});
     return t;
+  },
+
+  async 'http-request-tls'(c) {
+    await c.init();
+    const t: unknown[] = [];
+    const before = tls.seen.length;
+    const url = `https://localhost:${tls.port}`;
+    t.push(['trusted GET', httpShape(await c.request('http/request', { method: 'GET', url: `${url}/a?b=1`, requestId: 'g' }))]);
+    t.push(['trusted POST', httpShape(await c.request('http/request', { method: 'POST', url: `${url}/p`, requestId: 'p', bodyBase64: Buffer.from('data').toString('base64'), headers: [{ name: 'content-type', value: 'text/plain' }] }))]);
+    t.push(['seen by the server', tls.seen.slice(before)]);
+    return JSON.parse(JSON.stringify(t).split(String(tls.port)).join('<PORT>'));
+  },
+
+  async 'http-request-tls-untrusted'(c) {
+    await c.init();
+    const t: unknown[] = [];
+    const before = tls.seen.length;
+    t.push(['untrusted', httpShape(await c.request('http/request', { method: 'GET', url: `https://localhost:${tls.port}/u`, requestId: 'u' }))]);
+    t.push(['seen by the server', tls.seen.slice(before)]);
+    return JSON.parse(JSON.stringify(t).split(String(tls.port)).join('<PORT>'));
   },
 
   async 'capability-discovery-v2'(c, _server, dir) {
