@@ -14,6 +14,10 @@
  * when it carries one (as every fs method), so a denied path is not read; bounded in directories
  * walked and bytes read. Headers are parsed by parseYamlSubset (block mappings and sequences,
  * plain, quoted and block scalars, flow sequences of scalars), bounded by the file size cap.
+ *
+ * Every call reads afresh. The reference keeps what it found (a skill changed, a new root or a
+ * newly enabled plugin were not seen by later calls of the same server): the answers differ only
+ * after the files change while a server runs, and then ours is the current one.
  */
 import * as os from 'node:os';
 import * as path from 'node:path';
