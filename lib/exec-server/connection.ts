@@ -21,7 +21,8 @@ import { SandboxError } from '../errors';
 import { pathToFileUri } from '../permissions/uri';
 import { toJsonRpcError } from '../prepare/rpc';
 import { decodeStruct, INVALID_REQUEST, METHOD_NOT_FOUND, RpcError } from './decode';
-import { capabilitiesDiscoverV2, capabilityRootsDiscoverV1, environmentConfigRead } from './environment-config';
+import { capabilitiesDiscoverV2 } from './capability-discovery';
+import { capabilityRootsDiscoverV1, environmentConfigRead } from './environment-config';
 import { FileHandles } from './fs-handles';
 import { fsCall, FS_ONE_SHOT_METHODS } from './fs-methods';
 import { MissingWatches } from './fs-watch';
@@ -286,7 +287,7 @@ export class ExecConnection {
         networkProxyLaunch: true,
         capabilityDiscoverySandbox: false,
         fsWatchMissing: true,
-        capabilityDiscoveryV2: false,
+        capabilityDiscoveryV2: true,
         environmentConfigRead: true,
         httpHeaderEnvVars: false,
         sandboxedFileStreaming: true,

@@ -1,26 +1,25 @@
 /**
- * environmentConfig/read, capabilityRoots/discoverV1, capabilities/discoverV2: what the executor
+ * environmentConfig/read, capabilityRoots/discoverV1: what the executor
  * tells a Codex client about its own configuration, in the reference's shapes.
  *
  * environmentConfig/read returns the user layer ($CODEX_HOME/config.toml, default ~/.codex)
- * filtered to the asked key paths, so nothing else in the file leaves the machine. The filter is
- * line based and understands the TOML a config file normally holds (`key = value` on one line,
- * `[table]` headers, comments); a value spread over several lines, or an array of tables, inside
- * an asked path is left out rather than guessed at. Project and system layers are not read.
+ * filtered to the asked key paths, so nothing else in the file leaves the machine. As the
+ * reference, the file is parsed (toml.ts, bounded) and the asked paths are written back in the
+ * `toml` crate's format: comments and layout are not kept. Project and system layers are not read.
  *
  * capabilityRoots/discoverV1 finds plugins and skills in the given roots as the reference does
  * (discoverRoot), outside any sandbox (it takes no sandbox context, so environment/info does not
- * claim capabilityDiscoverySandbox). capabilities/discoverV2 answers with nothing discovered, so
- * environment/info does not claim capabilityDiscoveryV2.
+ * claim capabilityDiscoverySandbox). capabilities/discoverV2 is in capability-discovery.ts.
  */
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { pathToFileUri } from '../permissions/uri';
 import type { MethodContext } from './connection';
-import { decodeStruct, invalidParams } from './decode';
+import { decodeStruct, invalidParams, RpcError } from './decode';
 import { nativePath } from './fs-methods';
 import { osErrorText } from './fs-ops';
+import { filterTable, parseToml, TomlError, writeToml } from './toml';
 
 type KeyPath = string[];
 
@@ -39,121 +38,13 @@ function codexHome(): string {
   return env && path.isAbsolute(env) ? env : path.join(os.homedir(), '.codex');
 }
 
-/** Splits a dotted TOML key (bare or quoted parts) into its segments; null when it is not one. */
-function keySegments(k: string): string[] | null {
-  const out: string[] = [];
-  const re = /\s*(?:([A-Za-z0-9_-]+)|"((?:[^"\\]|\\.)*)"|'([^']*)')\s*(\.|$)/y;
-  let m: RegExpExecArray | null;
-  while (re.lastIndex < k.length && (m = re.exec(k))) {
-    out.push(m[1] ?? (m[2] !== undefined ? (JSON.parse(`"${m[2]}"`) as string) : m[3]!));
-    if (m[4] === '') return out;
-  }
-  return out.length > 0 && re.lastIndex >= k.length ? out : null;
-}
+/** config.toml larger than this is refused rather than parsed. */
+const MAX_CONFIG_BYTES = 4 * 1024 * 1024;
 
-const startsWith = (full: string[], prefix: string[]) => prefix.every((s, i) => full[i] === s);
-
-/** The lines of `text` whose key path is asked for (or lies under one asked for), with their table headers. */
+/** The asked key paths of a config file, written back in the reference's format ('' when none is there). */
 export function filterToml(text: string, wanted: KeyPath[]): string {
-  const top: string[] = [];
-  const tables: Array<{ header: string; lines: string[] }> = [];
-  let table: string[] = [];
-  let current: { header: string; lines: string[] } | null = null;
-  let skipTable = false;
-  let depth = 0; // open brackets of a value that continues on the next lines
-  let triple: string | null = null; // the quotes of a multi-line string still open
-  for (const raw of text.split(/\r?\n/)) {
-    if (triple !== null) {
-      if (raw.includes(triple)) triple = null;
-      continue;
-    }
-    if (depth > 0) {
-      depth += bracketDelta(raw);
-      continue;
-    }
-    const line = stripComment(raw).trim();
-    if (line === '') continue;
-    const header = /^\[([^[\]]+)\]$/.exec(line);
-    if (header) {
-      const segs = keySegments(header[1]!);
-      skipTable = segs === null;
-      table = segs ?? [];
-      current = { header: line, lines: [] };
-      tables.push(current);
-      continue;
-    }
-    if (line.startsWith('[[')) {
-      skipTable = true; // arrays of tables: left out
-      continue;
-    }
-    const eq = findEquals(line);
-    if (eq < 0) continue;
-    const value = line.slice(eq + 1).trim();
-    // Values spread over several lines are left out (see the header).
-    const q = /^("""|''')/.exec(value)?.[1];
-    if (q !== undefined) {
-      if (!value.slice(3).includes(q)) triple = q;
-      continue;
-    }
-    const delta = bracketDelta(value);
-    if (delta > 0) {
-      depth = delta;
-      continue;
-    }
-    if (skipTable) continue;
-    const segs = keySegments(line.slice(0, eq));
-    if (!segs) continue;
-    const full = [...table, ...segs];
-    if (!wanted.some((w) => startsWith(full, w) || (full.length < w.length && startsWith(w, full)))) continue;
-    // A key that is only a prefix of the asked path holds an inline table: kept whole.
-    (current ? current.lines : top).push(`${line.slice(0, eq).trim()} = ${value}`);
-  }
-  const parts: string[] = [];
-  if (top.length) parts.push(top.join('\n') + '\n');
-  for (const t of tables) if (t.lines.length) parts.push(`${t.header}\n${t.lines.join('\n')}\n`);
-  return parts.join('\n');
-}
-
-function stripComment(l: string): string {
-  let q: string | null = null;
-  for (let i = 0; i < l.length; i++) {
-    const c = l[i]!;
-    if (q) {
-      if (c === '\\' && q === '"') i++;
-      else if (c === q) q = null;
-    } else if (c === '"' || c === "'") q = c;
-    else if (c === '#') return l.slice(0, i);
-  }
-  return l;
-}
-
-function findEquals(l: string): number {
-  let q: string | null = null;
-  for (let i = 0; i < l.length; i++) {
-    const c = l[i]!;
-    if (q) {
-      if (c === q) q = null;
-    } else if (c === '"' || c === "'") q = c;
-    else if (c === '=') return i;
-  }
-  return -1;
-}
-
-/** Open minus closed brackets and braces outside strings. */
-function bracketDelta(v: string): number {
-  let d = 0;
-  let q: string | null = null;
-  for (let i = 0; i < v.length; i++) {
-    const c = v[i]!;
-    if (q) {
-      if (c === '\\' && q === '"') i++;
-      else if (c === q) q = null;
-    } else if (c === '"' || c === "'") q = c;
-    else if (c === '[' || c === '{') d++;
-    else if (c === ']' || c === '}') d--;
-    else if (c === '#') break;
-  }
-  return d;
+  const filtered = filterTable(parseToml(text), wanted);
+  return filtered.v.size === 0 ? '' : writeToml(filtered);
 }
 
 export async function environmentConfigRead(ctx: MethodContext, params: unknown): Promise<unknown> {
@@ -172,12 +63,20 @@ export async function environmentConfigRead(ctx: MethodContext, params: unknown)
   const layers: unknown[] = [];
   let text: string | null = null;
   try {
+    if (fs.statSync(file).size > MAX_CONFIG_BYTES) throw new RpcError(-32603, `failed to load executor-local config: ${file}: larger than ${MAX_CONFIG_BYTES} bytes`);
     text = fs.readFileSync(file, 'utf8');
-  } catch {
+  } catch (e) {
+    if (e instanceof RpcError) throw e;
     /* no user config */
   }
   if (text !== null && configPaths.length > 0) {
-    const toml = filterToml(text, configPaths);
+    let toml: string;
+    try {
+      toml = filterToml(text, configPaths);
+    } catch (e) {
+      if (!(e instanceof TomlError)) throw e;
+      throw new RpcError(-32603, `failed to load executor-local config: ${file}:${e.line}:${e.column}: ${e.message}`);
+    }
     if (toml !== '') layers.push({ source: `user (${file})`, baseDir: pathToFileUri(home), toml });
   }
   return {
@@ -268,10 +167,4 @@ export async function capabilityRootsDiscoverV1(ctx: MethodContext, params: unkn
   );
   ctx.gate('capability discovery');
   return { roots: roots.map((r) => ({ id: r.id, path: r.path, ...discoverRoot(nativePath(r.path as string)) })) };
-}
-
-export async function capabilitiesDiscoverV2(ctx: MethodContext, params: unknown): Promise<unknown> {
-  decodeStruct(params, 'DiscoverV2CapabilitiesParams', [{ name: 'cwd', kind: 'uri', required: true }]);
-  ctx.gate('capability discovery');
-  return { plugins: [], skills: [], warnings: [] };
 }

@@ -32,7 +32,15 @@ export type FsOp =
   | { op: 'remove'; path: string; recursive: boolean; force: boolean }
   | { op: 'copy'; source: string; destination: string; recursive: boolean }
   | { op: 'canonicalize'; path: string }
-  | { op: 'walk'; path: string; maxDepth: number; maxDirectories: number; maxEntries: number; follow: boolean };
+  | { op: 'walk'; path: string; maxDepth: number; maxDirectories: number; maxEntries: number; follow: boolean }
+  | { op: 'discoverFiles'; roots: string[]; files: string[]; maxDepth: number; maxDirectories: number; maxFileBytes: number; maxTotalBytes: number };
+
+/** discoverFiles' answer: per root its SKILL.md files (path order) with agents/openai.yaml, and the asked files. */
+export interface DiscoveredFiles {
+  roots: Array<{ error: string | null; skills: Array<{ path: string; contents: string; metadata: string | null }>; unreadable: number }>;
+  files: Array<string | null>;
+  limited: boolean;
+}
 
 /** Result, or a failure described by errno (and a message for the non-errno cases). */
 export type FsOutcome = { ok: unknown } | { errno?: string; message?: string; notAFile?: string };
@@ -200,6 +208,102 @@ function runFsOp(req: FsOp, fsm: typeof fs): FsOutcome {
           }
         }
         return { ok: { entries, errors, truncated } };
+      }
+      case 'discoverFiles': {
+        // Capability discovery (capabilities/discoverV2): every SKILL.md at most maxDepth
+        // directories below each root, directory links followed (each directory once), with its
+        // agents/openai.yaml; bounded in directories and bytes read. In a sandbox this runs
+        // inside it, so what it may read is the kernel's decision.
+        let total = 0;
+        let limited = false;
+        let dirs = 0;
+        const read = (p: string): string | null | undefined => {
+          // undefined: absent or not a file; null: present but unreadable or over a bound.
+          let fd: number;
+          try {
+            const st = fsm.statSync(p);
+            if (!st.isFile()) return undefined;
+            if (st.size > req.maxFileBytes || total + st.size > req.maxTotalBytes) {
+              limited = true;
+              return null;
+            }
+            fd = fsm.openSync(p, 'r');
+          } catch (e) {
+            return (e as NodeJS.ErrnoException).code === 'ENOENT' || (e as NodeJS.ErrnoException).code === 'ENOTDIR' ? undefined : null;
+          }
+          try {
+            const buf = Buffer.alloc(req.maxFileBytes + 1);
+            const n = fsm.readSync(fd, buf, 0, buf.length, 0);
+            if (n > req.maxFileBytes) {
+              limited = true;
+              return null;
+            }
+            total += n;
+            return buf.subarray(0, n).toString('utf8');
+          } catch {
+            return null;
+          } finally {
+            fsm.closeSync(fd);
+          }
+        };
+        const byteOrder = (a: string, b: string) => Buffer.compare(Buffer.from(a), Buffer.from(b));
+        const roots = req.roots.map((root) => {
+          const skills: Array<{ path: string; contents: string; metadata: string | null }> = [];
+          let unreadable = 0;
+          let st: fs.Stats;
+          try {
+            st = fsm.statSync(root);
+          } catch (e) {
+            const code = String((e as NodeJS.ErrnoException).code);
+            return { error: code === 'ENOENT' || code === 'ENOTDIR' ? null : code, skills, unreadable };
+          }
+          if (!st.isDirectory()) return { error: null, skills, unreadable };
+          const found: string[] = [];
+          const seen = new Set([`${st.dev}:${st.ino}`]);
+          const queue: Array<[string, number]> = [[root, 0]];
+          while (queue.length > 0) {
+            if (++dirs > req.maxDirectories) {
+              limited = true;
+              break;
+            }
+            const [dir, depth] = queue.shift()!;
+            let names: string[];
+            try {
+              names = fsm.readdirSync(dir);
+            } catch {
+              unreadable++;
+              continue;
+            }
+            for (const name of names) {
+              const full = `${dir}/${name}`;
+              let s: fs.Stats;
+              try {
+                s = fsm.statSync(full);
+              } catch {
+                continue;
+              }
+              if (s.isDirectory()) {
+                const key = `${s.dev}:${s.ino}`;
+                if (depth < req.maxDepth && !seen.has(key)) {
+                  seen.add(key);
+                  queue.push([full, depth + 1]);
+                }
+              } else if (s.isFile() && name === 'SKILL.md') found.push(full);
+            }
+          }
+          for (const f of found.sort(byteOrder)) {
+            const contents = read(f);
+            if (typeof contents !== 'string') {
+              unreadable++;
+              continue;
+            }
+            const metadata = read(`${f.slice(0, -'/SKILL.md'.length)}/agents/openai.yaml`);
+            skills.push({ path: f, contents, metadata: metadata ?? null });
+          }
+          return { error: null, skills, unreadable };
+        });
+        const files = req.files.map((f) => read(f) ?? null);
+        return { ok: { roots, files, limited } };
       }
     }
   } catch (e) {

@@ -13,7 +13,8 @@
  */
 import * as http from 'node:http';
 import * as https from 'node:https';
-import type * as net from 'node:net';
+import * as fs from 'node:fs';
+import * as net from 'node:net';
 import * as tls from 'node:tls';
 import { ManagedProxy, type Attachment, type AuditEvent, type ProxyPolicyConfig } from '../network';
 import type { MethodContext } from './connection';
@@ -162,7 +163,8 @@ export class HttpRequests {
     } catch (e) {
       if (e instanceof RpcError) throw e;
       if (signal.aborted && (signal.reason as Error | undefined)?.message === 'timeout') throw new RpcError(-32603, 'http/request failed: request timed out');
-      throw new RpcError(-32603, `http/request failed: error sending request for url (${r.url.href}): ${(e as Error).message}`);
+      // The reference's text names the URL only (no cause), for every transport failure.
+      throw new RpcError(-32603, `http/request failed: error sending request for url (${r.url.href})`);
     } finally {
       if (timer) clearTimeout(timer);
     }
@@ -186,18 +188,24 @@ export class HttpRequests {
       req = http.request({ host: at.host, port: at.port, method, path: url.href, headers, signal, agent: false });
       req.once('socket', (s) => (s.connecting ? s.once('connect', () => track(s)) : track(s)));
     } else {
+      const ca = trustedRoots(); // before the tunnel, which a refusal here would leave open
       const tunnel = await new Promise<net.Socket>((resolve, reject) => {
         const c = http.request({ host: at.host, port: at.port, method: 'CONNECT', path: `${url.hostname}:${port}`, headers: { host: `${url.hostname}:${port}` }, signal, agent: false });
         c.once('socket', (s) => (s.connecting ? s.once('connect', () => track(s)) : track(s)));
         c.once('connect', (res, socket) => {
           if (res.statusCode === 200) return resolve(socket);
           socket.destroy();
-          reject(denied(url, res.headers['x-proxy-error'], res.statusCode));
+          // A policy refusal carries the proxy's reason; any other answer is an unreachable upstream.
+          const why = res.headers['x-proxy-error'];
+          reject(typeof why === 'string' && why.startsWith('blocked-') ? denied(url, why, res.statusCode) : new Error(`proxy answered CONNECT with ${res.statusCode}`));
         });
         c.once('error', reject);
         c.end();
       });
-      const socket = tls.connect({ socket: tunnel, servername: url.hostname });
+      // The certificate is checked against the URL's host (an IP address too: Node would check
+      // "localhost" when given no host); SNI carries names only (RFC 6066).
+      const host = url.hostname.replace(/^\[(.*)\]$/, '$1');
+      const socket = tls.connect({ socket: tunnel, host, servername: net.isIP(host) ? undefined : host, ca });
       req = https.request({ host: url.hostname, port, method, path: url.pathname + url.search, headers, signal, createConnection: () => socket });
     }
     return new Promise((resolve, reject) => {
@@ -261,6 +269,43 @@ export class HttpRequests {
     res.once('error', (e) => end(e.message));
     signal.addEventListener('abort', () => res.destroy(), { once: true });
   }
+}
+
+const CA_ENV = ['CODEX_CA_CERTIFICATE', 'SSL_CERT_FILE'] as const;
+const MAX_CA_BYTES = 4 * 1024 * 1024;
+let rootsCache: { key: string; roots: string[] } | null = null;
+
+/**
+ * The roots an https request trusts: the system's (Node's bundled set), plus the PEM bundle named
+ * by CODEX_CA_CERTIFICATE (else SSL_CERT_FILE) in the server's environment, as Codex's HTTP client.
+ */
+function trustedRoots(): string[] | undefined {
+  const name = CA_ENV.find((n) => (process.env[n] ?? '') !== '');
+  if (name === undefined) return undefined;
+  const file = process.env[name]!;
+  let key: string;
+  try {
+    const st = fs.statSync(file);
+    if (!st.isFile()) throw new RpcError(-32603, `http/request failed: ${name} does not point at a file (${file})`);
+    if (st.size > MAX_CA_BYTES) throw new RpcError(-32603, `http/request failed: ${name} names a file larger than ${MAX_CA_BYTES} bytes (${file})`);
+    key = `${file}:${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}`;
+  } catch (e) {
+    if (e instanceof RpcError) throw e;
+    throw new RpcError(-32603, `http/request failed: ${name} points at an unreadable path (${file})`);
+  }
+  if (rootsCache?.key === key) return rootsCache.roots;
+  let text: string;
+  try {
+    text = fs.readFileSync(file, 'utf8');
+  } catch {
+    throw new RpcError(-32603, `http/request failed: ${name} points at an unreadable file (${file})`);
+  }
+  const blocks = text.match(/-----BEGIN CERTIFICATE-----[\s\S]*?-----END CERTIFICATE-----/g) ?? [];
+  if (blocks.length === 0) {
+    throw new RpcError(-32603, `http/request failed: ${name} (${file}) holds no certificate. If you set CODEX_CA_CERTIFICATE or SSL_CERT_FILE, ensure it points to a PEM file containing one or more CERTIFICATE blocks, or unset it to use system roots.`);
+  }
+  rootsCache = { key, roots: [...tls.rootCertificates, ...blocks] };
+  return rootsCache.roots;
 }
 
 function denied(url: URL, why: unknown, status: number | undefined): RpcError {

@@ -45,11 +45,13 @@ export class Client {
   constructor(
     readonly server: Server,
     env: Record<string, string> = {},
+    /** Extra flags for our server only (the reference has no such flags, e.g. its http policy). */
+    ourArgs: string[] = [],
   ) {
     const home = fs.mkdtempSync('/var/tmp/psb-exec-home-');
     this.home = home;
     const [cmd, args] =
-      server === 'ours' ? [process.execPath, [OUR_CLI, 'exec-server', '--listen', 'stdio']] : [REFERENCE_BIN, ['exec-server', '--listen', 'stdio']];
+      server === 'ours' ? [process.execPath, [OUR_CLI, 'exec-server', '--listen', 'stdio', ...ourArgs]] : [REFERENCE_BIN, ['exec-server', '--listen', 'stdio']];
     this.proc = spawn(cmd, args, {
       stdio: ['pipe', 'pipe', 'pipe'],
       cwd: '/',

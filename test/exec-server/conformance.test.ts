@@ -9,9 +9,12 @@
  * the reference binary cannot run, ours is compared with the recorded transcript instead.
  */
 import fs from 'node:fs';
+import https from 'node:https';
 import os from 'node:os';
 import path from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+import { InterceptionCa } from '../../lib/network';
 
 import { caps } from '../helpers/capabilities';
 import { makeScene } from '../helpers/sandbox';
@@ -32,13 +35,99 @@ function start(processId: string, argv: string[], extra: Record<string, unknown>
 }
 
 type Session = (c: Client, server: Server, dir: string) => Promise<unknown>;
+/**
+ * https: a TLS server on loopback whose certificate (for "localhost") comes from a test CA. The
+ * reference goes direct; ours goes through its proxy, so it is given the policy that allows the
+ * loopback host (the reference has no policy). With CODEX_CA_CERTIFICATE naming the CA both fetch
+ * it; without, both refuse it.
+ */
+const tls = {
+  ca: null as InterceptionCa | null,
+  server: null as https.Server | null,
+  port: 0,
+  seen: [] as string[],
+};
+const TLS_ARGS = ['--http-allow-domain', 'localhost', '--http-allow-local'];
+const OUR_ARGS: Record<string, string[]> = { 'http-request-tls': TLS_ARGS, 'http-request-tls-untrusted': TLS_ARGS };
+const SESSION_ENV: Record<string, () => Record<string, string>> = { 'http-request-tls': () => ({ CODEX_CA_CERTIFICATE: tls.ca!.certPath }) };
+beforeAll(async () => {
+  tls.ca = InterceptionCa.create({ dir: scene.out });
+  const { key, cert } = tls.ca.leafFor('localhost');
+  tls.server = https.createServer({ key, cert }, (req, res) => {
+    tls.seen.push(`${req.method} ${req.url}`);
+    let body = '';
+    req.setEncoding('utf8');
+    req.on('data', (d: string) => (body += d));
+    req.on('end', () => {
+      res.writeHead(201, { 'x-tls': 'yes', 'content-type': 'text/plain' });
+      res.end(`secure ${req.method} ${req.url} ${body}`);
+    });
+  });
+  await new Promise<void>((r) => tls.server!.listen(0, '127.0.0.1', r));
+  tls.port = (tls.server.address() as { port: number }).port;
+});
+afterAll(async () => {
+  await new Promise((r) => tls.server?.close(r));
+  tls.ca?.dispose();
+});
+
+/** A response without what differs by nature (date) or by transport (keep-alive framing). */
+function httpShape(m: { result?: Record<string, unknown>; error?: unknown }): unknown {
+  if (!m.result) return { error: m.error };
+  const headers = (m.result.headers as Array<{ name: string; value: string }>).filter((h) => ['x-tls', 'content-type'].includes(h.name));
+  return { status: m.result.status, headers, body: Buffer.from(m.result.bodyBase64 as string, 'base64').toString() };
+}
+
+const OWN_HOME: Record<string, (dir: string) => void> = {
+  'capability-discovery-v2'(dir) {
+    const put = (p: string, text: string) => {
+      fs.mkdirSync(path.dirname(path.join(dir, p)), { recursive: true });
+      fs.writeFileSync(path.join(dir, p), text);
+    };
+    const skill = (name: string, extra = '') => `---\nname: ${name}\ndescription: The ${name} skill${extra}\n---\nbody\n`;
+    put('codex-home/skills/alpha/SKILL.md', skill('alpha', '\nmetadata:\n  short-description: Short alpha # a comment'));
+    put('codex-home/skills/alpha/agents/openai.yaml', 'interface:\n  display_name: Alpha\ndependencies:\n  tools:\n    - type: mcp\n      value: docs\n      description: "The docs server"\n      url: https://example.invalid/mcp\npolicy:\n  allow_implicit_invocation: false\n  products: [codex]\n');
+    put('codex-home/skills/folded/SKILL.md', "---\nname: 'folded'\ndescription: >\n  spread over\n  two lines\n---\n");
+    put('codex-home/skills/.system/sys/SKILL.md', skill('sys'));
+    put('codex-home/skills/a/b/c/d/e/six/SKILL.md', skill('six-deep'));
+    put('codex-home/skills/a/b/c/d/e/f/seven/SKILL.md', skill('seven-deep'));
+    put('codex-home/skills/a-b/SKILL.md', skill('dash'));
+    put('codex-home/skills/secret/SKILL.md', skill('secret'));
+    put('codex-home/skills/nodesc/SKILL.md', '---\nname: nodesc\n---\n');
+    // Header forms: a plain scalar over several lines, a literal block, YAML escapes, a number,
+    // spaces to collapse, no name (the directory's), CRLF lines, a name over 64 characters.
+    put('codex-home/skills/forms/cont/SKILL.md', '---\nname: cont\ndescription: goes on\n  over lines\n---\n');
+    put('codex-home/skills/forms/lit/SKILL.md', '---\nname: lit\ndescription: |\n  line1\n  line2\nmetadata:\n  short-description: >\n    two\n    lines\n---\n');
+    put('codex-home/skills/forms/esc/SKILL.md', '---\nname: "esc"\ndescription: "\\u00e9 \\x41 \\t tab"\n---\n');
+    put('codex-home/skills/forms/num/SKILL.md', '---\nname: 123\ndescription: true\n---\n');
+    put('codex-home/skills/forms/spaced/SKILL.md', "---\nname:   '  spaced   name '\ndescription: \"  a  b \"\n---\n");
+    put('codex-home/skills/forms/unnamed/SKILL.md', '---\ndescription: no name\n---\n');
+    put('codex-home/skills/forms/crlf/SKILL.md', '---\r\nname: crlf\r\ndescription: CR LF\r\n---\r\n');
+    put('codex-home/skills/forms/long/SKILL.md', `---\nname: ${'n'.repeat(65)}\ndescription: too long a name\n---\n`);
+    put('codex-home/skills/forms/max/SKILL.md', `---\nname: ${'m'.repeat(64)}\ndescription: the longest name\n---\n`);
+    put('linked/SKILL.md', skill('linked'));
+    fs.symlinkSync(path.join(dir, 'linked'), path.join(dir, 'codex-home/skills/link'));
+    put('home/.agents/skills/mine/SKILL.md', skill('mine'));
+    put('.agents/skills/project/SKILL.md', skill('project'));
+    const plugin = 'codex-home/plugins/cache/market/plug/1.0.0';
+    put(`${plugin}/.codex-plugin/plugin.json`, '{"name":"plug","version":"1.0.0"}\n');
+    put(`${plugin}/.mcp.json`, '{"mcpServers":{}}\n');
+    put(`${plugin}/skills/tool/SKILL.md`, skill('tool'));
+    put('codex-home/config.toml', '[plugins."plug@market"]\nenabled = true\n\n[plugins."off@market"]\nenabled = false\n');
+  },
+};
 
 /** Each session gets its own fresh directory inside the workspace (same name for both servers). */
 async function runSession(server: Server, name: string, session: Session): Promise<unknown> {
   const dir = path.join(WS, `${name}-${server}`);
   fs.rmSync(dir, { recursive: true, force: true });
   fs.mkdirSync(dir, { recursive: true });
-  const c = new Client(server);
+  // Some sessions give the server a HOME and CODEX_HOME of their own in the session dir, filled
+  // before it starts (so what is found under ~ is theirs, whenever the server reads it).
+  const setup = OWN_HOME[name];
+  setup?.(dir);
+  const env = { ...(setup ? { HOME: path.join(dir, 'home'), CODEX_HOME: path.join(dir, 'codex-home') } : {}), ...SESSION_ENV[name]?.() };
+  const c = new Client(server, env, OUR_ARGS[name] ?? []);
   try {
     // Paths in transcripts name the session dir; normalise it so both servers compare.
     const t = await session(c, server, dir);
@@ -559,6 +648,53 @@ const MORE_SESSIONS: Record<string, Session> = {
     await req('a string path', { cwd, configPaths: ['model'], requirementsPaths: [] });
     await req('missing requirementsPaths', { cwd, configPaths: [['model']] });
     await req('relative cwd', { cwd: 'relative', configPaths: [['model']], requirementsPaths: [] });
+    // A config as users write them: Codex parses it and writes the asked paths back in its own format.
+    fs.writeFileSync(
+      path.join(c.home, 'config.toml'),
+      [
+        '# the user layer',
+        "approval_policy = 'on-request'   # literal string",
+        'developer_instructions = """',
+        'Be brief.',
+        'Quote "exactly".',
+        '"""',
+        "notify = ['''",
+        "C:\\path\\hook''', \"say 'hi'\"]",
+        'writable = [',
+        '  "/a", # first',
+        '  "/b",',
+        ']',
+        'nums = [1, 2.5, 1e3, 0x1F, 1_000, -0.0, inf]',
+        'mixed = [ { x = 1 }, [true, false] ]',
+        'shell_environment_policy = { inherit = "core", set = { PATH = "/usr/bin", "A B" = "tab\\there \\"q\\"" } }',
+        'tui.theme = "dark"',
+        'when = 1979-05-27 07:32:00.5Z',
+        '',
+        '[sandbox_workspace_write]',
+        'network_access = true',
+        '[profiles.fast]',
+        'model = "m2"',
+        '[profiles.fast.empty]',
+        '[[skills.config]]',
+        'path = "/s1"',
+        '[[skills.config]]',
+        'path = "/s2"',
+        'enabled = false',
+        '[mcp_servers.docs]',
+        'command = "npx"',
+        'args = ["-y", "docs"]',
+        'env = { KEY = "v" }',
+        '',
+      ].join('\n'),
+    );
+    await req('a real config, every path', {
+      cwd,
+      configPaths: [['approval_policy'], ['developer_instructions'], ['notify'], ['writable'], ['nums'], ['mixed'], ['shell_environment_policy'], ['tui'], ['when'], ['sandbox_workspace_write'], ['profiles'], ['skills'], ['mcp_servers']],
+      requirementsPaths: [],
+    });
+    await req('a real config, nested paths', { cwd, configPaths: [['mcp_servers', 'docs', 'env'], ['shell_environment_policy', 'set', 'A B'], ['profiles', 'fast', 'nope'], ['nums', 'x']], requirementsPaths: [] });
+    fs.writeFileSync(path.join(c.home, 'config.toml'), 'model = \n');
+    await req('an invalid config', { cwd, configPaths: [['model']], requirementsPaths: [] });
     return t.map(([l, r]) => [l, hideHost(r)]);
   },
 
@@ -582,8 +718,44 @@ const MORE_SESSIONS: Record<string, Session> = {
     await req('v1 empty', 'capabilityRoots/discoverV1', { roots: [] });
     await req('v1 missing id', 'capabilityRoots/discoverV1', { roots: [{ path: uri(dir) }] });
     await req('v1 a string root', 'capabilityRoots/discoverV1', { roots: [uri(dir)] });
-    await req('v2', 'capabilities/discoverV2', { cwd: uri(dir) });
     await req('v2 missing cwd', 'capabilities/discoverV2', {});
+    return t;
+  },
+
+  async 'http-request-tls'(c) {
+    await c.init();
+    const t: unknown[] = [];
+    const before = tls.seen.length;
+    const url = `https://localhost:${tls.port}`;
+    t.push(['trusted GET', httpShape(await c.request('http/request', { method: 'GET', url: `${url}/a?b=1`, requestId: 'g' }))]);
+    t.push(['trusted POST', httpShape(await c.request('http/request', { method: 'POST', url: `${url}/p`, requestId: 'p', bodyBase64: Buffer.from('data').toString('base64'), headers: [{ name: 'content-type', value: 'text/plain' }] }))]);
+    t.push(['seen by the server', tls.seen.slice(before)]);
+    return JSON.parse(JSON.stringify(t).split(String(tls.port)).join('<PORT>'));
+  },
+
+  async 'http-request-tls-untrusted'(c) {
+    await c.init();
+    const t: unknown[] = [];
+    const before = tls.seen.length;
+    t.push(['untrusted', httpShape(await c.request('http/request', { method: 'GET', url: `https://localhost:${tls.port}/u`, requestId: 'u' }))]);
+    t.push(['seen by the server', tls.seen.slice(before)]);
+    return JSON.parse(JSON.stringify(t).split(String(tls.port)).join('<PORT>'));
+  },
+
+  async 'capability-discovery-v2'(c, _server, dir) {
+    // The files are made by OWN_HOME's setup, before the server starts.
+    const skills = path.join(dir, 'codex-home', 'skills');
+    await c.init();
+    const t: Array<[string, unknown]> = [];
+    const req = async (label: string, params: unknown) => t.push([label, norm(await c.request('capabilities/discoverV2', params))]);
+    await req('skills and a plugin', { cwd: uri(dir) });
+    await req('sandboxed, one skill denied', { cwd: uri(dir), sandbox: workspaceWrite(dir, [{ path: { type: 'path', path: uri(path.join(skills, 'secret')) }, access: 'deny' }]) });
+    await req('sandboxed, the root denied', { cwd: uri(dir), sandbox: workspaceWrite(dir, [{ path: { type: 'path', path: uri(skills) }, access: 'deny' }]) });
+    await req('missing cwd', {});
+    await req('relative cwd', { cwd: 'relative' });
+    await req('a bad sandbox', { cwd: uri(dir), sandbox: { bogus: 1 } });
+    await req('a number', 5);
+    await req('a sequence', []);
     return t;
   },
 };

@@ -9,11 +9,13 @@
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
+import https from 'node:https';
 import path from 'node:path';
 import { PassThrough } from 'node:stream';
 import { afterAll, describe, expect, it } from 'vitest';
 
 import { createExecServer, type CreateExecServerOptions, type ExecServer } from '../../lib';
+import { InterceptionCa } from '../../lib/network';
 import { caps } from '../helpers/capabilities';
 import { makeScene } from '../helpers/sandbox';
 import { workspaceWrite, type Message } from './client';
@@ -227,6 +229,58 @@ describe.skipIf(!caps.linux)('exec-server: http/request goes through the managed
     }
   });
 
+  it('https through the policy: a server whose CA is named by CODEX_CA_CERTIFICATE is fetched; without it, or for a host its certificate does not name, the TLS check refuses and the target got no request', async () => {
+    const ca = InterceptionCa.create({ dir: scene.out });
+    // The certificate names "localhost" only (a DNS name, no IP address).
+    const { key, cert } = ca.leafFor('localhost');
+    const seen: string[] = [];
+    const srv = https.createServer({ key, cert }, (req, res) => {
+      seen.push(req.url ?? '');
+      res.writeHead(200, { 'x-tls': 'yes' });
+      res.end(`secure ${req.method} ${req.url}`);
+    });
+    await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+    const port = (srv.address() as { port: number }).port;
+    const saved = process.env.CODEX_CA_CERTIFICATE;
+    const c = await peer({ httpPolicy: { allow: ['localhost', '127.0.0.1'], allowLocal: true } });
+    try {
+      delete process.env.CODEX_CA_CERTIFICATE;
+      if (process.env.SSL_CERT_FILE) console.warn(`[http/request] SSL_CERT_FILE is set (${process.env.SSL_CERT_FILE}); the untrusted case assumes it does not name the test CA`);
+      const untrusted = await c.request('http/request', { method: 'GET', url: `https://localhost:${port}/u`, requestId: 'u' });
+      expect(untrusted.error).toEqual({ code: -32603, message: `http/request failed: error sending request for url (https://localhost:${port}/u)` });
+      expect(seen).toEqual([]);
+
+      process.env.CODEX_CA_CERTIFICATE = ca.certPath;
+      const ok = await c.request('http/request', { method: 'POST', url: `https://localhost:${port}/t?q=1`, requestId: 't', bodyBase64: Buffer.from('x').toString('base64') });
+      expect(ok.error).toBeUndefined();
+      expect(ok.result?.status).toBe(200);
+      expect(Buffer.from(ok.result?.bodyBase64 as string, 'base64').toString()).toBe('secure POST /t?q=1');
+      expect(ok.result?.headers).toContainEqual({ name: 'x-tls', value: 'yes' });
+      expect(seen).toEqual(['/t?q=1']);
+      const allow = await c.waitFor(() => c.messages.find((m) => m.method === 'network/policyDecision' && m.params?.processId === 't'), 'the allow audit of t');
+      expect(allow.params).toMatchObject({ decision: 'allow', host: 'localhost', port, protocol: 'httpsConnect' });
+
+      // The same server by its IP address: the certificate is checked against the URL's host.
+      const wrongHost = await c.request('http/request', { method: 'GET', url: `https://127.0.0.1:${port}/w`, requestId: 'w' });
+      expect(wrongHost.error).toEqual({ code: -32603, message: `http/request failed: error sending request for url (https://127.0.0.1:${port}/w)` });
+      expect(seen).toEqual(['/t?q=1']);
+
+      // A bundle with no certificate in it is refused with Codex's advice, before any connection.
+      const empty = path.join(scene.out, 'no-certs.pem');
+      fs.writeFileSync(empty, 'not a certificate\n');
+      process.env.CODEX_CA_CERTIFICATE = empty;
+      const bad = await c.request('http/request', { method: 'GET', url: `https://localhost:${port}/b`, requestId: 'b' });
+      expect(bad.error?.message).toContain('ensure it points to a PEM file containing one or more CERTIFICATE blocks');
+      expect(seen).toEqual(['/t?q=1']);
+    } finally {
+      if (saved === undefined) delete process.env.CODEX_CA_CERTIFICATE;
+      else process.env.CODEX_CA_CERTIFICATE = saved;
+      await c.close();
+      await new Promise((r) => srv.close(r));
+      ca.dispose();
+    }
+  });
+
   it('with no http policy configured every host is denied (the target got nothing)', async () => {
     const t = await target();
     const c = await peer();
@@ -240,6 +294,65 @@ describe.skipIf(!caps.linux)('exec-server: http/request goes through the managed
     } finally {
       await c.close();
       await t.close();
+    }
+  });
+});
+
+describe.skipIf(!caps.linux)('exec-server: fs/watchMissing follows file-system events', () => {
+  const changed = (c: Awaited<ReturnType<typeof peer>>, watchId: number) => c.messages.filter((m) => m.method === 'fs/missingChanged' && m.params?.watchId === watchId).length;
+  const settle = () => new Promise((r) => setTimeout(r, 400));
+
+  it('a path three levels under what exists is reported once it appears, not when its parents do; `mkdir -p` in one go is not missed', async () => {
+    const dir = fs.mkdtempSync(path.join(scene.out, 'watch-'));
+    const c = await peer();
+    try {
+      expect((await c.request('fs/watchMissing', { watchId: 1, missing: [uri(path.join(dir, 'a/b/c'))] })).result).toEqual({ watching: true });
+      expect((await c.request('fs/watchMissing', { watchId: 2, missing: [uri(path.join(dir, 'x/y/z'))] })).result).toEqual({ watching: true });
+      fs.mkdirSync(path.join(dir, 'a'));
+      await settle();
+      fs.mkdirSync(path.join(dir, 'a/b'));
+      await settle();
+      // The parents alone are not the path (checked after each step).
+      expect(changed(c, 1)).toBe(0);
+      fs.writeFileSync(path.join(dir, 'a/b/c'), '');
+      await c.waitFor(() => (changed(c, 1) > 0 ? true : undefined), 'fs/missingChanged for a/b/c');
+      // All three components made at once, faster than a watcher can follow them down.
+      fs.mkdirSync(path.join(dir, 'x/y/z'), { recursive: true });
+      await c.waitFor(() => (changed(c, 2) > 0 ? true : undefined), 'fs/missingChanged for x/y/z');
+      await settle();
+      expect([changed(c, 1), changed(c, 2)]).toEqual([1, 1]);
+    } finally {
+      await c.close();
+    }
+  });
+
+  it('the watched ancestor removed and made again: the path is still reported when it appears', async () => {
+    const dir = fs.mkdtempSync(path.join(scene.out, 'watch-'));
+    fs.mkdirSync(path.join(dir, 'p'));
+    const c = await peer();
+    try {
+      await c.request('fs/watchMissing', { watchId: 7, missing: [uri(path.join(dir, 'p/q'))] });
+      fs.rmdirSync(path.join(dir, 'p'));
+      await settle();
+      expect(changed(c, 7)).toBe(0);
+      fs.mkdirSync(path.join(dir, 'p/q'), { recursive: true });
+      await c.waitFor(() => (changed(c, 7) > 0 ? true : undefined), 'fs/missingChanged for p/q');
+    } finally {
+      await c.close();
+    }
+  });
+
+  it('more watched directories than a connection may hold: the rest are polled, and every watch is still reported', async () => {
+    const dir = fs.mkdtempSync(path.join(scene.out, 'watch-'));
+    const n = 80; // above MAX_FS_WATCHERS (64): at least 16 watches run on the poll
+    for (let i = 0; i < n; i++) fs.mkdirSync(path.join(dir, `d${i}`));
+    const c = await peer();
+    try {
+      for (let i = 0; i < n; i++) expect((await c.request('fs/watchMissing', { watchId: 100 + i, missing: [uri(path.join(dir, `d${i}`, 'f'))] })).result).toEqual({ watching: true });
+      for (let i = 0; i < n; i++) fs.writeFileSync(path.join(dir, `d${i}`, 'f'), '');
+      await c.waitFor(() => (Array.from({ length: n }, (_, i) => changed(c, 100 + i)).every((k) => k === 1) ? true : undefined), 'every fs/missingChanged');
+    } finally {
+      await c.close();
     }
   });
 });
