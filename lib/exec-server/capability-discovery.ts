@@ -23,7 +23,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import * as fs from 'node:fs';
 import { pathToFileUri } from '../permissions/uri';
-import type { MethodContext } from './connection';
+import type { MethodContext } from './types';
 import { decodeStruct, invalidParams } from './decode';
 import { fsRunner, nativePath, sandboxOf } from './fs-methods';
 import { runFs, type DiscoveredFiles } from './fs-ops';

@@ -29,10 +29,10 @@ import { MissingWatches } from './fs-watch';
 import { HttpRequests } from './http-request';
 import { ProcessTable } from './process-sessions';
 import { SessionRegistry, type Session } from './sessions';
-import { Deferred, type ConnectionSink, type ExecServerOptions, type SpawnPreparedFn } from './types';
+import { Deferred, type ConnectionSink, type ExecServerOptions, type MethodContext, type SpawnPreparedFn } from './types';
 
 export { RETAIN_BYTES, RETAIN_CHUNKS } from './process-sessions';
-export type { ConnectionSink, ExecServerOptions } from './types';
+export type { ConnectionSink, ExecServerOptions, MethodContext } from './types';
 
 function packageVersion(): string {
   try {
@@ -41,18 +41,6 @@ function packageVersion(): string {
   } catch {
     return '0.0.0';
   }
-}
-
-/** What a method family gets from its connection. */
-export interface MethodContext {
-  readonly options: ExecServerOptions & { spawnPrepared: SpawnPreparedFn };
-  /** Throws the "client must call initialize / send initialized" errors. */
-  gate(kind: string): void;
-  /** Sends a notification (dropped once the connection closed); false: the transport is congested. */
-  notify(method: string, params: object): boolean;
-  /** Called once when a congested transport can take more. */
-  onDrain(cb: () => void): void;
-  closed(): boolean;
 }
 
 export class ExecConnection {

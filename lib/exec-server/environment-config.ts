@@ -15,7 +15,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { pathToFileUri } from '../permissions/uri';
-import type { MethodContext } from './connection';
+import type { MethodContext } from './types';
 import { decodeStruct, invalidParams, RpcError } from './decode';
 import { nativePath } from './fs-methods';
 import { osErrorText } from './fs-ops';

@@ -11,7 +11,7 @@
 import * as fs from 'node:fs';
 import type { SandboxedProcess } from '../child';
 import type { FileSystemSandboxContext } from '../prepare';
-import type { MethodContext } from './connection';
+import type { MethodContext } from './types';
 import { decodeBase64, decodeStruct, decodeVariant, INVALID_REQUEST, NOT_FOUND, RpcError } from './decode';
 import { fsRunner, nativePath, sandboxOf } from './fs-methods';
 import { osErrorText, spawnSandboxedHelper, type FsOutcome } from './fs-ops';

@@ -7,7 +7,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { FileSystemSandboxContext } from '../prepare';
 import { fileUriToPath } from '../permissions/uri';
-import type { MethodContext } from './connection';
+import type { MethodContext } from './types';
 import { decodeBase64, decodeSandbox, decodeStruct, foreignHostMessage, INVALID_REQUEST, RpcError } from './decode';
 import { MAX_READ_FILE_BYTES, runFs, WALK_MAX, type FsOp, type FsRunner } from './fs-ops';
 

@@ -14,7 +14,7 @@
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import type { MethodContext } from './connection';
+import type { MethodContext } from './types';
 import { decodeStruct, INVALID_REQUEST, RpcError } from './decode';
 import { nativePath } from './fs-methods';
 

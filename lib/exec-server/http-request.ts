@@ -17,7 +17,7 @@ import * as fs from 'node:fs';
 import * as net from 'node:net';
 import * as tls from 'node:tls';
 import { ManagedProxy, type Attachment, type AuditEvent, type ProxyPolicyConfig } from '../network';
-import type { MethodContext } from './connection';
+import type { MethodContext } from './types';
 import { decodeBase64, decodeStruct, decodeVariant, INVALID_REQUEST, invalidParams, RpcError } from './decode';
 import { Deferred } from './types';
 

@@ -13,6 +13,9 @@ import { SandboxError } from '../errors';
 import { ManagedProxy } from '../network';
 import { ExecConnection } from './connection';
 import type { ConnectionSink, ExecServerOptions } from './types';
+import type { ExecServer } from './server';
+
+export type { ExecServer } from './server';
 import { wsServer, type WsTransportOptions } from './ws-transport';
 
 export type { WsAuth } from './ws-auth';
@@ -31,15 +34,6 @@ export interface CreateExecServerOptions extends ExecServerOptions {
   maxMessageBytes?: number;
 }
 
-export interface ExecServer {
-  /** ws only: where it listens. */
-  readonly address?: { host: string; port: number };
-  /** Open connections (stdio: one). */
-  connections(): ExecConnection[];
-  /** Resolves when the stdio input ends (and its processes are gone), or after close(). */
-  readonly done: Promise<void>;
-  close(): Promise<void>;
-}
 
 export async function createExecServer(options: CreateExecServerOptions): Promise<ExecServer> {
   if (!options || typeof options !== 'object' || !options.transport) {

@@ -46,3 +46,15 @@ export interface ConnectionSink {
 export class Deferred {
   constructor(readonly promise: Promise<unknown>) {}
 }
+
+/** What a method family gets from its connection. */
+export interface MethodContext {
+  readonly options: ExecServerOptions & { spawnPrepared: SpawnPreparedFn };
+  /** Throws the "client must call initialize / send initialized" errors. */
+  gate(kind: string): void;
+  /** Sends a notification (dropped once the connection closed); false: the transport is congested. */
+  notify(method: string, params: object): boolean;
+  /** Called once when a congested transport can take more. */
+  onDrain(cb: () => void): void;
+  closed(): boolean;
+}

@@ -16,7 +16,7 @@ import { ExecConnection } from './connection';
 import { SessionRegistry } from './sessions';
 import type { ConnectionSink, ExecServerOptions, SpawnPreparedFn } from './types';
 import { isLoopbackHost, loadWsAuth, type WsAuth, type WsAuthCheck } from './ws-auth';
-import type { ExecServer } from './index';
+import type { ExecServer } from './server';
 
 export interface WsTransportOptions {
   kind: 'ws';

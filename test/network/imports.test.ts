@@ -1,6 +1,7 @@
 /**
  * lib/network's files import one way (no circle, type-only imports included), so each mechanism
- * can be read on its own; and the rules.ts <-> permissions/resolve.ts circle stays gone. Parsed
+ * can be read on its own; the rules.ts <-> permissions/resolve.ts circle stays gone; and lib/exec-server's
+ * method files import the connection's types from types.ts, never connection.ts or index.ts. Parsed
  * from the sources: relative `import ... from` / `export ... from` lines.
  */
 import * as fs from 'fs';
@@ -49,6 +50,13 @@ describe('import structure', () => {
   it('lib/rules.ts and lib/permissions have no import circle', () => {
     const dir = path.join(LIB, 'permissions');
     expect(circles([path.join(LIB, 'rules.ts'), ...fs.readdirSync(dir).filter((f) => f.endsWith('.ts')).map((f) => path.join(dir, f))])).toEqual([]);
+  });
+
+  it('lib/exec-server and lib/index.ts have no import circle', () => {
+    const dir = path.join(LIB, 'exec-server');
+    const files = fs.readdirSync(dir).filter((f) => f.endsWith('.ts')).map((f) => path.join(dir, f));
+    expect(files.length).toBeGreaterThan(10); // positive control: the method files are there
+    expect(circles([path.join(LIB, 'index.ts'), ...files])).toEqual([]);
   });
 
   it('the check finds a circle where there is one (positive control)', () => {
