@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <new>
 
@@ -145,6 +146,21 @@ constexpr uint32_t kSupervise = 0x00030000u;
 constexpr uint32_t kFsIocSetflags = 0x40086602u;
 constexpr uint32_t kFsIoc32Setflags = 0x40046602u;
 constexpr uint32_t kFsIocFssetxattr = 0x401c5820u;
+// Other metadata an owner may change through a fd opened read-only, outside the writable roots
+// too (FS-14): the inode generation (FS_IOC_SETVERSION _IOW('v', 2, long), ext4's own
+// _IOW('f', 4, long), and their int spellings), ext4's block-map-to-extents conversion
+// (EXT4_IOC_MIGRATE _IO('f', 9)), FAT's attribute byte (FAT_IOCTL_SET_ATTRIBUTES _IOW('r', 0x11,
+// __u32): read-only, hidden, system), and btrfs's subvolume flags and received UUID
+// (BTRFS_IOC_SUBVOL_SETFLAGS _IOW(0x94, 26, __u64), BTRFS_IOC_SET_RECEIVED_SUBVOL
+// _IOWR(0x94, 37, 200 bytes)).
+constexpr uint32_t kFsIocSetversion = 0x40087602u;
+constexpr uint32_t kFsIoc32Setversion = 0x40047602u;
+constexpr uint32_t kExt4IocSetversion = 0x40086604u;
+constexpr uint32_t kExt4Ioc32Setversion = 0x40046604u;
+constexpr uint32_t kExt4IocMigrate = 0x00006609u;
+constexpr uint32_t kFatIoctlSetAttributes = 0x40047211u;
+constexpr uint32_t kBtrfsIocSubvolSetflags = 0x4008941au;
+constexpr uint32_t kBtrfsIocSetReceivedSubvol = 0xc0c89425u;
 
 // ---- The rule table -------------------------------------------------------------------------
 
@@ -161,25 +177,34 @@ enum class Op : uint8_t {
   kAnyBit,  // (low 32 bits of arg & mask) != 0
 };
 
+constexpr int kMaxValues = 8;
+
 struct ArgTest {
   Op op;
   uint8_t arg;
   uint32_t mask;
   uint8_t count;
-  uint32_t values[3];
+  uint32_t values[kMaxValues];
 };
 
 constexpr ArgTest In(uint8_t arg, uint32_t mask, uint32_t a) {
-  return ArgTest{Op::kIn, arg, mask, 1, {a, 0, 0}};
+  return ArgTest{Op::kIn, arg, mask, 1, {a}};
 }
 constexpr ArgTest In(uint8_t arg, uint32_t mask, uint32_t a, uint32_t b) {
-  return ArgTest{Op::kIn, arg, mask, 2, {a, b, 0}};
+  return ArgTest{Op::kIn, arg, mask, 2, {a, b}};
 }
 constexpr ArgTest In(uint8_t arg, uint32_t mask, uint32_t a, uint32_t b, uint32_t c) {
   return ArgTest{Op::kIn, arg, mask, 3, {a, b, c}};
 }
+// Up to kMaxValues values (a longer list leaves count 0, which the generator refuses).
+constexpr ArgTest InList(uint8_t arg, uint32_t mask, std::initializer_list<uint32_t> vs) {
+  ArgTest t{Op::kIn, arg, mask, 0, {}};
+  if (vs.size() > kMaxValues) return t;
+  for (uint32_t v : vs) t.values[t.count++] = v;
+  return t;
+}
 constexpr ArgTest AnyBit(uint8_t arg, uint32_t mask) {
-  return ArgTest{Op::kAnyBit, arg, mask, 0, {0, 0, 0}};
+  return ArgTest{Op::kAnyBit, arg, mask, 0, {}};
 }
 
 constexpr uint32_t kAll = 0xffffffffu;
@@ -249,8 +274,13 @@ constexpr Rule kRules[] = {
     // request, so the low 32 bits are what it acts on; In() compares exactly those.
     When(__NR_ioctl, kAnyNet, kIsolated, kAllow, Clause{{In(1, kAll, TIOCSTI, TIOCLINUX)}, kEperm}),
     // Landlock mode adds the file attribute flags (FS-14): Landlock governs none of them.
-    When(__NR_ioctl, kAnyNet, kLandlock, kAllow, Clause{{In(1, kAll, TIOCSTI, TIOCLINUX, kFsIocSetflags)}, kEperm},
-         Clause{{In(1, kAll, kFsIoc32Setflags, kFsIocFssetxattr)}, kEperm}),
+    When(__NR_ioctl, kAnyNet, kLandlock, kAllow,
+         Clause{{InList(1, kAll, {TIOCSTI, TIOCLINUX, kFsIocSetflags, kFsIoc32Setflags, kFsIocFssetxattr, kFsIocSetversion,
+                                  kFsIoc32Setversion, kExt4IocSetversion})},
+                kEperm},
+         Clause{{InList(1, kAll, {kExt4Ioc32Setversion, kExt4IocMigrate, kFatIoctlSetAttributes, kBtrfsIocSubvolSetflags,
+                                  kBtrfsIocSetReceivedSubvol})},
+                kEperm}),
     Deny(__NR_file_setattr, kAnyNet, kLandlock),
 
     // PROC-15: kernel attack surface no build or test needs.
@@ -462,7 +492,7 @@ int EmitBody(const Rule& r, uint32_t supervise, std::vector<sock_filter>* out) {
     int remaining = ClauseLength(c);  // counts the RET itself
     for (int i = 0; i < ntests; ++i) {
       const ArgTest& t = c.tests[i];
-      if (t.arg > 5 || (t.op == Op::kIn && (t.count < 1 || t.count > 3))) return -EINVAL;
+      if (t.arg > 5 || (t.op == Op::kIn && (t.count < 1 || t.count > kMaxValues))) return -EINVAL;
       out->push_back(Stmt(BPF_LD | BPF_W | BPF_ABS, ArgLowOffset(t.arg)));
       --remaining;
       if (t.op == Op::kAnyBit) {

@@ -294,6 +294,43 @@ print(json.dumps({'out': r.stdout, 'err': r.stderr, 'other_output': drain(m1), '
       expect(fileState(outside).ctime).not.toBe(before.ctime);
     });
 
+    // ioctls that change an inode's metadata through a fd opened read-only (the owner's right, no
+    // write access needed): the generation number (and ctime) through FS_IOC_SETVERSION and ext4's
+    // EXT4_IOC_SETVERSION. Landlock governs no ioctl on a regular file; the filter refuses them.
+    it.skipIf(skip || skipPython)('FS-14: inode-version ioctls on a read-only fd leave an outside file unchanged', async () => {
+      const ioc = String.raw`
+import errno, fcntl, os, struct, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+res = {}
+for name, req in (('FS_IOC_SETVERSION', 0x40087602), ('EXT4_IOC_SETVERSION', 0x40086604)):
+    try:
+        fcntl.ioctl(fd, req, struct.pack('q', 4242)); res[name] = 'ok'
+    except OSError as e:
+        res[name] = errno.errorcode.get(e.errno, str(e.errno))
+print('IOC', ' '.join('%s=%s' % kv for kv in sorted(res.items())))
+`;
+      const generation = (p: string) => {
+        const r = spawnSync(PYTHON, ['-c', 'import fcntl,os,struct,sys\nfd=os.open(sys.argv[1],os.O_RDONLY)\nprint(struct.unpack("q",fcntl.ioctl(fd,0x80087601,bytes(8)))[0])', p], { encoding: 'utf8' });
+        return r.stdout.trim();
+      };
+      const outside = path.join(scene.out, 'versioned');
+      fs.writeFileSync(outside, 'x');
+      const before = { ...fileState(outside), generation: generation(outside) };
+      const r = await run(PYTHON, ['-c', ioc, outside], { cwd: scene.ws, env: BASE_ENV, policy });
+      // Outside: generation, ctime and the rest exactly as before.
+      expect({ ...fileState(outside), generation: generation(outside) }).toEqual(before);
+      expect(r.stdout, r.stderr).toMatch(/^IOC EXT4_IOC_SETVERSION=(EPERM|EROFS) FS_IOC_SETVERSION=(EPERM|EROFS)$/m);
+      // Control: unsandboxed, both change it (where the file system takes them at all).
+      const ctl = spawnSync(PYTHON, ['-c', ioc, outside], { encoding: 'utf8' });
+      if (/FS_IOC_SETVERSION=ok/.test(ctl.stdout)) {
+        expect(generation(outside)).toBe('4242');
+        expect(fileState(outside).ctime).not.toBe(before.ctime);
+      } else {
+        // eslint-disable-next-line no-console
+        console.warn(`[landlock-holes] the scene's file system takes no FS_IOC_SETVERSION: ${ctl.stdout}`);
+      }
+    });
+
     // Landlock does not check inotify_add_watch, and a directory's watch reports every name made in
     // it: under restricted reads, a listing by another name. The supervisor checks it like a read.
     it.skipIf(skip || skipPython || (landlock && metaSkipLandlock))('FS-19: no inotify watch on a directory outside the readable roots', async () => {
