@@ -24,7 +24,8 @@
 //
 // Threading and lifetime: everything runs on the JS thread's loop, through uv_poll on the
 // listener (one ioctl per notification, no blocking call: a RECV happens only after poll() said a
-// notification is queued, and the connect to the proxy is non-blocking). A blocking socket whose
+// notification is queued, and the connect to the proxy is non-blocking), except the metadata
+// calls, which the loop queues for the sandbox's metadata worker thread (MetaWorker below). A blocking socket whose
 // connect is still under way is parked on its own uv_poll until it completes, the command waiting
 // in connect() meanwhile, as it would for a real connect. The handles are unref'd: the sandbox's
 // exit watch decides how long the loop lives. The supervisor ends when the listener reports
@@ -38,6 +39,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,7 +51,9 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <deque>
 #include <list>
+#include <new>
 #include <utility>
 
 #include "metadata_supervisor.h"
@@ -81,6 +86,95 @@ constexpr size_t kMaxPending = 64;
 
 struct Supervisor;
 
+// The sandbox's metadata worker: a thread of its own that carries out the metadata calls
+// (metadata_supervisor.cc), so that a call the command makes slow stalls only that sandbox's
+// metadata calls and never the host's loop. The command picks the cost of each one: a path through
+// 40 symlinks of 4 kB each costs milliseconds of path walk, and a chmod of a file it is writing
+// 1 GiB at a time waits for the inode lock each write holds (seconds per call, every call).
+// The loop thread takes each notification off the listener (and counts inotify) as before and
+// queues the metadata ones here. The worker owns a dup of the listener and its own copy of the
+// rules, so it never touches the Supervisor: Shutdown only sets `stop`, and the worker frees
+// itself; a call still queued then fails with ENOSYS once the last listener fd is closed.
+struct MetaWorker {
+  pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+  std::deque<SeccompNotif> queue;
+  bool stop = false;
+  int listener = -1;
+  MetadataRules rules;
+};
+// Each of the command's threads waits in at most one call, so this bounds only a command with
+// thousands of threads in metadata calls at once; beyond it a call fails with EAGAIN.
+constexpr size_t kMaxMetaQueued = 4096;
+
+void* MetaWorkerMain(void* arg) {
+  MetaWorker* w = static_cast<MetaWorker*>(arg);
+  for (;;) {
+    pthread_mutex_lock(&w->mu);
+    while (!w->stop && w->queue.empty()) pthread_cond_wait(&w->cv, &w->mu);
+    if (w->stop) {
+      pthread_mutex_unlock(&w->mu);
+      break;
+    }
+    SeccompNotif n = w->queue.front();
+    w->queue.pop_front();
+    pthread_mutex_unlock(&w->mu);
+    if (!HandleMetadata(w->listener, n, w->rules)) Continue(w->listener, n.id);
+  }
+  close(w->listener);
+  delete w;
+  return nullptr;
+}
+
+// Starts a worker for listener (dup'ed); nullptr when none can be had.
+MetaWorker* StartMetaWorker(int listener, const MetadataRules& rules) {
+  MetaWorker* w = new (std::nothrow) MetaWorker();
+  if (w == nullptr) return nullptr;
+  w->listener = fcntl(listener, F_DUPFD_CLOEXEC, 0);
+  if (w->listener < 0) {
+    delete w;
+    return nullptr;
+  }
+  w->rules = rules;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, 512 * 1024);  // the largest frame holds a 4 kB page and PATH_MAX
+  // No signal is ever delivered to this thread: Node's handlers run on its own threads.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_t t;
+  int rc = pthread_create(&t, &attr, MetaWorkerMain, w);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  pthread_attr_destroy(&attr);
+  if (rc != 0) {
+    close(w->listener);
+    delete w;
+    return nullptr;
+  }
+  return w;
+}
+
+void StopMetaWorker(MetaWorker* w) {
+  pthread_mutex_lock(&w->mu);
+  w->stop = true;
+  pthread_cond_signal(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+}
+
+// Queues n for the worker; false when it cannot take it (the caller answers).
+bool QueueMeta(MetaWorker* w, const SeccompNotif& n) {
+  pthread_mutex_lock(&w->mu);
+  bool ok = w->queue.size() < kMaxMetaQueued;
+  if (ok) {
+    w->queue.push_back(n);
+    pthread_cond_signal(&w->cv);
+  }
+  pthread_mutex_unlock(&w->mu);
+  return ok;
+}
+
 // A blocking socket's connect to the proxy, still under way; the command waits in connect().
 struct Pending {
   Supervisor* sup = nullptr;
@@ -101,6 +195,8 @@ struct Supervisor {
   int open_handles = 0;
   std::list<Pending*> pending;
   napi_async_cleanup_hook_handle cleanup = nullptr;
+  MetaWorker* worker = nullptr;  // started at the first metadata call
+  bool worker_failed = false;
 };
 
 void MaybeFree(Supervisor* s) {
@@ -139,6 +235,8 @@ void OnListenerClosed(uv_handle_t* h) {
 void Shutdown(Supervisor* s) {
   if (s->closing) return;
   s->closing = true;
+  if (s->worker != nullptr) StopMetaWorker(s->worker);
+  s->worker = nullptr;
   uv_poll_stop(&s->poll);
   uv_close(reinterpret_cast<uv_handle_t*>(&s->poll), OnListenerClosed);
   for (Pending* p : std::list<Pending*>(s->pending)) ClosePending(p);
@@ -334,7 +432,19 @@ void Handle(Supervisor* s, const SeccompNotif& n) {
     if (*left == 0) return Respond(s->fd, n.id, over);  // the kernel's answers at the uid's limits
     --*left;
   }
-  if (c.metadata.enabled && HandleMetadata(s->fd, n, c.metadata)) return;
+  if (c.metadata.enabled && IsMetadataCall(n.data.nr, c.metadata)) {
+    if (s->worker == nullptr && !s->worker_failed) {
+      s->worker = StartMetaWorker(s->fd, c.metadata);
+      s->worker_failed = s->worker == nullptr;
+    }
+    if (s->worker != nullptr) {
+      if (!QueueMeta(s->worker, n)) Respond(s->fd, n.id, -EAGAIN);
+      return;
+    }
+    // No thread to be had: answered here, on the loop, as closed as on the worker.
+    HandleMetadata(s->fd, n, c.metadata);
+    return;
+  }
   Continue(s->fd, n.id);
 }
 

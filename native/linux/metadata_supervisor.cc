@@ -296,14 +296,19 @@ int ReadOperands(const Call& c, const SeccompNotif& n, Operands* o) {
       if (int r = ReadString(tid, n.data.args[a], &o->name, XATTR_NAME_MAX + 1, -ERANGE)) return r;
       if (o->name.empty()) return -ERANGE;
       if (c.op == Op::kRemovexattr || c.op == Op::kRemovexattrAt) return 0;
-      uint64_t value_ptr = n.data.args[a + 1];
-      uint64_t size = n.data.args[a + 2];
-      o->xattr_flags = ArgInt(n, a + 3);
-      if (c.op == Op::kSetxattrAt) {
+      uint64_t value_ptr = 0, size = 0;
+      if (c.op == Op::kSetxattr) {
+        value_ptr = n.data.args[a + 1];
+        size = n.data.args[a + 2];
+        o->xattr_flags = ArgInt(n, a + 3);
+      } else {
+        // setxattrat(dfd, path, at_flags, name, args, size): the name is argument 3, so the
+        // value, its size and the flags are in struct xattr_args (argument 4), never argument 6.
         struct {
           uint64_t value;
           uint32_t size, flags;
         } args;  // struct xattr_args (its only version)
+        static_assert(sizeof args == 16, "struct xattr_args layout");
         if (n.data.args[a + 2] != sizeof args) return -EINVAL;
         if (int r = ReadMem(tid, n.data.args[a + 1], &args, sizeof args)) return r;
         value_ptr = args.value;
@@ -454,11 +459,15 @@ long Emulate(int listener, const Call& c, const SeccompNotif& n, const MetadataR
 
 }  // namespace
 
-bool HandleMetadata(int listener, const SeccompNotif& n, const MetadataRules& rules) noexcept {
-  const Call* c = FindCall(n.data.nr);
-  if (c == nullptr) return false;
+bool IsMetadataCall(int nr, const MetadataRules& rules) noexcept {
+  const Call* c = FindCall(nr);
   // With every path readable a watch needs no check (the count was taken by the caller).
-  if (c->op == Op::kWatch && rules.readable.empty()) return false;
+  return c != nullptr && !(c->op == Op::kWatch && rules.readable.empty());
+}
+
+bool HandleMetadata(int listener, const SeccompNotif& n, const MetadataRules& rules) noexcept {
+  if (!IsMetadataCall(n.data.nr, rules)) return false;
+  const Call* c = FindCall(n.data.nr);
   // Never continued: a continued call would run with whatever the command put in memory by then.
   notify::RespondResult(listener, n.id, Emulate(listener, *c, n, rules));
   return true;

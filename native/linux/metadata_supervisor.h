@@ -5,9 +5,11 @@
 // resolved and pinned, only when that object lies inside a writable root and outside every
 // protected path. See metadata_supervisor.cc.
 //
-// Threading: HandleMetadata runs on the supervisor's loop thread (connect_supervisor.cc), one
-// notification at a time. It lowers that thread's effective capabilities while it acts and
-// restores them before it returns.
+// Threading: HandleMetadata runs on the sandbox's metadata worker thread (connect_supervisor.cc),
+// never on the host's loop: a call the command makes slow (a walk through 40 symlinks of 4 kB
+// each, an inode lock held by its own 2 GiB write) then stalls only that sandbox's metadata calls.
+// It lowers that thread's effective capabilities while it acts and restores them before it
+// returns.
 #pragma once
 
 #include <string>
@@ -28,6 +30,9 @@ struct MetadataRules {
   // a directory reports the names made in it (IN_CREATE), a listing by another name.
   std::vector<std::string> readable, deny_read;
 };
+
+// Whether HandleMetadata answers a notification for syscall nr under these rules.
+bool IsMetadataCall(int nr, const MetadataRules& rules) noexcept;
 
 // Answers notification n when it is a metadata call (returns true); false for any other call.
 bool HandleMetadata(int listener, const notify::SeccompNotif& n, const MetadataRules& rules) noexcept;
