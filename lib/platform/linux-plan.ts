@@ -582,7 +582,17 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       ...(rules.readAll
         ? {}
         : {
-            readable: [...new Set(native.landlock!.rules.map((r) => realpathOrNull(r.path)).filter((p): p is string => p !== null))],
+            // Not the list-only rules (/dev): a directory's watch also reports every open, read and
+            // write of the files in it, by any process (IN_OPEN "null", IN_MODIFY of a host /dev/shm
+            // file), which is more than a listing shows.
+            readable: [
+              ...new Set(
+                native.landlock!.rules
+                  .filter((r) => r.access !== 'list')
+                  .map((r) => realpathOrNull(r.path))
+                  .filter((p): p is string => p !== null),
+              ),
+            ],
             denyRead: rules.denyRead,
           }),
     };

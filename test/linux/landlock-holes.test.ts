@@ -398,11 +398,22 @@ print('SLOW', n[0], n[1])
         expect(r.enforcement.guarantees.filesystemRead).toBe('partial');
         return;
       }
-      expect(r.stdout, r.stderr).toMatch(/^out=Permission denied ws=ok dev=ok event=True$/m);
+      // /dev may only be listed: its watch would report every process's opens of the devices in it.
+      expect(r.stdout, r.stderr).toMatch(/^out=Permission denied ws=ok dev=Permission denied event=True$/m);
       expect(r.enforcement.guarantees.filesystemRead).toBe('enforced');
-      // Control: unsandboxed, the outside directory can be watched.
+      // Control: unsandboxed, the outside directory and /dev can be watched.
       const ctl = spawnSync(PYTHON, ['-c', watch, scene.out, scene.ws], { encoding: 'utf8' });
       expect(ctl.stdout).toMatch(/^out=ok ws=ok dev=ok event=True$/m);
+      // What a /dev watch shows: another process opening /dev/full, by name.
+      const devWatch =
+        'import ctypes,os,select,subprocess\nlibc=ctypes.CDLL(None,use_errno=True)\nfd=libc.inotify_init1(0)\n' +
+        'r=libc.inotify_add_watch(fd,b"/dev",0x20)\nprint("watch=%s" % ("ok" if r>=0 else os.strerror(ctypes.get_errno())), flush=True)\n' +
+        'subprocess.run(["/bin/sh","-c",": < /dev/full"], env={})\nev=b""\n' +
+        'while r>=0 and b"full" not in ev and select.select([fd],[],[],2)[0]: ev+=os.read(fd,4096)\nprint("seen=%s" % (b"full" in ev))\n';
+      const devCtl = spawnSync(PYTHON, ['-c', devWatch], { encoding: 'utf8' });
+      expect(devCtl.stdout).toMatch(/watch=ok\nseen=True/);
+      const devBoxed = await run(PYTHON, ['-c', devWatch], { cwd: scene.ws, env: BASE_ENV, policy: restricted });
+      expect(devBoxed.stdout, devBoxed.stderr).toMatch(/watch=Permission denied\nseen=False/);
     });
 
     it.skipIf(skip || skipPython)('the unsupervised Landlock fallback lists metadata changes as a gap', async () => {
