@@ -19,6 +19,7 @@
  * Synchronous, on the JS thread: a handful of mkdir/open/write calls on cgroupfs, which never
  * block on user data.
  */
+import { spawnSync } from 'node:child_process';
 import * as crypto from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -55,6 +56,8 @@ interface Hierarchies {
 }
 
 let hierarchies: Hierarchies | undefined;
+/** Where this process's sandbox v2 groups go (null: nowhere), once decided. */
+let v2ParentDir: string | null | undefined;
 /** Where the cgroup2 file system holding our group is mounted. */
 let v2Mount: string | undefined;
 /** Set once a hierarchy refused us (EACCES, EROFS...): no retry per spawn. */
@@ -283,12 +286,28 @@ function unitOf(dir: string, mount: string): string | undefined {
   return undefined;
 }
 
-function isDelegated(dir: string): boolean {
+/**
+ * Whether systemd delegated the unit's cgroup: its xattr (trusted.delegate, or user.delegate where
+ * the manager sets it); else, for a unit of this user's own manager (which may set neither:
+ * systemd 252 does not), the manager's answer to `systemctl --user show -p Delegate`, asked once
+ * per process (the result is cached with the hierarchy).
+ */
+function isDelegated(unit: string): boolean {
   try {
-    return loadNative().cgroupDelegated?.(dir) === true;
+    if (loadNative().cgroupDelegated?.(unit) === true) return true;
   } catch {
     return false;
   }
+  const m = /\/user@(\d+)\.service\/(?:.*\/)?([^/]+\.(?:scope|service))$/.exec(unit);
+  const uid = process.getuid?.();
+  if (!m || Number(m[1]) !== uid) return false;
+  const r = spawnSync('systemctl', ['--user', 'show', '--property=Delegate', '--value', m[2]!], {
+    env: { ...process.env, XDG_RUNTIME_DIR: process.env.XDG_RUNTIME_DIR ?? `/run/user/${uid}` },
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'ignore'],
+    timeout: 5000,
+  });
+  return r.status === 0 && r.stdout.trim() === 'yes';
 }
 
 /**
@@ -342,7 +361,9 @@ function v2Parent(own: string, mount: string): string | null {
 
 function createV2(own: string, name: string, req: CgroupRequest): SandboxCgroup | null {
   const mount = v2Mount ?? own;
-  const parent = v2Parent(own, mount);
+  // Decided once per process: the delegation check may ask systemd, and the move is done once.
+  if (v2ParentDir === undefined) v2ParentDir = v2Parent(own, mount);
+  const parent = v2ParentDir;
   if (!parent) return null;
   const enabled: string[] = [];
   let ctl = v2Controllers(parent);
