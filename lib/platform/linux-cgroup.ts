@@ -58,6 +58,8 @@ interface Hierarchies {
 let hierarchies: Hierarchies | undefined;
 /** Where this process's sandbox v2 groups go (null: nowhere), once decided. */
 let v2ParentDir: string | null | undefined;
+/** The controllers systemd delegated with that unit (undefined: no list, all it offers). */
+let v2Delegated: Set<string> | undefined;
 /** Where the cgroup2 file system holding our group is mounted. */
 let v2Mount: string | undefined;
 /** Set once a hierarchy refused us (EACCES, EROFS...): no retry per spawn. */
@@ -287,27 +289,33 @@ function unitOf(dir: string, mount: string): string | undefined {
 }
 
 /**
- * Whether systemd delegated the unit's cgroup: its xattr (trusted.delegate, or user.delegate where
- * the manager sets it); else, for a unit of this user's own manager (which may set neither:
- * systemd 252 does not), the manager's answer to `systemctl --user show -p Delegate`, asked once
- * per process (the result is cached with the hierarchy).
+ * What systemd delegated of the unit's cgroup: null when nothing; else the controllers it
+ * delegated (undefined: not known, take what the unit's cgroup offers). The unit's own manager is
+ * asked once per process (`systemctl show -p Delegate,DelegateControllers`), because only it knows
+ * the list: a controller can be available in the unit's cgroup for systemd's own accounting
+ * without being ours to enable. Without an answer, the "trusted.delegate" / "user.delegate" xattr
+ * (the user manager of systemd 252 sets neither).
  */
-function isDelegated(unit: string): boolean {
-  try {
-    if (loadNative().cgroupDelegated?.(unit) === true) return true;
-  } catch {
-    return false;
-  }
+function delegationOf(unit: string): { controllers?: Set<string> } | null {
   const m = /\/user@(\d+)\.service\/(?:.*\/)?([^/]+\.(?:scope|service))$/.exec(unit);
   const uid = process.getuid?.();
-  if (!m || Number(m[1]) !== uid) return false;
-  const r = spawnSync('systemctl', ['--user', 'show', '--property=Delegate', '--value', m[2]!], {
-    env: { ...process.env, XDG_RUNTIME_DIR: process.env.XDG_RUNTIME_DIR ?? `/run/user/${uid}` },
+  const userUnit = m !== null && Number(m[1]) === uid;
+  const r = spawnSync('systemctl', [...(userUnit ? ['--user'] : []), 'show', '--property=Delegate,DelegateControllers', path.basename(unit)], {
+    env: userUnit ? { ...process.env, XDG_RUNTIME_DIR: process.env.XDG_RUNTIME_DIR ?? `/run/user/${uid}` } : process.env,
     encoding: 'utf8',
     stdio: ['ignore', 'pipe', 'ignore'],
     timeout: 5000,
   });
-  return r.status === 0 && r.stdout.trim() === 'yes';
+  if (r.status === 0 && /^Delegate=(yes|no)$/m.test(r.stdout ?? '')) {
+    if (!/^Delegate=yes$/m.test(r.stdout)) return null;
+    const list = /^DelegateControllers=(.*)$/m.exec(r.stdout)?.[1]?.trim();
+    return { controllers: list ? new Set(list.split(/\s+/)) : undefined };
+  }
+  try {
+    return loadNative().cgroupDelegated?.(unit) === true ? {} : null;
+  } catch {
+    return null;
+  }
 }
 
 /**
@@ -354,7 +362,9 @@ function v2Parent(own: string, mount: string): string | null {
   const unit = unitOf(own, mount);
   if (unit === undefined) return own;
   const rel = unit.slice(mount.length);
-  if (!isDelegated(unit)) return refuse(`the host's systemd unit ${rel} does not delegate its cgroup (Delegate=)`);
+  const delegation = delegationOf(unit);
+  if (!delegation) return refuse(`the host's systemd unit ${rel} does not delegate its cgroup (Delegate=)`);
+  v2Delegated = delegation.controllers;
   if (procsOf(unit).length > 0 && !moveToLeaf(unit)) return refuse(`the processes of ${rel} could not move into ${rel}/${HOST_LEAF}`);
   return unit;
 }
@@ -368,6 +378,7 @@ function createV2(own: string, name: string, req: CgroupRequest): SandboxCgroup 
   const enabled: string[] = [];
   let ctl = v2Controllers(parent);
   const available = v2Controllers(parent, 'cgroup.controllers');
+  if (v2Delegated) for (const c of available) if (!v2Delegated.has(c)) available.delete(c);
   const want = req.memoryBytes !== undefined ? ['pids', 'memory'] : ['pids'];
   // Never enable controllers in a group that holds processes (see moveToLeaf), except the root.
   const mayEnable = parent === mount || procsOf(parent).length === 0;
@@ -381,6 +392,8 @@ function createV2(own: string, name: string, req: CgroupRequest): SandboxCgroup 
     }
   }
   ctl = v2Controllers(parent);
+  // Enabled by someone else is not delegated to us either.
+  if (v2Delegated) for (const c of ctl) if (!v2Delegated.has(c)) ctl.delete(c);
   const undo = () => {
     for (const c of enabled.reverse()) {
       try {

@@ -100,6 +100,8 @@ describe.runIf(caps.linux)(`kernel matrix${CONFIG ? ` (${CONFIG}, uid ${process.
       expect(r.enforcement.gaps.length).toBeGreaterThan(0);
     } else {
       expect(r.enforcement.gaps).toEqual([]);
+      // Landlock is claimed exactly when the kernel has it (defence in depth in isolated mode).
+      expect(r.enforcement.mechanisms).toMatchObject({ landlock: caps.landlockAbi >= 1, landlockAbi: caps.landlockAbi });
     }
     // Outside: the write inside landed (the positive control), the one outside did not.
     expect(fs.readFileSync(`${scene.ws}/in`, 'utf8')).toBe('in\n');
@@ -107,6 +109,28 @@ describe.runIf(caps.linux)(`kernel matrix${CONFIG ? ` (${CONFIG}, uid ${process.
     // Control: unsandboxed, the same script writes outside.
     await run('/bin/sh', ['-c', script], { env: BASE_ENV, policy: null });
     expect(fs.existsSync(`${scene.out}/written`)).toBe(true);
+  });
+
+  it.runIf(!caps.landlock)('without Landlock, what needs it is refused by name and nothing runs', async () => {
+    const scene = makeScene('km-noll');
+    scenes.push(scene);
+    const touch = ['-c', `touch ${scene.ws}/ran`];
+    const policies: SandboxPolicy[] = [
+      { mode: 'landlock', degraded: true, filesystem: { write: [scene.ws] } },
+      { ...AUTO, filesystem: { write: [scene.ws], read: [scene.ws] } },
+    ];
+    for (const policy of policies) {
+      const err = await run('/bin/sh', touch, { env: BASE_ENV, policy }).catch((e: unknown) => e);
+      expect(err, JSON.stringify(policy)).toBeInstanceOf(SandboxError);
+      expect(err).toMatchObject({ code: caps.userns || policy.mode === 'landlock' ? 'ELANDLOCK_UNSUPPORTED' : expect.stringMatching(/^E/) });
+      expect(fs.existsSync(`${scene.ws}/ran`)).toBe(false);
+    }
+    // Control: the same command with a policy isolated mode enforces alone runs (where it can).
+    if (caps.userns) {
+      const r = await run('/bin/sh', touch, { env: BASE_ENV, policy: { filesystem: { write: [scene.ws] } } });
+      expect(r.enforcement.mechanisms.landlock).toBe(false);
+      expect(fs.existsSync(`${scene.ws}/ran`)).toBe(true);
+    }
   });
 
   it.skipIf(autoMode === null || !caps.python)('a fork storm stops at the process cap the report names, counted from outside', async () => {
