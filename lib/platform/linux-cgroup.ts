@@ -7,17 +7,20 @@
  *   g.closeFds();                                  // right after the spawn
  *   ... on exit: g.remove()                        // empty: pooled for reuse; else kill (cgroup.kill on v2), rmdir
  *
- * Which hierarchy: a cgroup v2 child group when the host's own v2 cgroup delegates the
- * controllers we need (pids, and memory when a memory cap is asked for); else v1 pids (and
- * memory) child groups under the host's own v1 cgroup paths (hybrid hosts, like this project's
- * CI); else none, and the caller reports what is left uncapped. Only the command joins: init
- * shares the host's memory, so a memory cgroup's OOM killer must never be able to pick it.
+ * Which hierarchy: cgroup v2 when a group of ours can get the pids controller (and memory when a
+ * memory cap is asked for); else v1 pids (and memory) child groups under the host's own v1 cgroup
+ * paths (hybrid hosts, like this project's CI); else none, and the caller reports what is left
+ * uncapped. On v2 under systemd the groups go below the host's unit (.service or .scope) only when
+ * systemd delegated it, and only with the controllers it delegated; the unit's processes first
+ * move into <unit>/psb-host (the "no internal processes" rule, see moveToLeaf). Elsewhere (no
+ * systemd unit above us) our own group, if its children can be joined. Only the command joins:
+ * init shares the host's memory, so a memory cgroup's OOM killer must never be able to pick it.
  *
  * Group names carry the host pid (psb-<pid>-<thread>-<n><random>). The first use in each process removes groups
  * whose host is gone (killing what is left in them first).
  *
  * Synchronous, on the JS thread: a handful of mkdir/open/write calls on cgroupfs, which never
- * block on user data.
+ * block on user data; under a systemd unit, once per process, one `systemctl show` (at most 5 s).
  */
 import { spawnSync } from 'node:child_process';
 import * as crypto from 'node:crypto';
