@@ -7,18 +7,22 @@
  *   g.closeFds();                                  // right after the spawn
  *   ... on exit: g.remove()                        // empty: pooled for reuse; else kill (cgroup.kill on v2), rmdir
  *
- * Which hierarchy: a cgroup v2 child group when the host's own v2 cgroup delegates the
- * controllers we need (pids, and memory when a memory cap is asked for); else v1 pids (and
- * memory) child groups under the host's own v1 cgroup paths (hybrid hosts, like this project's
- * CI); else none, and the caller reports what is left uncapped. Only the command joins: init
- * shares the host's memory, so a memory cgroup's OOM killer must never be able to pick it.
+ * Which hierarchy: cgroup v2 when a group of ours can get the pids controller (and memory when a
+ * memory cap is asked for); else v1 pids (and memory) child groups under the host's own v1 cgroup
+ * paths (hybrid hosts, like this project's CI); else none, and the caller reports what is left
+ * uncapped. On v2 under systemd the groups go below the host's unit (.service or .scope) only when
+ * systemd delegated it, and only with the controllers it delegated; the unit's processes first
+ * move into <unit>/psb-host (the "no internal processes" rule, see moveToLeaf). Elsewhere (no
+ * systemd unit above us) our own group, if its children can be joined. Only the command joins:
+ * init shares the host's memory, so a memory cgroup's OOM killer must never be able to pick it.
  *
  * Group names carry the host pid (psb-<pid>-<thread>-<n><random>). The first use in each process removes groups
  * whose host is gone (killing what is left in them first).
  *
  * Synchronous, on the JS thread: a handful of mkdir/open/write calls on cgroupfs, which never
- * block on user data.
+ * block on user data; under a systemd unit, once per process, one `systemctl show` (at most 5 s).
  */
+import { spawnSync } from 'node:child_process';
 import * as crypto from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -55,6 +59,10 @@ interface Hierarchies {
 }
 
 let hierarchies: Hierarchies | undefined;
+/** Where this process's sandbox v2 groups go (null: nowhere), once decided. */
+let v2ParentDir: string | null | undefined;
+/** The controllers systemd delegated with that unit (undefined: no list, all it offers). */
+let v2Delegated: Set<string> | undefined;
 /** Where the cgroup2 file system holding our group is mounted. */
 let v2Mount: string | undefined;
 /** Set once a hierarchy refused us (EACCES, EROFS...): no retry per spawn. */
@@ -283,11 +291,33 @@ function unitOf(dir: string, mount: string): string | undefined {
   return undefined;
 }
 
-function isDelegated(dir: string): boolean {
+/**
+ * What systemd delegated of the unit's cgroup: null when nothing; else the controllers it
+ * delegated (undefined: not known, take what the unit's cgroup offers). The unit's own manager is
+ * asked once per process (`systemctl show -p Delegate,DelegateControllers`), because only it knows
+ * the list: a controller can be available in the unit's cgroup for systemd's own accounting
+ * without being ours to enable. Without an answer, the "trusted.delegate" / "user.delegate" xattr
+ * (the user manager of systemd 252 sets neither).
+ */
+function delegationOf(unit: string): { controllers?: Set<string> } | null {
+  const m = /\/user@(\d+)\.service\/(?:.*\/)?([^/]+\.(?:scope|service))$/.exec(unit);
+  const uid = process.getuid?.();
+  const userUnit = m !== null && Number(m[1]) === uid;
+  const r = spawnSync('systemctl', [...(userUnit ? ['--user'] : []), 'show', '--property=Delegate,DelegateControllers', path.basename(unit)], {
+    env: userUnit ? { ...process.env, XDG_RUNTIME_DIR: process.env.XDG_RUNTIME_DIR ?? `/run/user/${uid}` } : process.env,
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'ignore'],
+    timeout: 5000,
+  });
+  if (r.status === 0 && /^Delegate=(yes|no)$/m.test(r.stdout ?? '')) {
+    if (!/^Delegate=yes$/m.test(r.stdout)) return null;
+    const list = /^DelegateControllers=(.*)$/m.exec(r.stdout)?.[1]?.trim();
+    return { controllers: list ? new Set(list.split(/\s+/)) : undefined };
+  }
   try {
-    return loadNative().cgroupDelegated?.(dir) === true;
+    return loadNative().cgroupDelegated?.(unit) === true ? {} : null;
   } catch {
-    return false;
+    return null;
   }
 }
 
@@ -335,18 +365,23 @@ function v2Parent(own: string, mount: string): string | null {
   const unit = unitOf(own, mount);
   if (unit === undefined) return own;
   const rel = unit.slice(mount.length);
-  if (!isDelegated(unit)) return refuse(`the host's systemd unit ${rel} does not delegate its cgroup (Delegate=)`);
+  const delegation = delegationOf(unit);
+  if (!delegation) return refuse(`the host's systemd unit ${rel} does not delegate its cgroup (Delegate=)`);
+  v2Delegated = delegation.controllers;
   if (procsOf(unit).length > 0 && !moveToLeaf(unit)) return refuse(`the processes of ${rel} could not move into ${rel}/${HOST_LEAF}`);
   return unit;
 }
 
 function createV2(own: string, name: string, req: CgroupRequest): SandboxCgroup | null {
   const mount = v2Mount ?? own;
-  const parent = v2Parent(own, mount);
+  // Decided once per process: the delegation check may ask systemd, and the move is done once.
+  if (v2ParentDir === undefined) v2ParentDir = v2Parent(own, mount);
+  const parent = v2ParentDir;
   if (!parent) return null;
   const enabled: string[] = [];
   let ctl = v2Controllers(parent);
   const available = v2Controllers(parent, 'cgroup.controllers');
+  if (v2Delegated) for (const c of available) if (!v2Delegated.has(c)) available.delete(c);
   const want = req.memoryBytes !== undefined ? ['pids', 'memory'] : ['pids'];
   // Never enable controllers in a group that holds processes (see moveToLeaf), except the root.
   const mayEnable = parent === mount || procsOf(parent).length === 0;
@@ -360,6 +395,8 @@ function createV2(own: string, name: string, req: CgroupRequest): SandboxCgroup 
     }
   }
   ctl = v2Controllers(parent);
+  // Enabled by someone else is not delegated to us either.
+  if (v2Delegated) for (const c of ctl) if (!v2Delegated.has(c)) ctl.delete(c);
   const undo = () => {
     for (const c of enabled.reverse()) {
       try {

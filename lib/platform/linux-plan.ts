@@ -621,7 +621,9 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     denyPartial = m.denyGaps.length > 0;
     namespaces = ['user', 'mnt', 'pid', 'ipc', 'uts', ...(net !== 'full' ? ['net'] : [])];
   } else {
-    if (limits.maxProcesses) native.rlimitNproc = limits.maxProcesses;
+    // With a pids cgroup the cap is the cgroup's: RLIMIT_NPROC here would count every process of
+    // the uid (the host's own threads included) and could refuse the sandbox's first fork.
+    if (limits.maxProcesses && !cg) native.rlimitNproc = limits.maxProcesses;
     if (!metadataSupervised) {
       gaps.push(...LANDLOCK_INHERENT_GAPS.map((g) => `${g}; this kernel has no seccomp supervision: errno ${-(probe.connectSupervisor ?? -38)}`));
     }

@@ -26,12 +26,26 @@ struct TemplateArgs {
 
 // The template: a process in a new user+network namespace that maps its own uid/gid, says so, and
 // waits for the parent to open its namespaces before exiting. CLONE_VM, raw syscalls only.
+int NestedUsernsProbeInChild(void*) { ExitInChild(0); }
+// Only the template's child uses it, once, while the parent waits for the template's answer.
+alignas(16) char g_nested_probe_stack[16 * 1024];
+
 int TemplateInChild(void* argp) {
   TemplateArgs* t = static_cast<TemplateArgs*>(argp);
   Sys(__NR_close, t->parent_sock);
   long r = WriteFileInChild("/proc/self/setgroups", "deny");
   if (r == 0 || r == -ENOENT) r = WriteFileInChild("/proc/self/uid_map", t->uid_map);
   if (r == 0) r = WriteFileInChild("/proc/self/gid_map", t->gid_map);
+  // Every sandbox's user namespace is nested in this one. Where only CAP_SYS_ADMIN in the initial
+  // user namespace may create user namespaces (Debian's kernel.unprivileged_userns_clone=0), root
+  // can make the template but no sandbox could nest in it: refuse the template, and sandboxes
+  // make their own network namespace as without one.
+  if (r == 0) {
+    long p = clone(NestedUsernsProbeInChild, g_nested_probe_stack + sizeof g_nested_probe_stack,
+                   CLONE_VM | CLONE_VFORK | CLONE_NEWUSER | SIGCHLD, nullptr);
+    if (p < 0) r = -EPERM;
+    else Sys(__NR_wait4, p, 0, __WALL, 0);
+  }
   // A read-only sysfs of the template's network namespace, as a detached mount: each sandbox
   // clones it onto /sys (only a holder of CAP_SYS_ADMIN over this network namespace may mount
   // one, and a sandbox's init holds it only over its own nested user namespace).

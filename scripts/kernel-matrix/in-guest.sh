@@ -10,7 +10,7 @@ set -uo pipefail
 SRC=/opt/psb-src
 CONFIG=$(sed -n 's/.*psb\.config=\([^ ]*\).*/\1/p' /proc/cmdline)
 # shellcheck disable=SC1091
-. "$SRC/.kernel-matrix/env" # SUITES, WORKERS, USERS
+. "$SRC/.kernel-matrix/env" # WORKERS, USERS, SUITES_<user>
 RES=/var/tmp/psb-results
 mkdir -p "$RES" && chmod 0777 "$RES"
 log() { echo "kernel-matrix-guest: $*"; }
@@ -28,7 +28,7 @@ esac
 export PSB_MATRIX_CONFIG=$CONFIG PSB_MATRIX_DELEGATE=$DELEGATE
 
 # One tree per user, outside /tmp (the sandbox hides the host /tmp).
-for u in root psbtest; do
+for u in $USERS; do
   dst=/var/tmp/psb-$u
   rm -rf "$dst" && mkdir -p "$dst" && cp -a "$SRC/." "$dst/"
   [ "$u" = root ] || chown -R "$u": "$dst"
@@ -56,6 +56,8 @@ row() { # user rc json
 for u in $USERS; do
   out=$RES/$u.json
   rm -f "$out"
+  suites_var=SUITES_$u
+  SUITES=${!suites_var}
   if [ "$u" = root ]; then
     # A transient system service, delegated as a service that runs a sandboxing host should be.
     log "root: systemd-run --wait --pipe -p Delegate=$DELEGATE"

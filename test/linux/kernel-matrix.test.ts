@@ -93,13 +93,19 @@ describe.runIf(caps.linux)(`kernel matrix${CONFIG ? ` (${CONFIG}, uid ${process.
       return;
     }
     const r = await run('/bin/sh', ['-c', script], { env: BASE_ENV, policy: { ...policy, ...AUTO } });
-    expect(r.enforcement).toMatchObject({ sandboxed: true, mode: autoMode, guarantees: { filesystemWrite: 'enforced' } });
+    expect(r.enforcement).toMatchObject({ sandboxed: true, mode: autoMode });
     if (autoMode === 'landlock') {
-      // The fallback says so: Landlock named as the mechanism, its gaps listed.
-      expect(r.enforcement.mechanisms.landlockAbi).toBeGreaterThanOrEqual(1);
+      // The fallback says so: Landlock named as the mechanism, its gaps listed (before ABI 3 a
+      // truncate outside the writable roots is one: file-system writes are then "partial").
+      expect(r.enforcement.mechanisms.landlockAbi).toBe(caps.landlockAbi);
       expect(r.enforcement.gaps.length).toBeGreaterThan(0);
+      expect(r.enforcement.guarantees.filesystemWrite).toBe(caps.landlockAbi >= 3 ? 'enforced' : 'partial');
+      if (caps.landlockAbi < 3) expect(r.enforcement.gaps.join('\n')).toMatch(/truncated/);
     } else {
+      expect(r.enforcement.guarantees.filesystemWrite).toBe('enforced');
       expect(r.enforcement.gaps).toEqual([]);
+      // Landlock is claimed exactly when the kernel has it (defence in depth in isolated mode).
+      expect(r.enforcement.mechanisms).toMatchObject({ landlock: caps.landlockAbi >= 1, landlockAbi: caps.landlockAbi });
     }
     // Outside: the write inside landed (the positive control), the one outside did not.
     expect(fs.readFileSync(`${scene.ws}/in`, 'utf8')).toBe('in\n');
@@ -107,6 +113,28 @@ describe.runIf(caps.linux)(`kernel matrix${CONFIG ? ` (${CONFIG}, uid ${process.
     // Control: unsandboxed, the same script writes outside.
     await run('/bin/sh', ['-c', script], { env: BASE_ENV, policy: null });
     expect(fs.existsSync(`${scene.out}/written`)).toBe(true);
+  });
+
+  it.runIf(!caps.landlock)('without Landlock, what needs it is refused by name and nothing runs', async () => {
+    const scene = makeScene('km-noll');
+    scenes.push(scene);
+    const touch = ['-c', `touch ${scene.ws}/ran`];
+    const policies: SandboxPolicy[] = [
+      { mode: 'landlock', degraded: true, filesystem: { write: [scene.ws] } },
+      { ...AUTO, filesystem: { write: [scene.ws], read: [scene.ws] } },
+    ];
+    for (const policy of policies) {
+      const err = await run('/bin/sh', touch, { env: BASE_ENV, policy }).catch((e: unknown) => e);
+      expect(err, JSON.stringify(policy)).toBeInstanceOf(SandboxError);
+      expect(err).toMatchObject({ code: caps.userns || policy.mode === 'landlock' ? 'ELANDLOCK_UNSUPPORTED' : expect.stringMatching(/^E/) });
+      expect(fs.existsSync(`${scene.ws}/ran`)).toBe(false);
+    }
+    // Control: the same command with a policy isolated mode enforces alone runs (where it can).
+    if (caps.userns) {
+      const r = await run('/bin/sh', touch, { env: BASE_ENV, policy: { filesystem: { write: [scene.ws] } } });
+      expect(r.enforcement.mechanisms.landlock).toBe(false);
+      expect(fs.existsSync(`${scene.ws}/ran`)).toBe(true);
+    }
   });
 
   it.skipIf(autoMode === null || !caps.python)('a fork storm stops at the process cap the report names, counted from outside', async () => {
@@ -209,8 +237,12 @@ describe.runIf(caps.linux)(`kernel matrix${CONFIG ? ` (${CONFIG}, uid ${process.
     if (caps.root) {
       expect(out.m.processCap).toBe('none');
       expect(out.gaps.join('\n')).toMatch(/RLIMIT_NPROC does not bind uid 0/);
+    } else if (caps.userns) {
+      expect(out.m.processCap).toMatch(/^RLIMIT_NPROC \d+ \(counted in the sandbox user namespace\)$/);
     } else {
-      expect(out.m.processCap).toMatch(/^RLIMIT_NPROC/);
+      // Landlock mode: RLIMIT_NPROC would count all of the uid's processes, so none by default.
+      expect(out.m.processCap).toBe('none');
+      expect(out.gaps.join('\n')).toMatch(/no process cap by default/);
     }
   });
 
