@@ -18,7 +18,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { expect } from 'vitest';
 
-import { run, type RunOptions, type RunResult } from '../../lib/index';
+import { run, spawn, type RunOptions, type RunResult, type SandboxedProcess } from '../../lib/index';
 import { trySyscallPath } from './try-syscall';
 
 export const NODE = process.execPath;
@@ -302,6 +302,33 @@ export async function expectNoProcess(marker: string): Promise<void> {
     }
   });
   expect(left, `processes carrying ${marker} survived`).toEqual([]);
+}
+
+/**
+ * A bounded fork storm: python starts `attempts` `sleep <marker>` processes (not sh: dash exits
+ * when a fork fails), prints "started N", then stays up until its stdin closes. Resolves once the
+ * live count, taken from outside, has stopped changing (polled, never one look), with that peak
+ * and the still-running child: the caller reads its report, then ends it (`child.stdin.end()`).
+ */
+export async function startForkStorm(
+  attempts: number,
+  marker: string,
+  options: RunOptions,
+  waitMs: { start: number; settle: number } = { start: 30_000, settle: 5_000 },
+): Promise<{ child: SandboxedProcess; out: () => string; peak: number }> {
+  const storm = `import subprocess, sys\nok = failed = 0\nfor i in range(${attempts}):\n  try:\n    subprocess.Popen(['sleep', sys.argv[1]], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); ok += 1\n  except OSError:\n    failed += 1\nprint('started', ok, 'failed', failed, flush=True)\nsys.stdin.read()`;
+  const child = spawn(PYTHON, ['-c', storm, marker], options);
+  let out = '';
+  child.stdout!.on('data', (b: Buffer) => (out += b.toString()));
+  expect(await eventually(() => out.includes('started'), waitMs.start), 'the storm printed its count').toBe(true);
+  let alive = -1;
+  await eventually(() => {
+    const n = sleepers(marker).length;
+    const settled = n === alive && n > 0;
+    alive = n;
+    return settled;
+  }, waitMs.settle);
+  return { child, out: () => out, peak: sleepers(marker).length };
 }
 
 /** Kills leftovers by pid (used in afterEach so one failure does not poison the host). */

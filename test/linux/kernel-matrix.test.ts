@@ -14,7 +14,7 @@ import { run, spawn, SandboxError } from '../../lib/index';
 import { cgroupV2Refusal, killGroupMembersForTest } from '../../lib/platform/linux-cgroup';
 import type { SandboxPolicy } from '../../lib/policy-types';
 import { caps } from '../helpers/capabilities';
-import { BASE_ENV, DIST_INDEX, eventually, PYTHON, killAll, makeScene, sleepers, uniqueSleep, type Scene } from '../helpers/sandbox';
+import { BASE_ENV, DIST_INDEX, eventually, PYTHON, killAll, makeScene, sleepers, startForkStorm, uniqueSleep, type Scene } from '../helpers/sandbox';
 
 const CONFIG = process.env.PSB_MATRIX_CONFIG;
 const DELEGATE = process.env.PSB_MATRIX_DELEGATE; // 'yes' | 'pids' in the matrix
@@ -141,21 +141,9 @@ describe.runIf(caps.linux)(`kernel matrix${CONFIG ? ` (${CONFIG}, uid ${process.
     const marker = uniqueSleep();
     markers.push(marker);
     const cap = 24;
-    // 80 attempts, then the storm stays up (stdin open) while the host counts it. (Not sh: dash
-    // exits when a fork fails.)
-    const storm = `import subprocess, sys\nok = 0\nfor i in range(80):\n  try:\n    subprocess.Popen(['sleep', sys.argv[1]], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); ok += 1\n  except OSError:\n    pass\nprint('started', ok, flush=True)\nsys.stdin.read()`;
-    const child = spawn(PYTHON, ['-c', storm, marker], { env: BASE_ENV, policy: { ...AUTO, limits: { maxProcesses: cap } } });
-    let out = '';
-    child.stdout!.on('data', (b: Buffer) => (out += b.toString()));
-    expect(await eventually(() => out.includes('started'), 60_000)).toBe(true);
-    let alive = -1;
-    await eventually(() => {
-      const n = sleepers(marker).length;
-      const settled = n === alive && n > 0;
-      alive = n;
-      return settled;
-    }, 10_000);
-    const peak = sleepers(marker).length;
+    // 80 attempts, counted by the host while the storm stays up.
+    const { child, out: stormOut, peak } = await startForkStorm(80, marker, { env: BASE_ENV, policy: { ...AUTO, limits: { maxProcesses: cap } } }, { start: 60_000, settle: 10_000 });
+    const out = stormOut();
     const group = child.pid !== undefined ? descendants(child.pid).map(sandboxGroupOf).find(Boolean) : undefined;
     const capName = child.enforcement.mechanisms.processCap as string;
     child.stdin!.end();

@@ -28,6 +28,7 @@ import {
   sleepers,
   sh,
   snapshot,
+  startForkStorm,
   expectUnchanged,
   uniqueSleep,
   type Scene,
@@ -347,22 +348,10 @@ describe.runIf(caps.linux)('robustness', () => {
     it.skipIf(skip)('ROB-12: maxProcesses caps a (bounded) fork storm, counted while it runs', async () => {
       const marker = uniqueSleep();
       markers.push(marker);
-      // 60 attempts against a cap of 16, then the storm stays up (stdin open) while the live
-      // processes are counted from outside: the cap, not the loop or the teardown, must stop it.
-      const storm = `import subprocess, sys\nok = failed = 0\nfor i in range(60):\n  try:\n    subprocess.Popen(['sleep', sys.argv[1]], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); ok += 1\n  except OSError as e:\n    failed += 1\nprint('started', ok, 'failed', failed, flush=True)\nsys.stdin.read()`;
-      const child = spawn('/usr/bin/python3', ['-c', storm, marker], { env: BASE_ENV, policy: { ...policy, limits: { maxProcesses: 16 } } });
-      let out = '';
-      child.stdout!.on('data', (b: Buffer) => (out += b.toString()));
-      expect(await eventually(() => out.includes('started'), 30_000)).toBe(true);
-      // Every sleep that started has exec'd once the count stops changing; poll, never one look.
-      let alive = -1;
-      await eventually(() => {
-        const n = sleepers(marker).length;
-        const settled = n === alive && n > 0;
-        alive = n;
-        return settled;
-      }, 5_000);
-      const peak = sleepers(marker).length;
+      // 60 attempts against a cap of 16, counted from outside while the storm stays up: the cap,
+      // not the loop or the teardown, must stop it.
+      const { child, out: stormOut, peak } = await startForkStorm(60, marker, { env: BASE_ENV, policy: { ...policy, limits: { maxProcesses: 16 } } });
+      const out = stormOut();
       const cap = child.enforcement.mechanisms.processCap as string;
       child.stdin!.end();
       await child.exited;
