@@ -118,6 +118,8 @@ export interface NativeBinding {
   cgroupDelegated?(dir: string): boolean;
   /** Closes an fd on the libuv thread pool (the freeing of an unlinked inode stays off the JS thread). */
   closeOnPool?(fd: number): void;
+  /** Test hook: every seccomp program checked against the rule table (native/linux/seccomp_check.cc). */
+  seccompSelfCheck?(): { mismatches: number; cases: number; configs: number; first: string };
   /** A pseudo-terminal pair (both close-on-exec) with the given window size. */
   openPty?(cols: number, rows: number): { master: number; slave: number; name: string };
   resizePty?(fd: number, cols: number, rows: number): void;

@@ -578,6 +578,21 @@ void CloseOnPool(Napi::Env env, int fd) {
 }
 
 // native.closeOnPool(fd): see CloseOnPool (the Landlock-mode TMPDIR, removed with an fd open).
+// Test hook: SeccompSelfCheck (seccomp.h). { mismatches, cases, configs, first }.
+Napi::Value SeccompSelfCheckJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  long cases = 0;
+  char first[256] = "";
+  int configs = 0;
+  int mismatches = SeccompSelfCheck(&cases, &configs, first, sizeof first);
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("mismatches", Napi::Number::New(env, mismatches));
+  o.Set("cases", Napi::Number::New(env, static_cast<double>(cases)));
+  o.Set("configs", Napi::Number::New(env, configs));
+  o.Set("first", Napi::String::New(env, first));
+  return o;
+}
+
 Napi::Value CloseOnPoolJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (info.Length() != 1 || !info[0].IsNumber()) throw Napi::TypeError::New(env, "Usage: native.closeOnPool(fd)");
@@ -639,6 +654,7 @@ void InitPlatform(Napi::Env env, Napi::Object exports) {
   exports.Set("releasePlaceholder", Napi::Function::New(env, ReleasePlaceholder, "releasePlaceholder"));
   exports.Set("cgroupDelegated", Napi::Function::New(env, CgroupDelegated, "cgroupDelegated"));
   exports.Set("closeOnPool", Napi::Function::New(env, CloseOnPoolJs, "closeOnPool"));
+  exports.Set("seccompSelfCheck", Napi::Function::New(env, SeccompSelfCheckJs, "seccompSelfCheck"));
   RegisterPty(env, exports);
   InitRelay(env, exports);
 }

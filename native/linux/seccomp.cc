@@ -1,5 +1,5 @@
-// See seccomp.h for what the filter does and why. This file holds the rule table and a small
-// code generator that turns the rows selected for a SeccompConfig into classic BPF.
+// See seccomp.h for what the filter does and why. The rule table is in seccomp_table.h; this file
+// turns the rows selected for a SeccompConfig into classic BPF, and installs and probes it.
 #include "seccomp.h"
 
 #include <errno.h>
@@ -19,419 +19,17 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <algorithm>
+#include <mutex>
 #include <new>
 
 #include "raw_syscall.h"
 #include "syscall_numbers.h"
 
-#if defined(__x86_64__)
-#define PSB_AUDIT_ARCH AUDIT_ARCH_X86_64
-#elif defined(__aarch64__)
-#define PSB_AUDIT_ARCH AUDIT_ARCH_AARCH64
-#else
-#error "seccomp filter: unsupported architecture (x86_64 and aarch64 only)"
-#endif
-
-#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "seccomp filter: the argument offsets below assume a little-endian seccomp_data"
-#endif
+#include "seccomp_table.h"
 
 namespace psb {
 namespace {
-
-// Kernel ABI from <linux/seccomp.h>, spelled out here because this directory's own seccomp.h
-// shadows that header whenever native/ is on the include path.
-constexpr uint32_t kSeccompRetKillProcess = 0x80000000u;
-constexpr uint32_t kSeccompRetErrno = 0x00050000u;
-constexpr uint32_t kSeccompRetAllow = 0x7fff0000u;
-constexpr uint32_t kSeccompRetUserNotif = 0x7fc00000u;
-constexpr unsigned kSeccompFilterFlagNewListener = 1u << 3;
-constexpr uint32_t kSeccompRetData = 0x0000ffffu;
-constexpr unsigned kSeccompModeFilter = 2;       // prctl(PR_SET_SECCOMP, ...)
-constexpr unsigned kSeccompSetModeFilter = 1;    // seccomp(2) operations
-constexpr unsigned kSeccompGetActionAvail = 2;
-
-struct SeccompData {  // struct seccomp_data
-  int32_t nr;
-  uint32_t arch;
-  uint64_t instruction_pointer;
-  uint64_t args[6];
-};
-static_assert(sizeof(SeccompData) == 64, "struct seccomp_data layout");
-
-// A row whose syscall this architecture lacks carries kSkip and is left out of the program.
-constexpr int kSkip = -1;
-
-// Syscalls that exist on x86_64 only.
-#ifdef __NR_iopl
-constexpr int kNrIopl = __NR_iopl;
-#else
-constexpr int kNrIopl = kSkip;
-#endif
-#ifdef __NR_ioperm
-constexpr int kNrIoperm = __NR_ioperm;
-#else
-constexpr int kNrIoperm = kSkip;
-#endif
-#ifdef __NR_modify_ldt
-constexpr int kNrModifyLdt = __NR_modify_ldt;
-#else
-constexpr int kNrModifyLdt = kSkip;
-#endif
-#ifdef __NR_uselib
-constexpr int kNrUselib = __NR_uselib;
-#else
-constexpr int kNrUselib = kSkip;
-#endif
-
-#ifdef __NR_open
-constexpr int kNrOpen = __NR_open;
-constexpr int kNrCreat = __NR_creat;
-constexpr int kNrChmod = __NR_chmod;
-constexpr int kNrMknod = __NR_mknod;
-constexpr int kNrChown = __NR_chown;
-constexpr int kNrLchown = __NR_lchown;
-constexpr int kNrUtime = __NR_utime;
-constexpr int kNrUtimes = __NR_utimes;
-constexpr int kNrFutimesat = __NR_futimesat;
-constexpr int kNrInotifyInit = __NR_inotify_init;
-#else
-constexpr int kNrOpen = kSkip;
-constexpr int kNrCreat = kSkip;
-constexpr int kNrChmod = kSkip;
-constexpr int kNrMknod = kSkip;
-constexpr int kNrChown = kSkip;
-constexpr int kNrLchown = kSkip;
-constexpr int kNrUtime = kSkip;
-constexpr int kNrUtimes = kSkip;
-constexpr int kNrFutimesat = kSkip;
-constexpr int kNrInotifyInit = kSkip;
-#endif
-
-// x86_64 marks x32 syscalls with this bit in the number; x32 has its own table, so every rule
-// below would be sidestepped by it.
-constexpr uint32_t kX32SyscallBit = 0x40000000u;
-
-// Every namespace flag clone(2) understands; CLONE_NEWTIME only matters for clone3/unshare, but
-// bit 0x80 is never part of a valid exit signal, so testing it costs nothing.
-constexpr uint32_t kCloneNewTime = 0x00000080u;
-constexpr uint32_t kCloneNamespaceFlags = 0x00020000u /* CLONE_NEWNS */ |
-                                          0x02000000u /* CLONE_NEWCGROUP */ |
-                                          0x04000000u /* CLONE_NEWUTS */ |
-                                          0x08000000u /* CLONE_NEWIPC */ |
-                                          0x10000000u /* CLONE_NEWUSER */ |
-                                          0x20000000u /* CLONE_NEWPID */ |
-                                          0x40000000u /* CLONE_NEWNET */ | kCloneNewTime;
-
-constexpr uint32_t kPerLinux = 0x0000u;
-constexpr uint32_t kPerLinux32 = 0x0008u;
-constexpr uint32_t kPersonalityQuery = 0xffffffffu;
-
-// socket(2) type argument: the low nibble is the type, the rest are SOCK_CLOEXEC/SOCK_NONBLOCK.
-constexpr uint32_t kSockTypeMask = 0xfu;
-
-// send*(2) flag that makes a TCP send connect first (TCP Fast Open).
-constexpr uint32_t kMsgFastOpen = 0x20000000u;
-
-constexpr uint32_t kAllow = kSeccompRetAllow;
-constexpr uint32_t kEperm = kSeccompRetErrno | (EPERM & kSeccompRetData);
-constexpr uint32_t kEnosys = kSeccompRetErrno | (ENOSYS & kSeccompRetData);
-constexpr uint32_t kKill = kSeccompRetKillProcess;
-// A table action: USER_NOTIF when the config has the metadata supervisor, else ALLOW (the plan
-// then lists the gap). Never a real return value (SECCOMP_RET_TRAP's range, unused here).
-constexpr uint32_t kSupervise = 0x00030000u;
-
-// File attribute flag ioctls (chattr): _IOW('f', 2, long), its 32-bit spelling _IOW('f', 2, int)
-// (some file systems take it natively too) and _IOW('X', 32, struct fsxattr).
-constexpr uint32_t kFsIocSetflags = 0x40086602u;
-constexpr uint32_t kFsIoc32Setflags = 0x40046602u;
-constexpr uint32_t kFsIocFssetxattr = 0x401c5820u;
-// Other metadata an owner may change through a fd opened read-only, outside the writable roots
-// too (FS-14): the inode generation (FS_IOC_SETVERSION _IOW('v', 2, long), ext4's own
-// _IOW('f', 4, long), and their int spellings), ext4's block-map-to-extents conversion
-// (EXT4_IOC_MIGRATE _IO('f', 9)), FAT's attribute byte (FAT_IOCTL_SET_ATTRIBUTES _IOW('r', 0x11,
-// __u32): read-only, hidden, system), and btrfs's subvolume flags and received UUID
-// (BTRFS_IOC_SUBVOL_SETFLAGS _IOW(0x94, 26, __u64), BTRFS_IOC_SET_RECEIVED_SUBVOL
-// _IOWR(0x94, 37, 200 bytes)).
-constexpr uint32_t kFsIocSetversion = 0x40087602u;
-constexpr uint32_t kFsIoc32Setversion = 0x40047602u;
-constexpr uint32_t kExt4IocSetversion = 0x40086604u;
-constexpr uint32_t kExt4Ioc32Setversion = 0x40046604u;
-constexpr uint32_t kExt4IocMigrate = 0x00006609u;
-constexpr uint32_t kFatIoctlSetAttributes = 0x40047211u;
-constexpr uint32_t kBtrfsIocSubvolSetflags = 0x4008941au;
-constexpr uint32_t kBtrfsIocSetReceivedSubvol = 0xc0c89425u;
-
-// ---- The rule table -------------------------------------------------------------------------
-
-// When a row applies: a set of network modes and a set of isolation modes; both must match.
-enum : uint8_t { kNetNone = 1, kNetProxy = 2, kNetFull = 4, kAnyNet = 7 };
-enum : uint8_t { kIsolated = 1, kLandlock = 2, kAnyMode = 3 };
-
-// Tests read only the low 32 bits of an argument. Every argument tested below is an int or
-// unsigned int in the kernel (clone's flags go through lower_32_bits()), so the low word is exactly
-// what the kernel acts on; a 64-bit compare would let `TIOCSTI | 1 << 32` through (PROC-02).
-enum class Op : uint8_t {
-  kUnused,
-  kIn,      // (low 32 bits of arg & mask) equals one of values[0..count)
-  kAnyBit,  // (low 32 bits of arg & mask) != 0
-};
-
-constexpr int kMaxValues = 8;
-
-struct ArgTest {
-  Op op;
-  uint8_t arg;
-  uint32_t mask;
-  uint8_t count;
-  uint32_t values[kMaxValues];
-};
-
-constexpr ArgTest In(uint8_t arg, uint32_t mask, uint32_t a) {
-  return ArgTest{Op::kIn, arg, mask, 1, {a}};
-}
-constexpr ArgTest In(uint8_t arg, uint32_t mask, uint32_t a, uint32_t b) {
-  return ArgTest{Op::kIn, arg, mask, 2, {a, b}};
-}
-constexpr ArgTest In(uint8_t arg, uint32_t mask, uint32_t a, uint32_t b, uint32_t c) {
-  return ArgTest{Op::kIn, arg, mask, 3, {a, b, c}};
-}
-// Up to kMaxValues values (a longer list leaves count 0, which the generator refuses).
-constexpr ArgTest InList(uint8_t arg, uint32_t mask, std::initializer_list<uint32_t> vs) {
-  ArgTest t{Op::kIn, arg, mask, 0, {}};
-  if (vs.size() > kMaxValues) return t;
-  for (uint32_t v : vs) t.values[t.count++] = v;
-  return t;
-}
-constexpr ArgTest AnyBit(uint8_t arg, uint32_t mask) {
-  return ArgTest{Op::kAnyBit, arg, mask, 0, {}};
-}
-
-constexpr uint32_t kAll = 0xffffffffu;
-constexpr uint32_t kSetIdBits = 06000;                // S_ISUID | S_ISGID
-constexpr uint32_t kCreateFlags = 0100 | 020000000;   // O_CREAT | __O_TMPFILE
-constexpr int kMaxTests = 3;
-
-// A clause matches when all of its tests pass (an empty clause never matches).
-struct Clause {
-  ArgTest tests[kMaxTests];
-  uint32_t action;
-};
-
-constexpr int kMaxClauses = 2;
-
-// One syscall's rule: the first matching clause decides, else `otherwise`. A row without clauses
-// is an unconditional `otherwise`. For one config at most one row per syscall may apply.
-struct Rule {
-  int nr;
-  uint8_t nets;
-  uint8_t modes;
-  uint32_t otherwise;
-  Clause clauses[kMaxClauses];
-};
-
-constexpr Rule Deny(int nr, uint8_t nets = kAnyNet, uint8_t modes = kAnyMode) {
-  return Rule{nr, nets, modes, kEperm, {}};
-}
-constexpr Rule When(int nr, uint8_t nets, uint8_t modes, uint32_t otherwise, Clause a,
-                    Clause b = Clause{}) {
-  return Rule{nr, nets, modes, otherwise, {a, b}};
-}
-
-constexpr Rule kRules[] = {
-    // NET-07, PROC-11: io_uring performs socket, connect, open... without those syscalls.
-    Deny(__NR_io_uring_setup),
-    Deny(__NR_io_uring_enter),
-    Deny(__NR_io_uring_register),
-
-    // PROC-04, PROC-05: other processes' memory and fds.
-    Deny(__NR_ptrace),
-    Deny(__NR_process_vm_readv),
-    Deny(__NR_process_vm_writev),
-    Deny(__NR_pidfd_getfd),
-    Deny(__NR_process_madvise),
-
-    // PROC-08, PROC-09, PROC-10: namespaces, the old and new mount API, chroot.
-    Deny(__NR_unshare),
-    Deny(__NR_setns),
-    When(__NR_clone, kAnyNet, kAnyMode, kAllow, Clause{{AnyBit(0, kCloneNamespaceFlags)}, kEperm}),
-    // clone_args lives in memory a filter cannot read: make libc fall back to clone().
-    Rule{__NR_clone3, kAnyNet, kAnyMode, kEnosys, {}},
-    Deny(__NR_mount),
-    Deny(__NR_umount2),
-    Deny(__NR_pivot_root),
-    Deny(__NR_chroot),
-    Deny(__NR_fsopen),
-    Deny(__NR_fsconfig),
-    Deny(__NR_fsmount),
-    Deny(__NR_fspick),
-    Deny(__NR_move_mount),
-    Deny(__NR_open_tree),
-    Deny(__NR_open_tree_attr),
-    Deny(__NR_mount_setattr),
-
-    // PROC-01, PROC-02, PROC-03: terminal injection. The kernel's ioctl() takes an unsigned int
-    // request, so the low 32 bits are what it acts on; In() compares exactly those.
-    When(__NR_ioctl, kAnyNet, kIsolated, kAllow, Clause{{In(1, kAll, TIOCSTI, TIOCLINUX)}, kEperm}),
-    // Landlock mode adds the file attribute flags (FS-14): Landlock governs none of them.
-    When(__NR_ioctl, kAnyNet, kLandlock, kAllow,
-         Clause{{InList(1, kAll, {TIOCSTI, TIOCLINUX, kFsIocSetflags, kFsIoc32Setflags, kFsIocFssetxattr, kFsIocSetversion,
-                                  kFsIoc32Setversion, kExt4IocSetversion})},
-                kEperm},
-         Clause{{InList(1, kAll, {kExt4Ioc32Setversion, kExt4IocMigrate, kFatIoctlSetAttributes, kBtrfsIocSubvolSetflags,
-                                  kBtrfsIocSetReceivedSubvol})},
-                kEperm}),
-    Deny(__NR_file_setattr, kAnyNet, kLandlock),
-
-    // PROC-15: kernel attack surface no build or test needs.
-    Deny(__NR_bpf),
-    Deny(__NR_perf_event_open),
-    Deny(__NR_userfaultfd),
-    Deny(__NR_add_key),
-    Deny(__NR_request_key),
-    Deny(__NR_keyctl),
-    Deny(__NR_kexec_load),
-    Deny(__NR_kexec_file_load),
-    Deny(__NR_init_module),
-    Deny(__NR_finit_module),
-    Deny(__NR_delete_module),
-    Deny(__NR_swapon),
-    Deny(__NR_swapoff),
-    Deny(__NR_reboot),
-    Deny(__NR_acct),
-    Deny(__NR_quotactl),
-    Deny(__NR_quotactl_fd),
-    Deny(__NR_lookup_dcookie),
-    Deny(__NR_nfsservctl),
-    Deny(__NR_vhangup),
-    Deny(__NR_syslog),
-    Deny(__NR_name_to_handle_at),
-    Deny(__NR_open_by_handle_at),
-    Deny(__NR_fanotify_init),
-    Deny(__NR_settimeofday),
-    Deny(__NR_clock_settime),
-    Deny(__NR_adjtimex),
-    Deny(__NR_clock_adjtime),
-    Deny(kNrIopl),
-    Deny(kNrIoperm),
-    Deny(kNrModifyLdt),
-    Deny(kNrUselib),
-    // READ_IMPLIES_EXEC, ADDR_NO_RANDOMIZE and the other flags only weaken the process; allow the
-    // query and the two plain personalities that runtimes set.
-    When(__NR_personality, kAnyNet, kAnyMode, kEperm,
-         Clause{{In(0, kAll, kPerLinux, kPerLinux32, kPersonalityQuery)}, kAllow}),
-
-    // Host safety: resource limits, priorities, scheduling and I/O priority of other processes.
-    // In Landlock mode the Node host is visible and has the command's uid, and in both modes init
-    // (which shares the host's address space) does: prlimit(host, RLIMIT_NOFILE, 0) or
-    // RLIMIT_CPU 1 s would kill the host, a lowered init limit defeats teardown, and nice/ioprio/
-    // affinity starve it. The kernel allows all of these for the same uid, and neither Landlock
-    // nor the pid namespace stops them. Only the caller itself may be named: pid/who 0 (glibc's
-    // setrlimit, nice and friends pass 0). PRIO_PGRP/IOPRIO_WHO_PGRP with 0 is the caller's own
-    // group (setsid made it the sandbox's); PRIO_USER/IOPRIO_WHO_USER reach every process of the
-    // uid and are refused. All these arguments are ints in the kernel: the low word is exact.
-    When(__NR_prlimit64, kAnyNet, kAnyMode, kEperm, Clause{{In(0, kAll, 0)}, kAllow}),
-    When(__NR_setpriority, kAnyNet, kAnyMode, kEperm,
-         Clause{{In(0, kAll, 0 /* PRIO_PROCESS */, 1 /* PRIO_PGRP */), In(1, kAll, 0)}, kAllow}),
-    When(__NR_ioprio_set, kAnyNet, kAnyMode, kEperm,
-         Clause{{In(0, kAll, 1 /* IOPRIO_WHO_PROCESS */, 2 /* IOPRIO_WHO_PGRP */), In(1, kAll, 0)}, kAllow}),
-    When(__NR_sched_setscheduler, kAnyNet, kAnyMode, kEperm, Clause{{In(0, kAll, 0)}, kAllow}),
-    When(__NR_sched_setparam, kAnyNet, kAnyMode, kEperm, Clause{{In(0, kAll, 0)}, kAllow}),
-    When(__NR_sched_setattr, kAnyNet, kAnyMode, kEperm, Clause{{In(0, kAll, 0)}, kAllow}),
-    When(__NR_sched_setaffinity, kAnyNet, kAnyMode, kEperm, Clause{{In(0, kAll, 0)}, kAllow}),
-    // Moving another process's pages between NUMA nodes (same uid suffices): self only.
-    When(__NR_migrate_pages, kAnyNet, kAnyMode, kEperm, Clause{{In(0, kAll, 0)}, kAllow}),
-    When(__NR_move_pages, kAnyNet, kAnyMode, kEperm, Clause{{In(0, kAll, 0)}, kAllow}),
-
-    // FS-25: no setuid/setgid file may be made inside (it would be honoured outside later, and as
-    // root it would be setuid-root). Modes are unsigned ints, tested on their low word. openat2's
-    // mode sits in memory a filter cannot read: ENOSYS makes callers fall back to openat.
-    // FS-14 in Landlock mode: the other modes, and every chown, utime and xattr change, go to the
-    // metadata supervisor, which carries them out inside the writable roots only (kSupervise).
-    When(kNrChmod, kAnyNet, kIsolated, kAllow, Clause{{AnyBit(1, kSetIdBits)}, kEperm}),
-    When(__NR_fchmod, kAnyNet, kIsolated, kAllow, Clause{{AnyBit(1, kSetIdBits)}, kEperm}),
-    When(__NR_fchmodat, kAnyNet, kIsolated, kAllow, Clause{{AnyBit(2, kSetIdBits)}, kEperm}),
-    When(__NR_fchmodat2, kAnyNet, kIsolated, kAllow, Clause{{AnyBit(2, kSetIdBits)}, kEperm}),
-    When(kNrChmod, kAnyNet, kLandlock, kSupervise, Clause{{AnyBit(1, kSetIdBits)}, kEperm}),
-    When(__NR_fchmod, kAnyNet, kLandlock, kSupervise, Clause{{AnyBit(1, kSetIdBits)}, kEperm}),
-    When(__NR_fchmodat, kAnyNet, kLandlock, kSupervise, Clause{{AnyBit(2, kSetIdBits)}, kEperm}),
-    When(__NR_fchmodat2, kAnyNet, kLandlock, kSupervise, Clause{{AnyBit(2, kSetIdBits)}, kEperm}),
-    Rule{kNrChown, kAnyNet, kLandlock, kSupervise, {}},
-    Rule{kNrLchown, kAnyNet, kLandlock, kSupervise, {}},
-    Rule{__NR_fchown, kAnyNet, kLandlock, kSupervise, {}},
-    Rule{__NR_fchownat, kAnyNet, kLandlock, kSupervise, {}},
-    Rule{kNrUtime, kAnyNet, kLandlock, kSupervise, {}},
-    Rule{kNrUtimes, kAnyNet, kLandlock, kSupervise, {}},
-    Rule{kNrFutimesat, kAnyNet, kLandlock, kSupervise, {}},
-    Rule{__NR_utimensat, kAnyNet, kLandlock, kSupervise, {}},
-    Rule{__NR_setxattr, kAnyNet, kLandlock, kSupervise, {}},
-    Rule{__NR_lsetxattr, kAnyNet, kLandlock, kSupervise, {}},
-    Rule{__NR_fsetxattr, kAnyNet, kLandlock, kSupervise, {}},
-    Rule{__NR_setxattrat, kAnyNet, kLandlock, kSupervise, {}},
-    Rule{__NR_removexattr, kAnyNet, kLandlock, kSupervise, {}},
-    Rule{__NR_lremovexattr, kAnyNet, kLandlock, kSupervise, {}},
-    Rule{__NR_fremovexattr, kAnyNet, kLandlock, kSupervise, {}},
-    Rule{__NR_removexattrat, kAnyNet, kLandlock, kSupervise, {}},
-    // Without a user namespace the uid's inotify limits are the host's: the supervisor counts
-    // the sandbox's instances and watches against its share (ROB-12).
-    Rule{kNrInotifyInit, kAnyNet, kLandlock, kSupervise, {}},
-    Rule{__NR_inotify_init1, kAnyNet, kLandlock, kSupervise, {}},
-    Rule{__NR_inotify_add_watch, kAnyNet, kLandlock, kSupervise, {}},
-    When(kNrCreat, kAnyNet, kAnyMode, kAllow, Clause{{AnyBit(1, kSetIdBits)}, kEperm}),
-    When(kNrOpen, kAnyNet, kAnyMode, kAllow, Clause{{AnyBit(1, kCreateFlags), AnyBit(2, kSetIdBits)}, kEperm}),
-    When(__NR_openat, kAnyNet, kAnyMode, kAllow, Clause{{AnyBit(2, kCreateFlags), AnyBit(3, kSetIdBits)}, kEperm}),
-    Rule{__NR_openat2, kAnyNet, kAnyMode, kEnosys, {}},
-    When(kNrMknod, kAnyNet, kAnyMode, kAllow, Clause{{AnyBit(1, kSetIdBits)}, kEperm}),
-    When(__NR_mknodat, kAnyNet, kAnyMode, kAllow, Clause{{AnyBit(2, kSetIdBits)}, kEperm}),
-
-    // NET-01..NET-06, NET-09, NET-10, NET-17: socket creation by network mode.
-    Deny(__NR_socket, kNetNone),
-    When(__NR_socket, kNetProxy, kIsolated, kEperm,
-         Clause{{In(0, kAll, AF_INET, AF_INET6), In(1, kSockTypeMask, SOCK_STREAM, SOCK_DGRAM)},
-                kAllow}),
-    // Landlock's TCP rule for the proxy's port opens it on every address, and connect()
-    // addresses are out of BPF's reach: the connect supervisor (3b below) closes that for IPv4
-    // where the kernel allows; else it is a listed gap. The proxy is at 127.0.0.1, so IPv6 is
-    // refused outright either way: that closes the port on ::1 and on every IPv6 host.
-    When(__NR_socket, kNetProxy, kLandlock, kEperm,
-         Clause{{In(0, kAll, AF_INET), In(1, kSockTypeMask, SOCK_STREAM), In(2, kAll, 0, IPPROTO_TCP)},
-                kAllow}),
-    // NET-11: a SOCK_DGRAM pair could sendmsg() to any host datagram socket by name.
-    When(__NR_socketpair, kNetNone | kNetProxy, kAnyMode, kEperm,
-         Clause{{In(0, kAll, AF_UNIX), In(1, kSockTypeMask, SOCK_STREAM, SOCK_SEQPACKET)}, kAllow}),
-    // NET-09 across sandboxes: every network: 'none' sandbox shares one empty network namespace,
-    // where abstract unix names are a shared board. A socketpair socket can still bind() one
-    // (visible in /proc/net/unix, EADDRINUSE for another sandbox): a channel between sandboxes
-    // with different read rights. With socket() refused, no socket here ever needs a name.
-    Deny(__NR_bind, kNetNone),
-    Deny(__NR_listen, kNetNone),
-    // NET-13: listen() autobinds a port that Landlock's BIND_TCP never sees.
-    Deny(__NR_listen, kNetProxy, kLandlock),
-    // TCP Fast Open connects from inside sendto/sendmsg, not through connect().
-    When(__NR_sendto, kNetProxy, kLandlock, kAllow, Clause{{AnyBit(3, kMsgFastOpen)}, kEperm}),
-    When(__NR_sendmsg, kNetProxy, kLandlock, kAllow, Clause{{AnyBit(2, kMsgFastOpen)}, kEperm}),
-    When(__NR_sendmmsg, kNetProxy, kLandlock, kAllow, Clause{{AnyBit(3, kMsgFastOpen)}, kEperm}),
-
-    // PROC-16: without an ipc namespace, SysV IPC and POSIX message queues are the host's.
-    Deny(__NR_shmget, kAnyNet, kLandlock),
-    Deny(__NR_shmat, kAnyNet, kLandlock),
-    Deny(__NR_shmctl, kAnyNet, kLandlock),
-    Deny(__NR_shmdt, kAnyNet, kLandlock),
-    Deny(__NR_msgget, kAnyNet, kLandlock),
-    Deny(__NR_msgsnd, kAnyNet, kLandlock),
-    Deny(__NR_msgrcv, kAnyNet, kLandlock),
-    Deny(__NR_msgctl, kAnyNet, kLandlock),
-    Deny(__NR_semget, kAnyNet, kLandlock),
-    Deny(__NR_semop, kAnyNet, kLandlock),
-    Deny(__NR_semtimedop, kAnyNet, kLandlock),
-    Deny(__NR_semctl, kAnyNet, kLandlock),
-    Deny(__NR_mq_open, kAnyNet, kLandlock),
-    Deny(__NR_mq_unlink, kAnyNet, kLandlock),
-    Deny(__NR_mq_timedsend, kAnyNet, kLandlock),
-    Deny(__NR_mq_timedreceive, kAnyNet, kLandlock),
-    Deny(__NR_mq_notify, kAnyNet, kLandlock),
-    Deny(__NR_mq_getsetattr, kAnyNet, kLandlock),
-};
 
 // ---- Code generation ------------------------------------------------------------------------
 
@@ -446,25 +44,6 @@ constexpr uint32_t ArgLowOffset(uint8_t arg) {
 sock_filter Stmt(uint16_t code, uint32_t k) { return sock_filter{code, 0, 0, k}; }
 sock_filter Jump(uint16_t code, uint32_t k, uint8_t jt, uint8_t jf) {
   return sock_filter{code, jt, jf, k};
-}
-
-uint8_t NetBit(SeccompNet net) {
-  switch (net) {
-    case SeccompNet::kNone: return kNetNone;
-    case SeccompNet::kProxy: return kNetProxy;
-    case SeccompNet::kFull: return kNetFull;
-  }
-  return 0;
-}
-
-bool Applies(const Rule& r, uint8_t net, uint8_t mode) {
-  return r.nr != kSkip && (r.nets & net) != 0 && (r.modes & mode) != 0;
-}
-
-int ClauseTestCount(const Clause& c) {
-  int n = 0;
-  while (n < kMaxTests && c.tests[n].op != Op::kUnused) ++n;
-  return n;
 }
 
 // Instructions one test emits: load, optional AND, then one jump per value (kIn) or one JSET.
@@ -526,8 +105,114 @@ int EmitBody(const Rule& r, uint32_t supervise, std::vector<sock_filter>* out) {
 
 }  // namespace
 
-int BuildSeccompFilter(const SeccompConfig& cfg, std::vector<sock_filter>* out) noexcept {
-  if (out == nullptr) return -EINVAL;
+namespace {
+
+// One rule of the table as emitted: its syscall number and its body (ending in RET).
+struct Leaf {
+  uint32_t nr;
+  std::vector<sock_filter> body;
+};
+
+// What a group compares: numbers [lo, hi] that share one body. A body that is a lone RET jumps
+// to a RET shared by the group (`ret`); any other body follows its JEQ inline (lo == hi).
+struct Item {
+  uint32_t lo, hi;
+  const Leaf* leaf;
+  bool lone_ret;
+};
+
+// At most this many items are compared one after the other; more are split by a search.
+constexpr size_t kGroupItems = 12;
+
+// A group: a chain of tests over items[lo, hi) that ends in RET ALLOW (a number the table does
+// not name is allowed; see seccomp.h for why this is a deny list), followed by the RETs its lone
+// bodies share. A range of numbers costs two jumps, a lone number one.
+int EmitGroup(const std::vector<Item>& items, size_t lo, size_t hi, std::vector<sock_filter>* out) {
+  std::vector<uint32_t> rets;  // the shared RETs' values, in order after the RET ALLOW
+  for (size_t i = lo; i < hi; ++i) {
+    if (!items[i].lone_ret) continue;
+    uint32_t k = items[i].leaf->body[0].k;
+    if (std::find(rets.begin(), rets.end(), k) == rets.end()) rets.push_back(k);
+  }
+  // Jumps to a shared RET are patched once the chain's length is known.
+  std::vector<std::pair<size_t, uint32_t>> patches;  // (instruction, RET value); jt or jf by kind
+  for (size_t i = lo; i < hi; ++i) {
+    const Item& it = items[i];
+    if (!it.lone_ret) {
+      const auto& body = it.leaf->body;
+      out->push_back(Jump(BPF_JMP | BPF_JEQ | BPF_K, it.lo, 0, static_cast<uint8_t>(body.size())));
+      out->insert(out->end(), body.begin(), body.end());
+    } else if (it.lo == it.hi) {
+      patches.emplace_back(out->size(), it.leaf->body[0].k);
+      out->push_back(Jump(BPF_JMP | BPF_JEQ | BPF_K, it.lo, 0, 0));  // jt: the shared RET
+    } else {
+      // lo <= nr <= hi: JGE lo (else skip the next test), then JGT hi (else the shared RET).
+      out->push_back(Jump(BPF_JMP | BPF_JGE | BPF_K, it.lo, 0, 1));
+      patches.emplace_back(out->size(), it.leaf->body[0].k);
+      out->push_back(Jump(BPF_JMP | BPF_JGT | BPF_K, it.hi, 0, 0));  // jf: the shared RET
+    }
+  }
+  out->push_back(Stmt(BPF_RET | BPF_K, kAllow));
+  const size_t rets_at = out->size();
+  for (uint32_t k : rets) out->push_back(Stmt(BPF_RET | BPF_K, k));
+  for (const auto& [at, k] : patches) {
+    size_t target = rets_at + static_cast<size_t>(std::find(rets.begin(), rets.end(), k) - rets.begin());
+    size_t off = target - at - 1;
+    if (off > 255) return -E2BIG;
+    sock_filter& j = (*out)[at];
+    if (BPF_OP(j.code) == BPF_JEQ) j.jt = static_cast<uint8_t>(off);
+    else j.jf = static_cast<uint8_t>(off);
+  }
+  return 0;
+}
+
+// A binary search over items[lo, hi) (sorted, disjoint), with nr in the accumulator.
+//
+// Why a search and not a chain of `if (nr == N)`: a sandboxed command runs the program on every
+// syscall the kernel's cache does not already know to be allowed, and at install time the kernel
+// builds that cache by emulating the program once per syscall number (seccomp_cache_prepare).
+// A chain of ~150 rules made both walk ~250 instructions; a search takes about log2 of that.
+// Install time itself goes mostly to the JIT, which is linear in the program's length: hence the
+// shared RETs and ranges of EmitGroup, which keep the program shorter than the chain was.
+//
+// A split at pivot P is `JGE P` whose true branch skips the left half. When the left half is
+// beyond an 8-bit jump, `JGE P (true: next, false: skip 1) ; JA over the left half` instead
+// (JA carries a 32-bit offset).
+int EmitSearch(const std::vector<Item>& items, size_t lo, size_t hi, std::vector<sock_filter>* out) {
+  if (hi - lo <= kGroupItems) return EmitGroup(items, lo, hi, out);
+  const size_t mid = lo + (hi - lo) / 2;
+  const size_t at = out->size();
+  out->push_back(Jump(BPF_JMP | BPF_JGE | BPF_K, items[mid].lo, 0, 0));
+  std::vector<sock_filter> left;
+  if (int rc = EmitSearch(items, lo, mid, &left)) return rc;
+  if (left.size() <= 255) {
+    (*out)[at].jt = static_cast<uint8_t>(left.size());
+  } else {
+    (*out)[at].jf = 1;
+    out->push_back(Stmt(BPF_JMP | BPF_JA, static_cast<uint32_t>(left.size())));
+  }
+  out->insert(out->end(), left.begin(), left.end());
+  return EmitSearch(items, mid, hi, out);
+}
+
+// Leaves (sorted by nr) as items: neighbouring numbers whose body is the same lone RET merge.
+std::vector<Item> MergeRanges(const std::vector<Leaf>& leaves) {
+  std::vector<Item> items;
+  for (const Leaf& l : leaves) {
+    const bool lone = l.body.size() == 1;
+    if (lone && !items.empty()) {
+      Item& last = items.back();
+      if (last.lone_ret && last.hi + 1 == l.nr && last.leaf->body[0].k == l.body[0].k) {
+        last.hi = l.nr;
+        continue;
+      }
+    }
+    items.push_back(Item{l.nr, l.nr, &l, lone});
+  }
+  return items;
+}
+
+int BuildSeccompFilterUncached(const SeccompConfig& cfg, std::vector<sock_filter>* out) noexcept {
   out->clear();
   const uint8_t net = NetBit(cfg.net);
   if (net == 0) return -EINVAL;
@@ -591,32 +276,58 @@ int BuildSeccompFilter(const SeccompConfig& cfg, std::vector<sock_filter>* out) 
     return -EINVAL;
   }
   const uint32_t supervise = cfg.notify_metadata ? kSeccompRetUserNotif : kAllow;
-  // 3. Rules: `if (nr == N) { body }`, where every body ends in RET, so the accumulator still
-  //    holds nr whenever the next comparison runs.
-  std::vector<sock_filter> body;
+  // 3. Rules, as a binary search over their syscall numbers (EmitSearch). Every body ends in
+  //    RET, so the accumulator holds nr at every comparison.
+  std::vector<Leaf> leaves;
   for (size_t i = 0; i < kRuleCount; ++i) {
     const Rule& r = kRules[i];
     if (!Applies(r, net, mode)) continue;
-    body.clear();
-    if (int rc = EmitBody(r, supervise, &body)) {
+    Leaf leaf{static_cast<uint32_t>(r.nr), {}};
+    if (int rc = EmitBody(r, supervise, &leaf.body)) {
       out->clear();
       return rc;
     }
-    if (body.size() > 255) {
+    if (leaf.body.size() > 255) {
       out->clear();
       return -E2BIG;
     }
-    out->push_back(Jump(BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(r.nr), 0,
-                        static_cast<uint8_t>(body.size())));
-    out->insert(out->end(), body.begin(), body.end());
+    leaves.push_back(std::move(leaf));
   }
-
-  // 4. Default: allow (see seccomp.h for why this is a deny list).
-  out->push_back(Stmt(BPF_RET | BPF_K, kAllow));
+  std::sort(leaves.begin(), leaves.end(), [](const Leaf& a, const Leaf& b) { return a.nr < b.nr; });
+  const std::vector<Item> items = MergeRanges(leaves);
+  if (int rc = EmitSearch(items, 0, items.size(), out)) {
+    out->clear();
+    return rc;
+  }
   if (out->size() > BPF_MAXINSNS) {
     out->clear();
     return -E2BIG;
   }
+  return 0;
+}
+}  // namespace
+
+int BuildSeccompFilter(const SeccompConfig& cfg, std::vector<sock_filter>* out) noexcept {
+  if (out == nullptr) return -EINVAL;
+  // The program depends on the config alone (a few bits), and building it checks the table for
+  // duplicates and sorts it: built once per config, then copied.
+  const unsigned key = static_cast<unsigned>(cfg.net) | (cfg.isolated ? 4u : 0u) | (cfg.unix_stream_sockets ? 8u : 0u) |
+                       (cfg.notify_connect ? 16u : 0u) | (cfg.notify_metadata ? 32u : 0u);
+  static std::mutex mu;
+  static std::vector<sock_filter> built[64];
+  static int result[64];
+  static bool done[64];
+  if (key >= 64) return -EINVAL;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!done[key]) {
+    result[key] = BuildSeccompFilterUncached(cfg, &built[key]);
+    done[key] = true;
+  }
+  if (result[key] != 0) {
+    out->clear();
+    return result[key];
+  }
+  *out = built[key];
   return 0;
 }
 

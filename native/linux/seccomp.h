@@ -61,6 +61,7 @@
 
 #include <linux/filter.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -135,6 +136,14 @@ int SeccompSupported() noexcept;
 // (tried for real in a short-lived child: a listener already in this process's filter chain makes
 // it EBUSY), pidfd_getfd and SECCOMP_IOCTL_NOTIF_ADDFD (Linux 5.9) are all there; else -errno.
 int ConnectSupervisorSupported() noexcept;
+
+// Test hook (seccomp_check.cc): runs every program BuildSeccompFilter can build through a cBPF
+// interpreter, over every syscall number up to 1023 (and the x32, -1 and foreign-arch cases)
+// with argument values drawn from the rule table, and compares each verdict with the rule
+// table's meaning, evaluated directly. Returns the number of mismatches (0: every program says
+// what the table says); *cases gets how many inputs were tried, *configs how many configs could
+// be built, *first the first mismatch.
+int SeccompSelfCheck(long* cases, int* configs, char* first, size_t first_len) noexcept;
 
 }  // namespace psb
 

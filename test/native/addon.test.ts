@@ -38,6 +38,19 @@ describe('addon loading through lib/native.ts', () => {
     expect(typeof n.probe).toBe('function');
   });
 
+  it.runIf(isLinux)('every seccomp program the builder makes gives its rule table\'s verdict, for every syscall number', () => {
+    // The builder lays the rules out as a binary search with shared returns and ranges
+    // (native/linux/seccomp.cc); the check interprets each program and evaluates the table
+    // directly. A pivot moved by one (tried while writing it) gave 238582 mismatches.
+    const r = loadNative().seccompSelfCheck!();
+    expect(r.first).toBe('');
+    expect(r.mismatches).toBe(0);
+    // Isolated: 3 network modes x unix sockets on/off; Landlock: x metadata supervisor on/off,
+    // plus the connect supervisor with the proxy.
+    expect(r.configs).toBe(22);
+    expect(r.cases).toBeGreaterThan(1_000_000);
+  });
+
   it.runIf(isLinux)('closeOnPool closes the fd (on the thread pool) and checks its argument', async () => {
     const n = loadNative();
     const file = path.join(os.tmpdir(), `psb-close-${process.pid}-${Date.now()}`);
