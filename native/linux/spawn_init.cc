@@ -69,7 +69,8 @@ void SetUpNamespacesInChild(ChildArgs* a) {
   }
   // lo is needed only by the proxy's listener: with no network at all, socket() is refused by
   // seccomp anyway, and bringing lo up is a large share of a namespace's setup cost.
-  if (p.new_net && p.proxy_port != 0) {
+  // A proxy template (spawn_netns.cc) comes with lo up, and init could not change it there.
+  if (p.new_net && p.proxy_port != 0 && !a->tmpl_loopback) {
     r = LoopbackUpInChild();
     if (r < 0) FailInChild(a, kStageLoopback, 0, r);
   }

@@ -115,7 +115,8 @@ struct ChildArgs {
   // Shared-netns path (network: none): stage0 joins the template namespaces, then clones init.
   int tmpl_user_fd;
   int tmpl_net_fd;
-  int tmpl_sys_fd;  // -1, or a detached sysfs of the shared network namespace to clone onto /sys
+  int tmpl_sys_fd;  // -1, or a detached sysfs of the template's network namespace to clone onto /sys
+  bool tmpl_loopback;  // the template's lo is up already (a proxy template): init leaves it
   int init_flags;
   void* init_stack_top;
   void* init_tls;
@@ -207,6 +208,20 @@ long LoopbackUpInChild();
 long CreateProxyListenerInChild(ChildArgs* a, uint16_t port);
 int Stage0InChild(void* argp);
 bool GetNetTemplate(int* user_fd, int* net_fd, int* sys_fd);
+// A template's namespaces (user, net) and its detached read-only sysfs (-1 if none).
+struct NetTemplate {
+  int user_fd = -1;
+  int net_fd = -1;
+  int sys_fd = -1;
+};
+// Parent side: makes one (lo up when `loopback`); false when this host cannot.
+bool MakeNetTemplate(bool loopback, NetTemplate* out);
+// Parent side: a single-use template with lo up for a sandbox with a proxy, made ahead; false
+// when none is ready (the caller then makes the namespace in clone as before). Either way the
+// pool starts making the next ones on threads of its own.
+bool TakeProxyTemplate(NetTemplate* out);
+// Closes our copies of a taken template's fds (init holds the namespaces from then on).
+void ReleaseTemplate(NetTemplate* t);
 
 // spawn_command.cc: the command, from clone(CLONE_VM|CLONE_VFORK) to execve.
 int CommandInChild(void* argp);

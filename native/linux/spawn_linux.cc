@@ -353,7 +353,21 @@ Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
   int tmpl_user = -1, tmpl_net = -1, tmpl_sys = -1;
   const bool shared_net = isolated && plan.new_net && plan.proxy_port == 0 && plan.share_netns &&
                           GetNetTemplate(&tmpl_user, &tmpl_net, &tmpl_sys);
-  if (shared_net) {
+  // A proxy sandbox joins a namespace of its own made ahead (spawn_netns.cc); our copies of its
+  // fds are closed once init holds it, whatever happens.
+  NetTemplate pooled;
+  struct PooledCloser {
+    NetTemplate* t;
+    ~PooledCloser() { ReleaseTemplate(t); }
+  } pooled_closer{&pooled};
+  const bool pooled_net = isolated && plan.new_net && plan.proxy_port != 0 && TakeProxyTemplate(&pooled);
+  if (pooled_net) {
+    tmpl_user = pooled.user_fd;
+    tmpl_net = pooled.net_fd;
+    tmpl_sys = pooled.sys_fd;
+    args.tmpl_loopback = true;
+  }
+  if (shared_net || pooled_net) {
     args.tmpl_user_fd = tmpl_user;
     args.tmpl_net_fd = tmpl_net;
     args.tmpl_sys_fd = tmpl_sys;
@@ -395,7 +409,7 @@ Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
       if (read(errp[0], &rep, sizeof rep) == static_cast<ssize_t>(sizeof rep)) return ReportToStatus(plan, rep);
       return Status::Error(ErrorCode::kENAMESPACE_SETUP, "joining the shared network namespace failed");
     }
-    out->shared_netns = pid > 0;
+    out->shared_netns = pid > 0 && shared_net;
   } else {
     pid = clone(entry, init_stack.top(), flags, &args, &pidfd, tls, nullptr);
     clone_errno = errno;

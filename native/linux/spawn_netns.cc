@@ -1,6 +1,7 @@
 // Network namespaces of isolated mode: the process-wide empty one that sandboxes without a proxy
-// share (the template, joined by stage0), bringing lo up, and the proxy's listener inside a
-// sandbox's own namespace. Landlock mode's loopback listener too.
+// share (the template, joined by stage0), the single-use ones made ahead for sandboxes with a
+// proxy (the pool), bringing lo up, and the proxy's listener inside a sandbox's own namespace.
+// Landlock mode's loopback listener too.
 #include <arpa/inet.h>
 #include <net/if.h>
 #include <netinet/in.h>
@@ -10,6 +11,8 @@
 
 #include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "spawn_internal.h"
 
@@ -20,15 +23,16 @@ namespace {
 struct TemplateArgs {
   int sock;
   int parent_sock;  // our copy of the parent's end: closed first, or EOF could never come
+  bool loopback;    // bring lo up (a proxy sandbox's namespace: its listener lives on lo)
   char uid_map[48];
   char gid_map[48];
+  // The nested-namespace probe's stack: templates are made on several threads at once (the pool).
+  alignas(16) char probe_stack[16 * 1024];
 };
 
 // The template: a process in a new user+network namespace that maps its own uid/gid, says so, and
 // waits for the parent to open its namespaces before exiting. CLONE_VM, raw syscalls only.
 int NestedUsernsProbeInChild(void*) { ExitInChild(0); }
-// Only the template's child uses it, once, while the parent waits for the template's answer.
-alignas(16) char g_nested_probe_stack[16 * 1024];
 
 int TemplateInChild(void* argp) {
   TemplateArgs* t = static_cast<TemplateArgs*>(argp);
@@ -41,11 +45,14 @@ int TemplateInChild(void* argp) {
   // can make the template but no sandbox could nest in it: refuse the template, and sandboxes
   // make their own network namespace as without one.
   if (r == 0) {
-    long p = clone(NestedUsernsProbeInChild, g_nested_probe_stack + sizeof g_nested_probe_stack,
+    long p = clone(NestedUsernsProbeInChild, t->probe_stack + sizeof t->probe_stack,
                    CLONE_VM | CLONE_VFORK | CLONE_NEWUSER | SIGCHLD, nullptr);
     if (p < 0) r = -EPERM;
     else Sys(__NR_wait4, p, 0, __WALL, 0);
   }
+  // Only the namespace's owner may: a sandbox's init holds capabilities over its nested user
+  // namespace, not over this network namespace.
+  if (r == 0 && t->loopback) r = LoopbackUpInChild();
   // A read-only sysfs of the template's network namespace, as a detached mount: each sandbox
   // clones it onto /sys (only a holder of CAP_SYS_ADMIN over this network namespace may mount
   // one, and a sandbox's init holds it only over its own nested user namespace).
@@ -65,16 +72,87 @@ int TemplateInChild(void* argp) {
   ExitInChild(0);
 }
 
-struct NetTemplate {
+// The process-wide template of sandboxes without a proxy: made on first use, kept.
+struct SharedTemplate {
   std::mutex mu;
   bool tried = false;
-  int user_fd = -1;
-  int net_fd = -1;
-  int sys_fd = -1;  // detached read-only sysfs of the template network namespace, or -1
+  NetTemplate fds;
 };
-NetTemplate g_net_template;
+SharedTemplate g_shared_template;
+
+// Sandboxes with a proxy each need a network namespace of their own (their listener is the only
+// thing on its lo). Making one is most of such a spawn's cost (~0.7-1 ms: the namespace, lo, the
+// sysfs), so a few are made ahead, on threads of their own, and each is used exactly once: a
+// spawn takes one and the pool makes the next. Nothing is shared between two sandboxes: a
+// template is just a namespace made a moment earlier.
+constexpr size_t kProxyPoolSize = 2;
+struct ProxyPool {
+  std::mutex mu;
+  std::vector<NetTemplate> ready;
+  size_t filling = 0;
+  bool failed = false;  // this host cannot make templates: spawns make their own namespaces
+};
+ProxyPool g_proxy_pool;
+
+void FillProxyPool() {
+  NetTemplate t;
+  bool ok = MakeNetTemplate(true, &t);
+  std::lock_guard<std::mutex> lock(g_proxy_pool.mu);
+  --g_proxy_pool.filling;
+  if (ok) g_proxy_pool.ready.push_back(t);
+  else g_proxy_pool.failed = true;
+}
 
 }  // namespace
+
+// Makes a template: a process in a new user+network namespace (lo up when `loopback`) whose
+// namespaces we open and keep (it exits once we have them). False when this host cannot.
+bool MakeNetTemplate(bool loopback, NetTemplate* out) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return false;
+  TemplateArgs t;
+  t.sock = sv[1];
+  t.parent_sock = sv[0];
+  t.loopback = loopback;
+  snprintf(t.uid_map, sizeof t.uid_map, "%u %u 1\n", geteuid(), geteuid());
+  snprintf(t.gid_map, sizeof t.gid_map, "%u %u 1\n", getegid(), getegid());
+  Stack stack;
+  if (stack.Allocate(64 * 1024)) {
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid_t pid = clone(TemplateInChild, stack.top(), CLONE_VM | CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWNS | SIGCHLD, &t);
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    if (pid > 0) {
+      char ok = 0;
+      int sys_fd = -1;
+      ssize_t got = RecvFd(sv[0], &ok, &sys_fd, 0);
+      if (got == 1 && ok == 'Y') {
+        std::string base = "/proc/" + std::to_string(pid) + "/ns/";
+        int u = open((base + "user").c_str(), O_RDONLY | O_CLOEXEC);
+        int n = open((base + "net").c_str(), O_RDONLY | O_CLOEXEC);
+        if (u >= 0 && n >= 0) {
+          out->user_fd = u;
+          out->net_fd = n;
+          out->sys_fd = sys_fd;
+          sys_fd = -1;
+        } else {
+          if (u >= 0) close(u);
+          if (n >= 0) close(n);
+        }
+      }
+      if (sys_fd >= 0) close(sys_fd);
+      close(sv[0]);
+      sv[0] = -1;
+      int st;
+      while (waitpid(pid, &st, __WALL) < 0 && errno == EINTR) {
+      }
+    }
+  }
+  if (sv[0] >= 0) close(sv[0]);
+  close(sv[1]);
+  return out->user_fd >= 0;
+}
 
 long LoopbackUpInChild() {
   long s = Sys(__NR_socket, AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -131,53 +209,42 @@ int Stage0InChild(void* argp) {
 // lifetime). False when this host cannot make one; callers then create a network namespace per
 // sandbox as usual.
 bool GetNetTemplate(int* user_fd, int* net_fd, int* sys_fd) {
-  std::lock_guard<std::mutex> lock(g_net_template.mu);
-  if (!g_net_template.tried) {
-    g_net_template.tried = true;
-    int sv[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0) {
-      TemplateArgs t;
-      t.sock = sv[1];
-      t.parent_sock = sv[0];
-      snprintf(t.uid_map, sizeof t.uid_map, "%u %u 1\n", geteuid(), geteuid());
-      snprintf(t.gid_map, sizeof t.gid_map, "%u %u 1\n", getegid(), getegid());
-      Stack stack;
-      if (stack.Allocate(64 * 1024)) {
-        sigset_t all, old;
-        sigfillset(&all);
-        pthread_sigmask(SIG_SETMASK, &all, &old);
-        pid_t pid = clone(TemplateInChild, stack.top(), CLONE_VM | CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWNS | SIGCHLD, &t);
-        pthread_sigmask(SIG_SETMASK, &old, nullptr);
-        if (pid > 0) {
-          char ok = 0;
-          ssize_t got = RecvFd(sv[0], &ok, &g_net_template.sys_fd, 0);
-          if (got == 1 && ok == 'Y') {
-            std::string base = "/proc/" + std::to_string(pid) + "/ns/";
-            int u = open((base + "user").c_str(), O_RDONLY | O_CLOEXEC);
-            int n = open((base + "net").c_str(), O_RDONLY | O_CLOEXEC);
-            if (u >= 0 && n >= 0) {
-              g_net_template.user_fd = u;
-              g_net_template.net_fd = n;
-            } else {
-              if (u >= 0) close(u);
-              if (n >= 0) close(n);
-            }
-          }
-          close(sv[0]);
-          sv[0] = -1;
-          int st;
-          while (waitpid(pid, &st, __WALL) < 0 && errno == EINTR) {
-          }
-        }
-      }
-      if (sv[0] >= 0) close(sv[0]);
-      close(sv[1]);
+  std::lock_guard<std::mutex> lock(g_shared_template.mu);
+  if (!g_shared_template.tried) {
+    g_shared_template.tried = true;
+    MakeNetTemplate(false, &g_shared_template.fds);
+  }
+  *user_fd = g_shared_template.fds.user_fd;
+  *net_fd = g_shared_template.fds.net_fd;
+  *sys_fd = g_shared_template.fds.sys_fd;
+  return *user_fd >= 0;
+}
+
+bool TakeProxyTemplate(NetTemplate* out) {
+  std::lock_guard<std::mutex> lock(g_proxy_pool.mu);
+  bool got = false;
+  if (!g_proxy_pool.ready.empty()) {
+    *out = g_proxy_pool.ready.back();
+    g_proxy_pool.ready.pop_back();
+    got = true;
+  }
+  while (!g_proxy_pool.failed && g_proxy_pool.ready.size() + g_proxy_pool.filling < kProxyPoolSize) {
+    ++g_proxy_pool.filling;
+    try {
+      std::thread(FillProxyPool).detach();
+    } catch (...) {
+      --g_proxy_pool.filling;  // no thread now: this spawn and the next make their own
+      break;
     }
   }
-  *user_fd = g_net_template.user_fd;
-  *net_fd = g_net_template.net_fd;
-  *sys_fd = g_net_template.sys_fd;
-  return *user_fd >= 0;
+  return got;
+}
+
+void ReleaseTemplate(NetTemplate* t) {
+  for (int* fd : {&t->user_fd, &t->net_fd, &t->sys_fd}) {
+    if (*fd >= 0) close(*fd);
+    *fd = -1;
+  }
 }
 
 }  // namespace spawn_internal
