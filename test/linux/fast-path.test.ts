@@ -9,7 +9,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
-import { run } from '../../lib/index';
+import { ManagedProxy, run } from '../../lib/index';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
 import { BASE_ENV, makeScene, sh, type Scene } from '../helpers/sandbox';
 
@@ -81,5 +81,47 @@ describe.runIf(caps.linux)('spawn after spawn: nothing decided from the filesyst
         expect(fs.readdirSync(scene.ws), `after run ${i}`).toEqual([]);
       }
     });
+  });
+});
+
+describe.runIf(caps.linux)('proxy sandboxes: network namespaces made ahead', () => {
+  // Isolated mode makes proxy sandboxes' network namespaces ahead of time (a small pool, each
+  // used once: native/linux/spawn_netns.cc). What must hold: every sandbox gets one of its own
+  // (never another sandbox's, never the host's), with lo up and its proxy listener reachable.
+  it.skipIf(!caps.userns)('each has a namespace of its own, and reaches its proxy through it', async () => {
+    const scene = makeScene('fast-netns');
+    const audits: string[] = [];
+    const proxy = ManagedProxy.create({ policy: { allow: ['example.com'] }, closeWithLastProcess: false, onAudit: (e) => audits.push(`${e.host}`) });
+    try {
+      const policy = modePolicy('isolated', { filesystem: { write: [scene.ws] }, network: { proxy: { allow: ['example.com'] } } });
+      // The proxy refuses a CONNECT to a host outside its policy with 403: an answer that can only
+      // come from the host's proxy, through the listener inside the sandbox's namespace.
+      const script =
+        'readlink /proc/self/ns/net; port=${HTTPS_PROXY##*:}; exec 3<>/dev/tcp/127.0.0.1/$port || exit 9; ' +
+        "h=denied-$1.invalid; printf 'CONNECT %s:443 HTTP/1.1\\r\\nHost: %s:443\\r\\n\\r\\n' $h $h >&3; head -c 12 <&3; echo";
+      const one = (i: number) =>
+        run('/bin/bash', ['-c', script, 'bash', String(i)], { cwd: scene.ws, env: BASE_ENV, policy, proxy: { instance: proxy }, timeout: 60_000, encoding: 'utf8' });
+      const results = [];
+      for (let i = 0; i < 4; i++) results.push(await one(i));
+      results.push(...(await Promise.all([4, 5, 6].map(one))));
+      const host = fs.readlinkSync('/proc/self/ns/net');
+      const seen = new Set<string>();
+      for (const r of results) {
+        expect(r.code, r.stderr).toBe(0);
+        const [ns, answer] = r.stdout.split('\n');
+        expect(ns).toMatch(/^net:\[\d+\]$/);
+        expect(ns).not.toBe(host);
+        seen.add(ns!);
+        expect(answer).toBe('HTTP/1.1 403');
+        expect(r.enforcement.mechanisms.namespaces).toContain('net');
+        expect(r.enforcement.mechanisms.namespaces).not.toContain('net (shared, empty)');
+      }
+      expect(seen.size, 'seven sandboxes, seven namespaces').toBe(7);
+      // Outside: the proxy itself saw each sandbox's request.
+      for (let i = 0; i < 7; i++) expect(audits, JSON.stringify(audits)).toContain(`denied-${i}.invalid`);
+    } finally {
+      await proxy.close();
+      scene.cleanup();
+    }
   });
 });
