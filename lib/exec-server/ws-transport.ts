@@ -3,7 +3,8 @@
  *
  * Safe by default, because whoever connects can run commands as the server's user:
  * - no auth configured: refused at start, unless the caller passes the explicitly unsafe
- *   opt-out, and never on a non-loopback address;
+ *   opt-out, and never on a non-loopback address; with the opt-out the sandbox floor is always on
+ *   (sandbox-floor.ts: a request without a sandbox is refused, nothing runs unsandboxed);
  * - a browser's handshake (it always carries `Origin`) is refused with 403 unless that origin is
  *   allowed, so a web page cannot drive a loopback server (Codex refuses every Origin);
  * - the credential is checked before the upgrade (ws-auth.ts): a refused client gets an HTTP
@@ -30,7 +31,8 @@ export interface WsTransportOptions {
   allowOrigins?: string[];
   /**
    * Listen on loopback without authentication: any local user, and any local program, can then
-   * run commands as this server's user. Never allowed on a non-loopback address.
+   * run commands as this server's user, in the sandbox each request names: it implies
+   * `requireSandbox` (a request without a sandbox is refused). Never allowed on a non-loopback address.
    */
   dangerouslyAllowUnauthenticated?: boolean;
 }
@@ -64,8 +66,10 @@ function refuse(socket: Duplex, status: number, reason: string, body = ''): void
   socket.once('finish', () => socket.destroy());
 }
 
-export async function wsServer(t: WsTransportOptions, options: ExecServerOptions, max: number): Promise<ExecServer> {
+export async function wsServer(t: WsTransportOptions, opts: ExecServerOptions, max: number): Promise<ExecServer> {
   const check = authFor(t);
+  // Whoever reaches an unauthenticated listener gets sandboxed execution only (sandbox-floor.ts).
+  const options: ExecServerOptions = check === null ? { ...opts, requireSandbox: true } : opts;
   const origins = new Set(t.allowOrigins ?? []);
   const { WebSocketServer } = require('ws') as typeof import('ws');
   const conns = new Set<ExecConnection>();
@@ -96,7 +100,10 @@ export async function wsServer(t: WsTransportOptions, options: ExecServerOptions
     server.once('error', reject);
   });
   if (check === null) {
-    process.emitWarning(`exec-server on ws://${t.host} accepts unauthenticated clients: every local user can run commands as this one`, { code: 'PSB_WS_UNAUTHENTICATED' });
+    process.emitWarning(
+      `exec-server on ws://${t.host} accepts unauthenticated clients: every local user can run commands as this one, in the sandbox each request names (requests without one are refused: --require-sandbox is on)`,
+      { code: 'PSB_WS_UNAUTHENTICATED' },
+    );
   }
   wss.on('connection', (socket) => {
     // Frames the client cannot take yet stay in ws's buffer; past this, output is paused.
