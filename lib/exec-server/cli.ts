@@ -36,7 +36,12 @@ export const EXEC_SERVER_USAGE = `Usage:
       --ws-audience <aud>          required aud claim
       --ws-max-clock-skew-seconds <n>  allowed skew on exp/nbf (default 30)
     --ws-allow-origin <origin>     allow browser clients from this Origin (repeatable; by
-                                   default any request with an Origin header gets 403)
+                                   default any request with an Origin or Sec-WebSocket-Origin
+                                   header gets 403)
+    --ws-allow-host <host>         on a loopback listener, also accept this Host name
+                                   (repeatable; by default only 127.0.0.1, [::1] and localhost,
+                                   with no port or the listening one, others get 421: DNS
+                                   rebinding)
     --ws-dangerously-allow-unauthenticated
                                    listen on loopback without auth: every local user can then
                                    run commands as this one, sandboxed only (implies
@@ -69,6 +74,7 @@ export async function execServerMain(argv: string[]): Promise<number> {
   let listen = 'stdio';
   const flags: WsAuthFlags = {};
   const origins: string[] = [];
+  const hosts: string[] = [];
   let unauthenticated = false;
   const httpAllow: string[] = [];
   const httpDeny: string[] = [];
@@ -92,6 +98,9 @@ export async function execServerMain(argv: string[]): Promise<number> {
       wsOnly ??= a;
     } else if (a === '--ws-allow-origin') {
       origins.push(value());
+      wsOnly ??= a;
+    } else if (a === '--ws-allow-host') {
+      hosts.push(value());
       wsOnly ??= a;
     } else if (a === '--ws-dangerously-allow-unauthenticated') {
       unauthenticated = true;
@@ -118,6 +127,7 @@ export async function execServerMain(argv: string[]): Promise<number> {
       ...where,
       ...(auth !== undefined ? { auth } : {}),
       ...(origins.length ? { allowOrigins: origins } : {}),
+      ...(hosts.length ? { allowHosts: hosts } : {}),
       ...(unauthenticated ? { dangerouslyAllowUnauthenticated: true } : {}),
     };
   }
