@@ -27,6 +27,7 @@ import type { MethodContext } from './types';
 import { decodeStruct, invalidParams } from './decode';
 import { fsRunner, nativePath, sandboxOf } from './fs-methods';
 import { runFs, type DiscoveredFiles } from './fs-ops';
+import { checkSandboxFloor } from './sandbox-floor';
 
 const BOUNDS = { maxDepth: 6, maxDirectories: 10_000, maxFileBytes: 256 * 1024, maxTotalBytes: 8 * 1024 * 1024 };
 const METADATA_WARNING = 'some capability metadata could not be loaded; discovery may be incomplete';
@@ -334,6 +335,7 @@ export async function capabilitiesDiscoverV2(ctx: MethodContext, params: unknown
   ]);
   const sandbox = sandboxOf(p);
   ctx.gate('capability discovery');
+  checkSandboxFloor(ctx.options, 'capabilities/discoverV2', sandbox);
   nativePath(p.cwd as string);
   const home = codexHome();
   const skillRoots = [

@@ -27,6 +27,7 @@ import { FileHandles } from './fs-handles';
 import { fsCall, FS_ONE_SHOT_METHODS } from './fs-methods';
 import { MissingWatches } from './fs-watch';
 import { HttpRequests } from './http-request';
+import { sandboxRequired } from './sandbox-floor';
 import { ProcessTable } from './process-sessions';
 import { SessionRegistry, type Session } from './sessions';
 import { Deferred, type ConnectionSink, type ExecServerOptions, type MethodContext, type SpawnPreparedFn } from './types';
@@ -253,6 +254,7 @@ export class ExecConnection {
   }
 
   private environmentInfo(): Record<string, unknown> {
+    const floor = sandboxRequired(this.ctx.options);
     const shellPath = process.env.SHELL && process.env.SHELL.startsWith('/') ? process.env.SHELL : '/bin/sh';
     const uri = (p: string | undefined) => {
       try {
@@ -274,9 +276,10 @@ export class ExecConnection {
       capabilities: {
         networkProxyLaunch: true,
         capabilityDiscoverySandbox: false,
-        fsWatchMissing: true,
+        // Under the sandbox floor these two are refused (they take no sandbox): not claimed.
+        fsWatchMissing: !floor,
         capabilityDiscoveryV2: true,
-        environmentConfigRead: true,
+        environmentConfigRead: !floor,
         httpHeaderEnvVars: false,
         sandboxedFileStreaming: true,
         fileWriteStreaming: true,

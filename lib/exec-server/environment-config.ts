@@ -19,6 +19,7 @@ import type { MethodContext } from './types';
 import { decodeStruct, invalidParams, RpcError } from './decode';
 import { nativePath } from './fs-methods';
 import { osErrorText } from './fs-ops';
+import { refuseWithoutSandboxField } from './sandbox-floor';
 import { filterTable, parseToml, TomlError, writeToml } from './toml';
 
 type KeyPath = string[];
@@ -56,6 +57,7 @@ export async function environmentConfigRead(ctx: MethodContext, params: unknown)
   const configPaths = decodePaths(p.configPaths);
   const requirementsPaths = decodePaths(p.requirementsPaths);
   ctx.gate('environment config');
+  refuseWithoutSandboxField(ctx.options, 'environmentConfig/read', 'read $CODEX_HOME/config.toml with fs/readFile and a `sandbox` instead');
   if (configPaths.length === 0 && requirementsPaths.length === 0) throw invalidParams('at least one config or requirements path is required');
   nativePath(p.cwd as string);
   const home = codexHome();
@@ -166,5 +168,6 @@ export async function capabilityRootsDiscoverV1(ctx: MethodContext, params: unkn
     ]),
   );
   ctx.gate('capability discovery');
+  refuseWithoutSandboxField(ctx.options, 'capabilityRoots/discoverV1', 'use capabilities/discoverV2 with a `sandbox` instead');
   return { roots: roots.map((r) => ({ id: r.id, path: r.path, ...discoverRoot(nativePath(r.path as string)) })) };
 }

@@ -17,6 +17,7 @@ import * as path from 'node:path';
 import type { MethodContext } from './types';
 import { decodeStruct, INVALID_REQUEST, RpcError } from './decode';
 import { nativePath } from './fs-methods';
+import { refuseWithoutSandboxField } from './sandbox-floor';
 
 const MAX_WATCHES = 256;
 const MAX_PATHS = 1024;
@@ -67,6 +68,7 @@ export class MissingWatches {
       { name: 'missing', kind: 'seq<uri>', required: true },
     ]);
     this.ctx.gate('filesystem');
+    refuseWithoutSandboxField(this.ctx.options, 'fs/watchMissing', 'poll fs/getMetadata with a `sandbox` instead');
     const id = p.watchId as number;
     const uris = p.missing as string[];
     if (uris.length > MAX_PATHS) throw new RpcError(INVALID_REQUEST, `fs/watchMissing takes at most ${MAX_PATHS} paths`);

@@ -26,6 +26,7 @@ import {
   invalidParams,
   RpcError,
 } from './decode';
+import { checkSandboxFloor } from './sandbox-floor';
 import { Deferred, type ConnectionSink, type ExecServerOptions, type SpawnPreparedFn } from './types';
 
 export const RETAIN_BYTES = 1024 * 1024;
@@ -175,6 +176,7 @@ export class ProcessTable {
   async start(params: unknown): Promise<unknown> {
     const p = this.decodeExecParams(params);
     this.gate('exec');
+    checkSandboxFloor(this.options, 'process/start', p.sandbox, p.enforceManagedNetwork ?? false);
     if (this.procs.has(p.processId)) throw new RpcError(INVALID_REQUEST, `process ${p.processId} already exists`);
     const live = [...this.procs.values()].filter((x) => x.state !== 'exited').length;
     const max = this.options.maxProcesses ?? 1024;

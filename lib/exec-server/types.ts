@@ -27,6 +27,14 @@ export interface ExecServerOptions {
    * through (lib/network). Default `{ allow: [] }`: every destination is denied.
    */
   httpPolicy?: ProxyPolicyConfig;
+  /**
+   * The sandbox floor (sandbox-floor.ts): refuse every request that would run a command or touch
+   * the file system without a sandbox (no `sandbox` field, or permissions that confine nothing),
+   * and the methods that read the server's files with no way to carry one. Default false, as
+   * Codex: a request without a `sandbox` runs as the server's user. Always on for a WebSocket
+   * listener without authentication (`dangerouslyAllowUnauthenticated`), whatever is given here.
+   */
+  requireSandbox?: boolean;
   /** Called after every request is answered (diagnostics, tests): its method and, if it failed, the error. */
   observe?: (event: { method: string; error?: { code: number; message: string } }) => void;
   /** Transport name used in parse-error texts ("stdio", "websocket"). */

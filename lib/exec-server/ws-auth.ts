@@ -9,8 +9,10 @@
  *                        does, with --ws-max-clock-skew-seconds (default 30) either way.
  *
  * Ours, beyond Codex: a token or secret file that group or others can access, or that another
- * user owns, is refused (someone else could read or replace the credential), and a token file
- * needs at least 16 characters (a short token can be guessed through the 401s).
+ * user owns, is refused (someone else could read or replace the credential), as are a symlink or
+ * anything but a regular file in its place, and a file in a directory (or below one) that
+ * another user could rename or write into unless it is sticky; a token file needs at least 16
+ * characters (a short token can be guessed through the 401s).
  *
  * Credentials are read once, at start; the upgrade check only compares digests or verifies a
  * signature. The check runs before the upgrade, so a refused client never gets a connection.
@@ -48,12 +50,22 @@ const sha256 = (b: string | Buffer): Buffer => crypto.createHash('sha256').updat
 /**
  * Reads a credential file, refusing one that others could read or replace. The mode and owner
  * come from fstat of the opened file, so a swap between the check and the read cannot slip by.
+ * The open never follows a final symlink (O_NOFOLLOW: whoever can point the link elsewhere picks
+ * the credential) and never blocks (O_NONBLOCK: a FIFO in the file's place would otherwise hang
+ * the server's start; fstat then refuses it as not a regular file). The directories holding it
+ * are checked too: one that another user can write lets them swap the file between two starts.
  */
 export function readSecretFile(file: string): string {
+  const posix = process.platform !== 'win32';
   let fd: number;
   try {
-    fd = fs.openSync(file, 'r');
+    const flags = posix ? fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW | fs.constants.O_NONBLOCK : 'r';
+    fd = fs.openSync(file, flags);
   } catch (e) {
+    // O_NOFOLLOW on a final symlink fails with ELOOP (as does a loop in the directories).
+    if ((e as NodeJS.ErrnoException).code === 'ELOOP' && isSymlink(file)) {
+      return bad(`websocket auth secret ${file} is a symbolic link; point the flag at the file itself`);
+    }
     return bad(`failed to read websocket auth secret ${file}: ${(e as Error).message}`);
   }
   try {
@@ -61,18 +73,57 @@ export function readSecretFile(file: string): string {
     if (!st.isFile()) bad(`websocket auth secret ${file} is not a regular file`);
     // Windows has no POSIX mode bits (Node reports 0o666 for every file); its ACLs are not
     // checked here.
-    if (process.platform !== 'win32') {
+    if (posix) {
       if ((st.mode & 0o077) !== 0) {
         bad(`websocket auth secret ${file} is accessible by group or others (mode ${(st.mode & 0o777).toString(8)}); run chmod 600 ${file}`);
       }
       const me = process.geteuid?.() ?? -1;
       if (st.uid !== me && st.uid !== 0) bad(`websocket auth secret ${file} is owned by uid ${st.uid}, not by this server's user (uid ${me}) or root`);
+      checkSecretDirs(file, me);
     }
     const text = fs.readFileSync(fd, 'utf8').trim();
     if (text === '') bad(`websocket auth secret ${file} must not be empty`);
     return text;
   } finally {
     fs.closeSync(fd);
+  }
+}
+
+const isSymlink = (p: string): boolean => {
+  try {
+    return fs.lstatSync(p).isSymbolicLink();
+  } catch {
+    return false;
+  }
+};
+
+/**
+ * The directories holding a credential must not let another user replace it: the one holding it
+ * and each above it (renaming any of them swaps the whole path), resolved through links, each
+ * owned by this user or root and not writable by group or others unless sticky (as /tmp is:
+ * there only an entry's owner may rename or remove it, and the file itself was checked above).
+ */
+function checkSecretDirs(file: string, me: number): void {
+  let dir: string;
+  try {
+    dir = fs.realpathSync(path.dirname(file));
+  } catch (e) {
+    return bad(`failed to check the directory of websocket auth secret ${file}: ${(e as Error).message}`);
+  }
+  for (;;) {
+    let st: fs.Stats;
+    try {
+      st = fs.statSync(dir);
+    } catch (e) {
+      return bad(`failed to check the directory of websocket auth secret ${file}: ${(e as Error).message}`);
+    }
+    if (st.uid !== me && st.uid !== 0) bad(`the directory ${dir} holding websocket auth secret ${file} is owned by uid ${st.uid}, not by this server's user (uid ${me}) or root`);
+    if ((st.mode & 0o022) !== 0 && (st.mode & 0o1000) === 0) {
+      bad(`the directory ${dir} holding websocket auth secret ${file} is writable by group or others (mode ${(st.mode & 0o777).toString(8)}), so its file can be replaced; run chmod go-w ${dir} or move the secret`);
+    }
+    const up = path.dirname(dir);
+    if (up === dir) return;
+    dir = up;
   }
 }
 

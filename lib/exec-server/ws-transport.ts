@@ -3,9 +3,12 @@
  *
  * Safe by default, because whoever connects can run commands as the server's user:
  * - no auth configured: refused at start, unless the caller passes the explicitly unsafe
- *   opt-out, and never on a non-loopback address;
- * - a browser's handshake (it always carries `Origin`) is refused with 403 unless that origin is
- *   allowed, so a web page cannot drive a loopback server (Codex refuses every Origin);
+ *   opt-out, and never on a non-loopback address; with the opt-out the sandbox floor is always on
+ *   (sandbox-floor.ts: a request without a sandbox is refused, nothing runs unsandboxed);
+ * - a browser's handshake (it always carries `Origin`; hybi-08 ones `Sec-WebSocket-Origin`) is
+ *   refused with 403 unless that origin is allowed, so a web page cannot drive a loopback server
+ *   (Codex refuses every Origin); on a loopback listener a Host that is not loopback or an
+ *   allowed name is refused with 421 (DNS rebinding), ws-host.ts;
  * - the credential is checked before the upgrade (ws-auth.ts): a refused client gets an HTTP
  *   error and never a connection, so nothing it sends is read.
  */
@@ -16,6 +19,7 @@ import { ExecConnection } from './connection';
 import { SessionRegistry } from './sessions';
 import type { ConnectionSink, ExecServerOptions, SpawnPreparedFn } from './types';
 import { isLoopbackHost, loadWsAuth, type WsAuth, type WsAuthCheck } from './ws-auth';
+import { hostAllowed, originsAllowed, parseAllowHosts } from './ws-host';
 import type { ExecServer } from './server';
 
 export interface WsTransportOptions {
@@ -29,8 +33,14 @@ export interface WsTransportOptions {
   /** Browser origins allowed to connect (exact `Origin` values); by default every one is refused. */
   allowOrigins?: string[];
   /**
+   * Host names a loopback listener accepts besides loopback IP literals and `localhost` (the
+   * `Host` header's name; its port, if any, must be the listening one). No effect off loopback.
+   */
+  allowHosts?: string[];
+  /**
    * Listen on loopback without authentication: any local user, and any local program, can then
-   * run commands as this server's user. Never allowed on a non-loopback address.
+   * run commands as this server's user, in the sandbox each request names: it implies
+   * `requireSandbox` (a request without a sandbox is refused). Never allowed on a non-loopback address.
    */
   dangerouslyAllowUnauthenticated?: boolean;
 }
@@ -64,9 +74,12 @@ function refuse(socket: Duplex, status: number, reason: string, body = ''): void
   socket.once('finish', () => socket.destroy());
 }
 
-export async function wsServer(t: WsTransportOptions, options: ExecServerOptions, max: number): Promise<ExecServer> {
+export async function wsServer(t: WsTransportOptions, opts: ExecServerOptions, max: number): Promise<ExecServer> {
   const check = authFor(t);
+  // Whoever reaches an unauthenticated listener gets sandboxed execution only (sandbox-floor.ts).
+  const options: ExecServerOptions = check === null ? { ...opts, requireSandbox: true } : opts;
   const origins = new Set(t.allowOrigins ?? []);
+  const hosts = parseAllowHosts(t.allowHosts ?? []);
   const { WebSocketServer } = require('ws') as typeof import('ws');
   const conns = new Set<ExecConnection>();
   // Sessions outlive their connection (a client may resume one): they belong to the server.
@@ -84,19 +97,28 @@ export async function wsServer(t: WsTransportOptions, options: ExecServerOptions
   server.on('upgrade', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
     socket.on('error', () => {});
     if (pathOf(req) !== '/') return refuse(socket, 404, 'Not Found');
-    const origin = req.headers.origin;
-    if (origin !== undefined && !origins.has(origin)) return refuse(socket, 403, 'Forbidden');
+    if (!hostAllowed(req.headers, t.host, listeningPort(), hosts)) {
+      return refuse(socket, 421, 'Misdirected Request', 'this loopback exec-server accepts only a loopback Host (127.0.0.1, [::1], localhost) or one named by --ws-allow-host');
+    }
+    if (!originsAllowed(req.headers, origins)) return refuse(socket, 403, 'Forbidden');
     const refusal = check?.(req.headers) ?? null;
     if (refusal) return refuse(socket, refusal.status, 'Unauthorized', refusal.message);
     wss.handleUpgrade(req, socket, head, (ws) => wss.emit('connection', ws, req));
   });
+  const listeningPort = (): number => {
+    const a = server.address();
+    return typeof a === 'object' && a !== null ? a.port : t.port;
+  };
   server.listen(t.port, t.host);
   await new Promise<void>((resolve, reject) => {
     server.once('listening', resolve);
     server.once('error', reject);
   });
   if (check === null) {
-    process.emitWarning(`exec-server on ws://${t.host} accepts unauthenticated clients: every local user can run commands as this one`, { code: 'PSB_WS_UNAUTHENTICATED' });
+    process.emitWarning(
+      `exec-server on ws://${t.host} accepts unauthenticated clients: every local user can run commands as this one, in the sandbox each request names (requests without one are refused: --require-sandbox is on)`,
+      { code: 'PSB_WS_UNAUTHENTICATED' },
+    );
   }
   wss.on('connection', (socket) => {
     // Frames the client cannot take yet stay in ws's buffer; past this, output is paused.

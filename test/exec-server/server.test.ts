@@ -248,8 +248,11 @@ describe.skipIf(!caps.linux)('exec-server: bad input', () => {
 describe.skipIf(!caps.linux)('exec-server: WebSocket transport', () => {
   const tokenFile = path.join(scene.root, 'token');
   fs.writeFileSync(tokenFile, 'a-capability-token-0123456789\n', { mode: 0o600 });
+  // The transport tests run unsandboxed commands: an authenticated listener (an unauthenticated
+  // one refuses them, sandbox-floor.test.ts).
+  const AUTH = { Authorization: 'Bearer a-capability-token-0123456789' };
 
-  function connect(port: number, headers: Record<string, string> = {}) {
+  function connect(port: number, headers: Record<string, string> = AUTH) {
     const ws = new WebSocket(`ws://127.0.0.1:${port}`, { headers });
     const messages: Message[] = [];
     ws.on('message', (d) => messages.push(JSON.parse(d.toString()) as Message));
@@ -268,7 +271,7 @@ describe.skipIf(!caps.linux)('exec-server: WebSocket transport', () => {
   }
 
   it('one message per text frame: initialize, start a process, get its output; bad frames do not kill the connection', async () => {
-    const server = await createExecServer({ transport: { kind: 'ws', host: '127.0.0.1', port: 0, dangerouslyAllowUnauthenticated: true }, maxMessageBytes: 4096 });
+    const server = await createExecServer({ transport: { kind: 'ws', host: '127.0.0.1', port: 0, tokenFile }, maxMessageBytes: 4096 });
     const c = connect(server.address!.port);
     await c.opened;
     expect((await c.request('initialize', { clientName: 'ws' })).result?.sessionId).toBeTypeOf('string');
@@ -289,7 +292,7 @@ describe.skipIf(!caps.linux)('exec-server: WebSocket transport', () => {
   });
 
   it('a closed socket detaches its session: processes live on, a resume finds them with their output, then they die when the detached session expires (checked from outside)', async () => {
-    const server = await createExecServer({ transport: { kind: 'ws', host: '127.0.0.1', port: 0, dangerouslyAllowUnauthenticated: true }, detachedSessionTtlMs: 1500 });
+    const server = await createExecServer({ transport: { kind: 'ws', host: '127.0.0.1', port: 0, tokenFile }, detachedSessionTtlMs: 1500 });
     const c = connect(server.address!.port);
     await c.opened;
     const sessionId = (await c.request('initialize', { clientName: 'ws' })).result?.sessionId as string;
@@ -332,7 +335,7 @@ describe.skipIf(!caps.linux)('exec-server: WebSocket transport', () => {
   });
 
   it('server.close() kills the processes of every session, attached or detached (checked from outside)', async () => {
-    const server = await createExecServer({ transport: { kind: 'ws', host: '127.0.0.1', port: 0, dangerouslyAllowUnauthenticated: true } });
+    const server = await createExecServer({ transport: { kind: 'ws', host: '127.0.0.1', port: 0, tokenFile } });
     const marker = `1000.9${process.pid}`;
     for (const detach of [true, false]) {
       const c = connect(server.address!.port);
@@ -350,7 +353,7 @@ describe.skipIf(!caps.linux)('exec-server: WebSocket transport', () => {
   it('capability token: no token or a wrong one is refused with 401 before any connection; the right one works', async () => {
     const server = await createExecServer({ transport: { kind: 'ws', host: '127.0.0.1', port: 0, tokenFile } });
     const port = server.address!.port;
-    await expect(connect(port).opened).rejects.toThrow('HTTP 401');
+    await expect(connect(port, {}).opened).rejects.toThrow('HTTP 401');
     await expect(connect(port, { Authorization: 'Bearer wrong-token-0123456789' }).opened).rejects.toThrow('HTTP 401');
     await expect(connect(port, { Authorization: 'Basic a-capability-token-0123456789' }).opened).rejects.toThrow('HTTP 401');
     expect(server.connections()).toEqual([]);

@@ -107,11 +107,13 @@ describe.skipIf(!caps.linux)('exec-server ws auth: the CLI, from outside', () =>
     const off = runCli(['--listen', 'ws://0.0.0.0:0', '--ws-dangerously-allow-unauthenticated']);
     expect(off.status).not.toBe(0);
     expect(off.stderr).toMatch(/on 0\.0\.0\.0 \(not loopback\) needs authentication/);
-    // Positive control: the opt-out really starts a server, and says what it risks.
+    // Positive control: the opt-out really starts a server a client can use, and says what it
+    // risks; an unsandboxed command does not run there (the sandbox floor, sandbox-floor.test.ts,
+    // where a sandboxed one runs).
     const srv = await startWsServer('ours', ['--listen', 'ws://127.0.0.1:0', '--ws-dangerously-allow-unauthenticated']);
     try {
-      const a = await attempt(srv.url, {});
-      expect(a).toEqual({ outcome: { initialized: 'string', started: 'closed' }, ran: true });
+      expect(await wsAttempt(srv.url, {})).toEqual({ initialized: 'string' });
+      expect(await attempt(srv.url, {})).toMatchObject({ outcome: { initialized: 'string', started: { code: -32602 } }, ran: false });
       expect(srv.stderr()).toMatch(/accepts unauthenticated clients/);
     } finally {
       await srv.stop();
@@ -159,6 +161,80 @@ describe.skipIf(!caps.linux)('exec-server ws auth: the CLI, from outside', () =>
     fs.chownSync(other, 65534, 65534);
     const r = runCli(['--listen', 'ws://127.0.0.1:0', '--ws-auth', 'capability-token', '--ws-token-file', other]);
     expect(r.stderr).toMatch(/is owned by uid 65534, not by this server's user/);
+  });
+
+  describe('the credential file and the directories holding it', () => {
+    const capArgs = (file: string) => ['--listen', 'ws://127.0.0.1:0', '--ws-auth', 'capability-token', '--ws-token-file', file];
+    /** A token file in a fresh directory of this mode (under the scene, mode 755). */
+    const tokenIn = (name: string, dirMode: number): string => {
+      const dir = path.join(scene.root, name);
+      fs.mkdirSync(dir);
+      fs.chmodSync(dir, dirMode);
+      const f = path.join(dir, 'token');
+      fs.writeFileSync(f, TOKEN + '\n', { mode: 0o600 });
+      return f;
+    };
+    /** A refusal to start: non-zero exit, nothing printed on stdout (no URL: nothing listens). */
+    const refusedToStart = (file: string, why: string | RegExp) => {
+      const r = runCli(capArgs(file));
+      expect(r.status, r.stderr).not.toBe(0);
+      expect(r.stdout).toBe('');
+      expect(r.stderr).toMatch(why);
+    };
+    /** Positive control: the server starts with this file, and a client holding the token runs a command. */
+    const startsAndRuns = async (file: string) => {
+      const srv = await startWsServer('ours', capArgs(file));
+      try {
+        expect(await attempt(srv.url, { Authorization: `Bearer ${TOKEN}` })).toEqual({ outcome: { initialized: 'string', started: 'closed' }, ran: true });
+      } finally {
+        await srv.stop();
+      }
+    };
+
+    it('a FIFO in the token file\'s place is refused at once (the start does not wait for a writer)', async () => {
+      const good = tokenIn('fifo-dir', 0o700);
+      const fifo = path.join(path.dirname(good), 'fifo');
+      expect(spawnSync('mkfifo', ['-m', '600', fifo]).status).toBe(0);
+      refusedToStart(fifo, `websocket auth secret ${fifo} is not a regular file`);
+      await startsAndRuns(good);
+    });
+
+    it('a symlink to a good token file is refused; the file itself starts', async () => {
+      const good = tokenIn('link-dir', 0o700);
+      const link = path.join(path.dirname(good), 'link');
+      fs.symlinkSync(good, link);
+      refusedToStart(link, `websocket auth secret ${link} is a symbolic link; point the flag at the file itself`);
+      await startsAndRuns(good);
+    });
+
+    it('a directory group or others can write is refused (here or above); a sticky 1777 one and a 700 one start', async () => {
+      for (const mode of [0o770, 0o775, 0o757]) {
+        const f = tokenIn(`loose-dir-${mode.toString(8)}`, mode);
+        refusedToStart(f, `the directory ${path.dirname(f)} holding websocket auth secret ${f} is writable by group or others (mode ${mode.toString(8)})`);
+        // Control: the same file starts once the directory is closed.
+        fs.chmodSync(path.dirname(f), 0o755);
+        await startsAndRuns(f);
+      }
+      // A writable directory above the one holding the file can rename that one away.
+      const above = path.join(scene.root, 'loose-above');
+      fs.mkdirSync(above);
+      fs.chmodSync(above, 0o777);
+      const inner = path.join(above, 'inner');
+      fs.mkdirSync(inner, { mode: 0o700 });
+      const deep = path.join(inner, 'token');
+      fs.writeFileSync(deep, TOKEN, { mode: 0o600 });
+      refusedToStart(deep, `the directory ${above} holding websocket auth secret ${deep} is writable by group or others (mode 777)`);
+      await startsAndRuns(tokenIn('sticky-dir', 0o1777));
+      await startsAndRuns(tokenIn('private-dir', 0o700));
+    });
+
+    it.skipIf(!caps.root)(`a directory owned by another user is refused${caps.root ? '' : ' (skipped: needs root to chown)'}`, async () => {
+      const f = tokenIn('other-owner-dir', 0o755);
+      fs.chownSync(path.dirname(f), 65534, 65534);
+      refusedToStart(f, `the directory ${path.dirname(f)} holding websocket auth secret ${f} is owned by uid 65534`);
+      fs.chownSync(path.dirname(f), 0, 0);
+      await startsAndRuns(f);
+    });
   });
 
   it('a browser Origin is refused with 403 (even with the right token) unless --ws-allow-origin names it', async () => {
