@@ -118,6 +118,12 @@ export interface NativeBinding {
   cgroupDelegated?(dir: string): boolean;
   /** Closes an fd on the libuv thread pool (the freeing of an unlinked inode stays off the JS thread). */
   closeOnPool?(fd: number): void;
+  /** Directory watches for the planner's caches (native/linux/dir_watch.h). */
+  dirWatchOpen?(): { fd: number; mountFd: number };
+  dirWatchAdd?(fd: number, dir: string): number;
+  dirWatchRemove?(fd: number, wd: number): void;
+  /** The watch descriptors with events since the last poll, or null: consider everything changed. */
+  dirWatchPoll?(fd: number, mountFd: number): number[] | null;
   /** Test hook: every seccomp program checked against the rule table (native/linux/seccomp_check.cc). */
   seccompSelfCheck?(): { mismatches: number; cases: number; configs: number; first: string };
   /** A pseudo-terminal pair (both close-on-exec) with the given window size. */

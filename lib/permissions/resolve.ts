@@ -27,6 +27,7 @@ import * as path from 'node:path';
 import { SandboxError } from '../errors';
 import type { NetworkRule, ProtectPreset, ResolvedRules } from '../rules';
 import type { ResourceLimits, SandboxMode, TmpMode } from '../policy-types';
+import { cachedWalk } from './walk-cache';
 import {
   canonicalizeMaybeMissing,
   isStrictlyWithin,
@@ -310,9 +311,23 @@ export const NESTED_REPO_MAX_DIRS = 256;
  * walk is bounded (depth and directory count) so spawning stays cheap in large trees.
  */
 export function findNestedRepos(root: string, cut?: { truncated: boolean }): string[] {
-  const found: string[] = [];
-  const truncated = walkBelow(root, NESTED_REPO_MAX_DEPTH, NESTED_REPO_MAX_DIRS, (_dir, e, child) => {
-    if (e.isDirectory() && !WALK_SKIP.has(e.name) && lstatOrNull(path.join(child, '.git')) !== null) found.push(child);
+  // Cached between spawns while nothing the walk looked at changes (walk-cache.ts).
+  const { found, truncated } = cachedWalk(root, lstatOrNull(root), () => {
+    const repos: string[] = [];
+    const dirs: string[] = [];
+    const cut = walkBelow(
+      root,
+      NESTED_REPO_MAX_DEPTH,
+      NESTED_REPO_MAX_DIRS,
+      (_dir, e, child) => {
+        if (e.isDirectory() && !WALK_SKIP.has(e.name)) {
+          dirs.push(child); // looked into for .git (and read, if within the walk's reach)
+          if (lstatOrNull(path.join(child, '.git')) !== null) repos.push(child);
+        }
+      },
+      dirs,
+    );
+    return { found: repos, truncated: cut, dirs };
   });
   if (truncated && cut) cut.truncated = true;
   return found;
@@ -325,7 +340,13 @@ export function findNestedRepos(root: string, cut?: { truncated: boolean }): str
  * when the walk stopped before the end of the tree (directories left unread), which the caller
  * reports as a gap.
  */
-function walkBelow(root: string, maxDepth: number, maxDirs: number, visit: (dir: string, entry: fs.Dirent, child: string) => void): boolean {
+function walkBelow(
+  root: string,
+  maxDepth: number,
+  maxDirs: number,
+  visit: (dir: string, entry: fs.Dirent, child: string) => void,
+  read?: string[],
+): boolean {
   let budget = maxDirs;
   let truncated = false;
   let level = [root];
@@ -339,6 +360,7 @@ function walkBelow(root: string, maxDepth: number, maxDirs: number, visit: (dir:
       let entries: fs.Dirent[];
       try {
         entries = fs.readdirSync(dir, { withFileTypes: true });
+        if (dir === root) read?.push(dir); // every other directory read was visited as a child first
       } catch {
         continue;
       }

@@ -20,6 +20,7 @@
 #include "../addon_data.h"
 #include "../js_error.h"
 #include "connect_supervisor.h"
+#include "dir_watch.h"
 #include "landlock.h"
 #include "pty_linux.h"
 #include "relay.h"
@@ -577,7 +578,44 @@ void CloseOnPool(Napi::Env env, int fd) {
   }
 }
 
-// native.closeOnPool(fd): see CloseOnPool (the Landlock-mode TMPDIR, removed with an fd open).
+// native.dirWatchOpen() -> { fd, mountFd } (fd: -errno on failure); see dir_watch.h.
+Napi::Value DirWatchOpenJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int mount_fd = -1;
+  int fd = DirWatchOpen(&mount_fd);
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("fd", Napi::Number::New(env, fd));
+  o.Set("mountFd", Napi::Number::New(env, mount_fd));
+  return o;
+}
+
+// native.dirWatchAdd(fd, dir) -> wd or -errno.
+Napi::Value DirWatchAddJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() != 2 || !info[0].IsNumber() || !info[1].IsString()) throw Napi::TypeError::New(env, "Usage: native.dirWatchAdd(fd, dir)");
+  std::string dir = info[1].As<Napi::String>().Utf8Value();
+  return Napi::Number::New(env, DirWatchAdd(info[0].As<Napi::Number>().Int32Value(), dir.c_str()));
+}
+
+// native.dirWatchRemove(fd, wd).
+Napi::Value DirWatchRemoveJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() != 2 || !info[0].IsNumber() || !info[1].IsNumber()) throw Napi::TypeError::New(env, "Usage: native.dirWatchRemove(fd, wd)");
+  DirWatchRemove(info[0].As<Napi::Number>().Int32Value(), info[1].As<Napi::Number>().Int32Value());
+  return env.Undefined();
+}
+
+// native.dirWatchPoll(fd, mountFd) -> the changed watch descriptors, or null: everything changed.
+Napi::Value DirWatchPollJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() != 2 || !info[0].IsNumber() || !info[1].IsNumber()) throw Napi::TypeError::New(env, "Usage: native.dirWatchPoll(fd, mountFd)");
+  std::vector<int> changed;
+  if (DirWatchPoll(info[0].As<Napi::Number>().Int32Value(), info[1].As<Napi::Number>().Int32Value(), &changed)) return env.Null();
+  Napi::Array a = Napi::Array::New(env, changed.size());
+  for (uint32_t i = 0; i < changed.size(); ++i) a.Set(i, Napi::Number::New(env, changed[i]));
+  return a;
+}
+
 // Test hook: SeccompSelfCheck (seccomp.h). { mismatches, cases, configs, first }.
 Napi::Value SeccompSelfCheckJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -593,6 +631,7 @@ Napi::Value SeccompSelfCheckJs(const Napi::CallbackInfo& info) {
   return o;
 }
 
+// native.closeOnPool(fd): see CloseOnPool (the Landlock-mode TMPDIR, removed with an fd open).
 Napi::Value CloseOnPoolJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (info.Length() != 1 || !info[0].IsNumber()) throw Napi::TypeError::New(env, "Usage: native.closeOnPool(fd)");
@@ -654,6 +693,10 @@ void InitPlatform(Napi::Env env, Napi::Object exports) {
   exports.Set("releasePlaceholder", Napi::Function::New(env, ReleasePlaceholder, "releasePlaceholder"));
   exports.Set("cgroupDelegated", Napi::Function::New(env, CgroupDelegated, "cgroupDelegated"));
   exports.Set("closeOnPool", Napi::Function::New(env, CloseOnPoolJs, "closeOnPool"));
+  exports.Set("dirWatchOpen", Napi::Function::New(env, DirWatchOpenJs, "dirWatchOpen"));
+  exports.Set("dirWatchAdd", Napi::Function::New(env, DirWatchAddJs, "dirWatchAdd"));
+  exports.Set("dirWatchRemove", Napi::Function::New(env, DirWatchRemoveJs, "dirWatchRemove"));
+  exports.Set("dirWatchPoll", Napi::Function::New(env, DirWatchPollJs, "dirWatchPoll"));
   exports.Set("seccompSelfCheck", Napi::Function::New(env, SeccompSelfCheckJs, "seccompSelfCheck"));
   RegisterPty(env, exports);
   InitRelay(env, exports);

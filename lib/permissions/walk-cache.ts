@@ -1,0 +1,162 @@
+/**
+ * A cache of the planner's bounded walk below a writable root (findNestedRepos, resolve.ts),
+ * kept valid by directory watches.
+ *
+ * Why: the walk reads up to NESTED_REPO_MAX_DIRS directories and looks for `.git` in each of
+ * their subdirectories, on every spawn: in a real checkout that is most of a sandboxed spawn's
+ * planning time (this repository, 46 directories: ~2.5 ms per spawn; a tree that fills the
+ * budget, several times that), and an agent runs command after command in the same workspace.
+ *
+ * What keeps it correct: every directory the walk read or probed is watched (inotify, through
+ * the addon: native/linux/dir_watch.h) for entries created, removed or renamed, attribute
+ * changes, and its own removal or move; the mount table is watched too. Before a cached walk is
+ * used, the pending events are drained synchronously: the kernel queues an event in the very
+ * syscall that made the change, so any change made before this spawn is seen, however recent.
+ * A change to any watched directory drops every cached walk that read or probed it; an overflowed
+ * queue or a changed mount table drops them all.
+ *
+ * Filling: a walk is cached only on its second miss (a workspace seen once pays nothing extra),
+ * and only if a second walk after the watches were added finds exactly the same directories and
+ * repositories with no event in between: a change between the first walk and the watches shows
+ * up as a difference or an event, and the walk is then used once, uncached. The root is keyed by
+ * its device and inode too (a workspace removed and made again is a new key).
+ *
+ * Limits: at most MAX_WATCHES watches in all (the uid's inotify watches are shared with the host
+ * and its sandboxes: lib/platform/linux-quotas.ts keeps half of the limit for the host, and this
+ * takes a small part of that half); a walk that needs more is not cached. Without the addon's
+ * watches (not Linux, or no inotify) nothing is cached.
+ */
+import type * as fs from 'node:fs';
+
+import { tryLoadNative, type NativeBinding } from '../native';
+
+export const MAX_WATCHES = 4096;
+
+export interface WalkResult {
+  found: string[];
+  truncated: boolean;
+  /** Every directory the walk read or looked into. */
+  dirs: string[];
+}
+
+interface Entry {
+  found: string[];
+  truncated: boolean;
+  wds: number[];
+}
+
+interface Watcher {
+  native: NativeBinding;
+  fd: number;
+  mountFd: number;
+}
+
+let watcher: Watcher | null | undefined;
+const entries = new Map<string, Entry>();
+const seen = new Set<string>();
+/** wd -> the cached walks that depend on it. */
+const users = new Map<number, Set<string>>();
+
+function getWatcher(): Watcher | null {
+  if (watcher !== undefined) return watcher;
+  watcher = null;
+  if (process.platform !== 'linux') return null;
+  const native = tryLoadNative().binding;
+  if (!native?.dirWatchOpen) return null;
+  const { fd, mountFd } = native.dirWatchOpen();
+  if (fd < 0 || mountFd < 0) return null;
+  watcher = { native, fd, mountFd };
+  return watcher;
+}
+
+function drop(key: string, w: Watcher): void {
+  const e = entries.get(key);
+  if (!e) return;
+  entries.delete(key);
+  for (const wd of e.wds) {
+    const u = users.get(wd);
+    u?.delete(key);
+    if (u && u.size === 0) {
+      users.delete(wd);
+      w.native.dirWatchRemove!(w.fd, wd);
+    }
+  }
+}
+
+/** Drains pending events and drops every cached walk they touch. */
+function sync(w: Watcher): void {
+  const changed = w.native.dirWatchPoll!(w.fd, w.mountFd);
+  if (changed === null) {
+    for (const key of [...entries.keys()]) drop(key, w);
+    return;
+  }
+  for (const wd of changed) for (const key of [...(users.get(wd) ?? [])]) drop(key, w);
+}
+
+function watchedCount(): number {
+  return users.size;
+}
+
+/**
+ * The walk's result for `root` (whose lstat is `st`), from the cache when it is still valid,
+ * else from `walk()` (and cached when it can be; see the file comment).
+ */
+export function cachedWalk(root: string, st: fs.Stats | null, walk: () => WalkResult): { found: string[]; truncated: boolean } {
+  const w = st?.isDirectory() ? getWatcher() : null;
+  if (!w) return walk();
+  const key = `${st!.dev}:${st!.ino}:${root}`;
+  sync(w);
+  const hit = entries.get(key);
+  if (hit) return { found: [...hit.found], truncated: hit.truncated };
+  const first = walk();
+  if (!seen.has(key)) {
+    seen.add(key);
+    if (seen.size > 1024) seen.clear();
+    return first;
+  }
+  // An unreadable root (a change above it would go unseen) or too many directories: not cached.
+  if (first.dirs[0] !== root || watchedCount() + first.dirs.length > MAX_WATCHES) return first;
+  const wds: number[] = [];
+  const undo = () => {
+    for (const wd of wds) if (!users.has(wd)) w.native.dirWatchRemove!(w.fd, wd);
+  };
+  for (const dir of first.dirs) {
+    const wd = w.native.dirWatchAdd!(w.fd, dir);
+    if (wd < 0) {
+      undo();
+      return first;
+    }
+    wds.push(wd);
+  }
+  const second = walk();
+  // An event on a directory this walk watches (earlier ones were drained by sync()), or a
+  // different second walk, and the walk is not trusted to stay as it is. Events on other
+  // directories (other walks', or removed watches' IN_IGNORED) are not about this one.
+  const changed = w.native.dirWatchPoll!(w.fd, w.mountFd);
+  const mine = new Set(wds);
+  const same =
+    changed !== null &&
+    !changed.some((wd) => mine.has(wd)) &&
+    second.truncated === first.truncated &&
+    second.found.join('\0') === first.found.join('\0') &&
+    second.dirs.join('\0') === first.dirs.join('\0');
+  if (changed !== null) for (const wd of changed) for (const k of [...(users.get(wd) ?? [])]) drop(k, w);
+  else for (const k of [...entries.keys()]) drop(k, w);
+  if (!same) {
+    undo();
+    return { found: second.found, truncated: second.truncated };
+  }
+  const unique = [...new Set(wds)];
+  for (const wd of unique) {
+    let u = users.get(wd);
+    if (!u) users.set(wd, (u = new Set()));
+    u.add(key);
+  }
+  entries.set(key, { found: second.found, truncated: second.truncated, wds: unique });
+  return { found: [...second.found], truncated: second.truncated };
+}
+
+/** Test hook: how many walks are cached and how many directories are watched. */
+export function walkCacheStats(): { entries: number; watches: number } {
+  return { entries: entries.size, watches: users.size };
+}

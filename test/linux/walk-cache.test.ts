@@ -1,0 +1,105 @@
+/**
+ * The planner's walk for nested repositories is cached between spawns and kept valid by
+ * directory watches (lib/permissions/walk-cache.ts). What must hold: a change made between two
+ * spawns, however it is made and however soon the next spawn follows, is seen by the next plan,
+ * exactly as without the cache. Each case warms the cache first (and checks it is in use), makes
+ * the change, then resolves and spawns at once.
+ */
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+
+import { resolvePolicy } from '../../lib/permissions';
+import { walkCacheStats } from '../../lib/permissions/walk-cache';
+import { caps, modePolicy } from '../helpers/capabilities';
+import { makeScene, sh, type Scene } from '../helpers/sandbox';
+
+function warm(ws: string): void {
+  for (let i = 0; i < 3; i++) resolvePolicy({ filesystem: { write: [ws] } }, ws);
+}
+
+function protectedIn(ws: string, sub: string): string[] {
+  return resolvePolicy({ filesystem: { write: [ws] } }, ws).readOnly.filter((p) => p.startsWith(path.join(ws, sub) + '/'));
+}
+
+/** A nested repository's hooks directory, made the way the case says. */
+function makeRepo(dir: string): void {
+  fs.mkdirSync(path.join(dir, '.git', 'hooks'), { recursive: true });
+  fs.writeFileSync(path.join(dir, '.git', 'config'), '[core]\n');
+}
+
+describe.runIf(caps.linux)('the nested-repository walk, cached between spawns', () => {
+  let scene: Scene;
+  beforeEach(() => {
+    scene = makeScene('walk');
+    fs.mkdirSync(path.join(scene.ws, 'a', 'b', 'c'), { recursive: true });
+    fs.mkdirSync(path.join(scene.ws, 'src', 'lib'), { recursive: true });
+    fs.writeFileSync(path.join(scene.ws, 'src', 'lib', 'x.js'), '');
+  });
+  afterEach(() => {
+    try {
+      execFileSync('umount', ['-l', path.join(scene.ws, 'a', 'mnt')], { stdio: 'ignore' });
+    } catch {
+      // not mounted
+    }
+    scene.cleanup();
+  });
+
+  it('is cached and watched once the same workspace is planned again', () => {
+    const before = walkCacheStats();
+    warm(scene.ws);
+    const after = walkCacheStats();
+    expect(after.entries).toBeGreaterThan(before.entries);
+    // The root, a, a/b, a/b/c, src, src/lib at least.
+    expect(after.watches - before.watches).toBeGreaterThanOrEqual(6);
+  });
+
+  it('a repository made at the walk\'s deepest level right after a cached plan is protected by the next one', async () => {
+    warm(scene.ws);
+    expect(protectedIn(scene.ws, 'a')).toEqual([]); // control: nothing there yet
+    makeRepo(path.join(scene.ws, 'a', 'b', 'c'));
+    expect(protectedIn(scene.ws, 'a')).toEqual([path.join(scene.ws, 'a/b/c/.git/config'), path.join(scene.ws, 'a/b/c/.git/hooks')]);
+  });
+
+  it('a repository moved in by rename, and a directory swapped for another, are seen', () => {
+    warm(scene.ws);
+    const staging = path.join(scene.root, 'staging');
+    makeRepo(staging);
+    fs.renameSync(staging, path.join(scene.ws, 'src', 'lib', 'vendored'));
+    expect(protectedIn(scene.ws, 'src')).toContain(path.join(scene.ws, 'src/lib/vendored/.git/hooks'));
+    warm(scene.ws);
+    // a/b swapped for a tree holding a repository one level down.
+    const other = path.join(scene.root, 'other');
+    makeRepo(path.join(other, 'c'));
+    fs.renameSync(path.join(scene.ws, 'a', 'b'), path.join(scene.root, 'old-b'));
+    fs.renameSync(other, path.join(scene.ws, 'a', 'b'));
+    expect(protectedIn(scene.ws, 'a')).toContain(path.join(scene.ws, 'a/b/c/.git/hooks'));
+    // And removed again: no longer listed (the cache does not keep what is gone).
+    warm(scene.ws);
+    fs.rmSync(path.join(scene.ws, 'a', 'b', 'c', '.git'), { recursive: true });
+    expect(protectedIn(scene.ws, 'a')).toEqual([]);
+  });
+
+  it.skipIf(!caps.root)('a file system mounted inside the workspace is seen (root: mount)', () => {
+    warm(scene.ws);
+    const mnt = path.join(scene.ws, 'a', 'mnt');
+    fs.mkdirSync(mnt);
+    warm(scene.ws);
+    execFileSync('mount', ['-t', 'tmpfs', 'tmpfs', mnt]);
+    // Made inside the new mount before the next plan; only the mount table says anything changed
+    // for the directories the walk watched (the mkdir below is in the new file system).
+    makeRepo(path.join(mnt, 'r'));
+    expect(protectedIn(scene.ws, 'a')).toContain(path.join(scene.ws, 'a/mnt/r/.git/hooks'));
+  });
+
+  it.skipIf(!caps.userns)('end to end (isolated mode): hooks of a repository made between two spawns cannot be written', async () => {
+    const policy = modePolicy('isolated', { filesystem: { write: [scene.ws] } });
+    for (let i = 0; i < 3; i++) expect((await sh('true', { cwd: scene.ws, policy })).code).toBe(0);
+    makeRepo(path.join(scene.ws, 'a', 'b', 'c'));
+    const r = await sh('echo evil > a/b/c/.git/hooks/pre-commit; echo h=$?; echo ok > a/b/c/file; echo f=$?', { cwd: scene.ws, policy });
+    expect(r.stdout).toMatch(/^h=[1-9]\d*\nf=0\n$/);
+    expect(fs.existsSync(path.join(scene.ws, 'a/b/c/.git/hooks/pre-commit'))).toBe(false);
+    expect(fs.readFileSync(path.join(scene.ws, 'a/b/c/file'), 'utf8')).toBe('ok\n'); // control
+  });
+});
