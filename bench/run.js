@@ -73,6 +73,15 @@ async function main() {
     variants.push(['ours, landlock mode', oursSpawn(policy('landlock'), ws)]);
     variants.push(['ours, landlock, network proxy', oursSpawn(policy('landlock', viaProxy), ws, proxy)]);
   }
+  // A workspace shaped like a checkout (250 directories three levels deep, a nested repository):
+  // what the planner walks on every spawn (nested repositories, resolve.ts), cached between spawns.
+  const tree = fs.mkdtempSync(path.join(os.tmpdir(), 'psb-bench-tree-'));
+  for (let a = 0; a < 10; a++) for (let b = 0; b < 5; b++) for (let c = 0; c < 4; c++) fs.mkdirSync(path.join(tree, `a${a}`, `b${b}`, `c${c}`), { recursive: true });
+  fs.mkdirSync(path.join(tree, 'a0', 'b0', 'c0', '.git', 'hooks'), { recursive: true });
+  if (p.features.isolatedMode) {
+    const treePolicy = { mode: 'isolated', filesystem: { write: [tree] }, network: 'none' };
+    variants.push(['ours, isolated, 250-dir workspace', (file, args) => spawn(file, args, { stdio: 'ignore', policy: treePolicy, cwd: tree }).exited]);
+  }
   const workloads = [['/bin/true', []], ['/bin/sh', ['-c', 'echo a b c | tr a-z A-Z | wc -c > /dev/null']]];
   console.log(`process-sandbox bench: node ${process.version}, ${os.cpus().length} cpus, N=${N} in ${ROUNDS} interleaved rounds, ${p.features.kernel || process.platform}, load ${os.loadavg().map((x) => x.toFixed(2)).join(' ')}`);
   for (const [file, args] of workloads) {
@@ -95,6 +104,7 @@ async function main() {
   }
   await proxy.close();
   fs.rmSync(ws, { recursive: true, force: true });
+  fs.rmSync(tree, { recursive: true, force: true });
   if (process.env.BENCH_SPAWN_ONLY) return;
   if (fs.existsSync(path.join(__dirname, 'proxy.js'))) {
     console.log('');
