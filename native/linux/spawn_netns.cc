@@ -22,7 +22,6 @@ namespace {
 
 struct TemplateArgs {
   int sock;
-  int parent_sock;  // our copy of the parent's end: closed first, or EOF could never come
   bool loopback;    // bring lo up (a proxy sandbox's namespace: its listener lives on lo)
   char uid_map[48];
   char gid_map[48];
@@ -36,7 +35,13 @@ int NestedUsernsProbeInChild(void*) { ExitInChild(0); }
 
 int TemplateInChild(void* argp) {
   TemplateArgs* t = static_cast<TemplateArgs*>(argp);
-  Sys(__NR_close, t->parent_sock);
+  // We start with a copy of the host's whole fd table, and may live until the parent lets go:
+  // keep only our socket. A copy of the host's stdout would hold a reader's EOF back, and a copy
+  // of another template's socket (the pool makes them on several threads at once) would keep
+  // that template waiting for EOF while it holds ours: both would live for ever. The parent's
+  // end of our own socket goes too, or EOF could never come.
+  if (t->sock > 0) Sys(__NR_close_range, 0, t->sock - 1, 0);
+  Sys(__NR_close_range, t->sock + 1, ~0U, 0);
   long r = WriteFileInChild("/proc/self/setgroups", "deny");
   if (r == 0 || r == -ENOENT) r = WriteFileInChild("/proc/self/uid_map", t->uid_map);
   if (r == 0) r = WriteFileInChild("/proc/self/gid_map", t->gid_map);
@@ -112,7 +117,6 @@ bool MakeNetTemplate(bool loopback, NetTemplate* out) {
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return false;
   TemplateArgs t;
   t.sock = sv[1];
-  t.parent_sock = sv[0];
   t.loopback = loopback;
   snprintf(t.uid_map, sizeof t.uid_map, "%u %u 1\n", geteuid(), geteuid());
   snprintf(t.gid_map, sizeof t.gid_map, "%u %u 1\n", getegid(), getegid());

@@ -124,4 +124,59 @@ describe.runIf(caps.linux)('proxy sandboxes: network namespaces made ahead', () 
       scene.cleanup();
     }
   });
+
+  it.skipIf(!caps.userns)('the namespaces made ahead hold none of the host\'s fds (no process but the host has a file it opened)', async () => {
+    // Each is made by a short-lived process that starts with a copy of the host's fd table. Kept,
+    // such a copy held a reader's EOF back (a host's stdout pipe), and two made at once held each
+    // other's sockets and lived for ever.
+    const scene = makeScene('fast-netns-fds');
+    const marker = path.join(scene.root, 'marker');
+    const fd = fs.openSync(marker, 'w');
+    const proxy = ManagedProxy.create({ policy: { allow: ['example.com'] }, closeWithLastProcess: false });
+    try {
+      const policy = modePolicy('isolated', { filesystem: { write: [scene.ws] }, network: { proxy: { allow: ['example.com'] } } });
+      const one = () => run('/bin/true', [], { cwd: scene.ws, env: BASE_ENV, policy, proxy: { instance: proxy }, timeout: 60_000 });
+      // Rounds that empty the pool, so that it refills with several templates made at once.
+      for (let round = 0; round < 6; round++) {
+        for (const r of await Promise.all([one(), one(), one(), one()])) expect(r.code).toBe(0);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      const holders = () => {
+        const found: string[] = [];
+        for (const pid of fs.readdirSync('/proc').filter((n) => /^\d+$/.test(n) && Number(n) !== process.pid)) {
+          let fds: string[] = [];
+          try {
+            fds = fs.readdirSync(`/proc/${pid}/fd`);
+          } catch {
+            continue; // gone, or another user's
+          }
+          for (const f of fds) {
+            try {
+              if (fs.readlinkSync(`/proc/${pid}/fd/${f}`) === marker) found.push(`${pid}: ${fs.readFileSync(`/proc/${pid}/comm`, 'utf8').trim()}`);
+            } catch {
+              // closed meanwhile
+            }
+          }
+        }
+        return found;
+      };
+      // The pool refills on threads of its own: give it time to finish, then look.
+      let found = holders();
+      for (let i = 0; i < 50 && found.length > 0; i++) {
+        await new Promise((r) => setTimeout(r, 100));
+        found = holders();
+      }
+      expect(found).toEqual([]);
+      // Control: the scan does find a holder (this test's own child, given the fd).
+      const { spawn: cpSpawn } = await import('node:child_process');
+      const child = cpSpawn('/bin/sleep', ['5'], { stdio: ['ignore', fd, 'ignore'] });
+      await new Promise((r) => setTimeout(r, 200));
+      expect(holders().some((h) => h.startsWith(`${child.pid}:`))).toBe(true);
+      child.kill();
+    } finally {
+      fs.closeSync(fd);
+      await proxy.close();
+      scene.cleanup();
+    }
+  });
 });
