@@ -210,10 +210,10 @@ export async function decide(
   // (Ports cached at attach: a getsockname per listener per request showed in strace.)
   let ownPort = false;
   for (const l of ctx.listeners) if (l.port === port) ownPort = true;
-  for (const a of addresses) {
-    const cls = classifyAddress(a.address);
-    if ((cls === 'loopback' || cls === 'unspecified') && ownPort) {
-      return refuse('policy', 'proxy_loop', 'blocked-by-policy');
+  if (ownPort) {
+    for (const a of addresses) {
+      const cls = classifyAddress(a.address);
+      if (cls === 'loopback' || cls === 'unspecified') return refuse('policy', 'proxy_loop', 'blocked-by-policy');
     }
   }
   record('allow', source, reason, override);

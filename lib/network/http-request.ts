@@ -11,7 +11,7 @@ import { clientOf, HOP_BY_HOP, refusalBody, replyRaw, type Listener, type ProxyC
 import { decide } from './decision';
 import { authorityOf, openTunnel } from './dial';
 import { admitUpstream, claimUpstreamSlot, IDLE_UPSTREAM_MS, MAX_IDLE_UPSTREAM, noteRefusal, track } from './limits';
-import { holdBody, tunnel } from './relay';
+import { forwardBody, holdBody, tunnel } from './relay';
 
 export function upstreamAgent(): http.Agent {
   const agent = new http.Agent({ keepAlive: true, maxSockets: 64, maxFreeSockets: MAX_IDLE_UPSTREAM, timeout: IDLE_UPSTREAM_MS });
@@ -220,7 +220,7 @@ export async function onHttpRequest(
         }
       }
       res.writeHead(status, upstreamRes.statusMessage, out);
-      upstreamRes.pipe(res);
+      forwardBody(upstreamRes, res);
       upstreamRes.on('error', () => res.destroy());
     });
     if (bodiless) upstreamReq.end();

@@ -14,7 +14,7 @@ import { dialUpstream, READY } from './dial';
 import { IDLE_UPSTREAM_MS, MAX_IDLE_UPSTREAM, track } from './limits';
 import { isIpLiteral, normalizeHost } from './matcher';
 import type { AuditSource, BlockHeader } from './options';
-import { splice } from './relay';
+import { forwardBody, splice } from './relay';
 
 /** Bytes an intercepted session's socket buffers before it applies backpressure (either way). */
 const SESSION_HIGH_WATER = 256 << 10;
@@ -321,7 +321,7 @@ function mitmRequest(ctx: ProxyContext, listener: Listener, req: http.IncomingMe
   });
   upstreamReq.on('response', (upstreamRes) => {
     res.writeHead(upstreamRes.statusCode ?? 502, scrubCredentials(ctx, t, upstreamRes.statusMessage ?? ''), mitmResponseHeaders(ctx, t, upstreamRes));
-    upstreamRes.pipe(res);
+    forwardBody(upstreamRes, res);
     upstreamRes.on('error', () => res.destroy());
   });
   res.on('close', () => {

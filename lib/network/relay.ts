@@ -6,6 +6,7 @@
  * tunnel idle timeout, pass a graceful end on as a half-close, and tear both sides down on error.
  */
 import type * as net from 'net';
+import type { Readable, Writable } from 'stream';
 
 import { tryLoadNative } from '../native';
 import type { Listener, ProxyContext, RelayEntry } from './context';
@@ -100,6 +101,24 @@ export function splice(client: net.Socket, upstream: net.Socket, idleMs: number,
   upstream.on('close', onClose(client));
   client.on('error', () => upstream.destroy());
   upstream.on('error', () => client.destroy());
+}
+
+/**
+ * A response body from the origin's message to the client's response, with backpressure: what
+ * pipe() does for this one pair, without its bookkeeping (pipe adds eight listeners to the two
+ * streams and removes them again at the end, and emits 'pipe'/'unpipe': per 1 kB keep-alive
+ * request that showed in profiles). The caller destroys `from` when `to` closes before it has
+ * finished, and `to` on an error of `from`; until then a destroyed `to` just drops what arrives.
+ */
+export function forwardBody(from: Readable, to: Writable): void {
+  from.on('data', (chunk: Buffer) => {
+    if (to.destroyed || to.write(chunk)) return;
+    from.pause();
+    to.once('drain', () => from.resume());
+  });
+  from.once('end', () => {
+    if (!to.destroyed) to.end();
+  });
 }
 
 export function useNativeRelay(ctx: ProxyContext): boolean {

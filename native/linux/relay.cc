@@ -5,17 +5,25 @@
 // proxy at a fraction of a direct transfer.
 //
 // Why copying and not splice(2): measured on loopback (Linux 6.x, 2 vCPUs, bench/proxy.js and
-// minimal C relays), splice through a pipe was the SLOWER relay: it saves the proxy one copy, but
-// the receiving client then spends about 1.5x the CPU per byte in recv() (probably because the
-// forwarded skbs keep the sender's many small fragments; a copy sends fresh, large ones), and the
-// client, not the proxy, is the bottleneck. With a 1 MiB buffer a copy moved 100 MB 1.2-1.3x faster
-// than splice (with or without SPLICE_F_MORE, default or 1 MiB pipes). A 256 KiB buffer cost ~30%
-// more proxy CPU than 1 MiB; 4 MiB, SO_SNDBUF/SO_RCVBUF, TCP_NODELAY and SO_RCVLOWAT did not help.
+// minimal C relays), splice through a pipe was the SLOWER relay: it halves the proxy's CPU (no
+// copies), but the receiving client then spends 1.4-1.7x the CPU per byte, and the client, not the
+// proxy, is the bottleneck. Why (perf, Linux 6.18): splice-to-socket appends the pipe's pages one
+// 4 KiB page at a time (skb_splice_from_iter; tail pages of a compound page do not coalesce), so
+// each 64 KiB skb the client receives has 16 fragments instead of the 2-3 of a copy's 32 KiB page
+// frags; recv() then runs the usercopy check and copy loop per fragment, and copies data that sat
+// untouched in two socket queues and the pipe (cold). Re-measured with 1 MiB pipes
+// (F_SETPIPE_SZ), SPLICE_F_MORE, SPLICE_F_MOVE, SO_RCVLOWAT 256 KiB, reno: the client stayed at
+// 1.4-1.8x; with a 256 KiB SO_SNDBUF it fell to 1.05x, but the proxy's CPU rose above a copy's.
+// A 256 KiB buffer cost ~30% more proxy CPU than 1 MiB; 2-4 MiB cut
+// the proxy's 13-32% but raised the client's by 2-20% (more data in flight, colder), so no gain.
 // A dedicated relay thread (one edge-triggered epoll for all tunnels, C prototype) measured the
-// same as this loop while the JS thread is free, so the relay stays on the loop, with libuv's own
+// same as this loop while the JS thread is free: the relay's cost is in the kernel (the two copies
+// are ~40% of it, the rest TCP and waking the peers), and its syscalls per MB are already few
+// (~1.5 recv, ~1.6 send, ~1 epoll_wait), so the relay stays on the loop, with libuv's own
 // teardown (no thread to join, no cross-thread hand-off of onDone). The cost: a host whose JS
 // thread is saturated slows its tunnels (JS busy in 4 ms slices: about 0.8x the prototype's
-// median); moving the relay to such a thread is the next step if that matters.
+// median); moving the relay to such a thread is the next step if that matters. What did help is
+// tuning the loopback sockets (TuneLoopback below).
 //
 //   h = relay(fdA, fdB, prefixAtoB, prefixBtoA, idleMs, onDone(err, bytesAtoB, bytesBtoA))
 //   relayClose(h)   // tears the tunnel down; onDone runs once, with "closed"
@@ -42,9 +50,12 @@
 // an error for this tunnel, never a SIGPIPE for the host (whatever its SIGPIPE disposition).
 //
 // Threading: everything runs on the thread of the env that created the relay.
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <napi.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -249,6 +260,39 @@ void TeardownHook(napi_async_cleanup_hook_handle, void* arg) {
   r->report_pending = false;
   Finish(r, "closed", false);
   r->on_done.Reset();
+}
+
+// Loopback sockets (the client's side of every tunnel, and an upstream on this host) are tuned for
+// a link that has no congestion and no loss. Measured with bench/proxy.js, CONNECT 300 MB, both
+// settings against neither, interleaved, 15 rounds at load 6: proxy CPU per GB 346-352 ms against
+// 428-453 (-19-22%), the client's 425-494 against 525-542 (-6-22%).
+// - TCP_CONGESTION "reno": where the host's default is a pacing algorithm (BBR, as on the test VM
+//   and many servers), every send() was paced: tcp_write_xmit arms an hrtimer per burst and the
+//   rest goes out from a timer softirq. Pacing has nothing to pace on loopback. Reno is the one
+//   algorithm any user may set (TCP_CONG_NON_RESTRICTED); a remote socket keeps the host's choice.
+//   Alone: proxy CPU per GB -13-16%, the client's -4-6%.
+// - SO_SNDBUF 512 KiB (the kernel doubles it; autotuning grows it to several MiB): the client
+//   reads what the relay has just written instead of megabytes queued earlier, already out of
+//   its cache. Alone: the client's CPU per GB -13-20%, the proxy's -1 to +7%. (Half that cost
+//   the proxy +19%; a 2-4 MiB bulk buffer cut the proxy's CPU 13-32% but raised the client's
+//   2-20%, no gain in all.)
+// Failures (not TCP, an old kernel) change nothing.
+void TuneLoopback(int fd) {
+  sockaddr_storage local;
+  socklen_t len = sizeof(local);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) != 0) return;
+  bool loopback = false;
+  if (local.ss_family == AF_INET) {
+    loopback = (ntohl(reinterpret_cast<sockaddr_in*>(&local)->sin_addr.s_addr) >> 24) == 127;
+  } else if (local.ss_family == AF_INET6) {
+    const in6_addr& a = reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr;
+    loopback = IN6_IS_ADDR_LOOPBACK(&a) || (IN6_IS_ADDR_V4MAPPED(&a) && a.s6_addr[12] == 127);
+  }
+  if (!loopback) return;
+  static const char kReno[] = "reno";
+  setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, kReno, sizeof(kReno) - 1);
+  const int sndbuf = 512 << 10;
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
 }
 
 std::string ErrorText(const char* op, int err) {
@@ -461,6 +505,7 @@ Napi::Value RelayJs(const Napi::CallbackInfo& info) {
       failed = ErrorText("dup", errno);
       break;
     }
+    TuneLoopback(r->side[i].fd);
   }
   for (int i = 0; i < 2 && failed.empty(); i++) {
     int rc = uv_poll_init(loop, &r->side[i].poll, r->side[i].fd);
