@@ -122,8 +122,8 @@ export interface NativeBinding {
   dirWatchOpen?(): { fd: number; mountFd: number };
   dirWatchAdd?(fd: number, dir: string): number;
   dirWatchRemove?(fd: number, wd: number): void;
-  /** The watch descriptors with events since the last poll, or null: consider everything changed. */
-  dirWatchPoll?(fd: number, mountFd: number): number[] | null;
+  /** [wd, name, wd, name, ...] of the events since the last poll ('' = the directory itself), or null: consider everything changed. */
+  dirWatchPoll?(fd: number, mountFd: number): Array<number | string> | null;
   /** Test hook: every seccomp program checked against the rule table (native/linux/seccomp_check.cc). */
   seccompSelfCheck?(): { mismatches: number; cases: number; configs: number; first: string };
   /** A pseudo-terminal pair (both close-on-exec) with the given window size. */

@@ -310,6 +310,13 @@ export const NESTED_REPO_MAX_DIRS = 256;
  * submodule checkouts, whose hooks and config run code later just like the root's (FS-08). The
  * walk is bounded (depth and directory count) so spawning stays cheap in large trees.
  */
+/**
+ * Directories at a writable root that are protected as a whole (protectedMetadataFor), so a
+ * repository inside them needs nothing more: the walk does not enter them. It also keeps the
+ * walk, and its cache, blind to their placeholders coming and going with every spawn.
+ */
+const WHOLE_AT_ROOT: ReadonlySet<string> = new Set(['.codex', '.agents', '.aws']);
+
 export function findNestedRepos(root: string, cut?: { truncated: boolean }): string[] {
   // Cached between spawns while nothing the walk looked at changes (walk-cache.ts).
   const { found, truncated } = cachedWalk(root, lstatOrNull(root), () => {
@@ -326,9 +333,10 @@ export function findNestedRepos(root: string, cut?: { truncated: boolean }): str
         }
       },
       dirs,
+      WHOLE_AT_ROOT,
     );
     return { found: repos, truncated: cut, dirs };
-  });
+  }, new Set([...WHOLE_AT_ROOT, '.git']));
   if (truncated && cut) cut.truncated = true;
   return found;
 }
@@ -346,6 +354,7 @@ function walkBelow(
   maxDirs: number,
   visit: (dir: string, entry: fs.Dirent, child: string) => void,
   read?: string[],
+  skipAtRoot?: ReadonlySet<string>,
 ): boolean {
   let budget = maxDirs;
   let truncated = false;
@@ -365,6 +374,7 @@ function walkBelow(
         continue;
       }
       for (const e of entries) {
+        if (dir === root && skipAtRoot?.has(e.name)) continue;
         const child = path.join(dir, e.name);
         visit(dir, e, child);
         if (e.isDirectory() && !WALK_SKIP.has(e.name)) next.push(child);

@@ -43,6 +43,9 @@ interface Entry {
   found: string[];
   truncated: boolean;
   wds: number[];
+  /** The root's own watch, and the names whose events there do not concern the walk. */
+  rootWd: number;
+  ignore: ReadonlySet<string>;
 }
 
 interface Watcher {
@@ -54,6 +57,7 @@ interface Watcher {
 let watcher: Watcher | null | undefined;
 const entries = new Map<string, Entry>();
 const seen = new Set<string>();
+let hits = 0;
 /** wd -> the cached walks that depend on it. */
 const users = new Map<number, Set<string>>();
 
@@ -83,14 +87,29 @@ function drop(key: string, w: Watcher): void {
   }
 }
 
-/** Drains pending events and drops every cached walk they touch. */
-function sync(w: Watcher): void {
-  const changed = w.native.dirWatchPoll!(w.fd, w.mountFd);
-  if (changed === null) {
+/**
+ * Drops every cached walk that `events` ([wd, name, ...] from dirWatchPoll; null: everything)
+ * touch. An event on a root's watch for a name the walk never enters is not about the walk.
+ */
+function dropTouched(w: Watcher, events: Array<number | string> | null): void {
+  if (events === null) {
     for (const key of [...entries.keys()]) drop(key, w);
     return;
   }
-  for (const wd of changed) for (const key of [...(users.get(wd) ?? [])]) drop(key, w);
+  for (let i = 0; i < events.length; i += 2) {
+    const wd = events[i] as number;
+    const name = events[i + 1] as string;
+    for (const key of [...(users.get(wd) ?? [])]) {
+      const e = entries.get(key);
+      if (e && wd === e.rootWd && name !== '' && e.ignore.has(name)) continue;
+      drop(key, w);
+    }
+  }
+}
+
+/** Drains pending events and drops every cached walk they touch. */
+function sync(w: Watcher): void {
+  dropTouched(w, w.native.dirWatchPoll!(w.fd, w.mountFd));
 }
 
 function watchedCount(): number {
@@ -101,13 +120,22 @@ function watchedCount(): number {
  * The walk's result for `root` (whose lstat is `st`), from the cache when it is still valid,
  * else from `walk()` (and cached when it can be; see the file comment).
  */
-export function cachedWalk(root: string, st: fs.Stats | null, walk: () => WalkResult): { found: string[]; truncated: boolean } {
+export function cachedWalk(
+  root: string,
+  st: fs.Stats | null,
+  walk: () => WalkResult,
+  /** Names at the root the walk never enters (their churn, e.g. placeholders, is not a change). */
+  ignoreAtRoot: ReadonlySet<string> = new Set(),
+): { found: string[]; truncated: boolean } {
   const w = st?.isDirectory() ? getWatcher() : null;
   if (!w) return walk();
   const key = `${st!.dev}:${st!.ino}:${root}`;
   sync(w);
   const hit = entries.get(key);
-  if (hit) return { found: [...hit.found], truncated: hit.truncated };
+  if (hit) {
+    hits++;
+    return { found: [...hit.found], truncated: hit.truncated };
+  }
   const first = walk();
   if (!seen.has(key)) {
     seen.add(key);
@@ -134,14 +162,20 @@ export function cachedWalk(root: string, st: fs.Stats | null, walk: () => WalkRe
   // directories (other walks', or removed watches' IN_IGNORED) are not about this one.
   const changed = w.native.dirWatchPoll!(w.fd, w.mountFd);
   const mine = new Set(wds);
+  const rootWd = wds[0]!; // first.dirs[0] is the root
+  let touched = false;
+  for (let i = 0; changed !== null && i < changed.length; i += 2) {
+    const wd = changed[i] as number;
+    const name = changed[i + 1] as string;
+    if (mine.has(wd) && !(wd === rootWd && name !== '' && ignoreAtRoot.has(name))) touched = true;
+  }
   const same =
     changed !== null &&
-    !changed.some((wd) => mine.has(wd)) &&
+    !touched &&
     second.truncated === first.truncated &&
     second.found.join('\0') === first.found.join('\0') &&
     second.dirs.join('\0') === first.dirs.join('\0');
-  if (changed !== null) for (const wd of changed) for (const k of [...(users.get(wd) ?? [])]) drop(k, w);
-  else for (const k of [...entries.keys()]) drop(k, w);
+  dropTouched(w, changed);
   if (!same) {
     undo();
     return { found: second.found, truncated: second.truncated };
@@ -152,11 +186,11 @@ export function cachedWalk(root: string, st: fs.Stats | null, walk: () => WalkRe
     if (!u) users.set(wd, (u = new Set()));
     u.add(key);
   }
-  entries.set(key, { found: second.found, truncated: second.truncated, wds: unique });
+  entries.set(key, { found: second.found, truncated: second.truncated, wds: unique, rootWd, ignore: ignoreAtRoot });
   return { found: [...second.found], truncated: second.truncated };
 }
 
-/** Test hook: how many walks are cached and how many directories are watched. */
-export function walkCacheStats(): { entries: number; watches: number } {
-  return { entries: entries.size, watches: users.size };
+/** Test hook: how many walks are cached, how many directories are watched, how many hits so far. */
+export function walkCacheStats(): { entries: number; watches: number; hits: number } {
+  return { entries: entries.size, watches: users.size, hits };
 }

@@ -605,14 +605,18 @@ Napi::Value DirWatchRemoveJs(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
-// native.dirWatchPoll(fd, mountFd) -> the changed watch descriptors, or null: everything changed.
+// native.dirWatchPoll(fd, mountFd) -> [wd, name, wd, name, ...] of the events since the last
+// poll (name '' for the directory itself), or null: everything changed.
 Napi::Value DirWatchPollJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (info.Length() != 2 || !info[0].IsNumber() || !info[1].IsNumber()) throw Napi::TypeError::New(env, "Usage: native.dirWatchPoll(fd, mountFd)");
-  std::vector<int> changed;
+  std::vector<std::pair<int, std::string>> changed;
   if (DirWatchPoll(info[0].As<Napi::Number>().Int32Value(), info[1].As<Napi::Number>().Int32Value(), &changed)) return env.Null();
-  Napi::Array a = Napi::Array::New(env, changed.size());
-  for (uint32_t i = 0; i < changed.size(); ++i) a.Set(i, Napi::Number::New(env, changed[i]));
+  Napi::Array a = Napi::Array::New(env, changed.size() * 2);
+  for (uint32_t i = 0; i < changed.size(); ++i) {
+    a.Set(2 * i, Napi::Number::New(env, changed[i].first));
+    a.Set(2 * i + 1, Napi::String::New(env, changed[i].second));
+  }
   return a;
 }
 

@@ -44,7 +44,7 @@ int DirWatchAdd(int fd, const char* dir) noexcept {
 
 void DirWatchRemove(int fd, int wd) noexcept { inotify_rm_watch(fd, wd); }
 
-bool DirWatchPoll(int fd, int mount_fd, std::vector<int>* changed) noexcept {
+bool DirWatchPoll(int fd, int mount_fd, std::vector<std::pair<int, std::string>>* changed) noexcept {
   bool all = false;
   if (mount_fd < 0) return true;
   struct pollfd p = {mount_fd, POLLPRI, 0};
@@ -61,7 +61,7 @@ bool DirWatchPoll(int fd, int mount_fd, std::vector<int>* changed) noexcept {
     for (char* at = buf; at < buf + n;) {
       const struct inotify_event* ev = reinterpret_cast<const struct inotify_event*>(at);
       if (ev->mask & IN_Q_OVERFLOW) all = true;
-      if (ev->wd >= 0) changed->push_back(ev->wd);
+      if (ev->wd >= 0) changed->emplace_back(ev->wd, ev->len > 0 ? std::string(ev->name) : std::string());
       at += sizeof(struct inotify_event) + ev->len;
     }
   }

@@ -6,12 +6,14 @@
 //   int fd = DirWatchOpen(&mount_fd);            // once
 //   int wd = DirWatchAdd(fd, "/work/proj/src");  // before the cached read is trusted
 //   ... later, before every use of the cache:
-//   std::vector<int> changed; bool all = DirWatchPoll(fd, mount_fd, &changed);
+//   std::vector<std::pair<int, std::string>> changed; bool all = DirWatchPoll(fd, mount_fd, &changed);
 //
 // Why synchronous: inotify queues an event in the syscall that made the change, so a change made
 // before a poll is always seen by it; Node's fs.watch would deliver it only on a later loop turn,
 // after a spawn that had already trusted the cache.
 #pragma once
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace psb {
@@ -25,9 +27,9 @@ int DirWatchOpen(int* mount_fd) noexcept;
 // descriptor (the same one again for the same directory) or -errno.
 int DirWatchAdd(int fd, const char* dir) noexcept;
 void DirWatchRemove(int fd, int wd) noexcept;
-// Drains every pending event: *changed gets the watch descriptors that had one. Returns true
-// when everything must be considered changed: the event queue overflowed, the mount table
-// changed, or reading failed.
-bool DirWatchPoll(int fd, int mount_fd, std::vector<int>* changed) noexcept;
+// Drains every pending event: *changed gets (watch descriptor, entry name) for each ("" when the
+// event is about the watched directory itself). Returns true when everything must be considered
+// changed: the event queue overflowed, the mount table changed, or reading failed.
+bool DirWatchPoll(int fd, int mount_fd, std::vector<std::pair<int, std::string>>* changed) noexcept;
 
 }  // namespace psb

@@ -93,6 +93,20 @@ describe.runIf(caps.linux)('the nested-repository walk, cached between spawns', 
     expect(protectedIn(scene.ws, 'a')).toContain(path.join(scene.ws, 'a/mnt/r/.git/hooks'));
   });
 
+  it.skipIf(!caps.userns)('spawns in one workspace reuse the walk: their own placeholders coming and going are not a change', async () => {
+    // .codex, .agents and .aws are missing here: every isolated run holds them with placeholders
+    // made and removed at the root, which the walk does not enter.
+    const policy = modePolicy('isolated', { filesystem: { write: [scene.ws] } });
+    const before = walkCacheStats().hits;
+    for (let i = 0; i < 5; i++) expect((await sh('true', { cwd: scene.ws, policy })).code).toBe(0);
+    expect(walkCacheStats().hits - before).toBeGreaterThanOrEqual(3);
+    // Control: a real change at the root still drops it (the next plan walks again).
+    fs.mkdirSync(path.join(scene.ws, 'newdir'));
+    const mid = walkCacheStats().hits;
+    expect((await sh('true', { cwd: scene.ws, policy })).code).toBe(0);
+    expect(walkCacheStats().hits).toBe(mid);
+  });
+
   it.skipIf(!caps.userns)('end to end (isolated mode): hooks of a repository made between two spawns cannot be written', async () => {
     const policy = modePolicy('isolated', { filesystem: { write: [scene.ws] } });
     for (let i = 0; i < 3; i++) expect((await sh('true', { cwd: scene.ws, policy })).code).toBe(0);
