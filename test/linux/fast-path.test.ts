@@ -9,7 +9,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
-import { ManagedProxy, run } from '../../lib/index';
+import { ManagedProxy, run, spawn } from '../../lib/index';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
 import { BASE_ENV, makeScene, sh, type Scene } from '../helpers/sandbox';
 
@@ -92,34 +92,52 @@ describe.runIf(caps.linux)('proxy sandboxes: network namespaces made ahead', () 
     const scene = makeScene('fast-netns');
     const audits: string[] = [];
     const proxy = ManagedProxy.create({ policy: { allow: ['example.com'] }, closeWithLastProcess: false, onAudit: (e) => audits.push(`${e.host}`) });
+    const release = path.join(scene.ws, 'release');
+    const procs: ReturnType<typeof spawn>[] = [];
     try {
-      const policy = modePolicy('isolated', { filesystem: { write: [scene.ws] }, network: { proxy: { allow: ['example.com'] } } });
+      const policy = modePolicy('isolated', { filesystem: { write: [scene.ws] } , network: { proxy: { allow: ['example.com'] } } });
       // The proxy refuses a CONNECT to a host outside its policy with 403: an answer that can only
-      // come from the host's proxy, through the listener inside the sandbox's namespace.
+      // come from the host's proxy, through the listener inside the sandbox's namespace. Each
+      // sandbox then stays alive until released: a namespace's number is unique only among live
+      // ones (a freed one is reused), so all seven are compared while alive.
       const script =
         'readlink /proc/self/ns/net; port=${HTTPS_PROXY##*:}; exec 3<>/dev/tcp/127.0.0.1/$port || exit 9; ' +
-        "h=denied-$1.invalid; printf 'CONNECT %s:443 HTTP/1.1\\r\\nHost: %s:443\\r\\n\\r\\n' $h $h >&3; head -c 12 <&3; echo";
-      const one = (i: number) =>
-        run('/bin/bash', ['-c', script, 'bash', String(i)], { cwd: scene.ws, env: BASE_ENV, policy, proxy: { instance: proxy }, timeout: 60_000, encoding: 'utf8' });
-      const results = [];
-      for (let i = 0; i < 4; i++) results.push(await one(i));
-      results.push(...(await Promise.all([4, 5, 6].map(one))));
+        "h=denied-$1.invalid; printf 'CONNECT %s:443 HTTP/1.1\\r\\nHost: %s:443\\r\\n\\r\\n' $h $h >&3; head -c 12 <&3; echo; " +
+        'i=0; while [ ! -e release ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done';
+      const start = (i: number): Promise<string[]> => {
+        const p = spawn('/bin/bash', ['-c', script, 'bash', String(i)], { cwd: scene.ws, env: BASE_ENV, policy, proxy: { instance: proxy } });
+        procs.push(p);
+        expect(p.enforcement.mechanisms.namespaces).toContain('net');
+        expect(p.enforcement.mechanisms.namespaces).not.toContain('net (shared, empty)');
+        let out = '';
+        p.stdout!.setEncoding('utf8');
+        return new Promise((resolve, reject) => {
+          p.stdout!.on('data', (d: string) => {
+            out += d;
+            const lines = out.split('\n');
+            if (lines.length >= 3) resolve(lines.slice(0, 2));
+          });
+          p.exited.then(() => reject(new Error(`sandbox ${i} ended first: ${JSON.stringify(out)}`)), reject);
+        });
+      };
+      // Four one after the other (each from the pool, refilled in between), then three at once.
+      const lines: string[][] = [];
+      for (let i = 0; i < 4; i++) lines.push(await start(i));
+      lines.push(...(await Promise.all([4, 5, 6].map(start))));
       const host = fs.readlinkSync('/proc/self/ns/net');
-      const seen = new Set<string>();
-      for (const r of results) {
-        expect(r.code, r.stderr).toBe(0);
-        const [ns, answer] = r.stdout.split('\n');
+      for (const [ns, answer] of lines) {
         expect(ns).toMatch(/^net:\[\d+\]$/);
         expect(ns).not.toBe(host);
-        seen.add(ns!);
         expect(answer).toBe('HTTP/1.1 403');
-        expect(r.enforcement.mechanisms.namespaces).toContain('net');
-        expect(r.enforcement.mechanisms.namespaces).not.toContain('net (shared, empty)');
       }
-      expect(seen.size, 'seven sandboxes, seven namespaces').toBe(7);
+      expect(new Set(lines.map(([ns]) => ns)).size, 'seven live sandboxes, seven namespaces').toBe(7);
       // Outside: the proxy itself saw each sandbox's request.
       for (let i = 0; i < 7; i++) expect(audits, JSON.stringify(audits)).toContain(`denied-${i}.invalid`);
+      fs.writeFileSync(release, '');
+      for (const p of procs) expect((await p.exited).code).toBe(0);
     } finally {
+      fs.writeFileSync(release, '');
+      for (const p of procs) p.kill('SIGKILL');
       await proxy.close();
       scene.cleanup();
     }
