@@ -334,6 +334,9 @@ const SESSIONS: Record<string, Session> = {
     await c.waitFor(() => (c.output('t').pty ?? '').includes('is-tty'), 'pty output');
     const w = norm(await c.request('process/write', { processId: 't', chunk: b64('hello\n'), writeId: '1' }));
     await c.closed('t');
+    // process/exited may follow process/closed (the reference once sent them in that order under
+    // load): wait a moment for it on both sides, so only a missing one differs.
+    await c.waitFor(() => (c.exitCode('t') !== undefined ? true : undefined), 'process/exited of t', 2000).catch(() => {});
     const out = c.output('t');
     return {
       streams: Object.keys(out),
@@ -359,6 +362,9 @@ except OSError as e:
     await c.waitFor(() => /sti-(ok|errno)/.test(c.output('t').pty ?? ''), 'pty output');
     await c.request('process/write', { processId: 't', chunk: b64('hello\n'), writeId: '1' });
     await c.closed('t');
+    // process/exited may follow process/closed (the reference once sent them in that order under
+    // load): wait a moment for it on both sides, so only a missing one differs.
+    await c.waitFor(() => (c.exitCode('t') !== undefined ? true : undefined), 'process/exited of t', 2000).catch(() => {});
     const out = c.output('t').pty ?? '';
     return {
       start: norm(r),
