@@ -23,7 +23,8 @@
  *
  * Limits: at most MAX_WATCHES watches in all (the uid's inotify watches are shared with the host
  * and its sandboxes: lib/platform/linux-quotas.ts keeps half of the limit for the host, and this
- * takes a small part of that half); a walk that needs more is not cached. Without the addon's
+ * takes a small part of that half); the walks used longest ago make room for a new one, and a
+ * walk that needs more than all of it is not cached. Without the addon's
  * watches (not Linux, or no inotify) nothing is cached.
  */
 import type * as fs from 'node:fs';
@@ -134,6 +135,8 @@ export function cachedWalk(
   const hit = entries.get(key);
   if (hit) {
     hits++;
+    entries.delete(key); // most recently used last: the eviction order
+    entries.set(key, hit);
     return { found: [...hit.found], truncated: hit.truncated };
   }
   const first = walk();
@@ -142,8 +145,13 @@ export function cachedWalk(
     if (seen.size > 1024) seen.clear();
     return first;
   }
-  // An unreadable root (a change above it would go unseen) or too many directories: not cached.
-  if (first.dirs[0] !== root || watchedCount() + first.dirs.length > MAX_WATCHES) return first;
+  // An unreadable root (a change above it would go unseen) or a walk too big alone: not cached.
+  if (first.dirs[0] !== root || first.dirs.length > MAX_WATCHES) return first;
+  // Room for it: the walks used longest ago go first (a host that moves between workspaces).
+  for (const old of entries.keys()) {
+    if (watchedCount() + first.dirs.length <= MAX_WATCHES) break;
+    drop(old, w);
+  }
   const wds: number[] = [];
   const undo = () => {
     for (const wd of wds) if (!users.has(wd)) w.native.dirWatchRemove!(w.fd, wd);
