@@ -27,11 +27,12 @@
  * walk that needs more than all of it is not cached. Without the addon's
  * watches (not Linux, or no inotify) nothing is cached.
  */
-import type * as fs from 'node:fs';
+import * as fs from 'node:fs';
 
 import { tryLoadNative, type NativeBinding } from '../native';
 
 export const MAX_WATCHES = 4096;
+let budget = MAX_WATCHES;
 
 export interface WalkResult {
   found: string[];
@@ -71,6 +72,16 @@ function getWatcher(): Watcher | null {
   const { fd, mountFd } = native.dirWatchOpen();
   if (fd < 0 || mountFd < 0) return null;
   watcher = { native, fd, mountFd };
+  // A Worker that ends takes its copy of this module with it: its fds must not outlive it.
+  process.once('exit', () => {
+    for (const f of [fd, mountFd]) {
+      try {
+        fs.closeSync(f);
+      } catch {
+        // closed already
+      }
+    }
+  });
   return watcher;
 }
 
@@ -146,10 +157,10 @@ export function cachedWalk(
     return first;
   }
   // An unreadable root (a change above it would go unseen) or a walk too big alone: not cached.
-  if (first.dirs[0] !== root || first.dirs.length > MAX_WATCHES) return first;
+  if (first.dirs[0] !== root || first.dirs.length > budget) return first;
   // Room for it: the walks used longest ago go first (a host that moves between workspaces).
   for (const old of entries.keys()) {
-    if (watchedCount() + first.dirs.length <= MAX_WATCHES) break;
+    if (watchedCount() + first.dirs.length <= budget) break;
     drop(old, w);
   }
   const wds: number[] = [];
@@ -196,6 +207,11 @@ export function cachedWalk(
   }
   entries.set(key, { found: second.found, truncated: second.truncated, wds: unique, rootWd, ignore: ignoreAtRoot });
   return { found: [...second.found], truncated: second.truncated };
+}
+
+/** Test hook: the watch budget (MAX_WATCHES unless a test makes it small). */
+export function setWalkCacheBudget(n: number): void {
+  budget = n;
 }
 
 /** Test hook: how many walks are cached, how many directories are watched, how many hits so far. */

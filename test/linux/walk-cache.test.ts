@@ -11,7 +11,7 @@ import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
 import { resolvePolicy } from '../../lib/permissions';
-import { walkCacheStats } from '../../lib/permissions/walk-cache';
+import { MAX_WATCHES, setWalkCacheBudget, walkCacheStats } from '../../lib/permissions/walk-cache';
 import { caps, modePolicy } from '../helpers/capabilities';
 import { makeScene, sh, type Scene } from '../helpers/sandbox';
 
@@ -105,6 +105,29 @@ describe.runIf(caps.linux)('the nested-repository walk, cached between spawns', 
     const mid = walkCacheStats().hits;
     expect((await sh('true', { cwd: scene.ws, policy })).code).toBe(0);
     expect(walkCacheStats().hits).toBe(mid);
+  });
+
+  it('a full watch budget makes room by dropping the walk used longest ago, which is then walked afresh', () => {
+    const other = makeScene('walk-b');
+    try {
+      fs.mkdirSync(path.join(other.ws, 'x', 'y'), { recursive: true });
+      warm(scene.ws);
+      const w1 = walkCacheStats().watches;
+      // Room for only two more watches: the other workspace's walk needs three (its root, x, x/y).
+      setWalkCacheBudget(w1 + 2);
+      warm(other.ws);
+      expect(walkCacheStats().watches).toBeLessThanOrEqual(w1 + 2);
+      // The new walk is cached (it hits)...
+      const hits = walkCacheStats().hits;
+      protectedIn(other.ws, 'x');
+      expect(walkCacheStats().hits).toBe(hits + 1);
+      // ...and the dropped one is still right: walked afresh, it sees a repository made since.
+      makeRepo(path.join(scene.ws, 'a', 'b', 'c'));
+      expect(protectedIn(scene.ws, 'a')).toEqual([path.join(scene.ws, 'a/b/c/.git/config'), path.join(scene.ws, 'a/b/c/.git/hooks')]);
+    } finally {
+      setWalkCacheBudget(MAX_WATCHES);
+      other.cleanup();
+    }
   });
 
   it.skipIf(!caps.userns)('end to end (isolated mode): hooks of a repository made between two spawns cannot be written', async () => {
