@@ -39,8 +39,10 @@ namespace {
 // At most this many unused stacks are kept (per size: 64K, 128K, 256K), enough for the bursts of
 // concurrent spawns a host makes; JS threads of Workers spawn too, hence the lock.
 constexpr size_t kPooledStacks = 8;
-std::mutex g_stack_mu;
-std::vector<std::pair<void*, size_t>> g_stacks;
+// Never destroyed: the pool's refill threads (spawn_netns.cc) take stacks too, and may still be
+// running while the process exits and static destructors run.
+std::mutex& g_stack_mu = *new std::mutex;
+std::vector<std::pair<void*, size_t>>& g_stacks = *new std::vector<std::pair<void*, size_t>>;
 
 }  // namespace
 

@@ -83,7 +83,9 @@ struct SharedTemplate {
   bool tried = false;
   NetTemplate fds;
 };
-SharedTemplate g_shared_template;
+// Never destroyed (as the pool below): static destructors run at exit while other threads may
+// still use them.
+SharedTemplate& g_shared_template = *new SharedTemplate;
 
 // Sandboxes with a proxy each need a network namespace of their own (their listener is the only
 // thing on its lo). Making one is most of such a spawn's cost (~0.7-1 ms: the namespace, lo, the
@@ -97,7 +99,9 @@ struct ProxyPool {
   size_t filling = 0;
   bool failed = false;  // this host cannot make templates: spawns make their own namespaces
 };
-ProxyPool g_proxy_pool;
+// Never destroyed: a refill thread may still be running while the process exits, and static
+// destructors would free what it is about to use.
+ProxyPool& g_proxy_pool = *new ProxyPool;
 
 void FillProxyPool() {
   NetTemplate t;
