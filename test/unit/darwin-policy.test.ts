@@ -3,7 +3,6 @@
 // preset at any depth, unix sockets by path, restricted reads' platform set, symlinked protected
 // paths, and the report's gaps. Each rule has a negative control (absent without the option).
 import * as fs from 'node:fs';
-import * as os from 'node:os';
 import * as path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import {
@@ -42,7 +41,9 @@ function request(r: ResolvedRules, over: Partial<BackendSpawnRequest> = {}): Bac
 
 const tmpDirs: string[] = [];
 function workspace(): string {
-  const d = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), 'psb-darwin-policy-')));
+  // Not under /tmp: these workspaces hold .git symlinks, and a sandboxed test running alongside
+  // with /tmp as a writable root (Codex's workspace_write) would find them as nested repositories.
+  const d = fs.realpathSync(fs.mkdtempSync(path.join('/var/tmp', 'psb-darwin-policy-')));
   tmpDirs.push(d);
   return d;
 }

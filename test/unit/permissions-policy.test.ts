@@ -1,5 +1,4 @@
 import * as fs from 'node:fs';
-import * as os from 'node:os';
 import * as path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SandboxError } from '../../lib/errors';
@@ -7,7 +6,9 @@ import { isLikelySandboxDenied, isSecretEnvName, resolvePolicy } from '../../lib
 
 let tmp: string;
 beforeAll(() => {
-  tmp = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), 'ps-perm-')));
+  // Not under /tmp: a .git symlink made here would be a nested repository to a sandboxed test
+  // running alongside with /tmp as a writable root (Codex's workspace_write).
+  tmp = fs.realpathSync(fs.mkdtempSync(path.join('/var/tmp', 'ps-perm-')));
 });
 afterAll(() => {
   fs.rmSync(tmp, { recursive: true, force: true });
