@@ -306,23 +306,23 @@ export const NESTED_REPO_MAX_DEPTH = 3;
 export const NESTED_REPO_MAX_DIRS = 256;
 
 /**
- * Directories below `root` (not root itself) that hold a `.git` entry: nested repositories and
- * submodule checkouts, whose hooks and config run code later just like the root's (FS-08). The
- * walk is bounded (depth and directory count) so spawning stays cheap in large trees.
- */
-/**
  * Directories at a writable root that are protected as a whole (protectedMetadataFor), so a
  * repository inside them needs nothing more: the walk does not enter them. It also keeps the
  * walk, and its cache, blind to their placeholders coming and going with every spawn.
  */
 const WHOLE_AT_ROOT: ReadonlySet<string> = new Set(['.codex', '.agents', '.aws']);
 
+/**
+ * Directories below `root` (not root itself) that hold a `.git` entry: nested repositories and
+ * submodule checkouts, whose hooks and config run code later just like the root's (FS-08). The
+ * walk is bounded (depth and directory count) so spawning stays cheap in large trees.
+ */
 export function findNestedRepos(root: string, cut?: { truncated: boolean }): string[] {
   // Cached between spawns while nothing the walk looked at changes (walk-cache.ts).
   const { found, truncated } = cachedWalk(root, lstatOrNull(root), () => {
     const repos: string[] = [];
     const dirs: string[] = [];
-    const cut = walkBelow(
+    const stopped = walkBelow(
       root,
       NESTED_REPO_MAX_DEPTH,
       NESTED_REPO_MAX_DIRS,
@@ -335,7 +335,7 @@ export function findNestedRepos(root: string, cut?: { truncated: boolean }): str
       dirs,
       WHOLE_AT_ROOT,
     );
-    return { found: repos, truncated: cut, dirs };
+    return { found: repos, truncated: stopped, dirs };
   }, new Set([...WHOLE_AT_ROOT, '.git']));
   if (truncated && cut) cut.truncated = true;
   return found;

@@ -99,10 +99,13 @@ function drop(key: string, w: Watcher): void {
   }
 }
 
-/**
- * Drops every cached walk that `events` ([wd, name, ...] from dirWatchPoll; null: everything)
- * touch. An event on a root's watch for a name the walk never enters is not about the walk.
- */
+/** Whether an event (watch, entry name) can change a walk whose root has `rootWd`: not one on
+ * the root's watch for a name the walk never enters. */
+function concerns(wd: number, name: string, rootWd: number, ignore: ReadonlySet<string>): boolean {
+  return !(wd === rootWd && name !== '' && ignore.has(name));
+}
+
+/** Drops every cached walk that `events` ([wd, name, ...] from dirWatchPoll; null: everything) touch. */
 function dropTouched(w: Watcher, events: Array<number | string> | null): void {
   if (events === null) {
     for (const key of [...entries.keys()]) drop(key, w);
@@ -113,7 +116,7 @@ function dropTouched(w: Watcher, events: Array<number | string> | null): void {
     const name = events[i + 1] as string;
     for (const key of [...(users.get(wd) ?? [])]) {
       const e = entries.get(key);
-      if (e && wd === e.rootWd && name !== '' && e.ignore.has(name)) continue;
+      if (e && !concerns(wd, name, e.rootWd, e.ignore)) continue;
       drop(key, w);
     }
   }
@@ -186,7 +189,7 @@ export function cachedWalk(
   for (let i = 0; changed !== null && i < changed.length; i += 2) {
     const wd = changed[i] as number;
     const name = changed[i + 1] as string;
-    if (mine.has(wd) && !(wd === rootWd && name !== '' && ignoreAtRoot.has(name))) touched = true;
+    if (mine.has(wd) && concerns(wd, name, rootWd, ignoreAtRoot)) touched = true;
   }
   const same =
     changed !== null &&

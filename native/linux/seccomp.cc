@@ -18,8 +18,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
-#include <memory>
 #include <algorithm>
+#include <memory>
 #include <mutex>
 #include <new>
 
@@ -103,18 +103,14 @@ int EmitBody(const Rule& r, uint32_t supervise, std::vector<sock_filter>* out) {
   return 0;
 }
 
-}  // namespace
-
-namespace {
-
 // One rule of the table as emitted: its syscall number and its body (ending in RET).
 struct Leaf {
   uint32_t nr;
   std::vector<sock_filter> body;
 };
 
-// What a group compares: numbers [lo, hi] that share one body. A body that is a lone RET jumps
-// to a RET shared by the group (`ret`); any other body follows its JEQ inline (lo == hi).
+// What a group compares: numbers [lo, hi] that share one body. A body that is a lone RET
+// (lone_ret) jumps to a RET the group shares; any other body follows its JEQ inline (lo == hi).
 struct Item {
   uint32_t lo, hi;
   const Leaf* leaf;
