@@ -107,6 +107,14 @@ export interface NativeBinding {
   setErrorClass(cls: typeof SandboxError): void;
   // Linux
   spawn?(plan: LinuxNativePlan, onExit: (code: number | null, signal: number | null) => void): LinuxSpawnResult;
+  /** Landlock mode's prepared-ahead sandboxes (lib/platform/linux-spare.ts). */
+  prepareSpare?(plan: Omit<LinuxNativePlan, 'stdio'>, done: (err: Error | null) => void): object;
+  spawnSpare?(
+    spare: object,
+    req: { file: string; argv: string[]; envp: string[]; cwd: string; stdio: LinuxStdio[] },
+    onExit: (code: number | null, signal: number | null) => void,
+  ): LinuxSpawnResult | null;
+  discardSpare?(spare: object): void;
   kill?(handle: object, signal: number): number;
   /** Whether the exit watch of `handle` keeps the event loop alive. */
   setRef?(handle: object, on: boolean): void;

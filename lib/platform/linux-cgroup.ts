@@ -45,8 +45,11 @@ export interface SandboxCgroup {
   closeFds(): void;
   /** SIGKILLs every process in the groups (cgroup.kill on v2). */
   killAll(): void;
-  /** Kills whatever is left in the groups and removes them (retrying while they drain). */
-  remove(): void;
+  /**
+   * Kills whatever is left in the groups and removes them (retrying while they drain). An empty
+   * pids-only group is kept for reuse instead, unless `reuse` is false (at exit).
+   */
+  remove(reuse?: boolean): void;
 }
 
 const PREFIX = 'psb-';
@@ -465,8 +468,8 @@ function open(dirs: string[], kind: 'v1' | 'v2', req: CgroupRequest, withMemory:
     killAll() {
       for (const d of dirs) killMembers(d);
     },
-    remove() {
-      if (poolable && open && pool.length < POOL_MAX && isEmpty(dirs[0]!)) {
+    remove(reuse = true) {
+      if (reuse && poolable && open && pool.length < POOL_MAX && isEmpty(dirs[0]!)) {
         if (!poolExitHook) {
           poolExitHook = true;
           process.once('exit', () => {

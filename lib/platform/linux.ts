@@ -17,6 +17,7 @@ import { ManagedProxy } from '../network';
 import { createSandboxCgroup, type SandboxCgroup } from './linux-cgroup';
 import { chooseLinuxMode, DEFAULT_MAX_PROCESSES, planLinux } from './linux-plan';
 import { type QuotaShare, takeQuotaShare } from './linux-quotas';
+import { planKey, type Spare, type SpareResources, SpareSlot } from './linux-spare';
 
 const PLAIN_REPORT = unsandboxedReport('linux', {
   treeTeardown: 'partial',
@@ -86,6 +87,9 @@ function looksLikePlaceholder(p: string, shape = false): boolean {
 }
 
 const EWOULDBLOCK = os.constants.errno.EWOULDBLOCK;
+
+/** A host fd on stdio that is a terminal (Landlock mode grants it by inode at setup: no spare). */
+const isTerminal = (s: LinuxStdio): boolean => typeof s === 'number' && s >= 0 && tty.isatty(s);
 
 /**
  * The addon never waits on a lock (a sandboxed command can hold one on a placeholder it sees).
@@ -165,6 +169,12 @@ function releasePlaceholders(native: NativeBinding, held: HeldPlaceholder[]): vo
 const TMP_PREFIX = 'process-sandbox-tmp-';
 let staleTmpSwept = false;
 
+/** Landlock mode's private TMPDIR for one run. */
+function makeTmpDir(): string {
+  sweepStaleTmpDirs();
+  return fs.mkdtempSync(path.join(os.tmpdir(), `${TMP_PREFIX}${process.pid}-`));
+}
+
 /**
  * Landlock mode's per-run TMPDIRs are named after the host pid. A host that was killed never
  * removed its own; the first Landlock-mode spawn of each process removes those whose host is gone.
@@ -236,6 +246,13 @@ function withNativeFacts(report: EnforcementReport, res: { landlockAbi: number; 
 export function createLinuxBackend(native: NativeBinding): Backend {
   let probed: LinuxProbe | undefined;
   const linuxProbe = (): LinuxProbe => (probed ??= native.probe!() as LinuxProbe);
+  const releaseResources = (r: SpareResources, atExit = false) => {
+    r.cgroup?.closeFds();
+    r.cgroup?.remove(!atExit);
+    r.quota?.release();
+    if (r.tmpDir) removeTmpDir(native, r.tmpDir);
+  };
+  const spares = new SpareSlot(native, releaseResources);
 
   return {
     name: 'linux',
@@ -301,7 +318,32 @@ export function createLinuxBackend(native: NativeBinding): Backend {
     }
   }
 
-  function spawnOn(req: BackendSpawnRequest, pty: OpenedPty | undefined, nsPty: { cols: number; rows: number } | undefined): BackendProcess {
+  /**
+   * A spare for the next spawn of this shape (linux-spare.ts), made as the spawn itself would be
+   * but with no stdio, from what this one was given. Runs after the spawn, while its command runs.
+   */
+  function prepareSpare(key: string, req: BackendSpawnRequest, rules: NonNullable<BackendSpawnRequest['rules']>, mode: 'landlock', probe: LinuxProbe): void {
+    const made: SpareResources = { cgroup: null, quota: null };
+    try {
+      const env = { ...req.env };
+      if (rules.tmp === 'private') env.TMPDIR = made.tmpDir = makeTmpDir();
+      made.cgroup = createSandboxCgroup({ pidsMax: rules.limits.maxProcesses ?? DEFAULT_MAX_PROCESSES, memoryBytes: rules.limits.memoryBytes });
+      const cgroup = made.cgroup ? { kind: made.cgroup.kind, pidsMax: made.cgroup.pidsMax, memoryBytes: made.cgroup.memoryBytes } : undefined;
+      const p = planLinux({ rules, mode, file: req.file, argv: req.argv, env, cwd: req.cwd, probe, landlockTmpDir: made.tmpDir, cgroup });
+      if (made.cgroup) p.native.cgroupFds = made.cgroup.procsFds;
+      made.quota = takeQuotaShare(mode);
+      spares.fill(key, applyQuotaShare(p.native, p.enforcement, made.quota).plan, made);
+    } catch {
+      releaseResources(made); // the spawn itself succeeded; the next one simply starts from nothing
+    }
+  }
+
+  function spawnOn(
+    req: BackendSpawnRequest,
+    pty: OpenedPty | undefined,
+    nsPty: { cols: number; rows: number } | undefined,
+    noSpare = false,
+  ): BackendProcess {
     {
       const stdio: LinuxStdio[] = pty
         ? [pty.slave, pty.slave, pty.slave]
@@ -318,6 +360,8 @@ export function createLinuxBackend(native: NativeBinding): Backend {
       let tmpDir: string | undefined;
       let cgroup: SandboxCgroup | null = null;
       let quota: QuotaShare | null = null;
+      let spare: Spare | undefined;
+      let prepareNext: (() => void) | undefined;
       if (req.rules === null) {
         plan = {
           mode: 'plain',
@@ -330,6 +374,14 @@ export function createLinuxBackend(native: NativeBinding): Backend {
         const rules = req.rules;
         const probe = linuxProbe();
         const mode = chooseLinuxMode(rules, probe);
+        // Landlock mode without a terminal or the proxy can be served by a spare made ahead.
+        if (mode === 'landlock' && !pty && !nsPty && rules.network.kind !== 'proxy' && native.prepareSpare && !stdio.some(isTerminal)) {
+          const key = `${req.cwd}\0${JSON.stringify(rules)}`;
+          if (!noSpare) spare = spares.take(key);
+          prepareNext = () => {
+            if (spares.wants(key)) setImmediate(() => prepareSpare(key, req, rules, mode, probe));
+          };
+        }
         const env = { ...req.env };
         if (rules.tmp === 'private') {
           if (mode === 'isolated') {
@@ -339,8 +391,7 @@ export function createLinuxBackend(native: NativeBinding): Backend {
             const usable = (p: string) => p === '/tmp' || p.startsWith('/tmp/') || rules.writeRoots.some((w) => p === w || p.startsWith(w + '/'));
             if (t !== undefined && !usable(t)) env.TMPDIR = '/tmp';
           } else {
-            sweepStaleTmpDirs();
-            tmpDir = fs.mkdtempSync(path.join(os.tmpdir(), `${TMP_PREFIX}${process.pid}-`));
+            tmpDir = spare?.resources.tmpDir ?? makeTmpDir();
             env.TMPDIR = tmpDir;
           }
         }
@@ -378,17 +429,20 @@ export function createLinuxBackend(native: NativeBinding): Backend {
           }
           // Existing placeholders are held before the plan, which then binds them as existing paths.
           held = claimPlaceholders(native, [...rules.readOnly, ...rules.denyRead]);
-          cgroup = createSandboxCgroup({ pidsMax: rules.limits.maxProcesses ?? DEFAULT_MAX_PROCESSES, memoryBytes: rules.limits.memoryBytes });
+          cgroup = spare
+            ? spare.resources.cgroup
+            : createSandboxCgroup({ pidsMax: rules.limits.maxProcesses ?? DEFAULT_MAX_PROCESSES, memoryBytes: rules.limits.memoryBytes });
           const cgInfo = cgroup ? { kind: cgroup.kind, pidsMax: cgroup.pidsMax, memoryBytes: cgroup.memoryBytes } : undefined;
           const p = planLinux({ rules, mode, file: req.file, argv: req.argv, env: planEnv, cwd: req.cwd, probe, landlockTmpDir: tmpDir, proxyPort, cgroup: cgInfo });
           plan = p.native;
           if (cgroup) plan.cgroupFds = cgroup.procsFds;
           enforcement = p.enforcement;
           // This run's share of the uid's inotify, signal and mqueue counters (linux-quotas.ts).
-          quota = takeQuotaShare(mode);
+          quota = spare ? spare.resources.quota : takeQuotaShare(mode);
           ({ plan, enforcement } = applyQuotaShare(plan, enforcement, quota));
           ghosts = p.ghosts;
         } catch (e) {
+          if (spare) native.discardSpare!(spare.handle);
           releasePlaceholders(native, held);
           if (tmpDir) removeTmpDir(native, tmpDir);
           cgroup?.remove();
@@ -423,9 +477,28 @@ export function createLinuxBackend(native: NativeBinding): Backend {
       }
       let res;
       try {
-        res = native.spawn!({ ...plan, stdio }, (code, sig) => {
+        const onExit = (code: number | null, sig: number | null) => {
           void cleanup().then(() => resolveExit({ code, signal: sig ? signalName(sig) : null }));
-        });
+        };
+        if (spare) {
+          // Used only if this fresh plan is the one it was made from (and, natively, if every
+          // path its rules name is still the same inode); otherwise everything it held goes, and
+          // the spawn starts again from nothing.
+          const { file, argv, envp, cwd } = plan;
+          const sameShape = spare.planKey === planKey(plan);
+          if (!sameShape) native.discardSpare!(spare.handle);
+          const got = sameShape ? native.spawnSpare!(spare.handle, { file, argv, envp, cwd, stdio }, onExit) : null;
+          if (got === null) {
+            spares.stats.discarded++;
+            releasePlaceholders(native, held);
+            releaseResources({ tmpDir, cgroup, quota });
+            return spawnOn(req, pty, nsPty, true);
+          }
+          spares.stats.used++;
+          res = got;
+        } else {
+          res = native.spawn!({ ...plan, stdio }, onExit);
+        }
       } catch (e) {
         if (pty) fs.closeSync(pty.master);
         if (hostListenerFd !== undefined) fs.closeSync(hostListenerFd);
@@ -438,6 +511,7 @@ export function createLinuxBackend(native: NativeBinding): Backend {
         throw e;
       }
       cgroup?.closeFds(); // the command has joined (or failed and was reaped)
+      prepareNext?.();
       // The placeholders init just made for this run. Should one already be locked by someone
       // else (the command itself could race for it), the run cannot rely on it: stop the command.
       try {

@@ -13,6 +13,9 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -253,14 +256,10 @@ void FillLandlock(Napi::Env env, const Napi::Object& o, LandlockPlan* ll) {
   }
 }
 
-// native.spawn(plan, onExit) -> { pid, handle, fds, landlockAbi }
-Napi::Value Spawn(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  if (info.Length() != 2 || !info[0].IsObject() || !info[1].IsFunction()) {
-    throw Napi::TypeError::New(env, "Usage: native.spawn(plan, onExit)");
-  }
-  Napi::Object o = info[0].As<Napi::Object>();
-  LinuxSpawnPlan plan;
+// The plan's fields other than stdio (mode, command, limits, mounts, Landlock, seccomp) into
+// *plan, and the supervisor's configuration into *supervisor. Throws on a malformed plan.
+void ParsePlan(Napi::Env env, const Napi::Object& o, LinuxSpawnPlan* out, SupervisorConfig* supervisor) {
+  LinuxSpawnPlan& plan = *out;
   std::string mode = GetString(o, "mode");
   if (mode == "plain") {
     plan.mode = LinuxMode::kPlain;
@@ -309,42 +308,6 @@ Napi::Value Spawn(const Napi::CallbackInfo& info) {
       plan.cgroup_fds.push_back(v.As<Napi::Number>().Int32Value());
     }
   }
-
-  // stdio: number = host fd to pass, -1 = /dev/null, 'in'/'out' = a new pipe.
-  Napi::Array stdio = GetArray(o, "stdio");
-  for (uint32_t i = 0; i < stdio.Length(); ++i) {
-    Napi::Value v = stdio.Get(i);
-    bool ok = v.IsNumber() || (v.IsString() && (v.As<Napi::String>().Utf8Value() == "in" ||
-                                                v.As<Napi::String>().Utf8Value() == "out"));
-    if (!ok) throw Napi::TypeError::New(env, "Expected plan.stdio entries to be fd numbers, 'in' or 'out'");
-  }
-  std::vector<int> parent_ends(stdio.Length(), -1);
-  struct PipeCloser {
-    std::vector<int> fds;
-    ~PipeCloser() {
-      for (int fd : fds) close(fd);
-    }
-  } child_ends;
-  std::vector<int> parent_owned;
-  for (uint32_t i = 0; i < stdio.Length(); ++i) {
-    Napi::Value v = stdio.Get(i);
-    if (v.IsNumber()) {
-      plan.stdio.push_back(v.As<Napi::Number>().Int32Value());
-      continue;
-    }
-    std::string kind = v.As<Napi::String>().Utf8Value();
-    int p[2];
-    if (pipe2(p, O_CLOEXEC) < 0) {
-      for (int fd : parent_owned) close(fd);
-      ThrowSandboxError(env, Status::Sys(ErrorCode::kESPAWN, "pipe2(2) failed", "pipe2", errno));
-    }
-    bool child_reads = kind == "in";
-    plan.stdio.push_back(child_reads ? p[0] : p[1]);
-    child_ends.fds.push_back(child_reads ? p[0] : p[1]);
-    parent_ends[i] = child_reads ? p[1] : p[0];
-    parent_owned.push_back(parent_ends[i]);
-  }
-
   if (plan.mode == LinuxMode::kIsolated) {
     Napi::Array mounts = GetArray(o, "mounts");
     for (uint32_t i = 0; i < mounts.Length(); ++i) {
@@ -369,9 +332,8 @@ Napi::Value Spawn(const Napi::CallbackInfo& info) {
     FillLandlock(env, ll.As<Napi::Object>(), &plan.landlock_plan);
   }
   Napi::Value sc = o.Get("seccomp");
-  SupervisorConfig supervisor;
-  uint16_t& connect_port = supervisor.proxy_port;
-  MetadataRules& metadata = supervisor.metadata;
+  uint16_t& connect_port = supervisor->proxy_port;
+  MetadataRules& metadata = supervisor->metadata;
   if (sc.IsObject()) {
     Napi::Object s = sc.As<Napi::Object>();
     SeccompConfig cfg;
@@ -384,7 +346,6 @@ Napi::Value Spawn(const Napi::CallbackInfo& info) {
     connect_port = static_cast<uint16_t>(GetNumber(s, "connectSupervisor", 0));
     if (connect_port != 0) {
       if (plan.mode != LinuxMode::kLandlock || net != "proxy") {
-        for (int fd : parent_owned) close(fd);
         throw Napi::TypeError::New(env, "plan.seccomp.connectSupervisor needs Landlock mode and net 'proxy'");
       }
       cfg.notify_connect = true;
@@ -395,19 +356,13 @@ Napi::Value Spawn(const Napi::CallbackInfo& info) {
     Napi::Value ms = s.Get("metadataSupervisor");
     if (ms.IsObject()) {
       if (plan.mode != LinuxMode::kLandlock) {
-        for (int fd : parent_owned) close(fd);
         throw Napi::TypeError::New(env, "plan.seccomp.metadataSupervisor needs Landlock mode");
       }
-      try {
-        metadata.writable = GetStrings(ms.As<Napi::Object>(), "writable");
-        metadata.protect = GetStrings(ms.As<Napi::Object>(), "protect");
-        if (ms.As<Napi::Object>().Has("readable")) {
-          metadata.readable = GetStrings(ms.As<Napi::Object>(), "readable");
-          metadata.deny_read = GetStrings(ms.As<Napi::Object>(), "denyRead");
-        }
-      } catch (...) {
-        for (int fd : parent_owned) close(fd);
-        throw;
+      metadata.writable = GetStrings(ms.As<Napi::Object>(), "writable");
+      metadata.protect = GetStrings(ms.As<Napi::Object>(), "protect");
+      if (ms.As<Napi::Object>().Has("readable")) {
+        metadata.readable = GetStrings(ms.As<Napi::Object>(), "readable");
+        metadata.deny_read = GetStrings(ms.As<Napi::Object>(), "denyRead");
       }
       metadata.enabled = true;
       cfg.notify_metadata = true;
@@ -415,27 +370,60 @@ Napi::Value Spawn(const Napi::CallbackInfo& info) {
       // The sandbox's lifetime share of the uid's inotify instances and watches (linux-quotas.ts).
       Napi::Value iq = ms.As<Napi::Object>().Get("inotify");
       if (iq.IsObject()) {
-        supervisor.inotify = true;
-        supervisor.inotify_instances = static_cast<uint32_t>(GetNumber(iq.As<Napi::Object>(), "instances", 0));
-        supervisor.inotify_watches = static_cast<uint32_t>(GetNumber(iq.As<Napi::Object>(), "watches", 0));
+        supervisor->inotify = true;
+        supervisor->inotify_instances = static_cast<uint32_t>(GetNumber(iq.As<Napi::Object>(), "instances", 0));
+        supervisor->inotify_watches = static_cast<uint32_t>(GetNumber(iq.As<Napi::Object>(), "watches", 0));
       }
     }
     int r = BuildSeccompFilter(cfg, &plan.seccomp_filter);
     if (r < 0) {
-      for (int fd : parent_owned) close(fd);
       ThrowSandboxError(env, Status::Sys(ErrorCode::kESECCOMP_INSTALL, "building the seccomp filter failed",
                                          "seccomp", -r));
     }
     plan.seccomp = true;
   }
+}
 
-  LinuxSpawnResult res;
-  Status s = SpawnLinux(plan, &res);
-  if (!s.ok()) {
-    for (int fd : parent_owned) close(fd);
-    ThrowSandboxError(env, s);
+// The parent's ends of the pipes made for 'in'/'out' stdio entries; closed unless released.
+struct StdioEnds {
+  std::vector<int> parent;  // per entry: our end, or -1
+  std::vector<int> child;   // the command's ends, closed once it has its copies
+  ~StdioEnds() {
+    for (int fd : child) close(fd);
+    for (int fd : parent) {
+      if (fd >= 0) close(fd);
+    }
   }
+};
 
+// stdio: number = host fd to pass, -1 = /dev/null, 'in'/'out' = a new pipe.
+void ParseStdio(Napi::Env env, const Napi::Array& stdio, std::vector<int>* out, StdioEnds* ends) {
+  for (uint32_t i = 0; i < stdio.Length(); ++i) {
+    Napi::Value v = stdio.Get(i);
+    bool ok = v.IsNumber() || (v.IsString() && (v.As<Napi::String>().Utf8Value() == "in" ||
+                                                v.As<Napi::String>().Utf8Value() == "out"));
+    if (!ok) throw Napi::TypeError::New(env, "Expected plan.stdio entries to be fd numbers, 'in' or 'out'");
+  }
+  ends->parent.assign(stdio.Length(), -1);
+  for (uint32_t i = 0; i < stdio.Length(); ++i) {
+    Napi::Value v = stdio.Get(i);
+    if (v.IsNumber()) {
+      out->push_back(v.As<Napi::Number>().Int32Value());
+      continue;
+    }
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) < 0) ThrowSandboxError(env, Status::Sys(ErrorCode::kESPAWN, "pipe2(2) failed", "pipe2", errno));
+    bool child_reads = v.As<Napi::String>().Utf8Value() == "in";
+    out->push_back(child_reads ? p[0] : p[1]);
+    ends->child.push_back(child_reads ? p[0] : p[1]);
+    ends->parent[i] = child_reads ? p[1] : p[0];
+  }
+}
+
+// A started sandbox: its supervisor, its exit watch, and the JS result
+// { pid, handle, fds, landlockAbi, listenerFd?, ptyFd?, sharedNetns }.
+Napi::Value WatchStarted(Napi::Env env, const LinuxSpawnResult& res, SupervisorConfig&& supervisor,
+                         const Napi::Function& on_exit, StdioEnds* ends, int landlock_abi) {
   ChildWatch* w = new ChildWatch();
   w->res = res;
   uv_loop_t* loop = nullptr;
@@ -449,7 +437,7 @@ Napi::Value Spawn(const Napi::CallbackInfo& info) {
       SignalTree(w->res, SIGKILL);
     }
   }
-  w->on_exit = Napi::Persistent(info[1].As<Napi::Function>());
+  w->on_exit = Napi::Persistent(on_exit);
   // Before any poll exists (see ChildWatch::cleanup). If it cannot be added, the watch works as
   // before, without teardown on env exit.
   napi_add_async_cleanup_hook(env, TeardownWatch, w, &w->cleanup);
@@ -467,16 +455,209 @@ Napi::Value Spawn(const Napi::CallbackInfo& info) {
   Napi::Object result = Napi::Object::New(env);
   result.Set("pid", Napi::Number::New(env, res.pid));
   result.Set("handle", Napi::External<ChildWatch>::New(env, w, [](Napi::Env, ChildWatch* cw) { cw->Unref(); }));
-  Napi::Array fds = Napi::Array::New(env, parent_ends.size());
-  for (uint32_t i = 0; i < parent_ends.size(); ++i) {
-    fds.Set(i, parent_ends[i] >= 0 ? Napi::Value(Napi::Number::New(env, parent_ends[i])) : env.Null());
+  Napi::Array fds = Napi::Array::New(env, ends->parent.size());
+  for (uint32_t i = 0; i < ends->parent.size(); ++i) {
+    int fd = ends->parent[i];
+    fds.Set(i, fd >= 0 ? Napi::Value(Napi::Number::New(env, fd)) : env.Null());
+    ends->parent[i] = -1;  // JS owns it now
   }
   result.Set("fds", fds);
-  result.Set("landlockAbi", Napi::Number::New(env, plan.landlock ? plan.landlock_plan.abi : 0));
+  result.Set("landlockAbi", Napi::Number::New(env, landlock_abi));
   if (res.proxy_listener_fd >= 0) result.Set("listenerFd", Napi::Number::New(env, res.proxy_listener_fd));
   if (res.pty_master_fd >= 0) result.Set("ptyFd", Napi::Number::New(env, res.pty_master_fd));
   result.Set("sharedNetns", Napi::Boolean::New(env, res.shared_netns));
   return result;
+}
+
+// native.spawn(plan, onExit) -> { pid, handle, fds, landlockAbi }
+Napi::Value Spawn(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() != 2 || !info[0].IsObject() || !info[1].IsFunction()) {
+    throw Napi::TypeError::New(env, "Usage: native.spawn(plan, onExit)");
+  }
+  Napi::Object o = info[0].As<Napi::Object>();
+  LinuxSpawnPlan plan;
+  SupervisorConfig supervisor;
+  ParsePlan(env, o, &plan, &supervisor);
+  StdioEnds ends;
+  ParseStdio(env, GetArray(o, "stdio"), &plan.stdio, &ends);
+  LinuxSpawnResult res;
+  Status s = SpawnLinux(plan, &res);
+  if (!s.ok()) ThrowSandboxError(env, s);
+  return WatchStarted(env, res, std::move(supervisor), info[1].As<Napi::Function>(), &ends,
+                      plan.landlock ? plan.landlock_plan.abi : 0);
+}
+
+// ---- prepared-ahead sandboxes (spawn_spare.cc; lib/platform/linux-spare.ts) -------------
+
+// A spare's JS handle, returned at once while a thread of libuv's pool prepares the spare (those
+// threads live as long as the process, which init's parent-death signal needs: it follows the
+// thread that cloned it). Using or discarding it waits for the preparation to end; it is used
+// or discarded once. Whatever is left when the env goes away (a Worker ending, the process
+// exiting) or JS drops the handle is discarded then, without waiting.
+struct SpareRecord {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;       // the preparation has ended (spare or status says how)
+  bool abandoned = false;  // dropped before it ended: the pool thread discards what it made
+  Status status;
+  LinuxSpare* spare = nullptr;
+  SupervisorConfig supervisor;
+  int landlock_abi = 0;
+  napi_env env = nullptr;
+  bool hooked = false;
+  std::atomic<int> refs{2};  // the JS handle and the worker
+
+  void Release() {
+    if (--refs == 0) delete this;
+  }
+  // The prepared spare, now owned by the caller (null if preparing failed or it was taken).
+  LinuxSpare* Take() {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [this] { return done; });
+    LinuxSpare* s = spare;
+    spare = nullptr;
+    return s;
+  }
+  // Without waiting: what was made is discarded now, or by the pool thread when it is done.
+  void Abandon() {
+    LinuxSpare* s;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      abandoned = true;
+      s = spare;
+      spare = nullptr;
+    }
+    if (s != nullptr) DiscardSpare(s);
+  }
+  void Unhook() {
+    if (hooked) napi_remove_env_cleanup_hook(env, OnEnvExit, this);
+    hooked = false;
+  }
+  static void OnEnvExit(void* arg) {
+    SpareRecord* r = static_cast<SpareRecord*>(arg);
+    r->hooked = false;
+    r->Abandon();
+  }
+};
+
+class PrepareWorker : public Napi::AsyncWorker {
+ public:
+  PrepareWorker(Napi::Function cb, LinuxSpawnPlan&& plan, SpareRecord* rec)
+      : Napi::AsyncWorker(cb, "psb:prepareSpare"), plan_(std::move(plan)), rec_(rec) {}
+  ~PrepareWorker() override { rec_->Release(); }
+  void Execute() override {
+    LinuxSpare* spare = nullptr;
+    Status st = PrepareSpare(std::move(plan_), &spare);
+    bool abandoned;
+    {
+      std::lock_guard<std::mutex> lock(rec_->mu);
+      abandoned = rec_->abandoned;
+      rec_->status = st;
+      if (!abandoned) rec_->spare = spare;
+      rec_->done = true;
+    }
+    rec_->cv.notify_all();
+    if (abandoned && spare != nullptr) DiscardSpare(spare);
+  }
+  void OnOK() override {
+    Napi::Env env = Env();
+    Callback().Call({rec_->status.ok() ? env.Null() : MakeSandboxError(env, rec_->status)});
+  }
+
+ private:
+  LinuxSpawnPlan plan_;
+  SpareRecord* rec_;
+};
+
+// native.prepareSpare(plan, done(err)) -> spare: plan as for spawn, without stdio. done is called
+// once the preparation has ended; the handle may be used (or discarded) before that.
+Napi::Value PrepareSpareJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() != 2 || !info[0].IsObject() || !info[1].IsFunction()) {
+    throw Napi::TypeError::New(env, "Usage: native.prepareSpare(plan, callback)");
+  }
+  LinuxSpawnPlan plan;
+  SpareRecord* rec = new SpareRecord();
+  try {
+    ParsePlan(env, info[0].As<Napi::Object>(), &plan, &rec->supervisor);
+  } catch (...) {
+    delete rec;
+    throw;
+  }
+  rec->landlock_abi = plan.landlock ? plan.landlock_plan.abi : 0;
+  rec->env = env;
+  rec->hooked = napi_add_env_cleanup_hook(env, SpareRecord::OnEnvExit, rec) == napi_ok;
+  Napi::Value handle = Napi::External<SpareRecord>::New(env, rec, [](Napi::Env, SpareRecord* r) {
+    r->Unhook();
+    r->Abandon();
+    r->Release();
+  });
+  (new PrepareWorker(info[1].As<Napi::Function>(), std::move(plan), rec))->Queue();
+  return handle;
+}
+
+SpareRecord* SpareArg(const Napi::CallbackInfo& info) {
+  if (info.Length() < 1 || !info[0].IsExternal()) throw Napi::TypeError::New(info.Env(), "Expected a spare handle");
+  return info[0].As<Napi::External<SpareRecord>>().Data();
+}
+
+// The host's umask, without changing it (umask(2) can only set it: another thread could create a
+// file in between). -1 when it cannot be read.
+int ReadUmask() {
+  int fd = open("/proc/thread-self/status", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char buf[2048];
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return -1;
+  buf[n] = 0;
+  const char* u = strstr(buf, "\nUmask:");
+  if (u == nullptr) return -1;
+  return static_cast<int>(strtol(u + 8, nullptr, 8));
+}
+
+// native.spawnSpare(spare, { file, argv, envp, cwd, stdio }, onExit): the spawn result as
+// native.spawn gives it, or null when the spare cannot be used (its preparation failed, or a path
+// one of its rules was made from names another inode now). Either way the spare is gone.
+Napi::Value SpawnSpareJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SpareRecord* rec = SpareArg(info);
+  if (info.Length() != 3 || !info[1].IsObject() || !info[2].IsFunction()) {
+    throw Napi::TypeError::New(env, "Usage: native.spawnSpare(spare, request, onExit)");
+  }
+  Napi::Object o = info[1].As<Napi::Object>();
+  SpareGo go;
+  go.file = GetString(o, "file");
+  go.argv = GetStrings(o, "argv");
+  if (go.argv.empty()) throw Napi::TypeError::New(env, "Expected argv to hold at least argv[0]");
+  go.envp = GetStrings(o, "envp");
+  go.cwd = GetString(o, "cwd");
+  StdioEnds ends;
+  ParseStdio(env, GetArray(o, "stdio"), &go.stdio, &ends);
+  rec->Unhook();
+  LinuxSpare* spare = rec->Take();
+  int mask = ReadUmask();
+  if (spare == nullptr || mask < 0) {
+    if (spare != nullptr) DiscardSpare(spare);
+    return env.Null();
+  }
+  go.umask = static_cast<unsigned>(mask);
+  LinuxSpawnResult res;
+  bool used = false;
+  Status s = GoSpare(spare, go, &res, &used);
+  if (!s.ok()) ThrowSandboxError(env, s);
+  if (!used) return env.Null();
+  return WatchStarted(env, res, std::move(rec->supervisor), info[2].As<Napi::Function>(), &ends, rec->landlock_abi);
+}
+
+// native.discardSpare(spare): waits for its preparation to end, then ends it unused.
+Napi::Value DiscardSpareJs(const Napi::CallbackInfo& info) {
+  SpareRecord* rec = SpareArg(info);
+  rec->Unhook();
+  LinuxSpare* spare = rec->Take();
+  if (spare != nullptr) DiscardSpare(spare);
+  return info.Env().Undefined();
 }
 
 // native.listenLoopback() -> { fd, port }: a listener on 127.0.0.1 for Landlock mode's proxy.
@@ -690,6 +871,9 @@ void InitPlatform(Napi::Env env, Napi::Object exports) {
   exports.Set("platform", "linux");
   exports.Set("spawn", Napi::Function::New(env, Spawn, "spawn"));
   exports.Set("kill", Napi::Function::New(env, Kill, "kill"));
+  exports.Set("prepareSpare", Napi::Function::New(env, PrepareSpareJs, "prepareSpare"));
+  exports.Set("spawnSpare", Napi::Function::New(env, SpawnSpareJs, "spawnSpare"));
+  exports.Set("discardSpare", Napi::Function::New(env, DiscardSpareJs, "discardSpare"));
   exports.Set("setRef", Napi::Function::New(env, SetRef, "setRef"));
   exports.Set("probe", Napi::Function::New(env, Probe, "probe"));
   exports.Set("listenLoopback", Napi::Function::New(env, ListenLoopbackJs, "listenLoopback"));

@@ -70,10 +70,21 @@ int ApplyLandlockInChild(const LandlockPlan& plan) noexcept {
     long pfd = Sys(__NR_openat, AT_FDCWD, plan.c_paths[i], O_PATH | O_CLOEXEC);
     // Unreachable (missing, or under a deny-read mask): nothing beneath it is granted, which is
     // the safe direction.
+    if (plan.identities != nullptr) plan.identities[2 * i] = plan.identities[2 * i + 1] = 0;
     if (pfd == -ENOENT || pfd == -ENOTDIR || pfd == -EACCES) continue;
     if (pfd < 0) {
       Sys(__NR_close, fd);
       return static_cast<int>(pfd);
+    }
+    if (plan.identities != nullptr) {
+      struct stat st;
+      if (Sys(__NR_fstat, pfd, &st) < 0) {
+        Sys(__NR_close, pfd);
+        Sys(__NR_close, fd);
+        return -EIO;
+      }
+      plan.identities[2 * i] = st.st_dev;
+      plan.identities[2 * i + 1] = st.st_ino;
     }
     PathBeneathAttr pb = {plan.path_access[i] & plan.handled_fs, static_cast<int32_t>(pfd)};
     long r = Sys(__NR_landlock_add_rule, fd, landlock::kRulePathBeneath, &pb, 0);

@@ -77,6 +77,10 @@ struct LandlockPlan {
     for (const std::string& p : paths) c_paths.push_back(p.c_str());
   }
   std::vector<const char*> c_paths;
+  // A prepared-ahead sandbox (spawn_spare.cc) checks, when it is used, that every path still
+  // names what its rule was made from. When set (2 entries per path), ApplyLandlockInChild
+  // records there the device and inode each rule was added for, 0/0 for a path it skipped.
+  uint64_t* identities = nullptr;
 };
 
 // Child side. Requires no_new_privs (or CAP_SYS_ADMIN). A path that does not exist is skipped:

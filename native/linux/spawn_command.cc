@@ -47,6 +47,55 @@ void SetControllingTerminalInChild(const ChildArgs* a) {
   if (r < 0) FailInChild(a, kStageStdio, 3, r);
 }
 
+// Prepared ahead (spawn_spare.cc): every restriction of the policy is in force already (caps,
+// no_new_privs, Landlock, seccomp). Says so on the errno pipe and waits for the go, which brings
+// the stdio fds; the parent has put argv, envp, the file and the cwd in place before sending it.
+// What is left are the steps no policy governs: stdio, the fd sweep, the umask and the cwd (chdir
+// is not a Landlock right; a cwd it cannot enter fails here as it would have before).
+void ParkInChild(ChildArgs* a) {
+  ChildReport parked = {kNote, kNoteParked, 0};
+  if (Sys(__NR_write, a->err_fd, &parked, sizeof parked) != static_cast<long>(sizeof parked)) ExitInChild(125);
+  char byte = 0;
+  alignas(struct cmsghdr) char ctrl[CMSG_SPACE(sizeof(int) * kSpareMaxStdio)];
+  struct iovec iov = {&byte, 1};
+  struct msghdr msg;
+  memset(&msg, 0, sizeof msg);
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = ctrl;
+  msg.msg_controllen = sizeof ctrl;
+  long n;
+  do {
+    n = Sys(__NR_recvmsg, a->spare_ctrl, &msg, MSG_CMSG_CLOEXEC);
+  } while (n == -EINTR);
+  // EOF: discarded unused, or the host is gone. Nothing was asked of it, so nothing is reported.
+  if (n != 1 || byte != 'G' || (msg.msg_flags & MSG_CTRUNC) != 0) ExitInChild(125);
+  int got[kSpareMaxStdio];
+  int count = 0;
+  struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  if (c != nullptr && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+    count = static_cast<int>((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+    memcpy(got, CMSG_DATA(c), sizeof(int) * count);
+  }
+  // A received fd can sit at the number another one goes to: all move up first, then down.
+  int hi[kSpareMaxStdio];
+  for (int i = 0; i < count; ++i) {
+    long r = Sys(__NR_fcntl, got[i], F_DUPFD_CLOEXEC, kSpareMaxStdio);
+    if (r < 0) FailInChild(a, kStageStdio, i, r);
+    hi[i] = static_cast<int>(r);
+  }
+  for (int i = 0; i < count; ++i) Sys(__NR_close, got[i]);
+  for (int i = 0; i < count; ++i) {
+    long r = Sys(__NR_dup3, hi[i], i, 0);
+    if (r < 0) FailInChild(a, kStageStdio, i, r);
+  }
+  long r = Sys(__NR_close_range, count, ~0U, CLOSE_RANGE_CLOEXEC);
+  if (r < 0) FailInChild(a, kStageCloseFds, 0, r);
+  Sys(__NR_umask, a->spare_umask);
+  r = Sys(__NR_chdir, a->plan->cwd.c_str());
+  if (r < 0) FailInChild(a, kStageChdir, 0, r);
+}
+
 }  // namespace
 
 // The command: runs after clone(CLONE_VM|CLONE_VFORK), from the parent (plain) or from init (both
@@ -86,14 +135,18 @@ int CommandInChild(void* argp) {
   // The parent may have died before PDEATHSIG was armed. (Under init the parent is in another
   // pid namespace layer; init's own exit kills us anyway.)
   if (p.mode == LinuxMode::kPlain && Sys(__NR_getppid) != a->parent_pid) ExitInChild(125);
-  for (int i = 0; i < a->nstdio; ++i) {
-    r = Sys(__NR_dup3, a->pty_slave >= 0 && i < 3 ? a->pty_slave : a->stdio_fds[i], i, 0);
-    if (r < 0) FailInChild(a, kStageStdio, i, r);
+  // A prepared-ahead command gets its stdio and enters its cwd when it is used (ParkInChild).
+  const bool spare = a->spare_ctrl >= 0;
+  if (!spare) {
+    for (int i = 0; i < a->nstdio; ++i) {
+      r = Sys(__NR_dup3, a->pty_slave >= 0 && i < 3 ? a->pty_slave : a->stdio_fds[i], i, 0);
+      if (r < 0) FailInChild(a, kStageStdio, i, r);
+    }
+    if (p.ctty) SetControllingTerminalInChild(a);
+    // Every other fd closes at execve; the errno pipe stays open until then.
+    r = Sys(__NR_close_range, a->nstdio, ~0U, CLOSE_RANGE_CLOEXEC);
+    if (r < 0) FailInChild(a, kStageCloseFds, 0, r);
   }
-  if (p.ctty) SetControllingTerminalInChild(a);
-  // Every other fd closes at execve; the errno pipe stays open until then.
-  r = Sys(__NR_close_range, a->nstdio, ~0U, CLOSE_RANGE_CLOEXEC);
-  if (r < 0) FailInChild(a, kStageCloseFds, 0, r);
   const struct {
     int resource;
     uint64_t value;
@@ -118,8 +171,10 @@ int CommandInChild(void* argp) {
   }
   // After the capability drop: the cwd must be enterable by the sandboxed identity itself (a
   // capability could otherwise walk into a deny-read mask).
-  r = Sys(__NR_chdir, p.cwd.c_str());
-  if (r < 0) FailInChild(a, kStageChdir, 0, r);
+  if (!spare) {
+    r = Sys(__NR_chdir, p.cwd.c_str());
+    if (r < 0) FailInChild(a, kStageChdir, 0, r);
+  }
   if (p.landlock || p.seccomp) {
     r = Sys(__NR_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
     if (r < 0) FailInChild(a, kStageNoNewPrivs, 0, r);
@@ -140,6 +195,7 @@ int CommandInChild(void* argp) {
       if (r < 0) FailInChild(a, kStageSeccomp, 1, r);
     }
   }
+  if (spare) ParkInChild(a);
   uint64_t empty = 0;
   Sys(__NR_rt_sigprocmask, SIG_SETMASK, &empty, 0, 8);
   r = Sys(__NR_execve, p.file.c_str(), a->argv, a->envp);

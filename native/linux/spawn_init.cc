@@ -158,6 +158,7 @@ void KillTreeInChild(pid_t cmd) {
   // Landlock mode: the channel carried only the command's seccomp listener (sent before its
   // execve, which has happened now that vfork returned).
   if (!isolated && a->fd_channel >= 0) Sys(__NR_close, a->fd_channel);
+  if (a->spare_ctrl >= 0) Sys(__NR_close, a->spare_ctrl);
   Sys(__NR_close, a->err_fd);  // the parent sees EOF once the command has exec'd (or failed)
   a = nullptr;
 

@@ -88,6 +88,12 @@ enum NoteBits : int32_t {
   kNoteNoDevpts = 2,    // /dev/pts could not be mounted
   kNoteHostSys = 4,     // a namespace sysfs could not be mounted; the host's /sys stays (read-only)
 };
+// A note's index: 0 carries NoteBits; kNoteParked says a prepared-ahead command waits for its go.
+constexpr int32_t kNoteParked = 1;
+
+// A prepared-ahead command's stdio arrives with its go (spawn_spare.cc); at most this many fds,
+// and every fd the command keeps while parked is numbered at or above it.
+constexpr int kSpareMaxStdio = 8;
 
 constexpr size_t kMaxSlots = 64;
 
@@ -131,6 +137,11 @@ struct ChildArgs {
   // The command will be Landlocked: the fresh procfs hides init instead of masking its files.
   bool hide_init;
   const char* shm_data;
+  // Prepared ahead (spawn_spare.cc): the command parks after seccomp on this socket (its end;
+  // -1 otherwise) until the go brings its stdio; argv, envp, the file and the cwd are read from
+  // plan and argv/envp only then, and spare_umask becomes its umask.
+  int spare_ctrl;
+  unsigned spare_umask;
 };
 
 // Entries of spawn_mounts.cc's /proc/1 mask table (one prepared mask file each).
@@ -230,6 +241,12 @@ int CommandInChild(void* argp);
 int InitInChild(void* argp);
 
 // ---- parent-side helpers ------------------------------------------------------------------
+
+// spawn_linux.cc, shared with spawn_spare.cc.
+constexpr size_t kInitStackSize = 256 * 1024;
+void* PrepareInitTls(void* stack_base);
+Status ReportToStatus(const LinuxSpawnPlan& plan, const ChildReport& r);
+void KillAndReap(int pidfd);
 
 // Child stacks come from a small pool (spawn_linux.cc): a fresh mapping per spawn cost an mmap, a
 // munmap (a TLB shootdown across the host's threads) and first-touch faults. A stack goes back

@@ -73,9 +73,8 @@ void GiveStack(void* base, size_t size) {
 }
 
 namespace {
-
-constexpr size_t kInitStackSize = 256 * 1024;
 constexpr size_t kInitTlsOffset = 32 * 1024;  // TLS variables live below the TCB (x86_64)
+}  // namespace
 
 // init shares our address space but must not depend on the TLS block of the thread that spawned
 // it (a worker thread may exit while the sandbox lives). On x86_64 it gets its own TCB at the
@@ -96,6 +95,8 @@ void* PrepareInitTls(void* stack_base) {
   return nullptr;
 #endif
 }
+
+namespace {
 
 const char* StageName(int32_t stage) {
   switch (stage) {
@@ -147,6 +148,8 @@ const char* MountKindName(MountOpKind k) {
   }
   return "mount";
 }
+
+}  // namespace
 
 Status ReportToStatus(const LinuxSpawnPlan& plan, const ChildReport& r) {
   int err = r.err;
@@ -212,7 +215,6 @@ void KillAndReap(int pidfd) {
   }
 }
 
-}  // namespace
 }  // namespace spawn_internal
 
 using namespace spawn_internal;
@@ -283,6 +285,7 @@ Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
   ChildArgs args;
   memset(&args, 0, sizeof args);
   args.tmpl_user_fd = args.tmpl_net_fd = args.tmpl_sys_fd = -1;
+  args.spare_ctrl = -1;
   args.plan = &plan;
   args.argv = argv.data();
   args.envp = envp.data();

@@ -147,6 +147,25 @@ bool ReadCommandStatus(const LinuxSpawnResult& res, int* code, int* signal, bool
 // to init, which forwards them to the command's group. Plain/Landlock: the command's group.
 int SignalTree(const LinuxSpawnResult& res, int sig) noexcept;
 
+// Landlock mode, prepared ahead (spawn_spare.cc): a sandbox set up completely, whose command
+// waits for its argv, envp, cwd and stdio. PrepareSpare blocks until the command is parked; run it
+// on a thread that lives as long as the process (init's parent-death signal follows the thread
+// that cloned it). The spare is used by GoSpare or discarded (DiscardSpare), never both, once.
+struct LinuxSpare;
+struct SpareGo {
+  std::string file;
+  std::vector<std::string> argv;
+  std::vector<std::string> envp;
+  std::string cwd;
+  std::vector<int> stdio;  // host fds, -1 for /dev/null; none may be a terminal (the caller checks)
+  unsigned umask = 022;
+};
+Status PrepareSpare(LinuxSpawnPlan&& plan, LinuxSpare** out) noexcept;
+// Consumes the spare. *used is false when it was not used because a path one of its Landlock rules
+// was made from names another inode now (or too many stdio fds): the caller spawns afresh.
+Status GoSpare(LinuxSpare* spare, SpareGo& go, LinuxSpawnResult* out, bool* used) noexcept;
+void DiscardSpare(LinuxSpare* spare) noexcept;
+
 // Probes used by probe(): can this process create the namespaces isolated mode needs?
 // Returns 0 or -errno from the attempt.
 int ProbeUserNamespaces(bool with_net) noexcept;

@@ -1,0 +1,134 @@
+/**
+ * Landlock mode's prepared-ahead sandbox ("spare", native/linux/spawn_spare.cc). After the second
+ * spawn in a row of one shape (mode, resolved rules, cwd), the next sandbox of that shape is made
+ * while the command runs: its TMPDIR, cgroup and quota share, then init and a command that has
+ * joined the cgroup, dropped its capabilities and applied Landlock and seccomp, parked before
+ * execve. The spawn that takes it plans afresh as always, and uses the spare only if
+ *   - the fresh plan, made with the spare's own TMPDIR, cgroup and quota, is the spare's plan
+ *     (everything but argv, envp, the file and the cwd, which the spawn supplies), and
+ *   - every path a Landlock rule was made from still names the same inode (checked natively).
+ * Otherwise the spare is discarded and the spawn starts from nothing, as without a spare. Spawns
+ * with a terminal on stdio, a pty or the network proxy are never served by a spare.
+ *
+ * One spare per thread; discarded when unused for 30 s, and at exit.
+ */
+import type { LinuxNativePlan, NativeBinding } from '../native';
+import type { SandboxCgroup } from './linux-cgroup';
+import type { QuotaShare } from './linux-quotas';
+
+/** What a spare holds besides its processes, released with it (or by the run that used it). */
+export interface SpareResources {
+  tmpDir?: string;
+  cgroup: SandboxCgroup | null;
+  quota: QuotaShare | null;
+}
+
+export interface Spare {
+  key: string;
+  /** planKey() of the plan it was made from. */
+  planKey: string;
+  handle: object;
+  resources: SpareResources;
+}
+
+let idleMs = 30_000;
+/** After this many preparations failed in a row, this thread prepares no more spares. */
+const MAX_FAILURES = 3;
+
+/** The plan as far as a spare fixes it: everything but what its go supplies. */
+export function planKey(plan: Omit<LinuxNativePlan, 'stdio'>): string {
+  return JSON.stringify({ ...plan, file: undefined, argv: undefined, envp: undefined, cwd: undefined, cgroupFds: undefined });
+}
+
+const stats = { prepared: 0, used: 0, discarded: 0 };
+const slots = new Set<SpareSlot>();
+
+/** Test and bench hooks: this thread's counters; how long an unused spare is kept; drop all now. */
+export function spareStats(): { prepared: number; used: number; discarded: number } {
+  return { ...stats };
+}
+export function setSpareIdleMs(ms: number): void {
+  idleMs = ms;
+}
+export function clearSpares(): void {
+  for (const s of slots) s.clear();
+}
+
+export class SpareSlot {
+  private spare: Spare | undefined;
+  private lastKey: string | undefined;
+  private timer: NodeJS.Timeout | undefined;
+  private failures = 0;
+  private exitHook = false;
+  /** Counters for tests and the bench: spares made, used, and discarded unused. */
+  readonly stats = stats;
+
+  constructor(
+    private readonly native: NativeBinding,
+    private readonly release: (r: SpareResources, atExit: boolean) => void,
+  ) {
+    slots.add(this);
+  }
+
+  /** The spare for this shape, now the caller's (it must use it or discard it). */
+  take(key: string): Spare | undefined {
+    const s = this.spare;
+    if (s === undefined || s.key !== key) return undefined;
+    this.spare = undefined;
+    clearTimeout(this.timer);
+    return s;
+  }
+
+  /**
+   * Called after every spawn a spare could have served: true when one should be prepared for
+   * this shape now (its second spawn in a row, and none is held for it).
+   */
+  wants(key: string): boolean {
+    const again = this.lastKey === key;
+    this.lastKey = key;
+    return again && this.failures < MAX_FAILURES && this.spare?.key !== key;
+  }
+
+  /** Starts preparing a spare from this plan (its resources are the spare's from now on). */
+  fill(key: string, plan: Omit<LinuxNativePlan, 'stdio'>, resources: SpareResources): void {
+    this.clear();
+    let spare: Spare | undefined;
+    const handle = this.native.prepareSpare!(plan, (err) => {
+      if (!err) {
+        this.failures = 0;
+        return;
+      }
+      this.failures++;
+      // Not taken yet: its resources go now. (A spawn that took it found it unusable and falls
+      // back; it releases them itself.)
+      if (spare !== undefined && this.spare === spare) {
+        this.spare = undefined;
+        clearTimeout(this.timer);
+        this.release(resources, false);
+      }
+    });
+    spare = { key, planKey: planKey(plan), handle, resources };
+    this.spare = spare;
+    this.stats.prepared++;
+    this.timer = setTimeout(() => this.clear(), idleMs).unref();
+    if (!this.exitHook) {
+      this.exitHook = true;
+      process.once('exit', () => this.clear(true));
+    }
+  }
+
+  /** Ends a spare unused and releases what it held. */
+  discard(s: Spare, atExit = false): void {
+    this.native.discardSpare!(s.handle);
+    this.stats.discarded++;
+    this.release(s.resources, atExit);
+  }
+
+  /** Discards the spare held, if any. */
+  clear(atExit = false): void {
+    const s = this.spare;
+    this.spare = undefined;
+    clearTimeout(this.timer);
+    if (s) this.discard(s, atExit);
+  }
+}
