@@ -40,11 +40,11 @@ export function planKey(plan: Omit<LinuxNativePlan, 'stdio'>): string {
   return JSON.stringify({ ...plan, file: undefined, argv: undefined, envp: undefined, cwd: undefined, cgroupFds: undefined });
 }
 
-const stats = { prepared: 0, used: 0, discarded: 0 };
+const stats = { prepared: 0, ready: 0, used: 0, discarded: 0 };
 const slots = new Set<SpareSlot>();
 
 /** Test and bench hooks: this thread's counters; how long an unused spare is kept; drop all now. */
-export function spareStats(): { prepared: number; used: number; discarded: number } {
+export function spareStats(): { prepared: number; ready: number; used: number; discarded: number } {
   return { ...stats };
 }
 export function setSpareIdleMs(ms: number): void {
@@ -60,7 +60,7 @@ export class SpareSlot {
   private timer: NodeJS.Timeout | undefined;
   private failures = 0;
   private exitHook = false;
-  /** Counters for tests and the bench: spares made, used, and discarded unused. */
+  /** Counters for tests and the bench: spares begun, ready, used, and discarded unused. */
   readonly stats = stats;
 
   constructor(
@@ -96,6 +96,7 @@ export class SpareSlot {
     const handle = this.native.prepareSpare!(plan, (err) => {
       if (!err) {
         this.failures = 0;
+        stats.ready++;
         return;
       }
       this.failures++;

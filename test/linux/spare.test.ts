@@ -1,0 +1,216 @@
+/**
+ * Landlock mode's prepared-ahead sandboxes (lib/platform/linux-spare.ts, spawn_spare.cc). After
+ * two spawns of one shape, the next sandbox of that shape is set up while the command runs, and
+ * the third spawn only hands it argv, env, cwd and stdio. Each case checks that a spare behaves
+ * exactly like a sandbox made on the spot: what it enforces, what the command gets, what is left
+ * afterwards, and that a spare made before the filesystem or the policy changed is not used.
+ */
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+
+import { run } from '../../lib/index';
+import { clearSpares, setSpareIdleMs, spareStats } from '../../lib/platform/linux-spare';
+import { MODES, modePolicy } from '../helpers/capabilities';
+import { BASE_ENV, DIST_INDEX, eventually, makeScene, sh, type Scene } from '../helpers/sandbox';
+
+const landlock = MODES.find((m) => m.name === 'landlock')!;
+
+/** Our children named psb-init (a Landlock sandbox's init, spare or running). */
+function initChildren(): number[] {
+  const out: number[] = [];
+  for (const name of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${name}/stat`, 'utf8');
+      const comm = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      if (comm === 'psb-init' && ppid === process.pid) out.push(Number(name));
+    } catch {
+      // gone
+    }
+  }
+  return out;
+}
+
+/** This process's Landlock-mode TMPDIRs that exist now. */
+function ourTmpDirs(pid = process.pid): string[] {
+  return fs.readdirSync(os.tmpdir()).filter((n) => n.startsWith(`process-sandbox-tmp-${pid}-`));
+}
+
+describe.skipIf(landlock.skip)('Landlock mode: a sandbox prepared ahead', () => {
+  let scene: Scene;
+  beforeEach(() => {
+    clearSpares();
+    scene = makeScene('spare');
+  });
+  afterEach(() => {
+    clearSpares();
+    setSpareIdleMs(30_000);
+    scene.cleanup();
+  });
+  const policyFor = (ws: string) => modePolicy('landlock', { filesystem: { write: [ws] } });
+
+  /**
+   * Two runs of the shape, so that a spare for it is prepared, and until it is ready (its rules
+   * are made from what the paths name while it is prepared); then the caller's run uses it.
+   */
+  async function warm(policy: ReturnType<typeof policyFor>, cwd = scene.ws): Promise<void> {
+    const ready = spareStats().ready;
+    for (let i = 0; i < 2; i++) expect((await sh('true', { cwd, policy })).code).toBe(0);
+    expect(await eventually(() => spareStats().ready > ready, 5000), 'a spare was prepared').toBe(true);
+  }
+
+  it('serves the third spawn of a shape with its own argv, env, cwd, stdio and umask, and enforces the policy', async () => {
+    const policy = policyFor(scene.ws);
+    await warm(policy);
+    const before = spareStats();
+    const old = process.umask(0o027);
+    let r;
+    try {
+      r = await run('/bin/sh', ['-c', 'echo "x=$X cwd=$(pwd) umask=$(umask)"; read line; echo "in=$line"; echo made > f; touch f2; echo w=$?; { echo evil > "$OUT/evil"; } 2>/dev/null; echo o=$?; echo err >&2; exit 7'], {
+        cwd: scene.ws,
+        policy,
+        env: { ...BASE_ENV, X: 'third', OUT: scene.out },
+        input: 'hello\n',
+      });
+    } finally {
+      process.umask(old);
+    }
+    expect(spareStats().used, 'the spawn was served by the spare').toBe(before.used + 1);
+    expect(r.code).toBe(7);
+    expect(r.stdout).toBe(`x=third cwd=${scene.ws} umask=0027\nin=hello\nw=0\no=2\n`); // dash: a failed redirection is 2
+    expect(r.stderr).toBe('err\n');
+    // Outside: the workspace got the file, with the umask of this spawn; nothing reached out/.
+    expect(fs.readFileSync(path.join(scene.ws, 'f'), 'utf8')).toBe('made\n');
+    expect(fs.statSync(path.join(scene.ws, 'f2')).mode & 0o777).toBe(0o640);
+    expect(fs.existsSync(path.join(scene.out, 'evil'))).toBe(false);
+    expect(r.enforcement.sandboxed).toBe(true);
+    expect(r.enforcement.mechanisms.landlockAbi).toBeGreaterThan(0);
+  });
+
+  it('is not used when the writable root was replaced by another directory after it was made', async () => {
+    const policy = policyFor(scene.ws);
+    await warm(policy);
+    const before = spareStats();
+    // The same path now names a new directory; the old one (which the spare's rule was made
+    // from) lives on elsewhere.
+    const moved = `${scene.ws}-moved`;
+    fs.renameSync(scene.ws, moved);
+    fs.mkdirSync(scene.ws);
+    const r = await sh('echo here > f; echo w=$?', { cwd: scene.ws, policy });
+    expect(r.stdout).toBe('w=0\n');
+    const after = spareStats();
+    expect(after.used, 'the spare was not used').toBe(before.used);
+    expect(after.discarded).toBe(before.discarded + 1);
+    expect(fs.readFileSync(path.join(scene.ws, 'f'), 'utf8')).toBe('here\n');
+    expect(fs.existsSync(path.join(moved, 'f')), 'the old directory got nothing').toBe(false);
+    // And the old directory is not writable from a sandbox of the new policy.
+    const w = await sh(`echo x > ${moved}/g 2>/dev/null; echo w=$?`, { cwd: scene.ws, policy });
+    expect(w.stdout).toBe('w=2\n');
+    expect(fs.existsSync(path.join(moved, 'g'))).toBe(false);
+    fs.rmSync(moved, { recursive: true, force: true });
+  });
+
+  it('is not used for another policy, which gets exactly its own rights', async () => {
+    await warm(policyFor(scene.ws));
+    const before = spareStats();
+    const other = path.join(scene.root, 'other');
+    fs.mkdirSync(other);
+    const r = await sh(`echo a > ${other}/a; echo a=$?; echo b > ${scene.ws}/b 2>/dev/null; echo b=$?`, { cwd: other, policy: policyFor(other) });
+    expect(r.stdout).toBe('a=0\nb=2\n');
+    expect(spareStats().used).toBe(before.used);
+    expect(fs.existsSync(path.join(other, 'a'))).toBe(true);
+    expect(fs.existsSync(path.join(scene.ws, 'b'))).toBe(false);
+  });
+
+  it('fails like a fresh spawn when the workspace was removed; the spare made for the old one is never used', async () => {
+    const policy = policyFor(scene.ws);
+    await warm(policy);
+    fs.rmSync(scene.ws, { recursive: true, force: true });
+    const second = await sh('echo two > f', { cwd: scene.ws, policy }).catch((e: unknown) => e);
+    expect(second).toMatchObject({ name: 'SandboxError', code: 'EINVALID_ARGUMENT' });
+    expect(fs.existsSync(scene.ws)).toBe(false);
+    // Control: a new directory at that path is the workspace, written for real, by a sandbox made
+    // afresh (the spare's rule was made from the removed directory).
+    const before = spareStats();
+    fs.mkdirSync(scene.ws);
+    expect((await sh('echo three > f; echo $?', { cwd: scene.ws, policy })).stdout).toBe('0\n');
+    expect(fs.readFileSync(path.join(scene.ws, 'f'), 'utf8')).toBe('three\n');
+    expect(spareStats().used).toBe(before.used);
+    expect(spareStats().discarded).toBe(before.discarded + 1);
+    clearSpares();
+    expect(await eventually(() => initChildren().length === 0, 5000), 'no sandbox process is left').toBe(true);
+    expect(ourTmpDirs()).toEqual([]);
+  });
+
+  it('reports a missing command as a fresh spawn does, and the next spawn works', async () => {
+    const policy = policyFor(scene.ws);
+    await warm(policy);
+    const before = spareStats();
+    const e = await run('/nonexistent/cmd', [], { cwd: scene.ws, policy, env: BASE_ENV }).catch((x: unknown) => x);
+    expect(e).toMatchObject({ name: 'SandboxError', code: 'ENOT_FOUND' });
+    expect(await eventually(() => initChildren().length <= 1, 5000), 'only a new spare may be left').toBe(true);
+    const r = await sh('echo ok', { cwd: scene.ws, policy });
+    expect(r.stdout).toBe('ok\n');
+    expect(spareStats().prepared).toBeGreaterThan(before.prepared);
+  });
+
+  it('serves 8 concurrent spawns of one shape correctly', async () => {
+    const policy = policyFor(scene.ws);
+    await warm(policy);
+    const rs = await Promise.all(
+      Array.from({ length: 8 }, (_, i) => sh(`echo ${i} > f${i}; cat f${i}; echo x > ${scene.out}/x${i} 2>/dev/null; echo o=$?`, { cwd: scene.ws, policy })),
+    );
+    rs.forEach((r, i) => expect(r.stdout).toBe(`${i}\no=2\n`));
+    for (let i = 0; i < 8; i++) expect(fs.readFileSync(path.join(scene.ws, `f${i}`), 'utf8')).toBe(`${i}\n`);
+    expect(fs.readdirSync(scene.out).filter((n) => n.startsWith('x'))).toEqual([]);
+  });
+
+  it('is discarded when unused, with its processes, TMPDIR and cgroup', async () => {
+    setSpareIdleMs(100);
+    const policy = policyFor(scene.ws);
+    await warm(policy);
+    // The spare exists now (prepared, or being prepared).
+    expect(spareStats().prepared).toBeGreaterThan(0);
+    const before = spareStats();
+    expect(await eventually(() => spareStats().discarded > before.discarded, 5000), 'discarded after 100 ms').toBe(true);
+    expect(await eventually(() => initChildren().length === 0, 5000), 'its processes are gone').toBe(true);
+    expect(ourTmpDirs()).toEqual([]);
+  });
+
+  it('leaves no process, TMPDIR or cgroup behind when the host exits right after spawning', () => {
+    const script = path.join(scene.root, `spare-exit-${process.pid}.js`);
+    fs.writeFileSync(
+      script,
+      `const { run } = require(${JSON.stringify(DIST_INDEX)});
+       (async () => {
+         const policy = { mode: 'landlock', degraded: true, filesystem: { write: [${JSON.stringify(scene.ws)}] } };
+         for (let i = 0; i < 3; i++) await run('/bin/true', [], { cwd: ${JSON.stringify(scene.ws)}, policy, env: { PATH: '/usr/bin:/bin' } });
+         const { spareStats } = require(${JSON.stringify(path.join(path.dirname(DIST_INDEX), 'platform', 'linux-spare.js'))});
+         console.log(process.pid, JSON.stringify(spareStats()));
+       })();`,
+    );
+    const out = execFileSync(process.execPath, [script], { encoding: 'utf8', timeout: 30_000 }).trim().split(' ');
+    const pid = Number(out[0]);
+    const stats = JSON.parse(out[1]!) as { prepared: number; used: number };
+    expect(stats.used, 'the third run was served by a spare').toBe(1);
+    expect(stats.prepared, 'and another was prepared after it').toBe(2);
+    // Nothing of the exited host: its spare's init and command shared its memory, so their
+    // cmdline is the host's.
+    const leftovers = () =>
+      fs.readdirSync('/proc').filter((n) => {
+        try {
+          return /^\d+$/.test(n) && fs.readFileSync(`/proc/${n}/cmdline`, 'utf8').includes(script);
+        } catch {
+          return false;
+        }
+      });
+    expect(leftovers()).toEqual([]);
+    expect(ourTmpDirs(pid)).toEqual([]);
+    const groups = execFileSync('find', ['/sys/fs/cgroup', '-maxdepth', '8', '-name', `psb-${pid}-*`], { encoding: 'utf8' }).trim();
+    expect(groups).toBe('');
+  });
+});
