@@ -1,6 +1,7 @@
 /**
  * A cache of the planner's bounded walk below a writable root (findNestedRepos, resolve.ts),
- * kept valid by directory watches.
+ * kept valid by directory watches. The same cache keeps Landlock mode's listing of / (linux-plan.ts
+ * landlockReadAllRules), a walk of one directory.
  *
  * Why: the walk reads up to NESTED_REPO_MAX_DIRS directories and looks for `.git` in each of
  * their subdirectories, on every spawn: in a real checkout that is most of a sandboxed spawn's
@@ -141,10 +142,12 @@ export function cachedWalk(
   walk: () => WalkResult,
   /** Names at the root the walk never enters (their churn, e.g. placeholders, is not a change). */
   ignoreAtRoot: ReadonlySet<string> = new Set(),
+  /** Which walk this is, when several kinds start at one root (the key holds it). */
+  kind = 'nested-repos',
 ): { found: string[]; truncated: boolean } {
   const w = st?.isDirectory() ? getWatcher() : null;
   if (!w) return walk();
-  const key = `${st!.dev}:${st!.ino}:${root}`;
+  const key = `${kind}:${st!.dev}:${st!.ino}:${root}`;
   sync(w);
   const hit = entries.get(key);
   if (hit) {

@@ -9,6 +9,7 @@ import type { EnforcementReport } from '../backend';
 import { SandboxError } from '../errors';
 import type { LinuxMountOp, LinuxNativePlan, LinuxProbe } from '../native';
 import { STARTUP_FILES } from '../permissions/resolve';
+import { cachedWalk } from '../permissions/walk-cache';
 import type { ResolvedRules } from '../rules';
 
 /** Mirrors native/linux/spawn_linux.h MountOpKind (append only). */
@@ -233,15 +234,19 @@ type LandlockRule = { path: string; access: 'read' | 'write' | 'device' | 'list'
  */
 function landlockReadAllRules(): LandlockRule[] {
   const out: LandlockRule[] = [{ path: '/', access: 'list' }];
-  let names: string[] = [];
-  try {
-    names = fs.readdirSync('/');
-  } catch {
-    names = [];
-  }
+  // The listing is cached between plans while no entry of / is created, removed or renamed.
+  const { found: names } = cachedWalk('/', lstatOrNull('/'), () => ({ found: listRoot(), truncated: false, dirs: ['/'] }), undefined, 'root-listing');
   for (const n of names) if (n !== 'dev') out.push({ path: `/${n}`, access: 'read' });
   for (const d of DEVICE_READS) out.push({ path: d, access: 'read' });
   return out;
+}
+
+function listRoot(): string[] {
+  try {
+    return fs.readdirSync('/');
+  } catch {
+    return [];
+  }
 }
 
 let platformPresent: string[] | undefined;

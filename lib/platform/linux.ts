@@ -88,6 +88,11 @@ function looksLikePlaceholder(p: string, shape = false): boolean {
 
 const EWOULDBLOCK = os.constants.errno.EWOULDBLOCK;
 
+/** What the planner is told of a run's cgroup. */
+function cgroupInfo(g: SandboxCgroup | null) {
+  return g ? { kind: g.kind, pidsMax: g.pidsMax, memoryBytes: g.memoryBytes } : undefined;
+}
+
 /** A host fd on stdio that is a terminal (Landlock mode grants it by inode at setup: no spare). */
 const isTerminal = (s: LinuxStdio): boolean => typeof s === 'number' && s >= 0 && tty.isatty(s);
 
@@ -321,18 +326,34 @@ export function createLinuxBackend(native: NativeBinding): Backend {
   /**
    * A spare for the next spawn of this shape (linux-spare.ts), made as the spawn itself would be
    * but with no stdio, from what this one was given. Runs after the spawn, while its command runs.
+   * Its plan is this spawn's plan (before the quota share) with the spare's own TMPDIR in place of
+   * this one's, when the cgroup is alike; planned afresh otherwise. Either way the spawn that
+   * takes it compares it with a plan of its own.
    */
-  function prepareSpare(key: string, req: BackendSpawnRequest, rules: NonNullable<BackendSpawnRequest['rules']>, mode: 'landlock', probe: LinuxProbe): void {
+  function prepareSpare(
+    key: string,
+    req: BackendSpawnRequest,
+    rules: NonNullable<BackendSpawnRequest['rules']>,
+    mode: 'landlock',
+    probe: LinuxProbe,
+    base: { plan: Omit<LinuxNativePlan, 'stdio'>; tmpDir: string | undefined; cgroup: string },
+  ): void {
     const made: SpareResources = { cgroup: null, quota: null };
     try {
       const env = { ...req.env };
       if (rules.tmp === 'private') env.TMPDIR = made.tmpDir = makeTmpDir();
       made.cgroup = createSandboxCgroup({ pidsMax: rules.limits.maxProcesses ?? DEFAULT_MAX_PROCESSES, memoryBytes: rules.limits.memoryBytes });
-      const cgroup = made.cgroup ? { kind: made.cgroup.kind, pidsMax: made.cgroup.pidsMax, memoryBytes: made.cgroup.memoryBytes } : undefined;
-      const p = planLinux({ rules, mode, file: req.file, argv: req.argv, env, cwd: req.cwd, probe, landlockTmpDir: made.tmpDir, cgroup });
-      if (made.cgroup) p.native.cgroupFds = made.cgroup.procsFds;
+      const cgroup = cgroupInfo(made.cgroup);
+      let plan: Omit<LinuxNativePlan, 'stdio'>;
+      if (JSON.stringify(cgroup) === base.cgroup && (base.tmpDir === undefined) === (made.tmpDir === undefined)) {
+        const json = JSON.stringify(base.plan);
+        plan = JSON.parse(base.tmpDir && made.tmpDir ? json.split(JSON.stringify(base.tmpDir)).join(JSON.stringify(made.tmpDir)) : json);
+      } else {
+        plan = planLinux({ rules, mode, file: req.file, argv: req.argv, env, cwd: req.cwd, probe, landlockTmpDir: made.tmpDir, cgroup }).native;
+      }
+      if (made.cgroup) plan.cgroupFds = made.cgroup.procsFds;
       made.quota = takeQuotaShare(mode);
-      spares.fill(key, applyQuotaShare(p.native, p.enforcement, made.quota).plan, made);
+      spares.fill(key, applyQuotaShare(plan, PLAIN_REPORT, made.quota).plan, made);
     } catch {
       releaseResources(made); // the spawn itself succeeded; the next one simply starts from nothing
     }
@@ -362,6 +383,7 @@ export function createLinuxBackend(native: NativeBinding): Backend {
       let quota: QuotaShare | null = null;
       let spare: Spare | undefined;
       let prepareNext: (() => void) | undefined;
+      let basePlan: Omit<LinuxNativePlan, 'stdio'> | undefined;
       if (req.rules === null) {
         plan = {
           mode: 'plain',
@@ -379,7 +401,9 @@ export function createLinuxBackend(native: NativeBinding): Backend {
           const key = `${req.cwd}\0${JSON.stringify(rules)}`;
           if (!noSpare) spare = spares.take(key);
           prepareNext = () => {
-            if (spares.wants(key)) setImmediate(() => prepareSpare(key, req, rules, mode, probe));
+            if (!spares.wants(key) || basePlan === undefined) return;
+            const base = { plan: basePlan, tmpDir, cgroup: JSON.stringify(cgroupInfo(cgroup)) };
+            setImmediate(() => prepareSpare(key, req, rules, mode, probe, base));
           };
         }
         const env = { ...req.env };
@@ -432,9 +456,10 @@ export function createLinuxBackend(native: NativeBinding): Backend {
           cgroup = spare
             ? spare.resources.cgroup
             : createSandboxCgroup({ pidsMax: rules.limits.maxProcesses ?? DEFAULT_MAX_PROCESSES, memoryBytes: rules.limits.memoryBytes });
-          const cgInfo = cgroup ? { kind: cgroup.kind, pidsMax: cgroup.pidsMax, memoryBytes: cgroup.memoryBytes } : undefined;
+          const cgInfo = cgroupInfo(cgroup);
           const p = planLinux({ rules, mode, file: req.file, argv: req.argv, env: planEnv, cwd: req.cwd, probe, landlockTmpDir: tmpDir, proxyPort, cgroup: cgInfo });
           plan = p.native;
+          if (prepareNext) basePlan = { ...p.native };
           if (cgroup) plan.cgroupFds = cgroup.procsFds;
           enforcement = p.enforcement;
           // This run's share of the uid's inotify, signal and mqueue counters (linux-quotas.ts).
