@@ -334,14 +334,14 @@ export function createLinuxBackend(native: NativeBinding): Backend {
     key: string,
     req: BackendSpawnRequest,
     rules: NonNullable<BackendSpawnRequest['rules']>,
-    mode: 'landlock',
+    mode: 'isolated' | 'landlock',
     probe: LinuxProbe,
     base: { plan: Omit<LinuxNativePlan, 'stdio'>; tmpDir: string | undefined; cgroup: string },
   ): void {
     const made: SpareResources = { cgroup: null, quota: null };
     try {
       const env = { ...req.env };
-      if (rules.tmp === 'private') env.TMPDIR = made.tmpDir = makeTmpDir();
+      if (mode === 'landlock' && rules.tmp === 'private') env.TMPDIR = made.tmpDir = makeTmpDir();
       made.cgroup = createSandboxCgroup({ pidsMax: rules.limits.maxProcesses ?? DEFAULT_MAX_PROCESSES, memoryBytes: rules.limits.memoryBytes });
       const cgroup = cgroupInfo(made.cgroup);
       let plan: Omit<LinuxNativePlan, 'stdio'>;
@@ -396,8 +396,9 @@ export function createLinuxBackend(native: NativeBinding): Backend {
         const rules = req.rules;
         const probe = linuxProbe();
         const mode = chooseLinuxMode(rules, probe);
-        // Landlock mode without a terminal or the proxy can be served by a spare made ahead.
-        if (mode === 'landlock' && !pty && !nsPty && rules.network.kind !== 'proxy' && native.prepareSpare && !stdio.some(isTerminal)) {
+        // A spawn without a pty or the proxy can be served by a spare made ahead (in Landlock
+        // mode, also none with a terminal on stdio: its rule is made from the fd).
+        if (!pty && !nsPty && rules.network.kind !== 'proxy' && native.prepareSpare && (mode === 'isolated' || !stdio.some(isTerminal))) {
           const key = `${req.cwd}\0${JSON.stringify(rules)}`;
           if (!noSpare) spare = spares.take(key);
           prepareNext = () => {

@@ -3,6 +3,7 @@
 #include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 
@@ -14,6 +15,43 @@ namespace {
 
 void SetUpNamespacesInChild(ChildArgs* a);
 [[noreturn]] void LaunchAndWaitInChild(ChildArgs* a);
+
+// Isolated, prepared ahead (spawn_spare.cc), after the command was cloned: waits for the go and
+// its stdio fds, makes the deferred steps (the placeholders on the host), and passes the go on
+// to the command. The command has its own copies of every fd by then; init keeps none of them.
+// EOF instead of a go: the spare was discarded; init's exit ends the namespace, command included.
+void ParkInitInChild(ChildArgs* a) {
+  char byte = 0;
+  alignas(struct cmsghdr) char ctrl[CMSG_SPACE(sizeof(int) * kSpareMaxStdio)];
+  struct iovec iov = {&byte, 1};
+  struct msghdr msg;
+  memset(&msg, 0, sizeof msg);
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = ctrl;
+  msg.msg_controllen = sizeof ctrl;
+  long n;
+  do {
+    n = Sys(__NR_recvmsg, a->spare_init_ctrl, &msg, MSG_CMSG_CLOEXEC);
+  } while (n == -EINTR);
+  if (n != 1 || byte != 'G' || (msg.msg_flags & MSG_CTRUNC) != 0) ExitInChild(125);
+  const LinuxSpawnPlan& p = *a->plan;
+  for (size_t i = 0; i < p.mounts.size(); ++i) {
+    if (!a->deferred[i]) continue;
+    long r = RunMountOpInChild(a, i);
+    if (r < 0) FailInChild(a, kStageMount, static_cast<int32_t>(i), r);
+  }
+  // The same message, fds and all, to the command (sendmsg takes what recvmsg gave).
+  long r = Sys(__NR_sendmsg, a->spare_relay, &msg, MSG_NOSIGNAL);
+  if (r != 1) FailInChild(a, kStageStdio, 5, r < 0 ? r : -EIO);
+  struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  if (c != nullptr && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+    int count = static_cast<int>((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+    int fds[kSpareMaxStdio];
+    memcpy(fds, CMSG_DATA(c), sizeof(int) * count);
+    for (int i = 0; i < count; ++i) Sys(__NR_close, fds[i]);
+  }
+}
 
 // isolated init, pty: a terminal of the sandbox's own devpts instance (mounted by the /dev
 // step), so the command's ttyname() names a node that exists inside. The master goes to the
@@ -58,6 +96,16 @@ void SetUpNamespacesInChild(ChildArgs* a) {
   r = PrepareMasksInChild(a);
   if (r < 0) FailInChild(a, kStageMaskFs, 0, r);
   for (size_t i = 0; i < p.mounts.size(); ++i) {
+    if (a->deferred != nullptr && a->deferred[i]) continue;  // at the go (ParkInitInChild)
+    if (a->check_ids != nullptr && a->check_ids[i]) {
+      struct stat st;
+      uint64_t* id = a->mount_ids + 2 * i;
+      id[0] = id[1] = 0;
+      if (Sys(__NR_stat, a->mount_paths[i], &st) == 0) {
+        id[0] = st.st_dev;
+        id[1] = st.st_ino;
+      }
+    }
     r = RunMountOpInChild(a, i);
     if (r < 0) FailInChild(a, kStageMount, static_cast<int32_t>(i), r);
   }
@@ -148,8 +196,12 @@ void KillTreeInChild(pid_t cmd) {
   // wait loop needs onto init's own stack first.
   const int status_fd = a->status_fd;
   const bool group = p.setsid;
-  pid_t cmd = clone(CommandInChild, a->cmd_stack_top, CLONE_VM | CLONE_VFORK | SIGCHLD, a);
+  // Isolated and prepared ahead: the command sets itself up and parks while init waits for the
+  // go, so it is not a vfork child (init would sleep until its execve).
+  const bool parks = a->spare_init_ctrl >= 0;
+  pid_t cmd = clone(CommandInChild, a->cmd_stack_top, CLONE_VM | (parks ? 0 : CLONE_VFORK) | SIGCHLD, a);
   if (cmd < 0) FailInChild(a, kStageCommandClone, 0, -EAGAIN);
+  if (parks) ParkInitInChild(a);
   // The command has its own copies now. init keeps only the status pipe, so the command's stdio
   // reaches EOF exactly when the sandbox's last holder of it is gone.
   for (int i = 0; i < a->nstdio; ++i) Sys(__NR_close, a->stdio_fds[i]);
@@ -158,7 +210,9 @@ void KillTreeInChild(pid_t cmd) {
   // Landlock mode: the channel carried only the command's seccomp listener (sent before its
   // execve, which has happened now that vfork returned).
   if (!isolated && a->fd_channel >= 0) Sys(__NR_close, a->fd_channel);
-  if (a->spare_ctrl >= 0) Sys(__NR_close, a->spare_ctrl);
+  for (int fd : {a->spare_ctrl, a->spare_init_ctrl, a->spare_relay}) {
+    if (fd >= 0) Sys(__NR_close, fd);
+  }
   Sys(__NR_close, a->err_fd);  // the parent sees EOF once the command has exec'd (or failed)
   a = nullptr;
 

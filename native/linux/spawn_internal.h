@@ -142,6 +142,16 @@ struct ChildArgs {
   // plan and argv/envp only then, and spare_umask becomes its umask.
   int spare_ctrl;
   unsigned spare_umask;
+  // Isolated and prepared ahead: init parks on spare_init_ctrl (from the parent) after the mount
+  // tree but the deferred steps (`deferred[i]`: the placeholders, made on the host only when the
+  // sandbox is used), runs them at the go and passes the go on to the command over spare_relay.
+  // For every step with check_ids[i], init records in mount_ids[2i..] the device and inode the
+  // step's path named when it ran (0/0: missing), which the go compares with the host's view.
+  int spare_init_ctrl;
+  int spare_relay;
+  const uint8_t* deferred;
+  const uint8_t* check_ids;
+  uint64_t* mount_ids;
 };
 
 // Entries of spawn_mounts.cc's /proc/1 mask table (one prepared mask file each).
@@ -243,8 +253,6 @@ int InitInChild(void* argp);
 // ---- parent-side helpers ------------------------------------------------------------------
 
 // spawn_linux.cc, shared with spawn_spare.cc.
-constexpr size_t kInitStackSize = 256 * 1024;
-void* PrepareInitTls(void* stack_base);
 Status ReportToStatus(const LinuxSpawnPlan& plan, const ChildReport& r);
 void KillAndReap(int pidfd);
 
@@ -268,6 +276,30 @@ struct Stack {
     if (base != MAP_FAILED) GiveStack(base, size);
   }
 };
+
+// What a launch keeps until its command has exec'd (ChildArgs points into it): on SpawnLinux's
+// stack for a spawn, in the LinuxSpare for a sandbox prepared ahead.
+struct Launch {
+  bool spare = false;  // park the command (and isolated init) instead of exec'ing
+  ChildArgs args;
+  std::vector<char*> argv, envp;
+  std::vector<int> staged, keep, mask_fds;
+  std::vector<const char*> mpaths, mdata;
+  std::vector<uint8_t> deferred, check_ids;
+  std::vector<uint64_t> mount_ids, landlock_ids;
+  Stack init_stack, cmd_stack;
+  int ctrl = -1;   // spare: our end of the go socket (the command's peer, or init's when isolated)
+  int err_r = -1;  // spare: the errno pipe, read again at the go
+  ~Launch() {
+    for (int fd : {ctrl, err_r}) {
+      if (fd >= 0) close(fd);
+    }
+  }
+};
+
+// spawn_linux.cc: the launch of SpawnLinux and PrepareSpare. With L->spare it returns once the
+// command is parked; *out then holds the sandbox, and L the errno pipe and the go socket.
+Status LaunchLinux(LinuxSpawnPlan& plan, Launch* L, LinuxSpawnResult* out) noexcept;
 
 struct FdList {
   std::vector<int> fds;

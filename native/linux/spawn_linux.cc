@@ -73,6 +73,7 @@ void GiveStack(void* base, size_t size) {
 }
 
 namespace {
+constexpr size_t kInitStackSize = 256 * 1024;
 constexpr size_t kInitTlsOffset = 32 * 1024;  // TLS variables live below the TCB (x86_64)
 }  // namespace
 
@@ -217,9 +218,52 @@ void KillAndReap(int pidfd) {
 
 }  // namespace spawn_internal
 
-using namespace spawn_internal;
+namespace spawn_internal {
 
-Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
+namespace {
+
+// Isolated, prepared ahead: the steps that make placeholders on the host (a missing protected
+// path, a missing deny-read path and its mask) wait for the go, so that a sandbox waiting to be
+// used leaves nothing in the workspace. They depend on no later step (each makes its own name
+// and binds or masks only it), so running them last builds the same tree.
+void PlanDeferredSteps(const LinuxSpawnPlan& plan, Launch* L) {
+  const size_t n = plan.mounts.size();
+  L->deferred.assign(n, 0);
+  L->check_ids.assign(n, 0);
+  L->mount_ids.assign(2 * n, 0);
+  std::vector<const std::string*> ghosts;
+  for (size_t i = 0; i < n; ++i) {
+    const MountOp& op = plan.mounts[i];
+    switch (op.kind) {
+      case MountOpKind::kGhostDir:
+      case MountOpKind::kGhostFile:
+        L->deferred[i] = 1;
+        ghosts.push_back(&op.path);
+        break;
+      case MountOpKind::kMaskDir:
+        if (std::any_of(ghosts.begin(), ghosts.end(), [&](const std::string* g) { return *g == op.path; })) {
+          L->deferred[i] = 1;
+          break;
+        }
+        L->check_ids[i] = 1;
+        break;
+      // The steps that bind or mask a host path: what it names is checked again at the go.
+      case MountOpKind::kTmpClone:
+      case MountOpKind::kBindRw:
+      case MountOpKind::kBindRo:
+      case MountOpKind::kPin:
+      case MountOpKind::kMaskFile:
+        L->check_ids[i] = 1;
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+}  // namespace
+
+Status LaunchLinux(LinuxSpawnPlan& plan, Launch* L, LinuxSpawnResult* out) noexcept {
   const bool isolated = plan.mode == LinuxMode::kIsolated;
   // Both sandbox modes run the command under a small init (see LaunchAndWaitInChild); a plain
   // launch is a single vfork-style child.
@@ -229,8 +273,11 @@ Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
   }
   FdList owned;
   const int nstdio = static_cast<int>(plan.stdio.size());
-  // Every fd the child needs is moved at or above nstdio so that placing stdio cannot clobber it.
-  std::vector<int> staged(nstdio, -1);
+  // Every fd the child needs is moved at or above nstdio so that placing stdio cannot clobber it
+  // (a spare's stdio arrives with its go: up to kSpareMaxStdio fds).
+  const int floor = L->spare ? kSpareMaxStdio : nstdio;
+  std::vector<int>& staged = L->staged;
+  staged.assign(nstdio, -1);
   for (int i = 0; i < nstdio; ++i) {
     int src = plan.stdio[i];
     int tmp = -1;
@@ -246,46 +293,64 @@ Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
                          "stdio fd " + std::to_string(plan.stdio[i]) + " is not open", "fcntl", errno);
     }
   }
-  int errp[2], statp[2] = {-1, -1};
-  if (pipe2(errp, O_CLOEXEC) < 0) return Status::Sys(ErrorCode::kESPAWN, "pipe2(2) failed", "pipe2", errno);
-  owned.Add(errp[0]);
-  int err_w = owned.Add(fcntl(errp[1], F_DUPFD_CLOEXEC, nstdio));
-  close(errp[1]);
-  if (uses_init) {
-    if (pipe2(statp, O_CLOEXEC) < 0) return Status::Sys(ErrorCode::kESPAWN, "pipe2(2) failed", "pipe2", errno);
-    owned.Add(statp[0]);
-    int w = owned.Add(fcntl(statp[1], F_DUPFD_CLOEXEC, nstdio));
-    close(statp[1]);
-    statp[1] = w;
-  }
-
-  int chan[2] = {-1, -1};
+  // A pipe or socket pair: the child's end (index `child`) moved to `floor` or above.
+  auto pair = [&](int fds[2], int child, bool socket) -> bool {
+    int r = socket ? socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) : pipe2(fds, O_CLOEXEC);
+    if (r < 0) return false;
+    owned.Add(fds[1 - child]);
+    int hi = fcntl(fds[child], F_DUPFD_CLOEXEC, floor);
+    int e = errno;
+    close(fds[child]);
+    fds[child] = owned.Add(hi);
+    errno = e;
+    return hi >= 0;
+  };
+  int errp[2], statp[2] = {-1, -1}, chan[2] = {-1, -1}, ctrl[2] = {-1, -1}, relay[2] = {-1, -1};
+  if (!pair(errp, 1, false)) return Status::Sys(ErrorCode::kESPAWN, "pipe2(2) failed", "pipe2", errno);
+  const int err_w = errp[1];
+  if (uses_init && !pair(statp, 1, false)) return Status::Sys(ErrorCode::kESPAWN, "pipe2(2) failed", "pipe2", errno);
   if ((isolated && (plan.proxy_port != 0 || plan.pty_cols != 0)) || (uses_init && plan.seccomp_listener)) {
-    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, chan) < 0) {
+    if (!pair(chan, 1, true)) return Status::Sys(ErrorCode::kESPAWN, "socketpair(2) failed", "socketpair", errno);
+  }
+  if (L->spare) {
+    // The go socket; isolated also a relay from init to the command (both its ends are the
+    // sandbox's: init passes the go on once the deferred steps are done).
+    if (!pair(ctrl, 1, true) || (isolated && (!pair(relay, 1, true) || (relay[0] = owned.Add(fcntl(relay[0], F_DUPFD_CLOEXEC, floor))) < 0))) {
       return Status::Sys(ErrorCode::kESPAWN, "socketpair(2) failed", "socketpair", errno);
     }
-    owned.Add(chan[0]);
-    int w = owned.Add(fcntl(chan[1], F_DUPFD_CLOEXEC, nstdio));
-    close(chan[1]);
-    chan[1] = w;
   }
 
-  std::vector<char*> argv, envp;
+  std::vector<char*>& argv = L->argv;
+  std::vector<char*>& envp = L->envp;
   for (std::string& s : plan.argv) argv.push_back(&s[0]);
   argv.push_back(nullptr);
   for (std::string& s : plan.envp) envp.push_back(&s[0]);
   envp.push_back(nullptr);
-  std::vector<const char*> mpaths, mdata;
   for (const MountOp& op : plan.mounts) {
-    mpaths.push_back(op.path.c_str());
-    mdata.push_back(op.data.c_str());
+    L->mpaths.push_back(op.path.c_str());
+    L->mdata.push_back(op.data.c_str());
   }
   plan.landlock_plan.Finalize();
+  if (L->spare) {
+    L->landlock_ids.assign(2 * plan.landlock_plan.c_paths.size(), 0);
+    plan.landlock_plan.identities = L->landlock_ids.data();
+    if (isolated) PlanDeferredSteps(plan, L);
+  }
 
-  ChildArgs args;
+  ChildArgs& args = L->args;
   memset(&args, 0, sizeof args);
   args.tmpl_user_fd = args.tmpl_net_fd = args.tmpl_sys_fd = -1;
-  args.spare_ctrl = -1;
+  args.spare_ctrl = args.spare_init_ctrl = args.spare_relay = -1;
+  if (L->spare) {
+    args.spare_ctrl = isolated ? relay[1] : ctrl[1];
+    if (isolated) {
+      args.spare_init_ctrl = ctrl[1];
+      args.spare_relay = relay[0];
+      args.deferred = L->deferred.data();
+      args.check_ids = L->check_ids.data();
+      args.mount_ids = L->mount_ids.data();
+    }
+  }
   args.plan = &plan;
   args.argv = argv.data();
   args.envp = envp.data();
@@ -298,11 +363,11 @@ Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
   args.parent_pid = getpid();
   args.fprog.len = static_cast<unsigned short>(plan.seccomp_filter.size());
   args.fprog.filter = plan.seccomp_filter.data();
-  args.mount_paths = mpaths.data();
-  args.mount_data = mdata.data();
+  args.mount_paths = L->mpaths.data();
+  args.mount_data = L->mdata.data();
   for (size_t s = 0; s < kMaxSlots; ++s) args.slots[s] = -1;
   args.shm_data = plan.shm_data.c_str();
-  std::vector<int> mask_fds;
+  std::vector<int>& mask_fds = L->mask_fds;
   if (isolated) {
     size_t n = 0;
     bool proc = false;
@@ -319,23 +384,24 @@ Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
   args.nmasks = static_cast<int>(mask_fds.size());
   snprintf(args.uid_map, sizeof args.uid_map, "%u %u 1\n", geteuid(), geteuid());
   snprintf(args.gid_map, sizeof args.gid_map, "%u %u 1\n", getegid(), getegid());
-  std::vector<int> keep = staged;
-  keep.push_back(err_w);
-  if (statp[1] >= 0) keep.push_back(statp[1]);
-  if (chan[1] >= 0) keep.push_back(chan[1]);
+  std::vector<int>& keep = L->keep;
+  keep = staged;
+  for (int fd : {err_w, statp[1], chan[1], ctrl[1], relay[0], relay[1]}) {
+    if (fd >= 0) keep.push_back(fd);
+  }
   for (int fd : plan.cgroup_fds) keep.push_back(fd);
   std::sort(keep.begin(), keep.end());
   keep.erase(std::unique(keep.begin(), keep.end()), keep.end());
   args.keep_fds = keep.data();
   args.nkeep = static_cast<int>(keep.size());
 
-  Stack init_stack, cmd_stack;
+  Stack& init_stack = L->init_stack;
+  Stack& cmd_stack = L->cmd_stack;
   if (!init_stack.Allocate(uses_init ? kInitStackSize : 128 * 1024) ||
       (uses_init && !cmd_stack.Allocate(128 * 1024))) {
     return Status::Sys(ErrorCode::kESPAWN, "mmap(2) of a child stack failed", "mmap", errno);
   }
   args.cmd_stack_top = uses_init ? cmd_stack.top() : nullptr;
-
   int flags = CLONE_PIDFD | CLONE_VM | SIGCHLD;
   int (*entry)(void*) = CommandInChild;
   void* tls = nullptr;
@@ -445,20 +511,25 @@ Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
     owned.Release(statp[1]);
     close(statp[1]);
   }
-  if (chan[1] >= 0) {
-    owned.Release(chan[1]);
-    close(chan[1]);
+  for (int fd : {chan[1], ctrl[1], relay[0], relay[1]}) {
+    if (fd < 0) continue;
+    owned.Release(fd);
+    close(fd);
   }
 
-  // Blocks until the command has exec'd (EOF) or reported a failure, as libuv's spawn does.
+  // Blocks until the command has exec'd (EOF) or reported a failure, as libuv's spawn does; a
+  // spare until its command is parked.
   ChildReport rep;
   Status failure;
   for (;;) {
     ssize_t n = read(errp[0], &rep, sizeof rep);
     if (n < 0 && errno == EINTR) continue;
     if (n == static_cast<ssize_t>(sizeof rep)) {
+      if (L->spare && rep.stage == kNote && rep.index == kNoteParked) break;
       if (rep.stage == kNote) continue;  // notes are informational (see NoteBits)
       failure = ReportToStatus(plan, rep);
+    } else if (L->spare) {
+      failure = Status::Error(ErrorCode::kESPAWN, "a sandbox prepared ahead ended before it was ready");
     }
     break;
   }
@@ -497,7 +568,14 @@ Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
     Status st = handover(&out->seccomp_listener_fd, ErrorCode::kESECCOMP_INSTALL, "the sandboxed command did not hand over its seccomp listener");
     if (!st.ok()) return st;
   }
-  if (uses_init) {
+  if (L->spare) {
+    // The go (spawn_spare.cc) hands the stacks over; until then the errno pipe and the go
+    // socket stay here.
+    owned.Release(errp[0]);
+    owned.Release(ctrl[0]);
+    L->err_r = errp[0];
+    L->ctrl = ctrl[0];
+  } else if (uses_init) {
     out->init_stack = init_stack.base;
     out->init_stack_size = init_stack.size;
     init_stack.base = MAP_FAILED;  // init runs on it until it is reaped
@@ -507,6 +585,15 @@ Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
   out->status_fd = uses_init ? statp[0] : -1;
   out->mode = plan.mode;
   return Status::Ok();
+}
+
+}  // namespace spawn_internal
+
+using namespace spawn_internal;
+
+Status SpawnLinux(LinuxSpawnPlan& plan, LinuxSpawnResult* out) noexcept {
+  spawn_internal::Launch launch;
+  return spawn_internal::LaunchLinux(plan, &launch, out);
 }
 
 void ReleaseInitStack(LinuxSpawnResult* res) noexcept {
