@@ -60,7 +60,7 @@ export class SpareSlot {
   private timer: NodeJS.Timeout | undefined;
   private failures = 0;
   private exitHook = false;
-  /** Counters for tests and the bench: spares begun, ready, used, and discarded unused. */
+  /** Counters for tests and the bench: spares begun, ready while held, used, discarded unused. */
   readonly stats = stats;
 
   constructor(
@@ -96,7 +96,7 @@ export class SpareSlot {
     const handle = this.native.prepareSpare!(plan, (err) => {
       if (!err) {
         this.failures = 0;
-        stats.ready++;
+        if (spare !== undefined && this.spare === spare) stats.ready++; // still held: ready for a spawn
         return;
       }
       this.failures++;

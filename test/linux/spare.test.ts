@@ -1,5 +1,5 @@
 /**
- * Landlock mode's prepared-ahead sandboxes (lib/platform/linux-spare.ts, spawn_spare.cc). After
+ * Sandboxes prepared ahead (lib/platform/linux-spare.ts, spawn_spare.cc), in both modes. After
  * two spawns of one shape, the next sandbox of that shape is set up while the command runs, and
  * the third spawn only hands it argv, env, cwd and stdio. Each case checks that a spare behaves
  * exactly like a sandbox made on the spot: what it enforces, what the command gets, what is left
@@ -9,16 +9,14 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, test } from 'vitest';
 
 import { run } from '../../lib/index';
 import { clearSpares, setSpareIdleMs, spareStats } from '../../lib/platform/linux-spare';
 import { MODES, modePolicy } from '../helpers/capabilities';
 import { BASE_ENV, DIST_INDEX, eventually, makeScene, sh, type Scene } from '../helpers/sandbox';
 
-const landlock = MODES.find((m) => m.name === 'landlock')!;
-
-/** Our children named psb-init (a Landlock sandbox's init, spare or running). */
+/** Our children named psb-init (a sandbox's init, spare or running). */
 function initChildren(): number[] {
   const out: number[] = [];
   for (const name of fs.readdirSync('/proc')) {
@@ -40,18 +38,21 @@ function ourTmpDirs(pid = process.pid): string[] {
   return fs.readdirSync(os.tmpdir()).filter((n) => n.startsWith(`process-sandbox-tmp-${pid}-`));
 }
 
-describe.skipIf(landlock.skip)('Landlock mode: a sandbox prepared ahead', () => {
+describe.each(MODES)('$name mode: a sandbox prepared ahead', ({ name: mode, skip }) => {
   let scene: Scene;
   beforeEach(() => {
+    if (skip) return;
     clearSpares();
-    scene = makeScene('spare');
+    scene = makeScene(`spare-${mode}`);
   });
   afterEach(() => {
+    if (skip) return;
     clearSpares();
     setSpareIdleMs(30_000);
     scene.cleanup();
   });
-  const policyFor = (ws: string) => modePolicy('landlock', { filesystem: { write: [ws] } });
+  const policyFor = (ws: string) => modePolicy(mode, { filesystem: { write: [ws] } });
+  const it = skip ? test.skip : test;
 
   /**
    * Two runs of the shape, so that a spare for it is prepared, and until it is ready (its rules
@@ -89,6 +90,57 @@ describe.skipIf(landlock.skip)('Landlock mode: a sandbox prepared ahead', () => 
     expect(fs.existsSync(path.join(scene.out, 'evil'))).toBe(false);
     expect(r.enforcement.sandboxed).toBe(true);
     expect(r.enforcement.mechanisms.landlockAbi).toBeGreaterThan(0);
+  });
+
+  it('leaves nothing in the workspace while it waits, and holds the missing protected paths while it runs', async () => {
+    const policy = policyFor(scene.ws);
+    await warm(policy);
+    // Parked: no placeholder for .codex, .agents, .aws or .git (isolated mode makes them only
+    // when the spare is used).
+    expect(fs.readdirSync(scene.ws)).toEqual([]);
+    const before = spareStats();
+    const r = await sh('mkdir .codex 2>/dev/null; echo mk=$?; echo ok > f; echo f=$?', { cwd: scene.ws, policy });
+    expect(spareStats().used).toBe(before.used + 1);
+    if (mode === 'isolated') expect(r.stdout).toBe('mk=1\nf=0\n');
+    else expect(r.stdout).toMatch(/^mk=\d\nf=0\n$/); // Landlock mode: carve-outs are a gap (README)
+    fs.rmSync(path.join(scene.ws, '.codex'), { recursive: true, force: true });
+    expect(await eventually(() => spareStats().ready > before.ready, 5000)).toBe(true);
+    expect(fs.readdirSync(scene.ws)).toEqual(['f']);
+  });
+
+  it('is not used once a protected path it held as missing exists, which the run then protects', async () => {
+    const policy = policyFor(scene.ws);
+    await warm(policy);
+    const before = spareStats();
+    fs.mkdirSync(path.join(scene.ws, '.codex'));
+    fs.writeFileSync(path.join(scene.ws, '.codex', 'config.toml'), 'model = "x"\n');
+    const r = await sh('cat .codex/config.toml; { echo evil >> .codex/config.toml; } 2>/dev/null; echo w=$?', { cwd: scene.ws, policy });
+    expect(r.stdout).toMatch(/^model = "x"\nw=\d\n$/);
+    if (mode === 'isolated') {
+      expect(spareStats().used, 'its plan held .codex as missing').toBe(before.used);
+      expect(r.stdout).toMatch(/w=[1-9]/);
+      expect(fs.readFileSync(path.join(scene.ws, '.codex', 'config.toml'), 'utf8')).toBe('model = "x"\n');
+    }
+  });
+
+  it.skipIf(mode !== 'isolated')('is not used when a deny-read file was replaced after it was made (its mask covered the old one)', async () => {
+    const secret = path.join(scene.ws, 'secret.txt');
+    fs.writeFileSync(secret, 'old secret\n');
+    const policy = modePolicy(mode, { filesystem: { write: [scene.ws], denyRead: [secret] } });
+    const cat = 'cat secret.txt 2>/dev/null; echo r=$?';
+    expect((await sh(cat, { cwd: scene.ws, policy })).stdout).toBe('r=1\n');
+    expect((await sh(cat, { cwd: scene.ws, policy })).stdout).toBe('r=1\n');
+    expect(await eventually(() => spareStats().ready > 0, 5000)).toBe(true);
+    const before = spareStats();
+    // The name now holds a new file; the spare's mask sits on the old one, which moved away.
+    fs.renameSync(secret, path.join(scene.ws, 'old.txt'));
+    fs.writeFileSync(secret, 'new secret\n');
+    const r = await sh(cat, { cwd: scene.ws, policy });
+    expect(r.stdout, 'the new file is masked too').toBe('r=1\n');
+    expect(spareStats().used).toBe(before.used);
+    expect(spareStats().discarded).toBe(before.discarded + 1);
+    // Control: the moved file is readable (it is no longer the deny-read path).
+    expect((await sh('cat old.txt', { cwd: scene.ws, policy })).stdout).toBe('old secret\n');
   });
 
   it('is not used when the writable root was replaced by another directory after it was made', async () => {
