@@ -237,10 +237,14 @@ function applyQuotaShare(plan: Omit<LinuxNativePlan, 'stdio'>, enforcement: Enfo
   return { plan: next, enforcement: { ...enforcement, mechanisms } };
 }
 
-/** Facts only known after the spawn: the Landlock ABI applied, and whether the net namespace is shared. */
-function withNativeFacts(report: EnforcementReport, res: { landlockAbi: number; sharedNetns?: boolean }): EnforcementReport {
+/**
+ * Facts only known after the spawn: the Landlock ABI applied, whether the net namespace is
+ * shared, and whether the sandbox was prepared ahead (linux-spare.ts).
+ */
+function withNativeFacts(report: EnforcementReport, res: { landlockAbi: number; sharedNetns?: boolean }, preparedAhead: boolean): EnforcementReport {
   if (!report.sandboxed) return report;
   const mechanisms = { ...report.mechanisms };
+  if (preparedAhead) mechanisms.preparedAhead = true;
   if (res.landlockAbi) mechanisms.landlockAbi = res.landlockAbi;
   if (res.sharedNetns) {
     mechanisms.namespaces = (mechanisms.namespaces as string[]).map((n) => (n === 'net' ? 'net (shared, empty)' : n));
@@ -575,7 +579,7 @@ export function createLinuxBackend(native: NativeBinding): Backend {
         },
         exited,
         setRef: (on) => void native.setRef?.(handle, on),
-        enforcement: withNativeFacts(enforcement, res),
+        enforcement: withNativeFacts(enforcement, res, spare !== undefined),
       };
       const master = pty ? pty.master : nsPty ? res.ptyFd : undefined;
       if (nsPty && master === undefined) {

@@ -155,9 +155,11 @@ Status GoSpare(LinuxSpare* spare, SpareGo& go, LinuxSpawnResult* out, bool* used
     sent = sendmsg(L.ctrl, &msg, MSG_NOSIGNAL);
   } while (sent < 0 && errno == EINTR);
   if (sent != 1) {
-    int e = errno;
+    // It died while it waited (something of the same uid can kill a Landlock-mode spare, as it
+    // can kill the host): not used; the caller makes the sandbox on the spot.
     KillAndReap(s->res.pidfd);
-    return Status::Sys(ErrorCode::kESPAWN, "the sandbox prepared ahead did not take its go", "sendmsg", e);
+    *used = false;
+    return Status::Ok();
   }
   // As SpawnLinux: EOF once the command has exec'd, or its failure (isolated: or init's, making
   // the placeholders).

@@ -16,7 +16,7 @@ import { clearSpares, setSpareIdleMs, spareStats } from '../../lib/platform/linu
 import { MODES, modePolicy } from '../helpers/capabilities';
 import { BASE_ENV, DIST_INDEX, eventually, makeScene, sh, type Scene } from '../helpers/sandbox';
 
-/** Our children named psb-init (a sandbox's init, spare or running). */
+/** Our live children named psb-init (a sandbox's init, spare or running). */
 function initChildren(): number[] {
   const out: number[] = [];
   for (const name of fs.readdirSync('/proc')) {
@@ -25,7 +25,8 @@ function initChildren(): number[] {
       const stat = fs.readFileSync(`/proc/${name}/stat`, 'utf8');
       const comm = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
       const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-      if (comm === 'psb-init' && ppid === process.pid) out.push(Number(name));
+      const state = stat.slice(stat.lastIndexOf(')') + 2).split(' ')[0];
+      if (comm === 'psb-init' && ppid === process.pid && state !== 'Z') out.push(Number(name));
     } catch {
       // gone
     }
@@ -89,7 +90,9 @@ describe.each(MODES)('$name mode: a sandbox prepared ahead', ({ name: mode, skip
     expect(fs.statSync(path.join(scene.ws, 'f2')).mode & 0o777).toBe(0o640);
     expect(fs.existsSync(path.join(scene.out, 'evil'))).toBe(false);
     expect(r.enforcement.sandboxed).toBe(true);
-    expect(r.enforcement.mechanisms.landlockAbi).toBeGreaterThan(0);
+    expect(r.enforcement.mechanisms.preparedAhead).toBe(true);
+    const fresh = await run('/bin/true', [], { cwd: scene.ws, policy: policyFor(scene.out), env: BASE_ENV });
+    expect(fresh.enforcement.mechanisms.preparedAhead, 'another shape: made on the spot').toBeUndefined();
   });
 
   it('leaves nothing in the workspace while it waits, and holds the missing protected paths while it runs', async () => {
@@ -196,6 +199,21 @@ describe.each(MODES)('$name mode: a sandbox prepared ahead', ({ name: mode, skip
     clearSpares();
     expect(await eventually(() => initChildren().length === 0, 5000), 'no sandbox process is left').toBe(true);
     expect(ourTmpDirs()).toEqual([]);
+  });
+
+  it('is not used when it died while it waited (killed from outside); the spawn is made on the spot', async () => {
+    const policy = policyFor(scene.ws);
+    await warm(policy);
+    const inits = initChildren();
+    expect(inits.length, 'the spare is waiting').toBe(1);
+    process.kill(inits[0]!, 'SIGKILL');
+    expect(await eventually(() => initChildren().length === 0, 5000)).toBe(true);
+    const before = spareStats();
+    const r = await sh('echo ok > f; echo $?', { cwd: scene.ws, policy });
+    expect(r.stdout).toBe('0\n');
+    expect(fs.readFileSync(path.join(scene.ws, 'f'), 'utf8')).toBe('ok\n');
+    expect(spareStats().used).toBe(before.used);
+    expect(spareStats().discarded).toBe(before.discarded + 1);
   });
 
   it('reports a missing command as a fresh spawn does, and the next spawn works', async () => {
