@@ -56,27 +56,10 @@ void ParkInChild(ChildArgs* a) {
   ChildReport parked = {kNote, kNoteParked, 0};
   if (Sys(__NR_write, a->err_fd, &parked, sizeof parked) != static_cast<long>(sizeof parked)) ExitInChild(125);
   char byte = 0;
-  alignas(struct cmsghdr) char ctrl[CMSG_SPACE(sizeof(int) * kSpareMaxStdio)];
-  struct iovec iov = {&byte, 1};
-  struct msghdr msg;
-  memset(&msg, 0, sizeof msg);
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = ctrl;
-  msg.msg_controllen = sizeof ctrl;
-  long n;
-  do {
-    n = Sys(__NR_recvmsg, a->spare_ctrl, &msg, MSG_CMSG_CLOEXEC);
-  } while (n == -EINTR);
-  // EOF: discarded unused, or the host is gone. Nothing was asked of it, so nothing is reported.
-  if (n != 1 || byte != 'G' || (msg.msg_flags & MSG_CTRUNC) != 0) ExitInChild(125);
   int got[kSpareMaxStdio];
   int count = 0;
-  struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  if (c != nullptr && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-    count = static_cast<int>((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-    memcpy(got, CMSG_DATA(c), sizeof(int) * count);
-  }
+  // EOF: discarded unused, or the host is gone. Nothing was asked of it, so nothing is reported.
+  if (RecvFdsInChild(a->spare_ctrl, &byte, got, kSpareMaxStdio, &count) != 1 || byte != 'G') ExitInChild(125);
   // A received fd can sit at the number another one goes to: all move up first, then down.
   int hi[kSpareMaxStdio];
   for (int i = 0; i < count; ++i) {

@@ -16,41 +16,38 @@ namespace {
 void SetUpNamespacesInChild(ChildArgs* a);
 [[noreturn]] void LaunchAndWaitInChild(ChildArgs* a);
 
+// Isolated, prepared ahead: clones the command as a vfork child, as init does otherwise, but with
+// init as its parent (CLONE_PARENT: init reaps it, and its parent-death signal follows init) and
+// its pid written into a->spare_cmd_pid at once (CLONE_PARENT_SETTID). A vfork child matters: a
+// process sharing the host's memory that writes oom_score_adj changes it for every process
+// sharing that memory (the host included) unless it is a vfork child. Exits once the command has
+// exec'd (or failed). Runs on a part of init's stack mapping, which outlives it.
+int HelperInChild(void* argp) {
+  ChildArgs* a = static_cast<ChildArgs*>(argp);
+  long c = clone(CommandInChild, a->cmd_stack_top, CLONE_VM | CLONE_VFORK | CLONE_PARENT | CLONE_PARENT_SETTID | SIGCHLD, a,
+                 &a->spare_cmd_pid);
+  if (c < 0) FailInChild(a, kStageCommandClone, 0, -EAGAIN);
+  ExitInChild(0);
+}
+
 // Isolated, prepared ahead (spawn_spare.cc), after the command was cloned: waits for the go and
 // its stdio fds, makes the deferred steps (the placeholders on the host), and passes the go on
 // to the command. The command has its own copies of every fd by then; init keeps none of them.
 // EOF instead of a go: the spare was discarded; init's exit ends the namespace, command included.
 void ParkInitInChild(ChildArgs* a) {
   char byte = 0;
-  alignas(struct cmsghdr) char ctrl[CMSG_SPACE(sizeof(int) * kSpareMaxStdio)];
-  struct iovec iov = {&byte, 1};
-  struct msghdr msg;
-  memset(&msg, 0, sizeof msg);
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = ctrl;
-  msg.msg_controllen = sizeof ctrl;
-  long n;
-  do {
-    n = Sys(__NR_recvmsg, a->spare_init_ctrl, &msg, MSG_CMSG_CLOEXEC);
-  } while (n == -EINTR);
-  if (n != 1 || byte != 'G' || (msg.msg_flags & MSG_CTRUNC) != 0) ExitInChild(125);
+  int fds[kSpareMaxStdio];
+  int count = 0;
+  if (RecvFdsInChild(a->spare_init_ctrl, &byte, fds, kSpareMaxStdio, &count) != 1 || byte != 'G') ExitInChild(125);
   const LinuxSpawnPlan& p = *a->plan;
   for (size_t i = 0; i < p.mounts.size(); ++i) {
     if (!a->deferred[i]) continue;
     long r = RunMountOpInChild(a, i);
     if (r < 0) FailInChild(a, kStageMount, static_cast<int32_t>(i), r);
   }
-  // The same message, fds and all, to the command (sendmsg takes what recvmsg gave).
-  long r = Sys(__NR_sendmsg, a->spare_relay, &msg, MSG_NOSIGNAL);
+  long r = SendFdsInChild(a->spare_relay, 'G', fds, count);
   if (r != 1) FailInChild(a, kStageStdio, 5, r < 0 ? r : -EIO);
-  struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  if (c != nullptr && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-    int count = static_cast<int>((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-    int fds[kSpareMaxStdio];
-    memcpy(fds, CMSG_DATA(c), sizeof(int) * count);
-    for (int i = 0; i < count; ++i) Sys(__NR_close, fds[i]);
-  }
+  for (int i = 0; i < count; ++i) Sys(__NR_close, fds[i]);
 }
 
 // isolated init, pty: a terminal of the sandbox's own devpts instance (mounted by the /dev
@@ -101,7 +98,7 @@ void SetUpNamespacesInChild(ChildArgs* a) {
       struct stat st;
       uint64_t* id = a->mount_ids + 2 * i;
       id[0] = id[1] = 0;
-      if (Sys(__NR_stat, a->mount_paths[i], &st) == 0) {
+      if (Sys(__NR_newfstatat, AT_FDCWD, a->mount_paths[i], &st, 0) == 0) {
         id[0] = st.st_dev;
         id[1] = st.st_ino;
       }
@@ -196,12 +193,17 @@ void KillTreeInChild(pid_t cmd) {
   // wait loop needs onto init's own stack first.
   const int status_fd = a->status_fd;
   const bool group = p.setsid;
-  // Isolated and prepared ahead: the command sets itself up and parks while init waits for the
-  // go, so it is not a vfork child (init would sleep until its execve).
-  const bool parks = a->spare_init_ctrl >= 0;
-  pid_t cmd = clone(CommandInChild, a->cmd_stack_top, CLONE_VM | (parks ? 0 : CLONE_VFORK) | SIGCHLD, a);
-  if (cmd < 0) FailInChild(a, kStageCommandClone, 0, -EAGAIN);
-  if (parks) ParkInitInChild(a);
+  pid_t cmd;
+  if (a->spare_init_ctrl >= 0) {
+    // Isolated and prepared ahead: init must stay free to take the go, so a helper makes the
+    // command and sleeps in vfork for it (see HelperInChild).
+    if (clone(HelperInChild, a->helper_stack_top, CLONE_VM | SIGCHLD, a) < 0) FailInChild(a, kStageCommandClone, 1, -EAGAIN);
+    ParkInitInChild(a);
+    cmd = __atomic_load_n(&a->spare_cmd_pid, __ATOMIC_SEQ_CST);  // written at its clone, long before the go
+  } else {
+    cmd = clone(CommandInChild, a->cmd_stack_top, CLONE_VM | CLONE_VFORK | SIGCHLD, a);
+  }
+  if (cmd <= 0) FailInChild(a, kStageCommandClone, 0, -EAGAIN);
   // The command has its own copies now. init keeps only the status pipe, so the command's stdio
   // reaches EOF exactly when the sandbox's last holder of it is gone.
   for (int i = 0; i < a->nstdio; ++i) Sys(__NR_close, a->stdio_fds[i]);

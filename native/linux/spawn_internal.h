@@ -149,6 +149,8 @@ struct ChildArgs {
   // step's path named when it ran (0/0: missing), which the go compares with the host's view.
   int spare_init_ctrl;
   int spare_relay;
+  void* helper_stack_top;  // the command's maker (HelperInChild): a part of init's stack mapping
+  pid_t spare_cmd_pid;     // written by clone (CLONE_PARENT_SETTID)
   const uint8_t* deferred;
   const uint8_t* check_ids;
   uint64_t* mount_ids;
@@ -197,25 +199,68 @@ inline long WriteFileInChild(const char* path, const char* text) {
   return n < 0 ? n : 0;
 }
 
-// Sends one byte, plus `fd` as SCM_RIGHTS when fd >= 0. Raw syscalls only (child side).
-inline long SendFdInChild(int sock, int fd, char byte) {
-  char ctrl[CMSG_SPACE(sizeof(int))];
+// One byte plus `count` fds (SCM_RIGHTS). Raw syscalls only: the child side uses it, and so does
+// the parent's go (spawn_spare.cc).
+inline long SendFdsInChild(int sock, char byte, const int* fds, int count) {
+  alignas(struct cmsghdr) char ctrl[CMSG_SPACE(sizeof(int) * kSpareMaxStdio)];
+  if (count < 0 || count > kSpareMaxStdio) return -EINVAL;
   memset(ctrl, 0, sizeof ctrl);
   struct iovec iov = {&byte, 1};
   struct msghdr msg;
   memset(&msg, 0, sizeof msg);
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
-  if (fd >= 0) {
+  if (count > 0) {
     msg.msg_control = ctrl;
-    msg.msg_controllen = sizeof ctrl;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * count);
     struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    c->cmsg_len = CMSG_LEN(sizeof(int) * count);
+    memcpy(CMSG_DATA(c), fds, sizeof(int) * count);
   }
-  return Sys(__NR_sendmsg, sock, &msg, MSG_NOSIGNAL);
+  long r;
+  do {
+    r = Sys(__NR_sendmsg, sock, &msg, MSG_NOSIGNAL);
+  } while (r == -EINTR);
+  return r;
+}
+
+// Sends one byte, plus `fd` as SCM_RIGHTS when fd >= 0.
+inline long SendFdInChild(int sock, int fd, char byte) { return SendFdsInChild(sock, byte, &fd, fd >= 0 ? 1 : 0); }
+
+// Receives one byte and up to `max` (<= kSpareMaxStdio) fds, CLOEXEC, retrying EINTR. Returns
+// recvmsg's result (1, 0 at EOF, or -errno); *count is how many fds came. A message whose fds did
+// not fit is refused whole (-EMSGSIZE, nothing kept). Raw syscalls only.
+inline long RecvFdsInChild(int sock, char* byte, int* fds, int max, int* count, int flags = 0) {
+  alignas(struct cmsghdr) char ctrl[CMSG_SPACE(sizeof(int) * kSpareMaxStdio)];
+  *count = 0;
+  struct iovec iov = {byte, 1};
+  struct msghdr msg;
+  memset(&msg, 0, sizeof msg);
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = ctrl;
+  msg.msg_controllen = CMSG_SPACE(sizeof(int) * kSpareMaxStdio);
+  long n;
+  do {
+    n = Sys(__NR_recvmsg, sock, &msg, flags | MSG_CMSG_CLOEXEC);
+  } while (n == -EINTR);
+  if (n <= 0) return n;
+  struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  int got = 0;
+  int all[kSpareMaxStdio];
+  if (c != nullptr && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+    got = static_cast<int>((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+    memcpy(all, CMSG_DATA(c), sizeof(int) * got);
+  }
+  if (got > max || (msg.msg_flags & MSG_CTRUNC) != 0) {
+    for (int i = 0; i < got; ++i) Sys(__NR_close, all[i]);
+    return -EMSGSIZE;
+  }
+  memcpy(fds, all, sizeof(int) * got);
+  *count = got;
+  return n;
 }
 
 // ---- the stages' entry points ------------------------------------------------------------

@@ -16,22 +16,11 @@ namespace psb {
 namespace spawn_internal {
 
 ssize_t RecvFd(int sock, char* byte, int* fd, int flags) {
-  char ctrl[CMSG_SPACE(sizeof(int))];
-  struct iovec iov = {byte, 1};
-  struct msghdr msg;
-  memset(&msg, 0, sizeof msg);
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = ctrl;
-  msg.msg_controllen = sizeof ctrl;
-  ssize_t n;
-  do {
-    n = recvmsg(sock, &msg, flags | MSG_CMSG_CLOEXEC);
-  } while (n < 0 && errno == EINTR);
-  *fd = -1;
-  struct cmsghdr* c = n > 0 ? CMSG_FIRSTHDR(&msg) : nullptr;
-  if (c != nullptr && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) memcpy(fd, CMSG_DATA(c), sizeof(int));
-  return n;
+  int count = 0;
+  long n = RecvFdsInChild(sock, byte, fd, 1, &count, flags);
+  if (count == 0) *fd = -1;
+  if (n < 0) errno = static_cast<int>(-n);
+  return n < 0 ? -1 : n;
 }
 
 namespace {
@@ -402,6 +391,13 @@ Status LaunchLinux(LinuxSpawnPlan& plan, Launch* L, LinuxSpawnResult* out) noexc
     return Status::Sys(ErrorCode::kESPAWN, "mmap(2) of a child stack failed", "mmap", errno);
   }
   args.cmd_stack_top = uses_init ? cmd_stack.top() : nullptr;
+  if (args.spare_init_ctrl >= 0) {
+    // The command's maker (HelperInChild) runs below init's own stack, which grows down from the
+    // top of the mapping, and above its TLS block: 64 KiB of a mapping that lives until init is
+    // reaped, so nothing frees it while the helper still runs.
+    static_assert(kInitStackSize >= 256 * 1024 && kInitTlsOffset <= 64 * 1024, "the helper's stack must fit");
+    args.helper_stack_top = static_cast<char*>(init_stack.base) + 128 * 1024;
+  }
   int flags = CLONE_PIDFD | CLONE_VM | SIGCHLD;
   int (*entry)(void*) = CommandInChild;
   void* tls = nullptr;

@@ -133,27 +133,7 @@ Status GoSpare(LinuxSpare* spare, SpareGo& go, LinuxSpawnResult* out, bool* used
     }
   }
   *used = true;
-  char byte = 'G';
-  char ctrl[CMSG_SPACE(sizeof(int) * kSpareMaxStdio)];
-  memset(ctrl, 0, sizeof ctrl);
-  struct iovec iov = {&byte, 1};
-  struct msghdr msg;
-  memset(&msg, 0, sizeof msg);
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  if (nstdio > 0) {
-    msg.msg_control = ctrl;
-    msg.msg_controllen = CMSG_SPACE(sizeof(int) * nstdio);
-    struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * nstdio);
-    memcpy(CMSG_DATA(c), fds, sizeof(int) * nstdio);
-  }
-  ssize_t sent;
-  do {
-    sent = sendmsg(L.ctrl, &msg, MSG_NOSIGNAL);
-  } while (sent < 0 && errno == EINTR);
+  long sent = SendFdsInChild(L.ctrl, 'G', fds, nstdio);
   if (sent != 1) {
     // It died while it waited (something of the same uid can kill a Landlock-mode spare, as it
     // can kill the host): not used; the caller makes the sandbox on the spot.
