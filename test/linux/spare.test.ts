@@ -66,6 +66,7 @@ describe.each(MODES)('$name mode: a sandbox prepared ahead', ({ name: mode, skip
   }
 
   it('serves the third spawn of a shape with its own argv, env, cwd, stdio and umask, and enforces the policy', async () => {
+    const hostOom = fs.readFileSync('/proc/self/oom_score_adj', 'utf8');
     const policy = policyFor(scene.ws);
     await warm(policy);
     const before = spareStats();
@@ -91,6 +92,12 @@ describe.each(MODES)('$name mode: a sandbox prepared ahead', ({ name: mode, skip
     expect(fs.existsSync(path.join(scene.out, 'evil'))).toBe(false);
     expect(r.enforcement.sandboxed).toBe(true);
     expect(r.enforcement.mechanisms.preparedAhead).toBe(true);
+    // The OOM preference is the command's alone: the host, which the sandbox's init shares
+    // memory with, keeps its own.
+    const oom = await sh('cat /proc/self/oom_score_adj', { cwd: scene.ws, policy });
+    expect(oom.stdout).toBe('1000\n');
+    expect(oom.enforcement.mechanisms.preparedAhead).toBe(true);
+    expect(fs.readFileSync('/proc/self/oom_score_adj', 'utf8')).toBe(hostOom);
     const fresh = await run('/bin/true', [], { cwd: scene.ws, policy: policyFor(scene.out), env: BASE_ENV });
     expect(fresh.enforcement.mechanisms.preparedAhead, 'another shape: made on the spot').toBeUndefined();
   });
