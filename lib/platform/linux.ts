@@ -405,6 +405,8 @@ export function createLinuxBackend(native: NativeBinding): Backend {
         if (!pty && !nsPty && rules.network.kind !== 'proxy' && native.prepareSpare && (mode === 'isolated' || !stdio.some(isTerminal))) {
           const key = `${req.cwd}\0${JSON.stringify(rules)}`;
           if (!noSpare) spare = spares.take(key);
+          // Its resources are this run's from here: released with the run, or on any failure.
+          if (spare) ({ cgroup, quota } = spare.resources);
           prepareNext = () => {
             if (!spares.wants(key) || basePlan === undefined) return;
             const base = { plan: basePlan, tmpDir, cgroup: JSON.stringify(cgroupInfo(cgroup)) };
@@ -458,9 +460,7 @@ export function createLinuxBackend(native: NativeBinding): Backend {
           }
           // Existing placeholders are held before the plan, which then binds them as existing paths.
           held = claimPlaceholders(native, [...rules.readOnly, ...rules.denyRead]);
-          cgroup = spare
-            ? spare.resources.cgroup
-            : createSandboxCgroup({ pidsMax: rules.limits.maxProcesses ?? DEFAULT_MAX_PROCESSES, memoryBytes: rules.limits.memoryBytes });
+          if (!spare) cgroup = createSandboxCgroup({ pidsMax: rules.limits.maxProcesses ?? DEFAULT_MAX_PROCESSES, memoryBytes: rules.limits.memoryBytes });
           const cgInfo = cgroupInfo(cgroup);
           const p = planLinux({ rules, mode, file: req.file, argv: req.argv, env: planEnv, cwd: req.cwd, probe, landlockTmpDir: tmpDir, proxyPort, cgroup: cgInfo });
           plan = p.native;
@@ -468,11 +468,14 @@ export function createLinuxBackend(native: NativeBinding): Backend {
           if (cgroup) plan.cgroupFds = cgroup.procsFds;
           enforcement = p.enforcement;
           // This run's share of the uid's inotify, signal and mqueue counters (linux-quotas.ts).
-          quota = spare ? spare.resources.quota : takeQuotaShare(mode);
+          if (!spare) quota = takeQuotaShare(mode);
           ({ plan, enforcement } = applyQuotaShare(plan, enforcement, quota));
           ghosts = p.ghosts;
         } catch (e) {
-          if (spare) native.discardSpare!(spare.handle);
+          if (spare) {
+            native.discardSpare!(spare.handle);
+            spares.stats.discarded++;
+          }
           releasePlaceholders(native, held);
           if (tmpDir) removeTmpDir(native, tmpDir);
           cgroup?.remove();
