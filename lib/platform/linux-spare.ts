@@ -42,6 +42,8 @@ export function planKey(plan: Omit<LinuxNativePlan, 'stdio'>): string {
 
 const stats = { prepared: 0, ready: 0, used: 0, discarded: 0 };
 const slots = new Set<SpareSlot>();
+/** Preparations begun whose end has not been reported yet. */
+let pending = 0;
 
 /** Test and bench hooks: this thread's counters; how long an unused spare is kept; drop all now. */
 export function spareStats(): { prepared: number; ready: number; used: number; discarded: number } {
@@ -49,6 +51,10 @@ export function spareStats(): { prepared: number; ready: number; used: number; d
 }
 export function setSpareIdleMs(ms: number): void {
   idleMs = ms;
+}
+/** Whether no preparation is under way (a held spare is ready, or none is held). */
+export function sparesSettled(): boolean {
+  return pending === 0;
 }
 export function clearSpares(): void {
   for (const s of slots) s.clear();
@@ -93,7 +99,9 @@ export class SpareSlot {
   fill(key: string, plan: Omit<LinuxNativePlan, 'stdio'>, resources: SpareResources): void {
     this.clear();
     let spare: Spare | undefined;
+    pending++;
     const handle = this.native.prepareSpare!(plan, (err) => {
+      pending--;
       if (!err) {
         this.failures = 0;
         if (spare !== undefined && this.spare === spare) stats.ready++; // still held: ready for a spawn

@@ -34,6 +34,24 @@ function initChildren(): number[] {
   return out;
 }
 
+function childrenOf(pid: number): number[] {
+  try {
+    return fs.readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number);
+  } catch {
+    return [];
+  }
+}
+
+/** Running, or dead but not yet a zombie (a zombie has closed all its files). */
+function alive(pid: number): boolean {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[0] !== 'Z';
+  } catch {
+    return false;
+  }
+}
+
 /** This process's Landlock-mode TMPDIRs that exist now. */
 function ourTmpDirs(pid = process.pid): string[] {
   return fs.readdirSync(os.tmpdir()).filter((n) => n.startsWith(`process-sandbox-tmp-${pid}-`));
@@ -214,8 +232,11 @@ describe.each(MODES)('$name mode: a sandbox prepared ahead', ({ name: mode, skip
     await warm(policy);
     const inits = initChildren();
     expect(inits.length, 'the spare is waiting').toBe(1);
-    process.kill(inits[0]!, 'SIGKILL');
-    expect(await eventually(() => initChildren().length === 0, 5000)).toBe(true);
+    // Its init and everything below it (the command; isolated: also the helper that made it).
+    const tree = [inits[0]!, ...childrenOf(inits[0]!)];
+    expect(tree.length).toBeGreaterThan(1);
+    for (const pid of tree) process.kill(pid, 'SIGKILL');
+    expect(await eventually(() => tree.every((pid) => !alive(pid)), 5000), 'all of it is dead').toBe(true);
     const before = spareStats();
     const r = await sh('echo ok > f; echo $?', { cwd: scene.ws, policy });
     expect(r.stdout).toBe('0\n');
