@@ -32,8 +32,8 @@ export interface Spare {
 }
 
 let idleMs = 30_000;
-/** After this many preparations failed in a row, this thread prepares no more spares. */
-const MAX_FAILURES = 3;
+/** After k preparations failed in a row, the next 2^k - 1 chances are let go (k at most 6). */
+const MAX_BACKOFF = 6;
 
 /** The plan as far as a spare fixes it: everything but what its go supplies. */
 export function planKey(plan: Omit<LinuxNativePlan, 'stdio'>): string {
@@ -65,6 +65,7 @@ export class SpareSlot {
   private lastKey: string | undefined;
   private timer: NodeJS.Timeout | undefined;
   private failures = 0;
+  private skip = 0;
   private exitHook = false;
   /** Counters for tests and the bench: spares begun, ready while held, used, discarded unused. */
   readonly stats = stats;
@@ -92,7 +93,12 @@ export class SpareSlot {
   wants(key: string): boolean {
     const again = this.lastKey === key;
     this.lastKey = key;
-    return again && this.failures < MAX_FAILURES && this.spare?.key !== key;
+    if (!again || this.spare?.key === key) return false;
+    if (this.skip > 0) {
+      this.skip--;
+      return false;
+    }
+    return true;
   }
 
   /** Starts preparing a spare from this plan (its resources are the spare's from now on). */
@@ -107,7 +113,8 @@ export class SpareSlot {
         if (spare !== undefined && this.spare === spare) stats.ready++; // still held: ready for a spawn
         return;
       }
-      this.failures++;
+      this.failures = Math.min(this.failures + 1, MAX_BACKOFF);
+      this.skip = 2 ** this.failures - 1;
       // Not taken yet: its resources go now. (A spawn that took it found it unusable and falls
       // back; it releases them itself.)
       if (spare !== undefined && this.spare === spare) {

@@ -408,7 +408,9 @@ export function createLinuxBackend(native: NativeBinding): Backend {
           // Its resources are this run's from here: released with the run, or on any failure.
           if (spare) ({ cgroup, quota } = spare.resources);
           prepareNext = () => {
-            if (!spares.wants(key) || basePlan === undefined) return;
+            // A plan that binds placeholders another run holds (claimed above) is no plan for a
+            // later sandbox: they go when that run ends. The next spawn plans without them.
+            if (held.length > 0 || !spares.wants(key) || basePlan === undefined) return;
             const base = { plan: basePlan, tmpDir, cgroup: JSON.stringify(cgroupInfo(cgroup)) };
             setImmediate(() => prepareSpare(key, req, rules, mode, probe, base));
           };

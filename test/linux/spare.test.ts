@@ -172,6 +172,21 @@ describe.each(MODES)('$name mode: a sandbox prepared ahead', ({ name: mode, skip
     expect((await sh('cat old.txt', { cwd: scene.ws, policy })).stdout).toBe('old secret\n');
   });
 
+  it.skipIf(mode !== 'isolated')('is not made from a plan that binds placeholders another run holds', async () => {
+    const policy = policyFor(scene.ws);
+    // A runs while B and C start: its placeholders (.codex, ...) exist, and their plans bind them
+    // as existing paths. Those go when A ends, so no spare may be made from such a plan.
+    const a = sh('sleep 1', { cwd: scene.ws, policy });
+    expect(await eventually(() => fs.existsSync(path.join(scene.ws, '.codex')), 5000)).toBe(true);
+    const before = spareStats();
+    for (let i = 0; i < 3; i++) expect((await sh('true', { cwd: scene.ws, policy })).code).toBe(0);
+    expect(spareStats().prepared, 'none made while A holds its placeholders').toBe(before.prepared);
+    await a;
+    // Control: without A, the same shape gets its spare again.
+    await warm(policy);
+    expect(spareStats().prepared).toBeGreaterThan(before.prepared);
+  });
+
   it('is not used when the writable root was replaced by another directory after it was made', async () => {
     const policy = policyFor(scene.ws);
     await warm(policy);
@@ -235,7 +250,13 @@ describe.each(MODES)('$name mode: a sandbox prepared ahead', ({ name: mode, skip
     // Its init and everything below it (the command; isolated: also the helper that made it).
     const tree = [inits[0]!, ...childrenOf(inits[0]!)];
     expect(tree.length).toBeGreaterThan(1);
-    for (const pid of tree) process.kill(pid, 'SIGKILL');
+    for (const pid of tree) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        // gone already (isolated: init's death ends the namespace)
+      }
+    }
     expect(await eventually(() => tree.every((pid) => !alive(pid)), 5000), 'all of it is dead').toBe(true);
     const before = spareStats();
     const r = await sh('echo ok > f; echo $?', { cwd: scene.ws, policy });
