@@ -112,8 +112,8 @@ async function main() {
     }
     if (file !== '/bin/true') continue;
     // A harness runs a model's commands one at a time, with time between them: the same spawns
-    // with a pause before each (the CPU is free meanwhile; a Landlock-mode sandbox prepared
-    // ahead is ready by then, see README "Performance").
+    // with a pause before each (the CPU is free meanwhile; a sandbox prepared ahead is ready by
+    // then, see README "Performance").
     const paced = await interleaved(variants, file, args, PACE_MS);
     const pacedBase = paced.get(variants[0][0]);
     console.log(`  paced, ${PACE_MS} ms before each spawn:`);
@@ -123,7 +123,7 @@ async function main() {
     }
   }
   const sp = spareStats();
-  console.log(`\nLandlock-mode sandboxes prepared ahead: ${sp.prepared} made, ${sp.used} used, ${sp.discarded} discarded unused`);
+  console.log(`\nsandboxes prepared ahead: ${sp.prepared} made, ${sp.used} used, ${sp.discarded} discarded unused (one is kept, for the shape spawned last)`);
   await proxy.close();
   fs.rmSync(ws, { recursive: true, force: true });
   fs.rmSync(tree, { recursive: true, force: true });
