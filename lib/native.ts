@@ -115,6 +115,7 @@ export interface NativeBinding {
     onExit: (code: number | null, signal: number | null) => void,
   ): LinuxSpawnResult | null;
   discardSpare?(spare: object): void;
+  discardSpareAsync?(spare: object, done: () => void): void;
   kill?(handle: object, signal: number): number;
   /** Whether the exit watch of `handle` keeps the event loop alive. */
   setRef?(handle: object, on: boolean): void;

@@ -57,7 +57,7 @@ export function sparesSettled(): boolean {
   return pending === 0;
 }
 export function clearSpares(): void {
-  for (const s of slots) s.clear();
+  for (const s of slots) s.clear('sync');
 }
 
 export class SpareSlot {
@@ -101,6 +101,11 @@ export class SpareSlot {
     return true;
   }
 
+  /** Whether a spare of this shape is held (made, or being made). */
+  holds(key: string): boolean {
+    return this.spare?.key === key;
+  }
+
   /** Starts preparing a spare from this plan (its resources are the spare's from now on). */
   fill(key: string, plan: Omit<LinuxNativePlan, 'stdio'>, resources: SpareResources): void {
     this.clear();
@@ -126,25 +131,32 @@ export class SpareSlot {
     spare = { key, planKey: planKey(plan), handle, resources };
     this.spare = spare;
     this.stats.prepared++;
-    this.timer = setTimeout(() => this.clear(), idleMs).unref();
+    this.timer = setTimeout(() => this.clear('async'), idleMs).unref();
     if (!this.exitHook) {
       this.exitHook = true;
-      process.once('exit', () => this.clear(true));
+      process.once('exit', () => this.clear('exit'));
     }
   }
 
-  /** Ends a spare unused and releases what it held. */
-  discard(s: Spare, atExit = false): void {
-    this.native.discardSpare!(s.handle);
+  /**
+   * Ends a spare unused and releases what it held: at once ('sync', 'exit'), or with its
+   * processes reaped on a thread of libuv's pool and its resources released after ('async').
+   */
+  discard(s: Spare, how: 'sync' | 'async' | 'exit' = 'sync'): void {
     this.stats.discarded++;
-    this.release(s.resources, atExit);
+    if (how === 'async' && this.native.discardSpareAsync) {
+      this.native.discardSpareAsync(s.handle, () => this.release(s.resources, false));
+      return;
+    }
+    this.native.discardSpare!(s.handle);
+    this.release(s.resources, how === 'exit');
   }
 
-  /** Discards the spare held, if any. */
-  clear(atExit = false): void {
+  /** Discards the spare held, if any (by default without the JS thread waiting for it). */
+  clear(how: 'sync' | 'async' | 'exit' = 'async'): void {
     const s = this.spare;
     this.spare = undefined;
     clearTimeout(this.timer);
-    if (s) this.discard(s, atExit);
+    if (s) this.discard(s, how);
   }
 }

@@ -342,6 +342,8 @@ export function createLinuxBackend(native: NativeBinding): Backend {
     probe: LinuxProbe,
     base: { plan: Omit<LinuxNativePlan, 'stdio'>; tmpDir: string | undefined; cgroup: string },
   ): void {
+    // Concurrent spawns of one shape each ask for one: the first makes it.
+    if (spares.holds(key)) return;
     const made: SpareResources = { cgroup: null, quota: null };
     try {
       const env = { ...req.env };

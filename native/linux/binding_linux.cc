@@ -651,6 +651,32 @@ Napi::Value SpawnSpareJs(const Napi::CallbackInfo& info) {
   return WatchStarted(env, res, std::move(rec->supervisor), info[2].As<Napi::Function>(), &ends, rec->landlock_abi);
 }
 
+// Ends a spare unused on a thread of libuv's pool (its preparation may still be under way, and its
+// processes must be reaped): the JS thread does not wait.
+class DiscardWorker : public Napi::AsyncWorker {
+ public:
+  DiscardWorker(Napi::Function cb, SpareRecord* rec, Napi::Value handle) : Napi::AsyncWorker(cb, "psb:discardSpare"), rec_(rec) {
+    handle_ = Napi::Persistent(handle);  // the record lives until we are done
+  }
+  void Execute() override {
+    LinuxSpare* spare = rec_->Take();
+    if (spare != nullptr) DiscardSpare(spare);
+  }
+
+ private:
+  SpareRecord* rec_;
+  Napi::Reference<Napi::Value> handle_;
+};
+
+// native.discardSpareAsync(spare, done()): as discardSpare, off the JS thread.
+Napi::Value DiscardSpareAsyncJs(const Napi::CallbackInfo& info) {
+  SpareRecord* rec = SpareArg(info);
+  if (info.Length() != 2 || !info[1].IsFunction()) throw Napi::TypeError::New(info.Env(), "Usage: native.discardSpareAsync(spare, done)");
+  rec->Unhook();
+  (new DiscardWorker(info[1].As<Napi::Function>(), rec, info[0]))->Queue();
+  return info.Env().Undefined();
+}
+
 // native.discardSpare(spare): waits for its preparation to end, then ends it unused.
 Napi::Value DiscardSpareJs(const Napi::CallbackInfo& info) {
   SpareRecord* rec = SpareArg(info);
@@ -874,6 +900,7 @@ void InitPlatform(Napi::Env env, Napi::Object exports) {
   exports.Set("prepareSpare", Napi::Function::New(env, PrepareSpareJs, "prepareSpare"));
   exports.Set("spawnSpare", Napi::Function::New(env, SpawnSpareJs, "spawnSpare"));
   exports.Set("discardSpare", Napi::Function::New(env, DiscardSpareJs, "discardSpare"));
+  exports.Set("discardSpareAsync", Napi::Function::New(env, DiscardSpareAsyncJs, "discardSpareAsync"));
   exports.Set("setRef", Napi::Function::New(env, SetRef, "setRef"));
   exports.Set("probe", Napi::Function::New(env, Probe, "probe"));
   exports.Set("listenLoopback", Napi::Function::New(env, ListenLoopbackJs, "listenLoopback"));
