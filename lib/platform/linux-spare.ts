@@ -44,6 +44,16 @@ const stats = { prepared: 0, ready: 0, used: 0, discarded: 0 };
 const slots = new Set<SpareSlot>();
 /** Preparations begun whose end has not been reported yet. */
 let pending = 0;
+/** Bumped by clearSpares: a preparation scheduled before it is dropped. */
+let generation = 0;
+
+/** Runs `prepare` soon (after the current callbacks), unless clearSpares runs first. */
+export function scheduleSpare(prepare: () => void): void {
+  const gen = generation;
+  setImmediate(() => {
+    if (gen === generation) prepare();
+  });
+}
 
 /** Test and bench hooks: this thread's counters; how long an unused spare is kept; drop all now. */
 export function spareStats(): { prepared: number; ready: number; used: number; discarded: number } {
@@ -57,6 +67,7 @@ export function sparesSettled(): boolean {
   return pending === 0;
 }
 export function clearSpares(): void {
+  generation++;
   for (const s of slots) s.clear('sync');
 }
 

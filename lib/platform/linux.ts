@@ -17,7 +17,7 @@ import { ManagedProxy } from '../network';
 import { createSandboxCgroup, type SandboxCgroup } from './linux-cgroup';
 import { chooseLinuxMode, DEFAULT_MAX_PROCESSES, planLinux } from './linux-plan';
 import { type QuotaShare, takeQuotaShare } from './linux-quotas';
-import { planKey, type Spare, type SpareResources, SpareSlot } from './linux-spare';
+import { planKey, scheduleSpare, type Spare, type SpareResources, SpareSlot } from './linux-spare';
 
 const PLAIN_REPORT = unsandboxedReport('linux', {
   treeTeardown: 'partial',
@@ -389,6 +389,7 @@ export function createLinuxBackend(native: NativeBinding): Backend {
       let quota: QuotaShare | null = null;
       let spare: Spare | undefined;
       let prepareNext: (() => void) | undefined;
+      let prepareAfterExit: (() => void) | undefined;
       let basePlan: Omit<LinuxNativePlan, 'stdio'> | undefined;
       if (req.rules === null) {
         plan = {
@@ -414,7 +415,10 @@ export function createLinuxBackend(native: NativeBinding): Backend {
             // later sandbox: they go when that run ends. The next spawn plans without them.
             if (held.length > 0 || !spares.wants(key) || basePlan === undefined) return;
             const base = { plan: basePlan, tmpDir, cgroup: JSON.stringify(cgroupInfo(cgroup)) };
-            setImmediate(() => prepareSpare(key, req, rules, mode, probe, base));
+            // Once this run's exit has been delivered: the JS side of the preparation then runs
+            // between runs (in the pause before the next one, or during the next command when
+            // they follow back to back), never inside this one's time.
+            prepareAfterExit = () => scheduleSpare(() => prepareSpare(key, req, rules, mode, probe, base));
           };
         }
         const env = { ...req.env };
@@ -515,7 +519,10 @@ export function createLinuxBackend(native: NativeBinding): Backend {
       let res;
       try {
         const onExit = (code: number | null, sig: number | null) => {
-          void cleanup().then(() => resolveExit({ code, signal: sig ? signalName(sig) : null }));
+          void cleanup().then(() => {
+            resolveExit({ code, signal: sig ? signalName(sig) : null });
+            prepareAfterExit?.();
+          });
         };
         if (spare) {
           // Used only if this fresh plan is the one it was made from (and, natively, if every

@@ -12,7 +12,7 @@ import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, test } from 'vitest';
 
 import { run } from '../../lib/index';
-import { clearSpares, setSpareIdleMs, spareStats } from '../../lib/platform/linux-spare';
+import { clearSpares, setSpareIdleMs, sparesSettled, spareStats } from '../../lib/platform/linux-spare';
 import { MODES, modePolicy } from '../helpers/capabilities';
 import { BASE_ENV, DIST_INDEX, eventually, makeScene, sh, type Scene } from '../helpers/sandbox';
 
@@ -111,7 +111,8 @@ describe.each(MODES)('$name mode: a sandbox prepared ahead', ({ name: mode, skip
     expect(r.enforcement.sandboxed).toBe(true);
     expect(r.enforcement.mechanisms.preparedAhead).toBe(true);
     // The OOM preference is the command's alone: the host, which the sandbox's init shares
-    // memory with, keeps its own.
+    // memory with, keeps its own. (The next spare is made once the last exit was delivered.)
+    expect(await eventually(() => spareStats().ready > before.ready + 0 && sparesSettled(), 5000)).toBe(true);
     const oom = await sh('cat /proc/self/oom_score_adj', { cwd: scene.ws, policy });
     expect(oom.stdout).toBe('1000\n');
     expect(oom.enforcement.mechanisms.preparedAhead).toBe(true);
@@ -275,7 +276,7 @@ describe.each(MODES)('$name mode: a sandbox prepared ahead', ({ name: mode, skip
     expect(await eventually(() => initChildren().length <= 1, 5000), 'only a new spare may be left').toBe(true);
     const r = await sh('echo ok', { cwd: scene.ws, policy });
     expect(r.stdout).toBe('ok\n');
-    expect(spareStats().prepared).toBeGreaterThan(before.prepared);
+    expect(await eventually(() => spareStats().prepared > before.prepared, 5000), 'and a new spare is made').toBe(true);
   });
 
   it('serves 8 concurrent spawns of one shape correctly', async () => {
@@ -298,7 +299,8 @@ describe.each(MODES)('$name mode: a sandbox prepared ahead', ({ name: mode, skip
     const before = spareStats();
     expect(await eventually(() => spareStats().discarded > before.discarded, 5000), 'discarded after 100 ms').toBe(true);
     expect(await eventually(() => initChildren().length === 0, 5000), 'its processes are gone').toBe(true);
-    expect(ourTmpDirs()).toEqual([]);
+    // Reaped on a thread of libuv's pool; what it held is released after that.
+    expect(await eventually(() => ourTmpDirs().length === 0, 5000), 'its TMPDIR is gone').toBe(true);
   });
 
   it('leaves no process, TMPDIR or cgroup behind when the host exits right after spawning', () => {
@@ -308,8 +310,12 @@ describe.each(MODES)('$name mode: a sandbox prepared ahead', ({ name: mode, skip
       `const { run } = require(${JSON.stringify(DIST_INDEX)});
        (async () => {
          const policy = { mode: 'landlock', degraded: true, filesystem: { write: [${JSON.stringify(scene.ws)}] } };
-         for (let i = 0; i < 3; i++) await run('/bin/true', [], { cwd: ${JSON.stringify(scene.ws)}, policy, env: { PATH: '/usr/bin:/bin' } });
          const { spareStats } = require(${JSON.stringify(path.join(path.dirname(DIST_INDEX), 'platform', 'linux-spare.js'))});
+         const go = () => run('/bin/true', [], { cwd: ${JSON.stringify(scene.ws)}, policy, env: { PATH: '/usr/bin:/bin' } });
+         await go();
+         await go();
+         while (spareStats().ready < 1) await new Promise((r) => setTimeout(r, 5));
+         await go();
          console.log(process.pid, JSON.stringify(spareStats()));
        })();`,
     );
@@ -317,7 +323,7 @@ describe.each(MODES)('$name mode: a sandbox prepared ahead', ({ name: mode, skip
     const pid = Number(out[0]);
     const stats = JSON.parse(out[1]!) as { prepared: number; used: number };
     expect(stats.used, 'the third run was served by a spare').toBe(1);
-    expect(stats.prepared, 'and another was prepared after it').toBe(2);
+    expect(stats.prepared).toBeGreaterThanOrEqual(1); // the next one begins once the exit was delivered
     // Nothing of the exited host: its spare's init and command shared its memory, so their
     // cmdline is the host's.
     const leftovers = () =>
