@@ -1,17 +1,19 @@
 /**
- * Landlock mode's prepared-ahead sandbox ("spare", native/linux/spawn_spare.cc). After the second
- * spawn in a row of one shape (mode, resolved rules, cwd), the next sandbox of that shape is made
- * while the command runs: its TMPDIR, cgroup and quota share, then init and a command that has
- * joined the cgroup, dropped its capabilities and applied Landlock and seccomp, parked before
- * execve. The spawn that takes it plans afresh as always, and uses the spare only if
+ * Sandboxes prepared ahead ("spares", native/linux/spawn_spare.cc), in both Linux modes. After the
+ * second spawn in a row of one shape (mode, resolved rules, cwd), the next sandbox of that shape
+ * is made once that spawn's exit has been delivered: its TMPDIR (Landlock mode), cgroup and quota
+ * share, then init (isolated: with its mount tree, all but the placeholders, which wait for the
+ * go) and a command that has joined the cgroup, dropped its capabilities and applied Landlock and
+ * seccomp, parked before execve. The spawn that takes it plans afresh as always, and uses it only if
  *   - the fresh plan, made with the spare's own TMPDIR, cgroup and quota, is the spare's plan
  *     (everything but argv, envp, the file and the cwd, which the spawn supplies), and
- *   - every path a Landlock rule was made from still names the same inode (checked natively).
+ *   - every path a Landlock rule, bind or mask was made from still names the same inode
+ *     (checked natively).
  * Otherwise the spare is discarded and the spawn starts from nothing, as without a spare. Spawns
- * with a terminal on stdio, a pty or the network proxy are never served by a spare.
+ * with a pty or the network proxy, and in Landlock mode with a terminal on stdio, are never
+ * served by a spare.
  *
- * One spare per thread; discarded when unused for 30 s, and at exit.
- */
+ * One spare per thread; discarded when unused for 30 s, and at exit. */
 import type { LinuxNativePlan, NativeBinding } from '../native';
 import type { SandboxCgroup } from './linux-cgroup';
 import type { QuotaShare } from './linux-quotas';
