@@ -13,7 +13,8 @@
  * with a pty or the network proxy, and in Landlock mode with a terminal on stdio, are never
  * served by a spare.
  *
- * One spare per thread; discarded when unused for 30 s, and at exit. */
+ * One spare per thread; discarded when unused for 30 s, and at exit.
+ */
 import type { LinuxNativePlan, NativeBinding } from '../native';
 import type { SandboxCgroup } from './linux-cgroup';
 import type { QuotaShare } from './linux-quotas';
