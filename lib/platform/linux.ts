@@ -88,6 +88,11 @@ function looksLikePlaceholder(p: string, shape = false): boolean {
 
 const EWOULDBLOCK = os.constants.errno.EWOULDBLOCK;
 
+/** A run's cgroup, capped as its rules ask. */
+function cgroupFor(rules: NonNullable<BackendSpawnRequest['rules']>): SandboxCgroup | null {
+  return createSandboxCgroup({ pidsMax: rules.limits.maxProcesses ?? DEFAULT_MAX_PROCESSES, memoryBytes: rules.limits.memoryBytes });
+}
+
 /** What the planner is told of a run's cgroup. */
 function cgroupInfo(g: SandboxCgroup | null) {
   return g ? { kind: g.kind, pidsMax: g.pidsMax, memoryBytes: g.memoryBytes } : undefined;
@@ -348,7 +353,7 @@ export function createLinuxBackend(native: NativeBinding): Backend {
     try {
       const env = { ...req.env };
       if (mode === 'landlock' && rules.tmp === 'private') env.TMPDIR = made.tmpDir = makeTmpDir();
-      made.cgroup = createSandboxCgroup({ pidsMax: rules.limits.maxProcesses ?? DEFAULT_MAX_PROCESSES, memoryBytes: rules.limits.memoryBytes });
+      made.cgroup = cgroupFor(rules);
       const cgroup = cgroupInfo(made.cgroup);
       let plan: Omit<LinuxNativePlan, 'stdio'>;
       if (JSON.stringify(cgroup) === base.cgroup && (base.tmpDir === undefined) === (made.tmpDir === undefined)) {
@@ -468,7 +473,7 @@ export function createLinuxBackend(native: NativeBinding): Backend {
           }
           // Existing placeholders are held before the plan, which then binds them as existing paths.
           held = claimPlaceholders(native, [...rules.readOnly, ...rules.denyRead]);
-          if (!spare) cgroup = createSandboxCgroup({ pidsMax: rules.limits.maxProcesses ?? DEFAULT_MAX_PROCESSES, memoryBytes: rules.limits.memoryBytes });
+          if (!spare) cgroup = cgroupFor(rules);
           const cgInfo = cgroupInfo(cgroup);
           const p = planLinux({ rules, mode, file: req.file, argv: req.argv, env: planEnv, cwd: req.cwd, probe, landlockTmpDir: tmpDir, proxyPort, cgroup: cgInfo });
           plan = p.native;

@@ -205,10 +205,6 @@ void KillAndReap(int pidfd) {
   }
 }
 
-}  // namespace spawn_internal
-
-namespace spawn_internal {
-
 namespace {
 
 // Isolated, prepared ahead: the steps that make placeholders on the host (a missing protected
@@ -282,29 +278,34 @@ Status LaunchLinux(LinuxSpawnPlan& plan, Launch* L, LinuxSpawnResult* out) noexc
                          "stdio fd " + std::to_string(plan.stdio[i]) + " is not open", "fcntl", errno);
     }
   }
-  // A pipe or socket pair: the child's end (index `child`) moved to `floor` or above.
-  auto pair = [&](int fds[2], int child, bool socket) -> bool {
-    int r = socket ? socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) : pipe2(fds, O_CLOEXEC);
-    if (r < 0) return false;
-    owned.Add(fds[1 - child]);
-    int hi = fcntl(fds[child], F_DUPFD_CLOEXEC, floor);
+  // An fd the child keeps, moved to `floor` or above (the original is closed; the copy is owned).
+  auto lift = [&](int* fd) -> bool {
+    int hi = fcntl(*fd, F_DUPFD_CLOEXEC, floor);
     int e = errno;
-    close(fds[child]);
-    fds[child] = owned.Add(hi);
+    owned.Release(*fd);
+    close(*fd);
+    *fd = owned.Add(hi);
     errno = e;
     return hi >= 0;
   };
+  // A pipe or socket pair whose second end goes to the child.
+  auto pair = [&](int fds[2], bool socket) -> bool {
+    int r = socket ? socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) : pipe2(fds, O_CLOEXEC);
+    if (r < 0) return false;
+    owned.Add(fds[0]);
+    return lift(&fds[1]);
+  };
   int errp[2], statp[2] = {-1, -1}, chan[2] = {-1, -1}, ctrl[2] = {-1, -1}, relay[2] = {-1, -1};
-  if (!pair(errp, 1, false)) return Status::Sys(ErrorCode::kESPAWN, "pipe2(2) failed", "pipe2", errno);
+  if (!pair(errp, false)) return Status::Sys(ErrorCode::kESPAWN, "pipe2(2) failed", "pipe2", errno);
   const int err_w = errp[1];
-  if (uses_init && !pair(statp, 1, false)) return Status::Sys(ErrorCode::kESPAWN, "pipe2(2) failed", "pipe2", errno);
+  if (uses_init && !pair(statp, false)) return Status::Sys(ErrorCode::kESPAWN, "pipe2(2) failed", "pipe2", errno);
   if ((isolated && (plan.proxy_port != 0 || plan.pty_cols != 0)) || (uses_init && plan.seccomp_listener)) {
-    if (!pair(chan, 1, true)) return Status::Sys(ErrorCode::kESPAWN, "socketpair(2) failed", "socketpair", errno);
+    if (!pair(chan, true)) return Status::Sys(ErrorCode::kESPAWN, "socketpair(2) failed", "socketpair", errno);
   }
   if (L->spare) {
-    // The go socket; isolated also a relay from init to the command (both its ends are the
-    // sandbox's: init passes the go on once the deferred steps are done).
-    if (!pair(ctrl, 1, true) || (isolated && (!pair(relay, 1, true) || (relay[0] = owned.Add(fcntl(relay[0], F_DUPFD_CLOEXEC, floor))) < 0))) {
+    // The go socket; isolated also a relay from init to the command, both of whose ends are the
+    // sandbox's (init passes the go on once the deferred steps are done).
+    if (!pair(ctrl, true) || (isolated && (!pair(relay, true) || !lift(&relay[0])))) {
       return Status::Sys(ErrorCode::kESPAWN, "socketpair(2) failed", "socketpair", errno);
     }
   }
