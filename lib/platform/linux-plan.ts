@@ -497,6 +497,18 @@ function landlockTeardownHolds(cg: LinuxPlanInput['cgroup']): boolean {
   return procChildren || cg?.kind === 'v2';
 }
 
+/**
+ * Moves `plan` (a copy the caller owns) to another proxy port: the fields planLinux fills from
+ * `proxyPort` (the connect supervisor's port, Landlock's port rule, isolated mode's listener), and
+ * only those. For a sandbox prepared ahead, which gets a port of its own: the spawn that takes it
+ * plans afresh with that port and compares, so a field missed here costs the spare, never a rule.
+ */
+export function setProxyPort(plan: Omit<LinuxNativePlan, 'stdio'>, port: number): void {
+  if (plan.seccomp?.connectSupervisor) plan.seccomp.connectSupervisor = port;
+  if (plan.landlock?.connectPorts) plan.landlock.connectPorts = [port];
+  if (plan.proxyPort !== undefined) plan.proxyPort = port;
+}
+
 export function planLinux(original: LinuxPlanInput): LinuxPlan {
   // tmp 'host': the host's /tmp is simply one more writable root.
   const input =

@@ -9,9 +9,11 @@
  *     (everything but argv, envp, the file and the cwd, which the spawn supplies), and
  *   - every path a Landlock rule, bind or mask was made from still names the same inode
  *     (checked natively).
- * Otherwise the spare is discarded and the spawn starts from nothing, as without a spare. Spawns
- * with a pty or the network proxy, and in Landlock mode with a terminal on stdio, are never
- * served by a spare.
+ * Otherwise the spare is discarded and the spawn starts from nothing, as without a spare. With
+ * the network proxy, the spare is made for a port of its own (isolated mode: its listener inside
+ * the namespace, handed over at launch; Landlock mode: a host listener it holds), and the spawn
+ * that takes it plans with that port. Spawns with a pty, and in Landlock mode with a terminal on
+ * stdio, are never served by a spare.
  *
  * One spare per thread; discarded when unused for 30 s, and at exit.
  */
@@ -24,6 +26,10 @@ export interface SpareResources {
   tmpDir?: string;
   cgroup: SandboxCgroup | null;
   quota: QuotaShare | null;
+  /** With the network proxy: the port the sandbox was made for (its env and rules name it). */
+  proxyPort?: number;
+  /** Landlock mode with the proxy: the host listener on that port, which the proxy serves. */
+  hostListenerFd?: number;
 }
 
 export interface Spare {

@@ -15,7 +15,7 @@ import { SandboxError } from '../errors';
 import type { LinuxNativePlan, LinuxProbe, LinuxStdio, NativeBinding } from '../native';
 import { ManagedProxy } from '../network';
 import { createSandboxCgroup, type SandboxCgroup } from './linux-cgroup';
-import { chooseLinuxMode, DEFAULT_MAX_PROCESSES, planLinux } from './linux-plan';
+import { chooseLinuxMode, DEFAULT_MAX_PROCESSES, planLinux, setProxyPort } from './linux-plan';
 import { type QuotaShare, takeQuotaShare } from './linux-quotas';
 import { planKey, scheduleSpare, type Spare, type SpareResources, SpareSlot } from './linux-spare';
 
@@ -265,6 +265,7 @@ export function createLinuxBackend(native: NativeBinding): Backend {
     r.cgroup?.remove(!atExit);
     r.quota?.release();
     if (r.tmpDir) removeTmpDir(native, r.tmpDir);
+    if (r.hostListenerFd !== undefined) fs.closeSync(r.hostListenerFd);
   };
   const spares = new SpareSlot(native, releaseResources);
 
@@ -351,16 +352,28 @@ export function createLinuxBackend(native: NativeBinding): Backend {
     if (spares.holds(key)) return;
     const made: SpareResources = { cgroup: null, quota: null };
     try {
-      const env = { ...req.env };
+      let env = { ...req.env };
       if (mode === 'landlock' && rules.tmp === 'private') env.TMPDIR = made.tmpDir = makeTmpDir();
+      if (rules.network.kind === 'proxy') {
+        // A port of its own, as spawnOn picks one (the spawn that takes it plans with this one).
+        if (mode === 'isolated') {
+          made.proxyPort = 20000 + crypto.randomInt(40000);
+        } else {
+          const l = native.listenLoopback!();
+          made.hostListenerFd = l.fd;
+          made.proxyPort = l.port;
+        }
+        env = ManagedProxy.proxyEnv(env, made.proxyPort);
+      }
       made.cgroup = cgroupFor(rules);
       const cgroup = cgroupInfo(made.cgroup);
       let plan: Omit<LinuxNativePlan, 'stdio'>;
       if (JSON.stringify(cgroup) === base.cgroup && (base.tmpDir === undefined) === (made.tmpDir === undefined)) {
         const json = JSON.stringify(base.plan);
         plan = JSON.parse(base.tmpDir && made.tmpDir ? json.split(JSON.stringify(base.tmpDir)).join(JSON.stringify(made.tmpDir)) : json);
+        if (made.proxyPort !== undefined) setProxyPort(plan, made.proxyPort);
       } else {
-        plan = planLinux({ rules, mode, file: req.file, argv: req.argv, env, cwd: req.cwd, probe, landlockTmpDir: made.tmpDir, cgroup }).native;
+        plan = planLinux({ rules, mode, file: req.file, argv: req.argv, env, cwd: req.cwd, probe, landlockTmpDir: made.tmpDir, proxyPort: made.proxyPort, cgroup }).native;
       }
       if (made.cgroup) plan.cgroupFds = made.cgroup.procsFds;
       made.quota = takeQuotaShare(mode);
@@ -408,13 +421,13 @@ export function createLinuxBackend(native: NativeBinding): Backend {
         const rules = req.rules;
         const probe = linuxProbe();
         const mode = chooseLinuxMode(rules, probe);
-        // A spawn without a pty or the proxy can be served by a spare made ahead (in Landlock
-        // mode, also none with a terminal on stdio: its rule is made from the fd).
-        if (!pty && !nsPty && rules.network.kind !== 'proxy' && native.prepareSpare && (mode === 'isolated' || !stdio.some(isTerminal))) {
+        // A spawn without a pty can be served by a spare made ahead (in Landlock mode, also none
+        // with a terminal on stdio: its rule is made from the fd).
+        if (!pty && !nsPty && native.prepareSpare && (mode === 'isolated' || !stdio.some(isTerminal))) {
           const key = `${req.cwd}\0${JSON.stringify(rules)}`;
           if (!noSpare) spare = spares.take(key);
           // Its resources are this run's from here: released with the run, or on any failure.
-          if (spare) ({ cgroup, quota } = spare.resources);
+          if (spare) ({ cgroup, quota, hostListenerFd } = spare.resources);
           prepareNext = () => {
             // A plan that binds placeholders another run holds (claimed above) is no plan for a
             // later sandbox: they go when that run ends. The next spawn plans without them.
@@ -461,7 +474,10 @@ export function createLinuxBackend(native: NativeBinding): Backend {
               });
               ownsProxy = true;
             }
-            if (mode === 'isolated') {
+            if (spare?.resources.proxyPort !== undefined) {
+              // The port the spare was made for (in Landlock mode, hostListenerFd is its listener).
+              proxyPort = spare.resources.proxyPort;
+            } else if (mode === 'isolated') {
               // The namespace is empty: any port is free there, and no other sandbox shares it.
               proxyPort = 20000 + crypto.randomInt(40000);
             } else {
@@ -540,7 +556,8 @@ export function createLinuxBackend(native: NativeBinding): Backend {
           if (got === null) {
             spares.stats.discarded++;
             releasePlaceholders(native, held);
-            releaseResources({ tmpDir, cgroup, quota });
+            releaseResources({ tmpDir, cgroup, quota, hostListenerFd });
+            if (ownsProxy) void proxy?.close();
             return spawnOn(req, pty, nsPty, true);
           }
           spares.stats.used++;

@@ -5,6 +5,8 @@
 //                  follows the thread that cloned it) launches as SpawnLinux does, but the
 //                  command parks after seccomp (ParkInChild) with no stdio and no cwd, and in
 //                  isolated mode init parks before the steps that make placeholders on the host.
+//                  What the sandbox hands over at launch (isolated mode's proxy listener, the
+//                  seccomp listener) is held with the spare and goes with its spawn.
 //   GoSpare        (the spawn) checks that every path a Landlock rule or a bind was made from
 //                  still names the same inode, puts argv, envp, the file and the cwd in place, and
 //                  sends the stdio fds; isolated init makes the placeholders and passes them on;
@@ -32,6 +34,7 @@ struct LinuxSpare {
     if (launch.ctrl >= 0) close(launch.ctrl);
     launch.ctrl = -1;
     if (res.seccomp_listener_fd >= 0) close(res.seccomp_listener_fd);
+    if (res.proxy_listener_fd >= 0) close(res.proxy_listener_fd);
     if (res.pidfd >= 0) {
       // The parked processes see EOF on the go socket and exit (isolated: init's exit ends the
       // namespace). Reaped here, so nothing runs on the stacks when they go back to the pool.
@@ -49,10 +52,10 @@ using namespace spawn_internal;
 Status PrepareSpare(LinuxSpawnPlan&& plan, LinuxSpare** out) noexcept {
   *out = nullptr;
   const bool isolated = plan.mode == LinuxMode::kIsolated;
-  if (plan.mode == LinuxMode::kPlain || plan.ctty || plan.pty_cols != 0 || plan.proxy_port != 0 ||
-      !plan.seccomp || !plan.stdio.empty() || (!isolated && !plan.landlock)) {
+  if (plan.mode == LinuxMode::kPlain || plan.ctty || plan.pty_cols != 0 || !plan.seccomp || !plan.stdio.empty() ||
+      (!isolated && !plan.landlock)) {
     return Status::Error(ErrorCode::kEINVALID_ARGUMENT,
-                         "internal: a sandbox prepared ahead needs a sandbox mode, no terminal, no proxy and no stdio");
+                         "internal: a sandbox prepared ahead needs a sandbox mode, no terminal and no stdio");
   }
   std::unique_ptr<LinuxSpare> s(new LinuxSpare());
   s->plan = std::move(plan);

@@ -13,6 +13,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { spawn } from '../../lib/index';
+import { clearSpares } from '../../lib/platform/linux-spare';
 import { caps, modePolicy } from '../helpers/capabilities';
 import { BASE_ENV, eventually, makeScene, type Scene } from '../helpers/sandbox';
 import { lookup } from '../network/enforced-helpers';
@@ -177,7 +178,9 @@ describe.skipIf(skip)('Landlock mode: the connect supervisor', () => {
     clearInterval(timer);
     await new Promise((r) => setTimeout(r, 200));
     await Promise.all(servers.map((s) => new Promise((r) => s.close(r))));
-    // The host holds no more fds than before once the sandbox and its proxy connections are gone.
+    // The host holds no more fds than before once the sandbox and its proxy connections are gone
+    // (and the sandbox prepared ahead for a next run of this shape, which holds fds of its own).
+    clearSpares();
     const fdsSettled = await eventually(() => fs.readdirSync('/proc/self/fd').length <= fdsBefore);
     const lines = Object.fromEntries(
       output()

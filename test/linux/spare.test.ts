@@ -7,6 +7,8 @@
  */
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, test } from 'vitest';
@@ -50,6 +52,19 @@ function alive(pid: number): boolean {
   } catch {
     return false;
   }
+}
+
+/** How many sockets this process holds (a spare for the proxy holds its listener). */
+function socketFds(): number {
+  let n = 0;
+  for (const fd of fs.readdirSync('/proc/self/fd')) {
+    try {
+      if (fs.readlinkSync(`/proc/self/fd/${fd}`).startsWith('socket:')) n++;
+    } catch {
+      // closed meanwhile
+    }
+  }
+  return n;
 }
 
 /** This process's Landlock-mode TMPDIRs that exist now. */
@@ -288,6 +303,57 @@ describe.each(MODES)('$name mode: a sandbox prepared ahead', ({ name: mode, skip
     rs.forEach((r, i) => expect(r.stdout).toBe(`${i}\no=2\n`));
     for (let i = 0; i < 8; i++) expect(fs.readFileSync(path.join(scene.ws, `f${i}`), 'utf8')).toBe(`${i}\n`);
     expect(fs.readdirSync(scene.out).filter((n) => n.startsWith('x'))).toEqual([]);
+  });
+
+  it('serves network-proxy spawns: each reaches the proxy on its own port, and nothing directly', async () => {
+    const hits: string[] = [];
+    const server = http.createServer((q, r) => {
+      hits.push(q.url ?? '');
+      r.end('hi');
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const port = (server.address() as AddressInfo).port;
+    const sockets = socketFds();
+    try {
+      const policy = modePolicy(mode, { filesystem: { write: [scene.ws] }, network: { proxy: { allow: ['127.0.0.1'] } } });
+      await warm(policy);
+      expect(socketFds(), 'the spare holds its sockets (the go socket, the proxy listener)').toBeGreaterThan(sockets);
+      const proxies = new Set<string>();
+      for (let i = 0; i < 3; i++) {
+        const before = spareStats();
+        const r = await sh(
+          `curl -s -m 10 http://127.0.0.1:${port}/via${i}; echo " c=$?"; curl -s -m 5 --noproxy '*' http://127.0.0.1:${port}/direct${i} >/dev/null 2>&1; echo "d=$?"; echo "$HTTP_PROXY"`,
+          { cwd: scene.ws, policy },
+        );
+        expect(spareStats().used, `run ${i} was served by a spare`).toBe(before.used + 1);
+        expect(r.enforcement.mechanisms.preparedAhead).toBe(true);
+        const [via, direct, proxyUrl] = r.stdout.trim().split('\n');
+        expect(via).toBe('hi c=0');
+        expect(direct).toMatch(/^d=[1-9]\d*$/);
+        expect(proxyUrl).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+        proxies.add(proxyUrl!);
+        expect(await eventually(() => spareStats().ready > before.ready, 5000), 'the next spare is ready').toBe(true);
+      }
+      // Outside: the server saw exactly the proxied requests; each run had its own port.
+      expect(hits).toEqual(['/via0', '/via1', '/via2']);
+      expect(proxies.size).toBe(3);
+      // A spare that cannot be used (its writable root was replaced): the spawn is made on the
+      // spot, with a proxy and a port of its own, and works the same.
+      const before = spareStats();
+      fs.renameSync(scene.ws, `${scene.ws}-old`);
+      fs.mkdirSync(scene.ws);
+      const r = await sh(`curl -s -m 10 http://127.0.0.1:${port}/fresh; echo " c=$?"`, { cwd: scene.ws, policy });
+      expect(r.stdout).toBe('hi c=0\n');
+      expect(spareStats().used).toBe(before.used);
+      expect(spareStats().discarded).toBe(before.discarded + 1);
+      expect(hits.at(-1)).toBe('/fresh');
+      fs.rmSync(`${scene.ws}-old`, { recursive: true, force: true });
+      // A spare discarded unused closes what it held, the listener included.
+      clearSpares();
+      expect(await eventually(() => socketFds() === sockets, 5000), 'no socket of the spare is left').toBe(true);
+    } finally {
+      server.close();
+    }
   });
 
   it('is discarded when unused, with its processes, TMPDIR and cgroup', async () => {
