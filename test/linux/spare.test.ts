@@ -226,6 +226,26 @@ describe.each(MODES)('$name mode: a sandbox prepared ahead', ({ name: mode, skip
     fs.rmSync(moved, { recursive: true, force: true });
   });
 
+  it('is not used once the writable root is a symlink to another directory, whose target is what is written', async () => {
+    const policy = policyFor(scene.ws);
+    await warm(policy);
+    const before = spareStats();
+    // The workspace path now names a link to a directory elsewhere: the policy resolves to the
+    // link's target, so it is another shape, and the spare made for the old directory goes unused.
+    const target = path.join(scene.root, 'target');
+    fs.mkdirSync(target);
+    const old = `${scene.ws}-old`;
+    fs.renameSync(scene.ws, old);
+    fs.symlinkSync(target, scene.ws);
+    const r = await sh(`echo t > f; echo w=$?; echo x > ${old}/g 2>/dev/null; echo o=$?`, { cwd: scene.ws, policy });
+    expect(r.stdout).toBe('w=0\no=2\n');
+    expect(spareStats().used).toBe(before.used);
+    expect(fs.readFileSync(path.join(target, 'f'), 'utf8')).toBe('t\n');
+    expect(fs.readdirSync(old), 'the old directory got nothing').toEqual([]);
+    fs.unlinkSync(scene.ws);
+    fs.renameSync(old, scene.ws);
+  });
+
   it('is not used for another policy, which gets exactly its own rights', async () => {
     await warm(policyFor(scene.ws));
     const before = spareStats();
@@ -337,6 +357,13 @@ describe.each(MODES)('$name mode: a sandbox prepared ahead', ({ name: mode, skip
       // Outside: the server saw exactly the proxied requests; each run had its own port.
       expect(hits).toEqual(['/via0', '/via1', '/via2']);
       expect(proxies.size).toBe(3);
+      // Another network policy is another shape: not served by this spare, and held to its own
+      // allow-list (the proxy refuses the loopback server, which hears nothing).
+      const other = modePolicy(mode, { filesystem: { write: [scene.ws] }, network: { proxy: { allow: ['example.com'] } } });
+      const o = await sh(`curl -s -m 10 -o /dev/null -w '%{http_code}' http://127.0.0.1:${port}/other; echo " c=$?"`, { cwd: scene.ws, policy: other });
+      expect(o.stdout).toBe('403 c=0\n');
+      expect(o.enforcement.mechanisms.preparedAhead).toBeUndefined();
+      expect(hits).toEqual(['/via0', '/via1', '/via2']);
       // A spare that cannot be used (its writable root was replaced): the spawn is made on the
       // spot, with a proxy and a port of its own, and works the same.
       const before = spareStats();
