@@ -107,11 +107,12 @@ export interface NativeBinding {
   setErrorClass(cls: typeof SandboxError): void;
   // Linux
   spawn?(plan: LinuxNativePlan, onExit: (code: number | null, signal: number | null) => void): LinuxSpawnResult;
-  /** Landlock mode's prepared-ahead sandboxes (lib/platform/linux-spare.ts). */
+  /** Sandboxes prepared ahead, both modes (lib/platform/linux-spare.ts). */
   prepareSpare?(plan: Omit<LinuxNativePlan, 'stdio'>, done: (err: Error | null) => void): object;
+  /** ptyCols/ptyRows: the size of a spare's own terminal (isolated mode), set before the go. */
   spawnSpare?(
     spare: object,
-    req: { file: string; argv: string[]; envp: string[]; cwd: string; stdio: LinuxStdio[] },
+    req: { file: string; argv: string[]; envp: string[]; cwd: string; stdio: LinuxStdio[]; ptyCols?: number; ptyRows?: number },
     onExit: (code: number | null, signal: number | null) => void,
   ): LinuxSpawnResult | null;
   discardSpare?(spare: object): void;

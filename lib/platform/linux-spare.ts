@@ -12,8 +12,10 @@
  * Otherwise the spare is discarded and the spawn starts from nothing, as without a spare. With
  * the network proxy, the spare is made for a port of its own (isolated mode: its listener inside
  * the namespace, handed over at launch; Landlock mode: a host listener it holds), and the spawn
- * that takes it plans with that port. Spawns with a pty, and in Landlock mode with a terminal on
- * stdio, are never served by a spare.
+ * that takes it plans with that port. A spawn with a terminal made inside an isolated sandbox
+ * (`pty`) is served by a spare made with one, whose size is set to the spawn's before the go.
+ * Spawns with a host pty (Landlock mode), and in Landlock mode with a terminal on stdio, are never
+ * served by a spare.
  *
  * One spare per thread; discarded when unused for 30 s, and at exit.
  */
@@ -44,9 +46,10 @@ let idleMs = 30_000;
 /** After k preparations failed in a row, the next 2^k - 1 chances are let go (k at most 6). */
 const MAX_BACKOFF = 6;
 
-/** The plan as far as a spare fixes it: everything but what its go supplies. */
+/** The plan as far as a spare fixes it: everything but what its go supplies (its terminal's size too). */
 export function planKey(plan: Omit<LinuxNativePlan, 'stdio'>): string {
-  return JSON.stringify({ ...plan, file: undefined, argv: undefined, envp: undefined, cwd: undefined, cgroupFds: undefined });
+  const go = { file: undefined, argv: undefined, envp: undefined, cwd: undefined, cgroupFds: undefined, ptyCols: undefined, ptyRows: undefined };
+  return JSON.stringify({ ...plan, ...go, pty: plan.ptyCols !== undefined });
 }
 
 const stats = { prepared: 0, ready: 0, used: 0, discarded: 0 };

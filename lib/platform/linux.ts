@@ -347,6 +347,7 @@ export function createLinuxBackend(native: NativeBinding): Backend {
     mode: 'isolated' | 'landlock',
     probe: LinuxProbe,
     base: { plan: Omit<LinuxNativePlan, 'stdio'>; tmpDir: string | undefined; cgroup: string },
+    nsPty: { cols: number; rows: number } | undefined,
   ): void {
     // Concurrent spawns of one shape each ask for one: the first makes it.
     if (spares.holds(key)) return;
@@ -377,7 +378,11 @@ export function createLinuxBackend(native: NativeBinding): Backend {
       }
       if (made.cgroup) plan.cgroupFds = made.cgroup.procsFds;
       made.quota = takeQuotaShare(mode);
-      spares.fill(key, applyQuotaShare(plan, PLAIN_REPORT, made.quota).plan, made);
+      plan = applyQuotaShare(plan, PLAIN_REPORT, made.quota).plan;
+      // Its own terminal, added as spawnOn adds it, last (planKey compares the JSON text; the
+      // spawn that takes it sets the size).
+      if (nsPty) plan = { ...plan, setsid: true, ctty: true, ptyCols: nsPty.cols, ptyRows: nsPty.rows };
+      spares.fill(key, plan, made);
     } catch {
       releaseResources(made); // the spawn itself succeeded; the next one simply starts from nothing
     }
@@ -421,10 +426,11 @@ export function createLinuxBackend(native: NativeBinding): Backend {
         const rules = req.rules;
         const probe = linuxProbe();
         const mode = chooseLinuxMode(rules, probe);
-        // A spawn without a pty can be served by a spare made ahead (in Landlock mode, also none
-        // with a terminal on stdio: its rule is made from the fd).
-        if (!pty && !nsPty && native.prepareSpare && (mode === 'isolated' || !stdio.some(isTerminal))) {
-          const key = `${req.cwd}\0${JSON.stringify(rules)}`;
+        // A spawn can be served by a spare made ahead unless it has a host pty (Landlock mode),
+        // and in Landlock mode a terminal on stdio (its rule is made from the fd). A terminal made
+        // inside an isolated sandbox is made with the spare, and is part of its shape.
+        if (!pty && native.prepareSpare && (mode === 'isolated' || !stdio.some(isTerminal))) {
+          const key = `${req.cwd}\0${nsPty ? 'pty' : ''}\0${JSON.stringify(rules)}`;
           if (!noSpare) spare = spares.take(key);
           // Its resources are this run's from here: released with the run, or on any failure.
           if (spare) ({ cgroup, quota, hostListenerFd } = spare.resources);
@@ -436,7 +442,7 @@ export function createLinuxBackend(native: NativeBinding): Backend {
             // Once this run's exit has been delivered: the JS side of the preparation then runs
             // between runs (in the pause before the next one, or during the next command when
             // they follow back to back), never inside this one's time.
-            prepareAfterExit = () => scheduleSpare(() => prepareSpare(key, req, rules, mode, probe, base));
+            prepareAfterExit = () => scheduleSpare(() => prepareSpare(key, req, rules, mode, probe, base, nsPty));
           };
         }
         const env = { ...req.env };
@@ -552,7 +558,8 @@ export function createLinuxBackend(native: NativeBinding): Backend {
           const { file, argv, envp, cwd } = plan;
           const sameShape = spare.planKey === planKey(plan);
           if (!sameShape) native.discardSpare!(spare.handle);
-          const got = sameShape ? native.spawnSpare!(spare.handle, { file, argv, envp, cwd, stdio }, onExit) : null;
+          const size = nsPty ? { ptyCols: nsPty.cols, ptyRows: nsPty.rows } : {};
+          const got = sameShape ? native.spawnSpare!(spare.handle, { file, argv, envp, cwd, stdio, ...size }, onExit) : null;
           if (got === null) {
             spares.stats.discarded++;
             releasePlaceholders(native, held);

@@ -617,7 +617,7 @@ int ReadUmask() {
   return static_cast<int>(strtol(u + 8, nullptr, 8));
 }
 
-// native.spawnSpare(spare, { file, argv, envp, cwd, stdio }, onExit): the spawn result as
+// native.spawnSpare(spare, { file, argv, envp, cwd, stdio, ptyCols?, ptyRows? }, onExit): the spawn result as
 // native.spawn gives it, or null when the spare cannot be used (its preparation failed, or a path
 // one of its rules was made from names another inode now). Either way the spare is gone.
 Napi::Value SpawnSpareJs(const Napi::CallbackInfo& info) {
@@ -633,6 +633,8 @@ Napi::Value SpawnSpareJs(const Napi::CallbackInfo& info) {
   if (go.argv.empty()) throw Napi::TypeError::New(env, "Expected argv to hold at least argv[0]");
   go.envp = GetStrings(o, "envp");
   go.cwd = GetString(o, "cwd");
+  go.pty_cols = static_cast<uint16_t>(GetNumber(o, "ptyCols", 0));
+  go.pty_rows = static_cast<uint16_t>(GetNumber(o, "ptyRows", 0));
   StdioEnds ends;
   ParseStdio(env, GetArray(o, "stdio"), &go.stdio, &ends);
   rec->Unhook();

@@ -51,7 +51,10 @@ void SetControllingTerminalInChild(const ChildArgs* a) {
 // no_new_privs, Landlock, seccomp). Says so on the errno pipe and waits for the go, which brings
 // the stdio fds; the parent has put argv, envp, the file and the cwd in place before sending it.
 // What is left are the steps no policy governs: stdio, the fd sweep, the umask and the cwd (chdir
-// is not a Landlock right; a cwd it cannot enter fails here as it would have before).
+// is not a Landlock right; a cwd it cannot enter fails here as it would have before). With a
+// terminal made inside the sandbox, fds 0-2 are its slave, which init opened before this process
+// was made (the go's fds for them are placeholders), and it becomes the controlling terminal of
+// the session made before the park.
 void ParkInChild(ChildArgs* a) {
   ChildReport parked = {kNote, kNoteParked, 0};
   if (Sys(__NR_write, a->err_fd, &parked, sizeof parked) != static_cast<long>(sizeof parked)) ExitInChild(125);
@@ -68,11 +71,13 @@ void ParkInChild(ChildArgs* a) {
     hi[i] = static_cast<int>(r);
   }
   for (int i = 0; i < count; ++i) Sys(__NR_close, got[i]);
-  for (int i = 0; i < count; ++i) {
-    long r = Sys(__NR_dup3, hi[i], i, 0);
+  const int n = a->pty_slave >= 0 && count < 3 ? 3 : count;
+  for (int i = 0; i < n; ++i) {
+    long r = Sys(__NR_dup3, a->pty_slave >= 0 && i < 3 ? a->pty_slave : hi[i], i, 0);
     if (r < 0) FailInChild(a, kStageStdio, i, r);
   }
-  long r = Sys(__NR_close_range, count, ~0U, CLOSE_RANGE_CLOEXEC);
+  if (a->plan->ctty) SetControllingTerminalInChild(a);
+  long r = Sys(__NR_close_range, n, ~0U, CLOSE_RANGE_CLOEXEC);
   if (r < 0) FailInChild(a, kStageCloseFds, 0, r);
   Sys(__NR_umask, a->spare_umask);
   r = Sys(__NR_chdir, a->plan->cwd.c_str());

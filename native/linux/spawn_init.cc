@@ -70,8 +70,10 @@ long OpenPtyInChild(ChildArgs* a) {
   Sys(__NR_close, m);
   if (s < 0) return s;
   if (r < 0) return r;
-  // Above the stdio range: the command's dup3 onto fds 0-2 must never be a no-op dup3(fd, fd).
-  long hi = Sys(__NR_fcntl, s, F_DUPFD_CLOEXEC, a->nstdio > 3 ? a->nstdio : 3);
+  // Above the stdio range: the command's dup3 onto fds 0-2 must never be a no-op dup3(fd, fd)
+  // (prepared ahead: above every fd its go can bring).
+  const int floor = a->spare_ctrl >= 0 ? kSpareMaxStdio : (a->nstdio > 3 ? a->nstdio : 3);
+  long hi = Sys(__NR_fcntl, s, F_DUPFD_CLOEXEC, floor);
   Sys(__NR_close, s);
   if (hi < 0) return hi;
   a->pty_slave = static_cast<int>(hi);

@@ -159,6 +159,8 @@ struct SpareGo {
   std::string cwd;
   std::vector<int> stdio;  // host fds, -1 for /dev/null; none may be a terminal (the caller checks)
   unsigned umask = 022;
+  // A spare with a terminal inside the sandbox: its size, set before the command starts.
+  uint16_t pty_cols = 0, pty_rows = 0;
 };
 Status PrepareSpare(LinuxSpawnPlan&& plan, LinuxSpare** out) noexcept;
 // Consumes the spare. *used is false when it was not used because a path one of its Landlock rules

@@ -5,8 +5,9 @@
 //                  follows the thread that cloned it) launches as SpawnLinux does, but the
 //                  command parks after seccomp (ParkInChild) with no stdio and no cwd, and in
 //                  isolated mode init parks before the steps that make placeholders on the host.
-//                  What the sandbox hands over at launch (isolated mode's proxy listener, the
-//                  seccomp listener) is held with the spare and goes with its spawn.
+//                  What the sandbox hands over at launch (isolated mode's proxy listener and
+//                  terminal master, the seccomp listener) is held with the spare and goes with
+//                  its spawn.
 //   GoSpare        (the spawn) checks that every path a Landlock rule or a bind was made from
 //                  still names the same inode, puts argv, envp, the file and the cwd in place, and
 //                  sends the stdio fds; isolated init makes the placeholders and passes them on;
@@ -15,6 +16,7 @@
 //
 // The plan a spare was made from must be the plan of the spawn that uses it; the caller compares
 // them (lib/platform/linux-spare.ts). What a path names is re-checked here.
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -35,6 +37,7 @@ struct LinuxSpare {
     launch.ctrl = -1;
     if (res.seccomp_listener_fd >= 0) close(res.seccomp_listener_fd);
     if (res.proxy_listener_fd >= 0) close(res.proxy_listener_fd);
+    if (res.pty_master_fd >= 0) close(res.pty_master_fd);
     if (res.pidfd >= 0) {
       // The parked processes see EOF on the go socket and exit (isolated: init's exit ends the
       // namespace). Reaped here, so nothing runs on the stacks when they go back to the pool.
@@ -52,10 +55,12 @@ using namespace spawn_internal;
 Status PrepareSpare(LinuxSpawnPlan&& plan, LinuxSpare** out) noexcept {
   *out = nullptr;
   const bool isolated = plan.mode == LinuxMode::kIsolated;
-  if (plan.mode == LinuxMode::kPlain || plan.ctty || plan.pty_cols != 0 || !plan.seccomp || !plan.stdio.empty() ||
-      (!isolated && !plan.landlock)) {
+  // A terminal only inside an isolated sandbox (init makes it; a host pty's slave is stdio).
+  const bool ns_pty = isolated && plan.pty_cols != 0 && plan.ctty;
+  if (plan.mode == LinuxMode::kPlain || (plan.ctty && !ns_pty) || (plan.pty_cols != 0 && !ns_pty) || !plan.seccomp ||
+      !plan.stdio.empty() || (!isolated && !plan.landlock)) {
     return Status::Error(ErrorCode::kEINVALID_ARGUMENT,
-                         "internal: a sandbox prepared ahead needs a sandbox mode, no terminal and no stdio");
+                         "internal: a sandbox prepared ahead needs a sandbox mode, no stdio, and no terminal but one inside an isolated sandbox");
   }
   std::unique_ptr<LinuxSpare> s(new LinuxSpare());
   s->plan = std::move(plan);
@@ -134,6 +139,12 @@ Status GoSpare(LinuxSpare* spare, SpareGo& go, LinuxSpawnResult* out, bool* used
       fds[i] = owned.Add(open("/dev/null", O_RDWR | O_CLOEXEC));
       if (fds[i] < 0) return Status::Sys(ErrorCode::kESPAWN, "open(2) /dev/null failed", "open", errno);
     }
+  }
+  // Its terminal (made at preparation, in the size of the spawn it was planned with) gets this
+  // spawn's size before the command starts; with no controlling terminal yet, nobody is signalled.
+  if (s->res.pty_master_fd >= 0 && go.pty_cols != 0) {
+    struct winsize ws = {go.pty_rows, go.pty_cols, 0, 0};
+    if (ioctl(s->res.pty_master_fd, TIOCSWINSZ, &ws) != 0) return Status::Ok();  // not used
   }
   *used = true;
   long sent = SendFdsInChild(L.ctrl, 'G', fds, nstdio);

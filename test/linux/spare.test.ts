@@ -13,10 +13,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, test } from 'vitest';
 
-import { run } from '../../lib/index';
+import { run, spawn } from '../../lib/index';
 import { clearSpares, setSpareIdleMs, sparesSettled, spareStats } from '../../lib/platform/linux-spare';
 import { MODES, modePolicy } from '../helpers/capabilities';
-import { BASE_ENV, DIST_INDEX, eventually, makeScene, sh, type Scene } from '../helpers/sandbox';
+import { BASE_ENV, DIST_INDEX, eventually, makeScene, PYTHON, sh, type Scene } from '../helpers/sandbox';
 
 /** Our live children named psb-init (a sandbox's init, spare or running). */
 function initChildren(): number[] {
@@ -381,6 +381,57 @@ describe.each(MODES)('$name mode: a sandbox prepared ahead', ({ name: mode, skip
     } finally {
       server.close();
     }
+  });
+
+  /** A command on a terminal made inside the sandbox (`pty`): its output, once it has exited. */
+  async function onPty(script: string, policy: ReturnType<typeof policyFor>, size: { cols: number; rows: number }) {
+    const p = spawn('/bin/sh', ['-c', script], { pty: size, policy, cwd: scene.ws, env: BASE_ENV });
+    let out = '';
+    p.onData((d) => (out += d));
+    const closed = await new Promise<[number | null, string | null]>((r) => p.on('close', (c, sig) => r([c, sig])));
+    return { closed, out, enforcement: p.enforcement };
+  }
+
+  it.skipIf(mode !== 'isolated')('serves spawns with a terminal inside the sandbox, in each spawn\'s own size, as its controlling terminal', async () => {
+    const policy = policyFor(scene.ws);
+    // The shell leads the session whose controlling terminal this is; python is its child.
+    const fg = `${PYTHON} -c "import os; print('fg', os.tcgetpgrp(0) == os.getpgrp(), os.getsid(0) == os.getppid())"`;
+    const script = (n: number) =>
+      `stty size; tty; test -t 0 && test -t 1 && test -t 2 && echo all-ttys; ${fg}; echo x > f${n}; echo w=$?; { echo y > ${scene.out}/y${n}; } 2>/dev/null; echo o=$?`;
+    const ready = spareStats().ready;
+    for (let i = 0; i < 2; i++) expect((await onPty('true', policy, { cols: 80, rows: 24 })).closed).toEqual([0, null]);
+    expect(await eventually(() => spareStats().ready > ready, 5000), 'a spare was prepared').toBe(true);
+    for (const size of [{ cols: 100, rows: 30 }, { cols: 132, rows: 43 }]) {
+      const before = spareStats();
+      const r = await onPty(script(size.cols), policy, size);
+      expect(spareStats().used, `served by a spare (${size.cols}x${size.rows})`).toBe(before.used + 1);
+      expect(r.enforcement.mechanisms.preparedAhead).toBe(true);
+      expect(r.enforcement.mechanisms.pty).toBe(true);
+      expect(r.closed).toEqual([0, null]);
+      const lines = r.out.split(/\r?\n/);
+      expect(lines[0], 'the size of this spawn, not the one it was prepared with').toBe(`${size.rows} ${size.cols}`);
+      expect(lines[1]).toMatch(/^\/dev\/pts\/\d+$/);
+      expect(lines.slice(2, 6)).toEqual(['all-ttys', 'fg True True', 'w=0', 'o=2']);
+      expect(await eventually(() => spareStats().ready > before.ready, 5000), 'the next spare is ready').toBe(true);
+    }
+    expect(fs.readdirSync(scene.out).filter((n) => n.startsWith('y'))).toEqual([]);
+    expect(fs.readdirSync(scene.ws).filter((n) => n.startsWith('f'))).toHaveLength(2);
+    // A spawn without a terminal is another shape: made on the spot, not from the terminal's spare.
+    const before = spareStats();
+    const plainRun = await sh('test -t 0; echo t=$?', { cwd: scene.ws, policy });
+    expect(plainRun.stdout).toBe('t=1\n');
+    expect(spareStats().used).toBe(before.used);
+    // The spare with a terminal still waits, holding its master; discarded, it closes it.
+    const masters = () => fs.readdirSync('/proc/self/fd').filter((fd) => {
+      try {
+        return fs.readlinkSync(`/proc/self/fd/${fd}`).endsWith('ptmx');
+      } catch {
+        return false;
+      }
+    }).length;
+    expect(masters()).toBe(1);
+    clearSpares();
+    expect(masters()).toBe(0);
   });
 
   it('is discarded when unused, with its processes, TMPDIR and cgroup', async () => {
