@@ -617,9 +617,10 @@ int ReadUmask() {
   return static_cast<int>(strtol(u + 8, nullptr, 8));
 }
 
-// native.spawnSpare(spare, { file, argv, envp, cwd, stdio, ptyCols?, ptyRows? }, onExit): the spawn result as
-// native.spawn gives it, or null when the spare cannot be used (its preparation failed, or a path
-// one of its rules was made from names another inode now). Either way the spare is gone.
+// native.spawnSpare(spare, { file, argv, envp, cwd, stdio, ptyCols?, ptyRows? }, onExit): the
+// spawn result as native.spawn gives it, or null when the spare cannot be used (its preparation
+// failed, or a path one of its rules was made from names another inode now). Either way the
+// spare is gone. ptyCols/ptyRows: the size its own terminal gets (isolated mode, `pty`).
 Napi::Value SpawnSpareJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   SpareRecord* rec = SpareArg(info);
