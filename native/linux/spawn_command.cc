@@ -54,8 +54,9 @@ void SetControllingTerminalInChild(const ChildArgs* a) {
 // is not a Landlock right; a cwd it cannot enter fails here as it would have before). With a
 // terminal made inside the sandbox, fds 0-2 are its slave, which init opened before this process
 // was made (the go's fds for them are placeholders), and it becomes the controlling terminal of
-// the session made before the park.
-void ParkInChild(ChildArgs* a) {
+// the session made before the park. Its OOM preference is raised only now (`oom_fd`, see
+// CommandInChild).
+void ParkInChild(ChildArgs* a, int oom_fd) {
   ChildReport parked = {kNote, kNoteParked, 0};
   if (Sys(__NR_write, a->err_fd, &parked, sizeof parked) != static_cast<long>(sizeof parked)) ExitInChild(125);
   char byte = 0;
@@ -79,6 +80,11 @@ void ParkInChild(ChildArgs* a) {
   if (a->plan->ctty) SetControllingTerminalInChild(a);
   long r = Sys(__NR_close_range, n, ~0U, CLOSE_RANGE_CLOEXEC);
   if (r < 0) FailInChild(a, kStageCloseFds, 0, r);
+  if (oom_fd >= 0) {
+    r = Sys(__NR_write, oom_fd, "1000", 4);
+    Sys(__NR_close, oom_fd);
+    if (r < 0) FailInChild(a, kStageOomScore, 0, r);
+  }
   Sys(__NR_umask, a->spare_umask);
   r = Sys(__NR_chdir, a->plan->cwd.c_str());
   if (r < 0) FailInChild(a, kStageChdir, 0, r);
@@ -103,14 +109,30 @@ int CommandInChild(void* argp) {
     r = Sys(__NR_write, fd, "0", 1);
     if (r < 0) FailInChild(a, kStageCgroup, fd, r);
   }
+  const bool spare = a->spare_ctrl >= 0;
+  long oom_fd = -1;
   if (p.mode != LinuxMode::kPlain) {
     // The OOM killer takes the command, never init or the host (init shares the host's mm; a
     // victim's mm dies with every process sharing it). The kernel copies a new oom_score_adj to
     // every process sharing the writer's mm, except when the writer is a vfork child, as we are
     // until execve: only this process (and what it forks later) changes. No procfs (ENOENT) only
     // loses the preference.
-    r = WriteFileInChild("/proc/self/oom_score_adj", "1000");
-    if (r < 0 && r != -ENOENT) FailInChild(a, kStageOomScore, 0, r);
+    // Prepared ahead: not before the go. Parked, this process still shares the host's memory, so
+    // as the OOM killer's first choice it would make the host the first victim of a memory
+    // shortage for as long as it waits. The file is opened now (Landlock refuses it later) and
+    // written at the go (ParkInChild), above every fd the go places.
+    if (spare) {
+      oom_fd = Sys(__NR_openat, AT_FDCWD, "/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+      if (oom_fd >= 0) {
+        long hi = Sys(__NR_fcntl, oom_fd, F_DUPFD_CLOEXEC, kSpareMaxStdio);
+        Sys(__NR_close, oom_fd);
+        oom_fd = hi;
+      }
+      if (oom_fd < 0 && oom_fd != -ENOENT) FailInChild(a, kStageOomScore, 0, oom_fd);
+    } else {
+      r = WriteFileInChild("/proc/self/oom_score_adj", "1000");
+      if (r < 0 && r != -ENOENT) FailInChild(a, kStageOomScore, 0, r);
+    }
   }
   if (p.setsid) {
     r = Sys(__NR_setsid);
@@ -124,7 +146,6 @@ int CommandInChild(void* argp) {
   // pid namespace layer; init's own exit kills us anyway.)
   if (p.mode == LinuxMode::kPlain && Sys(__NR_getppid) != a->parent_pid) ExitInChild(125);
   // A prepared-ahead command gets its stdio and enters its cwd when it is used (ParkInChild).
-  const bool spare = a->spare_ctrl >= 0;
   if (!spare) {
     for (int i = 0; i < a->nstdio; ++i) {
       r = Sys(__NR_dup3, a->pty_slave >= 0 && i < 3 ? a->pty_slave : a->stdio_fds[i], i, 0);
@@ -183,7 +204,7 @@ int CommandInChild(void* argp) {
       if (r < 0) FailInChild(a, kStageSeccomp, 1, r);
     }
   }
-  if (spare) ParkInChild(a);
+  if (spare) ParkInChild(a, static_cast<int>(oom_fd));
   uint64_t empty = 0;
   Sys(__NR_rt_sigprocmask, SIG_SETMASK, &empty, 0, 8);
   r = Sys(__NR_execve, p.file.c_str(), a->argv, a->envp);

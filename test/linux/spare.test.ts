@@ -102,6 +102,11 @@ describe.each(MODES)('$name mode: a sandbox prepared ahead', ({ name: mode, skip
     const hostOom = fs.readFileSync('/proc/self/oom_score_adj', 'utf8');
     const policy = policyFor(scene.ws);
     await warm(policy);
+    // Parked, no process of the spare has raised its OOM preference: the command still shares the
+    // host's memory, and the OOM killer kills every process sharing its victim's memory.
+    const parked = initChildren().flatMap((pid) => [pid, ...childrenOf(pid)]);
+    expect(parked.length, 'init and the parked command').toBeGreaterThan(1);
+    for (const pid of parked) expect(fs.readFileSync(`/proc/${pid}/oom_score_adj`, 'utf8'), `pid ${pid}`).toBe(hostOom);
     const before = spareStats();
     const old = process.umask(0o027);
     let r;
