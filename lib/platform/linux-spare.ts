@@ -46,10 +46,13 @@ let idleMs = 30_000;
 /** After k preparations failed in a row, the next 2^k - 1 chances are let go (k at most 6). */
 const MAX_BACKOFF = 6;
 
-/** The plan as far as a spare fixes it: everything but what its go supplies (its terminal's size too). */
+/**
+ * The plan as far as a spare fixes it: everything but what its go supplies (its terminal's size
+ * too; whether it has one stays, as `ctty`).
+ */
 export function planKey(plan: Omit<LinuxNativePlan, 'stdio'>): string {
   const go = { file: undefined, argv: undefined, envp: undefined, cwd: undefined, cgroupFds: undefined, ptyCols: undefined, ptyRows: undefined };
-  return JSON.stringify({ ...plan, ...go, pty: plan.ptyCols !== undefined });
+  return JSON.stringify({ ...plan, ...go });
 }
 
 const stats = { prepared: 0, ready: 0, used: 0, discarded: 0 };

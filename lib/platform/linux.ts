@@ -88,6 +88,16 @@ function looksLikePlaceholder(p: string, shape = false): boolean {
 
 const EWOULDBLOCK = os.constants.errno.EWOULDBLOCK;
 
+/**
+ * The proxy's port for a sandbox. Isolated mode: any port, since the namespace is empty and no
+ * other sandbox shares it. Landlock mode: a host listener on 127.0.0.1, which the proxy serves.
+ */
+function proxyPortFor(native: NativeBinding, mode: 'isolated' | 'landlock'): { port: number; hostListenerFd?: number } {
+  if (mode === 'isolated') return { port: 20000 + crypto.randomInt(40000) };
+  const l = native.listenLoopback!();
+  return { port: l.port, hostListenerFd: l.fd };
+}
+
 /** A run's cgroup, capped as its rules ask. */
 function cgroupFor(rules: NonNullable<BackendSpawnRequest['rules']>): SandboxCgroup | null {
   return createSandboxCgroup({ pidsMax: rules.limits.maxProcesses ?? DEFAULT_MAX_PROCESSES, memoryBytes: rules.limits.memoryBytes });
@@ -356,14 +366,8 @@ export function createLinuxBackend(native: NativeBinding): Backend {
       let env = { ...req.env };
       if (mode === 'landlock' && rules.tmp === 'private') env.TMPDIR = made.tmpDir = makeTmpDir();
       if (rules.network.kind === 'proxy') {
-        // A port of its own, as spawnOn picks one (the spawn that takes it plans with this one).
-        if (mode === 'isolated') {
-          made.proxyPort = 20000 + crypto.randomInt(40000);
-        } else {
-          const l = native.listenLoopback!();
-          made.hostListenerFd = l.fd;
-          made.proxyPort = l.port;
-        }
+        // A port of its own (the spawn that takes it plans with this one).
+        ({ port: made.proxyPort, hostListenerFd: made.hostListenerFd } = proxyPortFor(native, mode));
         env = ManagedProxy.proxyEnv(env, made.proxyPort);
       }
       made.cgroup = cgroupFor(rules);
@@ -480,17 +484,9 @@ export function createLinuxBackend(native: NativeBinding): Backend {
               });
               ownsProxy = true;
             }
-            if (spare?.resources.proxyPort !== undefined) {
-              // The port the spare was made for (in Landlock mode, hostListenerFd is its listener).
-              proxyPort = spare.resources.proxyPort;
-            } else if (mode === 'isolated') {
-              // The namespace is empty: any port is free there, and no other sandbox shares it.
-              proxyPort = 20000 + crypto.randomInt(40000);
-            } else {
-              const l = native.listenLoopback!();
-              hostListenerFd = l.fd;
-              proxyPort = l.port;
-            }
+            // The port the spare was made for (in Landlock mode, hostListenerFd is its listener).
+            if (spare?.resources.proxyPort !== undefined) proxyPort = spare.resources.proxyPort;
+            else ({ port: proxyPort, hostListenerFd } = proxyPortFor(native, mode));
             planEnv = ManagedProxy.proxyEnv(env, proxyPort);
           }
           // Existing placeholders are held before the plan, which then binds them as existing paths.
@@ -558,8 +554,9 @@ export function createLinuxBackend(native: NativeBinding): Backend {
           const { file, argv, envp, cwd } = plan;
           const sameShape = spare.planKey === planKey(plan);
           if (!sameShape) native.discardSpare!(spare.handle);
-          const size = nsPty ? { ptyCols: nsPty.cols, ptyRows: nsPty.rows } : {};
-          const got = sameShape ? native.spawnSpare!(spare.handle, { file, argv, envp, cwd, stdio, ...size }, onExit) : null;
+          // With its own terminal, fds 0-2 are its slave: the go brings none, only the size.
+          const go = nsPty ? { stdio: [], ptyCols: nsPty.cols, ptyRows: nsPty.rows } : { stdio };
+          const got = sameShape ? native.spawnSpare!(spare.handle, { file, argv, envp, cwd, ...go }, onExit) : null;
           if (got === null) {
             spares.stats.discarded++;
             releasePlaceholders(native, held);

@@ -53,8 +53,8 @@ void SetControllingTerminalInChild(const ChildArgs* a) {
 // What is left are the steps no policy governs: stdio, the fd sweep, the umask and the cwd (chdir
 // is not a Landlock right; a cwd it cannot enter fails here as it would have before). With a
 // terminal made inside the sandbox, fds 0-2 are its slave, which init opened before this process
-// was made (the go's fds for them are placeholders), and it becomes the controlling terminal of
-// the session made before the park. Its OOM preference is raised only now (`oom_fd`, see
+// was made (the go brings no fds then), and it becomes the controlling terminal of the session
+// made before the park. Its OOM preference is raised only now (`oom_fd`, see
 // CommandInChild).
 void ParkInChild(ChildArgs* a, int oom_fd) {
   ChildReport parked = {kNote, kNoteParked, 0};
