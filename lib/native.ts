@@ -122,6 +122,8 @@ export interface NativeBinding {
   setRef?(handle: object, on: boolean): void;
   probe?(): LinuxProbe | Record<string, unknown>;
   listenLoopback?(): { fd: number; port: number };
+  /** Accepts and closes every connection queued on a listener: how many, or -errno. */
+  dropQueuedConnections?(fd: number): number;
   lockPlaceholder?(path: string): number;
   releasePlaceholder?(fd: number, path: string, remove: boolean): boolean;
   /** Whether systemd marked the cgroup directory delegated (trusted.delegate or user.delegate xattr). */

@@ -552,7 +552,11 @@ export function createLinuxBackend(native: NativeBinding): Backend {
           // path its rules name is still the same inode); otherwise everything it held goes, and
           // the spawn starts again from nothing.
           const { file, argv, envp, cwd } = plan;
-          const sameShape = spare.planKey === planKey(plan);
+          // Landlock mode with the proxy: the spare's listener on 127.0.0.1 waited where anything
+          // local could connect to it. What queued before the command can connect is dropped, not
+          // served as this run's (a listener that cannot be drained is not used).
+          const drained = hostListenerFd === undefined || native.dropQueuedConnections!(hostListenerFd) >= 0;
+          const sameShape = drained && spare.planKey === planKey(plan);
           if (!sameShape) native.discardSpare!(spare.handle);
           // With its own terminal, fds 0-2 are its slave: the go brings none, only the size.
           const go = nsPty ? { stdio: [], ptyCols: nsPty.cols, ptyRows: nsPty.rows } : { stdio };

@@ -5,6 +5,7 @@
 #include <napi.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <sys/xattr.h>
@@ -701,6 +702,36 @@ Napi::Value ListenLoopbackJs(const Napi::CallbackInfo& info) {
   return o;
 }
 
+// native.dropQueuedConnections(fd) -> how many connections were waiting on a listener, each
+// accepted and closed at once, or -errno. Landlock mode's proxy listener is reachable from the
+// whole host; one a sandbox prepared ahead has held while it waited may have queued connections
+// from anything local, which the proxy would otherwise serve as the run's own. Called just before
+// the command starts (it cannot connect before then). Never blocks: the listener is switched to
+// non-blocking for the drain (a queued connection reset meanwhile would block accept), then back.
+Napi::Value DropQueuedConnectionsJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() != 1 || !info[0].IsNumber()) throw Napi::TypeError::New(env, "Usage: native.dropQueuedConnections(fd)");
+  int fd = info[0].As<Napi::Number>().Int32Value();
+  int flags = fcntl(fd, F_GETFL);
+  if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) return Napi::Number::New(env, -errno);
+  int dropped = 0;
+  for (;;) {
+    int c = accept4(fd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (c >= 0) {
+      close(c);
+      ++dropped;
+      continue;
+    }
+    // EAGAIN: none left. ECONNABORTED: one was reset while queued (gone already); go on.
+    if (errno == EINTR || errno == ECONNABORTED) continue;
+    break;
+  }
+  int e = errno;
+  fcntl(fd, F_SETFL, flags);
+  if (e != EAGAIN && e != EWOULDBLOCK) return Napi::Number::New(env, -e);
+  return Napi::Number::New(env, dropped);
+}
+
 // native.kill(handle, signal) -> 0 or -errno
 Napi::Value Kill(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -901,6 +932,7 @@ void InitPlatform(Napi::Env env, Napi::Object exports) {
   exports.Set("spawn", Napi::Function::New(env, Spawn, "spawn"));
   exports.Set("kill", Napi::Function::New(env, Kill, "kill"));
   exports.Set("prepareSpare", Napi::Function::New(env, PrepareSpareJs, "prepareSpare"));
+  exports.Set("dropQueuedConnections", Napi::Function::New(env, DropQueuedConnectionsJs, "dropQueuedConnections"));
   exports.Set("spawnSpare", Napi::Function::New(env, SpawnSpareJs, "spawnSpare"));
   exports.Set("discardSpare", Napi::Function::New(env, DiscardSpareJs, "discardSpare"));
   exports.Set("discardSpareAsync", Napi::Function::New(env, DiscardSpareAsyncJs, "discardSpareAsync"));

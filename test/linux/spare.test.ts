@@ -5,7 +5,7 @@
  * exactly like a sandbox made on the spot: what it enforces, what the command gets, what is left
  * afterwards, and that a spare made before the filesystem or the policy changed is not used.
  */
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn as spawnChild } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -65,6 +65,31 @@ function socketFds(): number {
     }
   }
   return n;
+}
+
+/**
+ * Local ports of TCP sockets on 127.0.0.1 in a state (/proc/net/tcp: 0A listening, 01 established):
+ * this process's own, or with `any`, every one (a connection still in a listener's queue belongs
+ * to no process yet).
+ */
+function loopbackPorts(state: '0A' | '01', any = false): number[] {
+  const inodes = new Set<string>();
+  for (const fd of fs.readdirSync('/proc/self/fd')) {
+    try {
+      const m = /^socket:\[(\d+)\]$/.exec(fs.readlinkSync(`/proc/self/fd/${fd}`));
+      if (m) inodes.add(m[1]!);
+    } catch {
+      // closed meanwhile
+    }
+  }
+  const ports: number[] = [];
+  for (const line of fs.readFileSync('/proc/net/tcp', 'utf8').split('\n').slice(1)) {
+    const f = line.trim().split(/\s+/);
+    if (f.length < 10 || f[3] !== state || (!any && !inodes.has(f[9]!))) continue;
+    const [ip, port] = f[1]!.split(':');
+    if (ip === '0100007F') ports.push(parseInt(port!, 16));
+  }
+  return ports;
 }
 
 /** This process's Landlock-mode TMPDIRs that exist now. */
@@ -384,6 +409,40 @@ describe.each(MODES)('$name mode: a sandbox prepared ahead', ({ name: mode, skip
       clearSpares();
       expect(await eventually(() => socketFds() === sockets, 5000), 'no socket of the spare is left').toBe(true);
     } finally {
+      server.close();
+    }
+  });
+
+  it.skipIf(mode !== 'landlock')('drops what another local process queued on a waiting spare\'s proxy listener, rather than serve it as the run\'s', async () => {
+    const hits: string[] = [];
+    const server = http.createServer((q, r) => {
+      hits.push(q.url ?? '');
+      r.end('hi');
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const port = (server.address() as AddressInfo).port;
+    let stranger: ReturnType<typeof spawnChild> | undefined;
+    try {
+      const policy = modePolicy(mode, { filesystem: { write: [scene.ws] }, network: { proxy: { allow: ['127.0.0.1'] } } });
+      await warm(policy);
+      // The waiting spare's listener on 127.0.0.1 (the earlier runs' proxies are closed).
+      const listeners = loopbackPorts('0A').filter((p) => p !== port);
+      expect(listeners, 'the waiting spare holds one loopback listener').toHaveLength(1);
+      const spareListener = listeners[0]!;
+      // Something else on the host, unsandboxed, connects to it while the spare waits: the kernel
+      // completes the connection into the listener's queue, and curl sends its request.
+      stranger = spawnChild('curl', ['-s', '-m', '20', '-x', `http://127.0.0.1:${spareListener}`, `http://127.0.0.1:${port}/stranger`], { stdio: 'ignore' });
+      const strangerExit = new Promise<number | null>((r) => stranger!.on('exit', (c) => r(c)));
+      expect(await eventually(() => loopbackPorts('01', true).includes(spareListener), 5000), 'the connection is queued').toBe(true);
+      const before = spareStats();
+      const r = await sh(`curl -s -m 10 http://127.0.0.1:${port}/via; echo " c=$?"`, { cwd: scene.ws, policy });
+      expect(spareStats().used, 'the run was served by the spare').toBe(before.used + 1);
+      expect(r.stdout).toBe('hi c=0\n');
+      // The stranger's connection was closed unanswered; the server heard the run only.
+      expect(await strangerExit, 'curl got no reply (52: empty reply, 56: reset)').not.toBe(0);
+      expect(hits).toEqual(['/via']);
+    } finally {
+      stranger?.kill('SIGKILL');
       server.close();
     }
   });
