@@ -50,6 +50,14 @@ row() { # user rc json
   local s; s=$(summary "$3")
   local verdict=pass
   [ "$2" = 0 ] && [[ "$s" == *" 0 failed"* ]] || verdict=fail
+  # A failed row says what the kernel saw (an OOM kill, a crash) and how much memory was left: a
+  # runner that printed nothing else is otherwise a mystery once the guest is gone.
+  if [ "$verdict" = fail ]; then
+    log "$1: rc=$2 json=$([ -s "$3" ] && echo present || echo missing)"
+    dmesg 2>/dev/null | grep -E 'Out of memory|oom-kill|oom_reaper|Killed process|segfault|general protection|traps:|BUG:|blocked for more than' |
+      tail -20 | sed 's/^/kernel-matrix-guest: dmesg: /'
+    free -m | sed 's/^/kernel-matrix-guest: free: /'
+  fi
   printf '\nkernel-matrix: %s %s %s %s\n' "$CONFIG" "$1" "$verdict" "$s"
 }
 

@@ -85,6 +85,15 @@ for spec in $CONFIGS; do
     [ -n "$l" ] || l="kernel-matrix: $config $u fail 0 passed, 1 failed, 0 skipped (no result: see $LOGS/$config.results, $LOGS/$config.console)"
     echo "$l"
     lines+=("$l")
+    if [[ "$l" != *" pass "* ]]; then
+      # CI keeps only what is printed: the guest's diagnostics and the end of what it wrote.
+      {
+        echo "kernel-matrix: $config $u: the guest's own lines, then the end of its output and console:"
+        (tr -d '\r' < "$LOGS/$config.results") 2>/dev/null | sed 's/\x1b\[[0-9;?]*[a-zA-Z]//g' | grep -a '^kernel-matrix-guest: ' | tail -40
+        (tr -d '\r' < "$LOGS/$config.results") 2>/dev/null | sed 's/\x1b\[[0-9;?]*[a-zA-Z]//g' | grep -av '^kernel-matrix-guest: ' | tail -25
+        (tr -d '\r' < "$LOGS/$config.console") 2>/dev/null | tail -10
+      } | sed 's/^/  | /' >&2
+    fi
   done
   echo "kernel-matrix: $config took $(( $(date +%s) - t0 )) s" >&2
 done
