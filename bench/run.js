@@ -66,6 +66,20 @@ async function throughput(fn, file, args, n, conc) {
   return n / (Number(process.hrtime.bigint() - t) / 1e9);
 }
 
+/**
+ * Busy CPU time of the whole machine in ms (/proc/stat: user, nice, system, irq, softirq, steal),
+ * or undefined off Linux. Spent by every process and kernel thread, so read it on a quiet machine:
+ * it counts what a spawn costs around the host too (init, the namespaces' teardown, kernel workers).
+ */
+function busyMs() {
+  try {
+    const f = fs.readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1).map(Number);
+    return ((f[0] + f[1] + f[2] + f[5] + f[6] + (f[7] || 0)) * 1000) / 100; // USER_HZ is 100
+  } catch {
+    return undefined;
+  }
+}
+
 const median = (xs) => {
   const s = [...xs].sort((a, b) => a - b);
   return s[Math.floor(s.length / 2)];
@@ -103,12 +117,18 @@ async function main() {
     for (const [, fn] of variants) await latencies(fn, file, args, 10);
     const lat = await interleaved(variants, file, args);
     const base = lat.get(variants[0][0]);
-    console.log('  variant                          median ms   ratio   seq/s   8-way/s');
+    // cpu ms: busy time of the whole machine per spawn over the sequential run (back to back,
+    // the CPU a spawn costs is what bounds its rate on a small machine).
+    console.log('  variant                          median ms   ratio   seq/s   8-way/s   cpu ms');
     for (const [name, fn] of variants) {
       const m = lat.get(name);
-      const seq = await throughput(fn, file, args, Math.min(N, 100), 1);
+      const nSeq = Math.min(N, 100);
+      const b0 = busyMs();
+      const seq = await throughput(fn, file, args, nSeq, 1);
+      const b1 = busyMs();
       const par = await throughput(fn, file, args, Math.min(N, 200), CONC);
-      console.log(`  ${name.padEnd(32)} ${m.toFixed(2).padStart(9)} ${(m / base).toFixed(2).padStart(7)} ${seq.toFixed(0).padStart(7)} ${par.toFixed(0).padStart(9)}`);
+      const cpu = b0 === undefined || b1 === undefined ? '-' : ((b1 - b0) / nSeq).toFixed(2);
+      console.log(`  ${name.padEnd(32)} ${m.toFixed(2).padStart(9)} ${(m / base).toFixed(2).padStart(7)} ${seq.toFixed(0).padStart(7)} ${par.toFixed(0).padStart(9)} ${cpu.padStart(8)}`);
     }
     if (file !== '/bin/true') continue;
     // A harness runs a model's commands one at a time, with time between them: the same spawns
