@@ -67,14 +67,15 @@ async function throughput(fn, file, args, n, conc) {
 }
 
 /**
- * Busy CPU time of the whole machine in ms (/proc/stat: user, nice, system, irq, softirq, steal),
- * or undefined off Linux. Spent by every process and kernel thread, so read it on a quiet machine:
- * it counts what a spawn costs around the host too (init, the namespaces' teardown, kernel workers).
+ * Busy CPU time of the whole machine in ms (/proc/stat: user, nice, system, irq, softirq; not
+ * steal, the hypervisor's), or undefined off Linux. Spent by every process and kernel thread, so
+ * read it on a quiet machine: it counts what a spawn costs around the host too (init, the
+ * namespaces' teardown, kernel workers).
  */
 function busyMs() {
   try {
     const f = fs.readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1).map(Number);
-    return ((f[0] + f[1] + f[2] + f[5] + f[6] + (f[7] || 0)) * 1000) / 100; // USER_HZ is 100
+    return ((f[0] + f[1] + f[2] + f[5] + f[6]) * 1000) / 100; // USER_HZ is 100
   } catch {
     return undefined;
   }
@@ -123,8 +124,13 @@ async function main() {
     for (const [name, fn] of variants) {
       const m = lat.get(name);
       const nSeq = Math.min(N, 100);
+      // Quiet before and after: the previous variant's 8-way burst ends (kernel workers tear its
+      // namespaces down after the exits), and this run's own tail is counted.
+      const settle = () => new Promise((r) => setTimeout(r, 300));
+      await settle();
       const b0 = busyMs();
       const seq = await throughput(fn, file, args, nSeq, 1);
+      await settle();
       const b1 = busyMs();
       const par = await throughput(fn, file, args, Math.min(N, 200), CONC);
       const cpu = b0 === undefined || b1 === undefined ? '-' : ((b1 - b0) / nSeq).toFixed(2);
