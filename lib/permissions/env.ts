@@ -96,7 +96,9 @@ export function isSecretEnvEntry(name: string, value: string): boolean {
  */
 export function withoutSecretEnv(env: Record<string, string | undefined>): Record<string, string> {
   const out: Record<string, string> = {};
-  for (const [k, v] of Object.entries(env)) {
+  // Keys, then each value: process.env has no cheaper way, and no [k, v] pairs are built.
+  for (const k of Object.keys(env)) {
+    const v = env[k];
     if (v !== undefined && !isSecretEntryMemo(k, v)) out[k] = v;
   }
   return out;
@@ -104,18 +106,17 @@ export function withoutSecretEnv(env: Record<string, string | undefined>): Recor
 
 /**
  * isSecretEnvEntry is pure, and the default env is the same process.env spawn after spawn: the
- * answer per (name, value) is kept (most of a spawn's env scrub was the pattern matching). The
- * key holds the value too, so a changed variable is judged afresh. Bounded: cleared when full.
+ * answer for a name is kept with the value it was given for (most of a spawn's env scrub was the
+ * pattern matching), and a changed value is judged afresh. Keyed by name, no string is built per
+ * variable. Bounded: cleared when full.
  */
-const secretMemo = new Map<string, boolean>();
+const secretMemo = new Map<string, { value: string; secret: boolean }>();
 function isSecretEntryMemo(name: string, value: string): boolean {
-  const key = `${name}=${value}`;
-  let secret = secretMemo.get(key);
-  if (secret === undefined) {
-    if (secretMemo.size >= 4096) secretMemo.clear();
-    secret = isSecretEnvEntry(name, value);
-    secretMemo.set(key, secret);
-  }
+  const known = secretMemo.get(name);
+  if (known !== undefined && known.value === value) return known.secret;
+  if (secretMemo.size >= 4096) secretMemo.clear();
+  const secret = isSecretEnvEntry(name, value);
+  secretMemo.set(name, { value, secret });
   return secret;
 }
 

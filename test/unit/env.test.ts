@@ -84,6 +84,17 @@ describe('withoutSecretEnv (the CLI default env)', () => {
   });
 });
 
+describe('withoutSecretEnv remembers answers per name only with their value', () => {
+  it('judges a variable afresh when its value changes between calls', () => {
+    const safe = 'https://mirror.example/simple';
+    const secret = 'https://user:pw@mirror.example/simple';
+    expect(withoutSecretEnv({ PIP_MIRROR: safe })).toEqual({ PIP_MIRROR: safe });
+    expect(withoutSecretEnv({ PIP_MIRROR: secret })).toEqual({});
+    expect(withoutSecretEnv({ PIP_MIRROR: safe })).toEqual({ PIP_MIRROR: safe });
+    expect(withoutSecretEnv({ PIP_MIRROR: secret, LANG: 'C' })).toEqual({ LANG: 'C' });
+  });
+});
+
 describe('secret scrubbing beyond *KEY*/*SECRET*/*TOKEN* (issue 10)', () => {
   it.each([
     'NPM_CONFIG__AUTH',
