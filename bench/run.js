@@ -97,6 +97,12 @@ async function main() {
     variants.push(['ours, isolated mode', oursSpawn(policy('isolated'), ws)]);
     variants.push(['ours, isolated, network proxy', oursSpawn(policy('isolated', viaProxy), ws, proxy)]);
   }
+  if (p.features.isolatedMode) {
+    // A terminal made inside the sandbox (`pty`), as an agent's interactive shell gets; Node's own
+    // spawn above has none, so this row says what the terminal adds, not a like-for-like ratio.
+    const ptyOpts = { pty: { cols: 80, rows: 24 }, policy: policy('isolated'), cwd: ws };
+    variants.push(['ours, isolated, pty inside', (file, args) => spawn(file, args, ptyOpts).exited]);
+  }
   if (p.features.landlockMode) {
     variants.push(['ours, landlock mode', oursSpawn(policy('landlock'), ws)]);
     variants.push(['ours, landlock, network proxy', oursSpawn(policy('landlock', viaProxy), ws, proxy)]);
