@@ -92,6 +92,17 @@ function loopbackPorts(state: '0A' | '01', any = false): number[] {
   return ports;
 }
 
+/** An HTTP server on 127.0.0.1 that answers "hi" and records every path it was asked for. */
+async function loopbackServer(): Promise<{ hits: string[]; server: http.Server; port: number }> {
+  const hits: string[] = [];
+  const server = http.createServer((q, r) => {
+    hits.push(q.url ?? '');
+    r.end('hi');
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return { hits, server, port: (server.address() as AddressInfo).port };
+}
+
 /** This process's Landlock-mode TMPDIRs that exist now. */
 function ourTmpDirs(pid = process.pid): string[] {
   return fs.readdirSync(os.tmpdir()).filter((n) => n.startsWith(`process-sandbox-tmp-${pid}-`));
@@ -356,13 +367,7 @@ describe.each(MODES)('$name mode: a sandbox prepared ahead', ({ name: mode, skip
   });
 
   it('serves network-proxy spawns: each reaches the proxy on its own port, and nothing directly', async () => {
-    const hits: string[] = [];
-    const server = http.createServer((q, r) => {
-      hits.push(q.url ?? '');
-      r.end('hi');
-    });
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-    const port = (server.address() as AddressInfo).port;
+    const { hits, server, port } = await loopbackServer();
     const sockets = socketFds();
     try {
       const policy = modePolicy(mode, { filesystem: { write: [scene.ws] }, network: { proxy: { allow: ['127.0.0.1'] } } });
@@ -414,13 +419,7 @@ describe.each(MODES)('$name mode: a sandbox prepared ahead', ({ name: mode, skip
   });
 
   it.skipIf(mode !== 'landlock')('drops what another local process queued on a waiting spare\'s proxy listener, rather than serve it as the run\'s', async () => {
-    const hits: string[] = [];
-    const server = http.createServer((q, r) => {
-      hits.push(q.url ?? '');
-      r.end('hi');
-    });
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-    const port = (server.address() as AddressInfo).port;
+    const { hits, server, port } = await loopbackServer();
     let stranger: ReturnType<typeof spawnChild> | undefined;
     try {
       const policy = modePolicy(mode, { filesystem: { write: [scene.ws] }, network: { proxy: { allow: ['127.0.0.1'] } } });
