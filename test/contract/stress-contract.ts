@@ -41,15 +41,19 @@ export function defineStressContract(mode: RunMode): void {
     });
 
     it('1000 sequential spawns leak no fd and leave no zombie', { timeout: 300_000 }, async () => {
-      // Warm up: the first spawn loads the addon and creates lazily made handles.
+      // Warm up: the first spawn loads the addon and creates lazily made handles. A sandbox being
+      // prepared ahead holds a few fds (its cgroup's files among them) until it is ready: counts
+      // are taken once no preparation is under way, at the start and at the end alike.
       await run('true', [], opts());
       await noZombies();
+      await waitFor(sparesSettled, 'the sandbox prepared ahead to be ready');
       const fds0 = openFdCount();
       for (let i = 0; i < 1000; i++) {
         const r = await run('true', [], opts());
         if (r.code !== 0) throw new Error(`spawn ${i} exited with ${r.code}/${r.signal}`);
       }
       await noZombies();
+      await waitFor(sparesSettled, 'the sandbox prepared ahead to be ready');
       // Small slack for handles Node itself opens lazily; a per-spawn leak would show up as ~1000.
       // On a loaded machine the last exits' handles may close a few loop turns after the reaping:
       // wait for that, bounded (a leak never settles).
