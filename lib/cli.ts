@@ -19,6 +19,7 @@ import * as path from 'node:path';
 import { SandboxError, exitStatusForError } from './errors';
 import { probe, spawn, type AuditEvent, type SandboxPolicy } from './index';
 import { withoutSecretEnv } from './permissions';
+import { apparmorProfile } from './platform/linux-apparmor';
 
 const RUN_USAGE = `Usage: process-sandbox run [options] [--] <command> [args...]
 
@@ -55,6 +56,14 @@ available, 1 when nothing can be enforced.
   --json                 the full report as JSON on stdout
 `;
 
+const APPARMOR_USAGE = `Usage: process-sandbox apparmor-profile [--node <path>]
+
+Prints an AppArmor profile that lets the Node binary in use (or <path>) create user namespaces,
+so isolated mode works where kernel.apparmor_restrict_unprivileged_userns=1 (Ubuntu 23.10 and
+later). Its first lines say how to install it. It grants that right to every script the binary runs.
+  --node <path>          the Node binary to write it for (default: this one, symlinks resolved)
+`;
+
 interface Subcommand {
   summary: string;
   usage: string;
@@ -67,6 +76,11 @@ const execServerCli = () => require('./exec-server/cli') as typeof import('./exe
 const COMMANDS: Record<string, Subcommand> = {
   run: { summary: 'run a command inside the sandbox', usage: RUN_USAGE, main: (argv) => cmdRun(argv) },
   probe: { summary: 'report what this host can enforce', usage: PROBE_USAGE, main: (argv) => cmdProbe(argv) },
+  'apparmor-profile': {
+    summary: "print an AppArmor profile that lets this Node binary use user namespaces (Ubuntu's restriction)",
+    usage: APPARMOR_USAGE,
+    main: (argv) => cmdApparmorProfile(argv),
+  },
   'exec-server': {
     summary: 'serve Codex exec-server JSON-RPC over stdio or WebSocket',
     get usage() {
@@ -87,6 +101,7 @@ function usage(): string {
     'process-sandbox run [options] [--] <command> [args...]',
     'process-sandbox probe [--json]',
     'process-sandbox exec-server --listen stdio|ws://IP:PORT [options]',
+    'process-sandbox apparmor-profile [--node <path>]',
     "Run 'process-sandbox <command> --help' for a command's options; --version prints the version.",
     '',
   ].join('\n');
@@ -441,6 +456,34 @@ function cmdProbe(argv: string[]): number {
     for (const [k, v] of Object.entries(report.features)) if (v !== undefined) process.stdout.write(`${k}: ${typeof v === 'object' ? JSON.stringify(v) : v}\n`);
   }
   return report.defaultMode ? 0 : 1;
+}
+
+function cmdApparmorProfile(argv: string[]): number {
+  let node = process.execPath;
+  for (let i = 0; i < argv.length; i++) {
+    const f = argv[i];
+    if (f === '--help' || f === '-h') {
+      process.stdout.write(APPARMOR_USAGE);
+      return 0;
+    }
+    if (f === '--node' || f.startsWith('--node=')) {
+      const v = f === '--node' ? argv[++i] : f.slice('--node='.length);
+      if (v === undefined || v === '') return usageFail(new UsageError('--node needs a path', 'apparmor-profile'));
+      node = v;
+    } else return usageFail(new UsageError(`unknown option: ${f}`, 'apparmor-profile'));
+  }
+  let real: string;
+  try {
+    real = fs.realpathSync(node); // AppArmor attaches a profile to the executable's real path
+  } catch (e) {
+    return usageFail(new UsageError(`--node ${node}: ${(e as NodeJS.ErrnoException).code ?? String(e)}`, 'apparmor-profile'));
+  }
+  try {
+    process.stdout.write(apparmorProfile(real));
+  } catch (e) {
+    return usageFail(new UsageError((e as Error).message, 'apparmor-profile'));
+  }
+  return 0;
 }
 
 export async function main(argv: string[]): Promise<number> {

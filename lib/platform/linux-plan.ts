@@ -11,6 +11,7 @@ import type { LinuxMountOp, LinuxNativePlan, LinuxProbe } from '../native';
 import { STARTUP_FILES } from '../permissions/resolve';
 import { cachedWalk } from '../permissions/walk-cache';
 import type { ResolvedRules } from '../rules';
+import { apparmorHint, apparmorRestrictsUserns } from './linux-apparmor';
 
 /** Mirrors native/linux/spawn_linux.h MountOpKind (append only). */
 export const MountKind = {
@@ -184,13 +185,18 @@ export const LANDLOCK_INHERENT_GAPS = [
 ];
 
 export function chooseLinuxMode(rules: ResolvedRules, probe: LinuxProbe): 'isolated' | 'landlock' {
+  // Under Ubuntu's AppArmor restriction the namespace itself can be made and only its mounts fail
+  // (the probe's EPERM): "unavailable (errno 1)" would send the user to the wrong sysctl.
+  const why = () => (apparmorRestrictsUserns() ? apparmorHint() : `unprivileged user namespaces are unavailable here (errno ${-probe.userns})`);
   if (rules.mode === 'isolated') {
     if (probe.userns !== 0) {
       throw new SandboxError(
         'EUSERNS_UNAVAILABLE',
-        `isolated mode needs unprivileged user namespaces, which this host refuses (errno ${-probe.userns}); ` +
-          `enable them (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces>0, or AppArmor's ` +
-          `kernel.apparmor_restrict_unprivileged_userns=0) or use mode 'landlock' with degraded: true`,
+        apparmorRestrictsUserns()
+          ? `isolated mode needs unprivileged user namespaces: ${why()}; or use mode 'landlock' with degraded: true`
+          : `isolated mode needs unprivileged user namespaces, which this host refuses (errno ${-probe.userns}); ` +
+              `enable them (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces>0, or AppArmor's ` +
+              `kernel.apparmor_restrict_unprivileged_userns=0) or use mode 'landlock' with degraded: true`,
         { errno: -probe.userns },
       );
     }
@@ -201,7 +207,7 @@ export function chooseLinuxMode(rules: ResolvedRules, probe: LinuxProbe): 'isola
   if (!rules.degraded) {
     throw new SandboxError(
       'EUSERNS_UNAVAILABLE',
-      `unprivileged user namespaces are unavailable here (errno ${-probe.userns}), and the Landlock fallback ` +
+      `${why()}, and the Landlock fallback ` +
         `cannot enforce everything (${LANDLOCK_INHERENT_GAPS.join('; ')}); pass degraded: true (CLI --degraded) ` +
         `to accept Landlock mode, or enable user namespaces`,
       { errno: -probe.userns },

@@ -1,0 +1,72 @@
+/**
+ * Ubuntu's restriction on unprivileged user namespaces (23.10 and later, on by default in 24.04):
+ * with `kernel.apparmor_restrict_unprivileged_userns=1`, an unconfined process may create a user
+ * namespace, but AppArmor moves it into a profile that holds no capabilities there, so the mounts
+ * isolated mode makes inside fail (the probe sees EPERM) and auto mode falls back to Landlock mode.
+ * Ubuntu lets chosen programs (bwrap, browsers) keep the old behaviour through a profile that
+ * grants `userns`; Node has none. `process-sandbox apparmor-profile` prints such a profile for the
+ * Node binary in use, and refusals name the sysctl and that command instead of a bare errno.
+ *
+ * What the profile grants: every program run by that Node binary (not only this package) may make
+ * user namespaces with capabilities inside them, as on a host without the restriction. It is the
+ * trade Ubuntu makes for bwrap and Chrome; an operator who will not make it keeps Landlock mode.
+ */
+import * as fs from 'node:fs';
+
+const SYSCTL = '/proc/sys/kernel/apparmor_restrict_unprivileged_userns';
+
+/** Whether AppArmor restricts unprivileged user namespaces on this host (the sysctl reads 1). */
+export function apparmorRestrictsUserns(sysctl = SYSCTL): boolean {
+  try {
+    return fs.readFileSync(sysctl, 'utf8').trim() === '1';
+  } catch {
+    return false; // no AppArmor, or not Ubuntu's patch: nothing restricts user namespaces this way
+  }
+}
+
+/** The clause refusals add when the restriction is on: what it is and the two ways out. */
+export function apparmorHint(): string {
+  return (
+    "AppArmor restricts unprivileged user namespaces here (kernel.apparmor_restrict_unprivileged_userns=1: " +
+    'a namespace can be made but holds no capabilities, so its mounts fail); ' +
+    "run 'process-sandbox apparmor-profile' for a profile that lets this Node binary use them, " +
+    'or set the sysctl to 0'
+  );
+}
+
+/** A file name AppArmor accepts for a profile attached to `binary`. */
+function profileName(binary: string): string {
+  return 'process-sandbox-' + binary.replace(/^\/+/, '').replace(/[^A-Za-z0-9_.-]+/g, '.');
+}
+
+/**
+ * The profile text for `binary` (a real path: AppArmor attaches by the executable's path after
+ * symlinks), with the commands that install it as comments at its top, so the whole output can be
+ * piped into the file it names.
+ */
+export function apparmorProfile(binary: string): string {
+  if (!binary.startsWith('/') || /[\s"#,{}]/.test(binary)) {
+    throw new Error(`cannot write an AppArmor profile for ${JSON.stringify(binary)}: the path must be absolute, without spaces, quotes, '#', ',' or braces`);
+  }
+  const name = profileName(binary);
+  const file = `/etc/apparmor.d/${name}`;
+  return [
+    `# AppArmor profile: lets ${binary} create user namespaces with capabilities inside them,`,
+    "# so process-sandbox's isolated mode works under kernel.apparmor_restrict_unprivileged_userns=1",
+    '# (Ubuntu 23.10 and later). It confines nothing else (flags=(unconfined)), as the profiles',
+    '# Ubuntu ships for bwrap and browsers. Every script this Node binary runs gets the same right.',
+    '# Install (as root), then check that `process-sandbox probe` says "default mode: isolated":',
+    `#   process-sandbox apparmor-profile | sudo tee ${file} >/dev/null`,
+    `#   sudo apparmor_parser -r ${file}`,
+    `# Remove: sudo apparmor_parser -R ${file} && sudo rm ${file}`,
+    'abi <abi/4.0>,',
+    'include <tunables/global>',
+    '',
+    `profile ${name} ${binary} flags=(unconfined) {`,
+    '  userns,',
+    '',
+    `  include if exists <local/${name}>`,
+    '}',
+    '',
+  ].join('\n');
+}

@@ -1,0 +1,61 @@
+/** Ubuntu's AppArmor restriction on user namespaces: the profile we print and the hint refusals give. */
+import { spawnSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { apparmorHint, apparmorProfile, apparmorRestrictsUserns } from '../../lib/platform/linux-apparmor';
+
+const CLI = path.join(__dirname, '..', '..', 'dist', 'cli.js');
+
+describe('apparmor-profile', () => {
+  it('grants userns to exactly the binary named, unconfined otherwise, with install steps as comments', () => {
+    const text = apparmorProfile('/opt/node-v20/bin/node');
+    const rules = text.split('\n').filter((l) => !l.startsWith('#'));
+    expect(rules).toContain('profile process-sandbox-opt.node-v20.bin.node /opt/node-v20/bin/node flags=(unconfined) {');
+    expect(rules).toContain('  userns,');
+    expect(rules[0]).toBe('abi <abi/4.0>,');
+    // Nothing but comments before the preamble: the whole output can go into the file it names.
+    expect(text).toMatch(/^(#[^\n]*\n)+abi /);
+    expect(text).toContain('sudo apparmor_parser -r /etc/apparmor.d/process-sandbox-opt.node-v20.bin.node');
+  });
+
+  it('refuses a path AppArmor would read differently (relative, spaces, rule syntax)', () => {
+    for (const bad of ['node', '/opt/my node/bin/node', '/opt/x,y/node', '/opt/{a}/node']) {
+      expect(() => apparmorProfile(bad), bad).toThrow(/must be absolute/);
+    }
+  });
+
+  it('the CLI writes it for the running Node by its real path, and refuses a missing --node (125)', () => {
+    const ok = spawnSync(process.execPath, [CLI, 'apparmor-profile'], { encoding: 'utf8' });
+    expect(ok.status).toBe(0);
+    expect(ok.stdout).toContain(` ${fs.realpathSync(process.execPath)} flags=(unconfined) {`);
+    const eq = spawnSync(process.execPath, [CLI, 'apparmor-profile', `--node=${process.execPath}`], { encoding: 'utf8' });
+    expect(eq.stdout).toBe(ok.stdout);
+    const bad = spawnSync(process.execPath, [CLI, 'apparmor-profile', '--node', '/nonexistent/node'], { encoding: 'utf8' });
+    expect(bad.status).toBe(125);
+    expect(bad.stdout).toBe('');
+    expect(bad.stderr).toMatch(/--node \/nonexistent\/node: ENOENT/);
+  });
+});
+
+describe('the restriction is named when it is on', () => {
+  it('reads the sysctl: 1 is on; 0 or absent is off', () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'psb-aa-'));
+    try {
+      fs.writeFileSync(path.join(dir, 'on'), '1\n');
+      fs.writeFileSync(path.join(dir, 'off'), '0\n');
+      expect(apparmorRestrictsUserns(path.join(dir, 'on'))).toBe(true);
+      expect(apparmorRestrictsUserns(path.join(dir, 'off'))).toBe(false);
+      expect(apparmorRestrictsUserns(path.join(dir, 'absent'))).toBe(false);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('the hint names the sysctl and both ways out', () => {
+    expect(apparmorHint()).toMatch(/kernel\.apparmor_restrict_unprivileged_userns=1/);
+    expect(apparmorHint()).toMatch(/process-sandbox apparmor-profile/);
+    expect(apparmorHint()).toMatch(/set the sysctl to 0/);
+  });
+});
