@@ -254,7 +254,7 @@ function fileState(p: string): { mode: number; mtimeMs: number; ctimeMs: number;
 
 /** Errnos that show a file-system ioctl got past the filter (supported: EINVAL; not: the others). */
 const FS_REACHED = ['EINVAL', 'EOPNOTSUPP', 'ENOTTY'];
-const FS_IOCTLS = ['verity', 'encrypt-policy', 'add-key', 'remove-key', 'remove-key-all'];
+const FS_IOCTLS = ['verity', 'verity-high', 'encrypt-policy', 'add-key', 'remove-key', 'remove-key-all'];
 
 // ---- the cases ---------------------------------------------------------------------------------
 
@@ -545,6 +545,12 @@ describe.runIf(isLinux)('seccomp filter', () => {
             expect(nonBlockingWriteOpen(host)).toBeNull();
           });
           expect(fs.readFileSync(host, 'utf8')).toBe('host data\n');
+        });
+
+        it('F_SETLEASE with the high word of cmd set (the kernel reads the low 32 bits) -> EPERM', async () => {
+          // Control: the kernel takes it as F_SETLEASE (the probe exits, and the lease with it).
+          expectAllowed(await control(['setlease-high', host]), 'control');
+          expectDenied(await probe(policy, ['setlease-high', host]), 'EPERM', 'sandboxed');
         });
 
         it('F_SETDELEG (the same lease machinery, Linux 6.19+) -> EPERM', async () => {
