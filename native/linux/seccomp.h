@@ -48,7 +48,13 @@
 //     would be shared with the host (PROC-16);
 //   - in Landlock mode, file attribute flags (FS_IOC_SETFLAGS, FS_IOC_FSSETXATTR, file_setattr:
 //     chattr's append-only, nodump, project ids), which Landlock does not govern either (FS-14);
-//     the other metadata calls go to the supervisor (notify_metadata).
+//     the other metadata calls go to the supervisor (notify_metadata);
+//   - in both modes, the ioctls that change a file or directory for good from a read-only fd
+//     (FS_IOC_ENABLE_VERITY, FS_IOC_SET_ENCRYPTION_POLICY) and the fscrypt key ioctls (keyring
+//     operations on the file system's keyring), on the low 32 bits (FS-14, PROC-15);
+//   - in both modes, fcntl F_SETLEASE and F_SETDELEG (cmd on its low 32 bits): a lease on any
+//     file the uid owns holds up host writers. Locks (flock, POSIX, OFD) are allowed and bounded
+//     by teardown instead; seccomp_table.h says why.
 // Denials return EPERM, except clone3 (ENOSYS).
 // Left allowed on purpose: socketpair(AF_UNIX) stream IPC, send*/recv* on connected sockets and
 // setsockopt/getsockopt (asyncio, libuv, Chromium and Bun need them); memfd_create + execveat

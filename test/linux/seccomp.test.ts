@@ -19,7 +19,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-import { run } from '../../lib/index';
+import { run, spawn as sandboxSpawn } from '../../lib/index';
 import type { SandboxPolicy } from '../../lib/policy-types';
 import { caps, MODES, modePolicy, type LinuxMode } from '../helpers/capabilities';
 import { parseTrySyscall, trySyscallPath, TRY_SYSCALL_EXIT } from '../helpers/try-syscall';
@@ -198,6 +198,63 @@ async function countUnixArrivals(
   }
   return Number(out.replace('ready', '').trim());
 }
+
+// ---- host files: leases, locks, file-system ioctls ---------------------------------------------
+
+/**
+ * Runs `args` with "hold" (the probe keeps what it took until stdin closes), calls `during` with its
+ * RESULT while it holds, then ends it and waits until the run is over (torn down, streams closed).
+ */
+async function holding(
+  policy: SandboxPolicy | null,
+  args: string[],
+  during: (r: ReturnType<typeof parseTrySyscall>, out: string) => Promise<void> | void,
+): Promise<void> {
+  const child = sandboxSpawn(trySyscallPath(), [...args, 'hold'], {
+    cwd: '/',
+    env: { PATH: process.env.PATH ?? '/usr/bin:/bin' },
+    policy,
+  });
+  const closed = new Promise<void>((resolve) => child.once('close', () => resolve()));
+  let out = '';
+  child.stdout!.setEncoding('utf8');
+  child.stderr!.on('data', (c) => {
+    out += String(c);
+  });
+  const line = await new Promise<string>((resolve, reject) => {
+    child.stdout!.on('data', (c: string) => {
+      out += c;
+      if (out.includes('\n')) resolve(out);
+    });
+    child.exited.then(() => resolve(out), reject);
+  });
+  try {
+    await during(parseTrySyscall(line), line);
+  } finally {
+    child.stdin!.end();
+    await child.exited;
+    await closed;
+  }
+}
+
+/** A host writer's open that must not wait for a lease holder: null when it opened, else the code. */
+function nonBlockingWriteOpen(file: string): string | null {
+  try {
+    fs.closeSync(fs.openSync(file, fs.constants.O_WRONLY | fs.constants.O_NONBLOCK));
+    return null;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code ?? 'unknown';
+  }
+}
+
+function fileState(p: string): { mode: number; mtimeMs: number; ctimeMs: number; content: string } {
+  const st = fs.statSync(p);
+  return { mode: st.mode, mtimeMs: st.mtimeMs, ctimeMs: st.ctimeMs, content: st.isFile() ? fs.readFileSync(p, 'utf8') : '' };
+}
+
+/** Errnos that show a file-system ioctl got past the filter (supported: EINVAL; not: the others). */
+const FS_REACHED = ['EINVAL', 'EOPNOTSUPP', 'ENOTTY'];
+const FS_IOCTLS = ['verity', 'verity-high', 'encrypt-policy', 'add-key', 'remove-key', 'remove-key-all'];
 
 // ---- the cases ---------------------------------------------------------------------------------
 
@@ -453,6 +510,97 @@ describe.runIf(isLinux)('seccomp filter', () => {
         it('PROC-09: clone3 stays ENOSYS', async () => {
           expectDenied(await probe(policy, ['clone3']), 'ENOSYS', 'sandboxed');
         });
+      });
+
+      describe('host files: leases, locks and file-system ioctls', () => {
+        const policy = policyFor(mode, 'none');
+        let dir = '';
+        let host = '';
+        let emptyDir = '';
+        let ws = '';
+        beforeAll(() => {
+          dir = fs.mkdtempSync(path.join(os.tmpdir(), 'psb-seccomp-files-'));
+          fs.chmodSync(dir, 0o755);
+          host = path.join(dir, 'host.txt');
+          fs.writeFileSync(host, 'host data\n', { mode: 0o644 });
+          emptyDir = path.join(dir, 'empty');
+          fs.mkdirSync(emptyDir, { mode: 0o755 });
+          ws = path.join(dir, 'ws');
+          fs.mkdirSync(ws, { mode: 0o755 });
+        });
+        afterAll(() => {
+          fs.rmSync(dir, { recursive: true, force: true });
+        });
+
+        it('F_SETLEASE on a readable host file the uid owns -> EPERM, and a host writer is not held up', async () => {
+          // Control, unsandboxed: the lease is taken and a non-blocking write-open fails while it is held.
+          await holding(null, ['setlease', host], (r, out) => {
+            expect(r, out).toEqual(expect.objectContaining({ ok: true, reached: false }));
+            expect(nonBlockingWriteOpen(host)).toBe('EAGAIN');
+          });
+          expect(nonBlockingWriteOpen(host)).toBeNull();
+          // Sandboxed: refused by the filter, and the same open works while the command still runs.
+          await holding(policy, ['setlease', host], (r, out) => {
+            expect(r, out).toEqual(expect.objectContaining({ ok: false, errno: 'EPERM' }));
+            expect(nonBlockingWriteOpen(host)).toBeNull();
+          });
+          expect(fs.readFileSync(host, 'utf8')).toBe('host data\n');
+        });
+
+        it('F_SETLEASE with the high word of cmd set (the kernel reads the low 32 bits) -> EPERM', async () => {
+          // Control: the kernel takes it as F_SETLEASE (the probe exits, and the lease with it).
+          expectAllowed(await control(['setlease-high', host]), 'control');
+          expectDenied(await probe(policy, ['setlease-high', host]), 'EPERM', 'sandboxed');
+        });
+
+        it('F_SETDELEG (the same lease machinery, Linux 6.19+) -> EPERM', async () => {
+          const ctl = await control(['setdeleg', host]);
+          expect(ctl.result?.ok, `control: ${ctl.stdout}`).toBe(true);
+          expectDenied(await probe(policy, ['setdeleg', host]), 'EPERM', 'sandboxed');
+        });
+
+        it('keeps working: F_GETFL and F_GETLEASE on a host file, every lock kind in a writable root', async () => {
+          expectAllowed(await probe(policy, ['fcntl-getfl', host]), 'sandboxed fcntl');
+          const wsPolicy = modePolicy(mode, { network: 'none', filesystem: { tmp: 'none', write: [ws] } });
+          const lockFile = path.join(ws, `lock-${mode}`);
+          expectAllowed(await probe(wsPolicy, ['lock-all', lockFile]), 'sandboxed locks in the workspace');
+          expect(fs.existsSync(lockFile)).toBe(true);
+        });
+
+        // Locks are bounded, not refused (see kFSetLease in native/linux/seccomp_table.h): a
+        // read-only fd may lock a host file, the lock holds while the run lives, and teardown ends
+        // it, daemons included.
+        it('locks a run takes on a host file from read-only fds end with the run', async () => {
+          const kinds = ['flock', 'posix', 'ofd'];
+          for (const k of kinds) expectAllowed(await control(['lock-try', k, host]), `control ${k} before`);
+          await holding(policy, ['lock-hold', host], async (r, out) => {
+            expect(r, out).toEqual(expect.objectContaining({ ok: true }));
+            // The accepted residual: while the run lives, a host tool that locks this file is held up.
+            for (const k of kinds) {
+              const t = await probe(null, ['lock-try', k, host]);
+              expect(t.result, `${k} while the run lives: ${t.stdout}`).toEqual(expect.objectContaining({ ok: false, errno: 'EAGAIN' }));
+            }
+          });
+          // The run is over: its setsid daemon that kept the flock and the OFD lock is gone too.
+          for (const k of kinds) {
+            const t = await probe(null, ['lock-try', k, host]);
+            expect(t.result, `${k} after the run: ${t.stdout}`).toEqual(expect.objectContaining({ ok: true }));
+          }
+        });
+
+        for (const which of FS_IOCTLS) {
+          it(`FS-14: ${which} ioctl on a host ${which === 'encrypt-policy' ? 'directory' : 'file'} the uid owns -> EPERM`, async () => {
+            const target = which === 'encrypt-policy' ? emptyDir : host;
+            const before = fileState(target);
+            // Control: past the filter the file system answers (EINVAL, or EOPNOTSUPP/ENOTTY where it
+            // lacks the feature), never EPERM; the bad argument makes sure nothing changes.
+            const ctl = await control(['ioctl-fs', which, target]);
+            expect(ctl.result?.reached, `control: ${ctl.stdout}`).toBe(true);
+            expect(FS_REACHED).toContain(ctl.result?.errno);
+            expectDenied(await probe(policy, ['ioctl-fs', which, target]), 'EPERM', 'sandboxed');
+            expect(fileState(target)).toEqual(before);
+          });
+        }
       });
 
       it.todo(`${mode}: network proxy (AF_INET stream only, listen() and MSG_FASTOPEN refused in landlock mode) — tested with the proxy issue`);
