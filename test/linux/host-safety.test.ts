@@ -481,6 +481,7 @@ for i in range(1200):
 open('f', 'w').write('x')
 print('DEEP', 5 * (i + 1))
 "
+cd / && chmod 000 "$T" && echo TOP=000
 `;
 
   describe.each(MODES)('$name mode', ({ name: mode, skip }) => {
@@ -511,6 +512,7 @@ print('DEEP', 5 * (i + 1))
         // directory's path (5 bytes a level) was past PATH_MAX.
         expect(host.stdout).toMatch(/^LINKMODE=600$/m);
         expect(Number(/^DEEP (\d+)$/m.exec(host.stdout)?.[1])).toBeGreaterThan(4096);
+        expect(host.stdout).toMatch(/^TOP=000$/m); // the temp dir itself, too
         const tmpdir = /^TMPDIR=(\S+)$/m.exec(host.stdout)![1]!;
         if (mode === 'landlock') {
           // From outside: the host's copy of the tree is gone, nothing else was made beside it.
@@ -527,6 +529,28 @@ print('DEEP', 5 * (i + 1))
         scene.cleanup();
       }
     });
+  });
+
+  // macOS's private tmp dir is removed the same way from its exit path (plain fs calls there):
+  // checked here on Linux, where an unprivileged uid cannot list a chmod 000 directory either.
+  it('HS-11: the macOS private tmp dir removal fixes modes, never follows a symlink and never throws', async () => {
+    const { makePrivateTmpDir } = await import('../../lib/platform/darwin');
+    const scene = makeScene('hs11-darwin');
+    try {
+      const hostFile = path.join(scene.out, 'owner-only.txt');
+      fs.writeFileSync(hostFile, 'keep', { mode: 0o600 });
+      fs.chmodSync(hostFile, 0o600);
+      const tmp = makePrivateTmpDir(scene.root);
+      fs.mkdirSync(path.join(tmp.path, 'a', 'b'), { recursive: true });
+      fs.writeFileSync(path.join(tmp.path, 'a', 'b', 'f'), 'x');
+      fs.symlinkSync(hostFile, path.join(tmp.path, 'link'));
+      for (const p of ['a/b/f', 'a/b', 'a']) fs.chmodSync(path.join(tmp.path, p), 0);
+      expect(() => tmp.remove()).not.toThrow();
+      expect(fs.existsSync(tmp.path)).toBe(false);
+      expect(fs.statSync(hostFile).mode & 0o7777).toBe(0o600);
+    } finally {
+      scene.cleanup();
+    }
   });
 
   describe.skipIf(MODES[1]!.skip)('Landlock mode', () => {
