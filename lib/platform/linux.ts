@@ -63,15 +63,49 @@ function removeTmpDir(native: NativeBinding, dir: string): string | null {
   return left;
 }
 
+type Removal = { left: number; error: string; path: string };
+const leftText = (dir: string, r: Removal): string | null =>
+  r.left === 0 ? null : `${dir}: ${r.left} entr${r.left === 1 ? 'y' : 'ies'} could not be removed (first: ${r.path || '.'}: ${r.error})`;
+
 function removeTree(native: NativeBinding, dir: string): string | null {
   try {
     let r = native.removeTree!(path.dirname(dir), path.basename(dir));
     if (r.left > 0) r = native.removeTree!(path.dirname(dir), path.basename(dir));
-    if (r.left === 0) return null;
-    return `${dir}: ${r.left} entr${r.left === 1 ? 'y' : 'ies'} could not be removed (first: ${r.path || '.'}: ${r.error})`;
+    return leftText(dir, r);
   } catch (e) {
     return `${dir}: ${String((e as Error)?.message ?? e)}`;
   }
+}
+
+/**
+ * removeTmpDir for the exit path: a tree the command filled (thousands of files take most of a
+ * second) is removed on the thread pool; the exit is still delivered only once it is gone.
+ */
+function removeTmpDirAfterRun(native: NativeBinding, dir: string): Promise<string | null> {
+  if (!native.removeTreeAsync) return Promise.resolve(removeTmpDir(native, dir));
+  // The common case as in removeTmpDir: one rmdir, the inode freed on the pool.
+  let fd: number | undefined;
+  try {
+    fd = fs.openSync(dir, fs.constants.O_RDONLY | fs.constants.O_DIRECTORY | fs.constants.O_NOFOLLOW);
+  } catch {
+    // not there, or unreadable: rmdir/removeTreeAsync below decide
+  }
+  let gone = false;
+  try {
+    fs.rmdirSync(dir);
+    gone = true;
+  } catch (e) {
+    gone = (e as NodeJS.ErrnoException).code === 'ENOENT';
+  }
+  if (fd !== undefined) native.closeOnPool!(fd);
+  if (gone) return Promise.resolve(null);
+  return new Promise((resolve) => {
+    try {
+      native.removeTreeAsync!(path.dirname(dir), path.basename(dir), (r) => resolve(leftText(dir, r)));
+    } catch (e) {
+      resolve(`${dir}: ${String((e as Error)?.message ?? e)}`);
+    }
+  });
 }
 
 /** Reports what cleanup left behind without throwing: a process warning (an 'error'-free event). */
@@ -630,7 +664,7 @@ export function createLinuxBackend(native: NativeBinding): Backend {
         held = [];
         if (tmpDir) {
           stopTmpWatch?.();
-          const left = removeTmpDir(native, tmpDir);
+          const left = await removeTmpDirAfterRun(native, tmpDir);
           if (left) cleanupLeft.push(left);
         }
         if (proxy) {

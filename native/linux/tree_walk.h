@@ -42,7 +42,7 @@ struct TreeUsage {
 // `max_bytes` is passed (the caller's limit is over either way).
 void MeasureTree(const char* path, uint64_t max_inodes, uint64_t max_bytes, TreeUsage* out);
 
-// native.removeTree and native.measureTree (the latter on the thread pool).
+// native.removeTree, native.removeTreeAsync and native.measureTree (the last two on the thread pool).
 void RegisterTreeWalk(Napi::Env env, Napi::Object exports);
 
 }  // namespace psb
