@@ -122,6 +122,13 @@ export interface RunResult<T = string> {
   maxBufferExceeded: boolean;
   /** run() stopped the tree (one of the three above). */
   killed: boolean;
+  /**
+   * The backend stopped the tree because the run passed a limit it checks from outside (Linux
+   * Landlock mode: limits.tmpBytes on the per-run TMPDIR). `killed` stays false: run() did not.
+   */
+  limitExceeded?: { limit: 'tmpBytes'; message: string };
+  /** What the host could not remove after the run (also emitted as a PSB_CLEANUP process warning). */
+  cleanupLeft?: string[];
   /** Heuristic: the failure looks like a sandbox denial (see isLikelySandboxDenied). */
   sandboxDenied: boolean;
   enforcement: EnforcementReport;
@@ -518,6 +525,8 @@ export function run(command: string, args?: readonly string[], options: RunOptio
           aborted: stopped === 'abort',
           maxBufferExceeded: stopped === 'maxBuffer',
           killed: stopped !== null,
+          ...(info.limitExceeded ? { limitExceeded: info.limitExceeded } : {}),
+          ...(info.cleanupLeft ? { cleanupLeft: info.cleanupLeft } : {}),
           sandboxDenied: isLikelySandboxDenied(sandboxType, code, sig, out.toString('utf8') + err.toString('utf8')),
           enforcement: child.enforcement,
         };
@@ -543,7 +552,11 @@ function runFailure(
   if (stopped === 'timeout') return new SandboxError('ETIMEDOUT', `${command} timed out after ${timeout} ms; the process tree was stopped`, { detail });
   if (stopped === 'abort') return new SandboxError('EABORTED', `${command} was aborted; the process tree was stopped`, { detail });
   if (stopped === 'maxBuffer') return new SandboxError('EMAXBUFFER', `${command}: output exceeded maxBuffer (${maxBuffer} bytes); the process tree was stopped`, { detail });
-  const how = result.signal ? `was killed by ${result.signal}` : `exited with code ${result.code}`;
+  const how = result.limitExceeded
+    ? `was stopped: ${result.limitExceeded.message}`
+    : result.signal
+      ? `was killed by ${result.signal}`
+      : `exited with code ${result.code}`;
   return new SandboxError('ECOMMAND_FAILED', `${command} ${how}`, { detail });
 }
 

@@ -30,6 +30,7 @@
 #include "relay.h"
 #include "seccomp.h"
 #include "spawn_linux.h"
+#include "tree_walk.h"
 
 namespace psb {
 namespace {
@@ -949,6 +950,7 @@ void InitPlatform(Napi::Env env, Napi::Object exports) {
   exports.Set("dirWatchPoll", Napi::Function::New(env, DirWatchPollJs, "dirWatchPoll"));
   exports.Set("seccompSelfCheck", Napi::Function::New(env, SeccompSelfCheckJs, "seccompSelfCheck"));
   RegisterPty(env, exports);
+  RegisterTreeWalk(env, exports);
   InitRelay(env, exports);
 }
 
