@@ -222,8 +222,25 @@ void RemoveTree(const char* parent, const char* name, TreeRemoval* out) {
   close(top);
 }
 
+// Measuring gives an unreadable directory u+rwx, as removal does: the tree is this run's own
+// TMPDIR, and a command that made part of it unreadable (chmod 000, the top included) would
+// otherwise hide what it holds from the check. Only directories below the host's own dir are
+// touched, never through a symlink (MakeOwnerAccessible, OpenDir).
 void MeasureTree(const char* path, uint64_t max_inodes, uint64_t max_bytes, TreeUsage* out) {
   int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0 && errno == EACCES) {
+    std::string p(path);
+    size_t slash = p.find_last_of('/');
+    if (slash != std::string::npos && slash + 1 < p.size()) {
+      std::string parent = slash == 0 ? "/" : p.substr(0, slash);
+      int pfd = open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (pfd >= 0) {
+        MakeOwnerAccessible(pfd, p.c_str() + slash + 1);
+        fd = openat(pfd, p.c_str() + slash + 1, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        close(pfd);
+      }
+    }
+  }
   struct stat st;
   if (fd < 0 || fstat(fd, &st) != 0) {
     if (fd >= 0) close(fd);
@@ -250,7 +267,7 @@ void MeasureTree(const char* path, uint64_t max_inodes, uint64_t max_bytes, Tree
       out->inodes++;
       out->bytes += static_cast<uint64_t>(cst.st_blocks) * 512;
       if (!S_ISDIR(cst.st_mode) || cst.st_dev != lv.dev || IsMountRoot(fd, e.name.c_str())) continue;
-      int child = OpenDir(fd, e.name.c_str(), cst, false);
+      int child = OpenDir(fd, e.name.c_str(), cst, true);
       if (child < 0) {
         out->unlisted++;
         continue;

@@ -590,6 +590,24 @@ cd / && chmod 000 "$T" && echo TOP=000
       }
     });
 
+    it('HS-12b: what the command makes unreadable (chmod 000 on a subdirectory, or on the TMPDIR itself) is still counted', async () => {
+      // As root the host reads mode-000 directories anyway; as an unprivileged user the check had
+      // to give them back u+rwx, or 32 MiB hid behind one chmod.
+      for (const hide of ['"$TMPDIR/hide"', '"$TMPDIR"']) {
+        const marker = uniqueSleep();
+        try {
+          const limited = modePolicy('landlock', { limits: { tmpBytes: 8 << 20 } });
+          const r = await run('/bin/sh', ['-c', `mkdir "$TMPDIR/hide" && head -c 32M /dev/zero > "$TMPDIR/hide/big" && chmod 000 ${hide} && echo hidden; sleep ${marker}`], { env: BASE_ENV, policy: limited });
+          expect(r.stdout, hide).toContain('hidden'); // control: the command did write and hide it
+          expect(r.signal, hide).toBe('SIGKILL');
+          expect(r.limitExceeded?.message, hide).toMatch(/more than 8388608 bytes/);
+          await expectNoProcess(marker);
+        } finally {
+          killAll(marker);
+        }
+      }
+    });
+
     it('HS-13: many small files count too (entries are capped like the tmpfs inodes of isolated mode)', async () => {
       const marker = uniqueSleep();
       try {
