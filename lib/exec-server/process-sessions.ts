@@ -26,7 +26,7 @@ import {
   invalidParams,
   RpcError,
 } from './decode';
-import { checkSandboxFloor } from './sandbox-floor';
+import { checkPreparedFloor, checkSandboxFloor, defaultSandboxFor } from './sandbox-floor';
 import { Deferred, type ConnectionSink, type ExecServerOptions, type SpawnPreparedFn } from './types';
 
 export const RETAIN_BYTES = 1024 * 1024;
@@ -176,6 +176,12 @@ export class ProcessTable {
   async start(params: unknown): Promise<unknown> {
     const p = this.decodeExecParams(params);
     this.gate('exec');
+    // A request without a sandbox gets the server's default one (null only for `none`).
+    if (p.sandbox === undefined || p.sandbox === null) {
+      const foreignCwd = foreignHostMessage(p.cwd, process.platform);
+      if (foreignCwd) throw invalidParams(`cwd URI \`${p.cwd}\` is not valid on this exec-server host: ${foreignCwd}`);
+      p.sandbox = defaultSandboxFor(this.options, p.cwd);
+    }
     checkSandboxFloor(this.options, 'process/start', p.sandbox, p.enforceManagedNetwork ?? false);
     if (this.procs.has(p.processId)) throw new RpcError(INVALID_REQUEST, `process ${p.processId} already exists`);
     const live = [...this.procs.values()].filter((x) => x.state !== 'exited').length;
@@ -209,6 +215,13 @@ export class ProcessTable {
       prepared = await prepareExecRequest(p, this.options.runtime ?? {});
     } catch (e) {
       this.procs.delete(p.processId);
+      throw e;
+    }
+    try {
+      checkPreparedFloor(this.options, 'process/start', prepared);
+    } catch (e) {
+      this.procs.delete(p.processId);
+      await discardPrepared(prepared);
       throw e;
     }
     if (this.shut) {
