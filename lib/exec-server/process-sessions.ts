@@ -43,6 +43,8 @@ const DENIAL_TAIL = 64 * 1024;
  * that it answers with both, as the reference does (its exit and close arrive together).
  */
 const EXIT_CLOSE_GRACE_MS = 100;
+/** How long process/exited waits for the output after the exit (see watch()). */
+const EXITED_OUTPUT_WAIT_MS = 2_000;
 
 interface Chunk {
   seq: number;
@@ -255,14 +257,34 @@ export class ProcessTable {
     }
     if (this.congested) for (const s of proc.streams) s.pause();
     child.stdin?.on('error', () => {});
+    // process/exited carries sandboxDenied, which is judged from the output (the denial text on
+    // stderr). At 'exit' that output may still sit unread in the pipes, so exited is sent once the
+    // output is complete ('close'), or after EXITED_OUTPUT_WAIT_MS when something the command left
+    // behind holds its pipes open; a denial read after that still shows in process/read.
+    let exitSignal: NodeJS.Signals | null = null;
+    let exitSent = false;
+    let exitTimer: NodeJS.Timeout | undefined;
+    const judge = () => {
+      proc.sandboxDenied = isLikelySandboxDenied(proc.sandboxType as never, proc.exitCode!, exitSignal, proc.tail);
+    };
+    const sendExited = () => {
+      if (exitSent) return;
+      exitSent = true;
+      clearTimeout(exitTimer);
+      judge();
+      this.pushEvent(proc, { kind: 'exited' });
+    };
     child.once('exit', (code: number | null, signal: NodeJS.Signals | null) => {
       proc.state = 'exited';
       proc.stdinOpen = false;
       proc.exitCode = code ?? (signal ? 128 + (SIGNALS[signal] ?? 0) : -1);
-      proc.sandboxDenied = isLikelySandboxDenied(proc.sandboxType as never, proc.exitCode, signal, proc.tail);
-      this.pushEvent(proc, { kind: 'exited' });
+      exitSignal = signal;
+      exitTimer = setTimeout(sendExited, EXITED_OUTPUT_WAIT_MS);
+      exitTimer.unref();
     });
     child.once('close', () => {
+      if (exitSent) judge();
+      else if (proc.state === 'exited') sendExited();
       this.pushEvent(proc, { kind: 'closed' });
       proc.expireTimer = setTimeout(() => this.procs.delete(proc.id), EXITED_RETENTION_MS);
       proc.expireTimer.unref();
