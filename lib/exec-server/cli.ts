@@ -18,9 +18,10 @@ export const EXEC_SERVER_USAGE = `Usage:
   Default sandbox (a process/start, fs/*, fs/open or capabilities/discoverV2 without "sandbox"):
     --default-sandbox workspace-write|read-only|none
                            workspace-write (default): read everything, write the request's cwd
-                           (fs/* and fs/open: this server's working directory), no network;
-                           read-only: the same without the write; none: run it unsandboxed as
-                           this server's user, as Codex does (not allowed with the floor)
+                           (fs/* and fs/open: the --floor-write directories under the floor,
+                           else this server's working directory; over / it is read-only), no
+                           network; read-only: the same without the write; none: run it
+                           unsandboxed as this server's user, as Codex does (not with the floor)
   Sandbox floor:
     --require-sandbox      every request runs sandboxed, and a sandbox is judged by what it
                            resolves to (after :root, /, .., symlinks): one that makes anything

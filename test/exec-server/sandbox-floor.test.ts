@@ -181,7 +181,7 @@ describe.skipIf(!caps.linux || !caps.userns)(
             expect(r.error?.message, name).toMatch(/the floor bounds reads to \S+\/pub \(--floor-read\)/);
             expect(r.result, name).toBeUndefined();
           }
-          const s = { ...markedStart(sandbox).params, argv: ['cat', shadow] };
+          const s: Record<string, unknown> = { ...markedStart(sandbox).params, argv: ['cat', shadow] };
           const p = await floor.request('process/start', s);
           expect(p.error?.message, name).toMatch(why);
           expect(floor.events(s.processId as string)).toEqual([]);
