@@ -285,9 +285,16 @@ describe('exec-server start-up refusals: one line and a hint, exit 125, no stack
         expect(lines[1]).toBe("Try 'process-sandbox exec-server --help' for the options.");
         expect(r.stderr, what).not.toMatch(/^\s+at /m);
       }
-      // Control: a floor with a bound starts (and ends with its empty stdin), exit 0.
+      // Control: a floor with a bound starts (and ends with its empty stdin), exit 0. As root
+      // without --floor-read it warns that reads are not bounded; with it, it does not.
       const ok = start(['--require-sandbox', '--floor-write', scene.ws]);
       expect(ok.status, ok.stderr).toBe(0);
+      const warning = /warning: the sandbox floor does not bound reads \(no --floor-read\).*\/etc\/shadow/;
+      if (caps.root) expect(ok.stderr).toMatch(warning);
+      else expect(ok.stderr).not.toMatch(warning);
+      const bounded = start(['--require-sandbox', '--floor-write', scene.ws, '--floor-read', PUB]);
+      expect(bounded.status, bounded.stderr).toBe(0);
+      expect(bounded.stderr).not.toMatch(warning);
     } finally {
       busy.close();
     }
