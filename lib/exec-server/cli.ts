@@ -25,11 +25,12 @@ export const EXEC_SERVER_USAGE = `Usage:
   Sandbox floor:
     --require-sandbox      every request runs sandboxed, and a sandbox is judged by what it
                            resolves to (after :root, /, .., symlinks): one that makes anything
-                           outside the --floor-write directories writable is refused, as are
-                           permissions that confine nothing (disabled, external, unrestricted
-                           with the network on) and fs/watchMissing, environmentConfig/read and
-                           capabilityRoots/discoverV1 (they cannot carry a sandbox). Always on
-                           with --ws-dangerously-allow-unauthenticated.
+                           outside the --floor-write directories writable, or that has the
+                           host network, is refused, as are permissions that confine nothing
+                           (disabled, external, unrestricted with the network on) and
+                           fs/watchMissing, environmentConfig/read and capabilityRoots/discoverV1
+                           (they cannot carry a sandbox). Always on with
+                           --ws-dangerously-allow-unauthenticated.
     --floor-write <dir>    writes may land only in this directory (repeatable; default: this
                            server's working directory, which must not be /). /tmp is outside
                            unless given here
@@ -38,6 +39,9 @@ export const EXEC_SERVER_USAGE = `Usage:
                            refused (the platform's fixed reads stay: /usr, /lib, a few /etc
                            files, never /etc/shadow). Without it reads are not bounded: a
                            sandbox with ":root" read reads what this server's user can
+    --floor-allow-network  let a sandbox have the host network and host unix sockets (refused
+                           by default under the floor: they reach every service on this host,
+                           a root server's docker.sock included); the managed proxy is allowed
   WebSocket auth (the same flags as codex exec-server; one mode is required):
     --ws-auth capability-token     clients send "Authorization: Bearer <token>"
       --ws-token-file <path>       the token (file mode 600, at least 16 characters), or
@@ -119,6 +123,7 @@ async function startFromFlags(argv: string[]): Promise<ExecServer | 'help'> {
   const floorWrite: string[] = [];
   const floorRead: string[] = [];
   let defaultSandbox: string | undefined;
+  let floorAllowNetwork = false;
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
     const eq = arg.startsWith('--') ? arg.indexOf('=') : -1;
@@ -149,6 +154,7 @@ async function startFromFlags(argv: string[]): Promise<ExecServer | 'help'> {
     else if (a === '--require-sandbox') requireSandbox = true;
     else if (a === '--floor-write') floorWrite.push(value());
     else if (a === '--floor-read') floorRead.push(value());
+    else if (a === '--floor-allow-network') floorAllowNetwork = true;
     else if (a === '--default-sandbox') {
       if (defaultSandbox !== undefined) throw new SandboxError('EINVALID_ARGUMENT', `${a} may be given only once`);
       defaultSandbox = value();
@@ -180,6 +186,7 @@ async function startFromFlags(argv: string[]): Promise<ExecServer | 'help'> {
     ...(requireSandbox ? { requireSandbox: true } : {}),
     ...(floorWrite.length ? { floorWrite } : {}),
     ...(floorRead.length ? { floorRead } : {}),
+    ...(floorAllowNetwork ? { floorAllowNetwork: true } : {}),
     ...(defaultSandbox !== undefined ? { defaultSandbox: defaultSandbox as 'workspace-write' } : {}),
     ...(httpAllow.length || httpDeny.length || httpAllowLocal ? { httpPolicy: { allow: httpAllow, deny: httpDeny, allowLocal: httpAllowLocal } } : {}),
   });

@@ -21,6 +21,8 @@
  * - with a read bound (floorRead: `--floor-read`): a profile that reads the whole file system, or
  *   any readable root outside floorRead + floorWrite (the planner's fixed platform reads, listed
  *   in the README, stay readable: binaries, libraries, a short /etc list without shadow).
+ * - the host network (network enabled) or host unix sockets, unless floorAllowNetwork
+ *   (`--floor-allow-network`): they reach every service on the host, whatever the file bounds.
  * Before that, checkSandboxFloor refuses permissions that confine nothing (disabled, external,
  * an unrestricted file system with the network on) with their own message. fs/watchMissing,
  * environmentConfig/read and capabilityRoots/discoverV1 take no sandbox in Codex's protocol and
@@ -94,8 +96,8 @@ export function validateFloorOptions(o: ExecServerOptions): void {
     throw new SandboxError('EINVALID_ARGUMENT', `--default-sandbox must be workspace-write, read-only or none, got ${JSON.stringify(d)}`);
   }
   if (!sandboxRequired(o)) {
-    if (o.floorWrite?.length || o.floorRead?.length) {
-      throw new SandboxError('EINVALID_ARGUMENT', '--floor-write and --floor-read bound the sandbox floor: give them with --require-sandbox (or an unauthenticated ws listener)');
+    if (o.floorWrite?.length || o.floorRead?.length || o.floorAllowNetwork) {
+      throw new SandboxError('EINVALID_ARGUMENT', '--floor-write, --floor-read and --floor-allow-network set the sandbox floor: give them with --require-sandbox (or an unauthenticated ws listener)');
     }
     return;
   }
@@ -196,6 +198,14 @@ export function checkPreparedFloor(o: ExecServerOptions, method: string, prepare
   if (rules!.tmp === 'host') {
     const tmp = fs.realpathSync('/tmp');
     if (!b.write.some((r) => isWithin(tmp, r))) refuse(`shares the host ${tmp}, outside the floor`, writeFix);
+  }
+  // The host network reaches every host daemon: loopback services and any visible unix socket
+  // (a root server's docker.sock is the host). Only the server's flag lets it through.
+  const net = rules!.network;
+  if (o.floorAllowNetwork !== true) {
+    const netFix = 'the network to none or the managed proxy (--floor-allow-network lifts this)';
+    if (net.kind === 'full') refuse('has the host network, which reaches every host service and unix socket', netFix);
+    if (net.kind !== 'full' && net.unixSockets !== undefined) refuse('may connect to host unix sockets', netFix);
   }
   if (b.read === null) return;
   const readable = [...b.read, ...b.write];

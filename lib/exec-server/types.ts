@@ -46,6 +46,11 @@ export interface ExecServerOptions {
    */
   floorRead?: string[];
   /**
+   * Under the floor, let a sandbox have the host network or host unix sockets
+   * (`--floor-allow-network`). Default false: they reach every service on the host.
+   */
+  floorAllowNetwork?: boolean;
+  /**
    * The sandbox of a request that carries none (`--default-sandbox`): Codex's workspace-write
    * (default) or read-only profile over the request's cwd (the server's for fs/*), or 'none': run
    * it unsandboxed as the server's user, as Codex does (refused together with the floor).

@@ -77,6 +77,7 @@ describe.skipIf(!caps.linux || !caps.userns)(
           ['unrestricted file system, network restricted', { ...managed([]), permissions: { type: 'managed', file_system: { type: 'unrestricted' }, network: 'restricted' } }, out('unrestricted')],
           [':root write', managed([{ path: special('root'), access: 'write' }]), out('root-write')],
           ['literal / write, network on', managed([{ path: special('root'), access: 'read' }, { path: at('/'), access: 'write' }], 'enabled'), out('slash')],
+          ['literal / write, network restricted', managed([{ path: special('root'), access: 'read' }, { path: at('/'), access: 'write' }]), out('slash-restricted')],
           ['.. out of the workspace', managed([{ path: special('root'), access: 'read' }, { path: at(`${scene.ws}/../out`), access: 'write' }]), out('dotdot')],
           ['a symlink in the workspace to the outside', managed([{ path: special('root'), access: 'read' }, { path: at(path.join(scene.ws, 'link-out')), access: 'write' }]), path.join(scene.ws, 'link-out', `symlink-${process.pid}`)],
           ['workspace roots the client names outside the bound', managed([{ path: special('root'), access: 'read' }, { path: special('project_roots'), access: 'write' }], 'restricted', scene.out, [scene.out]), out('roots')],
@@ -201,6 +202,41 @@ describe.skipIf(!caps.linux || !caps.userns)(
       }
     });
 
+    it('the host network and host unix sockets are refused (a host socket gets no connection) unless --floor-allow-network', async () => {
+      const sock = path.join(scene.out, 'host.sock');
+      const conns: string[] = [];
+      const host = net.createServer((c) => {
+        conns.push('x');
+        c.end('hi');
+      });
+      await new Promise<void>((r) => host.listen(sock, r));
+      const floor = await client(['--require-sandbox', '--floor-write', scene.ws]);
+      const open = await client(['--require-sandbox', '--floor-write', scene.ws, '--floor-allow-network']);
+      try {
+        const connect = { ...markedStart().params, argv: [process.execPath, '-e', `require('net').connect(${JSON.stringify(sock)}).on('data', (d) => process.stdout.write(d))`] };
+        const withNet = (sandbox: object, id: string, extra: object = {}) => ({ ...connect, processId: id, sandbox, ...extra });
+        const netOn = managed([{ path: special('root'), access: 'read' }, { path: special('project_roots'), access: 'write' }], 'enabled');
+        const netOff = workspaceWrite(scene.ws);
+        const on = await floor.request('process/start', withNet(netOn, 'on'));
+        expect(on.error?.message).toMatch(/^process\/start is refused: its sandbox has the host network, which reaches every host service and unix socket; .*--floor-allow-network/);
+        const all = await floor.request('process/start', withNet(netOff, 'all', { managedNetwork: { dangerouslyAllowAllUnixSockets: true } }));
+        expect(all.error?.message).toMatch(/its sandbox may connect to host unix sockets/);
+        expect(conns).toEqual([]);
+        // Controls: with the network closed it runs and cannot connect; with the flag the host network does.
+        expect((await floor.request('process/start', withNet(netOff, 'off'))).result).toMatchObject({ sandboxType: 'linuxSeccomp' });
+        await floor.closed('off');
+        expect(conns).toEqual([]);
+        expect((await open.request('process/start', withNet(netOn, 'allowed'))).result).toMatchObject({ sandboxType: 'linuxSeccomp' });
+        await open.closed('allowed');
+        expect(open.output('allowed').stdout).toBe('hi');
+        expect(conns).toEqual(['x']);
+      } finally {
+        await floor.close();
+        await open.close();
+        await new Promise((r) => host.close(r));
+      }
+    });
+
     it('methods that cannot carry a sandbox are refused and not advertised; without the floor all answer', async () => {
       const floor = await client(['--require-sandbox', '--floor-write', scene.ws]);
       const plain = await client([]);
@@ -268,7 +304,7 @@ describe('exec-server start-up refusals: one line and a hint, exit 125, no stack
         [['--require-sandbox'], /bounds writes to this server's working directory, which is the file system root \(\/\); .*--floor-write <dir>/],
         [['--require-sandbox', '--floor-write', '/'], /--floor-write \/ is the file system root/],
         [['--require-sandbox', '--floor-write', scene.ws, '--default-sandbox', 'none'], /--default-sandbox none .* which the sandbox floor forbids/],
-        [['--floor-write', scene.ws], /--floor-write and --floor-read bound the sandbox floor: give them with --require-sandbox/],
+        [['--floor-write', scene.ws], /--floor-write, --floor-read and --floor-allow-network set the sandbox floor: give them with --require-sandbox/],
         [['--require-sandbox', '--floor-write', path.join(scene.root, 'missing')], /--floor-write \S+missing: ENOENT/],
         [['--default-sandbox', 'sometimes'], /--default-sandbox must be workspace-write, read-only or none/],
         [['--listen', 'ws://127.0.0.1:0'], /./],
