@@ -319,7 +319,10 @@ export function cliMessage(message: string, a: RunArgs): string {
     [`${net}.deny`, '--deny-domain', a.denyDomains],
   ];
   const pairs: Array<[string, string]> = [];
-  for (const [field, flag, values] of indexed) values.forEach((v, i) => pairs.push([`${field}[${i}]`, `${flag} ${v}`]));
+  for (const [field, flag, values] of indexed) {
+    // `allow[0] "x"` (a field followed by its value, as pattern errors put it) before `allow[0]`.
+    values.forEach((v, i) => pairs.push([`${field}[${i}] ${JSON.stringify(v)}`, `${flag} ${v}`], [`${field}[${i}]`, `${flag} ${v}`]));
+  }
   if (a.write.length === 0) pairs.push([`${fsf}.write[0]`, `the working directory ${a.cwd} (writable by default; --write none for read-only)`]);
   // Indexed names first: `policy.filesystem.write` is a prefix of `policy.filesystem.write[0]`.
   for (const [field, flag] of indexed) pairs.push([field, flag]);

@@ -135,11 +135,13 @@ describe.runIf(caps.linux)('CLI managed network (--allow-domain, --deny-domain, 
     expect(connections).toBe(before);
   });
 
-  it('--deny-domain or --allow-local alone do not switch the proxy on (the network stays closed)', async () => {
+  it('--deny-domain or --allow-local alone do not switch the proxy on: refused, saying what they need (issue R), and nothing connects', async () => {
     const before = connections;
-    const r = await cli(['run', '--allow-local', '--json', '--', 'curl', '-sS', '-m', '5', `http://localhost:${port}/no-proxy`]);
-    expect(r.status).not.toBe(0);
-    expect(r.json.audit).toEqual([]);
+    for (const flags of [['--allow-local'], ['--deny-domain', 'example.com']]) {
+      const r = await cli(['run', ...flags, '--json', '--', 'curl', '-sS', '-m', '5', `http://localhost:${port}/no-proxy`]);
+      expect(r.status).toBe(125);
+      expect(r.stderr.split('\n')[0]).toBe(`process-sandbox: ${flags[0]} applies to the proxy: add --allow-domain <host> (the proxy's allow list) or drop ${flags[0]}`);
+    }
     expect(connections).toBe(before);
   });
 });
