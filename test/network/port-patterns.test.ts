@@ -3,11 +3,16 @@
  * such a pattern covers that port only; a pattern without one covers every port. Driven through
  * the managed proxy's real decision path (CONNECT, absolute-form HTTP and SOCKS5) against two
  * counting loopback servers, so a refusal is proved from the outside: the other server hears
- * nothing. Issue R: `host:port` passed validation and then never matched.
+ * nothing; and once through spawn() from inside the sandbox, in each Linux mode. Issue R:
+ * `host:port` passed validation and then never matched.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 
+import { run } from '../../lib/index';
 import { DomainMatcher, ManagedProxy, type AuditEvent, type LookupFn, type ManagedProxyOptions } from '../../lib/network';
+import { MODES, modePolicy } from '../helpers/capabilities';
+import { NODE } from '../helpers/sandbox';
+import { BASE_ENV, NODE_CLIENT, parseResult } from './enforced-helpers';
 import { connectViaProxy, exchange, httpViaProxy, socks5, startHttpServer, startTcpServer, type CountingHttpServer, type CountingTcpServer } from './helpers';
 
 // Every *.test name resolves to loopback; /etc/hosts is never touched.
@@ -110,6 +115,38 @@ describe('a pattern with a port covers that port only', () => {
     const { port } = await startProxy({ allow: ['api.port.test'], allowLocal: true });
     expect(await tunnel(port, `api.port.test:${open.port}`)).toEqual({ ok: true });
     expect(await tunnel(port, `api.port.test:${other.port}`)).toEqual({ ok: true });
+  });
+});
+
+describe.each(MODES)('a sandboxed command, $name mode', ({ name: mode, skip }) => {
+  it.skipIf(skip)('spawn() policy api.port.test:<port>: that port answers through the proxy, another port is refused and hears nothing', async () => {
+    const events: AuditEvent[] = [];
+    const before = { web: web.connections, webOther: webOther.connections };
+    const actions = [
+      ['http', `http://api.port.test:${web.port}/in`],
+      ['http', `http://api.port.test:${webOther.port}/out`],
+      ['connect', `api.port.test:${webOther.port}`, '/tunnel'],
+    ];
+    const r = await run(NODE, ['-e', NODE_CLIENT, JSON.stringify(actions)], {
+      cwd: '/',
+      env: BASE_ENV,
+      timeout: 60_000,
+      policy: modePolicy(mode, { network: { proxy: { allow: [`api.port.test:${web.port}`], allowLocal: true } } }),
+      proxy: { lookup, onAudit: (e) => events.push(e) },
+    });
+    const out = parseResult<{ status: number; xerr: string | null }>(r);
+    expect(out.map((o) => [o.status, o.xerr]), r.stderr).toEqual([
+      [200, null],
+      [403, 'blocked-by-allowlist'],
+      [403, 'blocked-by-allowlist'],
+    ]);
+    expect(web.connections).toBe(before.web + 1);
+    expect(webOther.connections).toBe(before.webOther);
+    expect(events.map((e) => [e.port, e.decision])).toEqual([
+      [web.port, 'allow'],
+      [webOther.port, 'deny'],
+      [webOther.port, 'deny'],
+    ]);
   });
 });
 
