@@ -127,7 +127,8 @@ export function patternProblem(pattern: unknown, list: 'allow' | 'deny'): string
   if (/^[a-z][a-z0-9+.-]*:\/\//i.test(trimmed)) {
     return 'a URL; give the host alone (e.g. example.com, or example.com:443 for one port), without a scheme or path';
   }
-  if (/^[0-9a-f.:[\]]+\/[0-9]+$/i.test(trimmed)) {
+  const slash = trimmed.indexOf('/');
+  if (slash > 0 && canonicalIp(trimmed.slice(0, slash)) !== null && /^[0-9]+$/.test(trimmed.slice(slash + 1))) {
     return 'an address range (CIDR), which is not supported; list each address (e.g. 127.0.0.1), or set allowLocal to let allowed names reach local addresses';
   }
   const { host: p, port } = splitPort(trimmed);

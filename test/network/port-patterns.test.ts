@@ -167,6 +167,12 @@ describe('port pattern validation', () => {
     expect(m.evaluate('::1:443', 80).verdict).toBe('allowed');
   });
 
+  it('a URL and an address range get a reason of their own; a name with a slash is just not a host', () => {
+    expect(() => new DomainMatcher(['https://api.example.com/v1'])).toThrow(/: a URL; give the host alone/);
+    for (const cidr of ['127.0.0.0/8', '10.0.0.0/16', '[fd00::]/8', 'fd00::/8']) expect(() => new DomainMatcher([cidr]), cidr).toThrow(/an address range \(CIDR\)/);
+    expect(() => new DomainMatcher(['cafe.de/24'])).toThrow(/"cafe\.de\/24": not a host name/);
+  });
+
   it('evaluate without a port: port patterns match nothing, portless ones everything', () => {
     const m = new DomainMatcher(['a.example.com:443', 'b.example.com']);
     expect(m.evaluate('a.example.com').verdict).toBe('notAllowed');
