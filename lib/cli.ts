@@ -33,7 +33,8 @@ itself starts with '-'. An option's value may follow it (--cwd /tmp) or be joine
   --deny-read <path>     make a path unreadable, repeatable
   --protect <path>       keep a path inside a writable root read-only, repeatable
   --network <mode>       none (default) | proxy | full; proxy needs at least one --allow-domain
-  --allow-domain <host>  allow a domain through the proxy, repeatable (implies --network proxy)
+  --allow-domain <host>  allow a domain through the proxy, repeatable (implies --network proxy);
+                         host:port allows that port only (api.example.com:443, *.example.com:8443)
   --deny-domain <host>   deny a domain through the proxy, repeatable
   --allow-local          let allowed domains reach loopback/private addresses
   --tmp <mode>           private (default) | host | none
