@@ -6,6 +6,7 @@ import * as path from 'node:path';
 import { SandboxError } from '../errors';
 import type { NetworkRule, UnixSocketRule } from '../rules';
 import type { SandboxPolicy } from '../policy-types';
+import { patternProblem } from '../network/matcher';
 import { GIT_PROTECTIONS, PROTECT_PRESETS, type ResolverEntry, type ResolverInput } from './resolve';
 
 function fail(field: string, message: string, extra: Record<string, unknown> = {}): never {
@@ -103,6 +104,13 @@ export function compileNetwork(v: unknown, field = 'policy.network'): NetworkRul
     allow: checkStringList(p.allow, `${field}.proxy.allow`),
   };
   if (p.deny !== undefined) proxy.deny = checkStringList(p.deny, `${field}.proxy.deny`);
+  // Checked here, not first by the proxy: a bad pattern is a policy error naming its field.
+  for (const list of ['allow', 'deny'] as const) {
+    (proxy[list] ?? []).forEach((pattern, i) => {
+      const why = patternProblem(pattern, list);
+      if (why !== null) fail(`${field}.proxy.${list}[${i}] ${JSON.stringify(pattern)}`, `is not a domain pattern: ${why}`, { field: `${field}.proxy.${list}[${i}]`, value: pattern });
+    });
+  }
   if (p.allowLocal !== undefined) proxy.allowLocal = checkBool(p.allowLocal, `${field}.proxy.allowLocal`);
   if (p.mode !== undefined) proxy.mode = checkEnum(p.mode, `${field}.proxy.mode`, ['full', 'limited'] as const);
   return withUnix({ kind: 'proxy', proxy });
