@@ -273,7 +273,7 @@ const WALK_SKIP = new Set(['.git', 'node_modules']);
  * first missing component, so a placeholder holds it), below it the existing ones found by a
  * bounded walk. `truncated` says whether the walk stopped before the end of the tree.
  */
-export function startupFilesFor(root: string, includeMissing: boolean): { paths: string[]; truncated: boolean } {
+export function startupFilesFor(root: string, includeMissing: boolean): { paths: string[]; truncated: boolean; unknown: string[] } {
   const names = [...STARTUP_FILES, ...STARTUP_DIRS];
   const out: string[] = [];
   for (const name of names) {
@@ -290,15 +290,24 @@ export function startupFilesFor(root: string, includeMissing: boolean): { paths:
     const [first, ...rest] = name.split('/');
     firsts.set(first!, [...(firsts.get(first!) ?? []), rest.join('/')]);
   }
-  const truncated = walkBelow(root, STARTUP_SEARCH_MAX_DEPTH, STARTUP_SEARCH_MAX_DIRS, (dir, e, child) => {
-    const tails = firsts.get(e.name);
-    if (tails === undefined || dir === root) return; // the root's own names are handled above
-    for (const t of tails) {
-      const p = t === '' ? child : path.join(child, t);
-      if (t === '' || lstatOrNull(p) !== null) out.push(p);
-    }
-  });
-  return { paths: out, truncated };
+  const unknown: string[] = [];
+  const truncated = walkBelow(
+    root,
+    STARTUP_SEARCH_MAX_DEPTH,
+    STARTUP_SEARCH_MAX_DIRS,
+    (dir, e, child) => {
+      const tails = firsts.get(e.name);
+      if (tails === undefined || dir === root) return; // the root's own names are handled above
+      for (const t of tails) {
+        const p = t === '' ? child : path.join(child, t);
+        if (t === '' || lstatOrNull(p) !== null) out.push(p);
+      }
+    },
+    undefined,
+    undefined,
+    unknown,
+  );
+  return { paths: out, truncated, unknown: sortUnique(unknown) };
 }
 
 /** Nested repositories are searched this deep below a writable root, within this many directories. */
@@ -317,11 +326,12 @@ const WHOLE_AT_ROOT: ReadonlySet<string> = new Set(['.codex', '.agents', '.aws']
  * submodule checkouts, whose hooks and config run code later just like the root's (FS-08). The
  * walk is bounded (depth and directory count) so spawning stays cheap in large trees.
  */
-export function findNestedRepos(root: string, cut?: { truncated: boolean }): string[] {
+export function findNestedRepos(root: string, cut?: { truncated: boolean }, unknownOut?: string[]): string[] {
   // Cached between spawns while nothing the walk looked at changes (walk-cache.ts).
-  const { found, truncated } = cachedWalk(root, lstatOrNull(root), () => {
+  const { found, truncated, unknown } = cachedWalk(root, lstatOrNull(root), () => {
     const repos: string[] = [];
     const dirs: string[] = [];
+    const unknown: string[] = [];
     const stopped = walkBelow(
       root,
       NESTED_REPO_MAX_DEPTH,
@@ -329,15 +339,20 @@ export function findNestedRepos(root: string, cut?: { truncated: boolean }): str
       (_dir, e, child) => {
         if (e.isDirectory() && !WALK_SKIP.has(e.name)) {
           dirs.push(child); // looked into for .git (and read, if within the walk's reach)
-          if (lstatOrNull(path.join(child, '.git')) !== null) repos.push(child);
+          const git = lstatState(path.join(child, '.git'));
+          if (git === 'present') repos.push(child);
+          // Not searchable (mode 000 or 0600): whether it is a repository is unknown.
+          else if (git === 'unknown' && unknownDirState(child, { code: 'EACCES' }) === 'unknown') unknown.push(child);
         }
       },
       dirs,
       WHOLE_AT_ROOT,
+      unknown,
     );
-    return { found: repos, truncated: stopped, dirs };
+    return { found: repos, truncated: stopped, dirs, unknown: sortUnique(unknown) };
   }, new Set([...WHOLE_AT_ROOT, '.git']));
   if (truncated && cut) cut.truncated = true;
+  unknownOut?.push(...(unknown ?? []));
   return found;
 }
 
@@ -355,6 +370,7 @@ function walkBelow(
   visit: (dir: string, entry: fs.Dirent, child: string) => void,
   read?: string[],
   skipAtRoot?: ReadonlySet<string>,
+  unknown?: string[],
 ): boolean {
   let budget = maxDirs;
   let truncated = false;
@@ -370,7 +386,11 @@ function walkBelow(
       try {
         entries = fs.readdirSync(dir, { withFileTypes: true });
         if (dir === root) read?.push(dir); // every other directory read was visited as a child first
-      } catch {
+      } catch (e) {
+        // Gone (or no longer a directory) since its parent was read: nothing in it to protect.
+        // Any other failure (EACCES on a `chmod 000` directory, EIO...) leaves its contents
+        // unknown, which is not the same as empty: the caller protects it whole.
+        if (unknownDirState(dir, e) === 'unknown') unknown?.push(dir);
         continue;
       }
       for (const e of entries) {
@@ -388,6 +408,42 @@ function walkBelow(
   return truncated;
 }
 
+/**
+ * Whether a directory the walk failed on (`err`) hides something the command could reach.
+ * 'gone': it vanished or stopped being a directory. 'unknown': its contents could not be seen.
+ * 'sealed': it belongs to another user, the caller is not root and cannot even search it; the
+ * command runs with the caller's uid, so it can neither reach anything below it nor chmod it
+ * open (the walk's blindness there is the command's too). Everything else that fails is
+ * 'unknown', the caller's own `chmod 000` directory above all, and root's when it lacks the
+ * DAC capabilities (a container that drops them).
+ */
+function unknownDirState(dir: string, err: unknown): 'gone' | 'unknown' | 'sealed' {
+  const code = (err as NodeJS.ErrnoException | null)?.code;
+  if (code === 'ENOENT' || code === 'ENOTDIR') return 'gone';
+  const euid = process.geteuid?.() ?? -1;
+  const st = lstatOrNull(dir);
+  if (st === null) return 'unknown';
+  if (euid !== 0 && st.uid !== euid) {
+    try {
+      fs.accessSync(dir, fs.constants.X_OK);
+    } catch {
+      return 'sealed';
+    }
+  }
+  return 'unknown';
+}
+
+/** lstat that tells a missing path from one it could not look at (EACCES on a parent...). */
+function lstatState(p: string): 'present' | 'missing' | 'unknown' {
+  try {
+    fs.lstatSync(p);
+    return 'present';
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    return code === 'ENOENT' || code === 'ENOTDIR' ? 'missing' : 'unknown';
+  }
+}
+
 /** Our placeholder for a missing directory: empty, mode exactly 0555 (lib/platform/linux.ts). */
 function isPlaceholderDir(p: string, st: fs.Stats | null): boolean {
   if (st === null || !st.isDirectory() || (st.mode & 0o7777) !== 0o555) return false;
@@ -398,7 +454,13 @@ function isPlaceholderDir(p: string, st: fs.Stats | null): boolean {
   }
 }
 
-export function protectedMetadataFor(root: string, git: GitProtection, nested = true, cut?: { truncated: boolean }): string[] {
+export function protectedMetadataFor(
+  root: string,
+  git: GitProtection,
+  nested = true,
+  cut?: { truncated: boolean },
+  unknown?: string[],
+): string[] {
   const out: string[] = [];
   const addGitDir = (gitdir: string, depth = 0): void => {
     if (git === 'whole') {
@@ -456,7 +518,7 @@ export function protectedMetadataFor(root: string, git: GitProtection, nested = 
   // Agent and cloud-CLI configuration (Codex protects `.aws` in writable roots too).
   out.push(path.join(root, '.codex'), path.join(root, '.agents'), path.join(root, '.aws'));
   if (nested) {
-    for (const repo of findNestedRepos(root, cut)) {
+    for (const repo of findNestedRepos(root, cut, unknown)) {
       // Only what exists: a nested directory is not a workspace root of its own.
       out.push(
         ...protectedMetadataFor(repo, git, false).filter(
@@ -466,6 +528,32 @@ export function protectedMetadataFor(root: string, git: GitProtection, nested = 
     }
   }
   return out;
+}
+
+/**
+ * Directories the walks below writable root `w` could not read (unknownDirState): a repository or
+ * start-up file in one is invisible to the planner, so the directory is protected whole
+ * (read-only, which also keeps the command from chmodding it open), and the report says so: the
+ * protection there is not the one asked for, so it is listed as a gap. A writable root the
+ * planner cannot read at all is refused: it cannot be made read-only and still be writable.
+ */
+function protectUnknown(w: CanonEntry, unknown: string[], carve: string[], gaps: string[]): void {
+  const dirs = sortUnique(unknown);
+  if (dirs.length === 0) return;
+  if (dirs.includes(w.path)) {
+    throw new SandboxError(
+      'EUNSUPPORTED_POLICY',
+      `${w.source}: the writable root ${w.path} cannot be read by the planner, so the repositories and agent ` +
+        `config in it cannot be found and protected; make it readable (chmod u+rx) or drop it from the writable roots`,
+      { detail: { field: w.source, path: w.path } },
+    );
+  }
+  carve.push(...dirs);
+  gaps.push(
+    `unreadable directories in ${w.path} are protected whole (read-only): ${dirs.join(', ')}; the planner could not ` +
+      `list them, so a repository or start-up file in them could not be protected on its own (make them readable to ` +
+      `write there)`,
+  );
 }
 
 function sortUnique(paths: string[]): string[] {
@@ -531,7 +619,8 @@ export function resolveEntries(input: ResolverInput): ResolvedRules {
     for (const w of allWrites) {
       if (!statOrNull(w.path)?.isDirectory()) continue;
       const cut = { truncated: false };
-      const meta = protectedMetadataFor(w.path, input.git, true, cut);
+      const unknown: string[] = [];
+      const meta = protectedMetadataFor(w.path, input.git, true, cut, unknown);
       carve.push(...(w.protectMissingMetadata ? meta : meta.filter((m) => lstatOrNull(m) !== null)));
       if (cut.truncated && w.protectMissingMetadata) {
         gaps.push(
@@ -542,6 +631,7 @@ export function resolveEntries(input: ResolverInput): ResolvedRules {
       if (input.protectPresets?.includes('startup-files')) {
         const found = startupFilesFor(w.path, w.protectMissingMetadata);
         carve.push(...found.paths);
+        unknown.push(...found.unknown);
         if (found.truncated) {
           gaps.push(
             `protectPresets 'startup-files': the search in ${w.path} stopped after ${STARTUP_SEARCH_MAX_DEPTH} levels or ` +
@@ -549,6 +639,7 @@ export function resolveEntries(input: ResolverInput): ResolvedRules {
           );
         }
       }
+      protectUnknown(w, unknown, carve, gaps);
       if (input.git === 'allow-init' && w.protectMissingMetadata && lstatOrNull(path.join(w.path, '.git')) === null) {
         gaps.push(
           `git: 'allow-init': ${path.join(w.path, '.git')} can be created; hooks and config planted in it run when git is used there outside the sandbox`,
