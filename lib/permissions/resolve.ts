@@ -5,7 +5,9 @@
  *
  * Semantics (the same as Codex's FileSystemSandboxPolicy):
  * - For any path, the most specific entry containing it decides its access.
- * - For equally specific entries (same canonical path), deny beats write beats read.
+ * - For equally specific entries (same canonical path), deny beats read and write beats read;
+ *   write and deny on one path is a contradiction and refused (EINVALID_POLICY), as is a
+ *   `protect` entry equal to a writable root.
  * - A `root` access covers everything that no entry covers.
  *
  * Mapping onto ResolvedRules:
@@ -568,6 +570,18 @@ export function resolveEntries(input: ResolverInput): ResolvedRules {
     const c = canonicalizeEntry(e);
     if (c === null) continue;
     const prev = byPath.get(c.path);
+    if (prev !== undefined && prev.access !== c.access && prev.access !== 'read' && c.access !== 'read') {
+      // Equally specific write and deny: deny would win and the root would be neither writable
+      // nor readable, which nobody asks for on purpose. Refuse instead of guessing.
+      const [w, d] = prev.access === 'write' ? [prev, c] : [c, prev];
+      throw new SandboxError(
+        'EINVALID_POLICY',
+        `${c.path} is both a writable root (${w.source}) and deny-read (${d.source}); deny would win and leave it ` +
+          `neither readable nor writable. Drop it from one of the two: keep only the deny to hide it, keep only the ` +
+          `write to use it, or deny a path inside the writable root`,
+        { detail: { path: c.path, write: w.source, denyRead: d.source } },
+      );
+    }
     if (prev === undefined || PRECEDENCE[c.access] > PRECEDENCE[prev.access]) byPath.set(c.path, c);
     else if (prev.access === c.access) prev.protectMissingMetadata ||= c.protectMissingMetadata;
   }
@@ -652,6 +666,19 @@ export function resolveEntries(input: ResolverInput): ResolvedRules {
       throw new SandboxError('EINVALID_POLICY', `protect entry must be an absolute path, got ${JSON.stringify(p)}`, {
         detail: { path: p },
       });
+    }
+    // A carve-out equal to a writable root would make the whole root read-only, which is not
+    // what either entry asks for; it used to be dropped while the report said 'enforced'.
+    const target = canonicalizeMaybeMissing(p);
+    if (explicitWrite.has(target) || writeRoots.includes(target)) {
+      const w = allWrites.find((e) => e.path === target);
+      throw new SandboxError(
+        'EINVALID_POLICY',
+        `protect entry ${p} is the writable root ${target}${w ? ` (${w.source})` : ''} itself, which a carve-out ` +
+          `cannot make read-only while it stays writable. Drop it from the writable roots to make it read-only, or ` +
+          `protect paths inside it`,
+        { detail: { path: p, writableRoot: target, ...(w ? { field: w.source } : {}) } },
+      );
     }
     carve.push(...withLinks(p));
   }

@@ -389,3 +389,35 @@ describe('writable file roots', () => {
     expect(resolvePolicy({ filesystem: { write: [f] } }, '/')).toMatchObject({ writeRoots: [f], readOnly: [] });
   });
 });
+
+describe('contradictory entries are refused, not silently collapsed', () => {
+  it('a protect entry equal to a writable root is refused (it used to be dropped while enforced)', () => {
+    const w = mk('prot-root');
+    expectPolicyError(
+      () => resolvePolicy({ filesystem: { write: [w], protect: [w] } }, '/'),
+      'EINVALID_POLICY',
+      new RegExp(`^protect entry ${w} is the writable root ${w} \\(policy\\.filesystem\\.write\\[0\\]\\) itself.*Drop it from the writable roots`),
+    );
+    // A trailing slash or a symlink to the root is the same path.
+    fs.symlinkSync(w, `${w}-link`);
+    expectPolicyError(() => resolvePolicy({ filesystem: { write: [w], protect: [`${w}-link`] } }, '/'), 'EINVALID_POLICY', /is the writable root/);
+    expectPolicyError(() => resolvePolicy({ filesystem: { write: [w], protect: [`${w}/`] } }, '/'), 'EINVALID_POLICY', /is the writable root/);
+    // Controls: a path inside the root is a carve-out; the root alone is writable.
+    mk('prot-root', 'sub');
+    expect(resolvePolicy({ filesystem: { write: [w], protect: [`${w}/sub`] } }, '/').readOnly).toContain(`${w}/sub`);
+    expect(resolvePolicy({ filesystem: { write: [w] } }, '/').writeRoots).toEqual([w]);
+  });
+
+  it('a path both writable and deny-read is refused, naming both entries', () => {
+    const w = mk('wd-root');
+    expectPolicyError(
+      () => resolvePolicy({ filesystem: { write: [w], denyRead: [w] } }, '/'),
+      'EINVALID_POLICY',
+      new RegExp(`^${w} is both a writable root \\(policy\\.filesystem\\.write\\[0\\]\\) and deny-read \\(policy\\.filesystem\\.denyRead\\[0\\]\\).*Drop it from one of the two`),
+    );
+    // Controls: a deny inside the writable root, and a writable root inside a denied area, are valid.
+    const inner = mk('wd-root', 'secret');
+    expect(resolvePolicy({ filesystem: { write: [w], denyRead: [inner] } }, '/')).toMatchObject({ writeRoots: [w], denyRead: [inner] });
+    expect(resolvePolicy({ filesystem: { write: [inner], denyRead: [w] } }, '/')).toMatchObject({ writeRoots: [inner], denyRead: [w] });
+  });
+});
