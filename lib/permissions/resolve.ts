@@ -275,7 +275,10 @@ const WALK_SKIP = new Set(['.git', 'node_modules']);
  * first missing component, so a placeholder holds it), below it the existing ones found by a
  * bounded walk. `truncated` says whether the walk stopped before the end of the tree.
  */
-export function startupFilesFor(root: string, includeMissing: boolean): { paths: string[]; truncated: boolean; unknown: string[] } {
+export function startupFilesFor(
+  root: string,
+  includeMissing: boolean,
+): { paths: string[]; truncated: boolean; unknown: string[]; below: string[] } {
   const names = [...STARTUP_FILES, ...STARTUP_DIRS];
   const out: string[] = [];
   for (const name of names) {
@@ -293,6 +296,7 @@ export function startupFilesFor(root: string, includeMissing: boolean): { paths:
     firsts.set(first!, [...(firsts.get(first!) ?? []), rest.join('/')]);
   }
   const unknown: string[] = [];
+  const below: string[] = [];
   const truncated = walkBelow(
     root,
     STARTUP_SEARCH_MAX_DEPTH,
@@ -302,14 +306,14 @@ export function startupFilesFor(root: string, includeMissing: boolean): { paths:
       if (tails === undefined || dir === root) return; // the root's own names are handled above
       for (const t of tails) {
         const p = t === '' ? child : path.join(child, t);
-        if (t === '' || lstatOrNull(p) !== null) out.push(p);
+        if (t === '' || lstatOrNull(p) !== null) below.push(p);
       }
     },
     undefined,
     undefined,
     unknown,
   );
-  return { paths: out, truncated, unknown: sortUnique(unknown) };
+  return { paths: [...out, ...below], truncated, unknown: sortUnique(unknown), below };
 }
 
 /** Nested repositories are searched this deep below a writable root, within this many directories. */
@@ -462,6 +466,8 @@ export function protectedMetadataFor(
   nested = true,
   cut?: { truncated: boolean },
   unknown?: string[],
+  /** When given, nested repositories' metadata goes here instead of into the result. */
+  nestedOut?: string[],
 ): string[] {
   const out: string[] = [];
   const addGitDir = (gitdir: string, depth = 0): void => {
@@ -522,7 +528,7 @@ export function protectedMetadataFor(
   if (nested) {
     for (const repo of findNestedRepos(root, cut, unknown)) {
       // Only what exists: a nested directory is not a workspace root of its own.
-      out.push(
+      (nestedOut ?? out).push(
         ...protectedMetadataFor(repo, git, false).filter(
           (m) => lstatOrNull(m) !== null && !m.endsWith('/.codex') && !m.endsWith('/.agents') && !m.endsWith('/.aws'),
         ),
@@ -626,7 +632,10 @@ export function resolveEntries(input: ResolverInput): ResolvedRules {
 
   // 3. Read-only carve-outs inside writable roots.
   const explicitWrite = new Set(allWrites.map((e) => e.path));
-  const carve: string[] = [];
+  // Carve-outs held even when missing (a placeholder keeps the name), and those protected only
+  // because they exist (ResolvedRules.presentOnly).
+  const held: string[] = [];
+  const present: string[] = [];
   const gaps: string[] = [];
   if (input.protectMetadata !== false) {
     // Metadata only exists below directories; a writable file root has none.
@@ -634,8 +643,11 @@ export function resolveEntries(input: ResolverInput): ResolvedRules {
       if (!statOrNull(w.path)?.isDirectory()) continue;
       const cut = { truncated: false };
       const unknown: string[] = [];
-      const meta = protectedMetadataFor(w.path, input.git, true, cut, unknown);
-      carve.push(...(w.protectMissingMetadata ? meta : meta.filter((m) => lstatOrNull(m) !== null)));
+      const nestedMeta: string[] = [];
+      const meta = protectedMetadataFor(w.path, input.git, true, cut, unknown, nestedMeta);
+      if (w.protectMissingMetadata) held.push(...meta);
+      else present.push(...meta.filter((m) => lstatOrNull(m) !== null));
+      present.push(...nestedMeta);
       if (cut.truncated && w.protectMissingMetadata) {
         gaps.push(
           `nested repositories in ${w.path} are searched ${NESTED_REPO_MAX_DEPTH} levels deep (within ` +
@@ -644,7 +656,9 @@ export function resolveEntries(input: ResolverInput): ResolvedRules {
       }
       if (input.protectPresets?.includes('startup-files')) {
         const found = startupFilesFor(w.path, w.protectMissingMetadata);
-        carve.push(...found.paths);
+        const atRoot = found.paths.filter((p) => !found.below.includes(p));
+        (w.protectMissingMetadata ? held : present).push(...atRoot);
+        present.push(...found.below);
         unknown.push(...found.unknown);
         if (found.truncated) {
           gaps.push(
@@ -653,7 +667,7 @@ export function resolveEntries(input: ResolverInput): ResolvedRules {
           );
         }
       }
-      protectUnknown(w, unknown, carve, gaps);
+      protectUnknown(w, unknown, present, gaps);
       if (input.git === 'allow-init' && w.protectMissingMetadata && lstatOrNull(path.join(w.path, '.git')) === null) {
         gaps.push(
           `git: 'allow-init': ${path.join(w.path, '.git')} can be created; hooks and config planted in it run when git is used there outside the sandbox`,
@@ -680,11 +694,14 @@ export function resolveEntries(input: ResolverInput): ResolvedRules {
         { detail: { path: p, writableRoot: target, ...(w ? { field: w.source } : {}) } },
       );
     }
-    carve.push(...withLinks(p));
+    held.push(...withLinks(p));
   }
   for (const e of entries) {
-    if (e.access === 'read' && parentAccess(e.path) === 'write') carve.push(e.path);
+    if (e.access === 'read' && parentAccess(e.path) === 'write') held.push(e.path);
   }
+  const carve = [...held, ...present];
+  const heldSet = new Set(held);
+  const presentSet = new Set(present.filter((p) => !heldSet.has(p)));
   const kept = sortUnique(carve.filter((c) => !explicitWrite.has(c) && writeRoots.some((w) => isStrictlyWithin(c, w))));
   // A carve-out inside another carve-out is already read-only (and a missing one cannot be
   // created there), unless a writable root in between makes it writable again.
@@ -723,11 +740,13 @@ export function resolveEntries(input: ResolverInput): ResolvedRules {
       .map((e) => e.path),
   );
 
+  const presentOnly = readOnly.filter((c) => presentSet.has(c));
   return {
     readAll,
     readRoots,
     writeRoots,
     readOnly,
+    ...(presentOnly.length > 0 ? { presentOnly } : {}),
     denyRead,
     tmp: input.tmp,
     network: input.network,
