@@ -332,35 +332,79 @@ const WHOLE_AT_ROOT: ReadonlySet<string> = new Set(['.codex', '.agents', '.aws']
  * submodule checkouts, whose hooks and config run code later just like the root's (FS-08). The
  * walk is bounded (depth and directory count) so spawning stays cheap in large trees.
  */
-export function findNestedRepos(root: string, cut?: { truncated: boolean }, unknownOut?: string[]): string[] {
+export function findNestedRepos(
+  root: string,
+  cut?: { truncated: boolean; nodeModules?: string[] },
+  unknownOut?: string[],
+): string[] {
   // Cached between spawns while nothing the walk looked at changes (walk-cache.ts).
-  const { found, truncated, unknown } = cachedWalk(root, lstatOrNull(root), () => {
+  const { found, truncated, unknown, skipped } = cachedWalk(root, lstatOrNull(root), () => {
     const repos: string[] = [];
     const dirs: string[] = [];
     const unknown: string[] = [];
+    const skipped: string[] = [];
+    let probes = NODE_MODULES_MAX_PROBES;
+    // Looks into `child` for .git: a repository, not one, or unknown (not searchable: mode 000).
+    const probe = (child: string) => {
+      dirs.push(child);
+      const git = lstatState(path.join(child, '.git'));
+      if (git === 'present') repos.push(child);
+      else if (git === 'unknown' && unknownDirState(child, { code: 'EACCES' }) === 'unknown') unknown.push(child);
+    };
+    // The packages of a node_modules, one level (and @scope/name), are only probed for .git:
+    // a package checked out from git, or linked in as a real directory, carries hooks that run
+    // when git is used there. Within NODE_MODULES_MAX_PROBES per walk; past that, a gap.
+    const probePackages = (nm: string) => {
+      dirs.push(nm);
+      const scan = (dir: string, scopes: boolean): void => {
+        let list: fs.Dirent[];
+        try {
+          list = fs.readdirSync(dir, { withFileTypes: true });
+        } catch (e) {
+          if (unknownDirState(dir, e) === 'unknown') unknown.push(dir);
+          return;
+        }
+        for (const d of list) {
+          if (!d.isDirectory() || d.name.startsWith('.')) continue; // .bin, .cache, .package-lock.json
+          const p = path.join(dir, d.name);
+          if (probes-- <= 0) {
+            skipped.push(nm);
+            return;
+          }
+          if (scopes && d.name.startsWith('@')) {
+            dirs.push(p);
+            scan(p, false);
+            if (probes <= 0) return;
+          } else {
+            probe(p);
+          }
+        }
+      };
+      scan(nm, true);
+    };
     const stopped = walkBelow(
       root,
       NESTED_REPO_MAX_DEPTH,
       NESTED_REPO_MAX_DIRS,
       (_dir, e, child) => {
-        if (e.isDirectory() && !WALK_SKIP.has(e.name)) {
-          dirs.push(child); // looked into for .git (and read, if within the walk's reach)
-          const git = lstatState(path.join(child, '.git'));
-          if (git === 'present') repos.push(child);
-          // Not searchable (mode 000 or 0600): whether it is a repository is unknown.
-          else if (git === 'unknown' && unknownDirState(child, { code: 'EACCES' }) === 'unknown') unknown.push(child);
-        }
+        if (!e.isDirectory()) return;
+        if (e.name === 'node_modules') probePackages(child);
+        else if (!WALK_SKIP.has(e.name)) probe(child); // (and read, if within the walk's reach)
       },
       dirs,
       WHOLE_AT_ROOT,
       unknown,
     );
-    return { found: repos, truncated: stopped, dirs, unknown: sortUnique(unknown) };
+    return { found: repos, truncated: stopped, dirs, unknown: sortUnique(unknown), skipped: sortUnique(skipped) };
   }, new Set([...WHOLE_AT_ROOT, '.git']));
   if (truncated && cut) cut.truncated = true;
+  if (skipped.length > 0 && cut) (cut.nodeModules ??= []).push(...skipped);
   unknownOut?.push(...(unknown ?? []));
   return found;
 }
+
+/** Packages (node_modules/<name>, node_modules/@scope/<name>) probed for .git per walk. */
+export const NODE_MODULES_MAX_PROBES = 1024;
 
 /**
  * Breadth-first walk below `root` for the searches a plan makes on every spawn: at most `maxDepth`
@@ -464,7 +508,7 @@ export function protectedMetadataFor(
   root: string,
   git: GitProtection,
   nested = true,
-  cut?: { truncated: boolean },
+  cut?: { truncated: boolean; nodeModules?: string[] },
   unknown?: string[],
   /** When given, nested repositories' metadata goes here instead of into the result. */
   nestedOut?: string[],
@@ -641,13 +685,19 @@ export function resolveEntries(input: ResolverInput): ResolvedRules {
     // Metadata only exists below directories; a writable file root has none.
     for (const w of allWrites) {
       if (!statOrNull(w.path)?.isDirectory()) continue;
-      const cut = { truncated: false };
+      const cut: { truncated: boolean; nodeModules?: string[] } = { truncated: false };
       const unknown: string[] = [];
       const nestedMeta: string[] = [];
       const meta = protectedMetadataFor(w.path, input.git, true, cut, unknown, nestedMeta);
       if (w.protectMissingMetadata) held.push(...meta);
       else present.push(...meta.filter((m) => lstatOrNull(m) !== null));
       present.push(...nestedMeta);
+      if (cut.nodeModules && w.protectMissingMetadata) {
+        gaps.push(
+          `nested repositories in ${cut.nodeModules.join(', ')} are searched in the first ${NODE_MODULES_MAX_PROBES} ` +
+            `packages only; a repository in a package past that keeps writable hooks and config`,
+        );
+      }
       if (cut.truncated && w.protectMissingMetadata) {
         gaps.push(
           `nested repositories in ${w.path} are searched ${NESTED_REPO_MAX_DEPTH} levels deep (within ` +

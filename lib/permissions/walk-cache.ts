@@ -42,12 +42,15 @@ export interface WalkResult {
   dirs: string[];
   /** Directories it could not read or look into (resolve.ts protects them whole). */
   unknown?: string[];
+  /** Directories it searched only in part (a node_modules past its probe cap). */
+  skipped?: string[];
 }
 
 interface Entry {
   found: string[];
   truncated: boolean;
   unknown: string[];
+  skipped: string[];
   wds: number[];
   /** The root's own watch, and the names whose events there do not concern the walk. */
   rootWd: number;
@@ -147,9 +150,9 @@ export function cachedWalk(
   ignoreAtRoot: ReadonlySet<string> = new Set(),
   /** Which walk this is, when several kinds start at one root (the key holds it). */
   kind = 'nested-repos',
-): { found: string[]; truncated: boolean; unknown: string[] } {
+): { found: string[]; truncated: boolean; unknown: string[]; skipped: string[] } {
   const w = st?.isDirectory() ? getWatcher() : null;
-  const plain = (r: WalkResult) => ({ found: r.found, truncated: r.truncated, unknown: r.unknown ?? [] });
+  const plain = (r: WalkResult) => ({ found: r.found, truncated: r.truncated, unknown: r.unknown ?? [], skipped: r.skipped ?? [] });
   if (!w) return plain(walk());
   const key = `${kind}:${st!.dev}:${st!.ino}:${root}`;
   sync(w);
@@ -158,7 +161,7 @@ export function cachedWalk(
     hits++;
     entries.delete(key); // most recently used last: the eviction order
     entries.set(key, hit);
-    return { found: [...hit.found], truncated: hit.truncated, unknown: [...hit.unknown] };
+    return { found: [...hit.found], truncated: hit.truncated, unknown: [...hit.unknown], skipped: [...hit.skipped] };
   }
   const first = walk();
   if (!seen.has(key)) {
@@ -204,6 +207,7 @@ export function cachedWalk(
     second.truncated === first.truncated &&
     second.found.join('\0') === first.found.join('\0') &&
     (second.unknown ?? []).join('\0') === (first.unknown ?? []).join('\0') &&
+    (second.skipped ?? []).join('\0') === (first.skipped ?? []).join('\0') &&
     second.dirs.join('\0') === first.dirs.join('\0');
   dropTouched(w, changed);
   if (!same) {
@@ -216,8 +220,9 @@ export function cachedWalk(
     if (!u) users.set(wd, (u = new Set()));
     u.add(key);
   }
-  entries.set(key, { found: second.found, truncated: second.truncated, unknown: second.unknown ?? [], wds: unique, rootWd, ignore: ignoreAtRoot });
-  return { found: [...second.found], truncated: second.truncated, unknown: [...(second.unknown ?? [])] };
+  const result = plain(second);
+  entries.set(key, { ...result, wds: unique, rootWd, ignore: ignoreAtRoot });
+  return { found: [...result.found], truncated: result.truncated, unknown: [...result.unknown], skipped: [...result.skipped] };
 }
 
 /** Test hook: the watch budget (MAX_WATCHES unless a test makes it small). */

@@ -374,6 +374,30 @@ describe.runIf(caps.linux)('file-system threats', () => {
         );
       }
 
+      // node_modules is never walked (too big), but a package checked out from git keeps hooks
+      // that run when git is used there: its packages are probed one level deep for .git.
+      it.runIf(!skip && isolated)('FS-08: a repository inside node_modules keeps its hooks read-only', async () => {
+        const pkgs = [`${scene.ws}/node_modules/gitpkg`, `${scene.ws}/node_modules/@scope/scoped`];
+        for (const p of pkgs) {
+          fs.mkdirSync(p, { recursive: true });
+          git(p, 'init', '-q');
+          fs.writeFileSync(`${p}/index.js`, 'module.exports = 1;\n');
+        }
+        const before = pkgs.map((p) => snapshot(`${p}/.git`));
+        const r = await run(
+          NODE,
+          [PROBE, JSON.stringify([...pkgs.map((p) => ['write', `${p}/.git/hooks/pre-commit`, '#!/bin/sh\necho pwned\n']), ['write', `${pkgs[0]}/index.js`, 'changed']])],
+          { cwd: scene.ws, env: BASE_ENV, policy },
+        );
+        const res = JSON.parse(/PROBE (.*)/.exec(r.stdout)![1]!) as string[];
+        expectDenied(res.slice(0, 2), 'hooks of a repository in node_modules');
+        pkgs.forEach((p, i) => expectUnchanged(before[i]!, snapshot(`${p}/.git`), `${p}/.git`));
+        expect(r.enforcement.guarantees.protectedPaths).toBe('enforced');
+        // Control: the package's own files stay writable.
+        expect(res[2]).toBe('ok');
+        expect(fs.readFileSync(`${pkgs[0]}/index.js`, 'utf8')).toBe('changed');
+      });
+
       // A repository whose (protected) config sets core.hooksPath to a directory inside the
       // workspace, as husky does (.husky/_ or .husky): a hook planted there would run at the next
       // `git commit` outside the sandbox.
