@@ -363,7 +363,8 @@ export function planMounts(input: LinuxPlanInput): MountPlan {
   //    now would not hold its name either (the command may create any new repository anyway);
   //  - every other carve-out is held even when missing (a placeholder keeps the name). Its step
   //    is not marked: if it or its parent vanished, the bind or the placeholder fails with ENOENT
-  //    and the spawn fails as before, so a held name never becomes creatable unprotected.
+  //    before the command runs, so a held name never becomes creatable unprotected; the backend
+  //    then plans once more (lib/platform/linux.ts), and that plan holds the name as missing.
   const presentOnly = new Set(rules.presentOnly ?? []);
   for (const step of steps) {
     if (step.write) {
