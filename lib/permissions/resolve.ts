@@ -486,8 +486,8 @@ function unknownDirState(dir: string, err: unknown): 'gone' | 'unknown' | 'seale
 /** lstat that tells a missing path from one it could not look at (EACCES on a parent...). */
 function lstatState(p: string): 'present' | 'missing' | 'unknown' {
   try {
-    fs.lstatSync(p);
-    return 'present';
+    // A missing path is the common answer: no exception for it (an exception costs ~10x the lstat).
+    return fs.lstatSync(p, { throwIfNoEntry: false }) === undefined ? 'missing' : 'present';
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code;
     return code === 'ENOENT' || code === 'ENOTDIR' ? 'missing' : 'unknown';
