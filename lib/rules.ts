@@ -32,6 +32,13 @@ export interface ResolvedRules {
    * `protect` entries, resolved gitdirs). May not exist yet: then they must not be creatable.
    */
   readOnly: string[];
+  /**
+   * The readOnly entries protected only because they existed at planning (nested repositories'
+   * metadata, start-up files below a root, unreadable directories, metadata in shared scratch
+   * roots). One that vanishes before the mounts leaves nothing to protect, and a fresh plan would
+   * not hold its name either, so the mount step skips it (linux-plan.ts). Absent when empty.
+   */
+  presentOnly?: string[];
   /** Unreadable paths, canonical. Existing paths only (globs are expanded before this point). */
   denyRead: string[];
   tmp: TmpMode;

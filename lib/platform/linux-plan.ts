@@ -35,6 +35,9 @@ export const MountKind = {
   Sys: 17,
 } as const;
 
+/** MountOp.arg of a Pin or BindRo step whose path may have vanished since planning (planMounts). */
+export const VANISH_OK = 1;
+
 /** Default cap on processes+threads per sandbox in isolated mode (counted per user namespace). */
 export const DEFAULT_MAX_PROCESSES = 4096;
 /** Default total size of isolated mode's private tmpfs mounts: /tmp 3/4, /dev/shm 1/4. */
@@ -355,6 +358,20 @@ export function planMounts(input: LinuxPlanInput): MountPlan {
   // it cannot be renamed away and recreated (FS-06).
   const pinned = new Set<string>();
   const heldAncestors = new Set<string>();
+  // A directory can vanish between this plan and the mounts (another run's scratch tree in a
+  // shared /tmp, a concurrent `rm -rf`). Steps marked VANISH_OK (arg) then skip it instead of
+  // failing the spawn; spawn_mounts.cc skips only when the name is really gone (lstat ENOENT,
+  // not a dangling symlink put in its place). Why that is safe:
+  //  - a pin holds an existing directory so it cannot be renamed away and replaced; with the
+  //    directory gone there is nothing to hold. What lies below it is decided by its own steps:
+  //  - a carve-out protected only because it existed (rules.presentOnly: a nested repository's
+  //    hooks, an unreadable directory...) that is gone leaves nothing to protect, and a plan made
+  //    now would not hold its name either (the command may create any new repository anyway);
+  //  - every other carve-out is held even when missing (a placeholder keeps the name). Its step
+  //    is not marked: if it or its parent vanished, the bind or the placeholder fails with ENOENT
+  //    before the command runs, so a held name never becomes creatable unprotected; the backend
+  //    then plans once more (lib/platform/linux.ts), and that plan holds the name as missing.
+  const presentOnly = new Set(rules.presentOnly ?? []);
   for (const step of steps) {
     if (step.write) {
       if (lstatOrNull(step.path)) mounts.push({ kind: MountKind.BindRw, path: step.path });
@@ -393,7 +410,7 @@ export function planMounts(input: LinuxPlanInput): MountPlan {
     for (let dir = path.dirname(p); dir !== root && isUnder(dir, root); dir = path.dirname(dir)) {
       if (pinned.has(dir)) continue;
       pinned.add(dir);
-      mounts.push({ kind: MountKind.Pin, path: dir });
+      mounts.push({ kind: MountKind.Pin, path: dir, arg: VANISH_OK });
     }
     if (st?.isSymbolicLink()) {
       // A mount cannot be placed on a symlink: its target can be made read-only, but the link
@@ -414,7 +431,7 @@ export function planMounts(input: LinuxPlanInput): MountPlan {
         readOnlyAreas.push(target);
       }
     } else if (st) {
-      mounts.push({ kind: MountKind.BindRo, path: p });
+      mounts.push({ kind: MountKind.BindRo, path: p, ...(!ancestor && presentOnly.has(p) ? { arg: VANISH_OK } : {}) });
       readOnlyAreas.push(p);
     } else {
       // A missing protected path becomes an empty read-only placeholder so it cannot be created.

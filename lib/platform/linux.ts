@@ -527,6 +527,7 @@ export function createLinuxBackend(native: NativeBinding): Backend {
     pty: OpenedPty | undefined,
     nsPty: { cols: number; rows: number } | undefined,
     noSpare = false,
+    replanned = false,
   ): BackendProcess {
     {
       const stdio: LinuxStdio[] = pty
@@ -732,6 +733,13 @@ export function createLinuxBackend(native: NativeBinding): Backend {
           // held by someone else: left for the next run to remove
         }
         void cleanup().catch(() => {});
+        // A protected path (or a directory on its way) vanished between the plan and init's
+        // mounts, and it was one whose name is held even when missing (linux-plan.ts VANISH_OK):
+        // the command never ran. Planned once more from the tree as it is now, the name is held
+        // by a placeholder. Once only: a second failure is reported as it is.
+        if (!replanned && !pty && e instanceof SandboxError && e.code === 'EMOUNT_SETUP' && e.errno === os.constants.errno.ENOENT) {
+          return spawnOn(req, pty, nsPty, true, true);
+        }
         throw e;
       }
       cgroup?.closeFds(); // the command has joined (or failed and was reaped)

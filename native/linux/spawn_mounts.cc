@@ -1,6 +1,7 @@
 // Isolated mode's mount tree, run by init in the new mount namespace: the MountOp steps planned in
 // TS (lib/platform/linux.ts), the minimal /dev, the fresh /proc and the masks over /proc/1.
 #include <sys/mount.h>
+#include <sys/stat.h>
 
 #include "spawn_internal.h"
 
@@ -184,6 +185,18 @@ long PrepareMasksInChild(ChildArgs* a) {
   return r < 0 ? r : u;
 }
 
+// Whether `path` is gone (no entry by that name, or a directory on the way is gone): a step
+// marked kVanishOk then has nothing left to act on. A dangling symlink put in its place is not
+// gone (mount would follow it elsewhere): that still fails the step.
+bool VanishedInChild(const char* path) {
+  struct stat st;
+  return Sys(__NR_newfstatat, AT_FDCWD, path, &st, AT_SYMLINK_NOFOLLOW) == -ENOENT;
+}
+
+// MountOp.arg of Pin and BindRo steps: the path may vanish between planning and now (VANISH_OK
+// in lib/platform/linux-plan.ts, which explains why skipping these, and only these, is safe).
+constexpr int kVanishOk = 1;
+
 long RunMountOpInChild(ChildArgs* a, size_t i) {
   const MountOp& op = a->plan->mounts[i];
   const char* path = a->mount_paths[i];
@@ -225,6 +238,7 @@ long RunMountOpInChild(ChildArgs* a, size_t i) {
       [[fallthrough]];
     case MountOpKind::kBindRo:
       r = BindInChild(path);
+      if (r == -ENOENT && op.kind == MountOpKind::kBindRo && op.arg == kVanishOk && VanishedInChild(path)) return 0;
       if (r < 0) return r;
       return SetAttrInChild(path, kAtRecursive, kMountAttrRdonly, 0);
     case MountOpKind::kGhostFile: {
@@ -239,7 +253,9 @@ long RunMountOpInChild(ChildArgs* a, size_t i) {
       return SetAttrInChild(path, kAtRecursive, kMountAttrRdonly, 0);
     }
     case MountOpKind::kPin:
-      return BindInChild(path);
+      r = BindInChild(path);
+      if (r == -ENOENT && op.arg == kVanishOk && VanishedInChild(path)) return 0;
+      return r;
     case MountOpKind::kMaskDir:
       return Sys(__NR_mount, "tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
                  "mode=000,size=4k,nr_inodes=2");
