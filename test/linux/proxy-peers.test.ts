@@ -244,3 +244,55 @@ describe.skipIf(skip)('Landlock mode: the proxy serves the sandbox only', () => 
     }
   }, 60_000);
 });
+
+/**
+ * The check itself (native.admitProxyPeer), on a plain loopback listener: the peer socket is found
+ * by its 4-tuple; without the supervisor it is admitted by uid, with it only if the supervisor
+ * registered it (a socket this test made never is).
+ */
+describe.skipIf(process.platform !== 'linux')('native.admitProxyPeer', () => {
+  /** The verdicts for the next connection to a fresh listener, made by `connect`. */
+  async function verdicts(connect: (port: number) => void | Promise<unknown>): Promise<{ byUid: boolean; supervised: boolean; gone: boolean }> {
+    const { loadNative } = await import('../../lib/native');
+    const native = loadNative();
+    const server = net.createServer();
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const port = (server.address() as net.AddressInfo).port;
+    try {
+      const accepted = new Promise<net.Socket>((r) => server.once('connection', r));
+      void connect(port);
+      const s = await accepted;
+      const peer = s.remotePort!;
+      const result = {
+        byUid: native.admitProxyPeer!(port, peer, false),
+        supervised: native.admitProxyPeer!(port, peer, true),
+        // A port nothing is connected from.
+        gone: native.admitProxyPeer!(port, peer === 65535 ? 65534 : peer + 1, false),
+      };
+      s.destroy();
+      return result;
+    } finally {
+      server.close();
+    }
+  }
+
+  it('a socket of this uid: admitted by uid, not as a supervised one; no peer: refused', async () => {
+    const clients: net.Socket[] = [];
+    const v = await verdicts((port) => clients.push(net.connect(port, '127.0.0.1').on('error', () => {})));
+    for (const c of clients) c.destroy();
+    expect(v).toEqual({ byUid: true, supervised: false, gone: false });
+  });
+
+  it.skipIf(otherUid === null)('a socket of another uid: refused either way', async () => {
+    let child: ReturnType<typeof spawnHost> | undefined;
+    const v = await verdicts((port) => {
+      child = spawnHost(process.execPath, ['-e', `require('net').connect(${port}, '127.0.0.1').on('error', () => {}); setInterval(() => {}, 1000)`], {
+        stdio: 'ignore',
+        uid: otherUid!.uid,
+        gid: otherUid!.gid,
+      });
+    });
+    child?.kill('SIGKILL');
+    expect(v).toEqual({ byUid: false, supervised: false, gone: false });
+  });
+});
