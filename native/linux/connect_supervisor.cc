@@ -102,32 +102,58 @@ constexpr size_t kMaxPending = 64;
 
 struct Supervisor;
 
-// The proxy connections made here and not yet accepted: sockfs inode -> (proxy port, owner).
-// Process-wide (the proxy may run on any thread); a handful of entries at a time, since each is
-// taken by its accept. Bounded: a connect that would register beyond it fails with EAGAIN.
+// The proxy connections made here and not yet accepted: sockfs inode -> (proxy port, owner, a
+// host fd of the socket). Process-wide (the proxy may run on any thread). The host's fd keeps
+// the socket (and so its inode) alive until the proxy has accepted the connection, even when the
+// command closed it at once (a port check, a request sent without waiting for the answer): its
+// accept then still finds the registered socket and takes the entry, closing that fd. An entry is
+// left only by a connection that never reaches the accept (the connect failed, or the listener's
+// queue stayed full), until its supervisor ends; each sandbox may hold only so many (host fds,
+// beyond kMaxPending's): past that its connects fail with EAGAIN, and only its own.
 struct PeerEntry {
   uint16_t port;
   const Supervisor* owner;
+  int fd;
 };
 std::mutex peers_mu;
 std::map<uint64_t, PeerEntry> peers;
-constexpr size_t kMaxPeers = 65536;
+std::map<const Supervisor*, size_t> peers_per_owner;
+constexpr size_t kMaxPeersPerSandbox = 128;
 
-bool RegisterPeer(uint64_t ino, uint16_t port, const Supervisor* owner) {
+void ErasePeerLocked(std::map<uint64_t, PeerEntry>::iterator it) {
+  auto c = peers_per_owner.find(it->second.owner);
+  if (c != peers_per_owner.end() && --c->second == 0) peers_per_owner.erase(c);
+  close(it->second.fd);
+  peers.erase(it);
+}
+
+// Registers socket `sock` (inode `ino`) for `port`; false when it cannot be.
+bool RegisterPeer(int sock, uint64_t ino, uint16_t port, const Supervisor* owner) {
   std::lock_guard<std::mutex> g(peers_mu);
-  if (ino == 0 || peers.size() >= kMaxPeers) return false;
-  peers[ino] = PeerEntry{port, owner};
+  if (ino == 0 || peers.count(ino) != 0) return false;
+  size_t& n = peers_per_owner[owner];
+  if (n >= kMaxPeersPerSandbox) return false;
+  int fd = fcntl(sock, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return false;
+  ++n;
+  peers[ino] = PeerEntry{port, owner, fd};
   return true;
 }
 
 void ForgetPeer(uint64_t ino) {
   std::lock_guard<std::mutex> g(peers_mu);
-  peers.erase(ino);
+  auto it = peers.find(ino);
+  if (it != peers.end()) ErasePeerLocked(it);
 }
 
 void ForgetPeersOf(const Supervisor* owner) {
   std::lock_guard<std::mutex> g(peers_mu);
-  for (auto it = peers.begin(); it != peers.end();) it = it->second.owner == owner ? peers.erase(it) : std::next(it);
+  for (auto it = peers.begin(); it != peers.end();) {
+    auto next = std::next(it);
+    if (it->second.owner == owner) ErasePeerLocked(it);
+    it = next;
+  }
+  peers_per_owner.erase(owner);
 }
 
 // The sockfs inode of a socket fd (0 if unknown).
@@ -427,7 +453,7 @@ void HandleConnect(Supervisor* s, const SeccompNotif& n) {
   close(copy);
   // Registered strictly before the connect: the proxy cannot accept it earlier.
   const uint64_t ino = SocketInode(sock);
-  if (!RegisterPeer(ino, s->port, s)) {
+  if (!RegisterPeer(sock, ino, s->port, s)) {
     close(sock);
     return Respond(listener, n.id, -EAGAIN);
   }
@@ -590,7 +616,7 @@ bool AdmitProxyPeer(uint16_t proxy_port, uint16_t peer_port, bool supervised) no
   std::lock_guard<std::mutex> g(peers_mu);
   auto it = peers.find(ino);
   if (it == peers.end() || it->second.port != proxy_port) return false;
-  peers.erase(it);
+  ErasePeerLocked(it);
   return true;
 }
 

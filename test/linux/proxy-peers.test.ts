@@ -16,7 +16,7 @@ import * as https from 'node:https';
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-import { spawn, type SandboxedProcess } from '../../lib/index';
+import { run, spawn, type SandboxedProcess } from '../../lib/index';
 import { InterceptionCa, ManagedProxy, type AuditEvent, type LookupFn } from '../../lib/network';
 import { caps, modePolicy } from '../helpers/capabilities';
 import { BASE_ENV, eventually, makeScene, type Scene } from '../helpers/sandbox';
@@ -214,6 +214,26 @@ describe.skipIf(skip)('Landlock mode: the proxy serves the sandbox only', () => 
     expect(seen.filter((s) => s.url.startsWith('/outsider'))).toEqual([]);
     expect(await sandboxRequest('after-other-uid')).toBe('hello from secure.test 200');
     expect(seen.filter((s) => s.url === '/after-other-uid').map((s) => s.authorization)).toEqual([`Bearer ${SECRET}`]);
+  }, 60_000);
+
+  it('the sandbox\'s own connections closed at once (300 non-blocking connects) are admitted and used up; its next request is served', async () => {
+    // Non-blocking connects, each socket closed at once (before its handshake is through, and
+    // before the proxy has accepted it): the registration must still be taken by an accept, or
+    // they would pile up past the sandbox's share and its later connects would fail.
+    const checks =
+      `import errno, os, socket\nu = os.environ['HTTP_PROXY'].rsplit(':', 1)\nn = 0\n` +
+      `for i in range(300):\n    s = socket.socket()\n    s.setblocking(False)\n` +
+      `    n += s.connect_ex(('127.0.0.1', int(u[1]))) in (0, errno.EINPROGRESS)\n    s.close()\nprint('connected', n)\n`;
+    const get = `curl -sS --max-time 20 -H 'Authorization: Bearer ${PLACEHOLDER}' -w ' %{http_code}' https://secure.test:${originPort}/after-checks; echo`;
+    const r = await run('/bin/sh', ['-c', `/usr/bin/python3 -c "$CHECKS"; ${get}`], {
+      cwd: scene.ws,
+      env: { ...BASE_ENV, CHECKS: checks },
+      timeout: 60_000,
+      policy: modePolicy('landlock', { filesystem: { write: [scene.ws] }, network: { proxy: { allow: ['secure.test'], allowLocal: true } } }),
+      proxy: { instance: proxy, processId: 'checks' },
+    });
+    expect(r.stdout.trim().split('\n'), r.stderr).toEqual(['connected 300', 'hello from secure.test 200']);
+    expect(seen.filter((s) => s.url === '/after-checks').map((s) => s.authorization)).toEqual([`Bearer ${SECRET}`]);
   }, 60_000);
 
   it('a flood of outside connections held open, far over the caps, does not stop the sandbox being served', async () => {
