@@ -118,7 +118,9 @@ struct PeerEntry {
 std::mutex peers_mu;
 std::map<uint64_t, PeerEntry> peers;
 std::map<const Supervisor*, size_t> peers_per_owner;
-constexpr size_t kMaxPeersPerSandbox = 128;
+// Connections normally wait one loop iteration for their accept, made by at most two batches of
+// kMaxPerWakeup notifications (the one before the accept and the one after): room for four.
+constexpr size_t kMaxPeersPerSandbox = 256;
 
 void ErasePeerLocked(std::map<uint64_t, PeerEntry>::iterator it) {
   auto c = peers_per_owner.find(it->second.owner);

@@ -216,13 +216,15 @@ describe.skipIf(skip)('Landlock mode: the proxy serves the sandbox only', () => 
     expect(seen.filter((s) => s.url === '/after-other-uid').map((s) => s.authorization)).toEqual([`Bearer ${SECRET}`]);
   }, 60_000);
 
-  it('the sandbox\'s own connections closed at once (300 non-blocking connects) are admitted and used up; its next request is served', async () => {
+  it('the sandbox\'s own connections closed at once (600 non-blocking connects) are admitted and used up; its next request is served', async () => {
     // Non-blocking connects, each socket closed at once (before its handshake is through, and
     // before the proxy has accepted it): the registration must still be taken by an accept, or
-    // they would pile up past the sandbox's share and its later connects would fail.
+    // they would pile up past the sandbox's share (256) and its later connects would fail. How
+    // many of the 600 get through depends on how fast the host accepts (a burst beyond the share
+    // gets EAGAIN); what counts is that the next request is served.
     const checks =
       `import errno, os, socket\nu = os.environ['HTTP_PROXY'].rsplit(':', 1)\nn = 0\n` +
-      `for i in range(300):\n    s = socket.socket()\n    s.setblocking(False)\n` +
+      `for i in range(600):\n    s = socket.socket()\n    s.setblocking(False)\n` +
       `    n += s.connect_ex(('127.0.0.1', int(u[1]))) in (0, errno.EINPROGRESS)\n    s.close()\nprint('connected', n)\n`;
     const get = `curl -sS --max-time 20 -H 'Authorization: Bearer ${PLACEHOLDER}' -w ' %{http_code}' https://secure.test:${originPort}/after-checks; echo`;
     const r = await run('/bin/sh', ['-c', `/usr/bin/python3 -c "$CHECKS"; ${get}`], {
@@ -232,7 +234,9 @@ describe.skipIf(skip)('Landlock mode: the proxy serves the sandbox only', () => 
       policy: modePolicy('landlock', { filesystem: { write: [scene.ws] }, network: { proxy: { allow: ['secure.test'], allowLocal: true } } }),
       proxy: { instance: proxy, processId: 'checks' },
     });
-    expect(r.stdout.trim().split('\n'), r.stderr).toEqual(['connected 300', 'hello from secure.test 200']);
+    const lines = r.stdout.trim().split('\n');
+    expect(lines[0], r.stderr).toMatch(/^connected \d+$/);
+    expect(lines.slice(1), r.stderr).toEqual(['hello from secure.test 200']);
     expect(seen.filter((s) => s.url === '/after-checks').map((s) => s.authorization)).toEqual([`Bearer ${SECRET}`]);
   }, 60_000);
 
