@@ -163,6 +163,11 @@ export class ManagedProxy {
     return this.ctx.options.interception?.ca ?? null;
   }
 
+  /** Whether interception carries credential rules (secrets the proxy injects for a host). */
+  get hasCredentialRules(): boolean {
+    return (this.ctx.options.interception?.credentials ?? []).length > 0;
+  }
+
   /** Validates `interception` (TypeError with a precise message); spawn() checks its option with it. */
   static checkInterception(i: InterceptionOptions): void {
     if (i === null || typeof i !== 'object') throw new TypeError('Expected interception to be an object');

@@ -499,6 +499,16 @@ export function createLinuxBackend(native: NativeBinding): Backend {
           if (!spare) cgroup = cgroupFor(rules);
           const cgInfo = cgroupInfo(cgroup);
           const p = planLinux({ rules, mode, file: req.file, argv: req.argv, env: planEnv, cwd: req.cwd, probe, landlockTmpDir: tmpDir, proxyPort, cgroup: cgInfo });
+          // Without the connect supervisor the host listener admits by uid only: any process of
+          // this uid could have a credential rule's secret injected into its own requests.
+          if (proxy?.hasCredentialRules && mode === 'landlock' && !p.native.seccomp?.connectSupervisor) {
+            throw new SandboxError(
+              'ENETWORK_NOT_ENFORCEABLE',
+              'credential rules (interception.credentials) in Landlock mode need the connect supervisor, which this kernel lacks ' +
+                `(errno ${-(probe.connectSupervisor ?? -38)}): other processes of this uid could use the proxy and get the secrets. ` +
+                'Use isolated mode (user namespaces), or leave the credential rules out.',
+            );
+          }
           plan = p.native;
           if (prepareNext) basePlan = { ...p.native };
           if (cgroup) plan.cgroupFds = cgroup.procsFds;
