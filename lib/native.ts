@@ -124,6 +124,12 @@ export interface NativeBinding {
   listenLoopback?(): { fd: number; port: number };
   /** Accepts and closes every connection queued on a listener: how many, or -errno. */
   dropQueuedConnections?(fd: number): number;
+  /**
+   * Landlock mode: whether the connection the host listener on 127.0.0.1:proxyPort accepted from
+   * 127.0.0.1:peerPort is the sandbox's own (supervised: a socket the connect supervisor made for
+   * this port, used up by the call; otherwise: a socket of this process's uid).
+   */
+  admitProxyPeer?(proxyPort: number, peerPort: number, supervised: boolean): boolean;
   lockPlaceholder?(path: string): number;
   releasePlaceholder?(fd: number, path: string, remove: boolean): boolean;
   /** Whether systemd marked the cgroup directory delegated (trusted.delegate or user.delegate xattr). */

@@ -683,8 +683,13 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
           `seccomp connect supervision: errno ${-(probe.connectSupervisor ?? -38)})`,
       );
     }
-    if (net === 'proxy') {
-      gaps.push(`the proxy listens on the host's 127.0.0.1:${input.proxyPort}, so other local processes can use it too (and are attributed to this sandbox)`);
+    // With the supervisor the proxy serves only the connections it made for the command (an
+    // outside one is closed unanswered); without it, only connections from sockets of the host's uid.
+    if (net === 'proxy' && !supervised) {
+      gaps.push(
+        `the proxy listens on the host's 127.0.0.1:${input.proxyPort} and, without connect supervision, tells the sandbox's ` +
+          `connections apart only by uid: other processes of this uid can use it too (and are attributed to this sandbox)`,
+      );
     }
     gaps.push('host processes stay visible in /proc (command lines, not memory or environment)');
     if (rules.writeRoots.some((w) => isUnder('/proc', w))) {

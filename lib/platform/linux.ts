@@ -149,6 +149,11 @@ function looksLikePlaceholder(p: string, shape = false): boolean {
 
 const EWOULDBLOCK = os.constants.errno.EWOULDBLOCK;
 
+/** The proxy port a Landlock-mode plan names (its connect supervisor's, or Landlock's port rule). */
+function proxyPortOf(plan: Omit<LinuxNativePlan, 'stdio'>): number | undefined {
+  return plan.seccomp?.connectSupervisor || plan.landlock?.connectPorts?.[0] || undefined;
+}
+
 /**
  * The proxy's port for a sandbox. Isolated mode: any port, since the namespace is empty and no
  * other sandbox shares it. Landlock mode: a host listener on 127.0.0.1, which the proxy serves.
@@ -630,6 +635,16 @@ export function createLinuxBackend(native: NativeBinding): Backend {
           if (!spare) cgroup = cgroupFor(rules);
           const cgInfo = cgroupInfo(cgroup);
           const p = planLinux({ rules, mode, file: req.file, argv: req.argv, env: planEnv, cwd: req.cwd, probe, landlockTmpDir: tmpDir, proxyPort, cgroup: cgInfo });
+          // Without the connect supervisor the host listener admits by uid only: any process of
+          // this uid could have a credential rule's secret injected into its own requests.
+          if (proxy?.hasCredentialRules && mode === 'landlock' && !p.native.seccomp?.connectSupervisor) {
+            throw new SandboxError(
+              'ENETWORK_NOT_ENFORCEABLE',
+              'credential rules (interception.credentials) in Landlock mode need the connect supervisor, which this kernel lacks ' +
+                `(errno ${-(probe.connectSupervisor ?? -38)}): other processes of this uid could use the proxy and get the secrets. ` +
+                'Use isolated mode (user namespaces), or leave the credential rules out.',
+            );
+          }
           plan = p.native;
           if (prepareNext) basePlan = { ...p.native };
           if (cgroup) plan.cgroupFds = cgroup.procsFds;
@@ -755,7 +770,14 @@ export function createLinuxBackend(native: NativeBinding): Backend {
         const fd = res.listenerFd ?? hostListenerFd;
         const handle0 = res.handle;
         const processId = req.network?.processId ?? String(res.pid);
-        attachment = proxy.attach(processId, { fd }).catch(() => {
+        // Landlock mode: the listener is on the host's 127.0.0.1, open to every local process.
+        // Only the sandbox's own connections are served (native/linux/connect_supervisor.cc).
+        const hostPort = res.listenerFd === undefined && hostListenerFd !== undefined ? proxyPortOf(plan) : undefined;
+        const admit =
+          hostPort !== undefined
+            ? (s: net.Socket) => s.remoteAddress === '127.0.0.1' && native.admitProxyPeer!(hostPort, s.remotePort ?? 0, !!plan.seccomp?.connectSupervisor)
+            : undefined;
+        attachment = proxy.attach(processId, { fd, admit }).catch(() => {
           // Without its proxy the command has no network at all; stop it rather than leave it hanging.
           if (fd !== undefined) fs.closeSync(fd);
           native.kill!(handle0, 9);

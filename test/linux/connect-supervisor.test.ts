@@ -304,6 +304,8 @@ describe.skipIf(process.platform !== 'linux')('Landlock-mode plan with and witho
     return planLinux({ rules, mode: 'landlock', file: '/bin/true', argv: ['true'], env: {}, cwd: '/', probe, proxyPort: 4321 });
   };
   const portGap = (gaps: string[]) => gaps.filter((g) => /proxy's port 4321 are not blocked/.test(g));
+  // Who else can use the host listener: nobody but the sandbox with the supervisor (test/linux/proxy-peers.test.ts).
+  const listenerGap = (gaps: string[]) => gaps.filter((g) => /listens on the host's 127\.0\.0\.1:4321/.test(g));
 
   it('supported: no Landlock port rule, connect() supervised for 127.0.0.1:4321, no gap, network enforced', async () => {
     const p = await plan(0);
@@ -313,6 +315,7 @@ describe.skipIf(process.platform !== 'linux')('Landlock-mode plan with and witho
     expect(p.native.seccomp!.metadataSupervisor).toBeDefined();
     expect(p.enforcement.mechanisms.connectSupervisor).toBe('seccomp-user-notif');
     expect(portGap(p.enforcement.gaps)).toEqual([]);
+    expect(listenerGap(p.enforcement.gaps)).toEqual([]);
     expect(p.enforcement.guarantees.network).toBe('enforced');
   });
 
@@ -326,6 +329,7 @@ describe.skipIf(process.platform !== 'linux')('Landlock-mode plan with and witho
     expect(p.enforcement.gaps.join('\n')).toMatch(/chmod, chown, utime and xattr changes .* not blocked/);
     expect(p.enforcement.gaps.join('\n')).toMatch(/inotify instances and watches are not capped/);
     expect(portGap(p.enforcement.gaps)).toHaveLength(1);
+    expect(listenerGap(p.enforcement.gaps).join('\n')).toMatch(/only by uid: other processes of this uid can use it too/);
     expect(p.enforcement.guarantees.network).toBe('partial');
   });
 });
