@@ -50,6 +50,36 @@ long BindInChild(const char* path) {
   return Sys(__NR_mount, path, path, 0, MS_BIND | MS_REC, 0);
 }
 
+// Re-binds writable root `path` read-write without following a symlink anywhere in it. The root
+// was canonical when it was planned (and, on an exec-server with a floor, judged as such); a
+// command already writing above it may since have swapped a directory on the way for a link to
+// anywhere its uid (or a root server) can write. mount(path, path, MS_BIND) and mount_setattr by
+// path would follow that link and open the target read-write; instead the object is pinned with
+// openat2(RESOLVE_NO_SYMLINKS) (ELOOP if anything on the way is a link now: the spawn fails, no
+// grant moves), cloned as a detached tree, made writable while detached, and mounted back onto
+// the pinned object itself, so no path is resolved twice.
+long BindRwPinnedInChild(const char* path) {
+  struct {
+    uint64_t flags, mode, resolve;
+  } how = {O_PATH | O_CLOEXEC, 0, 0x04 /* RESOLVE_NO_SYMLINKS */ | 0x02 /* RESOLVE_NO_MAGICLINKS */};
+  long at = Sys(__NR_openat2, AT_FDCWD, path, &how, sizeof how);
+  if (at < 0) return at;
+  long tree = Sys(__NR_open_tree, at, "", kOpenTreeClone | kOpenTreeCloexec | kAtRecursive | kAtEmptyPath);
+  if (tree < 0) {
+    Sys(__NR_close, at);
+    return tree;
+  }
+  MountAttr attr = {0, kMountAttrRdonly, 0, 0};
+  long r = Sys(__NR_mount_setattr, tree, "", kAtEmptyPath | kAtRecursive, &attr, sizeof attr);
+  // A submount that was read-only on the host is locked read-only; keep it so and open only the
+  // root's own mount.
+  if (r == -EPERM) r = Sys(__NR_mount_setattr, tree, "", kAtEmptyPath, &attr, sizeof attr);
+  if (r == 0) r = Sys(__NR_move_mount, tree, "", at, "", kMoveMountFEmptyPath | kMoveMountTEmptyPath);
+  Sys(__NR_close, tree);
+  Sys(__NR_close, at);
+  return r;
+}
+
 // Places prepared mask `i` (an empty file of init's private tmpfs) over `path`, read-only.
 long MaskWithInChild(ChildArgs* a, int i, const char* path) {
   if (i < 0 || i >= a->nmasks) return -EINVAL;
@@ -222,13 +252,7 @@ long RunMountOpInChild(ChildArgs* a, size_t i) {
     case MountOpKind::kReadOnlyAll:
       return SetAttrInChild("/", kAtRecursive, kMountAttrRdonly, 0);
     case MountOpKind::kBindRw:
-      r = BindInChild(path);
-      if (r < 0) return r;
-      r = SetAttrInChild(path, kAtRecursive, 0, kMountAttrRdonly);
-      // A submount that was read-only on the host is locked read-only; keep it so and open
-      // only the root's own mount.
-      if (r == -EPERM) r = SetAttrInChild(path, 0, 0, kMountAttrRdonly);
-      return r;
+      return BindRwPinnedInChild(path);
     case MountOpKind::kGhostDir:
       // Exact modes regardless of the umask: 0555/0444 is how hosts recognise a placeholder
       // (lib/platform/linux.ts) to remove it later.
