@@ -37,6 +37,8 @@ itself starts with '-'.
   --deny-domain <host>   deny a domain through the proxy, repeatable
   --allow-local          let allowed domains reach loopback/private addresses
   --tmp <mode>           private (default) | host | none
+  --caches <mode>        private (default: a private copy of ~/.npm, ~/.cache, ~/.cargo ...; nothing
+                         written reaches the host's) | host-readonly | host-writable
   --mode <mode>          auto (default) | isolated | landlock
   --degraded             accept weaker enforcement; the report lists every gap
   --env <KEY=VALUE>      set a variable, repeatable
@@ -139,6 +141,7 @@ interface RunArgs {
   denyDomains: string[];
   allowLocal: boolean;
   tmp?: string;
+  caches?: string;
   mode?: string;
   degraded: boolean;
   env: Array<[string, string]>;
@@ -171,6 +174,10 @@ export function parseRunArgs(argv: string[], cwdDefault = process.cwd()): RunArg
       a.command = argv.slice(i + 1);
       break;
     }
+    if (f.startsWith('--caches=')) {
+      a.caches = f.slice('--caches='.length);
+      continue;
+    }
     switch (f) {
       case '--cwd': a.cwd = path.resolve(value(f)); break;
       case '--write': a.write.push(value(f)); break;
@@ -182,6 +189,7 @@ export function parseRunArgs(argv: string[], cwdDefault = process.cwd()): RunArg
       case '--deny-domain': a.denyDomains.push(value(f)); break;
       case '--allow-local': a.allowLocal = true; break;
       case '--tmp': a.tmp = value(f); break;
+      case '--caches': a.caches = value(f); break;
       case '--mode': a.mode = value(f); break;
       case '--degraded': a.degraded = true; break;
       case '--env': {
@@ -225,6 +233,7 @@ export function parseRunArgs(argv: string[], cwdDefault = process.cwd()): RunArg
   for (const [flag, v, allowed] of [
     ['--network', a.network, ['none', 'proxy', 'full']],
     ['--tmp', a.tmp, ['private', 'host', 'none']],
+    ['--caches', a.caches, ['private', 'host-readonly', 'host-writable']],
     ['--mode', a.mode, ['auto', 'isolated', 'landlock']],
   ] as const) {
     if (v !== undefined && !(allowed as readonly string[]).includes(v)) throw new UsageError(`${flag} must be one of ${allowed.join(', ')}`);
@@ -256,6 +265,7 @@ export function policyFromArgs(a: RunArgs): SandboxPolicy | null {
       denyRead: a.denyRead,
       protect: a.protect,
       tmp: (a.tmp ?? 'private') as 'private' | 'host' | 'none',
+      ...(a.caches ? { caches: a.caches as 'private' | 'host-readonly' | 'host-writable' } : {}),
     },
     network,
     mode: (a.mode ?? 'auto') as 'auto' | 'isolated' | 'landlock',

@@ -283,6 +283,11 @@ long RunMountOpInChild(ChildArgs* a, size_t i) {
       }
       if (r < 0) a->notes |= kNoteHostSys;
       return 0;
+    case MountOpKind::kOverlay:
+      // A private writable view of a host cache: its lower layer is a clone of the host's
+      // directory, its upper and work dirs live in a tmpfs of this namespace, so whatever the
+      // command writes there never reaches the host's cache (lib/platform/linux-caches.ts).
+      return Sys(__NR_mount, "overlay", path, "overlay", MS_NOSUID | MS_NODEV, a->mount_data[i]);
   }
   return -EINVAL;
 }
