@@ -22,6 +22,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SandboxError } from '../../lib/errors';
 import { resolvePolicy } from '../../lib/permissions';
 import { parseRunArgs, policyFromArgs } from '../../lib/cli';
+import { planCaches } from '../../lib/platform/linux-caches';
+import type { ResolvedRules } from '../../lib/rules';
 import type { CachesMode, SandboxPolicy } from '../../lib/policy-types';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
 import { NODE, SYS_PATH, expectUnchanged, makeScene, sh, snapshot, type Scene } from '../helpers/sandbox';
@@ -100,6 +102,52 @@ describe('filesystem.caches: the knob', () => {
     expect(policyFromArgs(parseRunArgs(['--caches=host-writable', 'true']))?.filesystem?.caches).toBe('host-writable');
     expect(policyFromArgs(parseRunArgs(['true']))?.filesystem?.caches).toBeUndefined();
     expect(() => parseRunArgs(['--caches=shared', 'true'])).toThrow(/--caches must be one of private, host-readonly, host-writable/);
+  });
+});
+
+describe.runIf(caps.linux)('filesystem.caches: the plan', () => {
+  const rulesWith = (over: Partial<ResolvedRules>): ResolvedRules => ({
+    readAll: true, readRoots: [], writeRoots: [], readOnly: [], denyRead: [], tmp: 'private',
+    network: { kind: 'none' }, mode: 'auto', degraded: false, limits: {}, ...over,
+  });
+  let tmpHome: string;
+  beforeAll(() => {
+    tmpHome = fs.mkdtempSync(path.join('/var/tmp', 'psb-caches-plan-'));
+    fs.mkdirSync(path.join(tmpHome, '.npm', 'secret'), { recursive: true });
+    fs.mkdirSync(path.join(tmpHome, '.cache'));
+  });
+  afterAll(() => fs.rmSync(tmpHome, { recursive: true, force: true }));
+
+  it('overlays an existing cache; a missing one is moved by its variable into the private /tmp, never created', () => {
+    const p = planCaches({ rules: rulesWith({}), mode: 'isolated', env: { HOME: tmpHome }, tmpfsData: 'size=4096' });
+    expect(p.report.npm).toMatch(/^overlay /);
+    expect(p.mounts.filter((m) => m.kind === 18).map((m) => m.path)).toEqual([path.join(tmpHome, '.npm'), path.join(tmpHome, '.cache')]);
+    expect(p.env.CARGO_HOME).toBe('/tmp/.process-sandbox-caches/cargo');
+    expect(fs.existsSync(path.join(tmpHome, '.cargo'))).toBe(false);
+  });
+
+  // An overlay shows the lower directory's own contents, not the mounts below it: a deny-read
+  // mask inside the cache would be undone.
+  it('a deny-read path inside a cache keeps that cache off the overlay (moved by env instead)', () => {
+    const p = planCaches({
+      rules: rulesWith({ denyRead: [path.join(tmpHome, '.npm', 'secret')] }),
+      mode: 'isolated',
+      env: { HOME: tmpHome },
+      tmpfsData: 'size=4096',
+    });
+    expect(p.mounts.some((m) => m.path.startsWith(path.join(tmpHome, '.npm')))).toBe(false);
+    expect(p.env.npm_config_cache).toBe('/tmp/.process-sandbox-caches/npm');
+    expect(p.report.npm).toMatch(/deny-read, protected or writable path lies inside it/);
+  });
+
+  it('Landlock mode moves every cache into the run\'s TMPDIR; host-readonly and host-writable change nothing or grant', () => {
+    const l = planCaches({ rules: rulesWith({}), mode: 'landlock', env: { HOME: tmpHome }, tmpfsData: '', landlockTmpDir: '/tmp/run-x' });
+    expect(l.mounts).toEqual([]);
+    expect(l.env).toMatchObject({ npm_config_cache: '/tmp/run-x/caches/npm', XDG_CACHE_HOME: '/tmp/run-x/caches/xdg-cache', CARGO_HOME: '/tmp/run-x/caches/cargo' });
+    const ro = planCaches({ rules: rulesWith({ caches: 'host-readonly' }), mode: 'isolated', env: { HOME: tmpHome }, tmpfsData: '' });
+    expect([ro.mounts, ro.env, ro.writeRoots]).toEqual([[], {}, []]);
+    const rw = planCaches({ rules: rulesWith({ caches: 'host-writable' }), mode: 'isolated', env: { HOME: tmpHome }, tmpfsData: '' });
+    expect(rw.writeRoots.sort()).toEqual([path.join(tmpHome, '.cache'), path.join(tmpHome, '.npm')]);
   });
 });
 
