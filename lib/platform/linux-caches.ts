@@ -192,7 +192,8 @@ export function planCaches(input: CachePlanInput): CachePlan {
         );
         plan.landlockWrites.push(real);
         overlaid.push(real);
-        plan.report[s.name] = `overlay ${s.path} (host copy read-only below, writes private to the run)`;
+        // (Where the kernel refuses the overlay, init keeps the tmpfs alone: private but cold.)
+        plan.report[s.name] = `overlay ${s.path} (host copy read-only below, writes private to the run; if the kernel refuses the overlay: an empty private tmpfs)`;
         continue;
       }
       why = blocker;

@@ -153,6 +153,7 @@ describe.runIf(caps.linux)('filesystem.caches: the plan', () => {
 
 describe.runIf(caps.linux)('tool caches in the default sandbox', () => {
   beforeAll(() => {
+    const extraCa = process.env.NODE_EXTRA_CA_CERTS ?? (fs.existsSync('/etc/ssl/certs/ca-certificates.crt') ? '/etc/ssl/certs/ca-certificates.crt' : undefined);
     world = makeScene('caches-home');
     home = path.join(world.root, 'home');
     fs.mkdirSync(home);
@@ -175,8 +176,9 @@ describe.runIf(caps.linux)('tool caches in the default sandbox', () => {
       COREPACK_NPM_REGISTRY: 'https://registry.npmjs.org',
       // yarn 1 as root would use /usr/local/share/.cache/yarn: keep it in the test's HOME.
       YARN_CACHE_FOLDER: path.join(home, '.cache', 'yarn'),
-      // Hosts whose TLS goes through a local CA (the test machines) name it here; Node needs it.
-      ...(process.env.NODE_EXTRA_CA_CERTS ? { NODE_EXTRA_CA_CERTS: process.env.NODE_EXTRA_CA_CERTS } : {}),
+      // corepack downloads with Node's fetch, which trusts only Node's own CAs: hosts whose TLS
+      // goes through a local CA (the test machines) have it in the system store.
+      ...(extraCa ? { NODE_EXTRA_CA_CERTS: extraCa } : {}),
     };
     const warm = path.join(world.root, 'warm');
     fs.mkdirSync(warm);
@@ -185,7 +187,9 @@ describe.runIf(caps.linux)('tool caches in the default sandbox', () => {
         f();
       } catch (e) {
         const err = e as { stderr?: string; message: string };
-        missing[tool] = `warming the host cache failed: ${(err.stderr || err.message).trim().split('\n').slice(-3).join(' | ')}`;
+        const lines = (err.stderr || err.message).trim().split('\n');
+        const why = lines.filter((l) => /error/i.test(l)).slice(0, 3);
+        missing[tool] = `warming the host cache failed: ${(why.length ? why : lines.slice(-3)).join(' | ')}`;
       }
     };
     // npm and npx: is-number in ~/.npm/_cacache, semver's bin in ~/.npm/_npx.
