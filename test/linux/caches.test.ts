@@ -140,6 +140,13 @@ describe.runIf(caps.linux)('filesystem.caches: the plan', () => {
     expect(p.report.npm).toMatch(/deny-read, protected or writable path lies inside it/);
   });
 
+  it('a cache the policy does not let the command read is not overlaid (its contents stay unreadable)', () => {
+    const p = planCaches({ rules: rulesWith({ readAll: false, readRoots: ['/usr'] }), mode: 'isolated', env: { HOME: tmpHome }, tmpfsData: '' });
+    expect(p.mounts).toEqual([]);
+    expect(p.report.npm).toMatch(/not readable under this policy/);
+    expect(p.env.npm_config_cache).toBe('/tmp/.process-sandbox-caches/npm');
+  });
+
   it('Landlock mode moves every cache into the run\'s TMPDIR; host-readonly and host-writable change nothing or grant', () => {
     const l = planCaches({ rules: rulesWith({}), mode: 'landlock', env: { HOME: tmpHome }, tmpfsData: '', landlockTmpDir: '/tmp/run-x' });
     expect(l.mounts).toEqual([]);
