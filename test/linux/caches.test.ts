@@ -26,7 +26,8 @@ import { planCaches } from '../../lib/platform/linux-caches';
 import type { ResolvedRules } from '../../lib/rules';
 import type { CachesMode, SandboxPolicy } from '../../lib/policy-types';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
-import { NODE, SYS_PATH, expectUnchanged, makeScene, sh, snapshot, type Scene } from '../helpers/sandbox';
+import { NODE, SYS_PATH, eventually, expectUnchanged, makeScene, sh, snapshot, type Scene } from '../helpers/sandbox';
+import { clearSpares, spareStats } from '../../lib/platform/linux-spare';
 
 const REGISTRY = 'registry.npmjs.org';
 const PNPM = 'pnpm@9.15.0';
@@ -471,6 +472,33 @@ describe.runIf(caps.linux)('tool caches in the default sandbox', () => {
         res.done();
       }
     }, 240_000);
+
+    // A sandbox prepared ahead checks at the go that every Landlock rule path is still the inode it
+    // was: the rule for an overlaid cache names the sandbox's own overlay, not the host's directory
+    // (whose identity the clone step checks). Without that exception no such spare was ever used.
+    it('isolated: a sandbox prepared ahead with the cache overlays is used, and its cache is private too', async (ctx) => {
+      skipUnless('npm', ctx);
+      if (mode !== 'isolated') ctx.skip();
+      const scene = makeScene('caches-spare');
+      try {
+        clearSpares();
+        const policy = policyFor(scene.ws);
+        const ready = spareStats().ready;
+        for (let i = 0; i < 2; i++) expect((await sh('true', { cwd: scene.ws, env, policy })).code).toBe(0);
+        expect(await eventually(() => spareStats().ready > ready, 10_000), 'a spare was prepared').toBe(true);
+        const before = spareStats();
+        const hostBefore = snapshot(home);
+        const r = await sh('ls "$HOME/.npm/_cacache" >/dev/null && echo planted > "$HOME/.npm/planted" && cat "$HOME/.npm/planted"', { cwd: scene.ws, env, policy });
+        expect(spareStats().used, 'the spawn was served by the spare').toBe(before.used + 1);
+        expect(r.enforcement.mechanisms.preparedAhead).toBe(true);
+        expect(r.stdout, r.stderr).toBe('planted\n');
+        expect(fs.existsSync(path.join(home, '.npm', 'planted'))).toBe(false);
+        expectUnchanged(hostBefore, snapshot(home), 'the host caches');
+      } finally {
+        clearSpares();
+        scene.cleanup();
+      }
+    }, 60_000);
 
     it("caches 'host-readonly': cargo install fails on the read-only CARGO_HOME (control)", async (ctx) => {
       skipUnless('cargo', ctx);
