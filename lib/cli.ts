@@ -39,6 +39,8 @@ itself starts with '-'. An option's value may follow it (--cwd /tmp) or be joine
   --deny-domain <host>   deny a domain through the proxy, repeatable
   --allow-local          let allowed domains reach loopback/private addresses
   --tmp <mode>           private (default) | host | none
+  --caches <mode>        private (default: a private copy of ~/.npm, ~/.cache, ~/.cargo ...; nothing
+                         written reaches the host's) | host-readonly | host-writable
   --mode <mode>          auto (default) | isolated | landlock
   --degraded             accept weaker enforcement; the report lists every gap
   --env <KEY=VALUE>      set a variable, repeatable
@@ -141,6 +143,7 @@ interface RunArgs {
   denyDomains: string[];
   allowLocal: boolean;
   tmp?: string;
+  caches?: string;
   mode?: string;
   degraded: boolean;
   env: Array<[string, string]>;
@@ -159,14 +162,14 @@ interface RunArgs {
 /** Options of `run` that take a value (`--opt value` or `--opt=value`). */
 const RUN_VALUE_FLAGS = new Set([
   '--cwd', '--write', '--read', '--deny-read', '--protect', '--network', '--allow-domain', '--deny-domain',
-  '--tmp', '--mode', '--env', '--timeout', '--json-fd', '--json-file',
+  '--tmp', '--mode', '--caches', '--env', '--timeout', '--json-fd', '--json-file',
 ]);
 /** Options of `run` that take none: `--json=1` is refused, not read as --json. */
 const RUN_BOOLEAN_FLAGS = new Set(['--allow-local', '--degraded', '--keep-env', '--no-sandbox', '--json', '--help']);
 /** Options of `run` that shape the sandbox: meaningless with --no-sandbox. */
 const RUN_POLICY_FLAGS = new Set([
   '--write', '--read', '--deny-read', '--protect', '--network', '--allow-domain', '--deny-domain',
-  '--allow-local', '--tmp', '--mode', '--degraded',
+  '--allow-local', '--tmp', '--mode', '--caches', '--degraded',
 ]);
 
 export function parseRunArgs(argv: string[], cwdDefault = process.cwd()): RunArgs {
@@ -220,6 +223,7 @@ export function parseRunArgs(argv: string[], cwdDefault = process.cwd()): RunArg
       case '--deny-domain': a.denyDomains.push(value(f)); break;
       case '--allow-local': a.allowLocal = true; break;
       case '--tmp': a.tmp = value(f); break;
+      case '--caches': a.caches = value(f); break;
       case '--mode': a.mode = value(f); break;
       case '--degraded': a.degraded = true; break;
       case '--env': {
@@ -274,6 +278,7 @@ export function parseRunArgs(argv: string[], cwdDefault = process.cwd()): RunArg
   for (const [flag, v, allowed] of [
     ['--network', a.network, ['none', 'proxy', 'full']],
     ['--tmp', a.tmp, ['private', 'host', 'none']],
+    ['--caches', a.caches, ['private', 'host-readonly', 'host-writable']],
     ['--mode', a.mode, ['auto', 'isolated', 'landlock']],
   ] as const) {
     if (v !== undefined && !(allowed as readonly string[]).includes(v)) throw new UsageError(`${flag} must be one of ${allowed.join(', ')}`);
@@ -310,6 +315,7 @@ export function policyFromArgs(a: RunArgs): SandboxPolicy | null {
       denyRead: a.denyRead,
       protect: a.protect,
       tmp: (a.tmp ?? 'private') as 'private' | 'host' | 'none',
+      ...(a.caches ? { caches: a.caches as 'private' | 'host-readonly' | 'host-writable' } : {}),
     },
     network,
     mode: (a.mode ?? 'auto') as 'auto' | 'isolated' | 'landlock',

@@ -3,7 +3,7 @@
  * the CLI flags, and Codex PermissionProfile JSON all go through lib/permissions). Platform planners
  * (lib/platform/*) consume only this. All paths are absolute and canonical (symlinks resolved).
  */
-import type { ProxyPolicy, SandboxMode, TmpMode, ResourceLimits } from './policy-types';
+import type { CachesMode, ProxyPolicy, SandboxMode, TmpMode, ResourceLimits } from './policy-types';
 
 export type NetworkRule =
   | { kind: 'none'; unixSockets?: UnixSocketRule }
@@ -42,6 +42,8 @@ export interface ResolvedRules {
   /** Unreadable paths, canonical. Existing paths only (globs are expanded before this point). */
   denyRead: string[];
   tmp: TmpMode;
+  /** The user's tool caches (absent: 'private'; lib/platform/linux-caches.ts). */
+  caches?: CachesMode;
   network: NetworkRule;
   mode: SandboxMode;
   degraded: boolean;

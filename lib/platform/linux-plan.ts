@@ -12,6 +12,7 @@ import { STARTUP_FILES } from '../permissions/resolve';
 import { cachedWalk } from '../permissions/walk-cache';
 import type { ResolvedRules } from '../rules';
 import { apparmorHint, apparmorRestrictsUserns } from './linux-apparmor';
+import { planCaches } from './linux-caches';
 
 /** Mirrors native/linux/spawn_linux.h MountOpKind (append only). */
 export const MountKind = {
@@ -33,6 +34,7 @@ export const MountKind = {
   SetReadOnly: 15,
   ClearReadOnly: 16,
   Sys: 17,
+  Overlay: 18,
 } as const;
 
 /** MountOp.arg of a Pin or BindRo step whose path may have vanished since planning (planMounts). */
@@ -533,11 +535,21 @@ export function setProxyPort(plan: Omit<LinuxNativePlan, 'stdio'>, port: number)
 }
 
 export function planLinux(original: LinuxPlanInput): LinuxPlan {
+  // The user's tool caches (filesystem.caches, linux-caches.ts): overlays, env or writable roots.
+  const caches = planCaches({
+    rules: original.rules,
+    mode: original.mode,
+    env: original.env,
+    tmpfsData: tmpfsSizes(original.rules.limits.tmpBytes).tmp,
+    landlockTmpDir: original.landlockTmpDir,
+  });
+  const cacheRoots = caches.writeRoots.filter((w) => !original.rules.writeRoots.includes(w));
+  const withCaches = cacheRoots.length > 0 ? { ...original, rules: { ...original.rules, writeRoots: [...original.rules.writeRoots, ...cacheRoots] } } : original;
   // tmp 'host': the host's /tmp is simply one more writable root.
   const input =
-    original.rules.tmp === 'host' && !original.rules.writeRoots.includes('/tmp')
-      ? { ...original, rules: { ...original.rules, writeRoots: [...original.rules.writeRoots, '/tmp'] } }
-      : original;
+    withCaches.rules.tmp === 'host' && !withCaches.rules.writeRoots.includes('/tmp')
+      ? { ...withCaches, rules: { ...withCaches.rules, writeRoots: [...withCaches.rules.writeRoots, '/tmp'] } }
+      : withCaches;
   const { rules, probe, mode } = input;
   requireSeccomp(probe);
   // Gaps the caller opted into while resolving (git: 'allow-init').
@@ -566,7 +578,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     mode,
     file: input.file,
     argv: input.argv,
-    envp: Object.entries(input.env).map(([k, v]) => `${k}=${v}`),
+    envp: Object.entries({ ...input.env, ...caches.env }).map(([k, v]) => `${k}=${v}`),
     cwd: input.cwd,
     seccomp: { net },
   };
@@ -651,6 +663,16 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     const m = planMounts(input);
     native.mounts = m.mounts;
     native.tmpSlots = m.tmpSlots;
+    if (caches.mounts.length > 0) {
+      // The cache overlays go last before /proc: after the read-only remount of / (they stay
+      // writable) and after every bind and mask (overlayBlocker keeps them clear of those).
+      const at = native.mounts.findIndex((op) => op.kind === MountKind.Proc);
+      const ops = caches.mounts.map((op) => (op.arg === undefined ? op : { ...op, arg: op.arg + m.tmpSlots }));
+      native.mounts.splice(at < 0 ? native.mounts.length : at, 0, ...ops);
+      native.tmpSlots += caches.slots;
+      // Landlock opens its rule paths in the child after the mounts: this is the overlay.
+      native.landlock?.rules.push(...caches.landlockWrites.map((p) => ({ path: p, access: 'write' as const })));
+    }
     native.newNet = net !== 'full';
     if (net === 'proxy') native.proxyPort = input.proxyPort;
     native.rlimitNproc = limits.maxProcesses ?? DEFAULT_MAX_PROCESSES;
@@ -767,6 +789,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       proc: isolated ? 'fresh' : 'host',
       init: isolated ? 'pid 1 of the sandbox' : 'subreaper',
       tmp: rules.tmp,
+      caches: caches.report,
       // Restricted reads: what is readable besides the listed roots (README, "Restricted reads").
       ...(rules.readAll
         ? {}

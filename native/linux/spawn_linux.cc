@@ -135,6 +135,7 @@ const char* MountKindName(MountOpKind k) {
     case MountOpKind::kSetReadOnly: return "read-only";
     case MountOpKind::kClearReadOnly: return "writable";
     case MountOpKind::kSys: return "sysfs";
+    case MountOpKind::kOverlay: return "cache overlay";
   }
   return "mount";
 }

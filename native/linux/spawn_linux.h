@@ -56,6 +56,8 @@ enum class MountOpKind : uint8_t {
   kSetReadOnly,  // mount_setattr(path, 0, +RDONLY) on an existing mount point
   kClearReadOnly,  // mount_setattr(path, 0, -RDONLY) on an existing mount point (not recursive)
   kSys,            // read-only sysfs of the command's own network namespace at /sys (kept if impossible)
+  kOverlay,        // overlayfs at path, options `data` (lowerdir/upperdir/workdir planned in TS): a
+                   // tool cache whose host copy is the read-only lower layer (lib/platform/linux-caches.ts)
   // Values are part of the TS contract (lib/platform/linux.ts MountKind): append only.
 };
 

@@ -323,6 +323,36 @@ long RunMountOpInChild(ChildArgs* a, size_t i) {
       }
       if (r < 0) a->notes |= kNoteHostSys;
       return 0;
+    case MountOpKind::kOverlay: {
+      // A private writable view of a host cache: its lower layer is a clone of the host's
+      // directory, its upper and work dirs live in a tmpfs of this namespace, so whatever the
+      // command writes there never reaches the host's cache (lib/platform/linux-caches.ts).
+      r = Sys(__NR_mount, "overlay", path, "overlay", MS_NOSUID | MS_NODEV, a->mount_data[i]);
+      if (r == 0) return 0;
+      // Where the kernel refuses the overlay (the host's cache on a filesystem overlayfs cannot
+      // use as a lower layer), the cache stays private but cold: the tmpfs below is the cache,
+      // emptied of the layer dirs; the host's copy is let go. Still nothing reaches the host.
+      char sub[4096];
+      size_t n = 0;
+      while (path[n] != 0 && n < sizeof sub - 4) {
+        sub[n] = path[n];
+        ++n;
+      }
+      if (path[n] != 0) return r;
+      sub[n] = '/';
+      sub[n + 1] = '.';
+      sub[n + 3] = 0;
+      static const char kLayers[3] = {'l', 'u', 'w'};
+      for (char c : kLayers) {
+        sub[n + 2] = c;
+        if (c == 'l') {
+          long u = Sys(__NR_umount2, sub, MNT_DETACH);
+          if (u < 0) return r;  // the host's copy would stay reachable in the cache: fail instead
+        }
+        Sys(__NR_unlinkat, AT_FDCWD, sub, AT_REMOVEDIR);
+      }
+      return 0;
+    }
   }
   return -EINVAL;
 }
