@@ -214,7 +214,7 @@ describe('exit statuses', () => {
     const values: Record<string, string> = {
       '--cwd': '/tmp', '--write': '/tmp', '--read': '/usr', '--deny-read': '/etc/shadow', '--protect': '/tmp/p',
       '--network': 'proxy', '--allow-domain': 'example.com', '--deny-domain': 'bad.example.com', '--tmp': 'host',
-      '--mode': 'isolated', '--env': 'A=b=c', '--timeout': '2.5', '--json-fd': '1', '--json-file': '/tmp/r.json',
+      '--mode': 'isolated', '--env': 'A=b=c', '--timeout': '2.5', '--json-fd': '1', '--json-file': '/tmp/r.json', '--caches': 'host-readonly',
     };
     const needs: Record<string, string[]> = { '--network': ['--allow-domain', 'example.com'], '--deny-domain': ['--allow-domain', 'example.com'] };
     // Every option the help text lists with a <value> is covered.
