@@ -64,13 +64,23 @@ long BindRwPinnedInChild(const char* path) {
   } how = {O_PATH | O_CLOEXEC, 0, 0x04 /* RESOLVE_NO_SYMLINKS */ | 0x02 /* RESOLVE_NO_MAGICLINKS */};
   long at = Sys(__NR_openat2, AT_FDCWD, path, &how, sizeof how);
   if (at < 0) return at;
+  MountAttr attr = {0, kMountAttrRdonly, 0, 0};
+  // The root of a mount already (`/` itself, /home on its own file system): that mount, this
+  // namespace's private copy, is made writable in place; a bind stacked on `/` would never be
+  // seen (lookups start below it). mount_setattr refuses anything but a mount's root (EINVAL):
+  // then the pinned directory gets a writable clone of its own.
+  long r = Sys(__NR_mount_setattr, at, "", kAtEmptyPath | kAtRecursive, &attr, sizeof attr);
+  if (r == -EPERM) r = Sys(__NR_mount_setattr, at, "", kAtEmptyPath, &attr, sizeof attr);
+  if (r != -EINVAL) {
+    Sys(__NR_close, at);
+    return r;
+  }
   long tree = Sys(__NR_open_tree, at, "", kOpenTreeClone | kOpenTreeCloexec | kAtRecursive | kAtEmptyPath);
   if (tree < 0) {
     Sys(__NR_close, at);
     return tree;
   }
-  MountAttr attr = {0, kMountAttrRdonly, 0, 0};
-  long r = Sys(__NR_mount_setattr, tree, "", kAtEmptyPath | kAtRecursive, &attr, sizeof attr);
+  r = Sys(__NR_mount_setattr, tree, "", kAtEmptyPath | kAtRecursive, &attr, sizeof attr);
   // A submount that was read-only on the host is locked read-only; keep it so and open only the
   // root's own mount.
   if (r == -EPERM) r = Sys(__NR_mount_setattr, tree, "", kAtEmptyPath, &attr, sizeof attr);
