@@ -201,7 +201,10 @@ export function planCaches(input: CachePlanInput): CachePlan {
     if (s.envVar && privateRoot) {
       const dir = path.join(privateRoot, s.name);
       plan.env[s.envVar] = dir;
-      plan.report[s.name] = `env ${s.envVar}=${dir} (private, cold: ${why})`;
+      // Landlock mode's dir is under this run's TMPDIR: the report names it as $TMPDIR/..., so
+      // that one policy gives one report, run after run.
+      const shown = mode === 'landlock' && input.landlockTmpDir ? '$TMPDIR' + dir.slice(input.landlockTmpDir.length) : dir;
+      plan.report[s.name] = `env ${s.envVar}=${shown} (private, cold: ${why})`;
     } else {
       plan.report[s.name] = `host ${s.path}, read-only (${why}; ${s.envVar ? 'no private temp dir to move it to' : 'cannot be moved'})`;
     }

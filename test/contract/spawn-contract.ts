@@ -72,7 +72,7 @@ function sandboxAddedEnv(report: { mode?: string; mechanisms: Record<string, unk
   if (report.mode === 'landlock' && got.TMPDIR !== undefined) out.TMPDIR = got.TMPDIR;
   for (const line of Object.values((report.mechanisms.caches ?? {}) as Record<string, string>)) {
     const m = /^env ([A-Za-z_][A-Za-z0-9_]*)=(\S+)/.exec(line);
-    if (m) out[m[1]!] = m[2]!;
+    if (m) out[m[1]!] = m[2]!.replace(/^\$TMPDIR(?=\/)/, got.TMPDIR ?? '$TMPDIR');
   }
   return out;
 }
