@@ -268,16 +268,27 @@ describe.runIf(caps.linux)('tool caches in the default sandbox', () => {
         network: { proxy: { allow: [REGISTRY, 'registry.yarnpkg.com'], allowLocal: true } },
       });
 
+    interface ToolRun {
+      r: Awaited<ReturnType<typeof sh>>;
+      before: ReturnType<typeof snapshot>;
+      after: ReturnType<typeof snapshot>;
+      /** Files under the host HOME newer than the run's start. */
+      changed: string[];
+      ws: string;
+    }
+
     /**
-     * Runs `script` sandboxed in a fresh git workspace (cwd). The script's last line must print
-     * the tool's cache dir as it sees it; the helper adds the in-sandbox positive control (a file
-     * newer than the run's start in that dir) and the outside checks.
+     * Runs `script` sandboxed in a fresh git workspace (cwd), then `check` on the result; the
+     * workspace is removed either way. The script's last line must print the tool's cache dir as
+     * it sees it; the helper adds the in-sandbox positive control (a file newer than the run's
+     * start in that dir) and the outside checks.
      */
     async function runTool(
       tool: string,
       script: string,
-      opts: { caches?: CachesMode; files?: Record<string, string> } = {},
-    ) {
+      opts: { caches?: CachesMode; files?: Record<string, string> },
+      check: (res: ToolRun) => void,
+    ): Promise<void> {
       const scene = makeScene(`caches-${tool}-${mode}`);
       try {
         execFileSync('git', ['init', '-q', '-b', 'main', scene.ws], { env });
@@ -305,17 +316,28 @@ describe.runIf(caps.linux)('tool caches in the default sandbox', () => {
           timeout: 200_000,
         });
         const after = snapshot(home);
-        return { r, before, after, changed: newerThan(home, start), ws: scene.ws, done: () => scene.cleanup() };
-      } catch (e) {
+        check({ r, before, after, changed: newerThan(home, start), ws: scene.ws });
+      } finally {
         scene.cleanup();
-        throw e;
       }
     }
 
-    const expectHostUntouched = (res: Awaited<ReturnType<typeof runTool>>) => {
+    const expectHostUntouched = (res: ToolRun) => {
       expect(res.changed, 'files under the host HOME newer than the run').toEqual([]);
       expectUnchanged(res.before, res.after, 'the host caches');
     };
+
+    /** The script succeeded, wrote a cache of its own (seen from inside), and the host HOME is as it was. */
+    const expectPrivateRun = (res: ToolRun) => {
+      expect(res.r.stdout, res.r.stderr).toContain('rc=0');
+      expect(res.r.stdout).toContain('WROTE-OWN-CACHE');
+      expectHostUntouched(res);
+    };
+
+    const expectInstalled = (res: ToolRun, pkg: string) =>
+      expect(fs.existsSync(path.join(res.ws, 'node_modules', pkg, 'package.json'))).toBe(true);
+
+    const PACKAGE_JSON = { 'package.json': '{"name":"t","version":"1.0.0"}' };
 
     // Decided at run time: what is missing is known only once the host caches were warmed.
     const skipUnless = (tool: string, ctx: { skip: (note?: string) => void }) => {
@@ -325,7 +347,7 @@ describe.runIf(caps.linux)('tool caches in the default sandbox', () => {
 
     it('npm install and npx work; the host ~/.npm is unchanged; the run wrote its own cache', async (ctx) => {
       skipUnless('npm', ctx);
-      const res = await runTool(
+      await runTool(
         'npm',
         [
           mode === 'isolated'
@@ -336,100 +358,65 @@ describe.runIf(caps.linux)('tool caches in the default sandbox', () => {
           'node -e "process.exit(require(\'is-number\')(5) ? 0 : 1)"',
           'npm config get cache',
         ].join('\n'),
-        { files: { 'package.json': '{"name":"t","version":"1.0.0"}' } },
+        { files: PACKAGE_JSON },
+        (res) => {
+          expectPrivateRun(res);
+          expect(res.r.stderr).toContain('1.2.3');
+          expectInstalled(res, 'is-number');
+          expect(String(res.r.enforcement.mechanisms.caches && (res.r.enforcement.mechanisms.caches as Record<string, string>).npm)).toMatch(
+            mode === 'isolated' ? /^overlay / : /^env npm_config_cache=.*private, cold/,
+          );
+        },
       );
-      try {
-        expect(res.r.stdout, res.r.stderr).toContain('rc=0');
-        expect(res.r.stderr).toContain('1.2.3');
-        expect(res.r.stdout).toContain('WROTE-OWN-CACHE');
-        expect(fs.existsSync(path.join(res.ws, 'node_modules', 'is-number', 'package.json'))).toBe(true);
-        expect(String(res.r.enforcement.mechanisms.caches && (res.r.enforcement.mechanisms.caches as Record<string, string>).npm)).toMatch(
-          mode === 'isolated' ? /^overlay / : /^env npm_config_cache=.*private, cold/,
-        );
-        expectHostUntouched(res);
-      } finally {
-        res.done();
-      }
     }, 240_000);
 
     // The failure this knob fixes, and the outside check's own positive control.
     it("caches 'host-readonly': npm install fails on the read-only ~/.npm (the old behaviour)", async (ctx) => {
       skipUnless('npm', ctx);
-      const res = await runTool('npm-ro', 'npm install --no-save is-number >&2\nnpm config get cache', {
-        caches: 'host-readonly',
-        files: { 'package.json': '{"name":"t","version":"1.0.0"}' },
-      });
-      try {
+      await runTool('npm-ro', 'npm install --no-save is-number >&2\nnpm config get cache', { caches: 'host-readonly', files: PACKAGE_JSON }, (res) => {
         expect(res.r.stdout).not.toContain('rc=0');
         expect(res.r.stderr).toMatch(/EROFS|EACCES|read-only|permission denied/i);
         expectHostUntouched(res);
-      } finally {
-        res.done();
-      }
+      });
     }, 240_000);
 
     it("caches 'host-writable': the install writes the host's ~/.npm, and the outside check sees it", async (ctx) => {
       skipUnless('npm', ctx);
-      const res = await runTool('npm-rw', 'npm install --no-save is-number >&2\nnpm config get cache', {
-        caches: 'host-writable',
-        files: { 'package.json': '{"name":"t","version":"1.0.0"}' },
-      });
-      try {
+      await runTool('npm-rw', 'npm install --no-save is-number >&2\nnpm config get cache', { caches: 'host-writable', files: PACKAGE_JSON }, (res) => {
         expect(res.r.stdout, res.r.stderr).toContain('rc=0');
         expect(res.changed.some((p) => p.startsWith(path.join(home, '.npm')))).toBe(true);
         expect((res.r.enforcement.mechanisms.caches as Record<string, string>).npm).toMatch(/writable/);
-      } finally {
-        res.done();
-      }
+      });
     }, 240_000);
 
-    it('pnpm (through corepack) installs; the host store and corepack cache are unchanged', async (ctx) => {
-      skipUnless('pnpm', ctx);
-      const res = await runTool(
-        'pnpm',
-        [
-          // isolated: is-number is a hit from the host store; semver is fetched into the run's own.
-          `corepack ${PNPM} add ${mode === 'isolated' ? '--offline ' : ''}is-number >&2`,
-          `corepack ${PNPM} add semver >&2`,
-          `corepack ${PNPM} store path`,
-        ].join('\n'),
-        { files: { 'package.json': '{"name":"t","version":"1.0.0"}' } },
-      );
-      try {
-        expect(res.r.stdout, res.r.stderr).toContain('rc=0');
-        expect(res.r.stdout).toContain('WROTE-OWN-CACHE');
-        expect(fs.existsSync(path.join(res.ws, 'node_modules', 'is-number', 'package.json'))).toBe(true);
-        expectHostUntouched(res);
-      } finally {
-        res.done();
-      }
-    }, 300_000);
-
-    it('yarn 1 (through corepack) installs; the host caches are unchanged', async (ctx) => {
-      skipUnless('yarn', ctx);
-      const res = await runTool(
-        'yarn',
-        [
-          `corepack ${YARN} add ${mode === 'isolated' ? '--offline ' : ''}is-number >&2`,
-          `corepack ${YARN} add semver >&2`,
-          `corepack ${YARN} cache dir`,
-        ].join('\n'),
-        { files: { 'package.json': '{"name":"t","version":"1.0.0"}' } },
-      );
-      try {
-        expect(res.r.stdout, res.r.stderr).toContain('rc=0');
-        expect(res.r.stdout).toContain('WROTE-OWN-CACHE');
-        expect(fs.existsSync(path.join(res.ws, 'node_modules', 'is-number', 'package.json'))).toBe(true);
-        expectHostUntouched(res);
-      } finally {
-        res.done();
-      }
-    }, 300_000);
+    // pnpm and yarn 1 through corepack, the same steps. In isolated mode is-number is a hit from
+    // the host's store or cache (--offline); semver is fetched into the run's own.
+    for (const { tool, spec, cacheDir, title } of [
+      { tool: 'pnpm', spec: PNPM, cacheDir: 'store path', title: 'pnpm (through corepack) installs; the host store and corepack cache are unchanged' },
+      { tool: 'yarn', spec: YARN, cacheDir: 'cache dir', title: 'yarn 1 (through corepack) installs; the host caches are unchanged' },
+    ]) {
+      it(title, async (ctx) => {
+        skipUnless(tool, ctx);
+        await runTool(
+          tool,
+          [
+            `corepack ${spec} add ${mode === 'isolated' ? '--offline ' : ''}is-number >&2`,
+            `corepack ${spec} add semver >&2`,
+            `corepack ${spec} ${cacheDir}`,
+          ].join('\n'),
+          { files: PACKAGE_JSON },
+          (res) => {
+            expectPrivateRun(res);
+            expectInstalled(res, 'is-number');
+          },
+        );
+      }, 300_000);
+    }
 
     it('pip in a venv installs from local sdists; the host pip cache is unchanged', async (ctx) => {
       skipUnless('pip', ctx);
       const links = path.join(world!.root, 'links');
-      const res = await runTool(
+      await runTool(
         'pip',
         [
           `${PYTHON} -m venv --system-site-packages .venv`,
@@ -439,22 +426,19 @@ describe.runIf(caps.linux)('tool caches in the default sandbox', () => {
           '.venv/bin/python -c "import psbtinya, psbtinyb"',
           '.venv/bin/pip cache dir',
         ].join('\n'),
+        {},
+        (res) => {
+          expectPrivateRun(res);
+          if (mode === 'isolated') expect(res.r.stderr, res.r.stderr).toMatch(/Using cached psbtinya-1\.0-py3-none-any\.whl/);
+        },
       );
-      try {
-        expect(res.r.stdout, res.r.stderr).toContain('rc=0');
-        expect(res.r.stdout).toContain('WROTE-OWN-CACHE');
-        if (mode === 'isolated') expect(res.r.stderr, res.r.stderr).toMatch(/Using cached psbtinya-1\.0-py3-none-any\.whl/);
-        expectHostUntouched(res);
-      } finally {
-        res.done();
-      }
     }, 240_000);
 
     // `cargo install` writes CARGO_HOME (bin/, .crates.toml): a binary planted in the host's
     // ~/.cargo/bin would run at the user's next command of that name.
     it('cargo builds and installs a dependency-free crate; the host CARGO_HOME is unchanged', async (ctx) => {
       skipUnless('cargo', ctx);
-      const res = await runTool(
+      await runTool(
         'cargo',
         [
           'cargo new -q --vcs none hello',
@@ -462,15 +446,12 @@ describe.runIf(caps.linux)('tool caches in the default sandbox', () => {
           '"${CARGO_HOME:-$HOME/.cargo}/bin/hello" >&2',
           'echo "${CARGO_HOME:-$HOME/.cargo}"',
         ].join('\n'),
+        {},
+        (res) => {
+          expectPrivateRun(res);
+          expect(res.r.stderr).toContain('Hello, world!');
+        },
       );
-      try {
-        expect(res.r.stdout, res.r.stderr).toContain('rc=0');
-        expect(res.r.stderr).toContain('Hello, world!');
-        expect(res.r.stdout).toContain('WROTE-OWN-CACHE');
-        expectHostUntouched(res);
-      } finally {
-        res.done();
-      }
     }, 240_000);
 
     // A sandbox prepared ahead checks at the go that every Landlock rule path is still the inode it
@@ -502,34 +483,24 @@ describe.runIf(caps.linux)('tool caches in the default sandbox', () => {
 
     it("caches 'host-readonly': cargo install fails on the read-only CARGO_HOME (control)", async (ctx) => {
       skipUnless('cargo', ctx);
-      const res = await runTool('cargo-ro', ['cargo new -q --vcs none hello', 'cd hello && cargo install -q --path . >&2', 'echo "$HOME/.cargo"'].join('\n'), {
-        caches: 'host-readonly',
-      });
-      try {
+      const script = ['cargo new -q --vcs none hello', 'cd hello && cargo install -q --path . >&2', 'echo "$HOME/.cargo"'].join('\n');
+      await runTool('cargo-ro', script, { caches: 'host-readonly' }, (res) => {
         expect(res.r.stdout).not.toContain('rc=0');
         expect(res.r.stderr).toMatch(/read-only|permission denied/i);
         expectHostUntouched(res);
-      } finally {
-        res.done();
-      }
+      });
     }, 240_000);
 
     it('go builds a dependency-free module; the host GOCACHE is unchanged', async (ctx) => {
       skipUnless('go', ctx);
-      const res = await runTool('go', ['go build -o gw . >&2 && ./gw >&2', 'go env GOCACHE'].join('\n'), {
-        files: {
-          'go.mod': 'module example.com/gw\n\ngo 1.19\n',
-          'main.go': 'package main\n\nimport "fmt"\n\nfunc main() { fmt.Println("go", 6*7) }\n',
-        },
-      });
-      try {
-        expect(res.r.stdout, res.r.stderr).toContain('rc=0');
+      const files = {
+        'go.mod': 'module example.com/gw\n\ngo 1.19\n',
+        'main.go': 'package main\n\nimport "fmt"\n\nfunc main() { fmt.Println("go", 6*7) }\n',
+      };
+      await runTool('go', ['go build -o gw . >&2 && ./gw >&2', 'go env GOCACHE'].join('\n'), { files }, (res) => {
+        expectPrivateRun(res);
         expect(res.r.stderr).toContain('go 42');
-        expect(res.r.stdout).toContain('WROTE-OWN-CACHE');
-        expectHostUntouched(res);
-      } finally {
-        res.done();
-      }
+      });
     }, 240_000);
   });
 });

@@ -15,6 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { spawn } from '../../lib/index';
 import { clearSpares } from '../../lib/platform/linux-spare';
 import { caps, modePolicy } from '../helpers/capabilities';
+import { landlockProxyMissing } from '../helpers/host';
 import { BASE_ENV, eventually, makeScene, type Scene } from '../helpers/sandbox';
 import { lookup } from '../network/enforced-helpers';
 
@@ -23,15 +24,13 @@ const SOURCE = path.resolve(__dirname, '..', 'fixtures', 'connect_race.c');
 const ATTACKS = path.resolve(__dirname, '..', 'fixtures', 'connect_attacks.c');
 const ROUNDS = 2000;
 
-const skip = !caps.landlock
-  ? 'Landlock mode needs Landlock and seccomp'
-  : caps.landlockAbi < 4
-    ? `a proxy in Landlock mode needs Landlock ABI 4 (this kernel: ${caps.landlockAbi})`
-    : !caps.connectSupervisor
-      ? 'this kernel has no seccomp user notification with ADDFD (Linux 5.9+): the gap stays listed (test/network/enforced.test.ts checks that)'
-      : !caps.cc
-        ? 'no C compiler (cc) to build the racing client'
-        : undefined;
+const skip =
+  landlockProxyMissing() ??
+  (!caps.connectSupervisor
+    ? 'this kernel has no seccomp user notification with ADDFD (Linux 5.9+): the gap stays listed (test/network/enforced.test.ts checks that)'
+    : !caps.cc
+      ? 'no C compiler (cc) to build the racing client'
+      : undefined);
 // eslint-disable-next-line no-console
 if (skip) console.warn(`[connect-supervisor] SKIPPING: ${skip}`);
 

@@ -20,22 +20,17 @@ import { BASE_ENV, makeScene, NODE, PROBE, type Scene } from '../helpers/sandbox
 const state = vi.hoisted(() => ({ swap: null as [string, string] | null, mounts: [] as Array<{ kind: number; path: string }> }));
 
 vi.mock('../../lib/platform/linux-plan', async (importOriginal) => {
-  const orig = await importOriginal<typeof import('../../lib/platform/linux-plan')>();
+  const { planLinuxThen } = await import('../helpers/plan-hook');
   const nodeFs = await import('node:fs');
-  return {
-    ...orig,
-    planLinux: (input: Parameters<typeof orig.planLinux>[0]) => {
-      const plan = orig.planLinux(input);
-      state.mounts = plan.native.mounts ?? [];
-      if (state.swap !== null) {
-        const [dir, target] = state.swap;
-        nodeFs.rmSync(dir, { recursive: true, force: true });
-        nodeFs.symlinkSync(target, dir);
-        state.swap = null;
-      }
-      return plan;
-    },
-  };
+  return planLinuxThen(await importOriginal<typeof import('../../lib/platform/linux-plan')>(), (plan) => {
+    state.mounts = plan.native.mounts ?? [];
+    if (state.swap !== null) {
+      const [dir, target] = state.swap;
+      nodeFs.rmSync(dir, { recursive: true, force: true });
+      nodeFs.symlinkSync(target, dir);
+      state.swap = null;
+    }
+  });
 });
 
 for (const mode of MODES) {

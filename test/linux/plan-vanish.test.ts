@@ -23,21 +23,16 @@ import { BASE_ENV, makeScene, NODE, PROBE, type Scene } from '../helpers/sandbox
 const state = vi.hoisted(() => ({ vanish: null as string | null, plans: 0, mounts: [] as Array<{ kind: number; path: string; arg?: number }> }));
 
 vi.mock('../../lib/platform/linux-plan', async (importOriginal) => {
-  const orig = await importOriginal<typeof import('../../lib/platform/linux-plan')>();
+  const { planLinuxThen } = await import('../helpers/plan-hook');
   const nodeFs = await import('node:fs');
-  return {
-    ...orig,
-    planLinux: (input: Parameters<typeof orig.planLinux>[0]) => {
-      const plan = orig.planLinux(input);
-      state.plans++;
-      state.mounts = plan.native.mounts ?? [];
-      if (state.vanish !== null) {
-        nodeFs.rmSync(state.vanish, { recursive: true, force: true });
-        state.vanish = null;
-      }
-      return plan;
-    },
-  };
+  return planLinuxThen(await importOriginal<typeof import('../../lib/platform/linux-plan')>(), (plan) => {
+    state.plans++;
+    state.mounts = plan.native.mounts ?? [];
+    if (state.vanish !== null) {
+      nodeFs.rmSync(state.vanish, { recursive: true, force: true });
+      state.vanish = null;
+    }
+  });
 });
 
 function git(cwd: string, ...args: string[]): void {

@@ -5,57 +5,25 @@
  * gap, and credential rules are refused before anything runs (their secrets would be open to
  * every process of this uid). test/linux/proxy-peers.test.ts covers the supervised case.
  */
-import { execFileSync, spawn as spawnHost } from 'node:child_process';
 import * as http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 
 import { loadNative } from '../../lib/native';
-import { caps, modePolicy } from '../helpers/capabilities';
+import { modePolicy } from '../helpers/capabilities';
+import { landlockProxyMissing, otherUser, runHost, runsOk } from '../helpers/host';
 import { BASE_ENV, eventually, makeScene, type Scene } from '../helpers/sandbox';
 import { listenOnLoopback } from '../network/helpers';
 
-const curl = (() => {
-  try {
-    execFileSync('curl', ['--version'], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
-})();
-const skip = !caps.landlock
-  ? 'Landlock mode needs Landlock and seccomp'
-  : caps.landlockAbi < 4
-    ? `a proxy in Landlock mode needs Landlock ABI 4 (this kernel: ${caps.landlockAbi})`
-    : !curl
-      ? 'no curl'
-      : undefined;
+const skip = landlockProxyMissing() ?? (!runsOk('curl') ? 'no curl' : undefined);
 // eslint-disable-next-line no-console
 if (skip) console.warn(`[proxy-peers-unsupervised] SKIPPING: ${skip}`);
 
-const otherUid = (() => {
-  if (!caps.root) return null;
-  for (const name of ['psbtest', 'nobody']) {
-    try {
-      const uid = Number(execFileSync('id', ['-u', name], { encoding: 'utf8' }).trim());
-      const gid = Number(execFileSync('id', ['-g', name], { encoding: 'utf8' }).trim());
-      if (uid !== 0) return { uid, gid };
-    } catch {
-      /* no such user */
-    }
-  }
-  return null;
-})();
+const otherUid = otherUser();
 // eslint-disable-next-line no-console
 if (!skip && otherUid === null) console.warn('[proxy-peers-unsupervised] SKIPPING the other-uid case: not root, no other uid to connect as');
 
 function curlVia(proxyPort: number, url: string, as?: { uid: number; gid: number }): Promise<{ code: number | null; out: string }> {
-  return new Promise((resolve) => {
-    const c = spawnHost('curl', ['-sS', '-m', '20', '-x', `http://127.0.0.1:${proxyPort}`, url], { stdio: ['ignore', 'pipe', 'pipe'], ...(as ?? {}) });
-    let out = '';
-    c.stdout.on('data', (d: Buffer) => (out += d));
-    c.stderr.on('data', (d: Buffer) => (out += d));
-    c.on('close', (code) => resolve({ code, out }));
-  });
+  return runHost('curl', ['-sS', '-m', '20', '-x', `http://127.0.0.1:${proxyPort}`, url], as);
 }
 
 describe.skipIf(skip)('Landlock mode without the connect supervisor: the proxy admits by uid', () => {

@@ -11,57 +11,30 @@
  * sandbox makes its next request. The origin counts every connection and records every
  * Authorization header it is sent.
  */
-import { execFileSync, spawn as spawnHost } from 'node:child_process';
+import { spawn as spawnHost } from 'node:child_process';
 import * as https from 'node:https';
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { run, spawn, type SandboxedProcess } from '../../lib/index';
-import { InterceptionCa, ManagedProxy, type AuditEvent, type LookupFn } from '../../lib/network';
+import { InterceptionCa, ManagedProxy, type AuditEvent } from '../../lib/network';
 import { caps, modePolicy } from '../helpers/capabilities';
+import { landlockProxyMissing, otherUser, runHost, runsOk } from '../helpers/host';
 import { BASE_ENV, eventually, makeScene, type Scene } from '../helpers/sandbox';
-import { listenOnLoopback } from '../network/helpers';
+import { listenOnLoopback, lookupDotTest as lookup } from '../network/helpers';
 
-const lookup: LookupFn = async (host) => {
-  if (host.endsWith('.test')) return [{ address: '127.0.0.1', family: 4 }];
-  throw Object.assign(new Error('getaddrinfo ENOTFOUND'), { code: 'ENOTFOUND' });
-};
-
-const curl = (() => {
-  try {
-    execFileSync('curl', ['--version'], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
-})();
-
-const skip = !caps.landlock
-  ? 'Landlock mode needs Landlock and seccomp'
-  : caps.landlockAbi < 4
-    ? `a proxy in Landlock mode needs Landlock ABI 4 (this kernel: ${caps.landlockAbi})`
-    : !caps.connectSupervisor
-      ? 'this kernel has no seccomp connect supervision: the proxy admits by uid only (the listed gap)'
-      : !curl
-        ? 'no curl'
-        : undefined;
+const skip =
+  landlockProxyMissing() ??
+  (!caps.connectSupervisor
+    ? 'this kernel has no seccomp connect supervision: the proxy admits by uid only (the listed gap)'
+    : !runsOk('curl')
+      ? 'no curl'
+      : undefined);
 // eslint-disable-next-line no-console
 if (skip) console.warn(`[proxy-peers] SKIPPING: ${skip}`);
 
-/** Another uid to connect as: psbtest's (or nobody's) when the test runs as root. */
-const otherUid = (() => {
-  if (!caps.root) return null;
-  for (const name of ['psbtest', 'nobody']) {
-    try {
-      const uid = Number(execFileSync('id', ['-u', name], { encoding: 'utf8' }).trim());
-      const gid = Number(execFileSync('id', ['-g', name], { encoding: 'utf8' }).trim());
-      if (uid !== 0) return { name, uid, gid };
-    } catch {
-      /* no such user */
-    }
-  }
-  return null;
-})();
+/** Another uid to connect as (when the test runs as root). */
+const otherUid = otherUser();
 const skipOther = skip ?? (otherUid === null ? 'not root: no other uid to connect as (the same-uid outsider is checked)' : undefined);
 // eslint-disable-next-line no-console
 if (!skip && skipOther) console.warn(`[proxy-peers] SKIPPING the other-uid case: ${skipOther}`);
@@ -94,17 +67,6 @@ afterAll(async () => {
   await closeOrigin();
   publicCa?.dispose();
 });
-
-/** Runs `cmd args` (as `as`, when given) and resolves with its exit code and output. */
-function runHost(cmd: string, args: string[], as?: { uid: number; gid: number }): Promise<{ code: number | null; out: string }> {
-  return new Promise((resolve) => {
-    const c = spawnHost(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'], ...(as ? { uid: as.uid, gid: as.gid } : {}) });
-    let out = '';
-    c.stdout.on('data', (d: Buffer) => (out += d));
-    c.stderr.on('data', (d: Buffer) => (out += d));
-    c.on('close', (code) => resolve({ code, out }));
-  });
-}
 
 /** An outsider's curl through the proxy, asking for the credential to be injected. */
 function outsiderCurl(proxyPort: number, path: string, as?: { uid: number; gid: number }) {
