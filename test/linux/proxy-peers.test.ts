@@ -188,7 +188,9 @@ describe.skipIf(skip)('Landlock mode: the proxy serves the sandbox only', () => 
       `import errno, os, socket\nu = os.environ['HTTP_PROXY'].rsplit(':', 1)\nn = 0\n` +
       `for i in range(600):\n    s = socket.socket()\n    s.setblocking(False)\n` +
       `    n += s.connect_ex(('127.0.0.1', int(u[1]))) in (0, errno.EINPROGRESS)\n    s.close()\nprint('connected', n)\n`;
-    const get = `curl -sS --max-time 20 -H 'Authorization: Bearer ${PLACEHOLDER}' -w ' %{http_code}' https://secure.test:${originPort}/after-checks; echo`;
+    // A connect made while the host has not yet accepted the burst finds the share full (EAGAIN,
+    // fast): on a loaded host that can be curl's first try. Retried until the host caught up.
+    const get = `curl -sS --max-time 20 --retry 15 --retry-all-errors --retry-delay 1 -H 'Authorization: Bearer ${PLACEHOLDER}' -w ' %{http_code}' https://secure.test:${originPort}/after-checks; echo`;
     const r = await run('/bin/sh', ['-c', `/usr/bin/python3 -c "$CHECKS"; ${get}`], {
       cwd: scene.ws,
       env: { ...BASE_ENV, CHECKS: checks },

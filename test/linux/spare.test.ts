@@ -131,7 +131,7 @@ describe.each(MODES)('$name mode: a sandbox prepared ahead', ({ name: mode, skip
   async function warm(policy: ReturnType<typeof policyFor>, cwd = scene.ws): Promise<void> {
     const ready = spareStats().ready;
     for (let i = 0; i < 2; i++) expect((await sh('true', { cwd, policy })).code).toBe(0);
-    expect(await eventually(() => spareStats().ready > ready, 5000), 'a spare was prepared').toBe(true);
+    expect(await eventually(() => spareStats().ready > ready, 30_000), 'a spare was prepared').toBe(true);
   }
 
   it('serves the third spawn of a shape with its own argv, env, cwd, stdio and umask, and enforces the policy', async () => {
@@ -216,7 +216,7 @@ describe.each(MODES)('$name mode: a sandbox prepared ahead', ({ name: mode, skip
     const ready = spareStats().ready;
     expect((await sh(cat, { cwd: scene.ws, policy })).stdout).toBe('r=1\n');
     expect((await sh(cat, { cwd: scene.ws, policy })).stdout).toBe('r=1\n');
-    expect(await eventually(() => spareStats().ready > ready, 5000), 'a spare was prepared').toBe(true);
+    expect(await eventually(() => spareStats().ready > ready, 30_000), 'a spare was prepared').toBe(true);
     const before = spareStats();
     // The name now holds a new file; the spare's mask sits on the old one, which moved away.
     fs.renameSync(secret, path.join(scene.ws, 'old.txt'));
@@ -495,7 +495,7 @@ describe.each(MODES)('$name mode: a sandbox prepared ahead', ({ name: mode, skip
       `stty size; tty; test -t 0 && test -t 1 && test -t 2 && echo all-ttys; ${fg}; echo x > f${n}; echo w=$?; { echo y > ${scene.out}/y${n}; } 2>/dev/null; echo o=$?`;
     const ready = spareStats().ready;
     for (let i = 0; i < 2; i++) expect((await onPty('true', policy, { cols: 80, rows: 24 })).closed).toEqual([0, null]);
-    expect(await eventually(() => spareStats().ready > ready, 5000), 'a spare was prepared').toBe(true);
+    expect(await eventually(() => spareStats().ready > ready, 30_000), 'a spare was prepared').toBe(true);
     for (const size of [{ cols: 100, rows: 30 }, { cols: 132, rows: 43 }]) {
       const before = spareStats();
       const r = await onPty(script(size.cols), policy, size);
