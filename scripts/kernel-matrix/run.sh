@@ -146,7 +146,7 @@ for spec in $CONFIGS; do
     } > "$stage/.kernel-matrix/env"
     t1=$(date +%s)
     boot "$config" "$image" "$stage"
-    echo "kernel-matrix: $config: image $(( t1 - t0 )) s, boot and suites $(( $(date +%s) - t1 )) s" >&2
+    echo "kernel-matrix: $config: image (and arm64 prebuild) $(( t1 - t0 )) s, boot and suites $(( $(date +%s) - t1 )) s" >&2
   fi
   for u in $users; do
     l=$( (tr -d '\r' < "$LOGS/$config.results") 2>/dev/null | sed 's/\x1b\[[0-9;?]*[a-zA-Z]//g' | grep -a "^kernel-matrix: $config $u " | tail -1)
