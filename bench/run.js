@@ -88,6 +88,7 @@ const median = (xs) => {
 
 async function main() {
   const p = probe();
+  if (process.env.BENCH_NPM_ONLY) return npmInstallBench(p); // only the npm install rows
   const ws = fs.mkdtempSync(path.join(os.tmpdir(), 'psb-bench-'));
   const policy = (mode, network = 'none') => ({ mode, filesystem: { write: [ws] }, network, ...(mode === 'landlock' ? { degraded: true } : {}) });
   const proxy = ManagedProxy.create({ policy: { allow: ['example.com'] }, closeWithLastProcess: false });
@@ -159,11 +160,79 @@ async function main() {
   await proxy.close();
   fs.rmSync(ws, { recursive: true, force: true });
   fs.rmSync(tree, { recursive: true, force: true });
+  await npmInstallBench(p);
   if (process.env.BENCH_SPAWN_ONLY) return;
   if (fs.existsSync(path.join(__dirname, 'proxy.js'))) {
     console.log('');
     require('./proxy.js');
   }
+}
+
+/**
+ * `npm install` of a small project (one dependency, is-number) with a warm cache, unsandboxed
+ * against sandboxed (default policy: the project writable, the registry through the proxy, caches
+ * 'private'). The cache is a fresh HOME's ~/.npm, warmed once unsandboxed. Isolated mode sees it
+ * through an overlay (hits); Landlock mode's private cache starts cold (every run fetches).
+ * BENCH_NPM_RUNS sets the runs per variant (default 5); BENCH_NPM_ONLY runs only this;
+ * BENCH_SPAWN_ONLY or no npm skips it.
+ */
+async function npmInstallBench(p) {
+  if (process.env.BENCH_SPAWN_ONLY || process.platform !== 'linux') return;
+  const npm = cp.spawnSync('/bin/sh', ['-c', 'command -v npm'], { encoding: 'utf8' }).stdout.trim();
+  if (!npm) return console.log('\nnpm install: skipped (no npm on PATH)');
+  const runs = Number(process.env.BENCH_NPM_RUNS || 5);
+  const root = fs.mkdtempSync(path.join('/var/tmp', 'psb-bench-npm-'));
+  const home = path.join(root, 'home');
+  fs.mkdirSync(home);
+  const env = {
+    PATH: process.env.PATH,
+    HOME: home,
+    LANG: 'C.UTF-8',
+    npm_config_update_notifier: 'false',
+    ...(process.env.NODE_EXTRA_CA_CERTS ? { NODE_EXTRA_CA_CERTS: process.env.NODE_EXTRA_CA_CERTS } : {}),
+  };
+  let k = 0;
+  const project = () => {
+    const d = path.join(root, `p${k++}`);
+    fs.mkdirSync(d);
+    fs.writeFileSync(path.join(d, 'package.json'), JSON.stringify({ name: 'bench', version: '1.0.0', dependencies: { 'is-number': '^7.0.0' } }));
+    return d;
+  };
+  const args = ['install', '--prefer-offline', '--no-audit', '--no-fund', '--no-package-lock'];
+  const warm = cp.spawnSync(npm, args, { cwd: project(), env, encoding: 'utf8' });
+  if (warm.status !== 0) {
+    console.log(`\nnpm install: skipped (warming the cache failed: ${(warm.stderr || '').trim().split('\n').pop()})`);
+    return fs.rmSync(root, { recursive: true, force: true });
+  }
+  // allowLocal: where the registry name resolves to a private or documentation address (a
+  // mirror), the proxy would refuse it otherwise.
+  const net = { proxy: { allow: ['registry.npmjs.org'], allowLocal: true } };
+  const variants = [['unsandboxed (child_process)', (cwd) => new Promise((res, rej) => cp.spawn(npm, args, { cwd, env, stdio: 'ignore' }).once('exit', (c) => (c === 0 ? res() : rej(new Error(`npm exit ${c}`)))))]];
+  const ours = (mode) => async (cwd) => {
+    const policy = { mode, filesystem: { write: [cwd] }, network: net, ...(mode === 'landlock' ? { degraded: true } : {}) };
+    const c = spawn(npm, args, { cwd, env, stdio: 'ignore', policy });
+    const e = await c.exited;
+    if (e.code !== 0) throw new Error(`sandboxed npm exit ${e.code}`);
+  };
+  if (p.features.isolatedMode) variants.push(['isolated (cache: overlay, warm)', ours('isolated')]);
+  if (p.features.landlockMode) variants.push(['landlock (cache: private, cold)', ours('landlock')]);
+  const times = new Map(variants.map(([n]) => [n, []]));
+  for (let r = 0; r < runs; r++) {
+    for (const [name, fn] of variants) {
+      const d = project();
+      const t = process.hrtime.bigint();
+      await fn(d);
+      times.get(name).push(Number(process.hrtime.bigint() - t) / 1e6);
+    }
+  }
+  const base = median(times.get(variants[0][0]));
+  console.log(`\nnpm install (1 dependency, warm host cache, ${runs} runs each, interleaved)`);
+  console.log('  variant                          median ms   ratio');
+  for (const [name] of variants) {
+    const m = median(times.get(name));
+    console.log(`  ${name.padEnd(32)} ${m.toFixed(0).padStart(9)} ${(m / base).toFixed(2).padStart(7)}`);
+  }
+  fs.rmSync(root, { recursive: true, force: true });
 }
 
 main().catch((e) => {

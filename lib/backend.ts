@@ -85,6 +85,17 @@ export interface EnforcementReport {
 export interface ExitInfo {
   code: number | null;
   signal: NodeJS.Signals | null;
+  /**
+   * The backend stopped the tree because the run passed a limit it checks from outside (Linux
+   * Landlock mode: limits.tmpBytes on the per-run TMPDIR); `message` says what was measured.
+   */
+  limitExceeded?: { limit: 'tmpBytes'; message: string };
+  /**
+   * What the host could not remove after the run (e.g. an entry the uid cannot delete left in the
+   * per-run TMPDIR). Cleanup never throws; the same text is emitted as a process warning
+   * (code PSB_CLEANUP).
+   */
+  cleanupLeft?: string[];
 }
 
 export interface BackendProcess {

@@ -16,13 +16,17 @@
  */
 import { EventEmitter } from 'node:events';
 import { Readable, Writable } from 'node:stream';
-import type { BackendProcess, EnforcementReport, StdioSpec } from './backend';
+import type { BackendProcess, EnforcementReport, ExitInfo, StdioSpec } from './backend';
 import { SandboxError } from './errors';
 
 export interface ExitResult {
   code: number | null;
   signal: NodeJS.Signals | null;
   durationMs: number;
+  /** See ExitInfo.limitExceeded (lib/backend.ts). */
+  limitExceeded?: ExitInfo['limitExceeded'];
+  /** See ExitInfo.cleanupLeft (lib/backend.ts). */
+  cleanupLeft?: string[];
 }
 
 /** The events of a SandboxedProcess and their arguments. */

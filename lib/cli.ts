@@ -25,7 +25,8 @@ const RUN_USAGE = `Usage: process-sandbox run [options] [--] <command> [args...]
 
 Options are read up to the first argument that is not an option (or up to --); everything from
 there on is the command and its arguments, passed through untouched. Use -- when the command
-itself starts with '-'.
+itself starts with '-'. An option's value may follow it (--cwd /tmp) or be joined with '='
+(--cwd=/tmp).
 
   --cwd <dir>            working directory (default: current directory)
   --write <path>         writable root, repeatable (default: the cwd); --write none = read-only
@@ -33,10 +34,13 @@ itself starts with '-'.
   --deny-read <path>     make a path unreadable, repeatable
   --protect <path>       keep a path inside a writable root read-only, repeatable
   --network <mode>       none (default) | proxy | full; proxy needs at least one --allow-domain
-  --allow-domain <host>  allow a domain through the proxy, repeatable (implies --network proxy)
+  --allow-domain <host>  allow a domain through the proxy, repeatable (implies --network proxy);
+                         host:port allows that port only (api.example.com:443, *.example.com:8443)
   --deny-domain <host>   deny a domain through the proxy, repeatable
   --allow-local          let allowed domains reach loopback/private addresses
   --tmp <mode>           private (default) | host | none
+  --caches <mode>        private (default: a private copy of ~/.npm, ~/.cache, ~/.cargo ...; nothing
+                         written reaches the host's) | host-readonly | host-writable
   --mode <mode>          auto (default) | isolated | landlock
   --degraded             accept weaker enforcement; the report lists every gap
   --env <KEY=VALUE>      set a variable, repeatable
@@ -139,6 +143,7 @@ interface RunArgs {
   denyDomains: string[];
   allowLocal: boolean;
   tmp?: string;
+  caches?: string;
   mode?: string;
   degraded: boolean;
   env: Array<[string, string]>;
@@ -154,23 +159,59 @@ interface RunArgs {
   command: string[];
 }
 
+/** Options of `run` that take a value (`--opt value` or `--opt=value`). */
+const RUN_VALUE_FLAGS = new Set([
+  '--cwd', '--write', '--read', '--deny-read', '--protect', '--network', '--allow-domain', '--deny-domain',
+  '--tmp', '--mode', '--caches', '--env', '--timeout', '--json-fd', '--json-file',
+]);
+/** Options of `run` that take none: `--json=1` is refused, not read as --json. */
+const RUN_BOOLEAN_FLAGS = new Set(['--allow-local', '--degraded', '--keep-env', '--no-sandbox', '--json', '--help']);
+/** Options of `run` that shape the sandbox: meaningless with --no-sandbox. */
+const RUN_POLICY_FLAGS = new Set([
+  '--write', '--read', '--deny-read', '--protect', '--network', '--allow-domain', '--deny-domain',
+  '--allow-local', '--tmp', '--mode', '--caches', '--degraded',
+]);
+
 export function parseRunArgs(argv: string[], cwdDefault = process.cwd()): RunArgs {
   const a: RunArgs = {
     cwd: cwdDefault, write: [], read: [], denyRead: [], protect: [], allowDomains: [], denyDomains: [],
     allowLocal: false, degraded: false, env: [], keepEnv: false, noSandbox: false, json: false, help: false, command: [],
   };
+  /** The policy flags given, in order, for the --no-sandbox check. */
+  const policyFlags: string[] = [];
+  let jsonFlag = false;
   let i = 0;
+  // `--opt=value`: the value after the first '='. A value flag without '=' takes the next argument.
+  let inline: string | undefined;
   const value = (flag: string): string => {
+    if (inline !== undefined) {
+      if (inline === '') throw new UsageError(`${flag}= needs a value after the '='`);
+      return inline;
+    }
     const v = argv[++i];
     if (v === undefined) throw new UsageError(`${flag} needs a value`);
     return v;
   };
   for (; i < argv.length; i++) {
-    const f = argv[i];
+    let f = argv[i];
     if (f === '--') {
       a.command = argv.slice(i + 1);
       break;
     }
+    inline = undefined;
+    const eq = f.startsWith('--') ? f.indexOf('=') : -1;
+    if (eq > 2) {
+      const name = f.slice(0, eq);
+      if (!RUN_VALUE_FLAGS.has(name)) {
+        if (RUN_BOOLEAN_FLAGS.has(name)) {
+          throw new UsageError(`${name} takes no value, got ${f} (drop the '=${f.slice(eq + 1)}')`);
+        }
+        throw new UsageError(`unknown option: ${name}`);
+      }
+      inline = f.slice(eq + 1);
+      f = name;
+    }
+    if (RUN_POLICY_FLAGS.has(f) && !policyFlags.includes(f)) policyFlags.push(f);
     switch (f) {
       case '--cwd': a.cwd = path.resolve(value(f)); break;
       case '--write': a.write.push(value(f)); break;
@@ -182,6 +223,7 @@ export function parseRunArgs(argv: string[], cwdDefault = process.cwd()): RunArg
       case '--deny-domain': a.denyDomains.push(value(f)); break;
       case '--allow-local': a.allowLocal = true; break;
       case '--tmp': a.tmp = value(f); break;
+      case '--caches': a.caches = value(f); break;
       case '--mode': a.mode = value(f); break;
       case '--degraded': a.degraded = true; break;
       case '--env': {
@@ -199,7 +241,7 @@ export function parseRunArgs(argv: string[], cwdDefault = process.cwd()): RunArg
         break;
       }
       case '--no-sandbox': a.noSandbox = true; break;
-      case '--json': a.json = true; break;
+      case '--json': a.json = true; jsonFlag = true; break;
       case '--json-fd': {
         const v = value(f);
         const n = Number(v);
@@ -222,9 +264,21 @@ export function parseRunArgs(argv: string[], cwdDefault = process.cwd()): RunArg
   }
   if (a.command.length === 0) throw new UsageError('missing command');
   if (a.jsonFd !== undefined && a.jsonFile !== undefined) throw new UsageError('--json-fd and --json-file are mutually exclusive');
+  // Contradictions are refused rather than one of the two silently winning.
+  if (jsonFlag && (a.jsonFd !== undefined || a.jsonFile !== undefined)) {
+    const other = a.jsonFd !== undefined ? `--json-fd ${a.jsonFd}` : `--json-file ${a.jsonFile}`;
+    throw new UsageError(`--json prints the result on stderr and ${other} sends it elsewhere: drop --json (${other.split(' ')[0]} implies it)`);
+  }
+  if (a.noSandbox && policyFlags.length > 0) {
+    throw new UsageError(`--no-sandbox runs the command unrestricted, so ${policyFlags.join(', ')} would be ignored: drop --no-sandbox or ${policyFlags.length > 1 ? 'those options' : policyFlags[0]}`);
+  }
+  if (a.write.includes('none') && a.write.length > 1) {
+    throw new UsageError(`--write none (nothing writable) contradicts --write ${a.write.find((w) => w !== 'none')}: give one or the other`);
+  }
   for (const [flag, v, allowed] of [
     ['--network', a.network, ['none', 'proxy', 'full']],
     ['--tmp', a.tmp, ['private', 'host', 'none']],
+    ['--caches', a.caches, ['private', 'host-readonly', 'host-writable']],
     ['--mode', a.mode, ['auto', 'isolated', 'landlock']],
   ] as const) {
     if (v !== undefined && !(allowed as readonly string[]).includes(v)) throw new UsageError(`${flag} must be one of ${allowed.join(', ')}`);
@@ -236,6 +290,11 @@ export function parseRunArgs(argv: string[], cwdDefault = process.cwd()): RunArg
   }
   if (a.network !== undefined && a.network !== 'proxy' && a.allowDomains.length > 0) {
     throw new UsageError(`--allow-domain needs --network proxy, not --network ${a.network}`);
+  }
+  // --deny-domain and --allow-local shape the proxy; without one they would be dropped silently.
+  const proxyOn = a.network === 'proxy' || a.allowDomains.length > 0;
+  for (const [flag, given] of [['--deny-domain', a.denyDomains.length > 0], ['--allow-local', a.allowLocal]] as const) {
+    if (given && !proxyOn) throw new UsageError(`${flag} applies to the proxy: add --allow-domain <host> (the proxy's allow list) or drop ${flag}`);
   }
   return a;
 }
@@ -256,11 +315,54 @@ export function policyFromArgs(a: RunArgs): SandboxPolicy | null {
       denyRead: a.denyRead,
       protect: a.protect,
       tmp: (a.tmp ?? 'private') as 'private' | 'host' | 'none',
+      ...(a.caches ? { caches: a.caches as 'private' | 'host-readonly' | 'host-writable' } : {}),
     },
     network,
     mode: (a.mode ?? 'auto') as 'auto' | 'isolated' | 'landlock',
     degraded: a.degraded,
   };
+}
+
+/**
+ * An API error message in the CLI's words: the policy and option fields spawn() names
+ * (`policy.filesystem.write[0]`, `options.cwd`) become the option that produced them
+ * (`--write /nonexistent`, `--cwd`), and `degraded: true` becomes `--degraded`.
+ */
+export function cliMessage(message: string, a: RunArgs): string {
+  const fsf = 'policy.filesystem';
+  const net = 'policy.network.proxy';
+  const indexed: Array<[string, string, readonly string[]]> = [
+    // No --write: the cwd is the one writable root (policyFromArgs).
+    [`${fsf}.write`, '--write', a.write.length === 0 ? [] : a.write],
+    [`${fsf}.read`, '--read', a.read],
+    [`${fsf}.denyRead`, '--deny-read', a.denyRead],
+    [`${fsf}.protect`, '--protect', a.protect],
+    [`${net}.allow`, '--allow-domain', a.allowDomains],
+    [`${net}.deny`, '--deny-domain', a.denyDomains],
+  ];
+  const pairs: Array<[string, string]> = [];
+  for (const [field, flag, values] of indexed) {
+    // `allow[0] "x"` (a field followed by its value, as pattern errors put it) before `allow[0]`.
+    values.forEach((v, i) => pairs.push([`${field}[${i}] ${JSON.stringify(v)}`, `${flag} ${v}`], [`${field}[${i}]`, `${flag} ${v}`]));
+  }
+  if (a.write.length === 0) pairs.push([`${fsf}.write[0]`, `the working directory ${a.cwd} (writable by default; --write none for read-only)`]);
+  // Indexed names first: `policy.filesystem.write` is a prefix of `policy.filesystem.write[0]`.
+  for (const [field, flag] of indexed) pairs.push([field, flag]);
+  pairs.push(
+    [`${fsf}.tmp`, '--tmp'],
+    ['policy.network', '--network'],
+    ['policy.mode', '--mode'],
+    ['degraded: true (CLI --degraded)', '--degraded'],
+    ['policy.degraded', '--degraded'],
+    ['degraded: true', '--degraded'],
+    ["mode 'landlock'", '--mode landlock'],
+    ["mode 'isolated'", '--mode isolated'],
+    ['options.cwd', '--cwd'],
+    ['options.env.', '--env '],
+  );
+  let out = message;
+  for (const [from, to] of pairs) out = out.split(from).join(to);
+  return out;
 }
 
 function fail(message: string, status: number): number {
@@ -392,8 +494,9 @@ async function cmdRun(argv: string[]): Promise<number> {
   const audit: AuditEvent[] = [];
   const startFailed = (e: unknown): number => {
     const status = exitStatusForError(e);
-    fail((e as Error).message, status);
-    emitJson({ error: { code: (e as SandboxError).code, message: (e as Error).message }, exitStatus: status });
+    const message = cliMessage((e as Error).message, a);
+    fail(message, status);
+    emitJson({ error: { code: (e as SandboxError).code, message }, exitStatus: status });
     return status;
   };
   try {

@@ -122,6 +122,13 @@ export interface RunResult<T = string> {
   maxBufferExceeded: boolean;
   /** run() stopped the tree (one of the three above). */
   killed: boolean;
+  /**
+   * The backend stopped the tree because the run passed a limit it checks from outside (Linux
+   * Landlock mode: limits.tmpBytes on the per-run TMPDIR). `killed` stays false: run() did not.
+   */
+  limitExceeded?: { limit: 'tmpBytes'; message: string };
+  /** What the host could not remove after the run (also emitted as a PSB_CLEANUP process warning). */
+  cleanupLeft?: string[];
   /** Heuristic: the failure looks like a sandbox denial (see isLikelySandboxDenied). */
   sandboxDenied: boolean;
   enforcement: EnforcementReport;
@@ -129,6 +136,25 @@ export interface RunResult<T = string> {
 
 const SPAWN_KEYS = new Set(['cwd', 'env', 'stdio', 'arg0', 'shell', 'policy', 'proxy', 'pty']);
 const RUN_KEYS = new Set([...SPAWN_KEYS, 'input', 'timeout', 'signal', 'maxBuffer', 'encoding', 'killSignal', 'forceKillAfter', 'all', 'reject']);
+
+/**
+ * What to use instead of a child_process option spelling we do not take (the option is still
+ * refused: silently dropping a timeout or an AbortSignal would leave a command running).
+ */
+const OPTION_HINTS: Record<string, string> = {
+  argv0: 'use arg0 (the argv[0] the child sees)',
+  windowsHide: 'not needed: on Windows a sandboxed command always gets a hidden console of its own (CREATE_NO_WINDOW) on a private desktop',
+};
+/** run() options that spawn() does not take. */
+const RUN_ONLY_HINT = (k: string) =>
+  k === 'signal' || k === 'timeout' || k === 'killSignal'
+    ? `spawn() takes no ${k}: run() takes ${k === 'timeout' ? 'timeout (milliseconds)' : k}, or call kill() on the returned process`
+    : `spawn() takes no ${k}: run() takes ${k}`;
+
+function unknownOption(k: string, allowed: Set<string>): never {
+  const hint = OPTION_HINTS[k] ?? (!allowed.has(k) && RUN_KEYS.has(k) ? RUN_ONLY_HINT(k) : undefined);
+  return bad(hint ? `unknown option: ${k}; ${hint}` : `unknown option: ${k}`);
+}
 
 let backendCache: Backend | undefined;
 
@@ -205,7 +231,7 @@ function normalize(
     bad('options must be an object');
   }
   const opts = (options ?? {}) as Record<string, unknown>;
-  for (const k of Object.keys(opts)) if (!allowed.has(k)) bad(`unknown option: ${k}`);
+  for (const k of Object.keys(opts)) if (!allowed.has(k)) unknownOption(k, allowed);
   // shell: the whole command line goes to the shell as one string, as child_process does.
   if (opts.shell !== undefined && opts.shell !== false) {
     if (opts.shell !== true) checkString(opts.shell, 'options.shell');
@@ -256,6 +282,16 @@ function normalize(
     for (const k of Object.keys(network)) {
       if (!['instance', 'onAudit', 'decider', 'deciderTimeoutMs', 'lookup', 'processId', 'interception'].includes(k)) bad(`unknown option: proxy.${k}`);
     }
+  }
+  // An empty allow list with nothing else to decide refuses every destination: that is network
+  // 'none' with a proxy running, and almost always a mistake. With a decider (asked on every
+  // allow-list miss) or a shared instance (its own policy decides), it means something.
+  if (!preResolved && rules?.network.kind === 'proxy' && rules.network.proxy.allow.length === 0 && !network?.decider && !network?.instance) {
+    throw new SandboxError(
+      'EINVALID_POLICY',
+      "policy.network.proxy.allow is empty, so every destination would be refused: use network: 'none' for no network, list the hosts to allow, or pass options.proxy.decider to decide each request",
+      { detail: { field: 'policy.network.proxy.allow' } },
+    );
   }
   // TLS interception: the child trusts the proxy's CA (env), which stays readable and unwritable
   // for it; a CA directory the sandbox could write or not see is refused here (EPROXY_CONFIG).
@@ -437,7 +473,7 @@ export function run(command: string, args?: readonly string[], options: RunOptio
     } = options ?? {};
     let child: SandboxedProcess;
     try {
-      for (const k of Object.keys(options ?? {})) if (!RUN_KEYS.has(k)) bad(`unknown option: ${k}`);
+      for (const k of Object.keys(options ?? {})) if (!RUN_KEYS.has(k)) unknownOption(k, RUN_KEYS);
       if (timeout !== undefined && !(Number.isFinite(timeout) && timeout > 0)) bad('options.timeout must be a positive number of milliseconds');
       if (!(Number.isFinite(maxBuffer) && maxBuffer > 0)) bad('options.maxBuffer must be a positive number');
       if (!(Number.isFinite(forceKillAfter) && forceKillAfter >= 0)) bad('options.forceKillAfter must be a number of milliseconds, 0 or more');
@@ -446,6 +482,15 @@ export function run(command: string, args?: readonly string[], options: RunOptio
       }
       for (const [k, v] of [['all', all], ['reject', rejectOnFailure]] as const) if (typeof v !== 'boolean') bad(`options.${k} must be a boolean`);
       if (signal !== undefined && !(signal instanceof AbortSignal)) bad('options.signal must be an AbortSignal');
+      if (input !== undefined) {
+        // input goes to a stdin pipe; with any other stdin it would be dropped without a word.
+        if (spawnOpts.pty !== undefined) bad('options.input cannot be combined with options.pty: the terminal is the input; drop input, or use spawn() and write() to the terminal');
+        const s0: unknown = Array.isArray(spawnOpts.stdio) ? spawnOpts.stdio[0] : spawnOpts.stdio;
+        if (s0 !== undefined && s0 !== 'pipe') {
+          const what = typeof s0 === 'string' ? `'${s0}'` : typeof s0 === 'number' ? `fd ${s0}` : 'a stream';
+          bad(`options.input is written to the command's stdin, but options.stdio makes stdin ${what}: drop input, or make stdin 'pipe'`);
+        }
+      }
       if (signal?.aborted) throw new SandboxError('EABORTED', 'the operation was aborted before it started');
       const stdio = spawnOpts.stdio ?? ['pipe', 'pipe', 'pipe'];
       child = spawn(command, args, { ...spawnOpts, stdio });
@@ -518,6 +563,8 @@ export function run(command: string, args?: readonly string[], options: RunOptio
           aborted: stopped === 'abort',
           maxBufferExceeded: stopped === 'maxBuffer',
           killed: stopped !== null,
+          ...(info.limitExceeded ? { limitExceeded: info.limitExceeded } : {}),
+          ...(info.cleanupLeft ? { cleanupLeft: info.cleanupLeft } : {}),
           sandboxDenied: isLikelySandboxDenied(sandboxType, code, sig, out.toString('utf8') + err.toString('utf8')),
           enforcement: child.enforcement,
         };
@@ -543,7 +590,11 @@ function runFailure(
   if (stopped === 'timeout') return new SandboxError('ETIMEDOUT', `${command} timed out after ${timeout} ms; the process tree was stopped`, { detail });
   if (stopped === 'abort') return new SandboxError('EABORTED', `${command} was aborted; the process tree was stopped`, { detail });
   if (stopped === 'maxBuffer') return new SandboxError('EMAXBUFFER', `${command}: output exceeded maxBuffer (${maxBuffer} bytes); the process tree was stopped`, { detail });
-  const how = result.signal ? `was killed by ${result.signal}` : `exited with code ${result.code}`;
+  const how = result.limitExceeded
+    ? `was stopped: ${result.limitExceeded.message}`
+    : result.signal
+      ? `was killed by ${result.signal}`
+      : `exited with code ${result.code}`;
   return new SandboxError('ECOMMAND_FAILED', `${command} ${how}`, { detail });
 }
 

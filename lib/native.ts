@@ -126,12 +126,27 @@ export interface NativeBinding {
   listenLoopback?(): { fd: number; port: number };
   /** Accepts and closes every connection queued on a listener: how many, or -errno. */
   dropQueuedConnections?(fd: number): number;
+  /**
+   * Landlock mode: whether the connection the host listener on 127.0.0.1:proxyPort accepted from
+   * 127.0.0.1:peerPort is the sandbox's own (supervised: a socket the connect supervisor made for
+   * this port, used up by the call; otherwise: a socket of this process's uid).
+   */
+  admitProxyPeer?(proxyPort: number, peerPort: number, supervised: boolean): boolean;
   lockPlaceholder?(path: string): number;
   releasePlaceholder?(fd: number, path: string, remove: boolean): boolean;
   /** Whether systemd marked the cgroup directory delegated (trusted.delegate or user.delegate xattr). */
   cgroupDelegated?(dir: string): boolean;
   /** Closes an fd on the libuv thread pool (the freeing of an unlinked inode stays off the JS thread). */
   closeOnPool?(fd: number): void;
+  /**
+   * Removes `name` in `parent` and everything below it without following a symlink, fixing the
+   * modes of the uid's own directories first (native/linux/tree_walk.h). Never throws for the tree.
+   */
+  removeTree?(parent: string, name: string): { left: number; errno: number; error: string; path: string };
+  /** removeTree on the thread pool, with a second pass when the first left something. */
+  removeTreeAsync?(parent: string, name: string, done: (r: { left: number; errno: number; error: string; path: string }) => void): void;
+  /** Measures a tree on the thread pool; stops once past either limit (native/linux/tree_walk.h). */
+  measureTree?(path: string, maxInodes: number, maxBytes: number, done: (u: { bytes: number; inodes: number; unlisted: number; cutShort: boolean }) => void): void;
   /** Directory watches for the planner's caches (native/linux/dir_watch.h). */
   dirWatchOpen?(): { fd: number; mountFd: number };
   dirWatchAdd?(fd: number, dir: string): number;

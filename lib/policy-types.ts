@@ -4,6 +4,16 @@
  */
 export type TmpMode = 'private' | 'host' | 'none';
 export type SandboxMode = 'auto' | 'isolated' | 'landlock';
+/**
+ * The user's package-manager and build caches (~/.npm, ~/.cache, ~/.cargo, ~/go, pnpm's store,
+ * yarn's global folder). 'private' (default): the command gets a private writable cache that
+ * starts from the host's (isolated mode: an overlay whose lower layer is the host's directory) or
+ * empty (Landlock mode: environment variables point the tools into the run's TMPDIR), and nothing
+ * it writes reaches the host's. 'host-readonly': the host's, read-only (installs that write the
+ * cache fail). 'host-writable': the host's, writable (a command can poison what the host later
+ * installs or builds from it).
+ */
+export type CachesMode = 'private' | 'host-readonly' | 'host-writable';
 
 export interface ProxyPolicy {
   /** Domain patterns: `example.com`, `*.example.com` (subdomains), `**.example.com` (apex+subdomains). */
@@ -43,6 +53,8 @@ export interface FilesystemPolicy {
    */
   git?: 'hooks-and-config' | 'whole' | 'allow-init';
   tmp?: TmpMode;
+  /** The user's tool caches (see CachesMode). Default 'private'. Linux only so far. */
+  caches?: CachesMode;
 }
 
 export interface ResourceLimits {

@@ -3,7 +3,7 @@
  * the CLI flags, and Codex PermissionProfile JSON all go through lib/permissions). Platform planners
  * (lib/platform/*) consume only this. All paths are absolute and canonical (symlinks resolved).
  */
-import type { ProxyPolicy, SandboxMode, TmpMode, ResourceLimits } from './policy-types';
+import type { CachesMode, ProxyPolicy, SandboxMode, TmpMode, ResourceLimits } from './policy-types';
 
 export type NetworkRule =
   | { kind: 'none'; unixSockets?: UnixSocketRule }
@@ -32,9 +32,18 @@ export interface ResolvedRules {
    * `protect` entries, resolved gitdirs). May not exist yet: then they must not be creatable.
    */
   readOnly: string[];
+  /**
+   * The readOnly entries protected only because they existed at planning (nested repositories'
+   * metadata, start-up files below a root, unreadable directories, metadata in shared scratch
+   * roots). One that vanishes before the mounts leaves nothing to protect, and a fresh plan would
+   * not hold its name either, so the mount step skips it (linux-plan.ts). Absent when empty.
+   */
+  presentOnly?: string[];
   /** Unreadable paths, canonical. Existing paths only (globs are expanded before this point). */
   denyRead: string[];
   tmp: TmpMode;
+  /** The user's tool caches (absent: 'private'; lib/platform/linux-caches.ts). */
+  caches?: CachesMode;
   network: NetworkRule;
   mode: SandboxMode;
   degraded: boolean;

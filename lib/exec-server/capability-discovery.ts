@@ -333,10 +333,10 @@ export async function capabilitiesDiscoverV2(ctx: MethodContext, params: unknown
     { name: 'cwd', kind: 'uri', required: true },
     { name: 'sandbox', kind: 'sandbox' },
   ]);
-  const sandbox = sandboxOf(p);
   ctx.gate('capability discovery');
-  checkSandboxFloor(ctx.options, 'capabilities/discoverV2', sandbox);
   nativePath(p.cwd as string);
+  const sandbox = sandboxOf(p, ctx.options, p.cwd as string);
+  checkSandboxFloor(ctx.options, 'capabilities/discoverV2', sandbox);
   const home = codexHome();
   const skillRoots = [
     { id: 'codex-home-skills', path: path.join(home, 'skills') },
@@ -362,7 +362,7 @@ export async function capabilitiesDiscoverV2(ctx: MethodContext, params: unknown
   const found = (await runFs(
     { op: 'discoverFiles', roots: [...skillRoots.map((r) => r.path), ...plugins.map((pl) => path.join(pl.root, 'skills'))], files, ...BOUNDS },
     sandbox,
-    fsRunner(ctx),
+    fsRunner(ctx, 'capabilities/discoverV2'),
   )) as DiscoveredFiles;
   const warnings: string[] = [];
   const warn = (w: string) => {

@@ -2,30 +2,46 @@
  * `process-sandbox exec-server --listen stdio | ws://IP:PORT [auth flags]`: a Codex-compatible
  * exec-server. stdio: one JSON message per line on stdin/stdout (diagnostics go to stderr); the
  * server exits when stdin ends, after killing every process it started. The WebSocket auth flags
- * are Codex 0.171's (ws-auth.ts); a ws listener without them refuses to start. --require-sandbox
- * is ours (sandbox-floor.ts).
+ * are Codex 0.171's (ws-auth.ts); a ws listener without them refuses to start. --default-sandbox,
+ * --require-sandbox, --floor-write and --floor-read are ours (sandbox-floor.ts).
  */
 import { SandboxError } from '../errors';
 import { createExecServer } from '../index';
-import type { ExecServerTransport } from './index';
+import type { ExecServer, ExecServerTransport } from './index';
 import { wsAuthFromFlags, type WsAuthFlags } from './ws-auth';
 
 export const EXEC_SERVER_USAGE = `Usage:
-  process-sandbox exec-server --listen stdio|ws://IP:PORT [--require-sandbox] [WebSocket auth options]
+  process-sandbox exec-server --listen stdio|ws://IP:PORT [sandbox options] [WebSocket auth options]
     --listen stdio         JSON-RPC (Codex dialect) over stdin/stdout, one message per line
     --listen ws://IP:PORT  WebSocket, one message per text frame (port 0: any free port); the
                            URL actually listened on is printed on stdout, as Codex does
+  Default sandbox (a process/start, fs/*, fs/open or capabilities/discoverV2 without "sandbox"):
+    --default-sandbox workspace-write|read-only|none
+                           workspace-write (default): read everything, write the request's cwd
+                           (fs/* and fs/open: the --floor-write directories under the floor,
+                           else this server's working directory; over / it is read-only), no
+                           network; read-only: the same without the write; none: run it
+                           unsandboxed as this server's user, as Codex does (not with the floor)
   Sandbox floor:
-    --require-sandbox      refuse every request that would run a command or touch the file
-                           system without a sandbox: process/start, fs/* and
-                           capabilities/discoverV2 without a "sandbox" (or with permissions that
-                           confine nothing: disabled, external, an unrestricted file system with
-                           the network on), and fs/watchMissing, environmentConfig/read and
-                           capabilityRoots/discoverV1 (they cannot carry one). Off by default on
-                           stdio and authenticated ws, as Codex: a request without a "sandbox"
-                           runs unsandboxed as this server's user, so real Codex clients that send
-                           none keep working. Always on with
+    --require-sandbox      every request runs sandboxed, and a sandbox is judged by what it
+                           resolves to (after :root, /, .., symlinks): one that makes anything
+                           outside the --floor-write directories writable, or that has the
+                           host network, is refused, as are permissions that confine nothing
+                           (disabled, external, unrestricted with the network on) and
+                           fs/watchMissing, environmentConfig/read and capabilityRoots/discoverV1
+                           (they cannot carry a sandbox). Always on with
                            --ws-dangerously-allow-unauthenticated.
+    --floor-write <dir>    writes may land only in this directory (repeatable; default: this
+                           server's working directory, which must not be /). /tmp is outside
+                           unless given here
+    --floor-read <dir>     also bound reads (repeatable): a sandbox that reads the whole file
+                           system, or a readable root outside --floor-read and --floor-write, is
+                           refused (the platform's fixed reads stay: /usr, /lib, a few /etc
+                           files, never /etc/shadow). Without it reads are not bounded: a
+                           sandbox with ":root" read reads what this server's user can
+    --floor-allow-network  let a sandbox have the host network and host unix sockets (refused
+                           by default under the floor: they reach every service on this host,
+                           a root server's docker.sock included); the managed proxy is allowed
   WebSocket auth (the same flags as codex exec-server; one mode is required):
     --ws-auth capability-token     clients send "Authorization: Bearer <token>"
       --ws-token-file <path>       the token (file mode 600, at least 16 characters), or
@@ -45,7 +61,8 @@ export const EXEC_SERVER_USAGE = `Usage:
     --ws-dangerously-allow-unauthenticated
                                    listen on loopback without auth: every local user can then
                                    run commands as this one, sandboxed only (implies
-                                   --require-sandbox; never allowed off loopback)
+                                   --require-sandbox and its bounds; never allowed off
+                                   loopback)
   http/request (made by the server through its managed proxy; by default every host is denied):
     --http-allow-domain <pattern>  allow this domain (repeatable; *.example.com, **.example.com)
     --http-deny-domain <pattern>   deny this domain even when allowed (repeatable)
@@ -70,7 +87,29 @@ function parseListen(v: string): { kind: 'stdio' } | { kind: 'ws'; host: string;
   return { kind: 'ws', host: m[1]!.replace(/^\[|\]$/g, ''), port: Number(m[2]) };
 }
 
+/**
+ * The exec-server command. A start-up refusal (a bad flag, a floor that bounds nothing, a port in
+ * use) is one line on stderr plus a hint, exit 125, as `run` reports a usage error.
+ */
 export async function execServerMain(argv: string[]): Promise<number> {
+  let server: ExecServer | 'help';
+  try {
+    server = await startFromFlags(argv);
+  } catch (e) {
+    const msg = e instanceof Error ? e.message : String(e);
+    process.stderr.write(`process-sandbox: exec-server: ${msg.split('\n')[0]}\nTry 'process-sandbox exec-server --help' for the options.\n`);
+    return 125;
+  }
+  if (server === 'help') return 0;
+  const running = server;
+  const stop = () => void running.close();
+  process.once('SIGTERM', stop);
+  process.once('SIGINT', stop);
+  await running.done;
+  return 0;
+}
+
+async function startFromFlags(argv: string[]): Promise<ExecServer | 'help'> {
   let listen = 'stdio';
   const flags: WsAuthFlags = {};
   const origins: string[] = [];
@@ -81,6 +120,10 @@ export async function execServerMain(argv: string[]): Promise<number> {
   let httpAllowLocal = false;
   let wsOnly: string | undefined;
   let requireSandbox = false;
+  const floorWrite: string[] = [];
+  const floorRead: string[] = [];
+  let defaultSandbox: string | undefined;
+  let floorAllowNetwork = false;
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
     const eq = arg.startsWith('--') ? arg.indexOf('=') : -1;
@@ -109,10 +152,17 @@ export async function execServerMain(argv: string[]): Promise<number> {
     else if (a === '--http-deny-domain') httpDeny.push(value());
     else if (a === '--http-allow-local') httpAllowLocal = true;
     else if (a === '--require-sandbox') requireSandbox = true;
+    else if (a === '--floor-write') floorWrite.push(value());
+    else if (a === '--floor-read') floorRead.push(value());
+    else if (a === '--floor-allow-network') floorAllowNetwork = true;
+    else if (a === '--default-sandbox') {
+      if (defaultSandbox !== undefined) throw new SandboxError('EINVALID_ARGUMENT', `${a} may be given only once`);
+      defaultSandbox = value();
+    }
     else if (a === '--help' || a === '-h') {
       process.stdout.write(EXEC_SERVER_USAGE);
-      return 0;
-    } else throw new SandboxError('EINVALID_ARGUMENT', `unknown exec-server option: ${a}\n${EXEC_SERVER_USAGE}`);
+      return 'help';
+    } else throw new SandboxError('EINVALID_ARGUMENT', `unknown exec-server option: ${a}`);
   }
   const where = parseListen(listen);
   if (where.kind === 'stdio' && wsOnly !== undefined) throw new SandboxError('EINVALID_ARGUMENT', `${wsOnly} applies only to --listen ws://IP:PORT`);
@@ -134,15 +184,20 @@ export async function execServerMain(argv: string[]): Promise<number> {
   const server = await createExecServer({
     transport,
     ...(requireSandbox ? { requireSandbox: true } : {}),
+    ...(floorWrite.length ? { floorWrite } : {}),
+    ...(floorRead.length ? { floorRead } : {}),
+    ...(floorAllowNetwork ? { floorAllowNetwork: true } : {}),
+    ...(defaultSandbox !== undefined ? { defaultSandbox: defaultSandbox as 'workspace-write' } : {}),
     ...(httpAllow.length || httpDeny.length || httpAllowLocal ? { httpPolicy: { allow: httpAllow, deny: httpDeny, allowLocal: httpAllowLocal } } : {}),
   });
   if (server.address) {
     const h = server.address.host.includes(':') ? `[${server.address.host}]` : server.address.host;
     process.stdout.write(`ws://${h}:${server.address.port}\n`);
   }
-  const stop = () => void server.close();
-  process.once('SIGTERM', stop);
-  process.once('SIGINT', stop);
-  await server.done;
-  return 0;
+  if ((requireSandbox || unauthenticated) && floorRead.length === 0 && process.geteuid?.() === 0) {
+    process.stderr.write(
+      'process-sandbox: exec-server: warning: the sandbox floor does not bound reads (no --floor-read): a request whose sandbox reads everything can read every file root can, /etc/shadow included\n',
+    );
+  }
+  return server;
 }

@@ -106,7 +106,7 @@ function localHandle(mode: Handle['mode']): Handle {
 }
 
 async function sandboxedHandle(mode: Handle['mode'], sandbox: FileSystemSandboxContext, ctx: MethodContext): Promise<Handle> {
-  const child: SandboxedProcess = await spawnSandboxedHelper(HANDLE_HELPER, sandbox, fsRunner(ctx));
+  const child: SandboxedProcess = await spawnSandboxedHelper(HANDLE_HELPER, sandbox, fsRunner(ctx, 'fs/open'));
   // Answers come back in request order; one pending resolver per request.
   const pending: Array<(o: FsOutcome) => void> = [];
   let buf = '';
@@ -179,7 +179,7 @@ export class FileHandles {
       { name: 'sandbox', kind: 'sandbox' },
     ]);
     const mode = p.mode === undefined || p.mode === null ? 'read' : (decodeVariant(p.mode, ['read', 'replace']) as Handle['mode']);
-    const sandbox = sandboxOf(p);
+    const sandbox = sandboxOf(p, this.ctx.options);
     this.ctx.gate('filesystem');
     checkSandboxFloor(this.ctx.options, 'fs/open', sandbox);
     const id = p.handleId as string;

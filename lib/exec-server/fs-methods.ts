@@ -7,9 +7,9 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { FileSystemSandboxContext } from '../prepare';
 import { fileUriToPath } from '../permissions/uri';
-import type { MethodContext } from './types';
+import type { ExecServerOptions, MethodContext } from './types';
 import { decodeBase64, decodeSandbox, decodeStruct, foreignHostMessage, INVALID_REQUEST, RpcError } from './decode';
-import { checkSandboxFloor } from './sandbox-floor';
+import { checkPreparedFloor, checkSandboxFloor, defaultSandboxFor } from './sandbox-floor';
 import { MAX_READ_FILE_BYTES, runFs, WALK_MAX, type FsOp, type FsRunner } from './fs-ops';
 
 export const FS_ONE_SHOT_METHODS = new Set([
@@ -35,17 +35,21 @@ export function nativePath(u: string): string {
   }
 }
 
-/** The request's `sandbox` context, or null for an unsandboxed call. */
-export function sandboxOf(p: Record<string, unknown>): FileSystemSandboxContext | null {
-  return p.sandbox !== undefined && p.sandbox !== null ? decodeSandbox(p.sandbox) : null;
+/**
+ * The request's `sandbox` context; without one, the server's default sandbox over `cwd` (a file
+ * URI; the server's working directory when null), or null for an unsandboxed call (`none`).
+ */
+export function sandboxOf(p: Record<string, unknown>, options: ExecServerOptions, cwd: string | null = null): FileSystemSandboxContext | null {
+  return p.sandbox !== undefined && p.sandbox !== null ? decodeSandbox(p.sandbox) : defaultSandboxFor(options, cwd);
 }
 
-export function fsRunner(ctx: MethodContext): FsRunner {
+export function fsRunner(ctx: MethodContext, method: string): FsRunner {
   return {
     runtime: ctx.options.runtime ?? {},
     spawnPrepared: ctx.options.spawnPrepared,
     // The largest answer is a readFile at the cap, in base64, in JSON.
     maxOutputBytes: Math.ceil((MAX_READ_FILE_BYTES * 4) / 3) + 1024 * 1024,
+    floor: (prepared) => checkPreparedFloor(ctx.options, method, prepared),
   };
 }
 
@@ -125,7 +129,7 @@ export async function fsCall(ctx: MethodContext, method: string, params: unknown
       one('FsCanonicalizeParams');
       op = { op: 'canonicalize', path: '' };
   }
-  const sandbox = sandboxOf(p!);
+  const sandbox = sandboxOf(p!, ctx.options);
   ctx.gate('filesystem');
   checkSandboxFloor(ctx.options, method, sandbox);
   const paths = uris!.map(nativePath);
@@ -135,7 +139,7 @@ export async function fsCall(ctx: MethodContext, method: string, params: unknown
   } else {
     (op as { path: string }).path = paths[0]!;
   }
-  const result = await runFs(op, sandbox, fsRunner(ctx));
+  const result = await runFs(op, sandbox, fsRunner(ctx, method));
   return sandbox === null ? result : withoutSandboxArtifacts(op, result);
 }
 

@@ -10,7 +10,7 @@
  */
 import * as fs from 'node:fs';
 import * as os from 'node:os';
-import { prepareExecRequest, type FileSystemSandboxContext, type PrepareRuntime } from '../prepare';
+import { discardPrepared, prepareExecRequest, type FileSystemSandboxContext, type PrepareRuntime } from '../prepare';
 import { toJsonRpcError } from '../prepare/rpc';
 import { pathToFileUri } from '../permissions/uri';
 import type { SandboxedProcess } from '../child';
@@ -381,6 +381,8 @@ export interface FsRunner {
   spawnPrepared: SpawnPreparedFn;
   /** Cap on the helper's answer (a readFile result); beyond it the helper is killed. */
   maxOutputBytes: number;
+  /** The sandbox floor on the prepared helper (sandbox-floor.ts checkPreparedFloor); throws to refuse. */
+  floor?: (prepared: PreparedExecRequest) => void;
 }
 
 /**
@@ -405,6 +407,12 @@ export async function spawnSandboxedHelper(program: string, sandbox: FileSystemS
   } catch (e) {
     const r = toJsonRpcError(e);
     throw new RpcError(r.code, r.message);
+  }
+  try {
+    runner.floor?.(prepared);
+  } catch (e) {
+    await discardPrepared(prepared);
+    throw e;
   }
   try {
     return runner.spawnPrepared(prepared, { stdio: ['pipe', 'pipe', 'pipe'] });

@@ -12,6 +12,7 @@ import type { Readable, Writable } from 'node:stream';
 import { SandboxError } from '../errors';
 import { ManagedProxy } from '../network';
 import { ExecConnection } from './connection';
+import { validateFloorOptions } from './sandbox-floor';
 import type { ConnectionSink, ExecServerOptions } from './types';
 import type { ExecServer } from './server';
 
@@ -52,7 +53,10 @@ export async function createExecServer(options: CreateExecServerOptions): Promis
   }
   const max = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
   const t = options.transport;
-  if (t.kind === 'stdio') return stdioServer(t.input ?? process.stdin, t.output ?? process.stdout, options, max);
+  if (t.kind === 'stdio') {
+    validateFloorOptions(options);
+    return stdioServer(t.input ?? process.stdin, t.output ?? process.stdout, options, max);
+  }
   if (t.kind === 'ws') return wsServer(t, options, max);
   throw new SandboxError('EINVALID_ARGUMENT', `unknown transport kind: ${String((t as { kind: unknown }).kind)}`);
 }

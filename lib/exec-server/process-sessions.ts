@@ -26,7 +26,7 @@ import {
   invalidParams,
   RpcError,
 } from './decode';
-import { checkSandboxFloor } from './sandbox-floor';
+import { checkPreparedFloor, checkSandboxFloor, defaultSandboxFor } from './sandbox-floor';
 import { Deferred, type ConnectionSink, type ExecServerOptions, type SpawnPreparedFn } from './types';
 
 export const RETAIN_BYTES = 1024 * 1024;
@@ -43,6 +43,8 @@ const DENIAL_TAIL = 64 * 1024;
  * that it answers with both, as the reference does (its exit and close arrive together).
  */
 const EXIT_CLOSE_GRACE_MS = 100;
+/** How long process/exited waits for the output after the exit (see watch()). */
+const EXITED_OUTPUT_WAIT_MS = 2_000;
 
 interface Chunk {
   seq: number;
@@ -176,6 +178,12 @@ export class ProcessTable {
   async start(params: unknown): Promise<unknown> {
     const p = this.decodeExecParams(params);
     this.gate('exec');
+    // A request without a sandbox gets the server's default one (null only for `none`).
+    if (p.sandbox === undefined || p.sandbox === null) {
+      const foreignCwd = foreignHostMessage(p.cwd, process.platform);
+      if (foreignCwd) throw invalidParams(`cwd URI \`${p.cwd}\` is not valid on this exec-server host: ${foreignCwd}`);
+      p.sandbox = defaultSandboxFor(this.options, p.cwd);
+    }
     checkSandboxFloor(this.options, 'process/start', p.sandbox, p.enforceManagedNetwork ?? false);
     if (this.procs.has(p.processId)) throw new RpcError(INVALID_REQUEST, `process ${p.processId} already exists`);
     const live = [...this.procs.values()].filter((x) => x.state !== 'exited').length;
@@ -211,6 +219,13 @@ export class ProcessTable {
       this.procs.delete(p.processId);
       throw e;
     }
+    try {
+      checkPreparedFloor(this.options, 'process/start', prepared);
+    } catch (e) {
+      this.procs.delete(p.processId);
+      await discardPrepared(prepared);
+      throw e;
+    }
     if (this.shut) {
       await discardPrepared(prepared);
       throw new RpcError(INVALID_REQUEST, 'connection closed');
@@ -242,14 +257,34 @@ export class ProcessTable {
     }
     if (this.congested) for (const s of proc.streams) s.pause();
     child.stdin?.on('error', () => {});
+    // process/exited carries sandboxDenied, which is judged from the output (the denial text on
+    // stderr). At 'exit' that output may still sit unread in the pipes, so exited is sent once the
+    // output is complete ('close'), or after EXITED_OUTPUT_WAIT_MS when something the command left
+    // behind holds its pipes open; a denial read after that still shows in process/read.
+    let exitSignal: NodeJS.Signals | null = null;
+    let exitSent = false;
+    let exitTimer: NodeJS.Timeout | undefined;
+    const judge = () => {
+      proc.sandboxDenied = isLikelySandboxDenied(proc.sandboxType as never, proc.exitCode!, exitSignal, proc.tail);
+    };
+    const sendExited = () => {
+      if (exitSent) return;
+      exitSent = true;
+      clearTimeout(exitTimer);
+      judge();
+      this.pushEvent(proc, { kind: 'exited' });
+    };
     child.once('exit', (code: number | null, signal: NodeJS.Signals | null) => {
       proc.state = 'exited';
       proc.stdinOpen = false;
       proc.exitCode = code ?? (signal ? 128 + (SIGNALS[signal] ?? 0) : -1);
-      proc.sandboxDenied = isLikelySandboxDenied(proc.sandboxType as never, proc.exitCode, signal, proc.tail);
-      this.pushEvent(proc, { kind: 'exited' });
+      exitSignal = signal;
+      exitTimer = setTimeout(sendExited, EXITED_OUTPUT_WAIT_MS);
+      exitTimer.unref();
     });
     child.once('close', () => {
+      if (exitSent) judge();
+      else if (proc.state === 'exited') sendExited();
       this.pushEvent(proc, { kind: 'closed' });
       proc.expireTimer = setTimeout(() => this.procs.delete(proc.id), EXITED_RETENTION_MS);
       proc.expireTimer.unref();

@@ -1,26 +1,42 @@
 /**
- * The server-side sandbox floor: `--require-sandbox` (ExecServerOptions.requireSandbox), always
- * on for a WebSocket listener without authentication.
+ * The server-side sandbox floor (`--require-sandbox`, ExecServerOptions.requireSandbox; always on
+ * for a WebSocket listener without authentication), and the server's default sandbox.
  *
- * Codex runs a request that carries no `sandbox` plainly, as the server's user (a process/start,
- * an fs/* call), so by default so do we: real Codex clients that send none keep working. Under the
- * floor nothing runs or touches the file system outside a sandbox; a request that would is refused
- * here, after its params decoded and the handshake gate (so those errors stay the reference's),
- * before anything is started, opened or read:
- * - process/start, fs/* one-shot calls, fs/open, capabilities/discoverV2: without a `sandbox`, or
- *   with permissions Codex itself would run unsandboxed (`disabled`, `external`, an unrestricted
- *   file system with the network on: Codex's should_require_platform_sandbox is false), -32602;
- * - fs/watchMissing, environmentConfig/read, capabilityRoots/discoverV1: they take no sandbox in
- *   Codex's protocol and read the server's own file system, so they are refused outright (-32600),
- *   and environment/info stops advertising fsWatchMissing and environmentConfigRead.
- * http/request takes no sandbox either; it never leaves the server's own http policy (the managed
- * proxy of http-request.ts, every host denied unless --http-allow-domain), with or without the floor.
- * fs/readBlock, writeBlock, close and process/read, write, signal, terminate act on what a floored
- * start or open made.
+ * Default sandbox (defaultSandbox, `--default-sandbox`): a process/start, fs/* call, fs/open or
+ * capabilities/discoverV2 that carries no `sandbox` runs in one the server supplies: Codex's
+ * workspace-write profile (default) or read-only, over the request's cwd (process/start,
+ * capabilities/discoverV2) or, for fs/* and fs/open (they carry no cwd), the floor's write bound
+ * under the floor and the server's working directory otherwise;
+ * over the file system root, workspace-write would confine no write, so it is read-only there.
+ * `none` is Codex's own behaviour (such a request runs unsandboxed, as the server's user); it
+ * cannot be combined with the floor.
+ *
+ * The floor judges what a request's sandbox MATERIALISES to, not how it is spelled: after
+ * prepareExecRequest resolved the profile (`:root`, a literal `/`, `..`, symlinks all end up as
+ * canonical paths in rules.writeRoots / readRoots / readAll), checkPreparedFloor refuses, before
+ * anything is started:
+ * - any writable root outside the server's write bound (floorWrite: `--floor-write`, default the
+ *   server's working directory). The request's own workspace roots are not a bound: the client
+ *   names them;
+ * - with a read bound (floorRead: `--floor-read`): a profile that reads the whole file system, or
+ *   any readable root outside floorRead + floorWrite (the planner's fixed platform reads, listed
+ *   in the README, stay readable: binaries, libraries, a short /etc list without shadow).
+ * - the host network (network enabled) or host unix sockets, unless floorAllowNetwork
+ *   (`--floor-allow-network`): they reach every service on the host, whatever the file bounds.
+ * Before that, checkSandboxFloor refuses permissions that confine nothing (disabled, external,
+ * an unrestricted file system with the network on) with their own message. fs/watchMissing,
+ * environmentConfig/read and capabilityRoots/discoverV1 take no sandbox in Codex's protocol and
+ * read the server's own file system: refused outright (-32600) under the floor, and
+ * environment/info stops advertising fsWatchMissing and environmentConfigRead. http/request never
+ * leaves the server's own http policy (http-request.ts), with or without the floor.
  */
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { SandboxError } from '../errors';
+import { isWithin } from '../permissions/canonical';
 import { parsePermissionProfile } from '../permissions/profile';
-import { flavorOf } from '../permissions/uri';
-import type { FileSystemSandboxContext } from '../prepare';
+import { fileUriToPath, flavorOf, pathToFileUri } from '../permissions/uri';
+import type { FileSystemSandboxContext, PreparedExecRequest } from '../prepare';
 import { INVALID_PARAMS } from '../prepare/rpc';
 import { shouldRequirePlatformSandbox } from '../prepare/sandbox-manager';
 import { INVALID_REQUEST, RpcError } from './decode';
@@ -28,12 +44,111 @@ import type { ExecServerOptions } from './types';
 
 const FLOOR = 'this exec-server requires a sandbox on every request (--require-sandbox, always on for a WebSocket listener without authentication)';
 
+export type DefaultSandbox = 'workspace-write' | 'read-only' | 'none';
+
 /** Whether the floor is on for these options. */
 export const sandboxRequired = (o: ExecServerOptions): boolean => o.requireSandbox === true;
 
+/** The floor's bounds, canonical (symlinks resolved), as the resolved rules are. */
+interface Bounds {
+  write: string[];
+  read: string[] | null;
+}
+
+function canonicalRoot(p: string, flag: string): string {
+  if (typeof p !== 'string' || !path.isAbsolute(p)) throw new SandboxError('EINVALID_ARGUMENT', `${flag} must be an absolute path, got ${JSON.stringify(p)}`);
+  try {
+    return fs.realpathSync(p);
+  } catch (e) {
+    throw new SandboxError('EINVALID_ARGUMENT', `${flag} ${p}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}; give an existing directory`);
+  }
+}
+
 /**
- * Refuses `method` when the floor is on and the request has no sandbox, or one whose permissions
- * ask for none. A profile that does not parse is left to the method, which reports it as usual.
+ * The floor's bounds for these options. Throws (EINVALID_ARGUMENT) for a bound that bounds
+ * nothing: a write root that is the file system root (the server's working directory when no
+ * --floor-write is given), or a default sandbox of `none` together with the floor.
+ */
+export function floorBounds(o: ExecServerOptions): Bounds {
+  const given = o.floorWrite !== undefined && o.floorWrite.length > 0;
+  const write = (given ? o.floorWrite! : [process.cwd()]).map((p) => canonicalRoot(p, '--floor-write'));
+  for (const w of write) {
+    if (path.parse(w).root === w) {
+      throw new SandboxError(
+        'EINVALID_ARGUMENT',
+        given
+          ? `--floor-write ${w} is the file system root: the sandbox floor would not bound writes; give the directories requests may write`
+          : `the sandbox floor bounds writes to this server's working directory, which is the file system root (${w}); start the server in the workspace directory or give --floor-write <dir>`,
+      );
+    }
+  }
+  const read = o.floorRead !== undefined && o.floorRead.length > 0 ? o.floorRead.map((p) => canonicalRoot(p, '--floor-read')) : null;
+  return { write, read };
+}
+
+/**
+ * Checks floor options at start-up (createExecServer, after the transport decided whether the
+ * floor is on), so a misconfigured floor refuses to start instead of refusing every request.
+ */
+export function validateFloorOptions(o: ExecServerOptions): void {
+  const d = o.defaultSandbox ?? 'workspace-write';
+  if (!['workspace-write', 'read-only', 'none'].includes(d)) {
+    throw new SandboxError('EINVALID_ARGUMENT', `--default-sandbox must be workspace-write, read-only or none, got ${JSON.stringify(d)}`);
+  }
+  if (!sandboxRequired(o)) {
+    if (o.floorWrite?.length || o.floorRead?.length || o.floorAllowNetwork) {
+      throw new SandboxError('EINVALID_ARGUMENT', '--floor-write, --floor-read and --floor-allow-network set the sandbox floor: give them with --require-sandbox (or an unauthenticated ws listener)');
+    }
+    return;
+  }
+  if (d === 'none') {
+    throw new SandboxError('EINVALID_ARGUMENT', '--default-sandbox none runs requests without a sandbox unsandboxed, which the sandbox floor forbids: drop one of them');
+  }
+  floorBounds(o);
+}
+
+/**
+ * The server's default sandbox for a request that carries none, or null (`--default-sandbox
+ * none`: Codex's unsandboxed behaviour). `cwd` is a file URI: the request's cwd, or the server's.
+ * Under a read bound the default reads only the platform minimum and the bound, so it fits it.
+ */
+export function defaultSandboxFor(o: ExecServerOptions, cwd: string | null): FileSystemSandboxContext | null {
+  let kind = o.defaultSandbox ?? 'workspace-write';
+  if (kind === 'none') return null;
+  // No request cwd (fs/*): under the floor its write bound, else the server's working directory.
+  const roots = cwd !== null ? [cwd] : sandboxRequired(o) ? floorBounds(o).write.map((p) => pathToFileUri(p)) : [pathToFileUri(process.cwd())];
+  const root = roots[0]!;
+  // Workspace-write over the file system root would make everything writable: read-only then.
+  let native: string | null = null;
+  try {
+    native = fs.realpathSync(fileUriToPath(root));
+  } catch {
+    /* a cwd that does not exist: the spawn reports it */
+  }
+  if (native !== null && path.parse(native).root === native) kind = 'read-only';
+  const special = (k: string) => ({ type: 'special', value: { kind: k } });
+  const reads = o.floorRead?.length
+    ? [{ path: special('minimal'), access: 'read' }, ...o.floorRead.map((p) => ({ path: { type: 'path', path: pathToFileUri(p) }, access: 'read' }))]
+    : [{ path: special('root'), access: 'read' }];
+  return {
+    permissions: {
+      type: 'managed',
+      file_system: {
+        type: 'restricted',
+        entries: [...reads, ...(kind === 'workspace-write' ? [{ path: special('project_roots'), access: 'write' }] : [])],
+      },
+      network: 'restricted',
+    },
+    cwd: root,
+    workspaceRoots: roots,
+    windowsSandboxLevel: process.platform === 'win32' ? 'restricted-token' : 'disabled',
+  };
+}
+
+/**
+ * Refuses `method` when the floor is on and the request has no sandbox (only possible for an
+ * ExecConnection built without the start-up checks), or one whose permissions ask for none. A
+ * profile that does not parse is left to the method, which reports it as usual.
  */
 export function checkSandboxFloor(
   o: ExecServerOptions,
@@ -59,6 +174,45 @@ export function checkSandboxFloor(
       INVALID_PARAMS,
       `${method} with \`sandbox.permissions\` that confine nothing (disabled, external, or an unrestricted file system with the network on) is refused: ${FLOOR}; send a managed profile with a restricted file system or a restricted network`,
     );
+  }
+}
+
+/**
+ * The floor on what a request's sandbox resolved to (see the file comment), called after
+ * prepareExecRequest and before the spawn, for every method that starts something in a sandbox.
+ */
+export function checkPreparedFloor(o: ExecServerOptions, method: string, prepared: PreparedExecRequest): void {
+  if (!sandboxRequired(o)) return;
+  const refuse = (what: string, fix: string): never => {
+    throw new RpcError(INVALID_PARAMS, `${method} is refused: its sandbox ${what}; ${FLOOR}, and the floor bounds ${fix}`);
+  };
+  const rules = prepared.rules;
+  if (rules === null || prepared.sandboxType === 'none') refuse('is none', 'every request to a sandbox');
+  const b = floorBounds(o);
+  const writeFix = `writes to ${b.write.join(', ')} (--floor-write)`;
+  for (const w of rules!.writeRoots) {
+    if (!b.write.some((r) => isWithin(w, r))) refuse(`makes ${w} writable, outside the floor`, writeFix);
+  }
+  // The host /tmp is shared only when a writable root covers it (then it is in writeRoots); this
+  // catches a planner that shares it some other way.
+  if (rules!.tmp === 'host') {
+    const tmp = fs.realpathSync('/tmp');
+    if (!b.write.some((r) => isWithin(tmp, r))) refuse(`shares the host ${tmp}, outside the floor`, writeFix);
+  }
+  // The host network reaches every host daemon: loopback services and any visible unix socket
+  // (a root server's docker.sock is the host). Only the server's flag lets it through.
+  const net = rules!.network;
+  if (o.floorAllowNetwork !== true) {
+    const netFix = 'the network to none or the managed proxy (--floor-allow-network lifts this)';
+    if (net.kind === 'full') refuse('has the host network, which reaches every host service and unix socket', netFix);
+    if (net.kind !== 'full' && net.unixSockets !== undefined) refuse('may connect to host unix sockets', netFix);
+  }
+  if (b.read === null) return;
+  const readable = [...b.read, ...b.write];
+  const readFix = `reads to ${b.read.join(', ')} (--floor-read) and ${b.write.join(', ')} (--floor-write), besides the platform's fixed reads`;
+  if (rules!.readAll && !readable.some((r) => path.parse(r).root === r)) refuse('reads the whole file system', readFix);
+  for (const r of rules!.readRoots) {
+    if (!readable.some((x) => isWithin(r, x))) refuse(`makes ${r} readable, outside the floor`, readFix);
   }
 }
 

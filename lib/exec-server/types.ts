@@ -28,13 +28,34 @@ export interface ExecServerOptions {
    */
   httpPolicy?: ProxyPolicyConfig;
   /**
-   * The sandbox floor (sandbox-floor.ts): refuse every request that would run a command or touch
-   * the file system without a sandbox (no `sandbox` field, or permissions that confine nothing),
-   * and the methods that read the server's files with no way to carry one. Default false, as
-   * Codex: a request without a `sandbox` runs as the server's user. Always on for a WebSocket
-   * listener without authentication (`dangerouslyAllowUnauthenticated`), whatever is given here.
+   * The sandbox floor (sandbox-floor.ts): refuse every sandbox whose resolved writable roots (and,
+   * with floorRead, readable roots) leave the floor's bounds or that confines nothing, and the
+   * methods that read the server's files with no way to carry a sandbox. Default false. Always on
+   * for a WebSocket listener without authentication (`dangerouslyAllowUnauthenticated`).
    */
   requireSandbox?: boolean;
+  /**
+   * The floor's write bound (`--floor-write`): every writable root a request's sandbox resolves to
+   * must lie within one of these directories. Default: the server's working directory (a start-up
+   * refusal when that is the file system root). Only with the floor.
+   */
+  floorWrite?: string[];
+  /**
+   * The floor's read bound (`--floor-read`): when given, a sandbox that reads the whole file system,
+   * or a readable root outside these and floorWrite, is refused. Default: reads are not bounded.
+   */
+  floorRead?: string[];
+  /**
+   * Under the floor, let a sandbox have the host network or host unix sockets
+   * (`--floor-allow-network`). Default false: they reach every service on the host.
+   */
+  floorAllowNetwork?: boolean;
+  /**
+   * The sandbox of a request that carries none (`--default-sandbox`): Codex's workspace-write
+   * (default) or read-only profile over the request's cwd (the server's for fs/*), or 'none': run
+   * it unsandboxed as the server's user, as Codex does (refused together with the floor).
+   */
+  defaultSandbox?: 'workspace-write' | 'read-only' | 'none';
   /** Called after every request is answered (diagnostics, tests): its method and, if it failed, the error. */
   observe?: (event: { method: string; error?: { code: number; message: string } }) => void;
   /** Transport name used in parse-error texts ("stdio", "websocket"). */

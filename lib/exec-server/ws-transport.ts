@@ -4,7 +4,8 @@
  * Safe by default, because whoever connects can run commands as the server's user:
  * - no auth configured: refused at start, unless the caller passes the explicitly unsafe
  *   opt-out, and never on a non-loopback address; with the opt-out the sandbox floor is always on
- *   (sandbox-floor.ts: a request without a sandbox is refused, nothing runs unsandboxed);
+ *   (sandbox-floor.ts: every request runs in a sandbox whose writable roots stay within the
+ *   floor's bounds; nothing runs unsandboxed);
  * - a browser's handshake (it always carries `Origin`; hybi-08 ones `Sec-WebSocket-Origin`) is
  *   refused with 403 unless that origin is allowed, so a web page cannot drive a loopback server
  *   (Codex refuses every Origin); on a loopback listener a Host that is not loopback or an
@@ -17,6 +18,7 @@ import type { Duplex } from 'node:stream';
 import { SandboxError } from '../errors';
 import { ExecConnection } from './connection';
 import { SessionRegistry } from './sessions';
+import { validateFloorOptions } from './sandbox-floor';
 import type { ConnectionSink, ExecServerOptions, SpawnPreparedFn } from './types';
 import { isLoopbackHost, loadWsAuth, type WsAuth, type WsAuthCheck } from './ws-auth';
 import { hostAllowed, originsAllowed, parseAllowHosts } from './ws-host';
@@ -78,6 +80,7 @@ export async function wsServer(t: WsTransportOptions, opts: ExecServerOptions, m
   const check = authFor(t);
   // Whoever reaches an unauthenticated listener gets sandboxed execution only (sandbox-floor.ts).
   const options: ExecServerOptions = check === null ? { ...opts, requireSandbox: true } : opts;
+  validateFloorOptions(options);
   const origins = new Set(t.allowOrigins ?? []);
   const hosts = parseAllowHosts(t.allowHosts ?? []);
   const { WebSocketServer } = require('ws') as typeof import('ws');
@@ -116,7 +119,7 @@ export async function wsServer(t: WsTransportOptions, opts: ExecServerOptions, m
   });
   if (check === null) {
     process.emitWarning(
-      `exec-server on ws://${t.host} accepts unauthenticated clients: every local user can run commands as this one, in the sandbox each request names (requests without one are refused: --require-sandbox is on)`,
+      `exec-server on ws://${t.host} accepts unauthenticated clients: every local user can run commands as this one, in the sandbox each request names or the default one, within the sandbox floor's bounds (--require-sandbox is on)`,
       { code: 'PSB_WS_UNAUTHENTICATED' },
     );
   }

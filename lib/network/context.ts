@@ -110,6 +110,8 @@ export interface Listener {
   mitm: { server: http.Server; agent: https.Agent } | null;
   /** The listening port, once listening (0 before). */
   port: number;
+  /** AttachOptions.admit: which accepted connections are served at all (null: every one). */
+  admit: ((socket: net.Socket) => boolean) | null;
 }
 
 /** A tunnel in the native relay: it counts as one client connection and RELAY_FDS fds. */

@@ -151,10 +151,10 @@ export async function decide(
     const ok = intercepted || (protocol === 'http' && method !== null && LIMITED_METHODS.has(method));
     if (!ok) return refuse('mode', 'method_not_allowed', 'blocked-by-method-policy');
   }
-  const verdict = matcher.evaluate(host);
+  const verdict = matcher.evaluate(host, port);
   if (verdict.verdict === 'denied') return refuse('denylist', 'denied', 'blocked-by-denylist');
 
-  const explicitIp = literal && matcher.isExplicitlyAllowedIp(host);
+  const explicitIp = literal && matcher.isExplicitlyAllowedIp(host, port);
   if (literal && !explicitIp) {
     const cls = classifyAddress(host);
     if (isLocalClass(cls) && (!policy.allowLocal || cls === 'metadata')) {

@@ -5,6 +5,7 @@
  */
 export {
   ManagedProxy,
+  type AttachOptions,
   type Attachment,
   type AuditEvent,
   type AuditProtocol,

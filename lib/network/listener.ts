@@ -12,18 +12,19 @@ import { onConnect } from './connect';
 import { clientOf, type Listener, type ProxyContext } from './context';
 import { onHttpRequest, onUpgrade, upstreamAgent } from './http-request';
 import { budgetAllows, noteRefusal, socketBudget, releaseReservation, track, upstreamReservations } from './limits';
-import type { Attachment } from './options';
+import type { AttachOptions, Attachment } from './options';
 import { nativeRelay } from './relay';
 import { onSocks } from './socks5';
 
 /**
  * Accept connections for `processId`. With `fd`, the proxy takes ownership of that TCP socket
  * (bound, or already listening) and closes it on detach; without, it listens on 127.0.0.1:0.
+ * With `admit`, only the connections it admits are served (see AttachOptions).
  */
 export async function attach(
   ctx: ProxyContext,
   processId: string,
-  opts: { fd?: number },
+  opts: AttachOptions,
   detach: (listener: Listener) => Promise<void>,
 ): Promise<Attachment> {
   if (ctx.closed) throw new Error('ManagedProxy is closed');
@@ -33,6 +34,7 @@ export async function attach(
   if (opts.fd !== undefined && (!Number.isInteger(opts.fd) || opts.fd < 0)) {
     throw new TypeError(`Expected fd to be a non-negative integer, got ${String(opts.fd)}`);
   }
+  if (opts.admit !== undefined && typeof opts.admit !== 'function') throw new TypeError('Expected admit to be a function');
   const listener: Listener = {
     processId,
     server: net.createServer({ allowHalfOpen: true }),
@@ -49,6 +51,7 @@ export async function attach(
     agent: upstreamAgent(),
     mitm: null,
     port: 0,
+    admit: opts.admit ?? null,
   };
   listener.server.on('connection', (socket) => onConnection(ctx, listener, socket));
   // A bug in a handler must cost one connection, never the host process.
@@ -120,6 +123,21 @@ function onConnection(ctx: ProxyContext, listener: Listener, socket: net.Socket)
   socket.on('error', () => {
     /* resets from either side are routine for a proxy */
   });
+  // Not the sandbox's (another local process on a host listener): closed before anything is
+  // read or counted, so it gets no answer and cannot use up the sandbox's caps. A throwing
+  // check refuses.
+  if (listener.admit !== null) {
+    let ok = false;
+    try {
+      ok = listener.admit(socket) === true;
+    } catch {
+      ok = false;
+    }
+    if (!ok) {
+      socket.destroy();
+      return;
+    }
+  }
   // Over a cap the connection is answered and closed at once: it costs the host one fd for
   // the time of one write, and the sandbox gets a clear status instead of a hang.
   const overBudget = !budgetAllows(2);

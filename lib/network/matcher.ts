@@ -8,12 +8,15 @@
  *   *                 every host name (allow list only; a deny `*` is rejected)
  *   region*.x.com     `*` and `?` inside a label match within that label only
  *   10.1.2.3, [::1]   an exact IP literal
+ *   any of these:443  that port only (`*.example.com:8443`, `[::1]:8080`); without a port, any port.
+ *                     An IPv6 literal takes a port in brackets only (`::1:443` is an address).
  * Wildcards never match IP literals: an IP destination needs its own exact entry.
  * Deny wins over allow. With no allow entries every host is refused.
  *
  * Refused patterns: a wildcard over a public suffix (`*.com`, `**.co.uk`), a wildcard inside the
  * registrable name (`*example.com` would match `evilexample.com`), `*.`, empty labels, names over
- * 253 characters or labels over 63, and numeric names that are not an IPv4 address.
+ * 253 characters or labels over 63, numeric names that are not an IPv4 address, a port outside
+ * 1-65535, and URLs or address ranges (`http://x`, `127.0.0.0/8`), each with a reason of its own.
  */
 import { domainToASCII } from 'url';
 
@@ -25,6 +28,8 @@ interface CompiledPattern {
   source: string;
   ip: string | null;
   regex: RegExp | null;
+  /** The one port the pattern covers (`example.com:443`), or null for any port. */
+  port: number | null;
 }
 
 /** Lowercase, strip brackets, a `:port` suffix and trailing dots; canonicalise IP literals. */
@@ -91,41 +96,82 @@ function escapeLabel(label: string): string {
   return label.replace(/[.+^${}()|[\]\\]/g, '\\$&').replace(/\*/g, '[^.]*').replace(/\?/g, '[^.]');
 }
 
-/** Validates one pattern; returns an error text or null. */
-export function patternError(pattern: string, list: 'allow' | 'deny'): string | null {
-  if (typeof pattern !== 'string') return `${list} entry must be a string`;
-  const p = pattern.trim();
-  if (p === '') return `${list} entry is empty`;
-  if (p === '*' || p === '**') {
-    return list === 'deny'
-      ? 'unsupported global wildcard domain pattern "*"; use exact hosts or scoped wildcards like *.example.com or **.example.com'
-      : null;
+/** Splits a `:port` suffix off a pattern: `host:443`, `[::1]:443`; a bare IPv6 literal has none. */
+function splitPort(p: string): { host: string; port: string | null } {
+  if (p.startsWith('[')) {
+    const end = p.indexOf(']');
+    if (end > 0 && p[end + 1] === ':') return { host: p.slice(0, end + 1), port: p.slice(end + 2) };
+    return { host: p, port: null };
   }
-  if (/[\s/\\@#]/.test(p) || p.includes('\0')) return `invalid domain pattern ${JSON.stringify(pattern)}`;
+  const colon = p.indexOf(':');
+  if (colon >= 0 && colon === p.lastIndexOf(':')) return { host: p.slice(0, colon), port: p.slice(colon + 1) };
+  return { host: p, port: null };
+}
+
+/** A port as a pattern spells it: 1-65535, decimal, no sign or leading zero. */
+function parsePort(text: string): number | null {
+  if (!/^[1-9][0-9]{0,4}$/.test(text)) return null;
+  const n = Number(text);
+  return n <= 65535 ? n : null;
+}
+
+/**
+ * Why a pattern is refused, as a phrase (`a URL: give the host alone ...`), or null when it is
+ * valid. patternError() wraps it into the proxy's message; spawn()'s policy check names the field.
+ */
+export function patternProblem(pattern: unknown, list: 'allow' | 'deny'): string | null {
+  if (typeof pattern !== 'string') return 'must be a string';
+  const trimmed = pattern.trim();
+  if (trimmed === '') return 'is empty';
+  // The usual mistakes get a reason of their own: a URL, an address range.
+  if (/^[a-z][a-z0-9+.-]*:\/\//i.test(trimmed)) {
+    return 'a URL; give the host alone (e.g. example.com, or example.com:443 for one port), without a scheme or path';
+  }
+  const slash = trimmed.indexOf('/');
+  if (slash > 0 && canonicalIp(trimmed.slice(0, slash)) !== null && /^[0-9]+$/.test(trimmed.slice(slash + 1))) {
+    return 'an address range (CIDR), which is not supported; list each address (e.g. 127.0.0.1), or set allowLocal to let allowed names reach local addresses';
+  }
+  const { host: p, port } = splitPort(trimmed);
+  if (port !== null && parsePort(port) === null) return `its port ${JSON.stringify(port)} is not a number from 1 to 65535`;
+  if (p === '*' || p === '**') {
+    return list === 'deny' ? 'a deny-all "*" is not supported; use exact hosts or scoped wildcards like *.example.com or **.example.com' : null;
+  }
   if (canonicalIp(p) !== null) return null;
-  const invalid = (why: string) => `invalid domain pattern ${JSON.stringify(pattern)}: ${why}`;
+  if (/[\s/\\@#:[\]]/.test(p) || p.includes('\0')) return 'not a host name (e.g. example.com, *.example.com, 10.1.2.3 or [::1], each with an optional :port)';
   const body = p.toLowerCase().replace(/\.$/, '').replace(/^\*\*?\./, '');
   const scoped = body !== p.toLowerCase().replace(/\.$/, '');
-  if (badHostShape(body)) return invalid('empty or over-long label, or longer than 253 characters');
-  if (looksNumericHost(body)) return invalid('a numeric name that is not an IPv4 address');
+  if (badHostShape(body)) return 'empty or over-long label, or longer than 253 characters';
+  if (looksNumericHost(body)) return 'a numeric name that is not an IPv4 address';
   const labels = body.split('.');
   // The registrable part (the last two labels, three under a two-label public suffix) must be
   // spelled out: a wildcard there matches names of unrelated owners.
   const fixed = MULTI_LABEL_PUBLIC_SUFFIXES.has(labels.slice(-2).join('.')) ? 3 : 2;
   if (labels.slice(-fixed).some((l) => /[*?]/.test(l))) {
-    return invalid('a wildcard inside the registrable domain matches unrelated names; spell it out (e.g. *.example.com)');
+    return 'a wildcard inside the registrable domain matches unrelated names; spell it out (e.g. *.example.com)';
   }
   if (labels.length < fixed && (scoped || /[*?]/.test(body)) && !PRIVATE_SUFFIXES.has(body)) {
-    return invalid('a wildcard over a public suffix matches every site under it');
+    return 'a wildcard over a public suffix matches every site under it';
   }
   return null;
 }
 
+/** Validates one pattern; returns an error text or null. */
+export function patternError(pattern: string, list: 'allow' | 'deny'): string | null {
+  const why = patternProblem(pattern, list);
+  if (why === null) return null;
+  if (typeof pattern !== 'string' || pattern.trim() === '') return `${list} entry ${why}`;
+  if (why.startsWith('a deny-all')) {
+    return 'unsupported global wildcard domain pattern "*"; use exact hosts or scoped wildcards like *.example.com or **.example.com';
+  }
+  return `invalid domain pattern ${JSON.stringify(pattern)}: ${why}`;
+}
+
 function compilePattern(pattern: string): CompiledPattern {
-  const p = pattern.trim();
-  if (p === '*' || p === '**') return { source: pattern, ip: null, regex: /^.+$/ };
+  const { host: p, port: portText } = splitPort(pattern.trim());
+  const port = portText === null ? null : parsePort(portText);
+  if (p === '*' || p === '**') return { source: pattern, ip: null, regex: /^.+$/, port };
   const ip = canonicalIp(p);
-  if (ip) return { source: pattern, ip, regex: null };
+  if (ip) return { source: pattern, ip, regex: null, port };
   let body = p.toLowerCase().replace(/\.+$/, '');
   let prefix = '';
   if (body.startsWith('**.')) {
@@ -136,11 +182,13 @@ function compilePattern(pattern: string): CompiledPattern {
     prefix = '(?:[^.]+\\.)+';
   }
   const labels = toAscii(body).split('.').map(escapeLabel).join('\\.');
-  return { source: pattern, ip: null, regex: new RegExp(`^${prefix}${labels}$`) };
+  return { source: pattern, ip: null, regex: new RegExp(`^${prefix}${labels}$`), port };
 }
 
-function matches(compiled: CompiledPattern[], host: string, hostIsIp: boolean): string | null {
+function matches(compiled: CompiledPattern[], host: string, hostIsIp: boolean, port: number | undefined): string | null {
   for (const c of compiled) {
+    // A pattern with a port covers that port only; asked without a port, it covers nothing.
+    if (c.port !== null && c.port !== port) continue;
     if (hostIsIp ? c.ip === host : c.regex !== null && c.regex.test(host)) return c.source;
   }
   return null;
@@ -168,21 +216,24 @@ export class DomainMatcher {
     return this.allow.length > 0;
   }
 
-  /** Evaluate a host (any form normalizeHost accepts). */
-  evaluate(rawHost: string): { verdict: DomainVerdict; pattern: string | null; host: string } {
+  /**
+   * Evaluate a host (any form normalizeHost accepts; a `:port` in it is ignored) for a connection
+   * to `port`. Patterns with a port match only when `port` is that port.
+   */
+  evaluate(rawHost: string, port?: number): { verdict: DomainVerdict; pattern: string | null; host: string } {
     const host = normalizeHost(rawHost);
     if (host === '') return { verdict: 'notAllowed', pattern: null, host };
     const ip = isIpLiteral(host);
-    const denied = matches(this.deny, host, ip);
+    const denied = matches(this.deny, host, ip, port);
     if (denied !== null) return { verdict: 'denied', pattern: denied, host };
-    const allowed = matches(this.allow, host, ip);
+    const allowed = matches(this.allow, host, ip, port);
     if (allowed !== null) return { verdict: 'allowed', pattern: allowed, host };
     return { verdict: 'notAllowed', pattern: null, host };
   }
 
-  /** True when `host` is an IP literal with its own exact allow entry. */
-  isExplicitlyAllowedIp(rawHost: string): boolean {
+  /** True when `host` is an IP literal with its own exact allow entry (for `port`, when it has one). */
+  isExplicitlyAllowedIp(rawHost: string, port?: number): boolean {
     const host = normalizeHost(rawHost);
-    return isIpLiteral(host) && this.allow.some((c) => c.ip === host);
+    return isIpLiteral(host) && this.allow.some((c) => c.ip === host && (c.port === null || c.port === port));
   }
 }

@@ -139,6 +139,19 @@ export interface ProxyLimits {
   tunnelIdleTimeoutMs?: number;
 }
 
+/** Options of ManagedProxy.attach(). */
+export interface AttachOptions {
+  /** A TCP socket (bound, or already listening) the proxy takes over and closes on detach. */
+  fd?: number;
+  /**
+   * Called for every accepted connection before anything else: only those it returns true for
+   * are served. The others are closed at once, unanswered, and count against no cap or budget.
+   * spawn() sets it for a listener on the host's loopback (Landlock mode), where any local
+   * process could connect, so that only the sandbox's own connections are served.
+   */
+  admit?: (socket: import('net').Socket) => boolean;
+}
+
 export interface Attachment {
   port: number;
   host: '127.0.0.1';

@@ -37,9 +37,10 @@ import { attach, closeListener } from './listener';
 import { DEFAULT_LIMITS } from './limits';
 import { badHostShape, DomainMatcher, isIpLiteral, normalizeHost } from './matcher';
 import type { InterceptionCa } from './mitm';
-import type { Attachment, AuditEvent, InterceptionOptions, ManagedProxyOptions, ProxyPolicyConfig } from './options';
+import type { AttachOptions, Attachment, AuditEvent, InterceptionOptions, ManagedProxyOptions, ProxyPolicyConfig } from './options';
 
 export type {
+  AttachOptions,
   Attachment,
   AuditEvent,
   AuditProtocol,
@@ -162,6 +163,11 @@ export class ManagedProxy {
     return this.ctx.options.interception?.ca ?? null;
   }
 
+  /** Whether interception carries credential rules (secrets the proxy injects for a host). */
+  get hasCredentialRules(): boolean {
+    return (this.ctx.options.interception?.credentials ?? []).length > 0;
+  }
+
   /** Validates `interception` (TypeError with a precise message); spawn() checks its option with it. */
   static checkInterception(i: InterceptionOptions): void {
     if (i === null || typeof i !== 'object') throw new TypeError('Expected interception to be an object');
@@ -207,8 +213,9 @@ export class ManagedProxy {
   /**
    * Accept connections for `processId`. With `fd`, the proxy takes ownership of that TCP socket
    * (bound, or already listening) and closes it on detach; without, it listens on 127.0.0.1:0.
+   * With `admit`, only the connections it returns true for are served (AttachOptions).
    */
-  attach(processId: string, opts: { fd?: number } = {}): Promise<Attachment> {
+  attach(processId: string, opts: AttachOptions = {}): Promise<Attachment> {
     return attach(this.ctx, processId, opts, (listener) => this.detach(listener));
   }
 

@@ -30,7 +30,10 @@ export { SANDBOX_TYPES } from './sandbox-type';
  * Throws SandboxError('EINVALID_POLICY') naming the field, or ('ESYMLINK_ROOT').
  */
 export function resolvePolicy(policy: SandboxPolicy | undefined, cwd: string): ResolvedRules {
-  return resolveEntries(compilePolicy(policy, cwd));
+  const input = compilePolicy(policy, cwd);
+  const rules = resolveEntries(input);
+  // filesystem.caches is for the platform planners only: the resolver has nothing to do with it.
+  return input.caches ? { ...rules, caches: input.caches } : rules;
 }
 
 export {

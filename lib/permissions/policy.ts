@@ -5,8 +5,11 @@
 import * as path from 'node:path';
 import { SandboxError } from '../errors';
 import type { NetworkRule, UnixSocketRule } from '../rules';
-import type { SandboxPolicy } from '../policy-types';
+import type { CachesMode, SandboxPolicy } from '../policy-types';
+import { patternProblem } from '../network/matcher';
 import { GIT_PROTECTIONS, PROTECT_PRESETS, type ResolverEntry, type ResolverInput } from './resolve';
+
+export const CACHES_MODES = ['private', 'host-readonly', 'host-writable'] as const;
 
 function fail(field: string, message: string, extra: Record<string, unknown> = {}): never {
   throw new SandboxError('EINVALID_POLICY', `${field} ${message}`, { detail: { field, ...extra } });
@@ -103,6 +106,13 @@ export function compileNetwork(v: unknown, field = 'policy.network'): NetworkRul
     allow: checkStringList(p.allow, `${field}.proxy.allow`),
   };
   if (p.deny !== undefined) proxy.deny = checkStringList(p.deny, `${field}.proxy.deny`);
+  // Checked here, not first by the proxy: a bad pattern is a policy error naming its field.
+  for (const list of ['allow', 'deny'] as const) {
+    (proxy[list] ?? []).forEach((pattern, i) => {
+      const why = patternProblem(pattern, list);
+      if (why !== null) fail(`${field}.proxy.${list}[${i}] ${JSON.stringify(pattern)}`, `is not a domain pattern: ${why}`, { field: `${field}.proxy.${list}[${i}]`, value: pattern });
+    });
+  }
   if (p.allowLocal !== undefined) proxy.allowLocal = checkBool(p.allowLocal, `${field}.proxy.allowLocal`);
   if (p.mode !== undefined) proxy.mode = checkEnum(p.mode, `${field}.proxy.mode`, ['full', 'limited'] as const);
   return withUnix({ kind: 'proxy', proxy });
@@ -112,13 +122,13 @@ export function compileNetwork(v: unknown, field = 'policy.network'): NetworkRul
  * Validate an ergonomic policy and produce the resolver input. `cwd` is not used to absolutise
  * anything: relative paths in a policy are an error.
  */
-export function compilePolicy(policy: SandboxPolicy | undefined, _cwd: string): ResolverInput {
+export function compilePolicy(policy: SandboxPolicy | undefined, _cwd: string): ResolverInput & { caches?: CachesMode } {
   const p = policy === undefined ? {} : checkObject(policy, 'policy', ['filesystem', 'network', 'mode', 'degraded', 'limits']);
   const fsField = 'policy.filesystem';
   const f =
     p.filesystem === undefined
       ? {}
-      : checkObject(p.filesystem, fsField, ['read', 'write', 'denyRead', 'protect', 'protectPresets', 'git', 'tmp']);
+      : checkObject(p.filesystem, fsField, ['read', 'write', 'denyRead', 'protect', 'protectPresets', 'git', 'tmp', 'caches']);
 
   const entries: ResolverEntry[] = [];
   let root: ResolverInput['root'] = 'read';
@@ -148,6 +158,8 @@ export function compilePolicy(policy: SandboxPolicy | undefined, _cwd: string): 
   }
   const tmp = f.tmp === undefined ? 'private' : checkEnum(f.tmp, `${fsField}.tmp`, ['private', 'host', 'none'] as const);
 
+  const caches = f.caches === undefined ? undefined : checkEnum(f.caches, `${fsField}.caches`, CACHES_MODES);
+
   const network = compileNetwork(p.network);
   const mode = p.mode === undefined ? 'auto' : checkEnum(p.mode, 'policy.mode', ['auto', 'isolated', 'landlock'] as const);
   const degraded = p.degraded === undefined ? false : checkBool(p.degraded, 'policy.degraded');
@@ -159,5 +171,9 @@ export function compilePolicy(policy: SandboxPolicy | undefined, _cwd: string): 
     if (l.openFiles !== undefined) limits.openFiles = checkPositiveInt(l.openFiles, 'policy.limits.openFiles');
     if (l.tmpBytes !== undefined) limits.tmpBytes = checkPositiveInt(l.tmpBytes, 'policy.limits.tmpBytes');
   }
-  return { root, entries, protect, git, tmp, network, mode, degraded, limits, ...(protectPresets ? { protectPresets } : {}) };
+  return {
+    root, entries, protect, git, tmp, network, mode, degraded, limits,
+    ...(protectPresets ? { protectPresets } : {}),
+    ...(caches ? { caches } : {}),
+  };
 }

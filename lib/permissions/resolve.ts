@@ -5,7 +5,9 @@
  *
  * Semantics (the same as Codex's FileSystemSandboxPolicy):
  * - For any path, the most specific entry containing it decides its access.
- * - For equally specific entries (same canonical path), deny beats write beats read.
+ * - For equally specific entries (same canonical path), deny beats read and write beats read;
+ *   write and deny on one path is a contradiction and refused (EINVALID_POLICY), as is a
+ *   `protect` entry equal to a writable root.
  * - A `root` access covers everything that no entry covers.
  *
  * Mapping onto ResolvedRules:
@@ -273,7 +275,10 @@ const WALK_SKIP = new Set(['.git', 'node_modules']);
  * first missing component, so a placeholder holds it), below it the existing ones found by a
  * bounded walk. `truncated` says whether the walk stopped before the end of the tree.
  */
-export function startupFilesFor(root: string, includeMissing: boolean): { paths: string[]; truncated: boolean } {
+export function startupFilesFor(
+  root: string,
+  includeMissing: boolean,
+): { paths: string[]; truncated: boolean; unknown: string[]; below: string[] } {
   const names = [...STARTUP_FILES, ...STARTUP_DIRS];
   const out: string[] = [];
   for (const name of names) {
@@ -290,15 +295,25 @@ export function startupFilesFor(root: string, includeMissing: boolean): { paths:
     const [first, ...rest] = name.split('/');
     firsts.set(first!, [...(firsts.get(first!) ?? []), rest.join('/')]);
   }
-  const truncated = walkBelow(root, STARTUP_SEARCH_MAX_DEPTH, STARTUP_SEARCH_MAX_DIRS, (dir, e, child) => {
-    const tails = firsts.get(e.name);
-    if (tails === undefined || dir === root) return; // the root's own names are handled above
-    for (const t of tails) {
-      const p = t === '' ? child : path.join(child, t);
-      if (t === '' || lstatOrNull(p) !== null) out.push(p);
-    }
-  });
-  return { paths: out, truncated };
+  const unknown: string[] = [];
+  const below: string[] = [];
+  const truncated = walkBelow(
+    root,
+    STARTUP_SEARCH_MAX_DEPTH,
+    STARTUP_SEARCH_MAX_DIRS,
+    (dir, e, child) => {
+      const tails = firsts.get(e.name);
+      if (tails === undefined || dir === root) return; // the root's own names are handled above
+      for (const t of tails) {
+        const p = t === '' ? child : path.join(child, t);
+        if (t === '' || lstatOrNull(p) !== null) below.push(p);
+      }
+    },
+    undefined,
+    undefined,
+    unknown,
+  );
+  return { paths: [...out, ...below], truncated, unknown: sortUnique(unknown), below };
 }
 
 /** Nested repositories are searched this deep below a writable root, within this many directories. */
@@ -317,29 +332,79 @@ const WHOLE_AT_ROOT: ReadonlySet<string> = new Set(['.codex', '.agents', '.aws']
  * submodule checkouts, whose hooks and config run code later just like the root's (FS-08). The
  * walk is bounded (depth and directory count) so spawning stays cheap in large trees.
  */
-export function findNestedRepos(root: string, cut?: { truncated: boolean }): string[] {
+export function findNestedRepos(
+  root: string,
+  cut?: { truncated: boolean; nodeModules?: string[] },
+  unknownOut?: string[],
+): string[] {
   // Cached between spawns while nothing the walk looked at changes (walk-cache.ts).
-  const { found, truncated } = cachedWalk(root, lstatOrNull(root), () => {
+  const { found, truncated, unknown, skipped } = cachedWalk(root, lstatOrNull(root), () => {
     const repos: string[] = [];
     const dirs: string[] = [];
+    const unknown: string[] = [];
+    const skipped: string[] = [];
+    let probes = NODE_MODULES_MAX_PROBES;
+    // Looks into `child` for .git: a repository, not one, or unknown (not searchable: mode 000).
+    const probe = (child: string) => {
+      dirs.push(child);
+      const git = lstatState(path.join(child, '.git'));
+      if (git === 'present') repos.push(child);
+      else if (git === 'unknown' && unknownDirState(child, { code: 'EACCES' }) === 'unknown') unknown.push(child);
+    };
+    // The packages of a node_modules, one level (and @scope/name), are only probed for .git:
+    // a package checked out from git, or linked in as a real directory, carries hooks that run
+    // when git is used there. Within NODE_MODULES_MAX_PROBES per walk; past that, a gap.
+    const probePackages = (nm: string) => {
+      dirs.push(nm);
+      const scan = (dir: string, scopes: boolean): void => {
+        let list: fs.Dirent[];
+        try {
+          list = fs.readdirSync(dir, { withFileTypes: true });
+        } catch (e) {
+          if (unknownDirState(dir, e) === 'unknown') unknown.push(dir);
+          return;
+        }
+        for (const d of list) {
+          if (!d.isDirectory() || d.name.startsWith('.')) continue; // .bin, .cache, .package-lock.json
+          const p = path.join(dir, d.name);
+          if (probes-- <= 0) {
+            skipped.push(nm);
+            return;
+          }
+          if (scopes && d.name.startsWith('@')) {
+            dirs.push(p);
+            scan(p, false);
+            if (probes <= 0) return;
+          } else {
+            probe(p);
+          }
+        }
+      };
+      scan(nm, true);
+    };
     const stopped = walkBelow(
       root,
       NESTED_REPO_MAX_DEPTH,
       NESTED_REPO_MAX_DIRS,
       (_dir, e, child) => {
-        if (e.isDirectory() && !WALK_SKIP.has(e.name)) {
-          dirs.push(child); // looked into for .git (and read, if within the walk's reach)
-          if (lstatOrNull(path.join(child, '.git')) !== null) repos.push(child);
-        }
+        if (!e.isDirectory()) return;
+        if (e.name === 'node_modules') probePackages(child);
+        else if (!WALK_SKIP.has(e.name)) probe(child); // (and read, if within the walk's reach)
       },
       dirs,
       WHOLE_AT_ROOT,
+      unknown,
     );
-    return { found: repos, truncated: stopped, dirs };
+    return { found: repos, truncated: stopped, dirs, unknown: sortUnique(unknown), skipped: sortUnique(skipped) };
   }, new Set([...WHOLE_AT_ROOT, '.git']));
   if (truncated && cut) cut.truncated = true;
+  if (skipped.length > 0 && cut) (cut.nodeModules ??= []).push(...skipped);
+  unknownOut?.push(...(unknown ?? []));
   return found;
 }
+
+/** Packages (node_modules/<name>, node_modules/@scope/<name>) probed for .git per walk. */
+export const NODE_MODULES_MAX_PROBES = 1024;
 
 /**
  * Breadth-first walk below `root` for the searches a plan makes on every spawn: at most `maxDepth`
@@ -355,6 +420,7 @@ function walkBelow(
   visit: (dir: string, entry: fs.Dirent, child: string) => void,
   read?: string[],
   skipAtRoot?: ReadonlySet<string>,
+  unknown?: string[],
 ): boolean {
   let budget = maxDirs;
   let truncated = false;
@@ -370,7 +436,11 @@ function walkBelow(
       try {
         entries = fs.readdirSync(dir, { withFileTypes: true });
         if (dir === root) read?.push(dir); // every other directory read was visited as a child first
-      } catch {
+      } catch (e) {
+        // Gone (or no longer a directory) since its parent was read: nothing in it to protect.
+        // Any other failure (EACCES on a `chmod 000` directory, EIO...) leaves its contents
+        // unknown, which is not the same as empty: the caller protects it whole.
+        if (unknownDirState(dir, e) === 'unknown') unknown?.push(dir);
         continue;
       }
       for (const e of entries) {
@@ -388,6 +458,42 @@ function walkBelow(
   return truncated;
 }
 
+/**
+ * Whether a directory the walk failed on (`err`) hides something the command could reach.
+ * 'gone': it vanished or stopped being a directory. 'unknown': its contents could not be seen.
+ * 'sealed': it belongs to another user, the caller is not root and cannot even search it; the
+ * command runs with the caller's uid, so it can neither reach anything below it nor chmod it
+ * open (the walk's blindness there is the command's too). Everything else that fails is
+ * 'unknown', the caller's own `chmod 000` directory above all, and root's when it lacks the
+ * DAC capabilities (a container that drops them).
+ */
+function unknownDirState(dir: string, err: unknown): 'gone' | 'unknown' | 'sealed' {
+  const code = (err as NodeJS.ErrnoException | null)?.code;
+  if (code === 'ENOENT' || code === 'ENOTDIR') return 'gone';
+  const euid = process.geteuid?.() ?? -1;
+  const st = lstatOrNull(dir);
+  if (st === null) return 'unknown';
+  if (euid !== 0 && st.uid !== euid) {
+    try {
+      fs.accessSync(dir, fs.constants.X_OK);
+    } catch {
+      return 'sealed';
+    }
+  }
+  return 'unknown';
+}
+
+/** lstat that tells a missing path from one it could not look at (EACCES on a parent...). */
+function lstatState(p: string): 'present' | 'missing' | 'unknown' {
+  try {
+    // A missing path is the common answer: no exception for it (an exception costs ~10x the lstat).
+    return fs.lstatSync(p, { throwIfNoEntry: false }) === undefined ? 'missing' : 'present';
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    return code === 'ENOENT' || code === 'ENOTDIR' ? 'missing' : 'unknown';
+  }
+}
+
 /** Our placeholder for a missing directory: empty, mode exactly 0555 (lib/platform/linux.ts). */
 function isPlaceholderDir(p: string, st: fs.Stats | null): boolean {
   if (st === null || !st.isDirectory() || (st.mode & 0o7777) !== 0o555) return false;
@@ -398,7 +504,15 @@ function isPlaceholderDir(p: string, st: fs.Stats | null): boolean {
   }
 }
 
-export function protectedMetadataFor(root: string, git: GitProtection, nested = true, cut?: { truncated: boolean }): string[] {
+export function protectedMetadataFor(
+  root: string,
+  git: GitProtection,
+  nested = true,
+  cut?: { truncated: boolean; nodeModules?: string[] },
+  unknown?: string[],
+  /** When given, nested repositories' metadata goes here instead of into the result. */
+  nestedOut?: string[],
+): string[] {
   const out: string[] = [];
   const addGitDir = (gitdir: string, depth = 0): void => {
     if (git === 'whole') {
@@ -456,9 +570,9 @@ export function protectedMetadataFor(root: string, git: GitProtection, nested = 
   // Agent and cloud-CLI configuration (Codex protects `.aws` in writable roots too).
   out.push(path.join(root, '.codex'), path.join(root, '.agents'), path.join(root, '.aws'));
   if (nested) {
-    for (const repo of findNestedRepos(root, cut)) {
+    for (const repo of findNestedRepos(root, cut, unknown)) {
       // Only what exists: a nested directory is not a workspace root of its own.
-      out.push(
+      (nestedOut ?? out).push(
         ...protectedMetadataFor(repo, git, false).filter(
           (m) => lstatOrNull(m) !== null && !m.endsWith('/.codex') && !m.endsWith('/.agents') && !m.endsWith('/.aws'),
         ),
@@ -466,6 +580,32 @@ export function protectedMetadataFor(root: string, git: GitProtection, nested = 
     }
   }
   return out;
+}
+
+/**
+ * Directories the walks below writable root `w` could not read (unknownDirState): a repository or
+ * start-up file in one is invisible to the planner, so the directory is protected whole
+ * (read-only, which also keeps the command from chmodding it open), and the report says so: the
+ * protection there is not the one asked for, so it is listed as a gap. A writable root the
+ * planner cannot read at all is refused: it cannot be made read-only and still be writable.
+ */
+function protectUnknown(w: CanonEntry, unknown: string[], carve: string[], gaps: string[]): void {
+  const dirs = sortUnique(unknown);
+  if (dirs.length === 0) return;
+  if (dirs.includes(w.path)) {
+    throw new SandboxError(
+      'EUNSUPPORTED_POLICY',
+      `${w.source}: the writable root ${w.path} cannot be read by the planner, so the repositories and agent ` +
+        `config in it cannot be found and protected; make it readable (chmod u+rx) or drop it from the writable roots`,
+      { detail: { field: w.source, path: w.path } },
+    );
+  }
+  carve.push(...dirs);
+  gaps.push(
+    `unreadable directories in ${w.path} are protected whole (read-only): ${dirs.join(', ')}; the planner could not ` +
+      `list them, so a repository or start-up file in them could not be protected on its own (make them readable to ` +
+      `write there)`,
+  );
 }
 
 function sortUnique(paths: string[]): string[] {
@@ -480,6 +620,18 @@ export function resolveEntries(input: ResolverInput): ResolvedRules {
     const c = canonicalizeEntry(e);
     if (c === null) continue;
     const prev = byPath.get(c.path);
+    if (prev !== undefined && prev.access !== c.access && prev.access !== 'read' && c.access !== 'read') {
+      // Equally specific write and deny: deny would win and the root would be neither writable
+      // nor readable, which nobody asks for on purpose. Refuse instead of guessing.
+      const [w, d] = prev.access === 'write' ? [prev, c] : [c, prev];
+      throw new SandboxError(
+        'EINVALID_POLICY',
+        `${c.path} is both a writable root (${w.source}) and deny-read (${d.source}); deny would win and leave it ` +
+          `neither readable nor writable. Drop it from one of the two: keep only the deny to hide it, keep only the ` +
+          `write to use it, or deny a path inside the writable root`,
+        { detail: { path: c.path, write: w.source, denyRead: d.source } },
+      );
+    }
     if (prev === undefined || PRECEDENCE[c.access] > PRECEDENCE[prev.access]) byPath.set(c.path, c);
     else if (prev.access === c.access) prev.protectMissingMetadata ||= c.protectMissingMetadata;
   }
@@ -524,15 +676,28 @@ export function resolveEntries(input: ResolverInput): ResolvedRules {
 
   // 3. Read-only carve-outs inside writable roots.
   const explicitWrite = new Set(allWrites.map((e) => e.path));
-  const carve: string[] = [];
+  // Carve-outs held even when missing (a placeholder keeps the name), and those protected only
+  // because they exist (ResolvedRules.presentOnly).
+  const held: string[] = [];
+  const present: string[] = [];
   const gaps: string[] = [];
   if (input.protectMetadata !== false) {
     // Metadata only exists below directories; a writable file root has none.
     for (const w of allWrites) {
       if (!statOrNull(w.path)?.isDirectory()) continue;
-      const cut = { truncated: false };
-      const meta = protectedMetadataFor(w.path, input.git, true, cut);
-      carve.push(...(w.protectMissingMetadata ? meta : meta.filter((m) => lstatOrNull(m) !== null)));
+      const cut: { truncated: boolean; nodeModules?: string[] } = { truncated: false };
+      const unknown: string[] = [];
+      const nestedMeta: string[] = [];
+      const meta = protectedMetadataFor(w.path, input.git, true, cut, unknown, nestedMeta);
+      if (w.protectMissingMetadata) held.push(...meta);
+      else present.push(...meta.filter((m) => lstatOrNull(m) !== null));
+      present.push(...nestedMeta);
+      if (cut.nodeModules && w.protectMissingMetadata) {
+        gaps.push(
+          `nested repositories in ${cut.nodeModules.join(', ')} are searched in the first ${NODE_MODULES_MAX_PROBES} ` +
+            `packages only; a repository in a package past that keeps writable hooks and config`,
+        );
+      }
       if (cut.truncated && w.protectMissingMetadata) {
         gaps.push(
           `nested repositories in ${w.path} are searched ${NESTED_REPO_MAX_DEPTH} levels deep (within ` +
@@ -541,7 +706,10 @@ export function resolveEntries(input: ResolverInput): ResolvedRules {
       }
       if (input.protectPresets?.includes('startup-files')) {
         const found = startupFilesFor(w.path, w.protectMissingMetadata);
-        carve.push(...found.paths);
+        const atRoot = found.paths.filter((p) => !found.below.includes(p));
+        (w.protectMissingMetadata ? held : present).push(...atRoot);
+        present.push(...found.below);
+        unknown.push(...found.unknown);
         if (found.truncated) {
           gaps.push(
             `protectPresets 'startup-files': the search in ${w.path} stopped after ${STARTUP_SEARCH_MAX_DEPTH} levels or ` +
@@ -549,6 +717,7 @@ export function resolveEntries(input: ResolverInput): ResolvedRules {
           );
         }
       }
+      protectUnknown(w, unknown, present, gaps);
       if (input.git === 'allow-init' && w.protectMissingMetadata && lstatOrNull(path.join(w.path, '.git')) === null) {
         gaps.push(
           `git: 'allow-init': ${path.join(w.path, '.git')} can be created; hooks and config planted in it run when git is used there outside the sandbox`,
@@ -562,11 +731,27 @@ export function resolveEntries(input: ResolverInput): ResolvedRules {
         detail: { path: p },
       });
     }
-    carve.push(...withLinks(p));
+    // A carve-out equal to a writable root would make the whole root read-only, which is not
+    // what either entry asks for; it used to be dropped while the report said 'enforced'.
+    const target = canonicalizeMaybeMissing(p);
+    if (explicitWrite.has(target) || writeRoots.includes(target)) {
+      const w = allWrites.find((e) => e.path === target);
+      throw new SandboxError(
+        'EINVALID_POLICY',
+        `protect entry ${p} is the writable root ${target}${w ? ` (${w.source})` : ''} itself, which a carve-out ` +
+          `cannot make read-only while it stays writable. Drop it from the writable roots to make it read-only, or ` +
+          `protect paths inside it`,
+        { detail: { path: p, writableRoot: target, ...(w ? { field: w.source } : {}) } },
+      );
+    }
+    held.push(...withLinks(p));
   }
   for (const e of entries) {
-    if (e.access === 'read' && parentAccess(e.path) === 'write') carve.push(e.path);
+    if (e.access === 'read' && parentAccess(e.path) === 'write') held.push(e.path);
   }
+  const carve = [...held, ...present];
+  const heldSet = new Set(held);
+  const presentSet = new Set(present.filter((p) => !heldSet.has(p)));
   const kept = sortUnique(carve.filter((c) => !explicitWrite.has(c) && writeRoots.some((w) => isStrictlyWithin(c, w))));
   // A carve-out inside another carve-out is already read-only (and a missing one cannot be
   // created there), unless a writable root in between makes it writable again.
@@ -605,11 +790,13 @@ export function resolveEntries(input: ResolverInput): ResolvedRules {
       .map((e) => e.path),
   );
 
+  const presentOnly = readOnly.filter((c) => presentSet.has(c));
   return {
     readAll,
     readRoots,
     writeRoots,
     readOnly,
+    ...(presentOnly.length > 0 ? { presentOnly } : {}),
     denyRead,
     tmp: input.tmp,
     network: input.network,

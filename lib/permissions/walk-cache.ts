@@ -40,11 +40,17 @@ export interface WalkResult {
   truncated: boolean;
   /** Every directory the walk read or looked into. */
   dirs: string[];
+  /** Directories it could not read or look into (resolve.ts protects them whole). */
+  unknown?: string[];
+  /** Directories it searched only in part (a node_modules past its probe cap). */
+  skipped?: string[];
 }
 
 interface Entry {
   found: string[];
   truncated: boolean;
+  unknown: string[];
+  skipped: string[];
   wds: number[];
   /** The root's own watch, and the names whose events there do not concern the walk. */
   rootWd: number;
@@ -144,9 +150,10 @@ export function cachedWalk(
   ignoreAtRoot: ReadonlySet<string> = new Set(),
   /** Which walk this is, when several kinds start at one root (the key holds it). */
   kind = 'nested-repos',
-): { found: string[]; truncated: boolean } {
+): { found: string[]; truncated: boolean; unknown: string[]; skipped: string[] } {
   const w = st?.isDirectory() ? getWatcher() : null;
-  if (!w) return walk();
+  const plain = (r: WalkResult) => ({ found: r.found, truncated: r.truncated, unknown: r.unknown ?? [], skipped: r.skipped ?? [] });
+  if (!w) return plain(walk());
   const key = `${kind}:${st!.dev}:${st!.ino}:${root}`;
   sync(w);
   const hit = entries.get(key);
@@ -154,16 +161,16 @@ export function cachedWalk(
     hits++;
     entries.delete(key); // most recently used last: the eviction order
     entries.set(key, hit);
-    return { found: [...hit.found], truncated: hit.truncated };
+    return { found: [...hit.found], truncated: hit.truncated, unknown: [...hit.unknown], skipped: [...hit.skipped] };
   }
   const first = walk();
   if (!seen.has(key)) {
     seen.add(key);
     if (seen.size > 1024) seen.clear();
-    return first;
+    return plain(first);
   }
   // An unreadable root (a change above it would go unseen) or a walk too big alone: not cached.
-  if (first.dirs[0] !== root || first.dirs.length > budget) return first;
+  if (first.dirs[0] !== root || first.dirs.length > budget) return plain(first);
   // Room for it: the walks used longest ago go first (a host that moves between workspaces).
   for (const old of entries.keys()) {
     if (watchedCount() + first.dirs.length <= budget) break;
@@ -177,7 +184,7 @@ export function cachedWalk(
     const wd = w.native.dirWatchAdd!(w.fd, dir);
     if (wd < 0) {
       undo();
-      return first;
+      return plain(first);
     }
     wds.push(wd);
   }
@@ -199,11 +206,13 @@ export function cachedWalk(
     !touched &&
     second.truncated === first.truncated &&
     second.found.join('\0') === first.found.join('\0') &&
+    (second.unknown ?? []).join('\0') === (first.unknown ?? []).join('\0') &&
+    (second.skipped ?? []).join('\0') === (first.skipped ?? []).join('\0') &&
     second.dirs.join('\0') === first.dirs.join('\0');
   dropTouched(w, changed);
   if (!same) {
     undo();
-    return { found: second.found, truncated: second.truncated };
+    return plain(second);
   }
   const unique = [...new Set(wds)];
   for (const wd of unique) {
@@ -211,8 +220,9 @@ export function cachedWalk(
     if (!u) users.set(wd, (u = new Set()));
     u.add(key);
   }
-  entries.set(key, { found: second.found, truncated: second.truncated, wds: unique, rootWd, ignore: ignoreAtRoot });
-  return { found: [...second.found], truncated: second.truncated };
+  const result = plain(second);
+  entries.set(key, { ...result, wds: unique, rootWd, ignore: ignoreAtRoot });
+  return { found: [...result.found], truncated: result.truncated, unknown: [...result.unknown], skipped: [...result.skipped] };
 }
 
 /** Test hook: the watch budget (MAX_WATCHES unless a test makes it small). */

@@ -355,10 +355,37 @@ export function makePrivateTmpDir(parent: string = os.tmpdir()): { path: string;
   fs.chmodSync(dir, 0o700);
   return {
     path: dir,
+    // Never throws (it runs from the exit path): a command's chmod 000 can leave parts the owner
+    // cannot list; its directories get u+rwx (found by lstat, changed with lchmod where there is
+    // one: never a symlink's target) and the removal is tried once more. What stays, stays.
     remove(): void {
-      fs.rmSync(dir, { recursive: true, force: true });
+      try {
+        fs.rmSync(dir, { recursive: true, force: true });
+      } catch {
+        try {
+          openDirs(dir);
+          fs.rmSync(dir, { recursive: true, force: true });
+        } catch {
+          // left behind
+        }
+      }
     },
   };
+}
+
+/** Gives every directory under `dir` (itself included) mode 0700, never through a symlink. */
+function openDirs(dir: string): void {
+  const stack = [dir];
+  while (stack.length > 0) {
+    const d = stack.pop()!;
+    try {
+      if (!fs.lstatSync(d).isDirectory()) continue;
+      (process.platform === 'darwin' ? fs.lchmodSync : fs.chmodSync)(d, 0o700);
+      for (const n of fs.readdirSync(d)) stack.push(path.join(d, n));
+    } catch {
+      // gone, or not ours: the second removal reports nothing either way
+    }
+  }
 }
 
 /**

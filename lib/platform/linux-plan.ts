@@ -12,6 +12,7 @@ import { STARTUP_FILES } from '../permissions/resolve';
 import { cachedWalk } from '../permissions/walk-cache';
 import type { ResolvedRules } from '../rules';
 import { apparmorHint, apparmorRestrictsUserns } from './linux-apparmor';
+import { planCaches } from './linux-caches';
 
 /** Mirrors native/linux/spawn_linux.h MountOpKind (append only). */
 export const MountKind = {
@@ -33,7 +34,11 @@ export const MountKind = {
   SetReadOnly: 15,
   ClearReadOnly: 16,
   Sys: 17,
+  Overlay: 18,
 } as const;
+
+/** MountOp.arg of a Pin or BindRo step whose path may have vanished since planning (planMounts). */
+export const VANISH_OK = 1;
 
 /** Default cap on processes+threads per sandbox in isolated mode (counted per user namespace). */
 export const DEFAULT_MAX_PROCESSES = 4096;
@@ -380,6 +385,20 @@ export function planMounts(input: LinuxPlanInput): MountPlan {
   // it cannot be renamed away and recreated (FS-06).
   const pinned = new Set<string>();
   const heldAncestors = new Set<string>();
+  // A directory can vanish between this plan and the mounts (another run's scratch tree in a
+  // shared /tmp, a concurrent `rm -rf`). Steps marked VANISH_OK (arg) then skip it instead of
+  // failing the spawn; spawn_mounts.cc skips only when the name is really gone (lstat ENOENT,
+  // not a dangling symlink put in its place). Why that is safe:
+  //  - a pin holds an existing directory so it cannot be renamed away and replaced; with the
+  //    directory gone there is nothing to hold. What lies below it is decided by its own steps:
+  //  - a carve-out protected only because it existed (rules.presentOnly: a nested repository's
+  //    hooks, an unreadable directory...) that is gone leaves nothing to protect, and a plan made
+  //    now would not hold its name either (the command may create any new repository anyway);
+  //  - every other carve-out is held even when missing (a placeholder keeps the name). Its step
+  //    is not marked: if it or its parent vanished, the bind or the placeholder fails with ENOENT
+  //    before the command runs, so a held name never becomes creatable unprotected; the backend
+  //    then plans once more (lib/platform/linux.ts), and that plan holds the name as missing.
+  const presentOnly = new Set(rules.presentOnly ?? []);
   for (const step of steps) {
     if (step.write) {
       if (lstatOrNull(step.path)) mounts.push({ kind: MountKind.BindRw, path: step.path });
@@ -418,7 +437,7 @@ export function planMounts(input: LinuxPlanInput): MountPlan {
     for (let dir = path.dirname(p); dir !== root && isUnder(dir, root); dir = path.dirname(dir)) {
       if (pinned.has(dir)) continue;
       pinned.add(dir);
-      mounts.push({ kind: MountKind.Pin, path: dir });
+      mounts.push({ kind: MountKind.Pin, path: dir, arg: VANISH_OK });
     }
     if (st?.isSymbolicLink()) {
       // A mount cannot be placed on a symlink: its target can be made read-only, but the link
@@ -439,7 +458,7 @@ export function planMounts(input: LinuxPlanInput): MountPlan {
         readOnlyAreas.push(target);
       }
     } else if (st) {
-      mounts.push({ kind: MountKind.BindRo, path: p });
+      mounts.push({ kind: MountKind.BindRo, path: p, ...(!ancestor && presentOnly.has(p) ? { arg: VANISH_OK } : {}) });
       readOnlyAreas.push(p);
     } else {
       // A missing protected path becomes an empty read-only placeholder so it cannot be created.
@@ -541,11 +560,21 @@ export function setProxyPort(plan: Omit<LinuxNativePlan, 'stdio'>, port: number)
 }
 
 export function planLinux(original: LinuxPlanInput): LinuxPlan {
+  // The user's tool caches (filesystem.caches, linux-caches.ts): overlays, env or writable roots.
+  const caches = planCaches({
+    rules: original.rules,
+    mode: original.mode,
+    env: original.env,
+    tmpfsData: tmpfsSizes(original.rules.limits.tmpBytes).tmp,
+    landlockTmpDir: original.landlockTmpDir,
+  });
+  const cacheRoots = caches.writeRoots.filter((w) => !original.rules.writeRoots.includes(w));
+  const withCaches = cacheRoots.length > 0 ? { ...original, rules: { ...original.rules, writeRoots: [...original.rules.writeRoots, ...cacheRoots] } } : original;
   // tmp 'host': the host's /tmp is simply one more writable root.
   const input =
-    original.rules.tmp === 'host' && !original.rules.writeRoots.includes('/tmp')
-      ? { ...original, rules: { ...original.rules, writeRoots: [...original.rules.writeRoots, '/tmp'] } }
-      : original;
+    withCaches.rules.tmp === 'host' && !withCaches.rules.writeRoots.includes('/tmp')
+      ? { ...withCaches, rules: { ...withCaches.rules, writeRoots: [...withCaches.rules.writeRoots, '/tmp'] } }
+      : withCaches;
   const { rules, probe, mode } = input;
   requireSeccomp(probe);
   // Gaps the caller opted into while resolving (git: 'allow-init').
@@ -574,7 +603,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     mode,
     file: input.file,
     argv: input.argv,
-    envp: Object.entries(input.env).map(([k, v]) => `${k}=${v}`),
+    envp: Object.entries({ ...input.env, ...caches.env }).map(([k, v]) => `${k}=${v}`),
     cwd: input.cwd,
     seccomp: { net },
   };
@@ -659,6 +688,16 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     const m = planMounts(input);
     native.mounts = m.mounts;
     native.tmpSlots = m.tmpSlots;
+    if (caches.mounts.length > 0) {
+      // The cache overlays go last before /proc: after the read-only remount of / (they stay
+      // writable) and after every bind and mask (overlayBlocker keeps them clear of those).
+      const at = native.mounts.findIndex((op) => op.kind === MountKind.Proc);
+      const ops = caches.mounts.map((op) => (op.arg === undefined ? op : { ...op, arg: op.arg + m.tmpSlots }));
+      native.mounts.splice(at < 0 ? native.mounts.length : at, 0, ...ops);
+      native.tmpSlots += caches.slots;
+      // Landlock opens its rule paths in the child after the mounts: this is the overlay.
+      native.landlock?.rules.push(...caches.landlockWrites.map((p) => ({ path: p, access: 'write' as const })));
+    }
     native.newNet = net !== 'full';
     if (net === 'proxy') native.proxyPort = input.proxyPort;
     native.rlimitNproc = limits.maxProcesses ?? DEFAULT_MAX_PROCESSES;
@@ -691,8 +730,13 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
           `seccomp connect supervision: errno ${-(probe.connectSupervisor ?? -38)})`,
       );
     }
-    if (net === 'proxy') {
-      gaps.push(`the proxy listens on the host's 127.0.0.1:${input.proxyPort}, so other local processes can use it too (and are attributed to this sandbox)`);
+    // With the supervisor the proxy serves only the connections it made for the command (an
+    // outside one is closed unanswered); without it, only connections from sockets of the host's uid.
+    if (net === 'proxy' && !supervised) {
+      gaps.push(
+        `the proxy listens on the host's 127.0.0.1:${input.proxyPort} and, without connect supervision, tells the sandbox's ` +
+          `connections apart only by uid: other processes of this uid can use it too (and are attributed to this sandbox)`,
+      );
     }
     gaps.push('host processes stay visible in /proc (command lines, not memory or environment)');
     if (rules.writeRoots.some((w) => isUnder('/proc', w))) {
@@ -770,6 +814,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       proc: isolated ? 'fresh' : 'host',
       init: isolated ? 'pid 1 of the sandbox' : 'subreaper',
       tmp: rules.tmp,
+      caches: caches.report,
       // Restricted reads: what is readable besides the listed roots (README, "Restricted reads").
       ...(rules.readAll
         ? {}

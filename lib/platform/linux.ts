@@ -15,7 +15,7 @@ import { SandboxError } from '../errors';
 import type { LinuxNativePlan, LinuxProbe, LinuxStdio, NativeBinding } from '../native';
 import { ManagedProxy } from '../network';
 import { createSandboxCgroup, type SandboxCgroup } from './linux-cgroup';
-import { chooseLinuxMode, DEFAULT_MAX_PROCESSES, planLinux, setProxyPort } from './linux-plan';
+import { chooseLinuxMode, DEFAULT_MAX_PROCESSES, DEFAULT_TMP_BYTES, planLinux, setProxyPort } from './linux-plan';
 import { type QuotaShare, takeQuotaShare } from './linux-quotas';
 import { planKey, scheduleSpare, type Spare, type SpareResources, SpareSlot } from './linux-spare';
 
@@ -37,23 +37,84 @@ export function signalName(n: number): NodeJS.Signals | null {
 }
 
 /**
- * Removes a per-run temp dir; the common case (left empty) is a single rmdir. An fd held across
- * the rmdir and closed on the thread pool takes the freeing of the inode (~70 us on ext4) off the
- * JS thread; the directory is gone when the exit is delivered, as before.
+ * Removes a per-run temp dir and returns what it could not remove (null: all gone). Never throws:
+ * it runs in the exit path, and the tree is the command's own, which may hold directories with
+ * mode 000, files it cannot unlink, symlinks to host files and paths past PATH_MAX. The common
+ * case (left empty) is a single rmdir. An fd held across the rmdir and closed on the thread pool
+ * takes the freeing of the inode (~70 us on ext4) off the JS thread; the directory is gone when
+ * the exit is delivered, as before. Anything else goes through native.removeTree, which works by
+ * directory fds, never follows a symlink (it never changes a symlink's target's mode) and gives
+ * the uid's own unreadable directories 0700 first; a second pass retries what the first left.
  */
-function removeTmpDir(native: NativeBinding, dir: string): void {
+function removeTmpDir(native: NativeBinding, dir: string): string | null {
   let fd: number | undefined;
   try {
     fd = fs.openSync(dir, fs.constants.O_RDONLY | fs.constants.O_DIRECTORY | fs.constants.O_NOFOLLOW);
   } catch {
-    // not there, or not a directory: rmdir/rm below decide
+    // not there, or not a directory, or unreadable: rmdir/removeTree below decide
   }
+  let left: string | null = null;
   try {
     fs.rmdirSync(dir);
-  } catch {
-    fs.rmSync(dir, { recursive: true, force: true });
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'ENOENT') left = removeTree(native, dir);
   }
   if (fd !== undefined) native.closeOnPool!(fd);
+  return left;
+}
+
+type Removal = { left: number; error: string; path: string };
+const leftText = (dir: string, r: Removal): string | null =>
+  r.left === 0 ? null : `${dir}: ${r.left} entr${r.left === 1 ? 'y' : 'ies'} could not be removed (first: ${r.path || '.'}: ${r.error})`;
+
+function removeTree(native: NativeBinding, dir: string): string | null {
+  try {
+    let r = native.removeTree!(path.dirname(dir), path.basename(dir));
+    if (r.left > 0) r = native.removeTree!(path.dirname(dir), path.basename(dir));
+    return leftText(dir, r);
+  } catch (e) {
+    return `${dir}: ${String((e as Error)?.message ?? e)}`;
+  }
+}
+
+/**
+ * removeTmpDir for the exit path: a tree the command filled (thousands of files take most of a
+ * second) is removed on the thread pool; the exit is still delivered only once it is gone.
+ */
+function removeTmpDirAfterRun(native: NativeBinding, dir: string): Promise<string | null> {
+  if (!native.removeTreeAsync) return Promise.resolve(removeTmpDir(native, dir));
+  // The common case as in removeTmpDir: one rmdir, the inode freed on the pool.
+  let fd: number | undefined;
+  try {
+    fd = fs.openSync(dir, fs.constants.O_RDONLY | fs.constants.O_DIRECTORY | fs.constants.O_NOFOLLOW);
+  } catch {
+    // not there, or unreadable: rmdir/removeTreeAsync below decide
+  }
+  let gone = false;
+  try {
+    fs.rmdirSync(dir);
+    gone = true;
+  } catch (e) {
+    gone = (e as NodeJS.ErrnoException).code === 'ENOENT';
+  }
+  if (fd !== undefined) native.closeOnPool!(fd);
+  if (gone) return Promise.resolve(null);
+  return new Promise((resolve) => {
+    try {
+      native.removeTreeAsync!(path.dirname(dir), path.basename(dir), (r) => resolve(leftText(dir, r)));
+    } catch (e) {
+      resolve(`${dir}: ${String((e as Error)?.message ?? e)}`);
+    }
+  });
+}
+
+/** Reports what cleanup left behind without throwing: a process warning (an 'error'-free event). */
+function warnLeft(what: string): void {
+  try {
+    process.emitWarning(`process-sandbox could not remove ${what}`, { code: 'PSB_CLEANUP' });
+  } catch {
+    // a throwing 'warning' listener is not ours to crash on
+  }
 }
 
 /**
@@ -87,6 +148,11 @@ function looksLikePlaceholder(p: string, shape = false): boolean {
 }
 
 const EWOULDBLOCK = os.constants.errno.EWOULDBLOCK;
+
+/** The proxy port a Landlock-mode plan names (its connect supervisor's, or Landlock's port rule). */
+function proxyPortOf(plan: Omit<LinuxNativePlan, 'stdio'>): number | undefined {
+  return plan.seccomp?.connectSupervisor || plan.landlock?.connectPorts?.[0] || undefined;
+}
 
 /**
  * The proxy's port for a sandbox. Isolated mode: any port, since the namespace is empty and no
@@ -190,16 +256,18 @@ const TMP_PREFIX = 'process-sandbox-tmp-';
 let staleTmpSwept = false;
 
 /** Landlock mode's private TMPDIR for one run. */
-function makeTmpDir(): string {
-  sweepStaleTmpDirs();
+function makeTmpDir(native: NativeBinding): string {
+  sweepStaleTmpDirs(native);
   return fs.mkdtempSync(path.join(os.tmpdir(), `${TMP_PREFIX}${process.pid}-`));
 }
 
 /**
  * Landlock mode's per-run TMPDIRs are named after the host pid. A host that was killed never
  * removed its own; the first Landlock-mode spawn of each process removes those whose host is gone.
+ * It never fails the spawn: what it cannot remove (an entry the uid may not delete) is skipped
+ * with a process warning, and the next host process tries again.
  */
-function sweepStaleTmpDirs(): void {
+function sweepStaleTmpDirs(native: NativeBinding): void {
   if (staleTmpSwept) return;
   staleTmpSwept = true;
   const uid = process.getuid?.();
@@ -217,9 +285,75 @@ function sweepStaleTmpDirs(): void {
       if (fs.lstatSync(dir).uid !== uid) continue;
       process.kill(pid, 0);
     } catch (e) {
-      if ((e as NodeJS.ErrnoException).code === 'ESRCH') fs.rmSync(dir, { recursive: true, force: true });
+      if ((e as NodeJS.ErrnoException).code !== 'ESRCH') continue;
+      const left = removeTree(native, dir);
+      if (left) warnLeft(`a stale TMPDIR of a host that is gone: ${left}`);
     }
   }
+}
+
+/** How often Landlock mode checks its TMPDIR against limits.tmpBytes (at least; see watchTmpDir). */
+const TMP_CHECK_MS = 250;
+
+/**
+ * Landlock mode's TMPDIR is on the host's disk (isolated mode's is a tmpfs of limits.tmpBytes).
+ * Without mounts there is no size-limited store to give it, so the host measures it: a walk on
+ * the thread pool (native.measureTree: allocated blocks and entries) every TMP_CHECK_MS, or 10
+ * times as long as the last walk took when that is longer (a huge tree costs the host no more
+ * than ~10% of one pool thread), and `onOver` stops the run once it is past tmpBytes or past the
+ * inode count isolated mode's tmpfs would have (one per 4 KiB, at least 1024). A check, not a
+ * bound: between two checks a command can write what the disk takes in that time. Returns stop().
+ */
+function watchTmpDir(native: NativeBinding, dir: string, maxBytes: number, onOver: (message: string) => void): () => void {
+  const maxInodes = Math.max(1024, Math.floor(maxBytes / 4096));
+  let stopped = false;
+  let timer: NodeJS.Timeout | undefined;
+  const schedule = (ms: number) => {
+    timer = setTimeout(check, ms);
+    timer.unref();
+  };
+  const check = () => {
+    const t0 = performance.now();
+    try {
+      native.measureTree!(dir, maxInodes, maxBytes, (u) => {
+        if (stopped) return;
+        if (u.bytes > maxBytes || u.inodes > maxInodes) {
+          stopped = true;
+          const what = u.bytes > maxBytes ? `more than ${maxBytes} bytes (limits.tmpBytes)` : `more than ${maxInodes} entries (one per 4 KiB of limits.tmpBytes)`;
+          onOver(`the command's TMPDIR ${dir} held ${what}; the command and everything it started were killed`);
+          return;
+        }
+        schedule(Math.max(TMP_CHECK_MS, 10 * (performance.now() - t0)));
+      });
+    } catch {
+      // not measurable (an addon without measureTree): the report says the check is missing
+    }
+  };
+  schedule(TMP_CHECK_MS);
+  return () => {
+    stopped = true;
+    if (timer) clearTimeout(timer);
+  };
+}
+
+/** What the report says of Landlock mode's TMPDIR size check. */
+function withTmpCheck(report: EnforcementReport, maxBytes: number, checked: boolean): EnforcementReport {
+  if (!checked) {
+    return { ...report, gaps: [...report.gaps, `the private TMPDIR is on the host's disk and its size is not checked (limits.tmpBytes ${maxBytes} does not apply)`] };
+  }
+  return {
+    ...report,
+    mechanisms: {
+      ...report.mechanisms,
+      tmpDirCheck: `TMPDIR measured by the host at least every ${TMP_CHECK_MS} ms; the run is killed past ${maxBytes} bytes or ${Math.max(1024, Math.floor(maxBytes / 4096))} entries`,
+    },
+    gaps: [
+      ...report.gaps,
+      `limits.tmpBytes is checked, not enforced by the filesystem: the private TMPDIR is on the host's disk and is measured ` +
+        `at least every ${TMP_CHECK_MS} ms, so a burst can pass ${maxBytes} bytes by what it writes between two checks; ` +
+        `files unlinked while open and directories the host's uid cannot read are not counted (the writable roots are not bounded at all)`,
+    ],
+  };
 }
 
 /**
@@ -274,7 +408,8 @@ export function createLinuxBackend(native: NativeBinding): Backend {
     r.cgroup?.closeFds();
     r.cgroup?.remove(!atExit);
     r.quota?.release();
-    if (r.tmpDir) removeTmpDir(native, r.tmpDir);
+    const left = r.tmpDir ? removeTmpDir(native, r.tmpDir) : null;
+    if (left) warnLeft(left);
     if (r.hostListenerFd !== undefined) fs.closeSync(r.hostListenerFd);
   };
   const spares = new SpareSlot(native, releaseResources);
@@ -366,7 +501,7 @@ export function createLinuxBackend(native: NativeBinding): Backend {
     const made: SpareResources = { cgroup: null, quota: null };
     try {
       let env = { ...req.env };
-      if (mode === 'landlock' && rules.tmp === 'private') env.TMPDIR = made.tmpDir = makeTmpDir();
+      if (mode === 'landlock' && rules.tmp === 'private') env.TMPDIR = made.tmpDir = makeTmpDir(native);
       if (rules.network.kind === 'proxy') {
         // A port of its own (the spawn that takes it plans with this one).
         ({ port: made.proxyPort, hostListenerFd: made.hostListenerFd } = proxyPortFor(native, mode));
@@ -399,6 +534,7 @@ export function createLinuxBackend(native: NativeBinding): Backend {
     pty: OpenedPty | undefined,
     nsPty: { cols: number; rows: number } | undefined,
     noSpare = false,
+    replanned = false,
   ): BackendProcess {
     {
       const stdio: LinuxStdio[] = pty
@@ -414,6 +550,10 @@ export function createLinuxBackend(native: NativeBinding): Backend {
       let ghosts: string[] = [];
       let held: HeldPlaceholder[] = [];
       let tmpDir: string | undefined;
+      let tmpLimit = DEFAULT_TMP_BYTES;
+      let stopTmpWatch: (() => void) | undefined;
+      let limitExceeded: ExitInfo['limitExceeded'];
+      const cleanupLeft: string[] = [];
       let cgroup: SandboxCgroup | null = null;
       let quota: QuotaShare | null = null;
       let spare: Spare | undefined;
@@ -460,8 +600,9 @@ export function createLinuxBackend(native: NativeBinding): Backend {
             const usable = (p: string) => p === '/tmp' || p.startsWith('/tmp/') || rules.writeRoots.some((w) => p === w || p.startsWith(w + '/'));
             if (t !== undefined && !usable(t)) env.TMPDIR = '/tmp';
           } else {
-            tmpDir = spare?.resources.tmpDir ?? makeTmpDir();
+            tmpDir = spare?.resources.tmpDir ?? makeTmpDir(native);
             env.TMPDIR = tmpDir;
+            tmpLimit = rules.limits.tmpBytes ?? DEFAULT_TMP_BYTES;
           }
         }
         let proxyPort: number | undefined;
@@ -496,6 +637,16 @@ export function createLinuxBackend(native: NativeBinding): Backend {
           if (!spare) cgroup = cgroupFor(rules);
           const cgInfo = cgroupInfo(cgroup);
           const p = planLinux({ rules, mode, file: req.file, argv: req.argv, env: planEnv, cwd: req.cwd, probe, landlockTmpDir: tmpDir, proxyPort, cgroup: cgInfo });
+          // Without the connect supervisor the host listener admits by uid only: any process of
+          // this uid could have a credential rule's secret injected into its own requests.
+          if (proxy?.hasCredentialRules && mode === 'landlock' && !p.native.seccomp?.connectSupervisor) {
+            throw new SandboxError(
+              'ENETWORK_NOT_ENFORCEABLE',
+              'credential rules (interception.credentials) in Landlock mode need the connect supervisor, which this kernel lacks ' +
+                `(errno ${-(probe.connectSupervisor ?? -38)}): other processes of this uid could use the proxy and get the secrets. ` +
+                'Use isolated mode (user namespaces), or leave the credential rules out.',
+            );
+          }
           plan = p.native;
           if (prepareNext) basePlan = { ...p.native };
           if (cgroup) plan.cgroupFds = cgroup.procsFds;
@@ -503,6 +654,7 @@ export function createLinuxBackend(native: NativeBinding): Backend {
           // This run's share of the uid's inotify, signal and mqueue counters (linux-quotas.ts).
           if (!spare) quota = takeQuotaShare(mode);
           ({ plan, enforcement } = applyQuotaShare(plan, enforcement, quota));
+          if (tmpDir) enforcement = withTmpCheck(enforcement, tmpLimit, native.measureTree !== undefined);
           ghosts = p.ghosts;
         } catch (e) {
           if (spare) {
@@ -528,7 +680,11 @@ export function createLinuxBackend(native: NativeBinding): Backend {
         quota?.release();
         releasePlaceholders(native, held);
         held = [];
-        if (tmpDir) removeTmpDir(native, tmpDir);
+        if (tmpDir) {
+          stopTmpWatch?.();
+          const left = await removeTmpDirAfterRun(native, tmpDir);
+          if (left) cleanupLeft.push(left);
+        }
         if (proxy) {
           // The proxy closes with its last process: no listener, fd or timer outlives the run.
           await (await attachment)?.detach().catch(() => {});
@@ -544,10 +700,20 @@ export function createLinuxBackend(native: NativeBinding): Backend {
       let res;
       try {
         const onExit = (code: number | null, sig: number | null) => {
-          void cleanup().then(() => {
-            resolveExit({ code, signal: sig ? signalName(sig) : null });
-            prepareAfterExit?.();
-          });
+          // Cleanup never throws (the command's leftovers must not crash the host); what it
+          // could not undo is in the exit info and a process warning.
+          void cleanup()
+            .catch((e: unknown) => void cleanupLeft.push(`cleanup: ${String((e as Error)?.message ?? e)}`))
+            .then(() => {
+              for (const l of cleanupLeft) warnLeft(l);
+              resolveExit({
+                code,
+                signal: sig ? signalName(sig) : null,
+                ...(limitExceeded ? { limitExceeded } : {}),
+                ...(cleanupLeft.length > 0 ? { cleanupLeft } : {}),
+              });
+              prepareAfterExit?.();
+            });
         };
         if (spare) {
           // Used only if this fresh plan is the one it was made from (and, natively, if every
@@ -583,7 +749,14 @@ export function createLinuxBackend(native: NativeBinding): Backend {
         } catch {
           // held by someone else: left for the next run to remove
         }
-        void cleanup();
+        void cleanup().catch(() => {});
+        // A protected path (or a directory on its way) vanished between the plan and init's
+        // mounts, and it was one whose name is held even when missing (linux-plan.ts VANISH_OK):
+        // the command never ran. Planned once more from the tree as it is now, the name is held
+        // by a placeholder. Once only: a second failure is reported as it is.
+        if (!replanned && !pty && e instanceof SandboxError && e.code === 'EMOUNT_SETUP' && e.errno === os.constants.errno.ENOENT) {
+          return spawnOn(req, pty, nsPty, true, true);
+        }
         throw e;
       }
       cgroup?.closeFds(); // the command has joined (or failed and was reaped)
@@ -599,7 +772,14 @@ export function createLinuxBackend(native: NativeBinding): Backend {
         const fd = res.listenerFd ?? hostListenerFd;
         const handle0 = res.handle;
         const processId = req.network?.processId ?? String(res.pid);
-        attachment = proxy.attach(processId, { fd }).catch(() => {
+        // Landlock mode: the listener is on the host's 127.0.0.1, open to every local process.
+        // Only the sandbox's own connections are served (native/linux/connect_supervisor.cc).
+        const hostPort = res.listenerFd === undefined && hostListenerFd !== undefined ? proxyPortOf(plan) : undefined;
+        const admit =
+          hostPort !== undefined
+            ? (s: net.Socket) => s.remoteAddress === '127.0.0.1' && native.admitProxyPeer!(hostPort, s.remotePort ?? 0, !!plan.seccomp?.connectSupervisor)
+            : undefined;
+        attachment = proxy.attach(processId, { fd, admit }).catch(() => {
           // Without its proxy the command has no network at all; stop it rather than leave it hanging.
           if (fd !== undefined) fs.closeSync(fd);
           native.kill!(handle0, 9);
@@ -642,6 +822,12 @@ export function createLinuxBackend(native: NativeBinding): Backend {
         out.stdio = [null, stream, null];
         out.pty = { stream, resize: (cols, rows) => native.resizePty!(master, cols, rows) };
         out.enforcement = { ...out.enforcement, mechanisms: { ...out.enforcement.mechanisms, pty: true } };
+      }
+      if (tmpDir && native.measureTree) {
+        stopTmpWatch = watchTmpDir(native, tmpDir, tmpLimit, (message) => {
+          limitExceeded = { limit: 'tmpBytes', message };
+          out.kill('SIGKILL');
+        });
       }
       return out;
     }

@@ -31,6 +31,7 @@
 #include "seccomp.h"
 #include "spawn_linux.h"
 #include "syscall_numbers.h"
+#include "tree_walk.h"
 
 namespace psb {
 namespace {
@@ -316,7 +317,7 @@ void ParsePlan(Napi::Env env, const Napi::Object& o, LinuxSpawnPlan* out, Superv
       Napi::Object m = GetObjectAt(mounts, i, "plan.mounts");
       MountOp op;
       double kind = GetNumber(m, "kind", -1);
-      if (kind < 0 || kind > static_cast<double>(MountOpKind::kSys)) {
+      if (kind < 0 || kind > static_cast<double>(MountOpKind::kOverlay)) {
         throw Napi::TypeError::New(env, "Expected plan.mounts[].kind to be a known mount step");
       }
       op.kind = static_cast<MountOpKind>(static_cast<int>(kind));
@@ -703,6 +704,21 @@ Napi::Value ListenLoopbackJs(const Napi::CallbackInfo& info) {
   return o;
 }
 
+// native.admitProxyPeer(proxyPort, peerPort, supervised) -> whether the connection Landlock mode's
+// host listener on 127.0.0.1:proxyPort accepted from 127.0.0.1:peerPort is the sandbox's own
+// (connect_supervisor.h). Never blocks: one netlink request the kernel answers as it is sent.
+Napi::Value AdmitProxyPeerJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() != 3 || !info[0].IsNumber() || !info[1].IsNumber() || !info[2].IsBoolean()) {
+    throw Napi::TypeError::New(env, "Usage: native.admitProxyPeer(proxyPort, peerPort, supervised)");
+  }
+  int proxy_port = info[0].As<Napi::Number>().Int32Value();
+  int peer_port = info[1].As<Napi::Number>().Int32Value();
+  if (proxy_port < 1 || proxy_port > 65535 || peer_port < 1 || peer_port > 65535) return Napi::Boolean::New(env, false);
+  return Napi::Boolean::New(env, AdmitProxyPeer(static_cast<uint16_t>(proxy_port), static_cast<uint16_t>(peer_port),
+                                                info[2].As<Napi::Boolean>().Value()));
+}
+
 // native.dropQueuedConnections(fd) -> how many connections were waiting on a listener, each
 // accepted and closed at once, or -errno. Landlock mode's proxy listener is reachable from the
 // whole host; one a sandbox prepared ahead has held while it waited may have queued connections
@@ -943,6 +959,7 @@ void InitPlatform(Napi::Env env, Napi::Object exports) {
   exports.Set("spawn", Napi::Function::New(env, Spawn, "spawn"));
   exports.Set("kill", Napi::Function::New(env, Kill, "kill"));
   exports.Set("prepareSpare", Napi::Function::New(env, PrepareSpareJs, "prepareSpare"));
+  exports.Set("admitProxyPeer", Napi::Function::New(env, AdmitProxyPeerJs, "admitProxyPeer"));
   exports.Set("dropQueuedConnections", Napi::Function::New(env, DropQueuedConnectionsJs, "dropQueuedConnections"));
   exports.Set("spawnSpare", Napi::Function::New(env, SpawnSpareJs, "spawnSpare"));
   exports.Set("discardSpare", Napi::Function::New(env, DiscardSpareJs, "discardSpare"));
@@ -960,6 +977,7 @@ void InitPlatform(Napi::Env env, Napi::Object exports) {
   exports.Set("dirWatchPoll", Napi::Function::New(env, DirWatchPollJs, "dirWatchPoll"));
   exports.Set("seccompSelfCheck", Napi::Function::New(env, SeccompSelfCheckJs, "seccompSelfCheck"));
   RegisterPty(env, exports);
+  RegisterTreeWalk(env, exports);
   InitRelay(env, exports);
 }
 

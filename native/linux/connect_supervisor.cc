@@ -22,6 +22,16 @@
 // ever holds are the ones made here, to the constant proxy address. What the supervisor read only
 // picks between "make a proxy connection" and "let the kernel refuse or do it".
 //
+// Who may use the proxy: its listener is on the HOST's 127.0.0.1, where any local process (any
+// uid) can connect to it, and it would serve them as this sandbox, credential rules included.
+// So each socket made here is registered (by its sockfs inode) before it connects, and the
+// proxy serves an accepted connection only when the peer socket it comes from is a registered
+// one (AdmitProxyPeer: the kernel's socket table, looked up by the exact 4-tuple, names that
+// socket's inode). An inode is never shared by two sockets alive at once, and another process
+// cannot make its socket have ours, so nothing but a connection made here gets served. An entry
+// is used once: taken by the accept it admits, dropped when the connect fails, and dropped with
+// the supervisor.
+//
 // Threading and lifetime: everything runs on the JS thread's loop, through uv_poll on the
 // listener (one ioctl per notification, no blocking call: a RECV happens only after poll() said a
 // notification is queued, and the connect to the proxy is non-blocking), except the metadata
@@ -45,7 +55,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -53,6 +67,8 @@
 #include <cstdint>
 #include <deque>
 #include <list>
+#include <map>
+#include <mutex>
 #include <new>
 #include <utility>
 
@@ -85,6 +101,68 @@ constexpr int kMaxPerWakeup = 64;
 constexpr size_t kMaxPending = 64;
 
 struct Supervisor;
+
+// The proxy connections made here and not yet accepted: sockfs inode -> (proxy port, owner, a
+// host fd of the socket). Process-wide (the proxy may run on any thread). The host's fd keeps
+// the socket (and so its inode) alive until the proxy has accepted the connection, even when the
+// command closed it at once (a port check, a request sent without waiting for the answer): its
+// accept then still finds the registered socket and takes the entry, closing that fd. An entry is
+// left only by a connection that never reaches the accept (the connect failed, or the listener's
+// queue stayed full), until its supervisor ends; each sandbox may hold only so many (host fds,
+// beyond kMaxPending's): past that its connects fail with EAGAIN, and only its own.
+struct PeerEntry {
+  uint16_t port;
+  const Supervisor* owner;
+  int fd;
+};
+std::mutex peers_mu;
+std::map<uint64_t, PeerEntry> peers;
+std::map<const Supervisor*, size_t> peers_per_owner;
+// Connections normally wait one loop iteration for their accept, made by at most two batches of
+// kMaxPerWakeup notifications (the one before the accept and the one after): room for four.
+constexpr size_t kMaxPeersPerSandbox = 256;
+
+void ErasePeerLocked(std::map<uint64_t, PeerEntry>::iterator it) {
+  auto c = peers_per_owner.find(it->second.owner);
+  if (c != peers_per_owner.end() && --c->second == 0) peers_per_owner.erase(c);
+  close(it->second.fd);
+  peers.erase(it);
+}
+
+// Registers socket `sock` (inode `ino`) for `port`; false when it cannot be.
+bool RegisterPeer(int sock, uint64_t ino, uint16_t port, const Supervisor* owner) {
+  std::lock_guard<std::mutex> g(peers_mu);
+  if (ino == 0 || peers.count(ino) != 0) return false;
+  size_t& n = peers_per_owner[owner];
+  if (n >= kMaxPeersPerSandbox) return false;
+  int fd = fcntl(sock, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return false;
+  ++n;
+  peers[ino] = PeerEntry{port, owner, fd};
+  return true;
+}
+
+void ForgetPeer(uint64_t ino) {
+  std::lock_guard<std::mutex> g(peers_mu);
+  auto it = peers.find(ino);
+  if (it != peers.end()) ErasePeerLocked(it);
+}
+
+void ForgetPeersOf(const Supervisor* owner) {
+  std::lock_guard<std::mutex> g(peers_mu);
+  for (auto it = peers.begin(); it != peers.end();) {
+    auto next = std::next(it);
+    if (it->second.owner == owner) ErasePeerLocked(it);
+    it = next;
+  }
+  peers_per_owner.erase(owner);
+}
+
+// The sockfs inode of a socket fd (0 if unknown).
+uint64_t SocketInode(int fd) {
+  struct stat st;
+  return fstat(fd, &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
+}
 
 // The sandbox's metadata worker: a thread of its own that carries out the metadata calls
 // (metadata_supervisor.cc), so that a call the command makes slow stalls only that sandbox's
@@ -182,6 +260,7 @@ struct Pending {
   int sock = -1;
   uint64_t id = 0;
   int child_fd = -1;
+  uint64_t ino = 0;  // registered (see the top of the file) until the connect is answered
   bool cloexec = false;
   bool closing = false;
 };
@@ -237,6 +316,7 @@ void Shutdown(Supervisor* s) {
   s->closing = true;
   if (s->worker != nullptr) StopMetaWorker(s->worker);
   s->worker = nullptr;
+  ForgetPeersOf(s);  // a connection made here and not accepted yet is served no more
   uv_poll_stop(&s->poll);
   uv_close(reinterpret_cast<uv_handle_t*>(&s->poll), OnListenerClosed);
   for (Pending* p : std::list<Pending*>(s->pending)) ClosePending(p);
@@ -306,6 +386,7 @@ void OnPendingWritable(uv_poll_t* h, int status, int) {
     if (fl >= 0) fcntl(p->sock, F_SETFL, fl & ~O_NONBLOCK);
     Inject(s->fd, p->id, p->sock, p->child_fd, p->cloexec, 0);
   } else {
+    ForgetPeer(p->ino);
     Respond(s->fd, p->id, -err);
   }
   ClosePending(p);
@@ -372,6 +453,12 @@ void HandleConnect(Supervisor* s, const SeccompNotif& n) {
   }
   CopyOptions(copy, sock);
   close(copy);
+  // Registered strictly before the connect: the proxy cannot accept it earlier.
+  const uint64_t ino = SocketInode(sock);
+  if (!RegisterPeer(sock, ino, s->port, s)) {
+    close(sock);
+    return Respond(listener, n.id, -EAGAIN);
+  }
   const bool cloexec = ChildFdCloexec(n.pid, child_fd);
   sockaddr_in proxy;
   memset(&proxy, 0, sizeof proxy);
@@ -381,6 +468,7 @@ void HandleConnect(Supervisor* s, const SeccompNotif& n) {
   int r = connect(sock, reinterpret_cast<sockaddr*>(&proxy), sizeof proxy);
   int err = r == 0 ? 0 : errno;
   if (err != 0 && err != EINPROGRESS) {
+    ForgetPeer(ino);
     close(sock);
     return Respond(listener, n.id, -err);
   }
@@ -392,6 +480,7 @@ void HandleConnect(Supervisor* s, const SeccompNotif& n) {
     return;
   }
   if (s->pending.size() >= kMaxPending) {
+    ForgetPeer(ino);
     close(sock);
     return Respond(listener, n.id, -EAGAIN);
   }
@@ -400,9 +489,11 @@ void HandleConnect(Supervisor* s, const SeccompNotif& n) {
   p->sock = sock;
   p->id = n.id;
   p->child_fd = child_fd;
+  p->ino = ino;
   p->cloexec = cloexec;
   uv_loop_t* loop = s->poll.loop;
   if (uv_poll_init(loop, &p->poll, sock) != 0) {
+    ForgetPeer(ino);
     close(sock);
     delete p;
     return Respond(listener, n.id, -ENOMEM);
@@ -471,7 +562,65 @@ void OnListener(uv_poll_t* h, int status, int) {
   }
 }
 
+// The TCP socket at 127.0.0.1:src_port connected to 127.0.0.1:dst_port, looked up in the kernel's
+// socket table by that exact 4-tuple (NETLINK_SOCK_DIAG, no dump: one hash lookup, answered
+// within the send, unprivileged). False when there is none (or no answer).
+bool LoopbackSocket(uint16_t src_port, uint16_t dst_port, uint64_t* ino, uint32_t* uid) {
+  int nl = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+  if (nl < 0) return false;
+  struct {
+    nlmsghdr nlh;
+    inet_diag_req_v2 req;
+  } msg;
+  memset(&msg, 0, sizeof msg);
+  msg.nlh.nlmsg_len = sizeof msg;
+  msg.nlh.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+  msg.nlh.nlmsg_flags = NLM_F_REQUEST;
+  msg.req.sdiag_family = AF_INET;
+  msg.req.sdiag_protocol = IPPROTO_TCP;
+  msg.req.idiag_states = ~0u;
+  msg.req.id.idiag_sport = htons(src_port);
+  msg.req.id.idiag_dport = htons(dst_port);
+  msg.req.id.idiag_src[0] = htonl(INADDR_LOOPBACK);
+  msg.req.id.idiag_dst[0] = htonl(INADDR_LOOPBACK);
+  msg.req.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
+  msg.req.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
+  sockaddr_nl kernel;
+  memset(&kernel, 0, sizeof kernel);
+  kernel.nl_family = AF_NETLINK;
+  alignas(nlmsghdr) char buf[4096];
+  bool found = false;
+  if (sendto(nl, &msg, sizeof msg, 0, reinterpret_cast<sockaddr*>(&kernel), sizeof kernel) == sizeof msg) {
+    // The kernel answers inside sendto(): the reply is queued already, never waited for.
+    ssize_t n = recv(nl, buf, sizeof buf, MSG_DONTWAIT);
+    const nlmsghdr* h = reinterpret_cast<const nlmsghdr*>(buf);
+    if (n > 0 && NLMSG_OK(h, static_cast<uint32_t>(n)) && h->nlmsg_type == SOCK_DIAG_BY_FAMILY &&
+        h->nlmsg_len >= NLMSG_LENGTH(sizeof(inet_diag_msg))) {
+      const inet_diag_msg* m = static_cast<const inet_diag_msg*>(NLMSG_DATA(h));
+      // The lookup falls back to a listener on src_port: only the exact connection counts.
+      found = m->id.idiag_sport == htons(src_port) && m->id.idiag_dport == htons(dst_port) &&
+              m->id.idiag_src[0] == htonl(INADDR_LOOPBACK) && m->id.idiag_dst[0] == htonl(INADDR_LOOPBACK);
+      *ino = m->idiag_inode;
+      *uid = m->idiag_uid;
+    }
+  }
+  close(nl);
+  return found;
+}
+
 }  // namespace
+
+bool AdmitProxyPeer(uint16_t proxy_port, uint16_t peer_port, bool supervised) noexcept {
+  uint64_t ino = 0;
+  uint32_t uid = 0;
+  if (!LoopbackSocket(peer_port, proxy_port, &ino, &uid) || ino == 0) return false;
+  if (!supervised) return uid == geteuid();
+  std::lock_guard<std::mutex> g(peers_mu);
+  auto it = peers.find(ino);
+  if (it == peers.end() || it->second.port != proxy_port) return false;
+  ErasePeerLocked(it);
+  return true;
+}
 
 int StartSupervisor(napi_env env, uv_loop_t* loop, int listener_fd, SupervisorConfig config) noexcept {
   Supervisor* s = new (std::nothrow) Supervisor();

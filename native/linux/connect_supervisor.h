@@ -30,4 +30,11 @@ struct SupervisorConfig {
 // Returns 0 or -errno (then listener_fd is closed, and every notified call fails with ENOSYS).
 int StartSupervisor(napi_env env, uv_loop_t* loop, int listener_fd, SupervisorConfig config) noexcept;
 
+// Landlock mode's proxy listener is on the host's 127.0.0.1:<proxy_port>. Whether the connection
+// it accepted from 127.0.0.1:<peer_port> is the sandbox's own: with the connect supervisor
+// (`supervised`), its peer socket must be one the supervisor made for this port (used up by this
+// call); without it (the command connects itself), the peer socket must belong to this process's
+// uid. False for anything else, or when the peer socket cannot be found (already closed).
+bool AdmitProxyPeer(uint16_t proxy_port, uint16_t peer_port, bool supervised) noexcept;
+
 }  // namespace psb

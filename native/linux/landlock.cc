@@ -67,7 +67,23 @@ int ApplyLandlockInChild(const LandlockPlan& plan) noexcept {
   if (ruleset < 0) return static_cast<int>(ruleset);
   int fd = static_cast<int>(ruleset);
   for (size_t i = 0; i < plan.c_paths.size(); ++i) {
-    long pfd = Sys(__NR_openat, AT_FDCWD, plan.c_paths[i], O_PATH | O_CLOEXEC);
+    // A writable root (a rule that may create and remove entries, unlike a device rule, whose
+    // names such as /dev/ptmx are links on purpose) is opened without following any symlink. Its path was canonical
+    // when planned (and, on an exec-server with a floor, judged as such); a command already
+    // writing above it may since have swapped a directory on the way for a link, and following
+    // it would hand the grant to the link's target. ELOOP then fails the spawn: no grant moves.
+    // Read rules still follow links: the fixed platform reads include some on purpose (/lib64
+    // on merged-/usr hosts). A read root swapped for a link in that window moves a read grant;
+    // docs/security.md lists it.
+    long pfd;
+    if ((plan.path_access[i] & (landlock::kFsMakeDir | landlock::kFsRemoveFile)) != 0) {
+      struct {
+        uint64_t flags, mode, resolve;
+      } how = {O_PATH | O_CLOEXEC, 0, 0x04 /* RESOLVE_NO_SYMLINKS */ | 0x02 /* RESOLVE_NO_MAGICLINKS */};
+      pfd = Sys(__NR_openat2, AT_FDCWD, plan.c_paths[i], &how, sizeof how);
+    } else {
+      pfd = Sys(__NR_openat, AT_FDCWD, plan.c_paths[i], O_PATH | O_CLOEXEC);
+    }
     // Unreachable (missing, or under a deny-read mask): nothing beneath it is granted, which is
     // the safe direction.
     if (plan.identities != nullptr) plan.identities[2 * i] = plan.identities[2 * i + 1] = 0;

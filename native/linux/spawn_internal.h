@@ -49,6 +49,8 @@ constexpr unsigned kOpenTreeClone = 1;
 constexpr unsigned kOpenTreeCloexec = O_CLOEXEC;
 constexpr unsigned kAtRecursive = 0x8000;
 constexpr unsigned kMoveMountFEmptyPath = 0x00000004;
+constexpr unsigned kMoveMountTEmptyPath = 0x00000040;
+constexpr unsigned kAtEmptyPath = 0x1000;
 constexpr uint64_t kMountAttrRdonly = 0x00000001;
 
 // What a child writes to the errno pipe. stage 0 is a note (not an error).

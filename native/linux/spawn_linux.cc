@@ -135,6 +135,7 @@ const char* MountKindName(MountOpKind k) {
     case MountOpKind::kSetReadOnly: return "read-only";
     case MountOpKind::kClearReadOnly: return "writable";
     case MountOpKind::kSys: return "sysfs";
+    case MountOpKind::kOverlay: return "cache overlay";
   }
   return "mount";
 }
@@ -185,6 +186,13 @@ Status ReportToStatus(const LinuxSpawnPlan& plan, const ChildReport& r) {
       break;
     case kStageLandlock:
       code = ErrorCode::kELANDLOCK_UNSUPPORTED;
+      // ApplyLandlockInChild opens writable roots without following links: ELOOP there means
+      // one became (or passes through) a symlink since it was planned.
+      if (err == ELOOP) {
+        code = ErrorCode::kEMOUNT_SETUP;
+        what = "opening a writable root for its Landlock rule";
+        hint = " (a writable root, or a directory on its way, became a symbolic link after the policy was resolved; nothing ran)";
+      }
       break;
     case kStageSeccomp:
       code = ErrorCode::kESECCOMP_INSTALL;

@@ -43,8 +43,8 @@ enum class MountOpKind : uint8_t {
   kMoveSlot,     // move_mount slot `arg` onto path
   kReadOnlyAll,  // mount_setattr("/", AT_RECURSIVE, +RDONLY)
   kBindRw,       // bind path onto itself, then clear RDONLY (recursively when allowed)
-  kBindRo,       // bind path onto itself, then set RDONLY recursively
-  kPin,          // bind path onto itself, flags unchanged (renaming/removing it gives EBUSY)
+  kBindRo,       // bind path onto itself, then set RDONLY recursively (arg 1: skipped if gone)
+  kPin,          // bind path onto itself, flags unchanged (renaming/removing it gives EBUSY; arg 1: skipped if gone)
   kGhostDir,     // mkdir(path, 0555) for a protected path that does not exist yet
   kGhostFile,    // create an empty 0444 file for a protected path that does not exist yet
   kMaskDir,      // tmpfs mode=000, read-only, over a deny-read directory
@@ -56,6 +56,8 @@ enum class MountOpKind : uint8_t {
   kSetReadOnly,  // mount_setattr(path, 0, +RDONLY) on an existing mount point
   kClearReadOnly,  // mount_setattr(path, 0, -RDONLY) on an existing mount point (not recursive)
   kSys,            // read-only sysfs of the command's own network namespace at /sys (kept if impossible)
+  kOverlay,        // overlayfs at path, options `data` (lowerdir/upperdir/workdir planned in TS): a
+                   // tool cache whose host copy is the read-only lower layer (lib/platform/linux-caches.ts)
   // Values are part of the TS contract (lib/platform/linux.ts MountKind): append only.
 };
 

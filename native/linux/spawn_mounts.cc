@@ -1,6 +1,7 @@
 // Isolated mode's mount tree, run by init in the new mount namespace: the MountOp steps planned in
 // TS (lib/platform/linux.ts), the minimal /dev, the fresh /proc and the masks over /proc/1.
 #include <sys/mount.h>
+#include <sys/stat.h>
 
 #include "spawn_internal.h"
 
@@ -47,6 +48,46 @@ long SetAttrInChild(const char* path, unsigned flags, uint64_t set, uint64_t clr
 
 long BindInChild(const char* path) {
   return Sys(__NR_mount, path, path, 0, MS_BIND | MS_REC, 0);
+}
+
+// Re-binds writable root `path` read-write without following a symlink anywhere in it. The root
+// was canonical when it was planned (and, on an exec-server with a floor, judged as such); a
+// command already writing above it may since have swapped a directory on the way for a link to
+// anywhere its uid (or a root server) can write. mount(path, path, MS_BIND) and mount_setattr by
+// path would follow that link and open the target read-write; instead the object is pinned with
+// openat2(RESOLVE_NO_SYMLINKS) (ELOOP if anything on the way is a link now: the spawn fails, no
+// grant moves), cloned as a detached tree, made writable while detached, and mounted back onto
+// the pinned object itself, so no path is resolved twice.
+long BindRwPinnedInChild(const char* path) {
+  struct {
+    uint64_t flags, mode, resolve;
+  } how = {O_PATH | O_CLOEXEC, 0, 0x04 /* RESOLVE_NO_SYMLINKS */ | 0x02 /* RESOLVE_NO_MAGICLINKS */};
+  long at = Sys(__NR_openat2, AT_FDCWD, path, &how, sizeof how);
+  if (at < 0) return at;
+  MountAttr attr = {0, kMountAttrRdonly, 0, 0};
+  // The root of a mount already (`/` itself, /home on its own file system): that mount, this
+  // namespace's private copy, is made writable in place; a bind stacked on `/` would never be
+  // seen (lookups start below it). mount_setattr refuses anything but a mount's root (EINVAL):
+  // then the pinned directory gets a writable clone of its own.
+  long r = Sys(__NR_mount_setattr, at, "", kAtEmptyPath | kAtRecursive, &attr, sizeof attr);
+  if (r == -EPERM) r = Sys(__NR_mount_setattr, at, "", kAtEmptyPath, &attr, sizeof attr);
+  if (r != -EINVAL) {
+    Sys(__NR_close, at);
+    return r;
+  }
+  long tree = Sys(__NR_open_tree, at, "", kOpenTreeClone | kOpenTreeCloexec | kAtRecursive | kAtEmptyPath);
+  if (tree < 0) {
+    Sys(__NR_close, at);
+    return tree;
+  }
+  r = Sys(__NR_mount_setattr, tree, "", kAtEmptyPath | kAtRecursive, &attr, sizeof attr);
+  // A submount that was read-only on the host is locked read-only; keep it so and open only the
+  // root's own mount.
+  if (r == -EPERM) r = Sys(__NR_mount_setattr, tree, "", kAtEmptyPath, &attr, sizeof attr);
+  if (r == 0) r = Sys(__NR_move_mount, tree, "", at, "", kMoveMountFEmptyPath | kMoveMountTEmptyPath);
+  Sys(__NR_close, tree);
+  Sys(__NR_close, at);
+  return r;
 }
 
 // Places prepared mask `i` (an empty file of init's private tmpfs) over `path`, read-only.
@@ -184,6 +225,18 @@ long PrepareMasksInChild(ChildArgs* a) {
   return r < 0 ? r : u;
 }
 
+// Whether `path` is gone (no entry by that name, or a directory on the way is gone): a step
+// marked kVanishOk then has nothing left to act on. A dangling symlink put in its place is not
+// gone (mount would follow it elsewhere): that still fails the step.
+bool VanishedInChild(const char* path) {
+  struct stat st;
+  return Sys(__NR_newfstatat, AT_FDCWD, path, &st, AT_SYMLINK_NOFOLLOW) == -ENOENT;
+}
+
+// MountOp.arg of Pin and BindRo steps: the path may vanish between planning and now (VANISH_OK
+// in lib/platform/linux-plan.ts, which explains why skipping these, and only these, is safe).
+constexpr int kVanishOk = 1;
+
 long RunMountOpInChild(ChildArgs* a, size_t i) {
   const MountOp& op = a->plan->mounts[i];
   const char* path = a->mount_paths[i];
@@ -209,13 +262,7 @@ long RunMountOpInChild(ChildArgs* a, size_t i) {
     case MountOpKind::kReadOnlyAll:
       return SetAttrInChild("/", kAtRecursive, kMountAttrRdonly, 0);
     case MountOpKind::kBindRw:
-      r = BindInChild(path);
-      if (r < 0) return r;
-      r = SetAttrInChild(path, kAtRecursive, 0, kMountAttrRdonly);
-      // A submount that was read-only on the host is locked read-only; keep it so and open
-      // only the root's own mount.
-      if (r == -EPERM) r = SetAttrInChild(path, 0, 0, kMountAttrRdonly);
-      return r;
+      return BindRwPinnedInChild(path);
     case MountOpKind::kGhostDir:
       // Exact modes regardless of the umask: 0555/0444 is how hosts recognise a placeholder
       // (lib/platform/linux.ts) to remove it later.
@@ -225,6 +272,7 @@ long RunMountOpInChild(ChildArgs* a, size_t i) {
       [[fallthrough]];
     case MountOpKind::kBindRo:
       r = BindInChild(path);
+      if (r == -ENOENT && op.kind == MountOpKind::kBindRo && op.arg == kVanishOk && VanishedInChild(path)) return 0;
       if (r < 0) return r;
       return SetAttrInChild(path, kAtRecursive, kMountAttrRdonly, 0);
     case MountOpKind::kGhostFile: {
@@ -239,7 +287,9 @@ long RunMountOpInChild(ChildArgs* a, size_t i) {
       return SetAttrInChild(path, kAtRecursive, kMountAttrRdonly, 0);
     }
     case MountOpKind::kPin:
-      return BindInChild(path);
+      r = BindInChild(path);
+      if (r == -ENOENT && op.arg == kVanishOk && VanishedInChild(path)) return 0;
+      return r;
     case MountOpKind::kMaskDir:
       return Sys(__NR_mount, "tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
                  "mode=000,size=4k,nr_inodes=2");
@@ -283,6 +333,36 @@ long RunMountOpInChild(ChildArgs* a, size_t i) {
       }
       if (r < 0) a->notes |= kNoteHostSys;
       return 0;
+    case MountOpKind::kOverlay: {
+      // A private writable view of a host cache: its lower layer is a clone of the host's
+      // directory, its upper and work dirs live in a tmpfs of this namespace, so whatever the
+      // command writes there never reaches the host's cache (lib/platform/linux-caches.ts).
+      r = Sys(__NR_mount, "overlay", path, "overlay", MS_NOSUID | MS_NODEV, a->mount_data[i]);
+      if (r == 0) return 0;
+      // Where the kernel refuses the overlay (the host's cache on a filesystem overlayfs cannot
+      // use as a lower layer), the cache stays private but cold: the tmpfs below is the cache,
+      // emptied of the layer dirs; the host's copy is let go. Still nothing reaches the host.
+      char sub[4096];
+      size_t n = 0;
+      while (path[n] != 0 && n < sizeof sub - 4) {
+        sub[n] = path[n];
+        ++n;
+      }
+      if (path[n] != 0) return r;
+      sub[n] = '/';
+      sub[n + 1] = '.';
+      sub[n + 3] = 0;
+      static const char kLayers[3] = {'l', 'u', 'w'};
+      for (char c : kLayers) {
+        sub[n + 2] = c;
+        if (c == 'l') {
+          long u = Sys(__NR_umount2, sub, MNT_DETACH);
+          if (u < 0) return r;  // the host's copy would stay reachable in the cache: fail instead
+        }
+        Sys(__NR_unlinkat, AT_FDCWD, sub, AT_REMOVEDIR);
+      }
+      return 0;
+    }
   }
   return -EINVAL;
 }

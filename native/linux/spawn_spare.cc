@@ -94,11 +94,21 @@ bool PrivateInIsolated(const char* path) {
   return false;
 }
 
+// A tool cache's overlay (lib/platform/linux-caches.ts) is the sandbox's own mount at the cache's
+// path: its Landlock rule names the overlay, never the host's directory, whose identity the
+// kTmpClone step before it records and checks.
+bool OverlaidInIsolated(const LinuxSpawnPlan& plan, const char* path) {
+  for (const MountOp& op : plan.mounts) {
+    if (op.kind == MountOpKind::kOverlay && op.path == path) return true;
+  }
+  return false;
+}
+
 bool SpareStillValid(const LinuxSpare* s) noexcept {
   const LandlockPlan& ll = s->plan.landlock_plan;
   const bool isolated = s->plan.mode == LinuxMode::kIsolated;
   for (size_t i = 0; i < s->launch.landlock_ids.size() / 2; ++i) {
-    if (isolated && PrivateInIsolated(ll.c_paths[i])) continue;
+    if (isolated && (PrivateInIsolated(ll.c_paths[i]) || OverlaidInIsolated(s->plan, ll.c_paths[i]))) continue;
     if (!SameIdentity(ll.c_paths[i], &s->launch.landlock_ids[2 * i])) return false;
   }
   for (size_t i = 0; i < s->launch.check_ids.size(); ++i) {

@@ -15,6 +15,7 @@ import * as net from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { cliMessage, parseRunArgs } from '../../lib/cli';
 import { probe } from '../../lib/index';
 import { fixtureDir, isRunning, killAll, pidsWithArg, requireBuilt, uniqueSleepArg, waitFor, type ProcStat } from '../contract/helpers';
 
@@ -161,6 +162,20 @@ describe('exit statuses', () => {
     [['run', '--json-fd', 'x', '--', 'true'], /--json-fd/],
     [['run', '--json-fd', '3', '--json-file', '/dev/null', '--', 'true'], /mutually exclusive/],
     [['probe', '--bogus'], /unknown option: --bogus/],
+    // A boolean flag given a value is refused, not read as the flag (issue R).
+    [['run', '--json=1', '--', 'true'], /^process-sandbox: --json takes no value, got --json=1 \(drop the '=1'\)$/],
+    [['run', '--no-sandbox=yes', '--', 'true'], /--no-sandbox takes no value/],
+    [['run', '--cwd=', '--', 'true'], /--cwd= needs a value/],
+    [['run', '--bogus=1', '--', 'true'], /unknown option: --bogus$/],
+    // Contradictions are refused, saying what to drop (issue R).
+    [['run', '--no-sandbox', '--write', '/tmp', '--', 'true'], /--no-sandbox runs the command unrestricted, so --write would be ignored: drop --no-sandbox or --write$/],
+    [['run', '--deny-read', '/etc', '--no-sandbox', '--', 'true'], /--no-sandbox .* so --deny-read would be ignored/],
+    [['run', '--no-sandbox', '--write', '/tmp', '--deny-read', '/etc', '--', 'true'], /so --write, --deny-read would be ignored: drop --no-sandbox or those options$/],
+    [['run', '--json', '--json-fd', '1', '--', 'true'], /--json prints the result on stderr and --json-fd 1 sends it elsewhere: drop --json/],
+    [['run', '--json-file', '/dev/null', '--json', '--', 'true'], /--json prints the result on stderr and --json-file \/dev\/null sends it elsewhere: drop --json/],
+    [['run', '--write', 'none', '--write', '/tmp', '--', 'true'], /--write none \(nothing writable\) contradicts --write \/tmp/],
+    [['run', '--deny-domain', 'example.com', '--', 'true'], /--deny-domain applies to the proxy/],
+    [['run', '--allow-local', '--', 'true'], /--allow-local applies to the proxy/],
   ])('125 for bad usage, one line plus a hint: %j', (args, why) => {
     const r = cli(args as string[], { cwd: dir });
     expect(r.status).toBe(125);
@@ -177,9 +192,81 @@ describe('exit statuses', () => {
     const r = cli(['run', '--network', 'proxy', '--no-sandbox', '--', 'touch', marker], { cwd: dir });
     expect(r.status).toBe(125);
     expect(fs.existsSync(marker)).toBe(false);
-    const ok = cli(['run', '--network', 'proxy', '--allow-domain', 'example.com', '--no-sandbox', '--', 'touch', marker], { cwd: dir });
+    if (!defaultIsolated) {
+      console.warn('SKIPPING the positive control of --network proxy: it needs a sandbox in isolated mode (--no-sandbox with --network is refused)');
+      return;
+    }
+    const ok = cli(['run', '--network', 'proxy', '--allow-domain', 'example.com', '--', 'touch', marker], { cwd: dir });
     expect(ok.status, ok.stderr).toBe(0);
     expect(fs.existsSync(marker)).toBe(true);
+  });
+
+  it('a contradiction runs nothing: --no-sandbox with --write leaves the marker unmade (positive control: without --write it runs)', () => {
+    const marker = path.join(dir, 'nosb-write-marker');
+    const r = cli(['run', '--no-sandbox', '--write', dir, '--', 'touch', marker], { cwd: dir });
+    expect(r.status).toBe(125);
+    expect(fs.existsSync(marker)).toBe(false);
+    expect(cli(['run', '--no-sandbox', '--', 'touch', marker], { cwd: dir }).status).toBe(0);
+    expect(fs.existsSync(marker)).toBe(true);
+  });
+
+  it('--opt=value is read as --opt value for every option that takes a value', () => {
+    const values: Record<string, string> = {
+      '--cwd': '/tmp', '--write': '/tmp', '--read': '/usr', '--deny-read': '/etc/shadow', '--protect': '/tmp/p',
+      '--network': 'proxy', '--allow-domain': 'example.com', '--deny-domain': 'bad.example.com', '--tmp': 'host',
+      '--mode': 'isolated', '--env': 'A=b=c', '--timeout': '2.5', '--json-fd': '1', '--json-file': '/tmp/r.json', '--caches': 'host-readonly',
+    };
+    const needs: Record<string, string[]> = { '--network': ['--allow-domain', 'example.com'], '--deny-domain': ['--allow-domain', 'example.com'] };
+    // Every option the help text lists with a <value> is covered.
+    const listed = [...cli(['run', '--help']).stdout.matchAll(/^ {2}(--[a-z-]+) </gm)].map((m) => m[1]);
+    expect(Object.keys(values).sort()).toEqual(listed.sort());
+    for (const [flag, v] of Object.entries(values)) {
+      const extra = needs[flag] ?? [];
+      const spaced = parseRunArgs([flag, v, ...extra, '--', 'true'], '/');
+      const joined = parseRunArgs([`${flag}=${v}`, ...extra, '--', 'true'], '/');
+      expect(joined, flag).toEqual(spaced);
+      expect(joined, flag).not.toEqual(parseRunArgs([...extra, '--', 'true'], '/'));
+    }
+    // A value holding '=' keeps everything after the first one.
+    expect(parseRunArgs(['--env=A=b=c', '--', 'true'], '/').env).toEqual([['A', 'b=c']]);
+  });
+
+  it('--cwd=DIR runs the command there (issue R: it was "unknown option: --cwd=/tmp")', () => {
+    const sub = fixtureDir('psb-cli-cwdeq-');
+    try {
+      const r = cli(['run', '--no-sandbox', `--cwd=${sub}`, '--', 'pwd'], { cwd: dir });
+      expect(r, r.stderr).toMatchObject({ status: 0, stdout: `${sub}\n` });
+      if (!defaultIsolated) return void console.warn('SKIPPING the sandboxed --cwd=DIR run: default mode is not isolated');
+      const s = cli(['run', `--cwd=${sub}`, '--write=none', '--', 'pwd'], { cwd: dir });
+      expect(s, s.stderr).toMatchObject({ status: 0, stdout: `${sub}\n` });
+    } finally {
+      fs.rmSync(sub, { recursive: true, force: true });
+    }
+  });
+
+  it('a policy error names the CLI option that produced it, not the API field', () => {
+    const missing = path.join(dir, 'no-such-dir');
+    const r = cli(['run', '--write', missing, '--', 'true'], { cwd: dir });
+    expect(r.status).toBe(125);
+    expect(r.stderr.trimEnd()).toBe(`process-sandbox: --write ${missing}: writable root ${missing} does not exist`);
+    const p = cli(['run', '--allow-domain', 'example.com', '--allow-domain', 'http://localhost', '--', 'true'], { cwd: dir });
+    expect(p.status).toBe(125);
+    expect(p.stderr).toMatch(/^process-sandbox: --allow-domain http:\/\/localhost is not a domain pattern/);
+    expect(p.stderr).not.toMatch(/policy\.|options\./);
+    const j = cli(['run', '--json', '--write', missing, '--', 'true'], { cwd: dir });
+    expect(jsonResult(j).error).toMatchObject({ code: 'EINVALID_POLICY', message: `--write ${missing}: writable root ${missing} does not exist` });
+  });
+
+  it('cliMessage maps every policy field the CLI fills back to its option', () => {
+    const a = parseRunArgs(['--write', 'rel/dir', '--read', '/r0', '--read', '/r1', '--deny-read', '/d', '--protect', '/p', '--allow-domain', 'a.com', '--deny-domain', 'b.com', '--', 'true'], '/w');
+    expect(cliMessage('policy.filesystem.write[0]: x', a)).toBe('--write rel/dir: x');
+    expect(cliMessage('policy.filesystem.read[1] and policy.filesystem.read[0]', a)).toBe('--read /r1 and --read /r0');
+    expect(cliMessage('policy.filesystem.denyRead[0] policy.filesystem.protect[0]', a)).toBe('--deny-read /d --protect /p');
+    expect(cliMessage('policy.network.proxy.allow[0] policy.network.proxy.deny[0]', a)).toBe('--allow-domain a.com --deny-domain b.com');
+    expect(cliMessage('cannot enforce x; pass degraded: true (CLI --degraded) to accept', a)).toBe('cannot enforce x; pass --degraded to accept');
+    expect(cliMessage('options.cwd does not exist: /q', a)).toBe('--cwd does not exist: /q');
+    const dflt = parseRunArgs(['--', 'true'], '/w');
+    expect(cliMessage('policy.filesystem.write[0]: x', dflt)).toBe('the working directory /w (writable by default; --write none for read-only): x');
   });
 
   it('options are read only before the command: its own arguments pass through untouched', () => {

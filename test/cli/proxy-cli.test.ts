@@ -110,6 +110,21 @@ describe.runIf(caps.linux)('CLI managed network (--allow-domain, --deny-domain, 
       expect(connections).toBe(before);
     });
 
+    it.skipIf(skip)('--allow-domain=localhost:<port> reaches that port only; another port is refused (issue R: host:port never matched)', async () => {
+      const before = connections;
+      const r = await cli(['run', ...modeArgs, `--allow-domain=localhost:${port}`, '--allow-local', '--json', ...curl(`/${mode}/port`)]);
+      expect(r.status, r.stderr).toBe(0);
+      expect(statusLine(r.stdout)).toBe('HTTP/1.1 200 OK');
+      expect(connections).toBe(before + 1);
+      const other = await cli(['run', ...modeArgs, `--allow-domain=localhost:${port === 65535 ? port - 1 : port + 1}`, '--allow-local', '--json', ...curl(`/${mode}/other-port`)]);
+      expect(other.status, other.stderr).toBe(0);
+      expect(statusLine(other.stdout)).toBe('HTTP/1.1 403 Forbidden');
+      expect(proxyError(other.stdout)).toBe('blocked-by-allowlist');
+      expect(other.json.audit).toEqual([expect.objectContaining({ host: 'localhost', port, decision: 'deny', reason: 'not_allowed' })]);
+      expect(connections).toBe(before + 1);
+      expect(urls).not.toContain(`/${mode}/other-port`);
+    });
+
     it.skipIf(skip)('a name that is not listed is refused (blocked-by-allowlist); a direct connection fails', async () => {
       const before = connections;
       const r = await cli(['run', ...modeArgs, '--allow-domain', 'example.invalid', '--allow-local', '--json', ...curl(`/${mode}/unlisted`)]);
@@ -135,11 +150,13 @@ describe.runIf(caps.linux)('CLI managed network (--allow-domain, --deny-domain, 
     expect(connections).toBe(before);
   });
 
-  it('--deny-domain or --allow-local alone do not switch the proxy on (the network stays closed)', async () => {
+  it('--deny-domain or --allow-local alone do not switch the proxy on: refused, saying what they need (issue R), and nothing connects', async () => {
     const before = connections;
-    const r = await cli(['run', '--allow-local', '--json', '--', 'curl', '-sS', '-m', '5', `http://localhost:${port}/no-proxy`]);
-    expect(r.status).not.toBe(0);
-    expect(r.json.audit).toEqual([]);
+    for (const flags of [['--allow-local'], ['--deny-domain', 'example.com']]) {
+      const r = await cli(['run', ...flags, '--json', '--', 'curl', '-sS', '-m', '5', `http://localhost:${port}/no-proxy`]);
+      expect(r.status).toBe(125);
+      expect(r.stderr.split('\n')[0]).toBe(`process-sandbox: ${flags[0]} applies to the proxy: add --allow-domain <host> (the proxy's allow list) or drop ${flags[0]}`);
+    }
     expect(connections).toBe(before);
   });
 });

@@ -66,6 +66,17 @@ async function expectSandboxError(p: Promise<unknown> | (() => unknown), code: s
   return err as SandboxError;
 }
 
+/** Variables the sandbox itself sets, as its report names them (TMPDIR in Landlock mode, moved caches). */
+function sandboxAddedEnv(report: { mode?: string; mechanisms: Record<string, unknown> }, got: Record<string, string>): Record<string, string> {
+  const out: Record<string, string> = {};
+  if (report.mode === 'landlock' && got.TMPDIR !== undefined) out.TMPDIR = got.TMPDIR;
+  for (const line of Object.values((report.mechanisms.caches ?? {}) as Record<string, string>)) {
+    const m = /^env ([A-Za-z_][A-Za-z0-9_]*)=(\S+)/.exec(line);
+    if (m) out[m[1]!] = m[2]!.replace(/^\$TMPDIR(?=\/)/, got.TMPDIR ?? '$TMPDIR');
+  }
+  return out;
+}
+
 export function defineSpawnContract(mode: RunMode): void {
   const opts = <T extends object>(o: T = {} as T) => withPolicy(mode, o);
 
@@ -284,16 +295,26 @@ export function defineSpawnContract(mode: RunMode): void {
             .map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]),
         );
         const expected: Record<string, string> = { A: '1', WITH_SPACE: 'x y', MULTI: 'line1\nline2', EMPTY: '', 'odd.name': 'v' };
-        // Landlock mode can only give a private /tmp by pointing TMPDIR at one; that is the one
-        // documented addition. Isolated mode has a real private /tmp and must not touch the env.
-        if (child.enforcement.mode === 'landlock' && got.TMPDIR !== undefined) expected.TMPDIR = got.TMPDIR;
+        // The documented additions, each named by the report: Landlock mode can only give a
+        // private /tmp by pointing TMPDIR at one, and a private tool cache the sandbox could not
+        // overlay is moved by its tool's variable. Nothing else; isolated mode's private /tmp is
+        // real and needs no variable.
+        for (const [k, v] of Object.entries(sandboxAddedEnv(child.enforcement, got))) expected[k] = v;
         expect(got).toEqual(expected);
       });
 
-      it('an empty env gives an empty environment', async () => {
+      it('an empty env gives an empty environment (but for the additions the report names)', async () => {
         const r = await run('/usr/bin/env', [], opts({ env: {} }));
         const lines = r.stdout.split('\n').filter(Boolean);
-        expect(lines.filter((l) => !(r.enforcement.mode === 'landlock' && l.startsWith('TMPDIR=')))).toEqual([]);
+        const got = Object.fromEntries(lines.map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]));
+        const added = sandboxAddedEnv(r.enforcement, got);
+        expect(lines.filter((l) => added[l.slice(0, l.indexOf('='))] !== l.slice(l.indexOf('=') + 1))).toEqual([]);
+        // And with the host's caches read-only, isolated mode has nothing of its own to add.
+        if (r.enforcement.mode === 'isolated' && mode.policy !== null) {
+          const base = mode.policy ?? {};
+          const ro = await run('/usr/bin/env', [], { env: {}, policy: { ...base, filesystem: { ...(base.filesystem ?? {}), caches: 'host-readonly' } } });
+          expect(ro.stdout).toBe('');
+        }
       });
 
       it('inherits process.env when env is omitted', async () => {

@@ -47,6 +47,8 @@ export class Client {
     env: Record<string, string> = {},
     /** Extra flags for our server only (the reference has no such flags, e.g. its http policy). */
     ourArgs: string[] = [],
+    /** The server's working directory. */
+    cwd = '/',
   ) {
     const home = fs.mkdtempSync('/var/tmp/psb-exec-home-');
     this.home = home;
@@ -54,7 +56,7 @@ export class Client {
       server === 'ours' ? [process.execPath, [OUR_CLI, 'exec-server', '--listen', 'stdio', ...ourArgs]] : [REFERENCE_BIN, ['exec-server', '--listen', 'stdio']];
     this.proc = spawn(cmd, args, {
       stdio: ['pipe', 'pipe', 'pipe'],
-      cwd: '/',
+      cwd,
       env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? home, CODEX_HOME: home, LANG: 'C.UTF-8', SHELL: '/bin/sh', ...env },
     });
     this.proc.stdout!.setEncoding('utf8');

@@ -5,8 +5,9 @@
  * server (CODEX_EXEC_SERVER_URL), sandboxed as `--sandbox workspace-write` asks. Checked from
  * outside: the write inside the workspace landed, the one outside did not (and the outside
  * directory is writable by this user: the refusal is the sandbox's), and every call Codex made on
- * our server succeeded but its unsandboxed file probes, which the unauthenticated listener's
- * sandbox floor refuses.
+ * our server was answered (its file probes, which carry no sandbox, run in our default sandbox).
+ * Codex's danger-full-access sends no sandbox: our default sandbox confines it, and
+ * `--default-sandbox none` gives Codex's unsandboxed behaviour back.
  *
  * Codex 0.171 sends no credential on CODEX_EXEC_SERVER_URL (checked: no Authorization header,
  * URL userinfo dropped), so this listener uses the explicit unsafe opt-out, on loopback, for the
@@ -63,9 +64,14 @@ function standInModel(command: string) {
 describe.skipIf(!caps.linux || !caps.userns || referenceSkip !== undefined)(
   `the Codex CLI runs its tool call through our exec-server${referenceSkip ? ` (skipped: ${referenceSkip})` : caps.userns ? '' : ' (skipped: no unprivileged user namespaces)'}`,
   () => {
-    async function runCodex(transport: 'ws' | 'stdio') {
-      const inside = path.join(scene.ws, `inside-${transport}.txt`);
-      const outside = path.join(scene.out, `outside-${transport}.txt`);
+    /**
+     * `codexSandbox`: Codex's --sandbox; `serverArgs`: our stdio server's flags; `outsideLands`:
+     * whether the write outside the workspace is expected to land.
+     */
+    async function runCodex(transport: 'ws' | 'stdio', codexSandbox = 'workspace-write', serverArgs: string[] = [], outsideLands = false) {
+      const tag = `${transport}-${codexSandbox}-${serverArgs.join('')}`;
+      const inside = path.join(scene.ws, `inside-${tag}.txt`);
+      const outside = path.join(scene.out, `outside-${tag}.txt`);
       // The outside directory is writable by this user: a refusal there is the sandbox's.
       fs.writeFileSync(path.join(scene.out, 'control.txt'), 'x');
       expect(fs.existsSync(path.join(scene.out, 'control.txt'))).toBe(true);
@@ -76,7 +82,10 @@ describe.skipIf(!caps.linux || !caps.userns || referenceSkip !== undefined)(
       const calls: Array<{ method: string; error?: { code: number; message: string } }> = [];
       const server = await createExecServer({
         transport: { kind: 'ws', host: '127.0.0.1', port: 0, dangerouslyAllowUnauthenticated: true },
-        observe: (e) => calls.push(e),
+        floorWrite: [scene.ws],
+        observe: (e) => {
+          calls.push(e);
+        },
       });
       const home = fs.mkdtempSync('/var/tmp/psb-codex-home-');
       const stdioMarker = path.join(home, 'our-stdio-server-started');
@@ -92,6 +101,11 @@ describe.skipIf(!caps.linux || !caps.userns || referenceSkip !== undefined)(
           'env_key = "STANDIN_KEY"',
           'request_max_retries = 0',
           'stream_max_retries = 0',
+          // Codex's workspace-write also asks for /tmp and $TMPDIR; the floor bounds writes to
+          // the workspace (--floor-write), so the recipe turns those off.
+          '[sandbox_workspace_write]',
+          'exclude_slash_tmp = true',
+          'exclude_tmpdir_env_var = true',
           '',
         ].join('\n'),
       );
@@ -105,13 +119,13 @@ describe.skipIf(!caps.linux || !caps.userns || referenceSkip !== undefined)(
             'id = "sandboxed"',
             'program = "/bin/sh"',
             // The marker shows Codex really started our server (not its own executor).
-            `args = ${JSON.stringify(['-c', `: > ${stdioMarker}; exec ${process.execPath} ${OUR_CLI} exec-server --listen stdio`])}`,
+            `args = ${JSON.stringify(['-c', `: > ${stdioMarker}; exec ${process.execPath} ${OUR_CLI} exec-server --listen stdio ${serverArgs.join(' ')}`])}`,
             '',
           ].join('\n'),
         );
       }
       try {
-        const child = spawn(REFERENCE_BIN, ['exec', '--skip-git-repo-check', '--sandbox', 'workspace-write', '-C', scene.ws, 'write the two files'], {
+        const child = spawn(REFERENCE_BIN, ['exec', '--skip-git-repo-check', '--sandbox', codexSandbox, '-C', scene.ws, 'write the two files'], {
           cwd: scene.ws,
           stdio: ['ignore', 'pipe', 'pipe'],
           env: {
@@ -136,9 +150,9 @@ describe.skipIf(!caps.linux || !caps.userns || referenceSkip !== undefined)(
         // What the tool call printed went back to the model in the second turn.
         const output = model.bodies.flatMap((b) => b.input).find((i) => i.type === 'function_call_output');
         expect(JSON.stringify(output), out).toMatch(/in=0/);
-        expect(JSON.stringify(output)).toMatch(/out=[1-9]/);
+        expect(JSON.stringify(output)).toMatch(outsideLands ? /out=0/ : /out=[1-9]/);
         expect(fs.readFileSync(inside, 'utf8')).toBe('in');
-        expect(fs.existsSync(outside)).toBe(false);
+        expect(fs.existsSync(outside)).toBe(outsideLands);
         if (transport === 'stdio') {
           expect(fs.existsSync(stdioMarker)).toBe(true);
           return;
@@ -146,11 +160,11 @@ describe.skipIf(!caps.linux || !caps.userns || referenceSkip !== undefined)(
         // The command really went through our server, sandboxed; nothing Codex asked failed.
         const methods = calls.map((c) => c.method);
         expect(methods).toContain('process/start');
-        // Codex probes for files (AGENTS.md, .git, ...) without a sandbox: the unauthenticated
-        // listener's sandbox floor refuses each probe (Codex goes on without them); nothing else fails.
-        const probe = (c: (typeof calls)[number]) =>
-          (c.method === 'fs/getMetadata' || c.method === 'fs/readFile') && c.error?.code === -32602 && /without a `sandbox` is refused: .*--require-sandbox/.test(c.error.message);
-        expect(calls.filter((c) => c.error && !probe(c)), JSON.stringify(calls)).toEqual([]);
+        // Codex probes for files (AGENTS.md, .git, ...) without a sandbox: they run in the default
+        // sandbox, within the floor's bounds, and answer (found, or -32004 not found); nothing
+        // Codex asked failed otherwise.
+        expect(calls.some((c) => c.method === 'fs/getMetadata' && !c.error)).toBe(true);
+        expect(calls.filter((c) => c.error && c.error.code !== -32004), JSON.stringify(calls)).toEqual([]);
         // eslint-disable-next-line no-console
         console.log(`[codex-client] calls on our server: ${JSON.stringify(Object.entries(methods.reduce<Record<string, number>>((a, m) => ((a[m] = (a[m] ?? 0) + 1), a), {})))}`);
         // Under the floor environment/info does not advertise the two methods that take no sandbox,
@@ -164,7 +178,12 @@ describe.skipIf(!caps.linux || !caps.userns || referenceSkip !== undefined)(
       }
     }
 
-    it('CODEX_EXEC_SERVER_URL (ws): a write inside the workspace lands, one outside is refused; only the unsandboxed probes are refused', () => runCodex('ws'));
+    it('CODEX_EXEC_SERVER_URL (ws, the floor): a write inside the workspace lands, one outside is refused; every call is answered', () => runCodex('ws'));
     it('environments.toml program (stdio, no listener): the same tool call, the same outcome', () => runCodex('stdio'));
+    // Codex's danger-full-access sends no sandbox: our default sandbox (workspace-write over the
+    // request's cwd) still confines it; --default-sandbox none gives Codex's own behaviour back.
+    it('danger-full-access (no sandbox sent): our default sandbox keeps the outside write out', () => runCodex('stdio', 'danger-full-access'));
+    it('danger-full-access with --default-sandbox none: unsandboxed, as Codex; the outside write lands', () =>
+      runCodex('stdio', 'danger-full-access', ['--default-sandbox', 'none'], true));
   },
 );

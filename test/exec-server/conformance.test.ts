@@ -48,6 +48,8 @@ const tls = {
   seen: [] as string[],
 };
 const TLS_ARGS = ['--http-allow-domain', 'localhost', '--http-allow-local'];
+/** Codex's own default for a request without a sandbox: run it unsandboxed. */
+const CODEX_DEFAULT = ['--default-sandbox', 'none'];
 const OUR_ARGS: Record<string, string[]> = { 'http-request-tls': TLS_ARGS, 'http-request-tls-untrusted': TLS_ARGS };
 const SESSION_ENV: Record<string, () => Record<string, string>> = { 'http-request-tls': () => ({ CODEX_CA_CERTIFICATE: tls.ca!.certPath }) };
 beforeAll(async () => {
@@ -127,7 +129,8 @@ async function runSession(server: Server, name: string, session: Session): Promi
   const setup = OWN_HOME[name];
   setup?.(dir);
   const env = { ...(setup ? { HOME: path.join(dir, 'home'), CODEX_HOME: path.join(dir, 'codex-home') } : {}), ...SESSION_ENV[name]?.() };
-  const c = new Client(server, env, OUR_ARGS[name] ?? []);
+  // The reference runs a request without a sandbox unsandboxed; ours does so with this flag.
+  const c = new Client(server, env, [...(OUR_ARGS[name] ?? []), ...CODEX_DEFAULT]);
   try {
     // Paths in transcripts name the session dir; normalise it so both servers compare.
     const t = await session(c, server, dir);
@@ -805,7 +808,7 @@ describe.skipIf(!caps.linux)('exec-server conformance with codex exec-server 0.1
     it.skipIf(skip)(`${server}: closing the connection kills every process it started (checked from outside)${skip ? ` (skipped: ${skip})` : ''}`, async () => {
       // A unique sleep duration marks the processes: the shell's -c string and the sleep's argv.
       const marker = `1000.${process.pid}${server === 'ours' ? 1 : 2}`;
-      const c = new Client(server);
+      const c = new Client(server, {}, CODEX_DEFAULT);
       await c.init();
       for (let i = 0; i < 3; i++) await c.request('process/start', start(`s${i}`, ['sh', '-c', `sleep ${marker}${i}; true`]));
       await c.request('process/start', start('direct', ['sleep', `${marker}9`]));

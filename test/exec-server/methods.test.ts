@@ -24,12 +24,16 @@ const scene = makeScene('exec-methods');
 afterAll(() => scene.cleanup());
 const uri = (p: string) => 'file://' + p;
 
-/** An in-process client over the stdio transport. */
+/**
+ * An in-process client over the stdio transport. A request without a sandbox takes Codex's
+ * unsandboxed path here (defaultSandbox 'none'): these tests are about the methods themselves;
+ * the default sandbox has its own tests (default-sandbox.test.ts).
+ */
 async function peer(options: Omit<CreateExecServerOptions, 'transport'> = {}) {
   const input = new PassThrough();
   const output = new PassThrough();
   const messages: Message[] = [];
-  const server: ExecServer = await createExecServer({ transport: { kind: 'stdio', input, output }, ...options });
+  const server: ExecServer = await createExecServer({ transport: { kind: 'stdio', input, output }, defaultSandbox: 'none', ...options });
   let buf = '';
   output.setEncoding('utf8');
   output.on('data', (d: string) => {

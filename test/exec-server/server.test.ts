@@ -8,7 +8,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { PassThrough } from 'node:stream';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it, vi } from 'vitest';
 import WebSocket from 'ws';
 
 import { createExecServer, spawnPrepared } from '../../lib';
@@ -375,14 +375,28 @@ describe.skipIf(!caps.linux)('exec-server: WebSocket transport', () => {
 });
 
 describe.skipIf(!caps.linux)('exec-server: CLI', () => {
-  it('process-sandbox exec-server refuses bad --listen values', async () => {
+  it('process-sandbox exec-server refuses bad --listen values: one line and a hint on stderr, exit 125', async () => {
     const { execServerMain } = await import('../../lib/exec-server/cli');
-    await expect(execServerMain(['--listen', 'tcp://1.2.3.4:5'])).rejects.toThrow(/--listen must be stdio or ws:\/\/IP:PORT/);
-    await expect(execServerMain(['--listen', 'stdio', '--ws-token-file', '/x'])).rejects.toThrow(/applies only/);
-    await expect(execServerMain(['--bogus'])).rejects.toThrow(/unknown exec-server option/);
-    await expect(execServerMain(['--listen', 'ws://127.0.0.1:0', '--ws-auth', 'signed-bearer-token'])).rejects.toThrow(/--ws-shared-secret-file` is required/);
-    await expect(execServerMain(['--listen', 'ws://127.0.0.1:0', '--ws-auth', 'capability-token'])).rejects.toThrow(/--ws-token-sha256` is required/);
-    await expect(execServerMain(['--listen', 'ws://localhost:0'])).rejects.toThrow(/--listen must be stdio or ws:\/\/IP:PORT/);
+    const refused = async (argv: string[], why: RegExp) => {
+      let err = '';
+      const spy = vi.spyOn(process.stderr, 'write').mockImplementation((chunk: string | Uint8Array) => ((err += chunk.toString()), true));
+      try {
+        expect(await execServerMain(argv)).toBe(125);
+      } finally {
+        spy.mockRestore();
+      }
+      const lines = err.split('\n').filter((l) => l !== '');
+      expect(lines, argv.join(' ')).toHaveLength(2);
+      expect(lines[0]).toMatch(/^process-sandbox: exec-server: /);
+      expect(lines[0]).toMatch(why);
+      expect(lines[1]).toBe("Try 'process-sandbox exec-server --help' for the options.");
+    };
+    await refused(['--listen', 'tcp://1.2.3.4:5'], /--listen must be stdio or ws:\/\/IP:PORT/);
+    await refused(['--listen', 'stdio', '--ws-token-file', '/x'], /applies only/);
+    await refused(['--bogus'], /unknown exec-server option/);
+    await refused(['--listen', 'ws://127.0.0.1:0', '--ws-auth', 'signed-bearer-token'], /--ws-shared-secret-file` is required/);
+    await refused(['--listen', 'ws://127.0.0.1:0', '--ws-auth', 'capability-token'], /--ws-token-sha256` is required/);
+    await refused(['--listen', 'ws://localhost:0'], /--listen must be stdio or ws:\/\/IP:PORT/);
   });
   void b64;
 });

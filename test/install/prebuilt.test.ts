@@ -16,6 +16,8 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { requireBuilt } from '../contract/helpers';
+import { neededVersions, readmeFloors, versionFloor, versionLess, versionText } from './elf-glibc';
 
 const ROOT = path.resolve(__dirname, '..', '..');
 const hasNpm = spawnSync('npm', ['--version'], { encoding: 'utf8' }).status === 0;
@@ -48,6 +50,62 @@ const TARGETS = ['linux-x64', ...(has('aarch64-linux-gnu-g++') ? ['linux-arm64']
 for (const t of ['linux-arm64', 'win32-x64']) {
   if (!TARGETS.includes(t)) console.warn(`SKIPPING the ${t} prebuild in the install test: its cross toolchain is not installed (.ci/run installs it)`);
 }
+
+/**
+ * The README's promise for each Linux prebuild (glibc, and libstdc++ as GLIBCXX_x.y.z) against
+ * what a binary's version needs say. A binary that needs more than the README states fails, so a
+ * toolchain upgrade cannot raise the floor unnoticed (issue R: the README said 2.33, the binaries
+ * needed 2.34).
+ */
+function checkFloors(file: string, target: string): void {
+  const stated = readmeFloors(fs.readFileSync(path.join(ROOT, 'README.md'), 'utf8'));
+  const glibc = versionFloor(file, 'GLIBC_');
+  const glibcxx = versionFloor(file, 'GLIBCXX_');
+  expect(stated.glibc[target], `README states no glibc floor for ${target}`).toBeDefined();
+  expect(glibc, `${file} needs no GLIBC_ version at all: not a glibc build?`).not.toBeNull();
+  expect(versionLess(stated.glibc[target], glibc!), `${file} needs GLIBC_${versionText(glibc!)}; the README says ${target} needs glibc ≥ ${versionText(stated.glibc[target])}`).toBe(false);
+  if (glibcxx) {
+    expect(stated.glibcxx, `${file} needs GLIBCXX_${versionText(glibcxx)}; the README states no libstdc++ floor`).not.toBeNull();
+    expect(versionLess(stated.glibcxx!, glibcxx), `${file} needs GLIBCXX_${versionText(glibcxx)}; the README says GLIBCXX_${versionText(stated.glibcxx!)}`).toBe(false);
+  }
+}
+
+describe.skipIf(process.platform !== 'linux')('the glibc and libstdc++ the README states for the Linux prebuilds', () => {
+  // This host's addon is the linux-x64 (or arm64) prebuild's compile: same binding.gyp, compiler and flags.
+  const target = `linux-${process.arch}`;
+  const addon = path.join(ROOT, 'build', 'Release', 'process_sandbox.node');
+
+  it(`this host's build (${target}) needs no more than the README states`, () => {
+    requireBuilt('addon');
+    checkFloors(addon, target);
+  });
+
+  it('the version-needs reader agrees with binutils (objdump -T) where it is installed', (ctx) => {
+    requireBuilt('addon');
+    const r = spawnSync('objdump', ['-T', addon], { encoding: 'utf8' });
+    if (r.error || r.status !== 0) return ctx.skip(`objdump is not installed (binutils): ${r.error?.message ?? r.stderr}`);
+    const fromObjdump = [...new Set(r.stdout.match(/\b(GLIBC|GLIBCXX|CXXABI|GCC)_[0-9.]+/g) ?? [])].sort();
+    expect(new Set(neededVersions(addon))).toEqual(new Set(fromObjdump));
+  });
+
+  it('the README floor check fails a binary that needs more (a README stating 2.33 against this build)', () => {
+    requireBuilt('addon');
+    const floor = versionFloor(addon, 'GLIBC_')!;
+    const lower = [floor[0], floor[1] - 1, 0];
+    expect(versionLess(lower, floor)).toBe(true);
+    expect(versionLess(floor, floor)).toBe(false);
+    expect(readmeFloors(`**${target} (glibc ≥ ${versionText(lower)})**`).glibc[target]).toEqual(lower);
+  });
+
+  it('checks any prebuilds/ already in the tree (after a pack)', (ctx) => {
+    const found = ['linux-x64', 'linux-arm64'].flatMap((t) => {
+      const dir = path.join(ROOT, 'prebuilds', t);
+      return fs.existsSync(dir) ? fs.readdirSync(dir).filter((f) => f.endsWith('.glibc.node')).map((f) => [path.join(dir, f), t] as const) : [];
+    });
+    if (found.length === 0) return ctx.skip('no prebuilds/ in the tree: the packed ones are checked in the install test below');
+    for (const [file, t] of found) checkFloors(file, t);
+  });
+});
 
 describe.skipIf(!hasNpm || process.platform !== 'linux')('prebuilt install from the packed tarball', () => {
   let work: string;
@@ -113,6 +171,15 @@ describe.skipIf(!hasNpm || process.platform !== 'linux')('prebuilt install from 
 
   it('npm pack (prepack) built every expected prebuild and checked it', () => {
     for (const t of TARGETS) expect(packLog, `prepack output names ${t}`).toMatch(new RegExp(`prepack: prebuilds/${t}/\\S+\\.node \\(`));
+  });
+
+  it('each packed Linux prebuild needs no more glibc and libstdc++ than the README states', () => {
+    for (const t of TARGETS.filter((x) => x.startsWith('linux-'))) {
+      const dir = path.join(pkgSrc, 'prebuilds', t);
+      const nodes = fs.readdirSync(dir).filter((f) => f.endsWith('.glibc.node'));
+      expect(nodes, t).toHaveLength(1);
+      checkFloors(path.join(dir, nodes[0]), t);
+    }
   });
 
   it('the pack wrote prebuilds/linux-x64/*.glibc.node in the package', () => {

@@ -15,6 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { spawn } from '../../lib/index';
 import { clearSpares } from '../../lib/platform/linux-spare';
 import { caps, modePolicy } from '../helpers/capabilities';
+import { landlockProxyMissing } from '../helpers/host';
 import { BASE_ENV, eventually, makeScene, type Scene } from '../helpers/sandbox';
 import { lookup } from '../network/enforced-helpers';
 
@@ -23,15 +24,13 @@ const SOURCE = path.resolve(__dirname, '..', 'fixtures', 'connect_race.c');
 const ATTACKS = path.resolve(__dirname, '..', 'fixtures', 'connect_attacks.c');
 const ROUNDS = 2000;
 
-const skip = !caps.landlock
-  ? 'Landlock mode needs Landlock and seccomp'
-  : caps.landlockAbi < 4
-    ? `a proxy in Landlock mode needs Landlock ABI 4 (this kernel: ${caps.landlockAbi})`
-    : !caps.connectSupervisor
-      ? 'this kernel has no seccomp user notification with ADDFD (Linux 5.9+): the gap stays listed (test/network/enforced.test.ts checks that)'
-      : !caps.cc
-        ? 'no C compiler (cc) to build the racing client'
-        : undefined;
+const skip =
+  landlockProxyMissing() ??
+  (!caps.connectSupervisor
+    ? 'this kernel has no seccomp user notification with ADDFD (Linux 5.9+): the gap stays listed (test/network/enforced.test.ts checks that)'
+    : !caps.cc
+      ? 'no C compiler (cc) to build the racing client'
+      : undefined);
 // eslint-disable-next-line no-console
 if (skip) console.warn(`[connect-supervisor] SKIPPING: ${skip}`);
 
@@ -304,6 +303,8 @@ describe.skipIf(process.platform !== 'linux')('Landlock-mode plan with and witho
     return planLinux({ rules, mode: 'landlock', file: '/bin/true', argv: ['true'], env: {}, cwd: '/', probe, proxyPort: 4321 });
   };
   const portGap = (gaps: string[]) => gaps.filter((g) => /proxy's port 4321 are not blocked/.test(g));
+  // Who else can use the host listener: nobody but the sandbox with the supervisor (test/linux/proxy-peers.test.ts).
+  const listenerGap = (gaps: string[]) => gaps.filter((g) => /listens on the host's 127\.0\.0\.1:4321/.test(g));
 
   it('supported: no Landlock port rule, connect() supervised for 127.0.0.1:4321, no gap, network enforced', async () => {
     const p = await plan(0);
@@ -313,6 +314,7 @@ describe.skipIf(process.platform !== 'linux')('Landlock-mode plan with and witho
     expect(p.native.seccomp!.metadataSupervisor).toBeDefined();
     expect(p.enforcement.mechanisms.connectSupervisor).toBe('seccomp-user-notif');
     expect(portGap(p.enforcement.gaps)).toEqual([]);
+    expect(listenerGap(p.enforcement.gaps)).toEqual([]);
     expect(p.enforcement.guarantees.network).toBe('enforced');
   });
 
@@ -326,6 +328,7 @@ describe.skipIf(process.platform !== 'linux')('Landlock-mode plan with and witho
     expect(p.enforcement.gaps.join('\n')).toMatch(/chmod, chown, utime and xattr changes .* not blocked/);
     expect(p.enforcement.gaps.join('\n')).toMatch(/inotify instances and watches are not capped/);
     expect(portGap(p.enforcement.gaps)).toHaveLength(1);
+    expect(listenerGap(p.enforcement.gaps).join('\n')).toMatch(/only by uid: other processes of this uid can use it too/);
     expect(p.enforcement.guarantees.network).toBe('partial');
   });
 });

@@ -9,6 +9,9 @@
  *   HS-06 no channel between two network: 'none' sandboxes through abstract unix names
  *   HS-07 a deny-read file fails to open (EACCES) instead of reading empty
  *   HS-08 Landlock-mode teardown holds although the command tries to lower init's limits
+ *   HS-11 a hostile temp dir (chmod 000 trees, deep paths, symlinks) neither crashes the host nor
+ *         survives it, and no symlink target's mode changes
+ *   HS-12/13 Landlock mode's TMPDIR is checked against limits.tmpBytes (bytes, and entries)
  *
  * Each denial is paired with a positive control (the same probe unsandboxed, or on the command
  * itself) and checked from outside (the host's /proc, the real file, the other sandbox).
@@ -450,5 +453,172 @@ describe.runIf(caps.linux && caps.userns)('isolated mode without Landlock (masks
     // Control: these files are writable by their owner (here, a child of ours).
     const ctl = spawnSync(PYTHON, ['-c', "import subprocess;p=subprocess.Popen(['sleep','30']);open('/proc/%d/coredump_filter'%p.pid,'w').write('0x33');open('/proc/%d/clear_refs'%p.pid,'w').write('1');print('ok');p.kill()"], { encoding: 'utf8' });
     expect(ctl.stdout.trim(), ctl.stderr).toBe('ok');
+  });
+});
+
+/**
+ * The tree a command leaves in its temp dir is the command's: directories with mode 000 (nested),
+ * files with none, read-only directories, symlinks to host files, paths past PATH_MAX. Removing it
+ * must neither crash the host (it runs in the exit path) nor touch what a symlink points to.
+ * Landlock mode's TMPDIR is on the host and removed by it; isolated mode's /tmp is a tmpfs that
+ * goes with the sandbox (the host must survive there too). Each host is a node process of its own
+ * whose TMPDIR is a private directory, so nothing a failing run leaves reaches other tests' /tmp.
+ */
+describe.runIf(caps.linux && caps.python !== null)('cleanup of what the command leaves', () => {
+  const HOSTILE = (hostFile: string) => String.raw`
+T="$TMPDIR"; [ -n "$T" ] || T=/tmp
+echo TMPDIR=$T
+cd "$T" || exit 9
+mkdir -p a/b/c && echo x > a/b/c/f && chmod 000 a/b/c/f a/b/c a/b a
+echo y > nop && chmod 000 nop
+mkdir ro && touch ro/f && chmod 500 ro
+ln -s ${hostFile} link && mkdir d && ln -s ${hostFile} d/l && chmod 000 d
+echo LINKMODE=$(stat -L -c %a link)
+${PYTHON} -c "
+import os
+for i in range(1200):
+    os.mkdir('dddd'); os.chdir('dddd')
+open('f', 'w').write('x')
+print('DEEP', 5 * (i + 1))
+"
+cd / && chmod 000 "$T" && echo TOP=000
+`;
+
+  describe.each(MODES)('$name mode', ({ name: mode, skip }) => {
+    it.skipIf(skip)('HS-11: chmod 000 trees, a deep tree and symlinks left in the temp dir: the host lives, the tree goes, the link target keeps its mode', () => {
+      const scene = makeScene(`hs11-${mode}`);
+      try {
+        const hostTmp = path.join(scene.root, 'tmp');
+        fs.mkdirSync(hostTmp, { mode: 0o700 });
+        const hostFile = path.join(scene.out, 'owner-only.txt');
+        fs.writeFileSync(hostFile, 'keep', { mode: 0o600 });
+        fs.chmodSync(hostFile, 0o600);
+        const policy = modePolicy(mode, { filesystem: { write: [scene.ws] } });
+        const script = hostScript(
+          scene.root,
+          'hs11.js',
+          `process.on('warning', (w) => console.log('WARNING ' + w.code + ' ' + w.message));
+           lib.run('/bin/sh', ['-c', ${JSON.stringify(HOSTILE(hostFile))}], { env: { PATH: '/usr/bin:/bin' }, policy: ${JSON.stringify(policy)} })
+             .then((r) => console.log('CODE ' + r.code + '\\nLEFT ' + JSON.stringify(r.cleanupLeft ?? []) + '\\n' + r.stdout + r.stderr));`,
+        );
+        const host = spawnSync(NODE, [script], { encoding: 'utf8', env: { ...process.env, TMPDIR: hostTmp }, timeout: 120_000 });
+        // The host process ran to its end: no uncaught exception or rejection from the exit path.
+        expect(host.status, host.stdout + host.stderr).toBe(0);
+        expect(host.signal).toBe(null);
+        expect(host.stdout).toMatch(/^CODE 0$/m);
+        expect(host.stdout).toMatch(/^LEFT \[\]$/m);
+        expect(host.stdout).not.toMatch(/WARNING/);
+        // The tree was what it should be: the link resolved to the host file (mode 600), the deep
+        // directory's path (5 bytes a level) was past PATH_MAX.
+        expect(host.stdout).toMatch(/^LINKMODE=600$/m);
+        expect(Number(/^DEEP (\d+)$/m.exec(host.stdout)?.[1])).toBeGreaterThan(4096);
+        expect(host.stdout).toMatch(/^TOP=000$/m); // the temp dir itself, too
+        const tmpdir = /^TMPDIR=(\S+)$/m.exec(host.stdout)![1]!;
+        if (mode === 'landlock') {
+          // From outside: the host's copy of the tree is gone, nothing else was made beside it.
+          expect(tmpdir.startsWith(hostTmp + '/')).toBe(true);
+          expect(fs.existsSync(tmpdir)).toBe(false);
+          expect(fs.readdirSync(hostTmp)).toEqual([]);
+        } else {
+          expect(tmpdir).toBe('/tmp');
+        }
+        // Never chmod-ed through a symlink: the host file keeps 0600 and its content.
+        expect(fs.statSync(hostFile).mode & 0o7777).toBe(0o600);
+        expect(fs.readFileSync(hostFile, 'utf8')).toBe('keep');
+      } finally {
+        scene.cleanup();
+      }
+    });
+  });
+
+  // macOS's private tmp dir is removed the same way from its exit path (plain fs calls there):
+  // checked here on Linux, where an unprivileged uid cannot list a chmod 000 directory either.
+  it('HS-11: the macOS private tmp dir removal fixes modes, never follows a symlink and never throws', async () => {
+    const { makePrivateTmpDir } = await import('../../lib/platform/darwin');
+    const scene = makeScene('hs11-darwin');
+    try {
+      const hostFile = path.join(scene.out, 'owner-only.txt');
+      fs.writeFileSync(hostFile, 'keep', { mode: 0o600 });
+      fs.chmodSync(hostFile, 0o600);
+      const tmp = makePrivateTmpDir(scene.root);
+      fs.mkdirSync(path.join(tmp.path, 'a', 'b'), { recursive: true });
+      fs.writeFileSync(path.join(tmp.path, 'a', 'b', 'f'), 'x');
+      fs.symlinkSync(hostFile, path.join(tmp.path, 'link'));
+      for (const p of ['a/b/f', 'a/b', 'a']) fs.chmodSync(path.join(tmp.path, p), 0);
+      expect(() => tmp.remove()).not.toThrow();
+      expect(fs.existsSync(tmp.path)).toBe(false);
+      expect(fs.statSync(hostFile).mode & 0o7777).toBe(0o600);
+    } finally {
+      scene.cleanup();
+    }
+  });
+
+  describe.skipIf(MODES[1]!.skip)('Landlock mode', () => {
+    it('HS-12: the TMPDIR is bounded by limits.tmpBytes: a command writing past it is stopped and says why; under it, it runs', async () => {
+      const scene = makeScene('hs12');
+      const marker = uniqueSleep();
+      try {
+        const limited = modePolicy('landlock', { filesystem: { write: [scene.ws] }, limits: { tmpBytes: 8 << 20 } });
+        // Control first: writes 4 MiB, says so, and stays until the test lets it go (after the
+        // run over the limit was stopped, so the check has had the time to look at it).
+        const ctl = spawn('/bin/sh', ['-c', `head -c 4M /dev/zero > "$TMPDIR/fits" && echo written; while [ ! -e ${scene.ws}/go ]; do sleep 0.05; done; echo TMPDIR=$TMPDIR`], { env: BASE_ENV, policy: limited });
+        let ctlOut = '';
+        ctl.stdout!.on('data', (b: Buffer) => (ctlOut += b.toString()));
+        expect(await eventually(() => ctlOut.includes('written'), 30_000)).toBe(true);
+        expect(ctl.enforcement.mechanisms.tmpDirCheck).toMatch(/every 250 ms.*8388608 bytes/);
+        expect(ctl.enforcement.gaps.join('\n')).toMatch(/limits\.tmpBytes is checked, not enforced/);
+
+        const over = await run('/bin/sh', ['-c', `echo TMPDIR=$TMPDIR; head -c 32M /dev/zero > "$TMPDIR/big"; sleep ${marker}`], { env: BASE_ENV, policy: limited });
+        expect(over.signal).toBe('SIGKILL');
+        expect(over.killed).toBe(false); // not run()'s doing
+        expect(over.limitExceeded?.limit).toBe('tmpBytes');
+        expect(over.limitExceeded?.message).toMatch(/more than 8388608 bytes \(limits\.tmpBytes\)/);
+        await expectNoProcess(marker);
+        // From outside: the 32 MiB are gone from the host's disk with the directory.
+        const overTmp = /^TMPDIR=(\S+)$/m.exec(over.stdout)![1]!;
+        expect(fs.existsSync(overTmp)).toBe(false);
+
+        fs.writeFileSync(path.join(scene.ws, 'go'), '');
+        const done = await ctl.exited;
+        expect(done.code).toBe(0);
+        expect(done.limitExceeded).toBeUndefined();
+        expect(ctlOut).toMatch(/^TMPDIR=/m);
+        expect(fs.existsSync(/^TMPDIR=(\S+)$/m.exec(ctlOut)![1]!)).toBe(false);
+      } finally {
+        killAll(marker);
+        scene.cleanup();
+      }
+    });
+
+    it('HS-12b: what the command makes unreadable (chmod 000 on a subdirectory, or on the TMPDIR itself) is still counted', async () => {
+      // As root the host reads mode-000 directories anyway; as an unprivileged user the check had
+      // to give them back u+rwx, or 32 MiB hid behind one chmod.
+      for (const hide of ['"$TMPDIR/hide"', '"$TMPDIR"']) {
+        const marker = uniqueSleep();
+        try {
+          const limited = modePolicy('landlock', { limits: { tmpBytes: 8 << 20 } });
+          const r = await run('/bin/sh', ['-c', `mkdir "$TMPDIR/hide" && head -c 32M /dev/zero > "$TMPDIR/hide/big" && chmod 000 ${hide} && echo hidden; sleep ${marker}`], { env: BASE_ENV, policy: limited });
+          expect(r.stdout, hide).toContain('hidden'); // control: the command did write and hide it
+          expect(r.signal, hide).toBe('SIGKILL');
+          expect(r.limitExceeded?.message, hide).toMatch(/more than 8388608 bytes/);
+          await expectNoProcess(marker);
+        } finally {
+          killAll(marker);
+        }
+      }
+    });
+
+    it('HS-13: many small files count too (entries are capped like the tmpfs inodes of isolated mode)', async () => {
+      const marker = uniqueSleep();
+      try {
+        const limited = modePolicy('landlock', { limits: { tmpBytes: 4 << 20 } }); // 1024 entries
+        const r = await run('/bin/sh', ['-c', `cd "$TMPDIR" && mkdir d && cd d && i=0; while [ $i -lt 3000 ]; do : > f$i; i=$((i+1)); done; sleep ${marker}`], { env: BASE_ENV, policy: limited });
+        expect(r.signal).toBe('SIGKILL');
+        expect(r.limitExceeded?.message).toMatch(/more than 1024 entries/);
+        await expectNoProcess(marker);
+      } finally {
+        killAll(marker);
+      }
+    });
   });
 });

@@ -446,6 +446,38 @@ describe.each(MODES)('$name mode: a sandbox prepared ahead', ({ name: mode, skip
     }
   });
 
+  it.skipIf(mode !== 'landlock')('a run served by a spare serves only its own connections: another local process connecting to its proxy gets nothing', async () => {
+    const { hits, server, port } = await loopbackServer();
+    let p: ReturnType<typeof spawn> | undefined;
+    try {
+      const policy = modePolicy(mode, { filesystem: { write: [scene.ws] }, network: { proxy: { allow: ['127.0.0.1'] } } });
+      await warm(policy);
+      const before = spareStats();
+      // One request now, then one per line read.
+      const get = (name: string) => `curl -s -m 10 http://127.0.0.1:${port}/${name}; echo " c=$?"`;
+      p = spawn('/bin/sh', ['-c', `echo "$HTTP_PROXY"; ${get('first')}; while read n; do ${get('"$n"')}; done`], { cwd: scene.ws, env: BASE_ENV, policy, stdio: 'pipe' });
+      let out = '';
+      p.stdout!.on('data', (d: Buffer) => (out += d));
+      expect(await eventually(() => out.includes(' c='), 20_000), out).toBe(true);
+      expect(spareStats().used, 'the run was served by the spare').toBe(before.used + 1);
+      const proxyPort = Number(/^http:\/\/127\.0\.0\.1:(\d+)$/m.exec(out)?.[1]);
+      expect(out.split('\n').slice(1, 2), out).toEqual(['hi c=0']);
+      // An unsandboxed curl on the host, through the run's proxy: closed unanswered.
+      const stranger = spawnChild('curl', ['-s', '-m', '20', '-x', `http://127.0.0.1:${proxyPort}`, `http://127.0.0.1:${port}/stranger`], { stdio: 'ignore' });
+      const code = await new Promise<number | null>((r) => stranger.on('exit', (c) => r(c)));
+      expect(code, 'curl got no reply (52: empty reply, 56: reset)').not.toBe(0);
+      // The run is still served.
+      p.stdin!.write('second\n');
+      expect(await eventually(() => out.split(' c=').length === 3, 20_000), out).toBe(true);
+      expect(out.split('\n').slice(1, 3)).toEqual(['hi c=0', 'hi c=0']);
+      expect(hits).toEqual(['/first', '/second']);
+    } finally {
+      p?.stdin?.end();
+      p?.kill('SIGKILL');
+      server.close();
+    }
+  });
+
   /** A command on a terminal made inside the sandbox (`pty`): its output, once it has exited. */
   async function onPty(script: string, policy: ReturnType<typeof policyFor>, size: { cols: number; rows: number }) {
     const p = spawn('/bin/sh', ['-c', script], { pty: size, policy, cwd: scene.ws, env: BASE_ENV });

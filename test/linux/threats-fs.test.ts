@@ -20,6 +20,7 @@ import {
   BASE_ENV,
   expectUnchanged,
   hostMounts,
+  DIST_INDEX,
   hostScript,
   makeScene,
   NODE,
@@ -47,6 +48,41 @@ function git(cwd: string, ...args: string[]): string {
 }
 
 const mountsAtStart = caps.linux ? hostMounts() : [];
+
+const SETPRIV = fs.existsSync('/usr/bin/setpriv') ? '/usr/bin/setpriv' : null;
+// eslint-disable-next-line no-console
+if (caps.root && !SETPRIV) console.warn('[threats-fs] SKIPPING the unreadable-directory tests as root: no setpriv to drop the DAC capabilities');
+
+interface PlannerResult {
+  stdout?: string;
+  code?: number | null;
+  gaps?: string[];
+  protectedPaths?: string;
+  thrown?: string;
+  message?: string;
+  unknown?: string[];
+  paths?: string[];
+}
+
+/**
+ * Runs `script` sandboxed from a separate host process that cannot bypass file modes: as root
+ * it runs without CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH (dropped from the bounding set, so
+ * exec does not grant them), otherwise as the caller.
+ */
+function unprivilegedPlanner(dir: string, cwd: string, policy: SandboxPolicy, script: string, expr?: string): PlannerResult {
+  const file = hostScript(
+    dir,
+    `planner-${Math.random().toString(36).slice(2)}.js`,
+    expr !== undefined
+      ? `console.log(JSON.stringify(${expr}));`
+      : `lib.run('/bin/sh', ['-c', ${JSON.stringify(script)}], { cwd: ${JSON.stringify(cwd)}, env: ${JSON.stringify(BASE_ENV)}, policy: ${JSON.stringify(policy)} })
+       .then((r) => console.log(JSON.stringify({ stdout: r.stdout, code: r.code, gaps: r.enforcement.gaps, protectedPaths: r.enforcement.guarantees.protectedPaths })))
+       .catch((e) => console.log(JSON.stringify({ thrown: String(e.code || e), message: String(e.message) })));`,
+  );
+  const argv = caps.root ? [SETPRIV!, '--bounding-set', '-dac_override,-dac_read_search', NODE, file] : [NODE, file];
+  const out = execFileSync(argv[0]!, argv.slice(1), { encoding: 'utf8', timeout: 60_000 });
+  return JSON.parse(out.trim().split('\n').pop()!) as PlannerResult;
+}
 
 describe.runIf(caps.linux)('file-system threats', () => {
   describe.each(MODES)('$name mode', ({ name: mode, skip }) => {
@@ -264,6 +300,102 @@ describe.runIf(caps.linux)('file-system threats', () => {
         );
         expectDenied(r, 'nested repo metadata');
         expectUnchanged(before, snapshot(`${scene.ws}/sub/.git`));
+      });
+
+      // A run that makes a directory unreadable (`chmod 000 libs`) used to hide the repository in
+      // it from the next run's planner, which then left libs/x/.git/hooks writable and still
+      // reported protectedPaths 'enforced'. An unreadable directory is unknown, not empty: it is
+      // protected whole and the report says so. Root reads mode-000 directories anyway (DAC
+      // override), so as root the next run is planned by a host process without
+      // CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH (as in a container that drops them), where the
+      // walk really fails; unprivileged, an ordinary host process.
+      for (const preset of [false, true]) {
+        it.skipIf(skip || (caps.root && !SETPRIV))(
+          `FS-08: an unreadable directory does not hide a nested repository${preset ? ' (startup-files walk)' : ''}`,
+          async () => {
+            const repo = `${scene.ws}/libs/x`;
+            fs.mkdirSync(repo, { recursive: true });
+            git(repo, 'init', '-q');
+            const hook = `${repo}/.git/hooks/pre-commit`;
+            fs.writeFileSync(hook, '#!/bin/sh\nexit 0\n', { mode: 0o755 });
+            const rc = `${scene.ws}/libs/.vscode`;
+            fs.mkdirSync(rc, { recursive: true });
+            fs.writeFileSync(`${rc}/tasks.json`, '{}');
+            const pol = modePolicy(mode, { filesystem: { write: [scene.ws], ...(preset ? { protectPresets: ['startup-files' as const] } : {}) } });
+            // Run 1: the command makes libs unreadable (allowed: libs is its own).
+            const r1 = await sh('chmod 000 libs; echo rc=$?', { cwd: scene.ws, policy: pol });
+            expect(r1.stdout.trim(), r1.stderr).toBe('rc=0');
+            expect(fs.statSync(`${scene.ws}/libs`).mode & 0o777, 'run 1 did not chmod libs').toBe(0);
+            const hostile =
+              'chmod 755 libs; printf pwned > libs/x/.git/hooks/pre-commit; printf pwned > libs/.vscode/tasks.json; ' +
+              'echo ok > other.txt; echo done';
+            const r2 = unprivilegedPlanner(scene.root, scene.ws, pol, hostile);
+            fs.chmodSync(`${scene.ws}/libs`, 0o755); // (from outside, to read the files back)
+            const gaps = (r2.gaps ?? []).join('\n');
+            expect(gaps, JSON.stringify(r2)).toMatch(new RegExp(`unreadable directories in ${scene.ws} are protected whole \\(read-only\\): ${scene.ws}/libs\\b`));
+            if (isolated) {
+              expect(r2.stdout, JSON.stringify(r2)).toContain('done'); // the command ran
+              expect(fs.readFileSync(hook, 'utf8'), 'the nested repository hook was rewritten').toBe('#!/bin/sh\nexit 0\n');
+              expect(fs.readFileSync(`${rc}/tasks.json`, 'utf8')).toBe('{}');
+              expect(r2.protectedPaths).toBe('partial');
+              // Control: the rest of the workspace stays writable in the same run.
+              expect(fs.readFileSync(`${scene.ws}/other.txt`, 'utf8')).toBe('ok\n');
+            } else {
+              // Landlock mode cannot hold carve-outs: the report says so, naming libs, and without
+              // degraded the run is refused (checked from outside: the hook is untouched).
+              expect(r2.protectedPaths).toBe('not-enforced');
+              expect(gaps).toMatch(new RegExp(`carve-outs inside writable roots are not enforced: .*${scene.ws}/libs\\b`));
+              fs.writeFileSync(hook, '#!/bin/sh\nexit 0\n');
+              fs.chmodSync(`${scene.ws}/libs`, 0);
+              const r3 = unprivilegedPlanner(scene.root, scene.ws, { ...pol, degraded: false }, hostile);
+              fs.chmodSync(`${scene.ws}/libs`, 0o755);
+              expect(r3.thrown, JSON.stringify(r3)).toBe('EUNSUPPORTED_POLICY');
+              expect(fs.readFileSync(hook, 'utf8')).toBe('#!/bin/sh\nexit 0\n');
+            }
+            if (preset) {
+              // The start-up file search itself (not only the repository search) sees libs as unknown.
+              fs.chmodSync(`${scene.ws}/libs`, 0);
+              const found = unprivilegedPlanner(scene.root, scene.ws, pol, '', `require(${JSON.stringify(path.join(path.dirname(DIST_INDEX), 'permissions', 'resolve.js'))}).startupFilesFor(${JSON.stringify(scene.ws)}, true)`);
+              fs.chmodSync(`${scene.ws}/libs`, 0o755);
+              expect(found.unknown, JSON.stringify(found)).toEqual([`${scene.ws}/libs`]);
+              expect(found.paths).not.toContain(`${rc}`);
+            }
+            // Control: with libs readable again the walk finds the repository and protects just
+            // its hooks; no unreadable-directory gap.
+            fs.writeFileSync(hook, '#!/bin/sh\nexit 0\n');
+            const r4 = unprivilegedPlanner(scene.root, scene.ws, pol, 'printf pwned > libs/x/.git/hooks/pre-commit; echo ok > libs/free.txt; echo done');
+            expect((r4.gaps ?? []).join('\n')).not.toContain('unreadable directories');
+            if (isolated) {
+              expect(fs.readFileSync(hook, 'utf8')).toBe('#!/bin/sh\nexit 0\n');
+              expect(fs.readFileSync(`${scene.ws}/libs/free.txt`, 'utf8')).toBe('ok\n');
+              expect(r4.protectedPaths, JSON.stringify(r4.gaps)).toBe('enforced');
+            }
+          },
+        );
+      }
+
+      // node_modules is never walked (too big), but a package checked out from git keeps hooks
+      // that run when git is used there: its packages are probed one level deep for .git.
+      it.runIf(!skip && isolated)('FS-08: a repository inside node_modules keeps its hooks read-only', async () => {
+        const pkgs = [`${scene.ws}/node_modules/gitpkg`, `${scene.ws}/node_modules/@scope/scoped`];
+        for (const p of pkgs) {
+          fs.mkdirSync(p, { recursive: true });
+          git(p, 'init', '-q');
+          fs.writeFileSync(`${p}/index.js`, 'module.exports = 1;\n');
+        }
+        const before = pkgs.map((p) => snapshot(`${p}/.git`));
+        const r = await run(
+          NODE,
+          [PROBE, JSON.stringify([...pkgs.map((p) => ['write', `${p}/.git/hooks/pre-commit`, '#!/bin/sh\necho pwned\n']), ['write', `${pkgs[0]}/index.js`, 'changed']])],
+          { cwd: scene.ws, env: BASE_ENV, policy },
+        );
+        const res = JSON.parse(/PROBE (.*)/.exec(r.stdout)![1]!) as string[];
+        expectDenied(res.slice(0, 2), 'hooks of a repository in node_modules');
+        pkgs.forEach((p, i) => expectUnchanged(before[i]!, snapshot(`${p}/.git`), `${p}/.git`));
+        expect(r.enforcement.guarantees.protectedPaths).toBe('enforced');
+        // Control: the package's own files stay writable.
+        expect(res[2]).toBe('ok');
+        expect(fs.readFileSync(`${pkgs[0]}/index.js`, 'utf8')).toBe('changed');
       });
 
       // A repository whose (protected) config sets core.hooksPath to a directory inside the

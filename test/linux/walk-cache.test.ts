@@ -81,6 +81,41 @@ describe.runIf(caps.linux)('the nested-repository walk, cached between spawns', 
     expect(protectedIn(scene.ws, 'a')).toEqual([]);
   });
 
+  it('a repository made in a node_modules package after a cached plan is protected by the next one', () => {
+    fs.mkdirSync(path.join(scene.ws, 'node_modules', 'pkg'), { recursive: true });
+    fs.mkdirSync(path.join(scene.ws, 'node_modules', '@scope'), { recursive: true });
+    warm(scene.ws);
+    const hits = walkCacheStats().hits;
+    expect(protectedIn(scene.ws, 'node_modules')).toEqual([]); // control: nothing there yet, from the cache
+    expect(walkCacheStats().hits).toBe(hits + 1);
+    makeRepo(path.join(scene.ws, 'node_modules', 'pkg'));
+    expect(protectedIn(scene.ws, 'node_modules')).toEqual([path.join(scene.ws, 'node_modules/pkg/.git/config'), path.join(scene.ws, 'node_modules/pkg/.git/hooks')]);
+    warm(scene.ws);
+    const staging = path.join(scene.root, 'scoped');
+    makeRepo(staging);
+    fs.renameSync(staging, path.join(scene.ws, 'node_modules', '@scope', 'scoped'));
+    expect(protectedIn(scene.ws, 'node_modules')).toContain(path.join(scene.ws, 'node_modules/@scope/scoped/.git/hooks'));
+  });
+
+  // Root reads a mode-000 directory anyway (DAC override), so there the check is that the chmod
+  // drops the cached walk; unprivileged, that the next plan protects the directory whole.
+  it('a directory made unreadable after a cached plan is not served from the cache', () => {
+    warm(scene.ws);
+    const hits = walkCacheStats().hits;
+    fs.chmodSync(path.join(scene.ws, 'a'), 0);
+    const r = resolvePolicy({ filesystem: { write: [scene.ws] } }, scene.ws);
+    fs.chmodSync(path.join(scene.ws, 'a'), 0o755);
+    expect(walkCacheStats().hits, 'the walk after the chmod came from the cache').toBe(hits);
+    if (!caps.root) {
+      expect(r.readOnly).toContain(path.join(scene.ws, 'a'));
+      expect(r.gaps?.join('\n')).toContain(`unreadable directories in ${scene.ws} are protected whole (read-only): ${path.join(scene.ws, 'a')}`);
+    }
+    // Control: readable again, nothing is protected there and no gap.
+    const c = resolvePolicy({ filesystem: { write: [scene.ws] } }, scene.ws);
+    expect(c.readOnly).not.toContain(path.join(scene.ws, 'a'));
+    expect((c.gaps ?? []).join('\n')).not.toContain('unreadable directories');
+  });
+
   it.skipIf(!caps.root)('a file system mounted inside the workspace is seen (root: mount)', () => {
     warm(scene.ws);
     const mnt = path.join(scene.ws, 'a', 'mnt');

@@ -15,19 +15,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ManagedProxy, nodeFetchPreloadPath, type AuditEvent } from '../../lib/network';
 import { bypassesProxy } from '../../lib/network/fetch-preload';
 import { caps, MODES } from '../helpers/capabilities';
+import { runsOk } from '../helpers/host';
 import { BASE_ENV, lookup, nodeHonoursEnvProxy, runWithProxy } from './enforced-helpers';
 import { listenOnLoopback, run, startHttpServer, type CountingHttpServer } from './helpers';
 
 const PRELOAD = nodeFetchPreloadPath();
 const havePreload = fs.existsSync(PRELOAD);
-const haveOpenssl = (() => {
-  try {
-    execFileSync('openssl', ['version'], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
-})();
+const haveOpenssl = runsOk('openssl', ['version']);
 if (!havePreload) console.warn(`fetch preload not built (${PRELOAD}): run npm run build:ts; cases skipped`);
 if (!haveOpenssl) console.warn('openssl not found: the https cases are skipped');
 

@@ -8,6 +8,14 @@ import { createHash, randomBytes } from 'crypto';
 import * as http from 'http';
 import * as net from 'net';
 
+import type { LookupFn } from '../../lib/network';
+
+/** Every name ending in `.test` resolves to 127.0.0.1; any other name fails as not found (ENOTFOUND). */
+export const lookupDotTest: LookupFn = async (host) => {
+  if (host.endsWith('.test')) return [{ address: '127.0.0.1', family: 4 }];
+  throw Object.assign(new Error('getaddrinfo ENOTFOUND'), { code: 'ENOTFOUND' });
+};
+
 /** Listens on 127.0.0.1 at a free port; `close` also drops kept-alive connections. */
 export async function listenOnLoopback(server: http.Server): Promise<{ port: number; close(): Promise<void> }> {
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));

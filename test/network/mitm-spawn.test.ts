@@ -16,25 +16,14 @@ import { WebSocketServer } from 'ws';
 import { run, SandboxError, spawnPrepared } from '../../lib/index';
 import { pathToFileUri, permissionProfileToJson, workspaceWriteProfile } from '../../lib/permissions';
 import { prepareExecRequest } from '../../lib/prepare';
-import { InterceptionCa, ManagedProxy, type AuditEvent, type LookupFn } from '../../lib/network';
+import { InterceptionCa, ManagedProxy, type AuditEvent } from '../../lib/network';
 import { sharedCaBaseDir } from '../../lib/network/mitm';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
+import { runsOk } from '../helpers/host';
 import { BASE_ENV, makeScene, NODE } from '../helpers/sandbox';
-import { listenOnLoopback } from './helpers';
+import { listenOnLoopback, lookupDotTest as lookup } from './helpers';
 
-const lookup: LookupFn = async (host) => {
-  if (host.endsWith('.test')) return [{ address: '127.0.0.1', family: 4 }];
-  throw Object.assign(new Error('getaddrinfo ENOTFOUND'), { code: 'ENOTFOUND' });
-};
-
-const curl = (() => {
-  try {
-    execFileSync('curl', ['--version'], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
-})();
+const curl = runsOk('curl');
 
 let publicCa: InterceptionCa;
 const seen: Array<{ method: string; url: string; authorization: string | undefined; ws: boolean }> = [];

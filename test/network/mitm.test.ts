@@ -5,7 +5,6 @@
  * (`originCa`); the client trusts the interception CA's bundle. Every origin records what reached
  * it, so refusals and swapped credentials are checked from the outside.
  */
-import { execFileSync } from 'child_process';
 import * as crypto from 'crypto';
 import { once } from 'events';
 import * as fs from 'fs';
@@ -17,15 +16,11 @@ import { WebSocket, WebSocketServer } from 'ws';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 
 import { run as sandboxedRun } from '../../lib/index';
-import { CUSTOM_CA_ENV_KEYS, InterceptionCa, ManagedProxy, type AuditEvent, type LookupFn, type ManagedProxyOptions } from '../../lib/network';
+import { CUSTOM_CA_ENV_KEYS, InterceptionCa, ManagedProxy, type AuditEvent, type ManagedProxyOptions } from '../../lib/network';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
+import { runsOk } from '../helpers/host';
 import { BASE_ENV, makeScene } from '../helpers/sandbox';
-import { connectViaProxy, listenOnLoopback, run } from './helpers';
-
-const lookup: LookupFn = async (host) => {
-  if (host.endsWith('.test')) return [{ address: '127.0.0.1', family: 4 }];
-  throw Object.assign(new Error('getaddrinfo ENOTFOUND'), { code: 'ENOTFOUND' });
-};
+import { connectViaProxy, listenOnLoopback, lookupDotTest as lookup, run } from './helpers';
 
 interface Origin {
   port: number;
@@ -37,14 +32,7 @@ let publicCa: InterceptionCa;
 let ca: InterceptionCa;
 let secure: Origin;
 let other: Origin;
-const curl = (() => {
-  try {
-    execFileSync('curl', ['--version'], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
-})();
+const curl = runsOk('curl');
 const proxies: ManagedProxy[] = [];
 
 async function origin(name: string): Promise<Origin> {

@@ -400,3 +400,52 @@ const fs = require('fs');
     expect(() => ManagedProxy.create({ policy: { allow: [] }, limits: { connectionsPerProcess: 0 } })).toThrow(/positive/);
   });
 });
+
+describe('attach({ admit }): connections that are not the sandbox own', () => {
+  it('are closed unanswered before anything is read, count against no cap, and leave the admitted ones served', async () => {
+    const events: AuditEvent[] = [];
+    const proxy = await ManagedProxy.start({
+      lookup,
+      onAudit: (e) => events.push(e),
+      closeWithLastProcess: false,
+      policy: { allow: ['**.test'], allowLocal: true },
+      limits: { connectionsPerProcess: 4, pendingHandshakesPerProcess: 2 },
+    });
+    proxies.push(proxy);
+    let verdict: boolean | 'throw' = false;
+    const { port } = await proxy.attach('admitted', {
+      admit: () => {
+        if (verdict === 'throw') throw new Error('lookup failed');
+        return verdict;
+      },
+    });
+    const requests = web.requests.length;
+    // Ten held-open refused connections, far over both caps; each one got no byte.
+    const got: number[] = [];
+    for (let i = 0; i < 10; i++) {
+      const s = net.connect(port, '127.0.0.1');
+      sockets.push(s);
+      let n = 0;
+      s.on('data', (c: Buffer) => (n += c.length));
+      s.on('error', () => undefined);
+      await new Promise<void>((r) => s.once('close', () => r()));
+      got.push(n);
+    }
+    expect(got).toEqual(Array(10).fill(0));
+    // A check that throws refuses too.
+    verdict = 'throw';
+    expect(await rawExchange(port, `GET http://a.test:${web.port}/thrown HTTP/1.1\r\nHost: a.test\r\n\r\n`)).toBe('');
+    verdict = true;
+    const h = await httpViaProxy(port, `http://a.test:${web.port}/admitted`);
+    expect(h.status).toBe(200);
+    expect(web.requests.slice(requests).map((r) => r.url)).toEqual(['/admitted']);
+    expect(events.filter((e) => e.reason === 'connection_limit' || e.reason === 'socket_budget')).toEqual([]);
+    expect(events.map((e) => e.processId)).toEqual(['admitted']);
+  });
+
+  it('must be a function', async () => {
+    const proxy = await ManagedProxy.start({ lookup, closeWithLastProcess: false, policy: { allow: [] } });
+    proxies.push(proxy);
+    await expect(proxy.attach('x', { admit: 1 as never })).rejects.toThrow(/Expected admit to be a function/);
+  });
+});

@@ -389,3 +389,71 @@ describe('writable file roots', () => {
     expect(resolvePolicy({ filesystem: { write: [f] } }, '/')).toMatchObject({ writeRoots: [f], readOnly: [] });
   });
 });
+
+describe('contradictory entries are refused, not silently collapsed', () => {
+  it('a protect entry equal to a writable root is refused (it used to be dropped while enforced)', () => {
+    const w = mk('prot-root');
+    expectPolicyError(
+      () => resolvePolicy({ filesystem: { write: [w], protect: [w] } }, '/'),
+      'EINVALID_POLICY',
+      new RegExp(`^protect entry ${w} is the writable root ${w} \\(policy\\.filesystem\\.write\\[0\\]\\) itself.*Drop it from the writable roots`),
+    );
+    // A trailing slash or a symlink to the root is the same path.
+    fs.symlinkSync(w, `${w}-link`);
+    expectPolicyError(() => resolvePolicy({ filesystem: { write: [w], protect: [`${w}-link`] } }, '/'), 'EINVALID_POLICY', /is the writable root/);
+    expectPolicyError(() => resolvePolicy({ filesystem: { write: [w], protect: [`${w}/`] } }, '/'), 'EINVALID_POLICY', /is the writable root/);
+    // Controls: a path inside the root is a carve-out; the root alone is writable.
+    mk('prot-root', 'sub');
+    expect(resolvePolicy({ filesystem: { write: [w], protect: [`${w}/sub`] } }, '/').readOnly).toContain(`${w}/sub`);
+    expect(resolvePolicy({ filesystem: { write: [w] } }, '/').writeRoots).toEqual([w]);
+  });
+
+  it('a path both writable and deny-read is refused, naming both entries', () => {
+    const w = mk('wd-root');
+    expectPolicyError(
+      () => resolvePolicy({ filesystem: { write: [w], denyRead: [w] } }, '/'),
+      'EINVALID_POLICY',
+      new RegExp(`^${w} is both a writable root \\(policy\\.filesystem\\.write\\[0\\]\\) and deny-read \\(policy\\.filesystem\\.denyRead\\[0\\]\\).*Drop it from one of the two`),
+    );
+    // Controls: a deny inside the writable root, and a writable root inside a denied area, are valid.
+    const inner = mk('wd-root', 'secret');
+    expect(resolvePolicy({ filesystem: { write: [w], denyRead: [inner] } }, '/')).toMatchObject({ writeRoots: [w], denyRead: [inner] });
+    expect(resolvePolicy({ filesystem: { write: [inner], denyRead: [w] } }, '/')).toMatchObject({ writeRoots: [inner], denyRead: [w] });
+  });
+});
+
+describe('nested repositories under node_modules', () => {
+  const repo = (dir: string) => {
+    fs.mkdirSync(path.join(dir, '.git', 'hooks'), { recursive: true });
+    fs.writeFileSync(path.join(dir, '.git', 'config'), '[core]\n');
+  };
+  it('node_modules/<pkg>/.git and node_modules/@scope/<pkg>/.git are found (one level), the rest is not entered', () => {
+    const w = mk('nm-ws');
+    repo(mk('nm-ws', 'node_modules', 'gitpkg'));
+    repo(mk('nm-ws', 'node_modules', '@scope', 'scoped'));
+    repo(mk('nm-ws', 'sub', 'node_modules', 'deeper'));
+    mk('nm-ws', 'node_modules', 'plain');
+    mk('nm-ws', 'node_modules', '.bin');
+    repo(mk('nm-ws', 'node_modules', 'plain', 'node_modules', 'two-levels')); // not probed: one level only
+    const r = resolvePolicy({ filesystem: { write: [w] } }, '/');
+    for (const pkg of ['node_modules/gitpkg', 'node_modules/@scope/scoped', 'sub/node_modules/deeper']) {
+      expect(r.readOnly, pkg).toEqual(expect.arrayContaining([`${w}/${pkg}/.git/hooks`, `${w}/${pkg}/.git/config`]));
+    }
+    expect(r.readOnly.join('\n')).not.toContain('two-levels');
+    expect(r.readOnly.join('\n')).not.toContain('node_modules/plain');
+    expect(r.gaps ?? []).toEqual([]);
+  });
+
+  it('a node_modules past the probe cap is reported as a gap', () => {
+    const w = mk('nm-big');
+    for (let i = 0; i < 1030; i++) fs.mkdirSync(path.join(w, 'node_modules', `p${i}`), { recursive: true });
+    const r = resolvePolicy({ filesystem: { write: [w] } }, '/');
+    expect(r.gaps).toEqual([
+      `nested repositories in ${w}/node_modules are searched in the first 1024 packages only; a repository in a package past that keeps writable hooks and config`,
+    ]);
+    // Control: under the cap, no gap.
+    fs.rmSync(path.join(w, 'node_modules'), { recursive: true });
+    for (let i = 0; i < 10; i++) fs.mkdirSync(path.join(w, 'node_modules', `p${i}`), { recursive: true });
+    expect(resolvePolicy({ filesystem: { write: [w] } }, '/').gaps).toBeUndefined();
+  });
+});

@@ -200,12 +200,16 @@ describe('resolution table: most specific wins; deny > write > read for equal pa
   const base = { protect: [], git: 'hooks-and-config' as const, tmp: 'none' as const, network: { kind: 'none' as const }, mode: 'auto' as const, degraded: false, limits: {}, protectMetadata: false };
   const entry = (p: string, access: 'read' | 'write' | 'deny') => ({ path: p, access, missing: 'default' as const, source: `entry ${p}` });
 
-  it('equal paths: deny beats write beats read', () => {
+  it('equal paths: write beats read, deny beats read; write and deny together are refused', () => {
     const d = mk('eq');
     expect(resolveEntries({ ...base, root: 'read', entries: [entry(d, 'write'), entry(d, 'read')] }).writeRoots).toEqual([d]);
-    const r = resolveEntries({ ...base, root: 'read', entries: [entry(d, 'read'), entry(d, 'deny'), entry(d, 'write')] });
+    const r = resolveEntries({ ...base, root: 'read', entries: [entry(d, 'read'), entry(d, 'deny')] });
     expect(r.writeRoots).toEqual([]);
     expect(r.denyRead).toEqual([d]);
+    // Deny would silently win over the write and leave the root unusable: a contradiction to fix.
+    expect(() => resolveEntries({ ...base, root: 'read', entries: [entry(d, 'read'), entry(d, 'deny'), entry(d, 'write')] })).toThrow(
+      new RegExp(`${d} is both a writable root \\(entry ${d}\\) and deny-read \\(entry ${d}\\)`),
+    );
   });
 
   it('a more specific read inside a writable root is a read-only carve-out', () => {
