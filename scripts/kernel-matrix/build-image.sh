@@ -79,6 +79,9 @@ mkfs.ext4 -q -L psbroot -d "$ROOTFS" "$TMP/out/rootfs.ext4" 3G >&2
 touch "$TMP/out/ready"
 rm -rf "$OUT"
 mv "$TMP/out" "$OUT"
-# Images of this name from earlier inputs are never used again.
-find "$CACHE" -mindepth 1 -maxdepth 1 -name "$NAME-*" ! -path "$OUT" -exec rm -rf {} +
+# Images of this name from earlier inputs are never used again (NAME-<key> exactly: one name is
+# a prefix of another).
+for d in "$CACHE/$NAME"-*; do
+  if [[ "${d#"$CACHE/$NAME"-}" =~ ^[0-9a-f]{16}$ ]] && [ "$d" != "$OUT" ]; then rm -rf "$d"; fi
+done
 echo "$OUT"
