@@ -96,6 +96,8 @@ export interface LinuxProbe {
   connectSupervisor?: number;
   /** 0 when user+mount+pid+net namespaces work, else -errno. */
   userns: number;
+  /** 0 when the kernel has mount_setattr (Linux 5.12), which isolated mode's mount tree needs, else -errno. Absent from older addons. */
+  mountApi?: number;
   euid: number;
   kernel?: string;
   machine?: string;

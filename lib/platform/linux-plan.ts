@@ -189,10 +189,35 @@ export const LANDLOCK_INHERENT_GAPS = [
   'chmod, chown, utime and xattr changes on files outside the writable roots are not blocked (Landlock has no metadata rights)',
 ];
 
+/**
+ * Why isolated mode cannot run on this kernel although user namespaces work, or undefined. Its
+ * mount tree needs mount_setattr (5.12): on an older kernel (Debian 11's 5.10) a spawn would fail
+ * half-way through its mount setup.
+ */
+export function isolatedKernelGap(probe: LinuxProbe): string | undefined {
+  if (probe.mountApi === undefined || probe.mountApi === 0) return undefined;
+  return (
+    `isolated mode needs Linux 5.12 or later (its mount tree is built with mount_setattr), and this kernel ` +
+    `(${probe.kernel ?? 'unknown'}) lacks it (errno ${-probe.mountApi})`
+  );
+}
+
 export function chooseLinuxMode(rules: ResolvedRules, probe: LinuxProbe): 'isolated' | 'landlock' {
   // Under Ubuntu's AppArmor restriction the namespace itself can be made and only its mounts fail
   // (the probe's EPERM): "unavailable (errno 1)" would send the user to the wrong sysctl.
   const why = () => (apparmorRestrictsUserns() ? apparmorHint() : `unprivileged user namespaces are unavailable here (errno ${-probe.userns})`);
+  const kernelGap = probe.userns === 0 ? isolatedKernelGap(probe) : undefined;
+  if (kernelGap && (rules.mode === 'isolated' || (rules.mode !== 'landlock' && probe.landlockAbi < 1))) {
+    // Too old for isolated mode, and (unless asked for by name) for Landlock (5.13) as well: nothing
+    // here can sandbox, so no way out but a newer kernel is worth naming.
+    throw new SandboxError(
+      'ENOT_ENFORCED',
+      `${kernelGap}; ` +
+        (rules.mode === 'isolated' ? '' : `Landlock mode needs Linux 5.13 (this kernel has no Landlock), so nothing can sandbox here; `) +
+        `upgrade the kernel (on Debian 11: the bullseye-backports kernel)`,
+      { errno: -(probe.mountApi ?? 0) },
+    );
+  }
   if (rules.mode === 'isolated') {
     if (probe.userns !== 0) {
       throw new SandboxError(
@@ -208,14 +233,14 @@ export function chooseLinuxMode(rules: ResolvedRules, probe: LinuxProbe): 'isola
     return 'isolated';
   }
   if (rules.mode === 'landlock') return 'landlock';
-  if (probe.userns === 0) return 'isolated';
+  if (probe.userns === 0 && !kernelGap) return 'isolated';
   if (!rules.degraded) {
     throw new SandboxError(
-      'EUSERNS_UNAVAILABLE',
-      `${why()}, and the Landlock fallback ` +
+      kernelGap ? 'ENOT_ENFORCED' : 'EUSERNS_UNAVAILABLE',
+      `${kernelGap ?? why()}, and the Landlock fallback ` +
         `cannot enforce everything (${LANDLOCK_INHERENT_GAPS.join('; ')}); pass degraded: true (CLI --degraded) ` +
-        `to accept Landlock mode, or enable user namespaces`,
-      { errno: -probe.userns },
+        `to accept Landlock mode, or ${kernelGap ? 'upgrade the kernel' : 'enable user namespaces'}`,
+      { errno: kernelGap ? -(probe.mountApi ?? 0) : -probe.userns },
     );
   }
   return 'landlock';

@@ -440,7 +440,9 @@ export function createLinuxBackend(native: NativeBinding): Backend {
           userNamespaces: p.userns === 0,
           userNamespacesErrno: p.userns === 0 ? undefined : -p.userns,
           euid: p.euid,
-          isolatedMode: p.userns === 0 && p.seccomp === 0,
+          isolatedMode: p.userns === 0 && p.seccomp === 0 && (p.mountApi ?? 0) === 0,
+          // isolated mode's setup calls (Linux 5.12); false on older kernels (isolatedKernelGap).
+          mountApi: (p.mountApi ?? 0) === 0,
           landlockMode: p.landlockAbi >= 1 && p.seccomp === 0,
           // Landlock mode with the proxy closes the proxy-port gap through it (README).
           connectSupervisor: p.connectSupervisor === 0,

@@ -30,6 +30,7 @@
 #include "relay.h"
 #include "seccomp.h"
 #include "spawn_linux.h"
+#include "syscall_numbers.h"
 #include "tree_walk.h"
 
 namespace psb {
@@ -771,6 +772,15 @@ Napi::Value SetRef(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+// Isolated mode builds its mount tree with mount_setattr(2) (Linux 5.12: read-only binds, applied
+// recursively). Before it (Debian 11's 5.10) a spawn would fail half-way through the mount setup;
+// the planner refuses up front instead. 0 when it exists, else -ENOSYS.
+int MountApiSupported() {
+  // Argument checks come first where the call exists (size 0 is EINVAL); ENOSYS means it does not.
+  if (syscall(__NR_mount_setattr, -1, "", 0, nullptr, 0) < 0 && errno == ENOSYS) return -ENOSYS;
+  return 0;
+}
+
 // native.probe() -> facts about this kernel and process
 Napi::Value Probe(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -779,6 +789,7 @@ Napi::Value Probe(const Napi::CallbackInfo& info) {
   o.Set("seccomp", Napi::Number::New(env, SeccompSupported()));
   o.Set("connectSupervisor", Napi::Number::New(env, ConnectSupervisorSupported()));
   o.Set("userns", Napi::Number::New(env, ProbeUserNamespaces(true)));
+  o.Set("mountApi", Napi::Number::New(env, MountApiSupported()));
   o.Set("euid", Napi::Number::New(env, geteuid()));
   struct utsname u;
   if (uname(&u) == 0) {

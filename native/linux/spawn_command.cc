@@ -12,6 +12,46 @@ namespace psb {
 namespace spawn_internal {
 namespace {
 
+// Marks every fd from `from` up close-on-exec (the errno pipe among them must stay open until the
+// execve). close_range(CLOSE_RANGE_CLOEXEC) does it in one call from Linux 5.11; before that
+// (Debian 11's 5.10 answers EINVAL, and even a policy: null run failed) each fd listed in
+// /proc/self/fd gets FD_CLOEXEC. Raw syscalls and a stack buffer only: this child may share the
+// parent's memory. Without /proc the original EINVAL stands and the spawn fails closed.
+long CloexecFromInChild(int from) {
+  long r = Sys(__NR_close_range, from, ~0U, CLOSE_RANGE_CLOEXEC);
+  if (r != -EINVAL) return r;
+  long dir = Sys(__NR_openat, AT_FDCWD, "/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+  if (dir < 0) return r;
+  alignas(8) char buf[1024];
+  for (;;) {
+    long n = Sys(__NR_getdents64, dir, buf, sizeof buf);
+    if (n <= 0) {
+      Sys(__NR_close, dir);
+      return n;
+    }
+    // struct linux_dirent64: d_ino (8), d_off (8), d_reclen (2), d_type (1), d_name.
+    for (long off = 0; off < n;) {
+      uint16_t reclen;
+      __builtin_memcpy(&reclen, buf + off + 16, sizeof reclen);
+      const char* name = buf + off + 19;
+      off += reclen;
+      if (reclen == 0) break;
+      long fd = 0;
+      bool digits = *name != 0;
+      for (const char* c = name; *c; ++c) {
+        if (*c < '0' || *c > '9') digits = false;
+        else fd = fd * 10 + (*c - '0');
+      }
+      if (!digits || fd < from || fd == dir) continue;
+      long e = Sys(__NR_fcntl, fd, F_SETFD, FD_CLOEXEC);
+      if (e < 0) {
+        Sys(__NR_close, dir);
+        return e;
+      }
+    }
+  }
+}
+
 constexpr int kSecbitsLockAll = 0x3f | (1 << 6) | (1 << 7);  // NOROOT, NO_SETUID_FIXUP, KEEP_CAPS (+locks), NO_CAP_AMBIENT_RAISE (+lock)
 
 struct CapHeader {
@@ -78,7 +118,7 @@ void ParkInChild(ChildArgs* a, int oom_fd) {
     if (r < 0) FailInChild(a, kStageStdio, i, r);
   }
   if (a->plan->ctty) SetControllingTerminalInChild(a);
-  long r = Sys(__NR_close_range, n, ~0U, CLOSE_RANGE_CLOEXEC);
+  long r = CloexecFromInChild(n);
   if (r < 0) FailInChild(a, kStageCloseFds, 0, r);
   if (oom_fd >= 0) {
     r = Sys(__NR_write, oom_fd, "1000", 4);
@@ -153,7 +193,7 @@ int CommandInChild(void* argp) {
     }
     if (p.ctty) SetControllingTerminalInChild(a);
     // Every other fd closes at execve; the errno pipe stays open until then.
-    r = Sys(__NR_close_range, a->nstdio, ~0U, CLOSE_RANGE_CLOEXEC);
+    r = CloexecFromInChild(a->nstdio);
     if (r < 0) FailInChild(a, kStageCloseFds, 0, r);
   }
   const struct {

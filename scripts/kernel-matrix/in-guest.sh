@@ -20,7 +20,7 @@ install -m 0755 "$SRC/.kernel-matrix/node" /usr/local/bin/node
 # What each configuration changes, and what the unit running the suites delegates.
 DELEGATE=yes
 case "$CONFIG" in
-  v2-systemd | no-landlock) ;;
+  v2-systemd | no-landlock | v5.10 | v6.12 | arm64) ;;
   no-userns) sysctl -qw kernel.unprivileged_userns_clone=0 ;;
   no-memcg-delegation) DELEGATE=pids ;;
   *) log "unknown config '$CONFIG'"; exit 2 ;;
@@ -60,6 +60,30 @@ row() { # user rc json
   fi
   printf '\nkernel-matrix: %s %s %s %s\n' "$CONFIG" "$1" "$verdict" "$s"
 }
+
+# arm64: the tree is what an install has (no build/, prebuilds/linux-arm64 only) and the guest has
+# no compiler, so the addon can only come from the prebuild. Every row fails unless it loads, in
+# the arm64 node that runs the suites and in Debian's own nodejs (18), and is the prebuild.
+if [ "$CONFIG" = arm64 ]; then
+  why=""
+  for c in cc gcc g++ c++ clang make; do command -v "$c" >/dev/null && why="$why a compiler ($c) is installed;"; done
+  [ -e "$SRC/build" ] && why="$why the tree has build/;"
+  for n in /usr/local/bin/node /usr/bin/node; do
+    got=$(cd "$SRC" && "$n" -e '
+const file = require("node-gyp-build").resolve(process.cwd());
+const p = require("./dist/index.js").probe();
+if (!p.addonLoaded) throw new Error("probe: addon not loaded");
+console.log(`${process.version} ${process.arch} ${require("path").relative(process.cwd(), file)} defaultMode=${p.defaultMode} landlockAbi=${p.features.landlockAbi}`);
+' 2>&1) || why="$why $n could not load it: $(echo "$got" | grep -m1 -i error);"
+    log "arm64: $n: $got"
+    [[ "$got" == *" arm64 prebuilds/linux-arm64/"* ]] || why="$why $n did not load prebuilds/linux-arm64;"
+  done
+  if [ -n "$why" ]; then
+    log "arm64: the prebuild check failed:$why"
+    for u in $USERS; do printf '\nkernel-matrix: %s %s fail 0 passed, 1 failed, 0 skipped (prebuild:%s)\n' "$CONFIG" "$u" "$why"; done
+    exit 1
+  fi
+fi
 
 for u in $USERS; do
   out=$RES/$u.json
