@@ -16,6 +16,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import type { LinuxMountOp } from '../native';
 import type { CachesMode } from '../policy-types';
+import { isWithin } from '../permissions/canonical';
 import type { ResolvedRules } from '../rules';
 
 /** Mirrors MountKind in linux-plan.ts (native/linux/spawn_linux.h MountOpKind). */
@@ -89,8 +90,6 @@ export interface CachePlan {
   report: Record<string, string>;
 }
 
-const isUnder = (p: string, root: string): boolean => p === root || p.startsWith(root.endsWith('/') ? root : root + '/');
-
 function realDir(p: string): string | null {
   try {
     const real = fs.realpathSync.native(p);
@@ -124,10 +123,10 @@ function overlayBlocker(dir: string, rules: ResolvedRules): string | null {
   if (!overlayAvailable()) return 'no overlayfs in this kernel';
   // The option string separates with ',' and ':' (escaping differs between kernel versions).
   if (/[,:\\\n]/.test(dir)) return 'its path holds a character overlayfs options cannot carry';
-  if (['/tmp', '/dev', '/proc', '/sys'].some((r) => isUnder(dir, r))) return 'it is under a directory the sandbox replaces';
-  if (rules.denyRead.some((d) => isUnder(dir, d))) return 'it is deny-read';
-  if (!rules.readAll && !rules.readRoots.some((r) => isUnder(dir, r))) return 'it is not readable under this policy';
-  if ([...rules.denyRead, ...rules.readOnly, ...rules.writeRoots].some((p) => p !== dir && isUnder(p, dir))) {
+  if (['/tmp', '/dev', '/proc', '/sys'].some((r) => isWithin(dir, r))) return 'it is under a directory the sandbox replaces';
+  if (rules.denyRead.some((d) => isWithin(dir, d))) return 'it is deny-read';
+  if (!rules.readAll && !rules.readRoots.some((r) => isWithin(dir, r))) return 'it is not readable under this policy';
+  if ([...rules.denyRead, ...rules.readOnly, ...rules.writeRoots].some((p) => p !== dir && isWithin(p, dir))) {
     return 'a deny-read, protected or writable path lies inside it';
   }
   return null;
@@ -169,7 +168,7 @@ export function planCaches(input: CachePlanInput): CachePlan {
     let why: string;
     if (real === null) why = 'absent on the host';
     else if (mode === 'landlock') why = 'Landlock mode has no mounts';
-    else if (overlaid.some((o) => isUnder(real, o))) {
+    else if (overlaid.some((o) => isWithin(real, o))) {
       plan.report[s.name] = `overlay ${s.path} (inside another cache's overlay)`;
       continue;
     } else {

@@ -205,6 +205,7 @@ export function isolatedKernelGap(probe: LinuxProbe): string | undefined {
 export function chooseLinuxMode(rules: ResolvedRules, probe: LinuxProbe): 'isolated' | 'landlock' {
   // Under Ubuntu's AppArmor restriction the namespace itself can be made and only its mounts fail
   // (the probe's EPERM): "unavailable (errno 1)" would send the user to the wrong sysctl.
+  // Read only on the way to a refusal (the sysctl is a file): never on a spawn that goes ahead.
   const why = () => (apparmorRestrictsUserns() ? apparmorHint() : `unprivileged user namespaces are unavailable here (errno ${-probe.userns})`);
   const kernelGap = probe.userns === 0 ? isolatedKernelGap(probe) : undefined;
   if (kernelGap && (rules.mode === 'isolated' || (rules.mode !== 'landlock' && probe.landlockAbi < 1))) {
@@ -223,7 +224,7 @@ export function chooseLinuxMode(rules: ResolvedRules, probe: LinuxProbe): 'isola
       throw new SandboxError(
         'EUSERNS_UNAVAILABLE',
         apparmorRestrictsUserns()
-          ? `isolated mode needs unprivileged user namespaces: ${why()}; or use mode 'landlock' with degraded: true`
+          ? `isolated mode needs unprivileged user namespaces: ${apparmorHint()}; or use mode 'landlock' with degraded: true`
           : `isolated mode needs unprivileged user namespaces, which this host refuses (errno ${-probe.userns}); ` +
               `enable them (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces>0, or AppArmor's ` +
               `kernel.apparmor_restrict_unprivileged_userns=0) or use mode 'landlock' with degraded: true`,

@@ -294,6 +294,8 @@ function sweepStaleTmpDirs(native: NativeBinding): void {
 
 /** How often Landlock mode checks its TMPDIR against limits.tmpBytes (at least; see watchTmpDir). */
 const TMP_CHECK_MS = 250;
+/** Entries the TMPDIR may hold: one per 4 KiB of tmpBytes, as isolated mode's tmpfs inodes, at least 1024. */
+const tmpEntryLimit = (maxBytes: number): number => Math.max(1024, Math.floor(maxBytes / 4096));
 
 /**
  * Landlock mode's TMPDIR is on the host's disk (isolated mode's is a tmpfs of limits.tmpBytes).
@@ -305,7 +307,7 @@ const TMP_CHECK_MS = 250;
  * bound: between two checks a command can write what the disk takes in that time. Returns stop().
  */
 function watchTmpDir(native: NativeBinding, dir: string, maxBytes: number, onOver: (message: string) => void): () => void {
-  const maxInodes = Math.max(1024, Math.floor(maxBytes / 4096));
+  const maxInodes = tmpEntryLimit(maxBytes);
   let stopped = false;
   let timer: NodeJS.Timeout | undefined;
   const schedule = (ms: number) => {
@@ -345,7 +347,7 @@ function withTmpCheck(report: EnforcementReport, maxBytes: number, checked: bool
     ...report,
     mechanisms: {
       ...report.mechanisms,
-      tmpDirCheck: `TMPDIR measured by the host at least every ${TMP_CHECK_MS} ms; the run is killed past ${maxBytes} bytes or ${Math.max(1024, Math.floor(maxBytes / 4096))} entries`,
+      tmpDirCheck: `TMPDIR measured by the host at least every ${TMP_CHECK_MS} ms; the run is killed past ${maxBytes} bytes or ${tmpEntryLimit(maxBytes)} entries`,
     },
     gaps: [
       ...report.gaps,
