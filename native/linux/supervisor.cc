@@ -8,12 +8,12 @@
 // listener and answers every call inline. The command waits in each supervised call until it is
 // answered, so what a call costs is the round trip command -> supervisor -> command plus the
 // class's own work. That round trip used to go through the host's loop (uv_poll woke the JS
-// thread, which queued the call for a worker thread): one more wake-up and context switch per
-// call, and a wait for the JS thread whenever it was busy; here it is the two switches the kernel
-// needs (measured below 10 us per fchmod in all, of which the metadata class's steps take about
-// 7; it was 15 to 20). Where the kernel has it (6.6), SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP asks
-// both wake-ups to switch on the current CPU (no measurable difference on a loaded 2-CPU VM,
-// meant for larger hosts, where a wake-up on another CPU costs more).
+// thread, which queued the call for a worker thread): one more wake-up per call, and a wait for
+// the JS thread whenever it was busy. Measured per fchmod (a 2-CPU VM): host CPU 13-14 us -> 8-9
+// us, of which the metadata class's own steps are about 7; on a quiet machine 15-20 us -> about
+// 10 us of wall time. On a heavily oversubscribed machine every wake-up waits for a turn on a CPU
+// and the wall time per call swings (20-60 us either way). SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP
+// (6.6: both wake-ups on the current CPU) was tried and left out: no better there, often worse.
 // A call the command makes slow (a chmod that waits for the inode lock its own 1 GiB write
 // holds, a walk through 40 symlinks of 4 kB each) stalls only this sandbox's calls, never the
 // host's loop. The thread never touches napi; the connect class shares only its registry of
@@ -193,9 +193,6 @@ int StartSupervisor(napi_env env, int listener_fd, SupervisorConfig config) noex
     delete s;
     return -e;
   }
-  // Both wake-ups of a call (the command's notification, our answer) switch on the current CPU
-  // (6.6+; older kernels refuse the ioctl and wake as before).
-  ioctl(listener_fd, notify::kNotifSetFlags, notify::kNotifFdSyncWakeUp);
   std::lock_guard<std::mutex> g(live_mu);
   if (hooked.count(env) == 0) {
     if (napi_add_env_cleanup_hook(env, OnEnvTeardown, env) == napi_ok) hooked.insert(env);
