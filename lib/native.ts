@@ -36,7 +36,7 @@ export interface LinuxNativePlan {
   /** unixSockets: allow socket(AF_UNIX, SOCK_STREAM|SOCK_SEQPACKET) whatever `net` says. */
   /**
    * connectSupervisor (Landlock mode, net 'proxy'): the proxy's port. connect() calls stop in a
-   * seccomp user notification, answered by the host (native/linux/connect_supervisor.cc).
+   * seccomp user notification, answered by the host (native/linux/supervise_connect.cc).
    */
   /**
    * metadataSupervisor (Landlock mode): chmod/chown/utime/xattr calls stop in a seccomp user

@@ -679,7 +679,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
   // port would open that port on every IPv4 address. Where the kernel allows it, the connect
   // supervisor takes over instead: Landlock allows no TCP connect at all, seccomp stops connect()
   // in a user notification, and the host hands the command a connection to 127.0.0.1:<port>
-  // that it made itself (native/linux/connect_supervisor.cc). Without it, the port rule and the
+  // that it made itself (native/linux/supervise_connect.cc). Without it, the port rule and the
   // gap stay (Landlock mode is degraded-only anyway).
   const supervised = mode === 'landlock' && net === 'proxy' && probe.connectSupervisor === 0;
   if (supervised) native.seccomp!.connectSupervisor = input.proxyPort!;

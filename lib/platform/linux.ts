@@ -775,7 +775,7 @@ export function createLinuxBackend(native: NativeBinding): Backend {
         const handle0 = res.handle;
         const processId = req.network?.processId ?? String(res.pid);
         // Landlock mode: the listener is on the host's 127.0.0.1, open to every local process.
-        // Only the sandbox's own connections are served (native/linux/connect_supervisor.cc).
+        // Only the sandbox's own connections are served (native/linux/supervise_connect.cc).
         const hostPort = res.listenerFd === undefined && hostListenerFd !== undefined ? proxyPortOf(plan) : undefined;
         const admit =
           hostPort !== undefined

@@ -23,7 +23,8 @@
 
 #include "../addon_data.h"
 #include "../js_error.h"
-#include "connect_supervisor.h"
+#include "supervise_connect.h"
+#include "supervisor.h"
 #include "dir_watch.h"
 #include "landlock.h"
 #include "pty_linux.h"
@@ -345,7 +346,7 @@ void ParsePlan(Napi::Env env, const Napi::Object& o, LinuxSpawnPlan* out, Superv
     cfg.isolated = plan.mode == LinuxMode::kIsolated;
     cfg.unix_stream_sockets = GetBool(s, "unixSockets", false);
     // Landlock mode with the proxy: connect() goes through the host's supervisor, which hands
-    // over connections to 127.0.0.1:<connectSupervisor> only (connect_supervisor.cc).
+    // over connections to 127.0.0.1:<connectSupervisor> only (supervise_connect.cc).
     connect_port = static_cast<uint16_t>(GetNumber(s, "connectSupervisor", 0));
     if (connect_port != 0) {
       if (plan.mode != LinuxMode::kLandlock || net != "proxy") {
@@ -433,7 +434,7 @@ Napi::Value WatchStarted(Napi::Env env, const LinuxSpawnResult& res, SupervisorC
   napi_get_uv_event_loop(env, &loop);
   if (res.seccomp_listener_fd >= 0) {
     // Owned by the supervisor from here on, whatever happens.
-    int r = StartSupervisor(env, loop, res.seccomp_listener_fd, std::move(supervisor));
+    int r = StartSupervisor(env, res.seccomp_listener_fd, std::move(supervisor));
     w->res.seccomp_listener_fd = -1;
     if (r < 0) {
       // The command runs already: its connects would fail (ENOSYS), never leak. Stop it anyway.
@@ -706,7 +707,7 @@ Napi::Value ListenLoopbackJs(const Napi::CallbackInfo& info) {
 
 // native.admitProxyPeer(proxyPort, peerPort, supervised) -> whether the connection Landlock mode's
 // host listener on 127.0.0.1:proxyPort accepted from 127.0.0.1:peerPort is the sandbox's own
-// (connect_supervisor.h). Never blocks: one netlink request the kernel answers as it is sent.
+// (supervise_connect.h). Never blocks: one netlink request the kernel answers as it is sent.
 Napi::Value AdmitProxyPeerJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (info.Length() != 3 || !info[0].IsNumber() || !info[1].IsNumber() || !info[2].IsBoolean()) {

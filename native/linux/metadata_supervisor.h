@@ -5,9 +5,9 @@
 // resolved and pinned, only when that object lies inside a writable root and outside every
 // protected path. See metadata_supervisor.cc.
 //
-// Threading: HandleMetadata runs on the sandbox's metadata worker thread (connect_supervisor.cc),
+// Threading: HandleMetadata runs on the sandbox's supervisor thread (supervisor.cc),
 // never on the host's loop: a call the command makes slow (a walk through 40 symlinks of 4 kB
-// each, an inode lock held by its own 2 GiB write) then stalls only that sandbox's metadata calls.
+// each, an inode lock held by its own 2 GiB write) then stalls only that sandbox's supervised calls.
 // It lowers that thread's effective capabilities while it acts and restores them before it
 // returns.
 #pragma once

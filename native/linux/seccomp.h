@@ -92,7 +92,7 @@ enum class SeccompNet : uint8_t {
   //             sends with MSG_FASTOPEN fail, as they connect without a connect() call. (On 6.18,
   //             Landlock ABI 7, an MPTCP connect and a MSG_FASTOPEN sendto both reached a port
   //             that CONNECT_TCP denied.) With notify_connect, connect() is supervised by the
-  //             host (connect_supervisor.cc) and Landlock allows no TCP port at all.
+  //             host (supervise_connect.cc) and Landlock allows no TCP port at all.
   kProxy,
   // The host network: no socket rules. io_uring stays denied.
   kFull,
@@ -109,7 +109,7 @@ struct SeccompConfig {
   bool unix_stream_sockets = false;
   // Landlock mode, kProxy: connect() calls with an addrlen of 16 or more (anything that can name
   // an AF_INET address) stop in SECCOMP_RET_USER_NOTIF for the host's connect supervisor
-  // (connect_supervisor.cc). Shorter ones are decided by the kernel at once: no INET address fits
+  // (supervise_connect.cc). Shorter ones are decided by the kernel at once: no INET address fits
   // (EINVAL), and unix-socket programs with short names pay no round trip. Install with
   // InstallSeccompInChild(prog, true).
   bool notify_connect = false;

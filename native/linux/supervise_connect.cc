@@ -1,6 +1,6 @@
-// Landlock mode's syscall supervisor: the loop, lifetime and connect() handling live here; the
-// same listener carries the metadata calls (metadata_supervisor.cc) and the inotify counts, and
-// Handle() below dispatches. connect() is supervised for a sandbox whose network is the proxy.
+// The supervisor's connect class: connect() is supervised for a sandbox whose network is the
+// proxy (SeccompConfig::notify_connect). The supervisor's loop (supervisor.cc) hands each
+// connect() notification to HandleConnect, on the supervisor's thread.
 //
 // The gap it closes: Landlock's TCP rules are per port, not per address, so a rule that lets the
 // command reach the proxy on 127.0.0.1:P would let it reach port P of every IPv4 address. With
@@ -32,25 +32,19 @@
 // is used once: taken by the accept it admits, dropped when the connect fails, and dropped with
 // the supervisor.
 //
-// Threading and lifetime: everything runs on the JS thread's loop, through uv_poll on the
-// listener (one ioctl per notification, no blocking call: a RECV happens only after poll() said a
-// notification is queued, and the connect to the proxy is non-blocking), except the metadata
-// calls, which the loop queues for the sandbox's metadata worker thread (MetaWorker below). A blocking socket whose
-// connect is still under way is parked on its own uv_poll until it completes, the command waiting
-// in connect() meanwhile, as it would for a real connect. The handles are unref'd: the sandbox's
-// exit watch decides how long the loop lives. The supervisor ends when the listener reports
-// POLLHUP (no task of the sandbox, setsid'd or not, holds the filter any more) or when the env is
-// torn down (an async cleanup hook, as in relay.cc); once its listener is closed, a notified
-// connect (or chmod, or inotify call) fails with ENOSYS: closed, never open.
-#include "connect_supervisor.h"
+// Threading: everything here runs on the sandbox's supervisor thread, without a blocking call
+// (the connect to the proxy is non-blocking). A blocking socket whose connect is still under way
+// (on loopback only while the proxy's backlog is full) is parked: the supervisor's poll() watches
+// it (ConnectPollFds) and answers the command, which waits in connect() meanwhile, as it would
+// for a real connect, once it completes (ConnectPollDone). The registry of peers is shared with
+// the proxy's thread (AdmitProxyPeer) under a mutex.
+#include "supervise_connect.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,14 +59,12 @@
 #include <unistd.h>
 
 #include <cstdint>
-#include <deque>
-#include <list>
 #include <map>
 #include <mutex>
 #include <new>
 #include <utility>
+#include <vector>
 
-#include "metadata_supervisor.h"
 #include "notify_abi.h"
 
 namespace psb {
@@ -83,7 +75,6 @@ using notify::Continue;
 using notify::IdValid;
 using notify::kAddfdFlagSetfd;
 using notify::kNotifAddfd;
-using notify::kNotifRecv;
 using notify::Respond;
 using notify::SeccompNotif;
 using notify::SeccompNotifAddfd;
@@ -92,15 +83,12 @@ using notify::SeccompNotifAddfd;
 constexpr uint8_t kTcpSynSent = 2;
 constexpr uint8_t kTcpClose = 7;
 
-// Bounded work per wakeup keeps a command that connects in a loop from starving the host's loop.
-constexpr int kMaxPerWakeup = 64;
 // Blocking connects still under way each hold a host fd (on loopback only while the proxy's
 // backlog is full): a sandbox gets at most this many at once; more fail with EAGAIN (the
 // kernel's "no local port free now"). Non-blocking ones hold none: the socket is handed over at
 // once.
 constexpr size_t kMaxPending = 64;
 
-struct Supervisor;
 
 // The proxy connections made here and not yet accepted: sockfs inode -> (proxy port, owner, a
 // host fd of the socket). Process-wide (the proxy may run on any thread). The host's fd keeps
@@ -112,14 +100,14 @@ struct Supervisor;
 // beyond kMaxPending's): past that its connects fail with EAGAIN, and only its own.
 struct PeerEntry {
   uint16_t port;
-  const Supervisor* owner;
+  const ConnectClass* owner;
   int fd;
 };
 std::mutex peers_mu;
 std::map<uint64_t, PeerEntry> peers;
-std::map<const Supervisor*, size_t> peers_per_owner;
-// Connections normally wait one loop iteration for their accept, made by at most two batches of
-// kMaxPerWakeup notifications (the one before the accept and the one after): room for four.
+std::map<const ConnectClass*, size_t> peers_per_owner;
+// The proxy accepts on the host's loop while the supervisor connects on its own thread: a command
+// connecting in a burst gets this far ahead of the accepts, then EAGAIN until they catch up.
 constexpr size_t kMaxPeersPerSandbox = 256;
 
 void ErasePeerLocked(std::map<uint64_t, PeerEntry>::iterator it) {
@@ -130,7 +118,7 @@ void ErasePeerLocked(std::map<uint64_t, PeerEntry>::iterator it) {
 }
 
 // Registers socket `sock` (inode `ino`) for `port`; false when it cannot be.
-bool RegisterPeer(int sock, uint64_t ino, uint16_t port, const Supervisor* owner) {
+bool RegisterPeer(int sock, uint64_t ino, uint16_t port, const ConnectClass* owner) {
   std::lock_guard<std::mutex> g(peers_mu);
   if (ino == 0 || peers.count(ino) != 0) return false;
   size_t& n = peers_per_owner[owner];
@@ -148,7 +136,7 @@ void ForgetPeer(uint64_t ino) {
   if (it != peers.end()) ErasePeerLocked(it);
 }
 
-void ForgetPeersOf(const Supervisor* owner) {
+void ForgetPeersOf(const ConnectClass* owner) {
   std::lock_guard<std::mutex> g(peers_mu);
   for (auto it = peers.begin(); it != peers.end();) {
     auto next = std::next(it);
@@ -164,165 +152,23 @@ uint64_t SocketInode(int fd) {
   return fstat(fd, &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
 }
 
-// The sandbox's metadata worker: a thread of its own that carries out the metadata calls
-// (metadata_supervisor.cc), so that a call the command makes slow stalls only that sandbox's
-// metadata calls and never the host's loop. The command picks the cost of each one: a path through
-// 40 symlinks of 4 kB each costs milliseconds of path walk, and a chmod of a file it is writing
-// 1 GiB at a time waits for the inode lock each write holds (seconds per call, every call).
-// The loop thread takes each notification off the listener (and counts inotify) as before and
-// queues the metadata ones here. The worker owns a dup of the listener and its own copy of the
-// rules, so it never touches the Supervisor: Shutdown only sets `stop`, and the worker frees
-// itself; a call still queued then fails with ENOSYS once the last listener fd is closed.
-struct MetaWorker {
-  pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-  pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-  std::deque<SeccompNotif> queue;
-  bool stop = false;
-  int listener = -1;
-  MetadataRules rules;
-};
-// Each of the command's threads waits in at most one call, so this bounds only a command with
-// thousands of threads in metadata calls at once; beyond it a call fails with EAGAIN.
-constexpr size_t kMaxMetaQueued = 4096;
-
-void* MetaWorkerMain(void* arg) {
-  MetaWorker* w = static_cast<MetaWorker*>(arg);
-  for (;;) {
-    pthread_mutex_lock(&w->mu);
-    while (!w->stop && w->queue.empty()) pthread_cond_wait(&w->cv, &w->mu);
-    if (w->stop) {
-      pthread_mutex_unlock(&w->mu);
-      break;
-    }
-    SeccompNotif n = w->queue.front();
-    w->queue.pop_front();
-    pthread_mutex_unlock(&w->mu);
-    if (!HandleMetadata(w->listener, n, w->rules)) Continue(w->listener, n.id);
-  }
-  close(w->listener);
-  delete w;
-  return nullptr;
-}
-
-// Starts a worker for listener (dup'ed); nullptr when none can be had.
-MetaWorker* StartMetaWorker(int listener, const MetadataRules& rules) {
-  MetaWorker* w = new (std::nothrow) MetaWorker();
-  if (w == nullptr) return nullptr;
-  w->listener = fcntl(listener, F_DUPFD_CLOEXEC, 0);
-  if (w->listener < 0) {
-    delete w;
-    return nullptr;
-  }
-  w->rules = rules;
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_attr_setstacksize(&attr, 512 * 1024);  // the largest frame holds a 4 kB page and PATH_MAX
-  // No signal is ever delivered to this thread: Node's handlers run on its own threads.
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  pthread_t t;
-  int rc = pthread_create(&t, &attr, MetaWorkerMain, w);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  pthread_attr_destroy(&attr);
-  if (rc != 0) {
-    close(w->listener);
-    delete w;
-    return nullptr;
-  }
-  return w;
-}
-
-void StopMetaWorker(MetaWorker* w) {
-  pthread_mutex_lock(&w->mu);
-  w->stop = true;
-  pthread_cond_signal(&w->cv);
-  pthread_mutex_unlock(&w->mu);
-}
-
-// Queues n for the worker; false when it cannot take it (the caller answers).
-bool QueueMeta(MetaWorker* w, const SeccompNotif& n) {
-  pthread_mutex_lock(&w->mu);
-  bool ok = w->queue.size() < kMaxMetaQueued;
-  if (ok) {
-    w->queue.push_back(n);
-    pthread_cond_signal(&w->cv);
-  }
-  pthread_mutex_unlock(&w->mu);
-  return ok;
-}
-
 // A blocking socket's connect to the proxy, still under way; the command waits in connect().
 struct Pending {
-  Supervisor* sup = nullptr;
-  uv_poll_t poll;
   int sock = -1;
   uint64_t id = 0;
   int child_fd = -1;
   uint64_t ino = 0;  // registered (see the top of the file) until the connect is answered
   bool cloexec = false;
-  bool closing = false;
 };
 
-struct Supervisor {
-  uv_poll_t poll;
-  int fd = -1;
+}  // namespace
+
+struct ConnectClass {
   uint16_t port = 0;
-  SupervisorConfig config;
-  bool closing = false;
-  int open_handles = 0;
-  std::list<Pending*> pending;
-  napi_async_cleanup_hook_handle cleanup = nullptr;
-  MetaWorker* worker = nullptr;  // started at the first metadata call
-  bool worker_failed = false;
+  std::vector<Pending> pending;  // at most kMaxPending
 };
 
-void MaybeFree(Supervisor* s) {
-  if (s->open_handles > 0) return;
-  if (s->cleanup != nullptr) napi_remove_async_cleanup_hook(s->cleanup);
-  s->cleanup = nullptr;
-  delete s;
-}
-
-void OnPendingClosed(uv_handle_t* h) {
-  Pending* p = static_cast<Pending*>(h->data);
-  Supervisor* s = p->sup;
-  if (p->sock >= 0) close(p->sock);  // libuv no longer watches it
-  s->pending.remove(p);
-  delete p;
-  --s->open_handles;
-  MaybeFree(s);
-}
-
-void ClosePending(Pending* p) {
-  if (p->closing) return;
-  p->closing = true;
-  uv_poll_stop(&p->poll);
-  uv_close(reinterpret_cast<uv_handle_t*>(&p->poll), OnPendingClosed);
-}
-
-void OnListenerClosed(uv_handle_t* h) {
-  Supervisor* s = static_cast<Supervisor*>(h->data);
-  // Closing the listener fails every notification still queued, and every later one, with ENOSYS.
-  if (s->fd >= 0) close(s->fd);
-  s->fd = -1;
-  --s->open_handles;
-  MaybeFree(s);
-}
-
-void Shutdown(Supervisor* s) {
-  if (s->closing) return;
-  s->closing = true;
-  if (s->worker != nullptr) StopMetaWorker(s->worker);
-  s->worker = nullptr;
-  ForgetPeersOf(s);  // a connection made here and not accepted yet is served no more
-  uv_poll_stop(&s->poll);
-  uv_close(reinterpret_cast<uv_handle_t*>(&s->poll), OnListenerClosed);
-  for (Pending* p : std::list<Pending*>(s->pending)) ClosePending(p);
-}
-
-void TeardownHook(napi_async_cleanup_hook_handle, void* arg) { Shutdown(static_cast<Supervisor*>(arg)); }
+namespace {
 
 // Whether the command's fd `fd` is close-on-exec (from /proc/<tid>/fdinfo; false if unknown).
 bool ChildFdCloexec(uint32_t tid, int fd) {
@@ -372,29 +218,26 @@ void Inject(int listener, uint64_t id, int sock, int child_fd, bool cloexec, int
   Respond(listener, id, error);
 }
 
-void OnPendingWritable(uv_poll_t* h, int status, int) {
-  Pending* p = static_cast<Pending*>(h->data);
-  Supervisor* s = p->sup;
-  if (p->closing || s->closing) return;
+// A waiting connect whose socket poll() reported: answers the command.
+void FinishPending(int listener, const Pending& p, short revents) {
   int err = 0;
   socklen_t len = sizeof err;
-  if (status < 0) err = ECONNREFUSED;
-  else if (getsockopt(p->sock, SOL_SOCKET, SO_ERROR, &err, &len) < 0) err = errno;
+  if (getsockopt(p.sock, SOL_SOCKET, SO_ERROR, &err, &len) < 0) err = errno;
+  if (err == 0 && (revents & (POLLERR | POLLHUP | POLLNVAL)) != 0) err = ECONNREFUSED;
   if (err == 0) {
     // The command's socket is a blocking one: so is the description it gets.
-    int fl = fcntl(p->sock, F_GETFL);
-    if (fl >= 0) fcntl(p->sock, F_SETFL, fl & ~O_NONBLOCK);
-    Inject(s->fd, p->id, p->sock, p->child_fd, p->cloexec, 0);
+    int fl = fcntl(p.sock, F_GETFL);
+    if (fl >= 0) fcntl(p.sock, F_SETFL, fl & ~O_NONBLOCK);
+    Inject(listener, p.id, p.sock, p.child_fd, p.cloexec, 0);
   } else {
-    ForgetPeer(p->ino);
-    Respond(s->fd, p->id, -err);
+    ForgetPeer(p.ino);
+    Respond(listener, p.id, -err);
   }
-  ClosePending(p);
+  close(p.sock);
 }
 
 // One connect() notification. See the top of the file for the rules.
-void HandleConnect(Supervisor* s, const SeccompNotif& n) {
-  const int listener = s->fd;
+void Connect(ConnectClass* c, int listener, const SeccompNotif& n) {
   // The kernel's connect takes an int fd and an int addrlen: the low words are what it acts on.
   const int child_fd = ArgInt(n, 0);
   const int addrlen = ArgInt(n, 2);
@@ -416,7 +259,7 @@ void HandleConnect(Supervisor* s, const SeccompNotif& n) {
     return;
   }
   const bool to_proxy = got == static_cast<ssize_t>(sizeof sa) && sa.sin_family == AF_INET &&
-                        sa.sin_addr.s_addr == htonl(INADDR_LOOPBACK) && sa.sin_port == htons(s->port);
+                        sa.sin_addr.s_addr == htonl(INADDR_LOOPBACK) && sa.sin_port == htons(c->port);
   if (!to_proxy) {
     close(pidfd);
     return Continue(listener, n.id);
@@ -455,7 +298,7 @@ void HandleConnect(Supervisor* s, const SeccompNotif& n) {
   close(copy);
   // Registered strictly before the connect: the proxy cannot accept it earlier.
   const uint64_t ino = SocketInode(sock);
-  if (!RegisterPeer(sock, ino, s->port, s)) {
+  if (!RegisterPeer(sock, ino, c->port, c)) {
     close(sock);
     return Respond(listener, n.id, -EAGAIN);
   }
@@ -464,7 +307,7 @@ void HandleConnect(Supervisor* s, const SeccompNotif& n) {
   memset(&proxy, 0, sizeof proxy);
   proxy.sin_family = AF_INET;
   proxy.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  proxy.sin_port = htons(s->port);
+  proxy.sin_port = htons(c->port);
   int r = connect(sock, reinterpret_cast<sockaddr*>(&proxy), sizeof proxy);
   int err = r == 0 ? 0 : errno;
   if (err != 0 && err != EINPROGRESS) {
@@ -479,87 +322,18 @@ void HandleConnect(Supervisor* s, const SeccompNotif& n) {
     close(sock);
     return;
   }
-  if (s->pending.size() >= kMaxPending) {
+  if (c->pending.size() >= kMaxPending) {
     ForgetPeer(ino);
     close(sock);
     return Respond(listener, n.id, -EAGAIN);
   }
-  Pending* p = new Pending();
-  p->sup = s;
-  p->sock = sock;
-  p->id = n.id;
-  p->child_fd = child_fd;
-  p->ino = ino;
-  p->cloexec = cloexec;
-  uv_loop_t* loop = s->poll.loop;
-  if (uv_poll_init(loop, &p->poll, sock) != 0) {
-    ForgetPeer(ino);
-    close(sock);
-    delete p;
-    return Respond(listener, n.id, -ENOMEM);
-  }
-  p->poll.data = p;
-  s->pending.push_back(p);
-  ++s->open_handles;
-  uv_unref(reinterpret_cast<uv_handle_t*>(&p->poll));
-  uv_poll_start(&p->poll, UV_WRITABLE, OnPendingWritable);
-}
-
-// One notification: connect() (with a proxy port) or a metadata change (with writable roots).
-// A call this supervisor was not configured for continues: the filter only stops what was asked.
-void Handle(Supervisor* s, const SeccompNotif& n) {
-  SupervisorConfig& c = s->config;
-  if (n.data.nr == __NR_connect && s->port != 0) return HandleConnect(s, n);
-  // inotify: first the count (a call then refused was counted all the same: the safe direction).
-  // Continuing inotify_init* is safe: nothing but the count is decided on.
-  uint32_t* left = nullptr;
-  int over = 0;
-#ifdef __NR_inotify_init
-  if (n.data.nr == __NR_inotify_init) left = &c.inotify_instances, over = -EMFILE;
-#endif
-  if (n.data.nr == __NR_inotify_init1) left = &c.inotify_instances, over = -EMFILE;
-  if (n.data.nr == __NR_inotify_add_watch) left = &c.inotify_watches, over = -ENOSPC;
-  if (left != nullptr && c.inotify) {
-    if (*left == 0) return Respond(s->fd, n.id, over);  // the kernel's answers at the uid's limits
-    --*left;
-  }
-  if (c.metadata.enabled && IsMetadataCall(n.data.nr, c.metadata)) {
-    if (s->worker == nullptr && !s->worker_failed) {
-      s->worker = StartMetaWorker(s->fd, c.metadata);
-      s->worker_failed = s->worker == nullptr;
-    }
-    if (s->worker != nullptr) {
-      if (!QueueMeta(s->worker, n)) Respond(s->fd, n.id, -EAGAIN);
-      return;
-    }
-    // No thread to be had: answered here, on the loop, as closed as on the worker.
-    HandleMetadata(s->fd, n, c.metadata);
-    return;
-  }
-  Continue(s->fd, n.id);
-}
-
-void OnListener(uv_poll_t* h, int status, int) {
-  Supervisor* s = static_cast<Supervisor*>(h->data);
-  if (s->closing) return;
-  for (int i = 0; i < kMaxPerWakeup; ++i) {
-    // RECV blocks when nothing is queued: ask poll() first (notifications withdrawn in between,
-    // by a signal, still let RECV return, with ENOENT).
-    struct pollfd pfd = {s->fd, POLLIN, 0};
-    if (status < 0 || poll(&pfd, 1, 0) < 0) return Shutdown(s);
-    if ((pfd.revents & POLLIN) == 0) {
-      // POLLHUP: no task uses the filter any more; the sandbox is gone.
-      if (pfd.revents & (POLLHUP | POLLERR | POLLNVAL)) Shutdown(s);
-      return;
-    }
-    SeccompNotif n;
-    memset(&n, 0, sizeof n);  // the kernel insists on a zeroed buffer
-    if (ioctl(s->fd, kNotifRecv, &n) < 0) {
-      if (errno == ENOENT || errno == EINTR) continue;
-      return Shutdown(s);
-    }
-    Handle(s, n);
-  }
+  Pending p;
+  p.sock = sock;
+  p.id = n.id;
+  p.child_fd = child_fd;
+  p.ino = ino;
+  p.cloexec = cloexec;
+  c->pending.push_back(p);
 }
 
 // The TCP socket at 127.0.0.1:src_port connected to 127.0.0.1:dst_port, looked up in the kernel's
@@ -622,33 +396,41 @@ bool AdmitProxyPeer(uint16_t proxy_port, uint16_t peer_port, bool supervised) no
   return true;
 }
 
-int StartSupervisor(napi_env env, uv_loop_t* loop, int listener_fd, SupervisorConfig config) noexcept {
-  Supervisor* s = new (std::nothrow) Supervisor();
-  if (s == nullptr) {
-    close(listener_fd);
-    return -ENOMEM;
+ConnectClass* NewConnectClass(uint16_t proxy_port) noexcept {
+  ConnectClass* c = new (std::nothrow) ConnectClass();
+  if (c == nullptr) return nullptr;
+  c->port = proxy_port;
+  c->pending.reserve(kMaxPending);
+  return c;
+}
+
+void HandleConnect(ConnectClass* c, int listener, const SeccompNotif& n) noexcept { Connect(c, listener, n); }
+
+size_t ConnectPollFds(const ConnectClass* c, struct pollfd* out, size_t max) noexcept {
+  size_t k = 0;
+  for (const Pending& p : c->pending) {
+    if (k == max) break;
+    out[k++] = {p.sock, POLLOUT, 0};
   }
-  s->fd = listener_fd;
-  s->port = config.proxy_port;
-  s->config = std::move(config);
-  // Before any uv handle exists (see relay.cc): a terminating env waits for our handles to close.
-  if (napi_add_async_cleanup_hook(env, TeardownHook, s, &s->cleanup) != napi_ok) {
-    close(listener_fd);
-    delete s;
-    return -ENOMEM;
+  return k;
+}
+
+void ConnectPollDone(ConnectClass* c, int listener, const struct pollfd* fds, size_t n) noexcept {
+  for (size_t i = 0; i < n; ++i) {
+    if (fds[i].revents == 0) continue;
+    for (auto it = c->pending.begin(); it != c->pending.end(); ++it) {
+      if (it->sock != fds[i].fd) continue;
+      FinishPending(listener, *it, fds[i].revents);
+      c->pending.erase(it);
+      break;
+    }
   }
-  int rc = uv_poll_init(loop, &s->poll, listener_fd);
-  if (rc != 0) {
-    close(listener_fd);
-    s->fd = -1;
-    MaybeFree(s);
-    return rc;
-  }
-  s->poll.data = s;
-  ++s->open_handles;
-  uv_unref(reinterpret_cast<uv_handle_t*>(&s->poll));
-  uv_poll_start(&s->poll, UV_READABLE | UV_DISCONNECT, OnListener);
-  return 0;
+}
+
+void EndConnectClass(ConnectClass* c) noexcept {
+  ForgetPeersOf(c);  // a connection made here and not accepted yet is served no more
+  for (const Pending& p : c->pending) close(p.sock);
+  delete c;
 }
 
 }  // namespace psb

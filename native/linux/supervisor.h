@@ -1,0 +1,34 @@
+// Landlock mode's syscall supervisor: answers the seccomp user notifications of a sandbox's
+// filter, on a thread of its own (supervisor.cc: the loop, its lifetime, the dispatch). One file
+// per class of calls it judges: connect() (SeccompConfig::notify_connect) is answered so that the
+// command's only TCP connections are to the managed proxy at 127.0.0.1:<port>
+// (supervise_connect.cc); metadata changes (SeccompConfig::notify_metadata) are carried out by
+// the host only inside the writable roots (metadata_supervisor.cc); inotify instances and watches
+// are counted against the sandbox's share of the uid's limits (supervisor.cc).
+#pragma once
+
+#include <stdint.h>
+
+#include <napi.h>
+
+#include "metadata_supervisor.h"
+
+namespace psb {
+
+struct SupervisorConfig {
+  uint16_t proxy_port = 0;  // 0: connect() is not supervised
+  MetadataRules metadata;
+  // Landlock mode's inotify caps: how many instances (inotify_init*) and watches
+  // (inotify_add_watch) the sandbox may create in its lifetime. The kernel counts both per uid,
+  // host included, and tells nobody when one is released, so creations are what is counted.
+  bool inotify = false;
+  uint32_t inotify_instances = 0, inotify_watches = 0;
+};
+
+// Takes ownership of listener_fd (the filter's notification fd) and serves it on a thread of its
+// own until no task uses the filter any more (POLLHUP) or env is torn down. Holds no handle on
+// env's loop. Called on env's thread. Returns 0 or -errno (then listener_fd is closed, and every
+// notified call fails with ENOSYS).
+int StartSupervisor(napi_env env, int listener_fd, SupervisorConfig config) noexcept;
+
+}  // namespace psb
