@@ -675,6 +675,18 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
           }),
     };
   }
+  // Landlock mode: read-only carve-outs inside writable roots. Landlock cannot express them (a
+  // right on a directory covers everything below it); the same supervisor carries out every
+  // write-open, create, rename, removal, link and truncate itself, on a pinned parent directory,
+  // unless it touches a carve-out (native/linux/supervise_paths.cc). Without it they are a gap.
+  const pathsSupervised = metadataSupervised && rules.readOnly.length > 0;
+  if (pathsSupervised) {
+    native.seccomp!.pathSupervisor = {
+      carveOuts: [...rules.readOnly],
+      presentOnly: [...(rules.presentOnly ?? [])],
+      devices: DEVICE_RULES,
+    };
+  }
   const limits = rules.limits;
   if (limits.memoryBytes) native.rlimitAs = limits.memoryBytes;
   if (limits.openFiles) native.rlimitNofile = limits.openFiles;
@@ -712,11 +724,15 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     // With a pids cgroup the cap is the cgroup's: RLIMIT_NPROC here would count every process of
     // the uid (the host's own threads included) and could refuse the sandbox's first fork.
     if (limits.maxProcesses && !cg) native.rlimitNproc = limits.maxProcesses;
+    protectPartial = (rules.gaps ?? []).length > 0;
     if (!metadataSupervised) {
       gaps.push(...LANDLOCK_INHERENT_GAPS.map((g) => `${g}; this kernel has no seccomp supervision: errno ${-(probe.connectSupervisor ?? -38)}`));
     }
-    if (rules.readOnly.length > 0) {
-      gaps.push(`read-only carve-outs inside writable roots are not enforced: ${rules.readOnly.join(', ')}`);
+    if (rules.readOnly.length > 0 && !pathsSupervised) {
+      gaps.push(
+        `read-only carve-outs inside writable roots are not enforced: ${rules.readOnly.join(', ')}; this kernel has no seccomp ` +
+          `supervision: errno ${-(probe.connectSupervisor ?? -38)}`,
+      );
     }
     const deniedButReadable = rules.denyRead.filter((d) => rules.readAll || rules.readRoots.some((r) => isUnder(d, r)));
     if (deniedButReadable.length > 0) {
@@ -829,6 +845,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       network: net === 'proxy' ? `proxy only (127.0.0.1:${input.proxyPort}${isolated ? ' inside the namespace' : ''})` : net,
       ...(supervised ? { connectSupervisor: 'seccomp-user-notif' } : {}),
       ...(metadataSupervised ? { metadataSupervisor: 'seccomp-user-notif' } : {}),
+      ...(pathsSupervised ? { pathSupervisor: 'seccomp-user-notif' } : {}),
       processCap,
       memoryCap,
       ...(isolated ? { tmpfs: tmpfsSizes(limits.tmpBytes) } : {}),
@@ -839,7 +856,13 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       filesystemRead: rules.readAll ? 'not-requested' : watchGap ? 'partial' : 'enforced',
       filesystemWrite: isolated ? 'enforced' : 'partial',
       protectedPaths:
-        rules.readOnly.length === 0 ? 'not-requested' : !isolated ? 'not-enforced' : protectPartial ? 'partial' : 'enforced',
+        rules.readOnly.length === 0
+          ? 'not-requested'
+          : !isolated && !pathsSupervised
+            ? 'not-enforced'
+            : protectPartial
+              ? 'partial'
+              : 'enforced',
       denyRead: rules.denyRead.length === 0 ? 'not-requested' : isolated && !denyPartial ? 'enforced' : 'partial',
       network: net === 'full' ? 'not-requested' : (net === 'proxy' && !isolated && !supervised) || unixPartial ? 'partial' : 'enforced',
       processIsolation: isolated ? 'enforced' : 'partial',

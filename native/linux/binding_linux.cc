@@ -370,6 +370,16 @@ void ParsePlan(Napi::Env env, const Napi::Object& o, LinuxSpawnPlan* out, Superv
       metadata.enabled = true;
       cfg.notify_metadata = true;
       plan.seccomp_listener = true;
+      // Read-only carve-outs inside the writable roots: writes, creates, removals and renames go
+      // to the path supervisor (supervise_paths.cc), which looks the carve-outs up now, before
+      // the command starts.
+      Napi::Value ps = s.Get("pathSupervisor");
+      if (ps.IsObject()) {
+        Napi::Object po = ps.As<Napi::Object>();
+        supervisor->paths = BuildPathRules(metadata.writable, GetStrings(po, "carveOuts"), GetStrings(po, "presentOnly"),
+                                           GetStrings(po, "devices"));
+        cfg.notify_paths = true;
+      }
       // The sandbox's lifetime share of the uid's inotify instances and watches (linux-quotas.ts).
       Napi::Value iq = ms.As<Napi::Object>().Get("inotify");
       if (iq.IsObject()) {

@@ -180,6 +180,7 @@ struct MetaWorker {
   bool stop = false;
   int listener = -1;
   MetadataRules rules;
+  PathRules paths;
 };
 // Each of the command's threads waits in at most one call, so this bounds only a command with
 // thousands of threads in metadata calls at once; beyond it a call fails with EAGAIN.
@@ -197,7 +198,9 @@ void* MetaWorkerMain(void* arg) {
     SeccompNotif n = w->queue.front();
     w->queue.pop_front();
     pthread_mutex_unlock(&w->mu);
-    if (!HandleMetadata(w->listener, n, w->rules)) Continue(w->listener, n.id);
+    if (!HandleMetadata(w->listener, n, w->rules) && !(w->paths.enabled && HandlePaths(w->listener, n, w->paths, true))) {
+      Continue(w->listener, n.id);
+    }
   }
   close(w->listener);
   delete w;
@@ -205,7 +208,7 @@ void* MetaWorkerMain(void* arg) {
 }
 
 // Starts a worker for listener (dup'ed); nullptr when none can be had.
-MetaWorker* StartMetaWorker(int listener, const MetadataRules& rules) {
+MetaWorker* StartMetaWorker(int listener, const MetadataRules& rules, const PathRules& paths) {
   MetaWorker* w = new (std::nothrow) MetaWorker();
   if (w == nullptr) return nullptr;
   w->listener = fcntl(listener, F_DUPFD_CLOEXEC, 0);
@@ -214,6 +217,7 @@ MetaWorker* StartMetaWorker(int listener, const MetadataRules& rules) {
     return nullptr;
   }
   w->rules = rules;
+  w->paths = paths;
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -523,16 +527,19 @@ void Handle(Supervisor* s, const SeccompNotif& n) {
     if (*left == 0) return Respond(s->fd, n.id, over);  // the kernel's answers at the uid's limits
     --*left;
   }
-  if (c.metadata.enabled && IsMetadataCall(n.data.nr, c.metadata)) {
+  const bool path_call = c.paths.enabled && IsPathCall(n.data.nr);
+  if ((c.metadata.enabled && IsMetadataCall(n.data.nr, c.metadata)) || path_call) {
     if (s->worker == nullptr && !s->worker_failed) {
-      s->worker = StartMetaWorker(s->fd, c.metadata);
+      s->worker = StartMetaWorker(s->fd, c.metadata, c.paths);
       s->worker_failed = s->worker == nullptr;
     }
     if (s->worker != nullptr) {
       if (!QueueMeta(s->worker, n)) Respond(s->fd, n.id, -EAGAIN);
       return;
     }
-    // No thread to be had: answered here, on the loop, as closed as on the worker.
+    // No thread to be had: answered here, on the loop, as closed as on the worker (a path call
+    // fails: it needs a thread whose file-system context it may change).
+    if (path_call) return (void)HandlePaths(s->fd, n, c.paths, false);
     HandleMetadata(s->fd, n, c.metadata);
     return;
   }
