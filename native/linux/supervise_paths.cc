@@ -232,8 +232,12 @@ int Split(int base, const std::string& path, Name* out) {
 
 bool Special(const Name& n) { return n.last.empty() || n.last == "." || n.last == ".."; }
 
-// May the name (n.dir, n.last) be made? 0 or -EACCES.
-int MayCreate(const PathRules& r, const Name& n) {
+// May the name (n.dir, n.last) be made? 0 or -EACCES. With `exists_fails`, a name that exists
+// already gets the kernel's EEXIST first (mkdir of an existing .git/hooks is EEXIST, which tools
+// ignore, as in isolated mode).
+int MayCreate(const PathRules& r, const Name& n, bool exists_fails = false) {
+  struct stat st;
+  if (exists_fails && fstatat(n.dir.fd, n.last.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) return -EEXIST;
   if (!InWritable(r, n.dir_path) || InCarveout(r, n.dir_path)) return -EACCES;
   const std::string p = Join(n.dir_path, n.last);
   if (Held(r, p) || InCarveout(r, p)) return -EACCES;
@@ -517,15 +521,15 @@ long DoLink(const PathRules& r, const SeccompNotif& n, int pidfd, Args* a) {
     const bool follow = (a->flags & AT_SYMLINK_FOLLOW) != 0;
     if (int e = ResolveForWrite(n, pidfd, &a->base, a->path, follow ? 0 : O_NOFOLLOW | O_PATH, follow, &src)) return e;
   }
+  Name dst;
+  if (int e = Split(a->base2.fd, a->path2, &dst)) return e;
+  if (Special(dst)) return -EEXIST;
+  if (int e = MayCreate(r, dst, true)) return e;
   if (S_ISDIR(src.st.st_mode)) return -EPERM;
   // A carve-out's object gets no second name (isolated mode: another mount, EXDEV); an object
   // from outside the writable roots neither (Landlock: no REFER right there, EXDEV).
   if (Has(r.carveout_ids, src.st) || (!src.path.empty() && InCarveout(r, src.path))) return -EACCES;
   if (src.path.empty() || src.path == "?" || !InWritable(r, src.path)) return -EXDEV;
-  Name dst;
-  if (int e = Split(a->base2.fd, a->path2, &dst)) return e;
-  if (Special(dst)) return -EEXIST;
-  if (int e = MayCreate(r, dst)) return e;
   char proc[64];
   snprintf(proc, sizeof proc, "/proc/self/fd/%d", src.x.fd);
   return linkat(AT_FDCWD, proc, dst.dir.fd, dst.last.c_str(), AT_SYMLINK_FOLLOW) == 0 ? 0 : -errno;
@@ -566,7 +570,7 @@ long DoMake(const PathRules& r, const Call& c, Args* a) {
     struct stat st;
     return fstatat(nm.dir.fd, nm.last.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 ? -EEXIST : -ENOENT;
   }
-  if (int e = MayCreate(r, nm)) return e;
+  if (int e = MayCreate(r, nm, true)) return e;
   const mode_t perm = static_cast<mode_t>(a->mode & 07777 & ~static_cast<uint32_t>(a->umask));
   int rc = -1;
   switch (c.op) {
