@@ -427,7 +427,8 @@ struct Args {
   int flags = 0;
   uint32_t mode = 0;
   uint64_t operand = 0;  // mknod's dev, truncate's length
-  int umask = 0;
+  int umask = -1;     // read when a create needs it (CmdUmask)
+  int listener = -1;
   bool empty_path = false;  // linkat AT_EMPTY_PATH with ""
 };
 
@@ -457,18 +458,24 @@ int ReadArgs(const Call& c, const SeccompNotif& n, int pidfd, Args* a) {
     const int dirfd2 = c.dirfd2 >= 0 ? ArgInt(n, c.dirfd2) : AT_FDCWD;
     if (int r = StartAt(n, pidfd, dirfd2, a->path2, &a->base2)) return r;
   }
-  const bool creates = (c.op == Op::kOpen && (a->flags & (O_CREAT | O_TMPFILE))) || c.op == Op::kMkdir || c.op == Op::kMknod;
-  if (creates) {
-    a->umask = nargs::Umask(n.pid);
-    if (a->umask < 0) return a->umask;
-  }
   return 0;
+}
+
+// The command's umask, read only when something is about to be created (most write-opens open a
+// file that exists: reading /proc/<tid>/status costs more than the rest of the call), and checked
+// like the other copies to come from the task still waiting in the call.
+int CmdUmask(const SeccompNotif& n, Args* a) {
+  if (a->umask >= 0) return a->umask;
+  const int u = nargs::Umask(n.pid);
+  if (u < 0) return u;
+  if (!notify::IdValid(a->listener, n.id)) return -ESRCH;
+  a->umask = u;
+  return u;
 }
 
 // An open (open, openat, creat). Returns a new fd of ours in *out, or -errno.
 int DoOpen(const PathRules& r, const SeccompNotif& n, int pidfd, Args* a, Fd* out) {
   const int flags = a->flags;
-  const mode_t mode = static_cast<mode_t>(a->mode & 07777 & ~static_cast<uint32_t>(a->umask));
   if ((flags & O_TMPFILE) == O_TMPFILE) {
     // An unnamed file in a directory: made there like any create (linkat names it later).
     const int d = Openat2(a->base.fd >= 0 ? a->base.fd : AT_FDCWD, a->path.c_str(), O_PATH | O_DIRECTORY);
@@ -478,7 +485,9 @@ int DoOpen(const PathRules& r, const SeccompNotif& n, int pidfd, Args* a, Fd* ou
     if (fstat(d, &st) != 0) return -EACCES;
     const std::string p = PathOf(d, st);
     if (!InWritable(r, p) || InCarveout(r, p)) return -EACCES;
-    const int fd = openat(d, ".", (flags & ~O_CLOEXEC) | O_CLOEXEC, mode);
+    const int u = CmdUmask(n, a);
+    if (u < 0) return u;
+    const int fd = openat(d, ".", (flags & ~O_CLOEXEC) | O_CLOEXEC, static_cast<mode_t>(a->mode & 07777 & ~static_cast<uint32_t>(u)));
     if (fd < 0) return -errno;
     out->Reset(fd);
     return 0;
@@ -487,6 +496,9 @@ int DoOpen(const PathRules& r, const SeccompNotif& n, int pidfd, Args* a, Fd* ou
   if (int e = ResolveForWrite(n, pidfd, &a->base, a->path, flags, true, &t)) return e;
   if (t.create) {
     if (int e = MayCreate(r, t.name)) return e;
+    const int u = CmdUmask(n, a);
+    if (u < 0) return u;
+    const mode_t mode = static_cast<mode_t>(a->mode & 07777 & ~static_cast<uint32_t>(u));
     // O_NOFOLLOW: a symlink put at the name since it was looked up is not followed.
     const int fd = openat(t.name.dir.fd, t.name.last.c_str(), (flags & ~O_CLOEXEC) | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC, mode);
     if (fd < 0) return -errno;
@@ -562,7 +574,7 @@ long DoUnlink(const PathRules& r, Args* a) {
   return unlinkat(nm.dir.fd, nm.last.c_str(), a->flags) == 0 ? 0 : -errno;
 }
 
-long DoMake(const PathRules& r, const Call& c, Args* a) {
+long DoMake(const PathRules& r, const SeccompNotif& n, const Call& c, Args* a) {
   Name nm;
   if (int e = Split(a->base.fd, a->path, &nm)) return e;
   if (Special(nm)) return -EEXIST;
@@ -571,7 +583,9 @@ long DoMake(const PathRules& r, const Call& c, Args* a) {
     return fstatat(nm.dir.fd, nm.last.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 ? -EEXIST : -ENOENT;
   }
   if (int e = MayCreate(r, nm, true)) return e;
-  const mode_t perm = static_cast<mode_t>(a->mode & 07777 & ~static_cast<uint32_t>(a->umask));
+  const int u = c.op == Op::kSymlink ? 0 : CmdUmask(n, a);
+  if (u < 0) return u;
+  const mode_t perm = static_cast<mode_t>(a->mode & 07777 & ~static_cast<uint32_t>(u));
   int rc = -1;
   switch (c.op) {
     case Op::kMkdir:
@@ -690,6 +704,7 @@ bool HandlePaths(int listener, const SeccompNotif& n, const PathRules& rules, bo
     return true;
   }
   Args a;
+  a.listener = listener;
   long rc = ReadArgs(*c, n, pidfd.fd, &a);
   // Everything read from the command came from the task still waiting in this call.
   if (rc == 0 && !notify::IdValid(listener, n.id)) return true;
@@ -718,7 +733,7 @@ bool HandlePaths(int listener, const SeccompNotif& n, const PathRules& rules, bo
         case Op::kMkdir:
         case Op::kMknod:
         case Op::kSymlink:
-          rc = DoMake(rules, *c, &a);
+          rc = DoMake(rules, n, *c, &a);
           break;
       }
     }
