@@ -659,6 +659,10 @@ Napi::Value SpawnSpareJs(const Napi::CallbackInfo& info) {
     return env.Null();
   }
   go.umask = static_cast<unsigned>(mask);
+  // The carve-outs as they are now (one may have been made or removed since the preparation):
+  // the parked command makes no call before GoSpare releases it.
+  PathRules& paths = rec->supervisor.paths;
+  if (paths.enabled) paths = BuildPathRules(paths.writable, paths.carveouts_in, paths.present_only_in, paths.devices_in);
   LinuxSpawnResult res;
   bool used = false;
   Status s = GoSpare(spare, go, &res, &used);

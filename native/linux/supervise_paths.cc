@@ -621,6 +621,9 @@ PathRules BuildPathRules(const std::vector<std::string>& writable, const std::ve
   PathRules r;
   r.enabled = true;
   r.writable = writable;
+  r.carveouts_in = carveouts;
+  r.present_only_in = present_only;
+  r.devices_in = devices;
   auto id_of = [](const struct stat& st) { return Id{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)}; };
   struct stat st;
   for (const std::string& w : writable) {

@@ -48,6 +48,9 @@ struct PathRules {
   // for writing (/dev/null, /dev/zero, /dev/full); /dev/tty and its stdio terminals are handled
   // apart (their meaning depends on who opens them).
   std::vector<Id> devices;
+  // What the rules were built from (BuildPathRules' arguments): a sandbox prepared ahead
+  // rebuilds them when it is used, so that they describe the tree as the command starts.
+  std::vector<std::string> carveouts_in, present_only_in, devices_in;
 };
 
 // Builds the rules on the host before the command starts: looks up every carve-out (and the
