@@ -343,7 +343,16 @@ int InstallSeccompInChild(const sock_fprog* prog, bool new_listener) noexcept {
   if (nnp < 0) return static_cast<int>(nnp);
   if (nnp != 1) return -EPERM;
   // A listener exists only through seccomp(2); no prctl fallback (that kernel has no listeners).
-  if (new_listener) return static_cast<int>(Sys(__NR_seccomp, kSeccompSetModeFilter, kSeccompFilterFlagNewListener, prog));
+  if (new_listener) {
+    // The supervisors EMULATE calls (metadata_supervisor.cc, supervise_paths.cc): a signal that
+    // withdrew a call the supervisor had already carried out would make the kernel restart it
+    // (or the caller retry on EINTR), and a mkdir or O_EXCL create done twice fails with EEXIST.
+    // WAIT_KILLABLE_RECV keeps the call waiting for the answer once it was received; the signal
+    // is handled right after. Kernels before 5.19 refuse the flag (EINVAL): without it, the gap.
+    long r = Sys(__NR_seccomp, kSeccompSetModeFilter, kSeccompFilterFlagNewListener | kSeccompFilterFlagWaitKillableRecv, prog);
+    if (r != -EINVAL) return static_cast<int>(r);
+    return static_cast<int>(Sys(__NR_seccomp, kSeccompSetModeFilter, kSeccompFilterFlagNewListener, prog));
+  }
   long r = Sys(__NR_seccomp, kSeccompSetModeFilter, 0, prog);
   if (r != -ENOSYS) return static_cast<int>(r);
   // Kernels 3.5-3.16 have filter mode but no seccomp(2).

@@ -39,6 +39,9 @@ constexpr uint32_t kSeccompRetErrno = 0x00050000u;
 constexpr uint32_t kSeccompRetAllow = 0x7fff0000u;
 constexpr uint32_t kSeccompRetUserNotif = 0x7fc00000u;
 constexpr unsigned kSeccompFilterFlagNewListener = 1u << 3;
+// SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV (5.19): once the supervisor has received a notification,
+// only a fatal signal interrupts the waiting call.
+constexpr unsigned kSeccompFilterFlagWaitKillableRecv = 1u << 5;
 constexpr uint32_t kSeccompRetData = 0x0000ffffu;
 constexpr unsigned kSeccompModeFilter = 2;       // prctl(PR_SET_SECCOMP, ...)
 constexpr unsigned kSeccompSetModeFilter = 1;    // seccomp(2) operations

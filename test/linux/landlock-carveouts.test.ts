@@ -279,6 +279,39 @@ print('OK %d' % ok)
       expect(fs.readFileSync(`${ws}/xgit/config`, 'utf8').length).toBeGreaterThan('free\n'.length);
     });
 
+    // The supervisor carries a call out itself: a signal that withdrew the call after that would
+    // make the caller run it again (EINTR and a retry, or a restart), and a second mkdir or O_EXCL
+    // create of the same name fails with EEXIST. A signal every 50 us while it creates 2,000
+    // directories and files, each retried on EINTR: none may exist already.
+    it.skipIf(attackSkip || !caps.python)('a signal storm never makes a create run twice', async () => {
+      const code = String.raw`
+import os, signal
+signal.signal(signal.SIGALRM, lambda *a: None)
+signal.setitimer(signal.ITIMER_REAL, 0.00005, 0.00005)
+twice = 0
+def retry(f):
+    global twice
+    while True:
+        try:
+            return f()
+        except InterruptedError:
+            continue
+        except FileExistsError:
+            twice += 1
+            return None
+for i in range(2000):
+    retry(lambda: os.mkdir('d%d' % i))
+    fd = retry(lambda: os.open('n%d' % i, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    if fd is not None: os.close(fd)
+signal.setitimer(signal.ITIMER_REAL, 0)
+print('TWICE %d' % twice)
+`;
+      fs.mkdirSync(`${ws}/storm`);
+      const r = await py(code, [], { cwd: `${ws}/storm`, policy, timeout: 120_000 });
+      expect(r.stdout.trim(), r.stderr).toBe('TWICE 0');
+      expect(fs.readdirSync(`${ws}/storm`)).toHaveLength(4000);
+    });
+
     it.skipIf(attackSkip)('controls: the workspace, .git objects and git commit work; creates get the umask', async () => {
       const ops = [
         ['write', `${ws}/new.txt`, 'new'],
