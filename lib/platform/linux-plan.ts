@@ -654,7 +654,15 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
   if (metadataSupervised) {
     native.seccomp!.metadataSupervisor = {
       writable: [...rules.writeRoots, ...(input.landlockTmpDir ? [realpathOrNull(input.landlockTmpDir) ?? input.landlockTmpDir] : [])],
-      protect: [...rules.readOnly, ...rules.denyRead],
+      // A carve-out reached through a symlink (.codex -> real, a link on the way to
+      // core.hooksPath) by its target too: the supervisor judges the object it resolved.
+      protect: [
+        ...new Set([
+          ...rules.readOnly,
+          ...rules.readOnly.map((p) => realpathOrNull(p)).filter((p): p is string => p !== null),
+          ...rules.denyRead,
+        ]),
+      ],
       // Restricted reads: inotify watches follow what Landlock lets the command read or list
       // (Landlock does not check inotify_add_watch; a directory's watch reports new names in it).
       ...(rules.readAll

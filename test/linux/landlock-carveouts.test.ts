@@ -279,6 +279,37 @@ print('OK %d' % ok)
       expect(fs.readFileSync(`${ws}/xgit/config`, 'utf8').length).toBeGreaterThan('free\n'.length);
     });
 
+    // A carve-out that is a symlink (.codex -> real): isolated mode refuses it unless degraded and
+    // then holds the target; Landlock mode holds the link and the target. Either way, with
+    // degraded, neither the link nor what it leads to changes: contents, mode, entries.
+    it.skipIf(attackSkip)('a symlinked carve-out: neither the link nor its target can be changed', async () => {
+      fs.rmSync(`${ws}/.codex`, { recursive: true });
+      fs.mkdirSync(`${ws}/real`);
+      fs.writeFileSync(`${ws}/real/config.toml`, 'model = "x"\n', { mode: 0o644 });
+      fs.symlinkSync('real', `${ws}/.codex`);
+      const realBefore = snapshot(`${ws}/real`);
+      const ops = [
+        ['chmod', `${ws}/.codex/config.toml`, '666'],
+        ['chmod', `${ws}/real/config.toml`, '600'],
+        ['write', `${ws}/.codex/config.toml`, 'evil = 1'],
+        ['write', `${ws}/real/new.toml`, 'x'],
+        ['rename', `${ws}/real`, `${ws}/real2`],
+        ['utimes', `${ws}/.codex/config.toml`],
+      ];
+      const degraded = { ...policy, degraded: true };
+      expectDenied(await probeOps(ops, { cwd: ws, policy: degraded }), ops, 'symlinked carve-out');
+      expectUnchanged(realBefore, snapshot(`${ws}/real`), 'the link target');
+      if (mode === 'isolated') {
+        // A mount cannot hold the link itself: that is the gap the report names.
+        const r = await sh('true', { cwd: ws, policy: degraded });
+        expect(r.enforcement.gaps.join('\n')).toContain(`the protected symlink ${ws}/.codex can be replaced`);
+      } else {
+        const link = [['unlink', `${ws}/.codex`], ['rename', `${ws}/a.txt`, `${ws}/.codex`]];
+        expectDenied(await probeOps(link, { cwd: ws, policy: degraded }), link, 'replacing the link');
+      }
+      expect(fs.readlinkSync(`${ws}/.codex`)).toBe('real');
+    });
+
     // The supervisor carries a call out itself: a signal that withdrew the call after that would
     // make the caller run it again (EINTR and a retry, or a restart), and a second mkdir or O_EXCL
     // create of the same name fails with EEXIST. A signal every 50 us while it creates 2,000
