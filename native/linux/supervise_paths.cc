@@ -223,8 +223,10 @@ int Split(int base, const std::string& path, Name* out) {
   const int fd = Openat2(base >= 0 ? base : AT_FDCWD, dir.c_str(), O_PATH | O_DIRECTORY);
   if (fd < 0) return fd;
   out->dir.Reset(fd);
+  // A directory's path; one removed since keeps a " (deleted)" suffix, and nothing can be made in
+  // it anyway (no stat needed for the suffix rule, which is for unlinked files).
   struct stat st;
-  if (fstat(fd, &st) != 0) return -EACCES;
+  st.st_nlink = 1;
   out->dir_path = PathOf(fd, st);
   if (out->dir_path.empty()) out->dir_path = "?";
   return 0;
@@ -339,9 +341,10 @@ struct Target {
 // Resolves `path` from base as an open with `flags` would, one last component at a time so that
 // every hop is judged in a pinned directory (a symlink at the end is followed by reading it and
 // going on from its directory). Own-fd paths (/proc/self/fd/N...) are the command's fd N.
-int ResolveForWrite(const SeccompNotif& n, int pidfd, Fd* base, std::string path, int flags, bool follow, Target* t) {
-  if (int own = follow ? OwnFdPath(path) : -1; own >= 0) {
-    if (int r = GetFd(pidfd, own, &t->x)) return r;
+int ResolveForWrite(Fd* own, Fd* base, std::string path, int flags, bool follow, Target* t) {
+  if (own->fd >= 0) {
+    // The command's own fd N (/proc/self/fd/N, /dev/fd/N, /dev/std*), copied with the arguments.
+    t->x.Reset(own->Release());
     if (fstat(t->x.fd, &t->st) != 0) return -EACCES;
     t->path = PathOf(t->x.fd, t->st);
     if (t->path == "?") return -EACCES;
@@ -420,10 +423,32 @@ void AnswerWithFd(int listener, uint64_t id, int fd, bool cloexec) {
   notify::RespondResult(listener, id, r);
 }
 
+// A pidfd for the calling task, made only when a call names an fd of its own (a dirfd, or
+// /proc/self/fd/N): most calls name a path from the cwd, which /proc/<tid>/cwd gives.
+struct LazyPidfd {
+  int listener;
+  const SeccompNotif& n;
+  Fd fd;
+  int Copy(int child_fd, Fd* out) {
+    if (fd.fd < 0) fd.Reset(notify::PidfdFor(listener, n));
+    if (fd.fd < 0) return -EACCES;
+    return GetFd(fd.fd, child_fd, out);
+  }
+};
+
+// Where a path starts (see nargs::StartAt): nothing for an absolute one, the cwd for AT_FDCWD,
+// else a copy of the dirfd.
+int Start(const SeccompNotif& n, LazyPidfd* pid, int dirfd, const std::string& path, Fd* base) {
+  if (path[0] == '/') return 0;
+  if (dirfd != AT_FDCWD) return pid->Copy(dirfd, base);
+  return StartAt(n, -1, AT_FDCWD, path, base);
+}
+
 // The call's copied operands (step 1).
 struct Args {
   std::string path, path2, target;
   Fd base, base2;
+  Fd own;  // the command's fd N for a path naming it (/proc/self/fd/N, /dev/fd/N, /dev/std*)
   int flags = 0;
   uint32_t mode = 0;
   uint64_t operand = 0;  // mknod's dev, truncate's length
@@ -432,7 +457,7 @@ struct Args {
   bool empty_path = false;  // linkat AT_EMPTY_PATH with ""
 };
 
-int ReadArgs(const Call& c, const SeccompNotif& n, int pidfd, Args* a) {
+int ReadArgs(const Call& c, const SeccompNotif& n, LazyPidfd* pid, Args* a) {
   a->flags = c.flags >= 0 ? ArgInt(n, c.flags) : 0;
   a->flags |= c.fixed_flags;
   if (c.op == Op::kOpen || c.op == Op::kMkdir || c.op == Op::kMknod) a->mode = static_cast<uint32_t>(n.data.args[c.operand]);
@@ -447,16 +472,22 @@ int ReadArgs(const Call& c, const SeccompNotif& n, int pidfd, Args* a) {
   if (c.op == Op::kLink && a->path.empty() && (a->flags & AT_EMPTY_PATH)) {
     a->empty_path = true;
     if (dirfd == AT_FDCWD) return -ENOENT;
-    if (int r = GetFd(pidfd, dirfd, &a->base)) return r;
+    if (int r = pid->Copy(dirfd, &a->base)) return r;
   } else {
     if (a->path.empty()) return -ENOENT;
-    if (int r = StartAt(n, pidfd, dirfd, a->path, &a->base)) return r;
+    const bool follows = c.op == Op::kOpen || c.op == Op::kTruncate || (c.op == Op::kLink && (a->flags & AT_SYMLINK_FOLLOW));
+    const bool nofollow_open = c.op == Op::kOpen && (a->flags & O_NOFOLLOW);
+    if (int own = follows && !nofollow_open ? OwnFdPath(a->path) : -1; own >= 0) {
+      if (int r = pid->Copy(own, &a->own)) return r;
+    } else if (int r = Start(n, pid, dirfd, a->path, &a->base)) {
+      return r;
+    }
   }
   if (c.path2 >= 0) {
     if (int r = ReadString(n.pid, n.data.args[c.path2], &a->path2, PATH_MAX, -ENAMETOOLONG)) return r;
     if (a->path2.empty()) return -ENOENT;
     const int dirfd2 = c.dirfd2 >= 0 ? ArgInt(n, c.dirfd2) : AT_FDCWD;
-    if (int r = StartAt(n, pidfd, dirfd2, a->path2, &a->base2)) return r;
+    if (int r = Start(n, pid, dirfd2, a->path2, &a->base2)) return r;
   }
   return 0;
 }
@@ -474,7 +505,7 @@ int CmdUmask(const SeccompNotif& n, Args* a) {
 }
 
 // An open (open, openat, creat). Returns a new fd of ours in *out, or -errno.
-int DoOpen(const PathRules& r, const SeccompNotif& n, int pidfd, Args* a, Fd* out) {
+int DoOpen(const PathRules& r, const SeccompNotif& n, Args* a, Fd* out) {
   const int flags = a->flags;
   if ((flags & O_TMPFILE) == O_TMPFILE) {
     // An unnamed file in a directory: made there like any create (linkat names it later).
@@ -493,7 +524,7 @@ int DoOpen(const PathRules& r, const SeccompNotif& n, int pidfd, Args* a, Fd* ou
     return 0;
   }
   Target t;
-  if (int e = ResolveForWrite(n, pidfd, &a->base, a->path, flags, true, &t)) return e;
+  if (int e = ResolveForWrite(&a->own, &a->base, a->path, flags, true, &t)) return e;
   if (t.create) {
     if (int e = MayCreate(r, t.name)) return e;
     const int u = CmdUmask(n, a);
@@ -512,9 +543,9 @@ int DoOpen(const PathRules& r, const SeccompNotif& n, int pidfd, Args* a, Fd* ou
   return 0;
 }
 
-long DoTruncate(const PathRules& r, const SeccompNotif& n, int pidfd, Args* a) {
+long DoTruncate(const PathRules& r, const SeccompNotif& n, Args* a) {
   Target t;
-  if (int e = ResolveForWrite(n, pidfd, &a->base, a->path, O_WRONLY, true, &t)) return e;
+  if (int e = ResolveForWrite(&a->own, &a->base, a->path, O_WRONLY, true, &t)) return e;
   if (int e = MayWrite(r, n, t.st, t.path)) return e;
   if (S_ISDIR(t.st.st_mode)) return -EISDIR;
   char proc[64];
@@ -522,7 +553,7 @@ long DoTruncate(const PathRules& r, const SeccompNotif& n, int pidfd, Args* a) {
   return truncate(proc, static_cast<off_t>(a->operand)) == 0 ? 0 : -errno;
 }
 
-long DoLink(const PathRules& r, const SeccompNotif& n, int pidfd, Args* a) {
+long DoLink(const PathRules& r, Args* a) {
   if (a->flags & ~(AT_SYMLINK_FOLLOW | AT_EMPTY_PATH)) return -EINVAL;
   Target src;
   if (a->empty_path) {
@@ -531,7 +562,7 @@ long DoLink(const PathRules& r, const SeccompNotif& n, int pidfd, Args* a) {
     src.path = PathOf(src.x.fd, src.st);
   } else {
     const bool follow = (a->flags & AT_SYMLINK_FOLLOW) != 0;
-    if (int e = ResolveForWrite(n, pidfd, &a->base, a->path, follow ? 0 : O_NOFOLLOW | O_PATH, follow, &src)) return e;
+    if (int e = ResolveForWrite(&a->own, &a->base, a->path, follow ? 0 : O_NOFOLLOW | O_PATH, follow, &src)) return e;
   }
   Name dst;
   if (int e = Split(a->base2.fd, a->path2, &dst)) return e;
@@ -701,14 +732,10 @@ bool HandlePaths(int listener, const SeccompNotif& n, const PathRules& rules, bo
     notify::Respond(listener, n.id, -EAGAIN);
     return true;
   }
-  Fd pidfd(notify::PidfdFor(listener, n));
-  if (pidfd.fd < 0) {
-    notify::Respond(listener, n.id, -EACCES);
-    return true;
-  }
+  LazyPidfd pid{listener, n, Fd()};
   Args a;
   a.listener = listener;
-  long rc = ReadArgs(*c, n, pidfd.fd, &a);
+  long rc = ReadArgs(*c, n, &pid, &a);
   // Everything read from the command came from the task still waiting in this call.
   if (rc == 0 && !notify::IdValid(listener, n.id)) return true;
   Fd give;
@@ -719,13 +746,13 @@ bool HandlePaths(int listener, const SeccompNotif& n, const PathRules& rules, bo
     } else {
       switch (c->op) {
         case Op::kOpen:
-          rc = DoOpen(rules, n, pidfd.fd, &a, &give);
+          rc = DoOpen(rules, n, &a, &give);
           break;
         case Op::kTruncate:
-          rc = DoTruncate(rules, n, pidfd.fd, &a);
+          rc = DoTruncate(rules, n, &a);
           break;
         case Op::kLink:
-          rc = DoLink(rules, n, pidfd.fd, &a);
+          rc = DoLink(rules, &a);
           break;
         case Op::kRename:
           rc = DoRename(rules, &a);
