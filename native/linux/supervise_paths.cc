@@ -194,6 +194,7 @@ bool Held(const PathRules& r, const std::string& p) {
 struct Name {
   Fd dir;
   std::string dir_path;  // the kernel's path of dir ("?" when unknown)
+  bool deep = false;     // its path could not be read (longer than PATH_MAX): see Locate
   std::string last;      // "" for "/", else the last component ("." and ".." included)
   bool slash = false;    // the path ended in '/'
 };
@@ -229,10 +230,40 @@ int Split(int base, const std::string& path, Name* out) {
   st.st_nlink = 1;
   out->dir_path = PathOf(fd, st);
   if (out->dir_path.empty()) out->dir_path = "?";
+  out->deep = out->dir_path == "?";
   return 0;
 }
 
 bool Special(const Name& n) { return n.last.empty() || n.last == "." || n.last == ".."; }
+
+enum class Where : uint8_t { kOutside, kWritable, kCarveout };
+
+// Where directory `dir` lies, found by walking up its parents (".."): the first writable root or
+// carve-out met decides (a carve-out first when one directory is both). For a directory whose
+// path is too long for the kernel to give (a tree deeper than PATH_MAX): the carve-outs and every
+// directory above them are pinned, so this walk meets the same objects their paths named.
+Where WalkUp(const PathRules& r, int dir) {
+  Fd cur(fcntl(dir, F_DUPFD_CLOEXEC, 0));
+  struct stat st, up;
+  if (cur.fd < 0 || fstat(cur.fd, &st) != 0) return Where::kOutside;
+  for (int depth = 0; depth < 65536; ++depth) {
+    if (Has(r.carveout_ids, st)) return Where::kCarveout;
+    if (Has(r.root_ids, st)) return Where::kWritable;
+    Fd parent(openat(cur.fd, "..", O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (parent.fd < 0 || fstat(parent.fd, &up) != 0) return Where::kOutside;
+    if (up.st_dev == st.st_dev && up.st_ino == st.st_ino) return Where::kOutside;  // "/"
+    cur = std::move(parent);
+    st = up;
+  }
+  return Where::kOutside;
+}
+
+// Where the pinned directory of name n lies.
+Where Locate(const PathRules& r, const Name& n) {
+  if (n.deep) return WalkUp(r, n.dir.fd);
+  if (!InWritable(r, n.dir_path)) return Where::kOutside;
+  return InCarveout(r, n.dir_path) ? Where::kCarveout : Where::kWritable;
+}
 
 // May the name (n.dir, n.last) be made? 0 or -EACCES. With `exists_fails`, a name that exists
 // already gets the kernel's EEXIST first (mkdir of an existing .git/hooks is EEXIST, which tools
@@ -240,7 +271,9 @@ bool Special(const Name& n) { return n.last.empty() || n.last == "." || n.last =
 int MayCreate(const PathRules& r, const Name& n, bool exists_fails = false) {
   struct stat st;
   if (exists_fails && fstatat(n.dir.fd, n.last.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) return -EEXIST;
-  if (!InWritable(r, n.dir_path) || InCarveout(r, n.dir_path)) return -EACCES;
+  if (Locate(r, n) != Where::kWritable) return -EACCES;
+  // (Held names and carve-outs have paths the planner wrote: never below a path too long to read.)
+  if (n.deep) return 0;
   const std::string p = Join(n.dir_path, n.last);
   if (Held(r, p) || InCarveout(r, p)) return -EACCES;
   return 0;
@@ -249,10 +282,10 @@ int MayCreate(const PathRules& r, const Name& n, bool exists_fails = false) {
 // May the entry (n.dir, n.last) be removed, renamed or replaced? 0 or -EACCES. A missing entry
 // is left to the call itself (its ENOENT).
 int MayRemove(const PathRules& r, const Name& n) {
-  if (!InWritable(r, n.dir_path) || InCarveout(r, n.dir_path)) return -EACCES;
+  if (Locate(r, n) != Where::kWritable) return -EACCES;
   struct stat st;
   if (fstatat(n.dir.fd, n.last.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && Has(r.pinned, st)) return -EACCES;
-  if (InCarveout(r, Join(n.dir_path, n.last))) return -EACCES;
+  if (!n.deep && InCarveout(r, Join(n.dir_path, n.last))) return -EACCES;
   return 0;
 }
 
@@ -289,11 +322,16 @@ bool StdioTerminal(uint32_t tid, const struct stat& st) {
 
 // May the existing object x (st) be opened for writing or truncated? `path` is where it was
 // reached (its parent's path and name; or its own path for an fd the command named). 0 or -EACCES.
-int MayWrite(const PathRules& r, const SeccompNotif& n, const struct stat& st, const std::string& path) {
+int MayWrite(const PathRules& r, const SeccompNotif& n, const struct stat& st, const std::string& path, const Name* parent) {
   if (Has(r.carveout_ids, st)) return -EACCES;
-  if (path.empty()) return 0;  // a pipe or socket: no name, nothing on disk to protect
-  if (InCarveout(r, path)) return -EACCES;
-  if (InWritable(r, path)) return 0;
+  if (parent != nullptr && parent->deep) {
+    const Where w = Locate(r, *parent);
+    if (w != Where::kOutside) return w == Where::kWritable ? 0 : -EACCES;
+  } else {
+    if (path.empty()) return 0;  // a pipe or socket: no name, nothing on disk to protect
+    if (InCarveout(r, path)) return -EACCES;
+    if (InWritable(r, path)) return 0;
+  }
   if (S_ISDIR(st.st_mode)) return 0;  // the open itself fails (EISDIR)
   if (!S_ISCHR(st.st_mode)) return -EACCES;
   if (Has(r.devices, st) || st.st_rdev == makedev(5, 0)) return 0;
@@ -536,7 +574,7 @@ int DoOpen(const PathRules& r, const SeccompNotif& n, Args* a, Fd* out) {
     out->Reset(fd);
     return 0;
   }
-  if (int e = MayWrite(r, n, t.st, t.path)) return e;
+  if (int e = MayWrite(r, n, t.st, t.path, t.name.dir.fd >= 0 ? &t.name : nullptr)) return e;
   const int fd = Reopen(n, t.x.fd, t.st, flags);
   if (fd < 0) return fd;
   out->Reset(fd);
@@ -546,7 +584,7 @@ int DoOpen(const PathRules& r, const SeccompNotif& n, Args* a, Fd* out) {
 long DoTruncate(const PathRules& r, const SeccompNotif& n, Args* a) {
   Target t;
   if (int e = ResolveForWrite(&a->own, &a->base, a->path, O_WRONLY, true, &t)) return e;
-  if (int e = MayWrite(r, n, t.st, t.path)) return e;
+  if (int e = MayWrite(r, n, t.st, t.path, t.name.dir.fd >= 0 ? &t.name : nullptr)) return e;
   if (S_ISDIR(t.st.st_mode)) return -EISDIR;
   char proc[64];
   snprintf(proc, sizeof proc, "/proc/self/fd/%d", t.x.fd);
@@ -571,8 +609,14 @@ long DoLink(const PathRules& r, Args* a) {
   if (S_ISDIR(src.st.st_mode)) return -EPERM;
   // A carve-out's object gets no second name (isolated mode: another mount, EXDEV); an object
   // from outside the writable roots neither (Landlock: no REFER right there, EXDEV).
-  if (Has(r.carveout_ids, src.st) || (!src.path.empty() && InCarveout(r, src.path))) return -EACCES;
-  if (src.path.empty() || src.path == "?" || !InWritable(r, src.path)) return -EXDEV;
+  if (Has(r.carveout_ids, src.st)) return -EACCES;
+  if (src.name.dir.fd >= 0 && src.name.deep) {
+    const Where w = Locate(r, src.name);
+    if (w != Where::kWritable) return w == Where::kCarveout ? -EACCES : -EXDEV;
+  } else {
+    if (!src.path.empty() && InCarveout(r, src.path)) return -EACCES;
+    if (src.path.empty() || src.path == "?" || !InWritable(r, src.path)) return -EXDEV;
+  }
   char proc[64];
   snprintf(proc, sizeof proc, "/proc/self/fd/%d", src.x.fd);
   return linkat(AT_FDCWD, proc, dst.dir.fd, dst.last.c_str(), AT_SYMLINK_FOLLOW) == 0 ? 0 : -errno;
@@ -658,7 +702,9 @@ PathRules BuildPathRules(const std::vector<std::string>& writable, const std::ve
   auto id_of = [](const struct stat& st) { return Id{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)}; };
   struct stat st;
   for (const std::string& w : writable) {
-    if (lstat(w.c_str(), &st) == 0) r.pinned.push_back(id_of(st));
+    if (lstat(w.c_str(), &st) != 0) continue;
+    r.pinned.push_back(id_of(st));
+    r.root_ids.push_back(id_of(st));
   }
   for (const std::string& d : devices) {
     if (stat(d.c_str(), &st) == 0 && S_ISCHR(st.st_mode)) r.devices.push_back(id_of(st));

@@ -44,6 +44,9 @@ struct PathRules {
   // the way from a writable root to one, and the writable roots themselves. None of them is
   // removed, renamed or replaced (isolated mode binds each onto itself: EBUSY).
   std::vector<Id> pinned;
+  // The writable roots themselves: where a directory's path is too long to read (past PATH_MAX),
+  // its location is found by walking up its parents to one of these or a carve-out.
+  std::vector<Id> root_ids;
   // Character devices outside the writable roots that the command's Landlock rules let it open
   // for writing (/dev/null, /dev/zero, /dev/full); /dev/tty and its stdio terminals are handled
   // apart (their meaning depends on who opens them).

@@ -310,6 +310,45 @@ print('OK %d' % ok)
       expect(fs.readlinkSync(`${ws}/.codex`)).toBe('real');
     });
 
+    // Past PATH_MAX the kernel gives no path for a directory: Landlock mode then locates it by
+    // walking up its parents. A deep tree made before the run inside .codex stays read-only at
+    // the bottom; the same depth in the workspace is writable (and can be made in the run).
+    it.skipIf(attackSkip || !caps.python)('a directory deeper than PATH_MAX inside a carve-out stays read-only', async () => {
+      const deep = String.raw`
+import errno, os, shutil, sys
+os.chdir(sys.argv[1])
+if sys.argv[2] == 'rm':
+    shutil.rmtree('dddd'); sys.exit(0)
+for i in range(900):
+    if sys.argv[2] != 'walk':
+        try: os.mkdir('dddd')
+        except FileExistsError: pass
+    os.chdir('dddd')
+if sys.argv[2] == 'prep': sys.exit(0)
+res = []
+for f in (lambda: os.close(os.open('x', os.O_WRONLY | os.O_CREAT, 0o644)), lambda: os.mkdir('y'), lambda: os.rename('y', 'z')):
+    try:
+        f(); res.append('ok')
+    except OSError as e:
+        res.append(errno.errorcode[e.errno])
+print(' '.join(res))
+`;
+      // Made from outside, before the run (900 levels of 5 bytes: 4,500 bytes, past PATH_MAX).
+      execFileSync('python3', ['-c', deep, `${ws}/.codex`, 'prep']);
+      try {
+        const r = await py(deep, [`${ws}/.codex`, 'walk'], { cwd: ws, policy });
+        const got = r.stdout.trim().split(' ');
+        expect(got, r.stderr).toHaveLength(3);
+        for (const g of got) expect(DENIED.concat('ENOENT'), r.stdout).toContain(g);
+        expect(got[0]).not.toBe('ENOENT');
+        const ctl = await py(deep, [ws, 'make'], { cwd: ws, policy });
+        expect(ctl.stdout.trim(), ctl.stderr).toBe('ok ok ok');
+      } finally {
+        for (const d of [`${ws}/.codex`, ws]) execFileSync('python3', ['-c', deep, d, 'rm']);
+      }
+      expect(fs.readdirSync(`${ws}/.codex`)).toEqual(['config.toml']);
+    });
+
     // The supervisor carries a call out itself: a signal that withdrew the call after that would
     // make the caller run it again (EINTR and a retry, or a restart), and a second mkdir or O_EXCL
     // create of the same name fails with EEXIST. A signal every 50 us while it creates 2,000
