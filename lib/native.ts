@@ -56,6 +56,19 @@ export interface LinuxNativePlan {
       denyRead?: string[];
       inotify?: { instances: number; watches: number };
     };
+    /**
+     * pathSupervisor (Landlock mode, with metadataSupervisor): read-only carve-outs inside the
+     * writable roots. Write-opens, creates, renames, removals, links and truncates stop in a
+     * seccomp user notification and the host carries them out unless they touch a carve-out
+     * (native/linux/supervise_paths.cc). Canonical absolute paths.
+     */
+    pathSupervisor?: {
+      carveOuts: string[];
+      /** Carve-outs protected only while they exist (a missing one is not held). */
+      presentOnly: string[];
+      /** Device files the command's Landlock rules let it open for writing. */
+      devices: string[];
+    };
   };
   proxyPort?: number;
   rlimitNproc?: number;

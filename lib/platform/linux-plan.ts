@@ -695,7 +695,15 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
   if (metadataSupervised) {
     native.seccomp!.metadataSupervisor = {
       writable: [...rules.writeRoots, ...(input.landlockTmpDir ? [realpathOrNull(input.landlockTmpDir) ?? input.landlockTmpDir] : [])],
-      protect: [...rules.readOnly, ...rules.denyRead],
+      // A carve-out reached through a symlink (.codex -> real, a link on the way to
+      // core.hooksPath) by its target too: the supervisor judges the object it resolved.
+      protect: [
+        ...new Set([
+          ...rules.readOnly,
+          ...rules.readOnly.map((p) => realpathOrNull(p)).filter((p): p is string => p !== null),
+          ...rules.denyRead,
+        ]),
+      ],
       // Restricted reads: inotify watches follow what Landlock lets the command read or list
       // (Landlock does not check inotify_add_watch; a directory's watch reports new names in it).
       ...(rules.readAll
@@ -714,6 +722,18 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
             ],
             denyRead: rules.denyRead,
           }),
+    };
+  }
+  // Landlock mode: read-only carve-outs inside writable roots. Landlock cannot express them (a
+  // right on a directory covers everything below it); the same supervisor carries out every
+  // write-open, create, rename, removal, link and truncate itself, on a pinned parent directory,
+  // unless it touches a carve-out (native/linux/supervise_paths.cc). Without it they are a gap.
+  const pathsSupervised = metadataSupervised && rules.readOnly.length > 0;
+  if (pathsSupervised) {
+    native.seccomp!.pathSupervisor = {
+      carveOuts: [...rules.readOnly],
+      presentOnly: [...(rules.presentOnly ?? [])],
+      devices: DEVICE_RULES,
     };
   }
   const limits = rules.limits;
@@ -753,11 +773,15 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     // With a pids cgroup the cap is the cgroup's: RLIMIT_NPROC here would count every process of
     // the uid (the host's own threads included) and could refuse the sandbox's first fork.
     if (limits.maxProcesses && !cg) native.rlimitNproc = limits.maxProcesses;
+    protectPartial = (rules.gaps ?? []).length > 0;
     if (!metadataSupervised) {
       gaps.push(...LANDLOCK_INHERENT_GAPS.map((g) => `${g}; this kernel has no seccomp supervision: errno ${-(probe.connectSupervisor ?? -38)}`));
     }
-    if (rules.readOnly.length > 0) {
-      gaps.push(`read-only carve-outs inside writable roots are not enforced: ${rules.readOnly.join(', ')}`);
+    if (rules.readOnly.length > 0 && !pathsSupervised) {
+      gaps.push(
+        `read-only carve-outs inside writable roots are not enforced: ${rules.readOnly.join(', ')}; this kernel has no seccomp ` +
+          `supervision: errno ${-(probe.connectSupervisor ?? -38)}`,
+      );
     }
     const deniedButReadable = rules.denyRead.filter((d) => rules.readAll || rules.readRoots.some((r) => isUnder(d, r)));
     if (deniedButReadable.length > 0) {
@@ -866,6 +890,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       network: net === 'proxy' ? `proxy only (127.0.0.1:${input.proxyPort}${isolated ? ' inside the namespace' : ''})` : net,
       ...(supervised ? { connectSupervisor: 'seccomp-user-notif' } : {}),
       ...(metadataSupervised ? { metadataSupervisor: 'seccomp-user-notif' } : {}),
+      ...(pathsSupervised ? { pathSupervisor: 'seccomp-user-notif' } : {}),
       processCap,
       memoryCap,
       ...(isolated ? { tmpfs: tmpfsSizes(limits.tmpBytes) } : {}),
@@ -876,7 +901,13 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       filesystemRead: rules.readAll ? 'not-requested' : watchGap ? 'partial' : 'enforced',
       filesystemWrite: isolated ? 'enforced' : 'partial',
       protectedPaths:
-        rules.readOnly.length === 0 ? 'not-requested' : !isolated ? 'not-enforced' : protectPartial ? 'partial' : 'enforced',
+        rules.readOnly.length === 0
+          ? 'not-requested'
+          : !isolated && !pathsSupervised
+            ? 'not-enforced'
+            : protectPartial
+              ? 'partial'
+              : 'enforced',
       denyRead: rules.denyRead.length === 0 ? 'not-requested' : isolated && !denyPartial ? 'enforced' : 'partial',
       network: net === 'full' ? 'not-requested' : (net === 'proxy' && !isolated && !supervised) || unixPartial ? 'partial' : 'enforced',
       processIsolation: isolated ? 'enforced' : 'partial',

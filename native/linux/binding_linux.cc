@@ -371,6 +371,16 @@ void ParsePlan(Napi::Env env, const Napi::Object& o, LinuxSpawnPlan* out, Superv
       metadata.enabled = true;
       cfg.notify_metadata = true;
       plan.seccomp_listener = true;
+      // Read-only carve-outs inside the writable roots: writes, creates, removals and renames go
+      // to the path supervisor (supervise_paths.cc), which looks the carve-outs up now, before
+      // the command starts.
+      Napi::Value ps = s.Get("pathSupervisor");
+      if (ps.IsObject()) {
+        Napi::Object po = ps.As<Napi::Object>();
+        supervisor->paths = BuildPathRules(metadata.writable, GetStrings(po, "carveOuts"), GetStrings(po, "presentOnly"),
+                                           GetStrings(po, "devices"));
+        cfg.notify_paths = true;
+      }
       // The sandbox's lifetime share of the uid's inotify instances and watches (linux-quotas.ts).
       Napi::Value iq = ms.As<Napi::Object>().Get("inotify");
       if (iq.IsObject()) {
@@ -650,6 +660,10 @@ Napi::Value SpawnSpareJs(const Napi::CallbackInfo& info) {
     return env.Null();
   }
   go.umask = static_cast<unsigned>(mask);
+  // The carve-outs as they are now (one may have been made or removed since the preparation):
+  // the parked command makes no call before GoSpare releases it.
+  PathRules& paths = rec->supervisor.paths;
+  if (paths.enabled) paths = BuildPathRules(paths.writable, paths.carveouts_in, paths.present_only_in, paths.devices_in);
   LinuxSpawnResult res;
   bool used = false;
   Status s = GoSpare(spare, go, &res, &used);

@@ -33,6 +33,7 @@
 // writable roots; ELOOP for a path through another /proc magic link; EACCES when the host cannot
 // read the command (a non-dumpable command of an unprivileged host, or Yama ptrace_scope >= 2).
 #include "metadata_supervisor.h"
+#include "notify_args.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -58,6 +59,15 @@
 namespace psb {
 namespace {
 
+using nargs::EffectiveCapsCleared;
+using nargs::Fd;
+using nargs::GetFd;
+using nargs::OwnFdPath;
+using nargs::PathOf;
+using nargs::ReadMem;
+using nargs::ReadString;
+using nargs::StartAt;
+using nargs::Under;
 using notify::ArgInt;
 using notify::SeccompNotif;
 
@@ -117,122 +127,15 @@ const Call* FindCall(int nr) {
   return nullptr;
 }
 
-// An fd of ours, closed on every return path.
-struct Fd {
-  int fd = -1;
-  Fd() = default;
-  explicit Fd(int f) : fd(f) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd >= 0) close(fd);
-  }
-  void Reset(int f) {
-    if (fd >= 0) close(fd);
-    fd = f;
-  }
-};
-
-// Exactly len bytes of the command's memory, or -EFAULT.
-int ReadMem(uint32_t tid, uint64_t addr, void* buf, size_t len) {
-  if (len == 0) return 0;
-  struct iovec local = {buf, len};
-  struct iovec remote = {reinterpret_cast<void*>(static_cast<uintptr_t>(addr)), len};
-  ssize_t got = process_vm_readv(static_cast<pid_t>(tid), &local, 1, &remote, 1, 0);
-  if (got < 0 && errno != EFAULT) return errno == ESRCH ? -ESRCH : -EACCES;  // EPERM: unreadable task
-  return got == static_cast<ssize_t>(len) ? 0 : -EFAULT;
-}
-
-// A NUL-terminated string of at most max bytes (NUL included), read up to page ends so that a
-// string ending just before an unmapped page still reads. -EFAULT or too_long when it does not.
-int ReadString(uint32_t tid, uint64_t addr, std::string* out, size_t max, int too_long) {
-  if (addr == 0) return -EFAULT;
-  out->clear();
-  char page[4096];
-  while (out->size() < max) {
-    size_t chunk = 4096 - static_cast<size_t>((addr + out->size()) & 4095);
-    if (chunk > max - out->size()) chunk = max - out->size();
-    int r = ReadMem(tid, addr + out->size(), page, chunk);
-    if (r < 0) return r;
-    const void* nul = memchr(page, 0, chunk);
-    if (nul != nullptr) {
-      out->append(page, static_cast<const char*>(nul) - page);
-      return 0;
-    }
-    out->append(page, chunk);
-  }
-  return too_long;
-}
-
-// /proc/self/fd/N, /proc/thread-self/fd/N, /dev/fd/N and /dev/std{in,out,err} name the
-// command's own fd N; resolved here they would name the host's. -1 when path is none of them.
-int OwnFdPath(const std::string& path) {
-  if (path == "/dev/stdin") return 0;
-  if (path == "/dev/stdout") return 1;
-  if (path == "/dev/stderr") return 2;
-  for (const char* prefix : {"/proc/self/fd/", "/proc/thread-self/fd/", "/dev/fd/"}) {
-    size_t n = strlen(prefix);
-    if (path.compare(0, n, prefix) != 0 || path.size() == n || path.size() > n + 9) continue;
-    int fd = 0;
-    for (size_t i = n; i < path.size(); ++i) {
-      if (path[i] < '0' || path[i] > '9') return -1;
-      fd = fd * 10 + (path[i] - '0');
-    }
-    return fd;
-  }
-  return -1;
-}
-
-// Clears this thread's effective capabilities for the object's lifetime (see the top of the
-// file); a host without any does nothing. ok() is false when they could not be cleared.
-class EffectiveCapsCleared {
- public:
-  EffectiveCapsCleared() {
-    if (syscall(SYS_capget, &hdr_, saved_) != 0) return;
-    if ((saved_[0].effective | saved_[1].effective) == 0) {
-      ok_ = true;
-      return;
-    }
-    __user_cap_data_struct lowered[2] = {saved_[0], saved_[1]};
-    lowered[0].effective = lowered[1].effective = 0;
-    ok_ = changed_ = syscall(SYS_capset, &hdr_, lowered) == 0;
-  }
-  ~EffectiveCapsCleared() {
-    if (changed_) syscall(SYS_capset, &hdr_, saved_);
-  }
-  EffectiveCapsCleared(const EffectiveCapsCleared&) = delete;
-  EffectiveCapsCleared& operator=(const EffectiveCapsCleared&) = delete;
-  bool ok() const { return ok_; }
-
- private:
-  __user_cap_header_struct hdr_ = {_LINUX_CAPABILITY_VERSION_3, 0};
-  __user_cap_data_struct saved_[2] = {};
-  bool ok_ = false, changed_ = false;
-};
-
-bool Under(const std::string& p, const std::string& root) {
-  if (root == "/") return true;
-  return p.compare(0, root.size(), root) == 0 && (p.size() == root.size() || p[root.size()] == '/');
-}
-
 // Step 3: 0 when the pinned object lies inside `roots` and outside `except`, else -EACCES.
 int CheckLocation(int fd, const struct stat& st, const std::vector<std::string>& roots, const std::vector<std::string>& except) {
-  char proc[64];
-  snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
-  char buf[PATH_MAX + 16];
-  ssize_t n = readlink(proc, buf, sizeof buf);
-  if (n <= 0 || n >= static_cast<ssize_t>(sizeof buf)) return -EACCES;
+  const std::string p = PathOf(fd, st);
   // "pipe:[N]", "socket:[N]", "anon_inode:...": no path, nothing outside shares its metadata.
-  if (buf[0] != '/') return 0;
+  if (p.empty()) return 0;
+  if (p == "?") return -EACCES;
   struct statfs sfs;
   // /proc objects: their owners are processes, not the writable roots.
   if (fstatfs(fd, &sfs) != 0 || sfs.f_type == PROC_SUPER_MAGIC) return -EACCES;
-  std::string p(buf, static_cast<size_t>(n));
-  // An unlinked object's path carries this suffix; a live one named so keeps it (nlink > 0).
-  static const std::string kDeleted = " (deleted)";
-  if (st.st_nlink == 0 && p.size() > kDeleted.size() && p.compare(p.size() - kDeleted.size(), kDeleted.size(), kDeleted) == 0) {
-    p.resize(p.size() - kDeleted.size());
-  }
   bool inside = false;
   for (const std::string& w : roots) inside = inside || Under(p, w);
   if (!inside) return -EACCES;
@@ -332,13 +235,6 @@ struct Start {
   bool nofollow = false;
 };
 
-int GetFd(int pidfd, int fd, Fd* out) {
-  int copy = static_cast<int>(syscall(__NR_pidfd_getfd, pidfd, fd, 0));
-  if (copy < 0) return errno == EBADF ? -EBADF : -EACCES;
-  out->Reset(copy);
-  return 0;
-}
-
 int ReadStart(const Call& c, const SeccompNotif& n, int pidfd, Start* s) {
   if (c.path < 0) {
     s->from_fd = true;
@@ -363,14 +259,8 @@ int ReadStart(const Call& c, const SeccompNotif& n, int pidfd, Start* s) {
     s->from_fd = true;
     s->path.clear();
     return GetFd(pidfd, own, &s->base);
-  } else if (s->path[0] == '/') {
-    return 0;  // the command's root is the host's: Landlock mode has no chroot (seccomp refuses it)
   }
-  if (dirfd != AT_FDCWD) return GetFd(pidfd, dirfd, &s->base);
-  char cwd[64];
-  snprintf(cwd, sizeof cwd, "/proc/%u/cwd", n.pid);
-  s->base.Reset(open(cwd, O_PATH | O_DIRECTORY | O_CLOEXEC));
-  return s->base.fd < 0 ? -EACCES : 0;
+  return StartAt(n, pidfd, dirfd, s->path, &s->base);
 }
 
 // Step 2 proper, with capabilities cleared: the object, pinned by an O_PATH fd.

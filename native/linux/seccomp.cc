@@ -61,8 +61,10 @@ int ClauseLength(const Clause& c) {
 // Emits one rule body, entered with the syscall number matched; every path ends in a RET.
 // Layout per clause: tests (each either falls through to the next test or jumps to the clause's
 // end), RET action; after the last clause, RET otherwise. All jumps are forward and short.
-int EmitBody(const Rule& r, uint32_t supervise, std::vector<sock_filter>* out) {
-  auto action = [supervise](uint32_t a) { return a == kSupervise ? supervise : a; };
+int EmitBody(const Rule& r, uint32_t supervise, uint32_t supervise_paths, std::vector<sock_filter>* out) {
+  auto action = [supervise, supervise_paths](uint32_t a) {
+    return a == kSupervise ? supervise : a == kSupervisePaths ? supervise_paths : a;
+  };
   for (const Clause& c : r.clauses) {
     int ntests = ClauseTestCount(c);
     if (ntests == 0) continue;
@@ -271,7 +273,13 @@ int BuildSeccompFilterUncached(const SeccompConfig& cfg, std::vector<sock_filter
     out->clear();
     return -EINVAL;
   }
+  // The path supervisor shares the metadata supervisor's listener and kernel requirements.
+  if (cfg.notify_paths && !cfg.notify_metadata) {
+    out->clear();
+    return -EINVAL;
+  }
   const uint32_t supervise = cfg.notify_metadata ? kSeccompRetUserNotif : kAllow;
+  const uint32_t supervise_paths = cfg.notify_paths ? kSeccompRetUserNotif : kAllow;
   // 3. Rules, as a binary search over their syscall numbers (EmitSearch). Every body ends in
   //    RET, so the accumulator holds nr at every comparison.
   std::vector<Leaf> leaves;
@@ -279,7 +287,7 @@ int BuildSeccompFilterUncached(const SeccompConfig& cfg, std::vector<sock_filter
     const Rule& r = kRules[i];
     if (!Applies(r, net, mode)) continue;
     Leaf leaf{static_cast<uint32_t>(r.nr), {}};
-    if (int rc = EmitBody(r, supervise, &leaf.body)) {
+    if (int rc = EmitBody(r, supervise, supervise_paths, &leaf.body)) {
       out->clear();
       return rc;
     }
@@ -308,12 +316,12 @@ int BuildSeccompFilter(const SeccompConfig& cfg, std::vector<sock_filter>* out) 
   // The program depends on the config alone (a few bits), and building it checks the table for
   // duplicates and sorts it: built once per config, then copied.
   const unsigned key = static_cast<unsigned>(cfg.net) | (cfg.isolated ? 4u : 0u) | (cfg.unix_stream_sockets ? 8u : 0u) |
-                       (cfg.notify_connect ? 16u : 0u) | (cfg.notify_metadata ? 32u : 0u);
+                       (cfg.notify_connect ? 16u : 0u) | (cfg.notify_metadata ? 32u : 0u) | (cfg.notify_paths ? 64u : 0u);
   static std::mutex mu;
-  static std::vector<sock_filter> built[64];
-  static int result[64];
-  static bool done[64];
-  if (key >= 64) return -EINVAL;
+  static std::vector<sock_filter> built[128];
+  static int result[128];
+  static bool done[128];
+  if (key >= 128) return -EINVAL;
   std::lock_guard<std::mutex> lock(mu);
   if (!done[key]) {
     result[key] = BuildSeccompFilterUncached(cfg, &built[key]);
@@ -335,7 +343,16 @@ int InstallSeccompInChild(const sock_fprog* prog, bool new_listener) noexcept {
   if (nnp < 0) return static_cast<int>(nnp);
   if (nnp != 1) return -EPERM;
   // A listener exists only through seccomp(2); no prctl fallback (that kernel has no listeners).
-  if (new_listener) return static_cast<int>(Sys(__NR_seccomp, kSeccompSetModeFilter, kSeccompFilterFlagNewListener, prog));
+  if (new_listener) {
+    // The supervisors EMULATE calls (metadata_supervisor.cc, supervise_paths.cc): a signal that
+    // withdrew a call the supervisor had already carried out would make the kernel restart it
+    // (or the caller retry on EINTR), and a mkdir or O_EXCL create done twice fails with EEXIST.
+    // WAIT_KILLABLE_RECV keeps the call waiting for the answer once it was received; the signal
+    // is handled right after. Kernels before 5.19 refuse the flag (EINVAL): without it, the gap.
+    long r = Sys(__NR_seccomp, kSeccompSetModeFilter, kSeccompFilterFlagNewListener | kSeccompFilterFlagWaitKillableRecv, prog);
+    if (r != -EINVAL) return static_cast<int>(r);
+    return static_cast<int>(Sys(__NR_seccomp, kSeccompSetModeFilter, kSeccompFilterFlagNewListener, prog));
+  }
   long r = Sys(__NR_seccomp, kSeccompSetModeFilter, 0, prog);
   if (r != -ENOSYS) return static_cast<int>(r);
   // Kernels 3.5-3.16 have filter mode but no seccomp(2).

@@ -120,6 +120,11 @@ struct SeccompConfig {
   // supervisor counts inotify_init* and inotify_add_watch against the sandbox's share of the
   // uid's inotify limits (no user namespace holds them in this mode).
   bool notify_metadata = false;
+  // Landlock mode with read-only carve-outs inside writable roots (needs notify_metadata: same
+  // listener): opens for writing, creating or truncating, and every rename, unlink, rmdir, link,
+  // symlink, mkdir, mknod and truncate stop in SECCOMP_RET_USER_NOTIF for the host's path
+  // supervisor (supervise_paths.cc), which carries them out unless they touch a carve-out.
+  bool notify_paths = false;
 };
 
 // Parent side (may allocate). Replaces *out with the BPF program for cfg.

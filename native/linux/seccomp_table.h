@@ -39,6 +39,9 @@ constexpr uint32_t kSeccompRetErrno = 0x00050000u;
 constexpr uint32_t kSeccompRetAllow = 0x7fff0000u;
 constexpr uint32_t kSeccompRetUserNotif = 0x7fc00000u;
 constexpr unsigned kSeccompFilterFlagNewListener = 1u << 3;
+// SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV (5.19): once the supervisor has received a notification,
+// only a fatal signal interrupts the waiting call.
+constexpr unsigned kSeccompFilterFlagWaitKillableRecv = 1u << 5;
 constexpr uint32_t kSeccompRetData = 0x0000ffffu;
 constexpr unsigned kSeccompModeFilter = 2;       // prctl(PR_SET_SECCOMP, ...)
 constexpr unsigned kSeccompSetModeFilter = 1;    // seccomp(2) operations
@@ -88,6 +91,12 @@ constexpr int kNrUtime = __NR_utime;
 constexpr int kNrUtimes = __NR_utimes;
 constexpr int kNrFutimesat = __NR_futimesat;
 constexpr int kNrInotifyInit = __NR_inotify_init;
+constexpr int kNrRename = __NR_rename;
+constexpr int kNrUnlink = __NR_unlink;
+constexpr int kNrRmdir = __NR_rmdir;
+constexpr int kNrMkdir = __NR_mkdir;
+constexpr int kNrLink = __NR_link;
+constexpr int kNrSymlink = __NR_symlink;
 #else
 constexpr int kNrOpen = kSkip;
 constexpr int kNrCreat = kSkip;
@@ -99,6 +108,17 @@ constexpr int kNrUtime = kSkip;
 constexpr int kNrUtimes = kSkip;
 constexpr int kNrFutimesat = kSkip;
 constexpr int kNrInotifyInit = kSkip;
+constexpr int kNrRename = kSkip;
+constexpr int kNrUnlink = kSkip;
+constexpr int kNrRmdir = kSkip;
+constexpr int kNrMkdir = kSkip;
+constexpr int kNrLink = kSkip;
+constexpr int kNrSymlink = kSkip;
+#endif
+#ifdef __NR_renameat
+constexpr int kNrRenameat = __NR_renameat;  // not on aarch64 (renameat2 only)
+#else
+constexpr int kNrRenameat = kSkip;
 #endif
 
 // x86_64 marks x32 syscalls with this bit in the number; x32 has its own table, so every rule
@@ -133,6 +153,9 @@ constexpr uint32_t kKill = kSeccompRetKillProcess;
 // A table action: USER_NOTIF when the config has the metadata supervisor, else ALLOW (the plan
 // then lists the gap). Never a real return value (SECCOMP_RET_TRAP's range, unused here).
 constexpr uint32_t kSupervise = 0x00030000u;
+// Another table action: USER_NOTIF when the config has the path supervisor (read-only carve-outs
+// inside writable roots, supervise_paths.cc), else ALLOW. Never a real return value either.
+constexpr uint32_t kSupervisePaths = 0x00030001u;
 
 // File attribute flag ioctls (chattr): _IOW('f', 2, long), its 32-bit spelling _IOW('f', 2, int)
 // (some file systems take it natively too) and _IOW('X', 32, struct fsxattr).
@@ -256,6 +279,9 @@ constexpr ArgTest AnyBit(uint8_t arg, uint32_t mask) {
 constexpr uint32_t kAll = 0xffffffffu;
 constexpr uint32_t kSetIdBits = 06000;                // S_ISUID | S_ISGID
 constexpr uint32_t kCreateFlags = 0100 | 020000000;   // O_CREAT | __O_TMPFILE
+// An open that can change a file or a directory's entries: O_WRONLY | O_RDWR | O_CREAT | O_TRUNC
+// (O_TMPFILE needs O_WRONLY or O_RDWR). A read-only open never has any of these bits.
+constexpr uint32_t kWriteOpenFlags = 01 | 02 | 0100 | 01000;
 constexpr int kMaxTests = 3;
 
 // A clause matches when all of its tests pass (an empty clause never matches).
@@ -432,12 +458,38 @@ constexpr Rule kRules[] = {
     Rule{kNrInotifyInit, kAnyNet, kLandlock, kSupervise, {}},
     Rule{__NR_inotify_init1, kAnyNet, kLandlock, kSupervise, {}},
     Rule{__NR_inotify_add_watch, kAnyNet, kLandlock, kSupervise, {}},
-    When(kNrCreat, kAnyNet, kAnyMode, kAllow, Clause{{AnyBit(1, kSetIdBits)}, kEperm}),
-    When(kNrOpen, kAnyNet, kAnyMode, kAllow, Clause{{AnyBit(1, kCreateFlags), AnyBit(2, kSetIdBits)}, kEperm}),
-    When(__NR_openat, kAnyNet, kAnyMode, kAllow, Clause{{AnyBit(2, kCreateFlags), AnyBit(3, kSetIdBits)}, kEperm}),
+    When(kNrCreat, kAnyNet, kIsolated, kAllow, Clause{{AnyBit(1, kSetIdBits)}, kEperm}),
+    When(kNrOpen, kAnyNet, kIsolated, kAllow, Clause{{AnyBit(1, kCreateFlags), AnyBit(2, kSetIdBits)}, kEperm}),
+    When(__NR_openat, kAnyNet, kIsolated, kAllow, Clause{{AnyBit(2, kCreateFlags), AnyBit(3, kSetIdBits)}, kEperm}),
     Rule{__NR_openat2, kAnyNet, kAnyMode, kEnosys, {}},
-    When(kNrMknod, kAnyNet, kAnyMode, kAllow, Clause{{AnyBit(1, kSetIdBits)}, kEperm}),
-    When(__NR_mknodat, kAnyNet, kAnyMode, kAllow, Clause{{AnyBit(2, kSetIdBits)}, kEperm}),
+    When(kNrMknod, kAnyNet, kIsolated, kAllow, Clause{{AnyBit(1, kSetIdBits)}, kEperm}),
+    When(__NR_mknodat, kAnyNet, kIsolated, kAllow, Clause{{AnyBit(2, kSetIdBits)}, kEperm}),
+    // Read-only carve-outs inside writable roots in Landlock mode (a Landlock right on a
+    // directory covers everything below it): every call that can create, replace, remove or write
+    // a name goes to the path supervisor (supervise_paths.cc), which carries it out on a pinned
+    // parent directory unless it touches a carve-out. Opens only when their flags (a register)
+    // ask for writing, creating or truncating: read-only opens stay in the kernel, unsupervised.
+    // openat2 (flags in memory) is ENOSYS above in both modes; libc falls back to openat.
+    When(kNrCreat, kAnyNet, kLandlock, kSupervisePaths, Clause{{AnyBit(1, kSetIdBits)}, kEperm}),
+    When(kNrOpen, kAnyNet, kLandlock, kAllow, Clause{{AnyBit(1, kCreateFlags), AnyBit(2, kSetIdBits)}, kEperm},
+         Clause{{AnyBit(1, kWriteOpenFlags)}, kSupervisePaths}),
+    When(__NR_openat, kAnyNet, kLandlock, kAllow, Clause{{AnyBit(2, kCreateFlags), AnyBit(3, kSetIdBits)}, kEperm},
+         Clause{{AnyBit(2, kWriteOpenFlags)}, kSupervisePaths}),
+    When(kNrMknod, kAnyNet, kLandlock, kSupervisePaths, Clause{{AnyBit(1, kSetIdBits)}, kEperm}),
+    When(__NR_mknodat, kAnyNet, kLandlock, kSupervisePaths, Clause{{AnyBit(2, kSetIdBits)}, kEperm}),
+    Rule{kNrRename, kAnyNet, kLandlock, kSupervisePaths, {}},
+    Rule{kNrRenameat, kAnyNet, kLandlock, kSupervisePaths, {}},
+    Rule{__NR_renameat2, kAnyNet, kLandlock, kSupervisePaths, {}},
+    Rule{kNrUnlink, kAnyNet, kLandlock, kSupervisePaths, {}},
+    Rule{__NR_unlinkat, kAnyNet, kLandlock, kSupervisePaths, {}},
+    Rule{kNrRmdir, kAnyNet, kLandlock, kSupervisePaths, {}},
+    Rule{kNrMkdir, kAnyNet, kLandlock, kSupervisePaths, {}},
+    Rule{__NR_mkdirat, kAnyNet, kLandlock, kSupervisePaths, {}},
+    Rule{kNrLink, kAnyNet, kLandlock, kSupervisePaths, {}},
+    Rule{__NR_linkat, kAnyNet, kLandlock, kSupervisePaths, {}},
+    Rule{kNrSymlink, kAnyNet, kLandlock, kSupervisePaths, {}},
+    Rule{__NR_symlinkat, kAnyNet, kLandlock, kSupervisePaths, {}},
+    Rule{__NR_truncate, kAnyNet, kLandlock, kSupervisePaths, {}},
 
     // NET-01..NET-06, NET-09, NET-10, NET-17: socket creation by network mode.
     Deny(__NR_socket, kNetNone),

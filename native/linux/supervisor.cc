@@ -80,11 +80,12 @@ void OnEnvTeardown(void* arg) {
 }
 
 // The classes of calls (one file each, see the top of the file).
-enum class CallClass { kContinue, kConnect, kMetadata };
+enum class CallClass { kContinue, kConnect, kMetadata, kPaths };
 
 CallClass ClassOf(const Supervisor& s, int nr) {
   if (nr == __NR_connect && s.connect != nullptr) return CallClass::kConnect;
   if (s.config.metadata.enabled && IsMetadataCall(nr, s.config.metadata)) return CallClass::kMetadata;
+  if (s.config.paths.enabled && IsPathCall(nr)) return CallClass::kPaths;
   return CallClass::kContinue;
 }
 
@@ -118,6 +119,10 @@ void Dispatch(Supervisor* s, const SeccompNotif& n) {
       return HandleConnect(s->connect, s->listener, n);
     case CallClass::kMetadata:
       HandleMetadata(s->listener, n, s->config.metadata);
+      return;
+    case CallClass::kPaths:
+      // This thread is the sandbox's own: the class may give it a file-system context of its own.
+      HandlePaths(s->listener, n, s->config.paths, true);
       return;
     case CallClass::kContinue:
       return Continue(s->listener, n.id);

@@ -12,12 +12,15 @@
 #include <napi.h>
 
 #include "metadata_supervisor.h"
+#include "supervise_paths.h"
 
 namespace psb {
 
 struct SupervisorConfig {
   uint16_t proxy_port = 0;  // 0: connect() is not supervised
   MetadataRules metadata;
+  // Read-only carve-outs inside writable roots (supervise_paths.cc).
+  PathRules paths;
   // Landlock mode's inotify caps: how many instances (inotify_init*) and watches
   // (inotify_add_watch) the sandbox may create in its lifetime. The kernel counts both per uid,
   // host included, and tells nobody when one is released, so creations are what is counted.

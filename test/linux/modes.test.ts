@@ -67,6 +67,10 @@ describe.runIf(caps.linux)('modes and reports', () => {
       for (const g of degradedBy) expect(r.enforcement.gaps).toContain(g);
       expect(r.enforcement.gaps.join('\n')).toMatch(/\/dev\/shm/);
       expect(degradedBy.join('\n')).not.toMatch(/\/dev\/shm|\/tmp itself/);
+      // Carve-outs (.codex, .agents, .aws here) are held by the path supervisor where it exists.
+      expect(r.enforcement.guarantees.protectedPaths).toBe(caps.metadataSupervisor ? 'enforced' : 'not-enforced');
+      if (caps.metadataSupervisor) expect(r.enforcement.gaps.join('\n')).not.toMatch(/carve-outs/);
+      else expect(degradedBy.join('\n')).toMatch(/carve-outs/);
       // Metadata changes are a gap only where no seccomp supervisor carries them out.
       if (caps.connectSupervisor) expect(r.enforcement.mechanisms.metadataSupervisor).toBe('seccomp-user-notif');
       else expect(degradedBy.join('\n')).toMatch(/chmod, chown, utime and xattr/);

@@ -89,6 +89,8 @@ describe.runIf(caps.linux)('file-system threats', () => {
     let scene: Scene;
     let policy: SandboxPolicy;
     const isolated = mode === 'isolated';
+    // Read-only carve-outs: isolated mode's read-only binds, or Landlock mode's path supervisor.
+    const holdsCarveouts = isolated || caps.metadataSupervisor;
 
     beforeEach(() => {
       scene = makeScene(`fs-${mode}`);
@@ -189,7 +191,7 @@ describe.runIf(caps.linux)('file-system threats', () => {
     });
 
     describe('protected paths inside a writable root', () => {
-      it.runIf(!skip && !isolated)('Landlock mode lists carve-outs as a gap', async () => {
+      it.runIf(!skip && !holdsCarveouts)('Landlock mode lists carve-outs as a gap', async () => {
         git(scene.ws, 'init', '-q');
         const r = await sh('true', { cwd: scene.ws, policy });
         expect(r.enforcement.guarantees.protectedPaths).toBe('not-enforced');
@@ -197,7 +199,7 @@ describe.runIf(caps.linux)('file-system threats', () => {
         await expect(sh('true', { cwd: scene.ws, policy: { ...policy, degraded: false } })).rejects.toMatchObject({ code: 'EUNSUPPORTED_POLICY' });
       });
 
-      it.runIf(!skip && isolated)('FS-06: a carve-out cannot be moved away, removed or recreated', async () => {
+      it.runIf(!skip && holdsCarveouts)('FS-06: a carve-out cannot be moved away, removed or recreated', async () => {
         git(scene.ws, 'init', '-q');
         fs.mkdirSync(`${scene.ws}/notgit/hooks`, { recursive: true });
         const gitBefore = snapshot(`${scene.ws}/.git`);
@@ -217,7 +219,8 @@ describe.runIf(caps.linux)('file-system threats', () => {
           ],
           { cwd: scene.ws, policy },
         );
-        expectDenied(r, 'carve-out tampering', [...DENIED, 'ENOTEMPTY']);
+        // (.codex is missing here: isolated mode's placeholder answers EBUSY, Landlock mode ENOENT.)
+        expectDenied(r, 'carve-out tampering', [...DENIED, 'ENOTEMPTY', ...(isolated ? [] : ['ENOENT'])]);
         expect(fs.existsSync(`${scene.ws}/config-alias`)).toBe(false);
         expectUnchanged(gitBefore, snapshot(`${scene.ws}/.git`), '.git');
         expect(fs.existsSync(`${scene.ws}/git-old`)).toBe(false);
@@ -241,7 +244,7 @@ describe.runIf(caps.linux)('file-system threats', () => {
       // link itself is an ordinary entry of the writable root, so the command could remove it,
       // make a real directory of that name and plant config.toml / a hook. Secure outcomes: the
       // run is refused with a code, or the link cannot be replaced.
-      it.runIf(!skip && isolated)('FS-06: a carve-out that is a symlink cannot be replaced', async () => {
+      it.runIf(!skip && holdsCarveouts)('FS-06: a carve-out that is a symlink cannot be replaced', async () => {
         fs.mkdirSync(`${scene.ws}/real`);
         fs.symlinkSync('real', `${scene.ws}/.codex`);
         git(scene.ws, 'init', '-q');
@@ -271,7 +274,7 @@ describe.runIf(caps.linux)('file-system threats', () => {
         expect(d).toMatchObject({ code: 0 });
       });
 
-      it.runIf(!skip && isolated)("git: 'whole' keeps all of .git read-only; hooks-and-config keeps objects writable", async () => {
+      it.runIf(!skip && holdsCarveouts)("git: 'whole' keeps all of .git read-only; hooks-and-config keeps objects writable", async () => {
         git(scene.ws, 'init', '-q');
         fs.writeFileSync(`${scene.ws}/a.txt`, 'a');
         const before = snapshot(`${scene.ws}/.git`);
@@ -286,7 +289,7 @@ describe.runIf(caps.linux)('file-system threats', () => {
         expect(ok.stdout.trim()).toBe('rc=0');
       });
 
-      it.runIf(!skip && isolated)('FS-08: a nested repository keeps its hooks and config read-only', async () => {
+      it.runIf(!skip && holdsCarveouts)('FS-08: a nested repository keeps its hooks and config read-only', async () => {
         git(scene.ws, 'init', '-q');
         fs.mkdirSync(`${scene.ws}/sub`);
         git(`${scene.ws}/sub`, 'init', '-q');
@@ -333,7 +336,7 @@ describe.runIf(caps.linux)('file-system threats', () => {
             fs.chmodSync(`${scene.ws}/libs`, 0o755); // (from outside, to read the files back)
             const gaps = (r2.gaps ?? []).join('\n');
             expect(gaps, JSON.stringify(r2)).toMatch(new RegExp(`unreadable directories in ${scene.ws} are protected whole \\(read-only\\): ${scene.ws}/libs\\b`));
-            if (isolated) {
+            if (holdsCarveouts) {
               expect(r2.stdout, JSON.stringify(r2)).toContain('done'); // the command ran
               expect(fs.readFileSync(hook, 'utf8'), 'the nested repository hook was rewritten').toBe('#!/bin/sh\nexit 0\n');
               expect(fs.readFileSync(`${rc}/tasks.json`, 'utf8')).toBe('{}');
@@ -365,7 +368,7 @@ describe.runIf(caps.linux)('file-system threats', () => {
             fs.writeFileSync(hook, '#!/bin/sh\nexit 0\n');
             const r4 = unprivilegedPlanner(scene.root, scene.ws, pol, 'printf pwned > libs/x/.git/hooks/pre-commit; echo ok > libs/free.txt; echo done');
             expect((r4.gaps ?? []).join('\n')).not.toContain('unreadable directories');
-            if (isolated) {
+            if (holdsCarveouts) {
               expect(fs.readFileSync(hook, 'utf8')).toBe('#!/bin/sh\nexit 0\n');
               expect(fs.readFileSync(`${scene.ws}/libs/free.txt`, 'utf8')).toBe('ok\n');
               expect(r4.protectedPaths, JSON.stringify(r4.gaps)).toBe('enforced');
@@ -376,7 +379,7 @@ describe.runIf(caps.linux)('file-system threats', () => {
 
       // node_modules is never walked (too big), but a package checked out from git keeps hooks
       // that run when git is used there: its packages are probed one level deep for .git.
-      it.runIf(!skip && isolated)('FS-08: a repository inside node_modules keeps its hooks read-only', async () => {
+      it.runIf(!skip && holdsCarveouts)('FS-08: a repository inside node_modules keeps its hooks read-only', async () => {
         const pkgs = [`${scene.ws}/node_modules/gitpkg`, `${scene.ws}/node_modules/@scope/scoped`];
         for (const p of pkgs) {
           fs.mkdirSync(p, { recursive: true });
@@ -401,7 +404,7 @@ describe.runIf(caps.linux)('file-system threats', () => {
       // A repository whose (protected) config sets core.hooksPath to a directory inside the
       // workspace, as husky does (.husky/_ or .husky): a hook planted there would run at the next
       // `git commit` outside the sandbox.
-      it.runIf(!skip && isolated)('FS-12: hooks in a core.hooksPath directory inside the workspace stay read-only', async () => {
+      it.runIf(!skip && holdsCarveouts)('FS-12: hooks in a core.hooksPath directory inside the workspace stay read-only', async () => {
         git(scene.ws, 'init', '-q');
         git(scene.ws, 'config', 'core.hooksPath', '.husky');
         fs.mkdirSync(`${scene.ws}/.husky`);
@@ -416,7 +419,7 @@ describe.runIf(caps.linux)('file-system threats', () => {
       // core.sshCommand, diff.external, filter.*.clean/smudge/process, credential.helper,
       // alias.x = !cmd). When that program lives in the writable workspace it is protected, or the
       // command could rewrite it and the next `git status` outside would run it.
-      it.runIf(!skip && isolated)('FS-12: a program that git config names inside the workspace stays read-only', async () => {
+      it.runIf(!skip && holdsCarveouts)('FS-12: a program that git config names inside the workspace stays read-only', async () => {
         git(scene.ws, 'init', '-q');
         fs.mkdirSync(`${scene.ws}/tools`);
         fs.writeFileSync(`${scene.ws}/tools/fsmon.sh`, '#!/bin/sh\nexit 0\n', { mode: 0o755 });
@@ -430,7 +433,7 @@ describe.runIf(caps.linux)('file-system threats', () => {
       // Nested repositories are searched 3 levels deep (and within 256 directories), so that
       // planning stays cheap in big trees. A repository deeper than that keeps writable hooks and
       // config: the report must say so (and protectedPaths is then 'partial'), or it is protected.
-      it.runIf(!skip && isolated)('FS-08: a nested repository four levels down is protected or listed as a gap', async () => {
+      it.runIf(!skip && holdsCarveouts)('FS-08: a nested repository four levels down is protected or listed as a gap', async () => {
         git(scene.ws, 'init', '-q');
         const deep = `${scene.ws}/a/b/c/d`;
         fs.mkdirSync(deep, { recursive: true });
@@ -459,7 +462,7 @@ describe.runIf(caps.linux)('file-system threats', () => {
         }
       });
 
-      it.runIf(!skip && isolated)('FS-09: a gitdir pointer file is followed and the pointer itself is protected', async () => {
+      it.runIf(!skip && holdsCarveouts)('FS-09: a gitdir pointer file is followed and the pointer itself is protected', async () => {
         // ws/repo/.git is a pointer to ws/store (the gitdir lives inside the writable root too).
         fs.mkdirSync(`${scene.ws}/repo`);
         git(scene.ws, 'init', '-q', '--separate-git-dir', `${scene.ws}/store`, `${scene.ws}/repo`);
@@ -481,7 +484,7 @@ describe.runIf(caps.linux)('file-system threats', () => {
         expect(await probeOps([['write', `${scene.ws}/store/description`, 'x']], { cwd: `${scene.ws}/repo`, policy: pol })).toEqual(['ok']);
       });
 
-      it.runIf(!skip && isolated)('FS-10: protected paths absent at start cannot be created, and leave no ghost behind', async () => {
+      it.runIf(!skip && holdsCarveouts)('FS-10: protected paths absent at start cannot be created, and leave no ghost behind', async () => {
         git(scene.ws, 'init', '-q');
         fs.rmSync(`${scene.ws}/.git/hooks`, { recursive: true });
         const custom = `${scene.ws}/deploy.sh`;
@@ -509,7 +512,7 @@ describe.runIf(caps.linux)('file-system threats', () => {
       // With no .git at start, the name itself is held by a placeholder (as Codex does), so the
       // command cannot plant .git/config (core.fsmonitor, core.hooksPath) or .git/hooks/* that the
       // next `git status` outside runs. git: 'allow-init' is the explicit opt-out (tools.test.ts).
-      it.runIf(!skip && isolated)('FS-10: a workspace without .git cannot gain git metadata that runs outside later', async () => {
+      it.runIf(!skip && holdsCarveouts)('FS-10: a workspace without .git cannot gain git metadata that runs outside later', async () => {
         const ops = [
           ['mkdirp', `${scene.ws}/.git/hooks`],
           ['write', `${scene.ws}/.git/hooks/pre-commit`, '#!/bin/sh\necho pwned\n'],
@@ -528,7 +531,7 @@ describe.runIf(caps.linux)('file-system threats', () => {
 
       // A protected path whose parent is missing too: its first missing directory is held, so the
       // chain cannot be created (husky's core.hooksPath before .husky exists; a `protect` entry).
-      it.runIf(!skip && isolated)('FS-10: a protected path whose parents are missing cannot be created either', async () => {
+      it.runIf(!skip && holdsCarveouts)('FS-10: a protected path whose parents are missing cannot be created either', async () => {
         git(scene.ws, 'init', '-q');
         git(scene.ws, 'config', 'core.hooksPath', '.husky/_');
         const pol = modePolicy(mode, { filesystem: { write: [scene.ws], protect: [`${scene.ws}/tools/bin/deploy.sh`] } });
@@ -552,7 +555,7 @@ describe.runIf(caps.linux)('file-system threats', () => {
       // core.hooksPath directory, a link on the way to it): protecting only the target leaves the
       // link replaceable by a real directory holding planted hooks. Isolated mode refuses unless
       // degraded (a mount cannot hold a link), and degraded lists the link as a gap.
-      describe.runIf(!skip && isolated)('FS-28: symlinked protected paths', () => {
+      describe.runIf(!skip && holdsCarveouts)('FS-28: symlinked protected paths', () => {
         const scenarios: Array<{ name: string; setup: (ws: string) => void; link: string; plant: string }> = [
           {
             name: '.git itself is a symlink to a gitdir in the workspace',
@@ -608,6 +611,20 @@ describe.runIf(caps.linux)('file-system threats', () => {
             (r) => r,
             (e: unknown) => e,
           );
+          if (!isolated) {
+            // Landlock mode holds the link itself (its inode is pinned: it cannot be removed or
+            // replaced) and its target, so the run goes ahead and the attack fails.
+            expect(Array.isArray(refused), String(refused)).toBe(true);
+            const res = refused as string[];
+            expectDenied([res[0]!, res[2]!], 'replacing a symlinked carve-out');
+            expect(fs.lstatSync(linkPath).isSymbolicLink(), 'the link is still a link').toBe(true);
+            expect(fs.readdirSync(path.dirname(path.join(scene.ws, plant)))).not.toContain(path.basename(plant));
+            const d = await run('/bin/true', [], { cwd: scene.ws, env: BASE_ENV, policy });
+            // (partial only for the resolver's own gaps, e.g. the nested-repository search depth)
+            expect(d.enforcement.guarantees.protectedPaths).toBe((d.enforcement.gaps.length > 0 && /nested repositories/.test(d.enforcement.gaps.join())) ? 'partial' : 'enforced');
+            expect(d.enforcement.gaps.join('\n')).not.toContain(linkPath);
+            return;
+          }
           expect(refused, 'refused before anything ran').toMatchObject({ name: 'SandboxError', code: 'EUNSUPPORTED_POLICY' });
           expect(fs.lstatSync(linkPath).isSymbolicLink(), 'the link is still a link').toBe(true);
           // Degraded: the run goes ahead and the report names the link as a gap.
@@ -622,6 +639,7 @@ describe.runIf(caps.linux)('file-system threats', () => {
       // same workspace): every run holds a shared lock on the placeholders it relies on, so A's
       // exit cannot remove the placeholder under B (which would detach B's bind and let B plant
       // .codex/config.toml on the host).
+      // (Isolated mode only: Landlock mode makes no placeholders that another run could remove.)
       it.runIf(!skip && isolated)('FS-10: a run in another host process cannot strip this run\'s protection', async () => {
         const script = hostScript(
           scene.root,
@@ -663,7 +681,7 @@ describe.runIf(caps.linux)('file-system threats', () => {
         expect(planted, rb.stdout).toBe(false);
       });
 
-      it.runIf(!skip && isolated)('FS-12: persistence files that run later outside stay untouched', async () => {
+      it.runIf(!skip && holdsCarveouts)('FS-12: persistence files that run later outside stay untouched', async () => {
         git(scene.ws, 'init', '-q');
         fs.mkdirSync(`${scene.ws}/.codex`);
         fs.writeFileSync(`${scene.ws}/.codex/config.toml`, 'model = "x"\n');
@@ -693,7 +711,7 @@ describe.runIf(caps.linux)('file-system threats', () => {
         expectUnchanged(homeBefore, snapshot(home));
       });
 
-      it.runIf(!skip && isolated)('FS-13/FS-14: protected files cannot be truncated or have their metadata changed', async () => {
+      it.runIf(!skip && holdsCarveouts)('FS-13/FS-14: protected files cannot be truncated or have their metadata changed', async () => {
         git(scene.ws, 'init', '-q');
         const cfg = `${scene.ws}/.git/config`;
         const before = snapshot(`${scene.ws}/.git`);
@@ -1058,7 +1076,7 @@ describe.runIf(caps.linux)('file-system threats', () => {
     // Codex's `.aws` is protected in every writable root; the opt-in 'startup-files' preset adds
     // shell, editor, git and agent start-up files, at the root even when missing, and existing
     // ones found in a bounded walk below it.
-    it.runIf(!skip && isolated)('FS-30: .aws and (opt-in) start-up files in the workspace stay untouched', async () => {
+    it.runIf(!skip && holdsCarveouts)('FS-30: .aws and (opt-in) start-up files in the workspace stay untouched', async () => {
       fs.writeFileSync(`${scene.ws}/.bashrc`, '# mine\n');
       fs.mkdirSync(`${scene.ws}/pkg/sub`, { recursive: true });
       fs.writeFileSync(`${scene.ws}/pkg/sub/.zshrc`, '# nested\n');
@@ -1090,7 +1108,7 @@ describe.runIf(caps.linux)('file-system threats', () => {
     // A writable root nested in a protected directory (ws/.codex/cache under .codex, a root
     // under a `protect`ed directory) is the most specific entry there: it stays writable, and its
     // own missing metadata gets placeholders instead of failing the run with EROFS.
-    it.runIf(!skip && isolated)('FS-29: a writable root inside a read-only carve-out stays writable and keeps its own protection', async () => {
+    it.runIf(!skip && holdsCarveouts)('FS-29: a writable root inside a read-only carve-out stays writable and keeps its own protection', async () => {
       fs.mkdirSync(`${scene.ws}/.codex/cache`, { recursive: true });
       fs.mkdirSync(`${scene.ws}/vendor/sub`, { recursive: true });
       const pol = modePolicy(mode, {
@@ -1134,7 +1152,8 @@ describe.runIf(caps.linux)('file-system threats', () => {
       } finally {
         fs.closeSync(held);
       }
-      for (const x of r) expect(['EACCES', 'ENOENT', 'EPERM', 'EROFS'], JSON.stringify(r)).toContain(x);
+      // (ELOOP: Landlock mode's path supervisor resolves no /proc magic link of another process)
+      for (const x of r) expect(['EACCES', 'ENOENT', 'EPERM', 'EROFS', 'ELOOP'], JSON.stringify(r)).toContain(x);
       expectUnchanged(before, snapshot(scene.out));
       // Control: unsandboxed, the same process's environ and root are readable.
       const ctl = await probeOps(ops.slice(0, 3), { cwd: scene.ws, policy: null });

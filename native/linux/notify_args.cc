@@ -1,0 +1,128 @@
+// See notify_args.h.
+#include "notify_args.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+
+namespace psb {
+namespace nargs {
+
+int ReadMem(uint32_t tid, uint64_t addr, void* buf, size_t len) {
+  if (len == 0) return 0;
+  struct iovec local = {buf, len};
+  struct iovec remote = {reinterpret_cast<void*>(static_cast<uintptr_t>(addr)), len};
+  ssize_t got = process_vm_readv(static_cast<pid_t>(tid), &local, 1, &remote, 1, 0);
+  if (got < 0 && errno != EFAULT) return errno == ESRCH ? -ESRCH : -EACCES;  // EPERM: unreadable task
+  return got == static_cast<ssize_t>(len) ? 0 : -EFAULT;
+}
+
+int ReadString(uint32_t tid, uint64_t addr, std::string* out, size_t max, int too_long) {
+  if (addr == 0) return -EFAULT;
+  out->clear();
+  char page[4096];
+  while (out->size() < max) {
+    size_t chunk = 4096 - static_cast<size_t>((addr + out->size()) & 4095);
+    if (chunk > max - out->size()) chunk = max - out->size();
+    int r = ReadMem(tid, addr + out->size(), page, chunk);
+    if (r < 0) return r;
+    const void* nul = memchr(page, 0, chunk);
+    if (nul != nullptr) {
+      out->append(page, static_cast<const char*>(nul) - page);
+      return 0;
+    }
+    out->append(page, chunk);
+  }
+  return too_long;
+}
+
+int OwnFdPath(const std::string& path) {
+  if (path == "/dev/stdin") return 0;
+  if (path == "/dev/stdout") return 1;
+  if (path == "/dev/stderr") return 2;
+  for (const char* prefix : {"/proc/self/fd/", "/proc/thread-self/fd/", "/dev/fd/"}) {
+    size_t n = strlen(prefix);
+    if (path.compare(0, n, prefix) != 0 || path.size() == n || path.size() > n + 9) continue;
+    int fd = 0;
+    for (size_t i = n; i < path.size(); ++i) {
+      if (path[i] < '0' || path[i] > '9') return -1;
+      fd = fd * 10 + (path[i] - '0');
+    }
+    return fd;
+  }
+  return -1;
+}
+
+int GetFd(int pidfd, int fd, Fd* out) {
+  int copy = static_cast<int>(syscall(__NR_pidfd_getfd, pidfd, fd, 0));
+  if (copy < 0) return errno == EBADF ? -EBADF : -EACCES;
+  out->Reset(copy);
+  return 0;
+}
+
+int StartAt(const notify::SeccompNotif& n, int pidfd, int dirfd, const std::string& path, Fd* base) {
+  if (!path.empty() && path[0] == '/') return 0;
+  if (dirfd != AT_FDCWD) return GetFd(pidfd, dirfd, base);
+  char cwd[64];
+  snprintf(cwd, sizeof cwd, "/proc/%u/cwd", n.pid);
+  base->Reset(open(cwd, O_PATH | O_DIRECTORY | O_CLOEXEC));
+  return base->fd < 0 ? -EACCES : 0;
+}
+
+int Umask(uint32_t tid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%u/status", tid);
+  Fd f(open(path, O_RDONLY | O_CLOEXEC));
+  if (f.fd < 0) return -EACCES;
+  char buf[512];  // "Umask:" is the second line
+  ssize_t n = read(f.fd, buf, sizeof buf - 1);
+  if (n <= 0) return -EACCES;
+  buf[n] = 0;
+  const char* u = strstr(buf, "\nUmask:");
+  if (u == nullptr) return -EACCES;
+  return static_cast<int>(strtoul(u + 7, nullptr, 8) & 0777);
+}
+
+EffectiveCapsCleared::EffectiveCapsCleared() {
+  if (syscall(SYS_capget, &hdr_, saved_) != 0) return;
+  if ((saved_[0].effective | saved_[1].effective) == 0) {
+    ok_ = true;
+    return;
+  }
+  __user_cap_data_struct lowered[2] = {saved_[0], saved_[1]};
+  lowered[0].effective = lowered[1].effective = 0;
+  ok_ = changed_ = syscall(SYS_capset, &hdr_, lowered) == 0;
+}
+
+EffectiveCapsCleared::~EffectiveCapsCleared() {
+  if (changed_) syscall(SYS_capset, &hdr_, saved_);
+}
+
+bool Under(const std::string& p, const std::string& root) {
+  if (root == "/") return true;
+  return p.compare(0, root.size(), root) == 0 && (p.size() == root.size() || p[root.size()] == '/');
+}
+
+std::string PathOf(int fd, const struct stat& st) {
+  char proc[64];
+  snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+  char buf[PATH_MAX + 16];
+  ssize_t n = readlink(proc, buf, sizeof buf);
+  if (n <= 0 || n >= static_cast<ssize_t>(sizeof buf)) return "?";
+  if (buf[0] != '/') return std::string();
+  std::string p(buf, static_cast<size_t>(n));
+  // An unlinked object's path carries this suffix; a live one named so keeps it (nlink > 0).
+  static const std::string kDeleted = " (deleted)";
+  if (st.st_nlink == 0 && p.size() > kDeleted.size() && p.compare(p.size() - kDeleted.size(), kDeleted.size(), kDeleted) == 0) {
+    p.resize(p.size() - kDeleted.size());
+  }
+  return p;
+}
+
+}  // namespace nargs
+}  // namespace psb

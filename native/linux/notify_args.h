@@ -1,0 +1,98 @@
+// Reading a notified call's arguments, once, on the host (see metadata_supervisor.cc and
+// supervise_paths.cc, which both emulate calls they were sent and never continue them):
+// strings and structs are copied out of the command's memory (process_vm_readv), its fds are
+// duplicated (pidfd_getfd), a relative path with AT_FDCWD starts at /proc/<tid>/cwd. Nothing here
+// is read twice; callers check SECCOMP_IOCTL_NOTIF_ID_VALID after the last copy (no pid reuse).
+// Host side only: never used between fork and exec.
+#pragma once
+
+#include <linux/capability.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "notify_abi.h"
+
+namespace psb {
+namespace nargs {
+
+// An fd of ours, closed on every return path.
+struct Fd {
+  int fd = -1;
+  Fd() = default;
+  explicit Fd(int f) : fd(f) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  Fd(Fd&& o) noexcept : fd(o.Release()) {}
+  Fd& operator=(Fd&& o) noexcept {
+    if (this != &o) Reset(o.Release());
+    return *this;
+  }
+  ~Fd() {
+    if (fd >= 0) close(fd);
+  }
+  void Reset(int f) {
+    if (fd >= 0) close(fd);
+    fd = f;
+  }
+  int Release() {
+    int f = fd;
+    fd = -1;
+    return f;
+  }
+};
+
+// Exactly len bytes of the command's memory, or -EFAULT (-ESRCH: gone; -EACCES: unreadable).
+int ReadMem(uint32_t tid, uint64_t addr, void* buf, size_t len);
+
+// A NUL-terminated string of at most max bytes (NUL included), read up to page ends so that a
+// string ending just before an unmapped page still reads. -EFAULT or too_long when it does not.
+int ReadString(uint32_t tid, uint64_t addr, std::string* out, size_t max, int too_long);
+
+// /proc/self/fd/N, /proc/thread-self/fd/N, /dev/fd/N and /dev/std{in,out,err} name the
+// command's own fd N; resolved here they would name the host's. -1 when path is none of them.
+int OwnFdPath(const std::string& path);
+
+// A copy of the command's fd `fd` (pidfd_getfd): 0, -EBADF, or -EACCES.
+int GetFd(int pidfd, int fd, Fd* out);
+
+// Where a path the command passed starts: `base` is the dirfd's copy or the command's cwd
+// (opened O_PATH), or -1 for an absolute path (the command's root is the host's: Landlock mode
+// has no chroot, seccomp refuses it). `dirfd` is the call's dirfd argument (AT_FDCWD for none).
+int StartAt(const notify::SeccompNotif& n, int pidfd, int dirfd, const std::string& path, Fd* base);
+
+// The command's umask (/proc/<tid>/status), or -EACCES.
+int Umask(uint32_t tid);
+
+// Clears this thread's effective capabilities for the object's lifetime (the permitted set is
+// kept and the effective set restored); a host without any does nothing. ok() is false when
+// they could not be cleared. Why: the command has the host's uid and gids and no capabilities
+// (Landlock mode), so with the effective set empty the kernel's own permission checks answer
+// for the command's credentials.
+class EffectiveCapsCleared {
+ public:
+  EffectiveCapsCleared();
+  ~EffectiveCapsCleared();
+  EffectiveCapsCleared(const EffectiveCapsCleared&) = delete;
+  EffectiveCapsCleared& operator=(const EffectiveCapsCleared&) = delete;
+  bool ok() const { return ok_; }
+
+ private:
+  __user_cap_header_struct hdr_ = {_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct saved_[2] = {};
+  bool ok_ = false, changed_ = false;
+};
+
+// Whether canonical path p is root or lies below it.
+bool Under(const std::string& p, const std::string& root);
+
+// The pinned object's path as the kernel builds it from the object's own dentry chain (readlink
+// of /proc/self/fd/N): empty when it has none ("pipe:[N]", "anon_inode:..."), "?" when unknown.
+// An unlinked object's " (deleted)" suffix is dropped when st says it is unlinked.
+std::string PathOf(int fd, const struct stat& st);
+
+}  // namespace nargs
+}  // namespace psb

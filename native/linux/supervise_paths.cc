@@ -1,0 +1,825 @@
+// Landlock mode's path supervisor (see supervise_paths.h for what it closes).
+//
+// What the command's filter sends here (seccomp_table.h, kSupervisePaths): open, openat and
+// creat whose flags ask for O_WRONLY, O_RDWR, O_CREAT or O_TRUNC (flags are a register: read-only
+// opens never stop); rename, renameat, renameat2; unlink, unlinkat, rmdir; link, linkat; symlink,
+// symlinkat; mkdir, mkdirat; mknod, mknodat; truncate. (openat2 is ENOSYS in both modes: its
+// flags are in memory. chmod, chown, utime and xattr calls are the metadata supervisor's, which
+// refuses the carve-outs too.) Each call is EMULATED here, never continued:
+//   1. copy its arguments once: path strings (process_vm_readv), its dirfds (pidfd_getfd), its
+//      cwd for a relative path (/proc/<tid>/cwd), the umask for a create (/proc/<tid>/status);
+//      then SECCOMP_IOCTL_NOTIF_ID_VALID checks they came from the task still waiting in the call;
+//   2. with this thread's effective capabilities cleared (the command has the host's uid and
+//      gids and no capabilities, so the kernel's own checks answer as for the command), pin the
+//      PARENT directory of each name with openat2(RESOLVE_NO_MAGICLINKS) (/proc magic links would
+//      resolve against the host; the command's /proc/self/fd/N, /dev/fd/N and /dev/std* are
+//      translated to its fd N first), and look at the last component in that pinned directory;
+//   3. judge: the pinned parent's location is the path the kernel builds from its dentry chain
+//      (readlink of /proc/self/fd/N), which the command cannot change once pinned but by renaming
+//      an ancestor, and renaming the ancestors of a carve-out is refused (below). The rules:
+//        - writable roots: the parent must lie in one (the supervisor is not confined by the
+//          command's Landlock domain, so it enforces that domain's write rules itself); opening
+//          for writing outside them is allowed only for the device files Landlock grants;
+//        - inside a carve-out (at or below it, unless a deeper writable root): nothing is
+//          created, opened for writing, truncated, removed, renamed into or out of, or linked;
+//        - a carve-out's own object, by (dev, ino): never opened for writing or linked, by any
+//          name (a hard link made before the run included);
+//        - pinned objects, by (dev, ino): the carve-outs, every directory on the way from their
+//          writable root to them, and the writable roots: never removed, renamed or replaced;
+//        - held names: a carve-out missing at the start (and any missing directory on the way)
+//          is never created, by open, mkdir, mknod, symlink, link or rename;
+//   4. carry the call out on the pinned parent (openat, mkdirat, renameat2 ... with the last
+//      component only) and answer with its result; an open's fd goes into the command with
+//      SECCOMP_IOCTL_NOTIF_ADDFD (SECCOMP_ADDFD_FLAG_SEND where the kernel has it, 5.14+, so the
+//      fd and the answer arrive together). A create gets the command's umask, not the host's.
+// Why that is TOCTOU-safe: nothing the command can change after step 1 (its memory, its fd
+// table, its cwd) is read again; the name acted on in step 4 is one component in the directory
+// pinned in step 2; and what a name in that directory refers to can only change through calls
+// that come here. A pinned object's names cannot change at all (removing, renaming, replacing or
+// linking one is refused), so a check that a name is not a pinned object cannot be raced into a
+// wrong answer, and the paths of the carve-outs and of every directory above them stay what they
+// were at the start, which is what makes the path-prefix judgement of step 3 an object judgement.
+// What the command sees: the kernel's errnos for the calls carried out; EACCES for a refusal (the
+// errno Landlock gives for writes); ELOOP for a path through another /proc magic link.
+// Differences from the kernel's own call, by design: an O_WRONLY open of a FIFO with no reader
+// gets a read-write description instead of blocking the supervisor; /dev/tty is the command's
+// controlling terminal (looked up from /proc/<tid>/stat), never the host's; a parent directory
+// with a default ACL gets the umask applied all the same.
+// Kernel features: seccomp user notification with SECCOMP_IOCTL_NOTIF_ADDFD and pidfd_getfd
+// (5.9), openat2 (5.6). Without them the planner does not enable this supervisor, lists the
+// carve-outs as not enforced and requires `degraded` (linux-plan.ts).
+#include "supervise_paths.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "notify_args.h"
+
+namespace psb {
+namespace {
+
+using nargs::EffectiveCapsCleared;
+using nargs::Fd;
+using nargs::GetFd;
+using nargs::OwnFdPath;
+using nargs::PathOf;
+using nargs::ReadString;
+using nargs::StartAt;
+using nargs::Under;
+using notify::ArgInt;
+using notify::SeccompNotif;
+using Id = PathRules::Id;
+
+enum class Op : uint8_t { kOpen, kMkdir, kMknod, kUnlink, kRename, kLink, kSymlink, kTruncate };
+
+// Where a call keeps its operands (argument numbers; -1: none / AT_FDCWD).
+struct Call {
+  int nr;
+  Op op;
+  int8_t dirfd, path;    // the (first) name
+  int8_t dirfd2, path2;  // rename and link: the new name
+  int8_t flags;          // open flags, AT_* flags or RENAME_* flags
+  int8_t operand;        // open/mkdir/mknod mode; symlink target; truncate length
+  int fixed_flags;       // creat: O_CREAT|O_WRONLY|O_TRUNC; rmdir: AT_REMOVEDIR
+};
+
+constexpr int kSkip = -1;
+#ifdef __NR_open
+constexpr int kNrOpen = __NR_open, kNrCreat = __NR_creat, kNrMkdir = __NR_mkdir, kNrMknod = __NR_mknod;
+constexpr int kNrUnlink = __NR_unlink, kNrRmdir = __NR_rmdir, kNrRename = __NR_rename, kNrLink = __NR_link;
+constexpr int kNrSymlink = __NR_symlink;
+#else
+constexpr int kNrOpen = kSkip, kNrCreat = kSkip, kNrMkdir = kSkip, kNrMknod = kSkip;
+constexpr int kNrUnlink = kSkip, kNrRmdir = kSkip, kNrRename = kSkip, kNrLink = kSkip;
+constexpr int kNrSymlink = kSkip;
+#endif
+#ifdef __NR_renameat
+constexpr int kNrRenameat = __NR_renameat;
+#else
+constexpr int kNrRenameat = kSkip;
+#endif
+constexpr int kAtRemovedir = AT_REMOVEDIR;
+
+constexpr Call kCalls[] = {
+    {kNrOpen, Op::kOpen, -1, 0, -1, -1, 1, 2, 0},
+    {__NR_openat, Op::kOpen, 0, 1, -1, -1, 2, 3, 0},
+    {kNrCreat, Op::kOpen, -1, 0, -1, -1, -1, 1, O_CREAT | O_WRONLY | O_TRUNC},
+    {kNrMkdir, Op::kMkdir, -1, 0, -1, -1, -1, 1, 0},
+    {__NR_mkdirat, Op::kMkdir, 0, 1, -1, -1, -1, 2, 0},
+    {kNrMknod, Op::kMknod, -1, 0, -1, -1, -1, 1, 0},
+    {__NR_mknodat, Op::kMknod, 0, 1, -1, -1, -1, 2, 0},
+    {kNrUnlink, Op::kUnlink, -1, 0, -1, -1, -1, -1, 0},
+    {kNrRmdir, Op::kUnlink, -1, 0, -1, -1, -1, -1, kAtRemovedir},
+    {__NR_unlinkat, Op::kUnlink, 0, 1, -1, -1, 2, -1, 0},
+    {kNrRename, Op::kRename, -1, 0, -1, 1, -1, -1, 0},
+    {kNrRenameat, Op::kRename, 0, 1, 2, 3, -1, -1, 0},
+    {__NR_renameat2, Op::kRename, 0, 1, 2, 3, 4, -1, 0},
+    {kNrLink, Op::kLink, -1, 0, -1, 1, -1, -1, 0},
+    {__NR_linkat, Op::kLink, 0, 1, 2, 3, 4, -1, 0},
+    {kNrSymlink, Op::kSymlink, -1, 1, -1, -1, -1, 0, 0},
+    {__NR_symlinkat, Op::kSymlink, 1, 2, -1, -1, -1, 0, 0},
+    {__NR_truncate, Op::kTruncate, -1, 0, -1, -1, -1, 1, 0},
+};
+
+const Call* FindCall(int nr) {
+  for (const Call& c : kCalls) {
+    if (c.nr != kSkip && c.nr == nr) return &c;
+  }
+  return nullptr;
+}
+
+constexpr uint64_t kResolveNoMagiclinks = 0x02;
+constexpr uint32_t kAddfdFlagSend = 2;  // SECCOMP_ADDFD_FLAG_SEND (5.14)
+constexpr int kMaxLinks = 40;           // the kernel's MAXSYMLINKS
+
+int Openat2(int dirfd, const char* path, uint64_t flags) {
+  struct {
+    uint64_t flags, mode, resolve;
+  } how = {flags | O_CLOEXEC, 0, kResolveNoMagiclinks};
+  int fd = static_cast<int>(syscall(__NR_openat2, dirfd, path, &how, sizeof how));
+  return fd >= 0 ? fd : -errno;
+}
+
+bool Has(const std::vector<Id>& ids, const struct stat& st) {
+  const Id id{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
+  for (const Id& x : ids) {
+    if (x == id) return true;
+  }
+  return false;
+}
+
+// The deepest entry of `list` that p lies at or below; 0 when none.
+size_t Deepest(const std::string& p, const std::vector<std::string>& list) {
+  size_t best = 0;
+  for (const std::string& x : list) {
+    if (x.size() >= best && Under(p, x)) best = x.size() == 0 ? 1 : x.size();
+  }
+  return best;
+}
+
+bool InWritable(const PathRules& r, const std::string& p) { return !p.empty() && p[0] == '/' && Deepest(p, r.writable) > 0; }
+
+// At or below a carve-out, with no writable root deeper on the way (isolated mode applies the
+// binds outermost first, a carve-out after a root of the same path: the deeper one wins).
+bool InCarveout(const PathRules& r, const std::string& p) {
+  const size_t c = Deepest(p, r.carveouts);
+  return c > 0 && c >= Deepest(p, r.writable);
+}
+
+std::string Join(const std::string& dir, const std::string& name) { return dir == "/" ? "/" + name : dir + "/" + name; }
+
+// Whether making the name `p` would create a held (missing) carve-out or a directory on its way.
+bool Held(const PathRules& r, const std::string& p) {
+  for (const std::string& h : r.held) {
+    if (Under(h, p)) return true;
+  }
+  return false;
+}
+
+// A name split into its pinned parent directory and its last component.
+struct Name {
+  Fd dir;
+  std::string dir_path;  // the kernel's path of dir ("?" when unknown)
+  bool deep = false;     // its path could not be read (longer than PATH_MAX): see Locate
+  std::string last;      // "" for "/", else the last component ("." and ".." included)
+  bool slash = false;    // the path ended in '/'
+};
+
+// Pins the parent of `path` (relative to base, or absolute) and splits off its last component.
+int Split(int base, const std::string& path, Name* out) {
+  if (path.empty()) return -ENOENT;
+  size_t end = path.size();
+  while (end > 1 && path[end - 1] == '/') --end;
+  out->slash = end < path.size();
+  if (end == 1 && path[0] == '/') {
+    out->last.clear();
+    out->slash = false;
+  }
+  const std::string trimmed = path.substr(0, end);
+  const size_t cut = trimmed.rfind('/');
+  std::string dir;
+  if (trimmed == "/") {
+    dir = "/";
+  } else if (cut == std::string::npos) {
+    dir = ".";
+    out->last = trimmed;
+  } else {
+    dir = cut == 0 ? "/" : trimmed.substr(0, cut);
+    out->last = trimmed.substr(cut + 1);
+  }
+  const int fd = Openat2(base >= 0 ? base : AT_FDCWD, dir.c_str(), O_PATH | O_DIRECTORY);
+  if (fd < 0) return fd;
+  out->dir.Reset(fd);
+  // A directory's path; one removed since keeps a " (deleted)" suffix, and nothing can be made in
+  // it anyway (no stat needed for the suffix rule, which is for unlinked files).
+  struct stat st;
+  st.st_nlink = 1;
+  out->dir_path = PathOf(fd, st);
+  if (out->dir_path.empty()) out->dir_path = "?";
+  out->deep = out->dir_path == "?";
+  return 0;
+}
+
+bool Special(const Name& n) { return n.last.empty() || n.last == "." || n.last == ".."; }
+
+enum class Where : uint8_t { kOutside, kWritable, kCarveout };
+
+// Where directory `dir` lies, found by walking up its parents (".."): the first writable root or
+// carve-out met decides (a carve-out first when one directory is both). For a directory whose
+// path is too long for the kernel to give (a tree deeper than PATH_MAX): the carve-outs and every
+// directory above them are pinned, so this walk meets the same objects their paths named.
+Where WalkUp(const PathRules& r, int dir) {
+  Fd cur(fcntl(dir, F_DUPFD_CLOEXEC, 0));
+  struct stat st, up;
+  if (cur.fd < 0 || fstat(cur.fd, &st) != 0) return Where::kOutside;
+  for (int depth = 0; depth < 65536; ++depth) {
+    if (Has(r.carveout_ids, st)) return Where::kCarveout;
+    if (Has(r.root_ids, st)) return Where::kWritable;
+    Fd parent(openat(cur.fd, "..", O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (parent.fd < 0 || fstat(parent.fd, &up) != 0) return Where::kOutside;
+    if (up.st_dev == st.st_dev && up.st_ino == st.st_ino) return Where::kOutside;  // "/"
+    cur = std::move(parent);
+    st = up;
+  }
+  return Where::kOutside;
+}
+
+// Where the pinned directory of name n lies.
+Where Locate(const PathRules& r, const Name& n) {
+  if (n.deep) return WalkUp(r, n.dir.fd);
+  if (!InWritable(r, n.dir_path)) return Where::kOutside;
+  return InCarveout(r, n.dir_path) ? Where::kCarveout : Where::kWritable;
+}
+
+// May the name (n.dir, n.last) be made? 0 or -EACCES. With `exists_fails`, a name that exists
+// already gets the kernel's EEXIST first (mkdir of an existing .git/hooks is EEXIST, which tools
+// ignore, as in isolated mode).
+int MayCreate(const PathRules& r, const Name& n, bool exists_fails = false) {
+  struct stat st;
+  if (exists_fails && fstatat(n.dir.fd, n.last.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) return -EEXIST;
+  if (Locate(r, n) != Where::kWritable) return -EACCES;
+  // (Held names and carve-outs have paths the planner wrote: never below a path too long to read.)
+  if (n.deep) return 0;
+  const std::string p = Join(n.dir_path, n.last);
+  if (Held(r, p) || InCarveout(r, p)) return -EACCES;
+  return 0;
+}
+
+// May the entry (n.dir, n.last) be removed, renamed or replaced? 0 or -EACCES. A missing entry
+// is left to the call itself (its ENOENT).
+int MayRemove(const PathRules& r, const Name& n) {
+  if (Locate(r, n) != Where::kWritable) return -EACCES;
+  struct stat st;
+  if (fstatat(n.dir.fd, n.last.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && Has(r.pinned, st)) return -EACCES;
+  if (!n.deep && InCarveout(r, Join(n.dir_path, n.last))) return -EACCES;
+  return 0;
+}
+
+// The command's controlling terminal's device number (0: none), from /proc/<tid>/stat.
+dev_t ControllingTty(uint32_t tid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%u/stat", tid);
+  Fd f(open(path, O_RDONLY | O_CLOEXEC));
+  if (f.fd < 0) return 0;
+  char buf[1024];
+  ssize_t len = read(f.fd, buf, sizeof buf - 1);
+  if (len <= 0) return 0;
+  buf[len] = 0;
+  const char* p = strrchr(buf, ')');  // the command name may hold anything but this
+  if (p == nullptr) return 0;
+  // Fields after the name: state ppid pgrp session tty_nr.
+  unsigned long tty = 0;
+  char state = 0;
+  int ppid = 0, pgrp = 0, session = 0;
+  if (sscanf(p + 1, " %c %d %d %d %lu", &state, &ppid, &pgrp, &session, &tty) != 5) return 0;
+  return static_cast<dev_t>(tty);
+}
+
+// Whether st is one of the terminals on the command's fds 0-2 (Landlock grants those by inode).
+bool StdioTerminal(uint32_t tid, const struct stat& st) {
+  for (int i = 0; i < 3; ++i) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%u/fd/%d", tid, i);
+    struct stat s;
+    if (stat(path, &s) == 0 && S_ISCHR(s.st_mode) && s.st_dev == st.st_dev && s.st_ino == st.st_ino) return true;
+  }
+  return false;
+}
+
+// May the existing object x (st) be opened for writing or truncated? `path` is where it was
+// reached (its parent's path and name; or its own path for an fd the command named). 0 or -EACCES.
+int MayWrite(const PathRules& r, const SeccompNotif& n, const struct stat& st, const std::string& path, const Name* parent) {
+  if (Has(r.carveout_ids, st)) return -EACCES;
+  if (parent != nullptr && parent->deep) {
+    const Where w = Locate(r, *parent);
+    if (w != Where::kOutside) return w == Where::kWritable ? 0 : -EACCES;
+  } else {
+    if (path.empty()) return 0;  // a pipe or socket: no name, nothing on disk to protect
+    if (InCarveout(r, path)) return -EACCES;
+    if (InWritable(r, path)) return 0;
+  }
+  if (S_ISDIR(st.st_mode)) return 0;  // the open itself fails (EISDIR)
+  if (!S_ISCHR(st.st_mode)) return -EACCES;
+  if (Has(r.devices, st) || st.st_rdev == makedev(5, 0)) return 0;
+  return StdioTerminal(n.pid, st) ? 0 : -EACCES;
+}
+
+// Opens the pinned object x (O_PATH) for the command's flags. Returns a new fd or -errno.
+int Reopen(const SeccompNotif& n, int x, const struct stat& st, int flags) {
+  int f = (flags & ~(O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC)) | O_NOCTTY | O_CLOEXEC;
+  if ((flags & O_TMPFILE) == O_TMPFILE) f &= ~O_TMPFILE;
+  char proc[64];
+  if (S_ISCHR(st.st_mode) && st.st_rdev == makedev(5, 0)) {
+    // /dev/tty opened here would be the HOST's terminal: the command's own instead.
+    const dev_t tty = ControllingTty(n.pid);
+    if (tty == 0) return -ENXIO;
+    if (major(tty) < 136 || major(tty) > 143) return -ENXIO;  // only a pty the sandbox was given
+    snprintf(proc, sizeof proc, "/dev/pts/%u", minor(tty));
+    int fd = open(proc, f);
+    return fd >= 0 ? fd : -errno;
+  }
+  snprintf(proc, sizeof proc, "/proc/self/fd/%d", x);
+  if (S_ISFIFO(st.st_mode) && (flags & O_NONBLOCK) == 0) {
+    // A blocking open would stall this thread until a reader came; without one, a read-write
+    // description (which never blocks) stands in for the write-only one.
+    int fd = open(proc, f | O_NONBLOCK);
+    if (fd < 0 && errno == ENXIO) fd = open(proc, (f & ~O_ACCMODE) | O_RDWR | O_NONBLOCK);
+    if (fd < 0) return -errno;
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    return fd;
+  }
+  int fd = open(proc, f);
+  return fd >= 0 ? fd : -errno;
+}
+
+// What an open, a truncate or a link source resolves to: an existing object (x) or, for a
+// create, a name to make.
+struct Target {
+  Fd x;            // O_PATH, the object (existing)
+  struct stat st;  // its stat
+  std::string path;  // where it was reached
+  Name name;       // the parent and the name (create, or the last hop)
+  bool create = false;
+};
+
+// Resolves `path` from base as an open with `flags` would, one last component at a time so that
+// every hop is judged in a pinned directory (a symlink at the end is followed by reading it and
+// going on from its directory). Own-fd paths (/proc/self/fd/N...) are the command's fd N.
+int ResolveForWrite(Fd* own, Fd* base, std::string path, int flags, bool follow, Target* t) {
+  if (own->fd >= 0) {
+    // The command's own fd N (/proc/self/fd/N, /dev/fd/N, /dev/std*), copied with the arguments.
+    t->x.Reset(own->Release());
+    if (fstat(t->x.fd, &t->st) != 0) return -EACCES;
+    t->path = PathOf(t->x.fd, t->st);
+    if (t->path == "?") return -EACCES;
+    return 0;
+  }
+  int start = base->fd;
+  Fd hop;  // the directory a followed link's target is relative to
+  for (int links = 0;; ++links) {
+    Name nm;
+    if (int r = Split(start, path, &nm)) return r;
+    if (Special(nm)) {
+      // ".", ".." or "/": a directory that exists; nothing to create.
+      if (flags & O_CREAT) return -EISDIR;
+      const int fd = Openat2(nm.dir.fd, nm.last.empty() ? "." : nm.last.c_str(), O_PATH);
+      if (fd < 0) return fd;
+      t->x.Reset(fd);
+      if (fstat(fd, &t->st) != 0) return -EACCES;
+      t->path = PathOf(fd, t->st);
+      return 0;
+    }
+    const int fd = Openat2(nm.dir.fd, nm.last.c_str(), O_PATH | O_NOFOLLOW);
+    if (fd == -ENOENT) {
+      if ((flags & O_CREAT) == 0) return -ENOENT;
+      if (nm.slash) return -EISDIR;
+      t->create = true;
+      t->name = std::move(nm);
+      return 0;
+    }
+    if (fd < 0) return fd;
+    t->x.Reset(fd);
+    if (fstat(fd, &t->st) != 0) return -EACCES;
+    if ((flags & (O_CREAT | O_EXCL)) == (O_CREAT | O_EXCL)) return -EEXIST;
+    if (S_ISLNK(t->st.st_mode) && follow && !(flags & O_NOFOLLOW)) {
+      if (links >= kMaxLinks) return -ELOOP;
+      char buf[PATH_MAX];
+      ssize_t len = readlinkat(fd, "", buf, sizeof buf);
+      if (len <= 0 || len >= static_cast<ssize_t>(sizeof buf)) return len == 0 ? -ENOENT : -ENAMETOOLONG;
+      path.assign(buf, static_cast<size_t>(len));
+      if (nm.slash) path += "/";
+      hop.Reset(nm.dir.Release());
+      start = hop.fd;
+      continue;
+    }
+    if (S_ISLNK(t->st.st_mode) && (flags & O_NOFOLLOW) && !(flags & O_PATH)) return -ELOOP;
+    if (nm.slash && !S_ISDIR(t->st.st_mode)) return -ENOTDIR;
+    t->path = Join(nm.dir_path, nm.last);
+    t->name = std::move(nm);
+    return 0;
+  }
+}
+
+// The command's fd (ADDFD) for our fd, with the answer: SEND does both at once (5.14+); before
+// it, the fd number ADDFD returns is sent as the call's result.
+void AnswerWithFd(int listener, uint64_t id, int fd, bool cloexec) {
+  static std::atomic<bool> no_send{false};
+  notify::SeccompNotifAddfd a;
+  memset(&a, 0, sizeof a);
+  a.id = id;
+  a.srcfd = static_cast<uint32_t>(fd);
+  a.newfd_flags = cloexec ? O_CLOEXEC : 0;
+  if (!no_send.load(std::memory_order_relaxed)) {
+    a.flags = kAddfdFlagSend;
+    if (ioctl(listener, notify::kNotifAddfd, &a) >= 0) return;
+    if (errno != EINVAL) {
+      if (errno != ENOENT) notify::Respond(listener, id, -errno);
+      return;
+    }
+    no_send.store(true, std::memory_order_relaxed);
+    a.flags = 0;
+  }
+  const int r = ioctl(listener, notify::kNotifAddfd, &a);
+  if (r < 0) {
+    if (errno != ENOENT) notify::Respond(listener, id, -errno);
+    return;
+  }
+  notify::RespondResult(listener, id, r);
+}
+
+// A pidfd for the calling task, made only when a call names an fd of its own (a dirfd, or
+// /proc/self/fd/N): most calls name a path from the cwd, which /proc/<tid>/cwd gives.
+struct LazyPidfd {
+  int listener;
+  const SeccompNotif& n;
+  Fd fd;
+  int Copy(int child_fd, Fd* out) {
+    if (fd.fd < 0) fd.Reset(notify::PidfdFor(listener, n));
+    if (fd.fd < 0) return -EACCES;
+    return GetFd(fd.fd, child_fd, out);
+  }
+};
+
+// Where a path starts (see nargs::StartAt): nothing for an absolute one, the cwd for AT_FDCWD,
+// else a copy of the dirfd.
+int Start(const SeccompNotif& n, LazyPidfd* pid, int dirfd, const std::string& path, Fd* base) {
+  if (path[0] == '/') return 0;
+  if (dirfd != AT_FDCWD) return pid->Copy(dirfd, base);
+  return StartAt(n, -1, AT_FDCWD, path, base);
+}
+
+// The call's copied operands (step 1).
+struct Args {
+  std::string path, path2, target;
+  Fd base, base2;
+  Fd own;  // the command's fd N for a path naming it (/proc/self/fd/N, /dev/fd/N, /dev/std*)
+  int flags = 0;
+  uint32_t mode = 0;
+  uint64_t operand = 0;  // mknod's dev, truncate's length
+  int umask = -1;     // read when a create needs it (CmdUmask)
+  int listener = -1;
+  bool empty_path = false;  // linkat AT_EMPTY_PATH with ""
+};
+
+int ReadArgs(const Call& c, const SeccompNotif& n, LazyPidfd* pid, Args* a) {
+  a->flags = c.flags >= 0 ? ArgInt(n, c.flags) : 0;
+  a->flags |= c.fixed_flags;
+  if (c.op == Op::kOpen || c.op == Op::kMkdir || c.op == Op::kMknod) a->mode = static_cast<uint32_t>(n.data.args[c.operand]);
+  if (c.op == Op::kMknod) a->operand = n.data.args[c.operand + 1];
+  if (c.op == Op::kTruncate) a->operand = n.data.args[c.operand];
+  if (c.op == Op::kSymlink) {
+    if (int r = ReadString(n.pid, n.data.args[c.operand], &a->target, PATH_MAX, -ENAMETOOLONG)) return r;
+    if (a->target.empty()) return -ENOENT;
+  }
+  if (int r = ReadString(n.pid, n.data.args[c.path], &a->path, PATH_MAX, -ENAMETOOLONG)) return r;
+  const int dirfd = c.dirfd >= 0 ? ArgInt(n, c.dirfd) : AT_FDCWD;
+  if (c.op == Op::kLink && a->path.empty() && (a->flags & AT_EMPTY_PATH)) {
+    a->empty_path = true;
+    if (dirfd == AT_FDCWD) return -ENOENT;
+    if (int r = pid->Copy(dirfd, &a->base)) return r;
+  } else {
+    if (a->path.empty()) return -ENOENT;
+    const bool follows = c.op == Op::kOpen || c.op == Op::kTruncate || (c.op == Op::kLink && (a->flags & AT_SYMLINK_FOLLOW));
+    const bool nofollow_open = c.op == Op::kOpen && (a->flags & O_NOFOLLOW);
+    if (int own = follows && !nofollow_open ? OwnFdPath(a->path) : -1; own >= 0) {
+      if (int r = pid->Copy(own, &a->own)) return r;
+    } else if (int r = Start(n, pid, dirfd, a->path, &a->base)) {
+      return r;
+    }
+  }
+  if (c.path2 >= 0) {
+    if (int r = ReadString(n.pid, n.data.args[c.path2], &a->path2, PATH_MAX, -ENAMETOOLONG)) return r;
+    if (a->path2.empty()) return -ENOENT;
+    const int dirfd2 = c.dirfd2 >= 0 ? ArgInt(n, c.dirfd2) : AT_FDCWD;
+    if (int r = Start(n, pid, dirfd2, a->path2, &a->base2)) return r;
+  }
+  return 0;
+}
+
+// The command's umask, read only when something is about to be created (most write-opens open a
+// file that exists: reading /proc/<tid>/status costs more than the rest of the call), and checked
+// like the other copies to come from the task still waiting in the call.
+int CmdUmask(const SeccompNotif& n, Args* a) {
+  if (a->umask >= 0) return a->umask;
+  const int u = nargs::Umask(n.pid);
+  if (u < 0) return u;
+  if (!notify::IdValid(a->listener, n.id)) return -ESRCH;
+  a->umask = u;
+  return u;
+}
+
+// An open (open, openat, creat). Returns a new fd of ours in *out, or -errno.
+int DoOpen(const PathRules& r, const SeccompNotif& n, Args* a, Fd* out) {
+  const int flags = a->flags;
+  if ((flags & O_TMPFILE) == O_TMPFILE) {
+    // An unnamed file in a directory: made there like any create (linkat names it later).
+    const int d = Openat2(a->base.fd >= 0 ? a->base.fd : AT_FDCWD, a->path.c_str(), O_PATH | O_DIRECTORY);
+    if (d < 0) return d;
+    Fd dir(d);
+    struct stat st;
+    if (fstat(d, &st) != 0) return -EACCES;
+    const std::string p = PathOf(d, st);
+    if (!InWritable(r, p) || InCarveout(r, p)) return -EACCES;
+    const int u = CmdUmask(n, a);
+    if (u < 0) return u;
+    const int fd = openat(d, ".", (flags & ~O_CLOEXEC) | O_CLOEXEC, static_cast<mode_t>(a->mode & 07777 & ~static_cast<uint32_t>(u)));
+    if (fd < 0) return -errno;
+    out->Reset(fd);
+    return 0;
+  }
+  Target t;
+  if (int e = ResolveForWrite(&a->own, &a->base, a->path, flags, true, &t)) return e;
+  if (t.create) {
+    if (int e = MayCreate(r, t.name)) return e;
+    const int u = CmdUmask(n, a);
+    if (u < 0) return u;
+    const mode_t mode = static_cast<mode_t>(a->mode & 07777 & ~static_cast<uint32_t>(u));
+    // O_NOFOLLOW: a symlink put at the name since it was looked up is not followed.
+    const int fd = openat(t.name.dir.fd, t.name.last.c_str(), (flags & ~O_CLOEXEC) | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC, mode);
+    if (fd < 0) return -errno;
+    out->Reset(fd);
+    return 0;
+  }
+  if (int e = MayWrite(r, n, t.st, t.path, t.name.dir.fd >= 0 ? &t.name : nullptr)) return e;
+  const int fd = Reopen(n, t.x.fd, t.st, flags);
+  if (fd < 0) return fd;
+  out->Reset(fd);
+  return 0;
+}
+
+long DoTruncate(const PathRules& r, const SeccompNotif& n, Args* a) {
+  Target t;
+  if (int e = ResolveForWrite(&a->own, &a->base, a->path, O_WRONLY, true, &t)) return e;
+  if (int e = MayWrite(r, n, t.st, t.path, t.name.dir.fd >= 0 ? &t.name : nullptr)) return e;
+  if (S_ISDIR(t.st.st_mode)) return -EISDIR;
+  char proc[64];
+  snprintf(proc, sizeof proc, "/proc/self/fd/%d", t.x.fd);
+  return truncate(proc, static_cast<off_t>(a->operand)) == 0 ? 0 : -errno;
+}
+
+long DoLink(const PathRules& r, Args* a) {
+  if (a->flags & ~(AT_SYMLINK_FOLLOW | AT_EMPTY_PATH)) return -EINVAL;
+  Target src;
+  if (a->empty_path) {
+    src.x.Reset(a->base.Release());
+    if (fstat(src.x.fd, &src.st) != 0) return -EACCES;
+    src.path = PathOf(src.x.fd, src.st);
+  } else {
+    const bool follow = (a->flags & AT_SYMLINK_FOLLOW) != 0;
+    if (int e = ResolveForWrite(&a->own, &a->base, a->path, follow ? 0 : O_NOFOLLOW | O_PATH, follow, &src)) return e;
+  }
+  Name dst;
+  if (int e = Split(a->base2.fd, a->path2, &dst)) return e;
+  if (Special(dst)) return -EEXIST;
+  if (int e = MayCreate(r, dst, true)) return e;
+  if (S_ISDIR(src.st.st_mode)) return -EPERM;
+  // A carve-out's object gets no second name (isolated mode: another mount, EXDEV); an object
+  // from outside the writable roots neither (Landlock: no REFER right there, EXDEV).
+  if (Has(r.carveout_ids, src.st)) return -EACCES;
+  if (src.name.dir.fd >= 0 && src.name.deep) {
+    const Where w = Locate(r, src.name);
+    if (w != Where::kWritable) return w == Where::kCarveout ? -EACCES : -EXDEV;
+  } else {
+    if (!src.path.empty() && InCarveout(r, src.path)) return -EACCES;
+    if (src.path.empty() || src.path == "?" || !InWritable(r, src.path)) return -EXDEV;
+  }
+  char proc[64];
+  snprintf(proc, sizeof proc, "/proc/self/fd/%d", src.x.fd);
+  return linkat(AT_FDCWD, proc, dst.dir.fd, dst.last.c_str(), AT_SYMLINK_FOLLOW) == 0 ? 0 : -errno;
+}
+
+long DoRename(const PathRules& r, Args* a) {
+  Name from, to;
+  if (int e = Split(a->base.fd, a->path, &from)) return e;
+  if (int e = Split(a->base2.fd, a->path2, &to)) return e;
+  if (Special(from) || Special(to)) return -EBUSY;
+  if (int e = MayRemove(r, from)) return e;
+  if (int e = MayRemove(r, to)) return e;  // replacing (or, with RENAME_EXCHANGE, moving) it
+  if (int e = MayCreate(r, to)) return e;
+  if ((a->flags & 2 /* RENAME_EXCHANGE */) != 0 && MayCreate(r, from) != 0) return -EACCES;
+  struct stat st;
+  if (from.slash && fstatat(from.dir.fd, from.last.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(st.st_mode)) return -ENOTDIR;
+  const long rc = syscall(__NR_renameat2, from.dir.fd, from.last.c_str(), to.dir.fd, to.last.c_str(), static_cast<unsigned>(a->flags));
+  return rc == 0 ? 0 : -errno;
+}
+
+long DoUnlink(const PathRules& r, Args* a) {
+  if (a->flags & ~AT_REMOVEDIR) return -EINVAL;
+  const bool dir = (a->flags & AT_REMOVEDIR) != 0;
+  Name nm;
+  if (int e = Split(a->base.fd, a->path, &nm)) return e;
+  if (Special(nm)) return !dir ? -EISDIR : nm.last == "." ? -EINVAL : nm.last == ".." ? -ENOTEMPTY : -EBUSY;
+  if (int e = MayRemove(r, nm)) return e;
+  struct stat st;
+  if (!dir && nm.slash && fstatat(nm.dir.fd, nm.last.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) return S_ISDIR(st.st_mode) ? -EISDIR : -ENOTDIR;
+  return unlinkat(nm.dir.fd, nm.last.c_str(), a->flags) == 0 ? 0 : -errno;
+}
+
+long DoMake(const PathRules& r, const SeccompNotif& n, const Call& c, Args* a) {
+  Name nm;
+  if (int e = Split(a->base.fd, a->path, &nm)) return e;
+  if (Special(nm)) return -EEXIST;
+  if (nm.slash && c.op != Op::kMkdir) {
+    struct stat st;
+    return fstatat(nm.dir.fd, nm.last.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 ? -EEXIST : -ENOENT;
+  }
+  if (int e = MayCreate(r, nm, true)) return e;
+  const int u = c.op == Op::kSymlink ? 0 : CmdUmask(n, a);
+  if (u < 0) return u;
+  const mode_t perm = static_cast<mode_t>(a->mode & 07777 & ~static_cast<uint32_t>(u));
+  int rc = -1;
+  switch (c.op) {
+    case Op::kMkdir:
+      rc = mkdirat(nm.dir.fd, nm.last.c_str(), perm);
+      break;
+    case Op::kMknod:
+      rc = mknodat(nm.dir.fd, nm.last.c_str(), (a->mode & S_IFMT) | perm, static_cast<dev_t>(a->operand));
+      break;
+    case Op::kSymlink:
+      rc = symlinkat(a->target.c_str(), nm.dir.fd, nm.last.c_str());
+      break;
+    default:
+      return -ENOSYS;
+  }
+  return rc == 0 ? 0 : -errno;
+}
+
+// Gives this thread a file-system context of its own, with umask 0 (the command's umask is
+// applied to each create by hand). Once per thread.
+bool OwnFsContext() {
+  thread_local bool done = false;
+  if (done) return true;
+  if (unshare(CLONE_FS) != 0) return false;
+  umask(0);
+  done = true;
+  return true;
+}
+
+}  // namespace
+
+PathRules BuildPathRules(const std::vector<std::string>& writable, const std::vector<std::string>& carveouts,
+                         const std::vector<std::string>& present_only, const std::vector<std::string>& devices) {
+  PathRules r;
+  r.enabled = true;
+  r.writable = writable;
+  r.carveouts_in = carveouts;
+  r.present_only_in = present_only;
+  r.devices_in = devices;
+  auto id_of = [](const struct stat& st) { return Id{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)}; };
+  struct stat st;
+  for (const std::string& w : writable) {
+    if (lstat(w.c_str(), &st) != 0) continue;
+    r.pinned.push_back(id_of(st));
+    r.root_ids.push_back(id_of(st));
+  }
+  for (const std::string& d : devices) {
+    if (stat(d.c_str(), &st) == 0 && S_ISCHR(st.st_mode)) r.devices.push_back(id_of(st));
+  }
+  // Walks a carve-out down from its writable root, pinning what is on the way; a symlink on the
+  // way (or the carve-out itself being one) is pinned too, and its target is walked in turn.
+  std::vector<std::pair<std::string, bool>> todo;  // (path, present only)
+  for (const std::string& c : carveouts) {
+    bool present = false;
+    for (const std::string& p : present_only) present = present || p == c;
+    todo.emplace_back(c, present);
+  }
+  for (size_t i = 0; i < todo.size() && i < 1024; ++i) {
+    const std::string c = todo[i].first;
+    const bool present_only_c = todo[i].second;
+    std::string root;
+    for (const std::string& w : writable) {
+      if (w != c && Under(c, w) && w.size() > root.size()) root = w;
+    }
+    if (root.empty()) continue;  // outside every writable root: read-only already
+    std::string cur = root;
+    size_t at = root == "/" ? 1 : root.size() + 1;
+    while (at <= c.size()) {
+      size_t next = c.find('/', at);
+      if (next == std::string::npos) next = c.size();
+      const size_t part_at = at;
+      const std::string part = c.substr(at, next - at);
+      at = next + 1;
+      if (part.empty() || part == ".") continue;
+      const std::string p = Join(cur, part);
+      const bool last = next >= c.size();
+      if (lstat(p.c_str(), &st) != 0) {
+        // Missing: held (its name and the missing directories on the way cannot be made).
+        if (!present_only_c) r.held.push_back(Join(cur, c.substr(part_at)));
+        break;
+      }
+      r.pinned.push_back(id_of(st));
+      if (S_ISLNK(st.st_mode)) {
+        char* real = realpath(p.c_str(), nullptr);
+        if (last) {
+          r.carveout_ids.push_back(id_of(st));
+          r.carveouts.push_back(p);
+        }
+        if (real != nullptr) {
+          std::string target(real);
+          free(real);
+          if (!last) target += c.substr(next);
+          todo.emplace_back(target, present_only_c);
+        }
+        break;
+      }
+      if (last) {
+        r.carveouts.push_back(p);
+        r.carveout_ids.push_back(id_of(st));
+        break;
+      }
+      if (!S_ISDIR(st.st_mode)) break;  // a file on the way: nothing can be made below it
+      cur = p;
+    }
+  }
+  return r;
+}
+
+bool IsPathCall(int nr) noexcept { return FindCall(nr) != nullptr; }
+
+bool HandlePaths(int listener, const SeccompNotif& n, const PathRules& rules, bool own_thread) noexcept {
+  const Call* c = FindCall(n.data.nr);
+  if (c == nullptr) return false;
+  // Never continued: a continued call would run with whatever the command put in memory by then.
+  if (!own_thread || !OwnFsContext()) {
+    notify::Respond(listener, n.id, -EAGAIN);
+    return true;
+  }
+  LazyPidfd pid{listener, n, Fd()};
+  Args a;
+  a.listener = listener;
+  long rc = ReadArgs(*c, n, &pid, &a);
+  // Everything read from the command came from the task still waiting in this call.
+  if (rc == 0 && !notify::IdValid(listener, n.id)) return true;
+  Fd give;
+  if (rc == 0) {
+    EffectiveCapsCleared lowered;
+    if (!lowered.ok()) {
+      rc = -EPERM;
+    } else {
+      switch (c->op) {
+        case Op::kOpen:
+          rc = DoOpen(rules, n, &a, &give);
+          break;
+        case Op::kTruncate:
+          rc = DoTruncate(rules, n, &a);
+          break;
+        case Op::kLink:
+          rc = DoLink(rules, &a);
+          break;
+        case Op::kRename:
+          rc = DoRename(rules, &a);
+          break;
+        case Op::kUnlink:
+          rc = DoUnlink(rules, &a);
+          break;
+        case Op::kMkdir:
+        case Op::kMknod:
+        case Op::kSymlink:
+          rc = DoMake(rules, n, *c, &a);
+          break;
+      }
+    }
+  }
+  if (rc == 0 && give.fd >= 0) {
+    AnswerWithFd(listener, n.id, give.fd, (a.flags & O_CLOEXEC) != 0);
+    return true;
+  }
+  notify::RespondResult(listener, n.id, rc);
+  return true;
+}
+
+}  // namespace psb

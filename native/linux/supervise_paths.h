@@ -1,0 +1,73 @@
+// Landlock mode's path supervisor: read-only carve-outs inside writable roots (.git/hooks,
+// .git/config, .codex, nested repositories' hooks and config, `protect` entries). A Landlock
+// right on a directory covers everything below it, so Landlock alone cannot keep a carve-out
+// read-only inside a writable root. The command's seccomp filter (SeccompConfig::notify_paths)
+// stops every call that can create, replace, remove or write a name, and the host carries each
+// one out itself, on a parent directory it pinned, unless the call touches a carve-out. See
+// supervise_paths.cc for the rules and why they hold.
+//
+// Threading: HandlePaths runs on the sandbox's supervisor worker thread, never on the host's
+// loop (a path walk the command makes slow stalls only that sandbox's calls). The first call
+// gives that thread a file-system context of its own (unshare(CLONE_FS)) with umask 0, so that the
+// command's umask, not the host's, applies to what it creates. It lowers that thread's effective
+// capabilities while it acts and restores them before it returns.
+#pragma once
+
+#include <stdint.h>
+
+#include <string>
+#include <vector>
+
+#include "notify_abi.h"
+
+namespace psb {
+
+struct PathRules {
+  bool enabled = false;
+  // Canonical absolute paths the command may write below (the plan's writable roots, TMPDIR).
+  std::vector<std::string> writable;
+  // Canonical paths of the carve-outs that exist (a symlinked one: the link's target too).
+  // Nothing at or below one is created, written, removed or renamed, unless a writable root
+  // lies deeper than the carve-out on the way (the most specific rule wins, as in isolated mode).
+  std::vector<std::string> carveouts;
+  // Carve-outs that did not exist at the start: neither they nor any missing directory on the
+  // way to them may be created (isolated mode holds them with an empty read-only placeholder).
+  std::vector<std::string> held;
+  struct Id {
+    uint64_t dev, ino;
+    bool operator==(const Id& o) const { return dev == o.dev && ino == o.ino; }
+  };
+  // The existing carve-outs themselves, by object: no name of one is opened for writing,
+  // truncated or linked (a hard link made before the run included).
+  std::vector<Id> carveout_ids;
+  // Objects whose names are fixed for the run: the carve-outs, every directory (or symlink) on
+  // the way from a writable root to one, and the writable roots themselves. None of them is
+  // removed, renamed or replaced (isolated mode binds each onto itself: EBUSY).
+  std::vector<Id> pinned;
+  // The writable roots themselves: where a directory's path is too long to read (past PATH_MAX),
+  // its location is found by walking up its parents to one of these or a carve-out.
+  std::vector<Id> root_ids;
+  // Character devices outside the writable roots that the command's Landlock rules let it open
+  // for writing (/dev/null, /dev/zero, /dev/full); /dev/tty and its stdio terminals are handled
+  // apart (their meaning depends on who opens them).
+  std::vector<Id> devices;
+  // What the rules were built from (BuildPathRules' arguments): a sandbox prepared ahead
+  // rebuilds them when it is used, so that they describe the tree as the command starts.
+  std::vector<std::string> carveouts_in, present_only_in, devices_in;
+};
+
+// Builds the rules on the host before the command starts: looks up every carve-out (and the
+// directories on the way to it) once and records their objects. `carveouts` and `present_only`
+// are the planner's readOnly and presentOnly lists; `devices` the device files Landlock grants.
+PathRules BuildPathRules(const std::vector<std::string>& writable, const std::vector<std::string>& carveouts,
+                         const std::vector<std::string>& present_only, const std::vector<std::string>& devices);
+
+// Whether syscall nr is one the path supervisor answers.
+bool IsPathCall(int nr) noexcept;
+
+// Answers notification n when it is a path call (returns true); false for any other call.
+// own_thread: the caller is a thread of the supervisor's own (never the host's loop thread),
+// which this may give a file-system context of its own. Without one the call fails (EAGAIN).
+bool HandlePaths(int listener, const notify::SeccompNotif& n, const PathRules& rules, bool own_thread) noexcept;
+
+}  // namespace psb

@@ -1,0 +1,415 @@
+/**
+ * Read-only carve-outs inside a writable root (threats.md Round 4, issue Q item 1), attacked in
+ * BOTH Linux modes: isolated mode holds them with read-only binds and placeholders, Landlock mode
+ * with the path supervisor (native/linux/supervise_paths.cc). Every attack checks the outside:
+ * the carve-outs are byte-identical afterwards (snapshot: contents, modes, owners, times, links)
+ * and nothing was planted. Every denial has a positive control in the same sandbox: ordinary
+ * writes, renames and removals in the workspace work, and so does `git commit`.
+ */
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+
+import type { SandboxPolicy } from '../../lib/policy-types';
+import { caps, MODES, modePolicy } from '../helpers/capabilities';
+import { BASE_ENV, expectUnchanged, makeScene, probeOps, py, sh, snapshot, type Entry, type Scene } from '../helpers/sandbox';
+
+const DENIED = ['EROFS', 'EACCES', 'EPERM', 'EXDEV', 'EBUSY', 'ENOTEMPTY', 'EISDIR', 'EEXIST', 'ELOOP'];
+
+function expectDenied(results: string[], ops: unknown[][], what: string): void {
+  results.forEach((r, i) => expect(DENIED, `${what}: ${JSON.stringify(ops[i])} got ${r}`).toContain(r));
+}
+
+function git(cwd: string, ...args: string[]): string {
+  return execFileSync('git', ['-c', 'user.name=t', '-c', 'user.email=t@example.com', '-c', 'init.defaultBranch=main', ...args], {
+    cwd,
+    encoding: 'utf8',
+    env: { PATH: BASE_ENV.PATH, HOME: cwd, GIT_CONFIG_NOSYSTEM: '1' },
+  });
+}
+
+const GIT_ENV = (ws: string) => ({
+  ...BASE_ENV,
+  HOME: ws,
+  GIT_CONFIG_NOSYSTEM: '1',
+  GIT_AUTHOR_NAME: 'a',
+  GIT_AUTHOR_EMAIL: 'a@b',
+  GIT_COMMITTER_NAME: 'a',
+  GIT_COMMITTER_EMAIL: 'a@b',
+});
+
+const landlockSkip = caps.metadataSupervisor
+  ? undefined
+  : 'this kernel has no seccomp user notification with ADDFD (5.9+): Landlock mode lists carve-outs as a gap';
+// eslint-disable-next-line no-console
+if (landlockSkip) console.warn(`[landlock-carveouts] SKIPPING the Landlock-mode attacks: ${landlockSkip}`);
+
+describe.runIf(caps.linux)('read-only carve-outs inside a writable root', () => {
+  describe.each(MODES)('$name mode', ({ name: mode, skip }) => {
+    const attackSkip = skip ?? (mode === 'landlock' ? landlockSkip : undefined);
+    let scene: Scene;
+    let ws: string;
+    let policy: SandboxPolicy;
+    // The carve-outs and what they held at the start, as seen from outside.
+    let protectedPaths: string[];
+    let before: Map<string, Entry>[];
+
+    const snap = () => protectedPaths.map((p) => snapshot(p));
+    const expectCarveoutsUnchanged = (what: string) => {
+      const after = snap();
+      protectedPaths.forEach((p, i) => expectUnchanged(before[i]!, after[i]!, `${what}: ${p}`));
+      // Missing carve-outs stay missing (isolated mode's placeholders are gone after the run).
+      expect(fs.existsSync(`${ws}/.agents`), `${what}: .agents was created`).toBe(false);
+      expect(fs.existsSync(`${ws}/.aws`), `${what}: .aws was created`).toBe(false);
+    };
+
+    beforeEach(() => {
+      scene = makeScene(`carve-${mode}`);
+      ws = scene.ws;
+      git(ws, 'init', '-q');
+      fs.writeFileSync(`${ws}/.git/hooks/pre-commit.sample`, '#!/bin/sh\nexit 0\n', { mode: 0o755 });
+      fs.mkdirSync(`${ws}/.codex`);
+      fs.writeFileSync(`${ws}/.codex/config.toml`, 'model = "x"\n');
+      fs.mkdirSync(`${ws}/sub`);
+      git(`${ws}/sub`, 'init', '-q');
+      fs.mkdirSync(`${ws}/notgit/hooks`, { recursive: true });
+      fs.mkdirSync(`${ws}/xgit`);
+      fs.writeFileSync(`${ws}/xgit/config`, 'free\n');
+      fs.writeFileSync(`${ws}/a.txt`, 'a\n');
+      fs.writeFileSync(`${ws}/evil-config`, '[core]\n\thooksPath = /var/tmp\n');
+      protectedPaths = [`${ws}/.git/hooks`, `${ws}/.git/config`, `${ws}/.codex`, `${ws}/sub/.git/hooks`, `${ws}/sub/.git/config`];
+      before = snap();
+      policy = modePolicy(mode, { filesystem: { write: [ws] } });
+    });
+    afterEach(() => scene.cleanup());
+
+    it.skipIf(skip)('the report says which mechanism holds the carve-outs', async () => {
+      const r = await sh('true', { cwd: ws, policy });
+      if (mode === 'landlock' && landlockSkip) {
+        expect(r.enforcement.guarantees.protectedPaths).toBe('not-enforced');
+        expect(r.enforcement.gaps.join('\n')).toMatch(/read-only carve-outs inside writable roots are not enforced:.*\.git\/hooks/);
+        return;
+      }
+      expect(r.enforcement.guarantees.protectedPaths).toBe('enforced');
+      expect(r.enforcement.gaps.join('\n')).not.toMatch(/carve-outs/);
+      if (mode === 'landlock') expect(r.enforcement.mechanisms.pathSupervisor).toBe('seccomp-user-notif');
+    });
+
+    it.skipIf(attackSkip)('.git cannot be moved aside, nor .git/hooks deleted, and recreated', async () => {
+      const ops = [
+        ['rename', `${ws}/.git`, `${ws}/git-old`],
+        ['rename', `${ws}/.git/hooks`, `${ws}/.git/hooks-old`],
+        ['rmrf', `${ws}/.git/hooks`],
+        ['rmdir', `${ws}/.git/hooks`],
+        ['rename', `${ws}/notgit/hooks`, `${ws}/.git/hooks`],
+        ['rename', `${ws}/notgit`, `${ws}/.git`],
+        ['rename', `${ws}/.codex`, `${ws}/codex-old`],
+        ['rmrf', `${ws}/.codex`],
+        ['rename', `${ws}/sub`, `${ws}/sub-old`],
+        ['rename', `${ws}/sub/.git`, `${ws}/sub/git-old`],
+      ];
+      expectDenied(await probeOps(ops, { cwd: ws, policy }), ops, 'moving or deleting a carve-out or a parent');
+      // The whole attack in one go, as a shell would run it.
+      const r = await sh(
+        'mv .git g2; mkdir -p .git/hooks; echo "#!/bin/sh" > .git/hooks/pre-commit; rm -rf .git/hooks; mkdir .git/hooks; ' +
+          'echo pwned > .git/hooks/post-checkout; echo done',
+        { cwd: ws, policy },
+      );
+      expect(r.stdout).toContain('done');
+      expectCarveoutsUnchanged('move aside and recreate');
+      expect(fs.existsSync(`${ws}/g2`)).toBe(false);
+      expect(fs.existsSync(`${ws}/git-old`)).toBe(false);
+      // Control: the same moves on an unprotected look-alike work in the same sandbox.
+      const ctl = [
+        ['rename', `${ws}/notgit/hooks`, `${ws}/notgit/hooks-old`],
+        ['mkdir', `${ws}/notgit/hooks`],
+        ['write', `${ws}/notgit/hooks/pre-commit`, 'x'],
+        ['rmrf', `${ws}/notgit/hooks-old`],
+        ['rename', `${ws}/notgit`, `${ws}/notgit2`],
+      ];
+      expect(await probeOps(ctl, { cwd: ws, policy })).toEqual(ctl.map(() => 'ok'));
+      expect(fs.readFileSync(`${ws}/notgit2/hooks/pre-commit`, 'utf8')).toBe('x');
+    });
+
+    it.skipIf(attackSkip)('.git/config cannot be renamed over, moved, removed or edited, by git or by hand', async () => {
+      const ops = [
+        ['rename', `${ws}/evil-config`, `${ws}/.git/config`],
+        ['rename', `${ws}/.git/config`, `${ws}/.git/config-old`],
+        ['unlink', `${ws}/.git/config`],
+        ['write', `${ws}/.git/config`, '[core]\n\tfsmonitor = /var/tmp/evil\n'],
+        ['append', `${ws}/.git/config`, '\n[core]\n\thooksPath = /var/tmp\n'],
+        ['truncate', `${ws}/.git/config`],
+        ['open', `${ws}/.git/config`, 'r+'],
+        ['append', `${ws}/sub/.git/config`, '\n[core]\n\tfsmonitor = /var/tmp/evil\n'],
+        ['write', `${ws}/.codex/config.toml`, 'evil = 1'],
+      ];
+      expectDenied(await probeOps(ops, { cwd: ws, policy }), ops, 'config tampering');
+      const r = await sh(
+        'git config core.hooksPath /var/tmp; echo a=$?; git config --local core.fsmonitor /var/tmp/x; echo b=$?; ' +
+          'git -C sub config core.hooksPath /var/tmp; echo c=$?',
+        { cwd: ws, env: GIT_ENV(ws), policy },
+      );
+      expect(r.stdout).toMatch(/a=[1-9]/);
+      expect(r.stdout).toMatch(/b=[1-9]/);
+      expect(r.stdout).toMatch(/c=[1-9]/);
+      expectCarveoutsUnchanged('config tampering');
+      expect(fs.readdirSync(`${ws}/.git`).filter((n) => n.startsWith('config'))).toEqual(['config']);
+    });
+
+    it.skipIf(attackSkip)('hooks cannot be added or overwritten, by any spelling or link', async () => {
+      fs.symlinkSync('.git', `${ws}/gl`);
+      fs.symlinkSync('.git/config', `${ws}/cfg-link`);
+      fs.symlinkSync('.git/hooks/post-merge', `${ws}/dangling-hook`);
+      fs.symlinkSync('.agents', `${ws}/to-agents`);
+      const ops = [
+        ['write', `${ws}/.git/hooks/pre-commit`, '#!/bin/sh\necho pwned\n'],
+        ['write', `${ws}/.git/hooks/pre-commit.sample`, '#!/bin/sh\necho pwned\n'],
+        ['append', `${ws}/.git/hooks/pre-commit.sample`, 'echo pwned\n'],
+        ['create', `${ws}/.git/hooks/pre-push`],
+        ['write', `${ws}/sub/.git/hooks/pre-commit`, '#!/bin/sh\necho pwned\n'],
+        ['write', `${ws}/./.git/../.git/hooks/pre-commit`, 'x'],
+        ['write', `${ws}//.git///hooks/pre-commit`, 'x'],
+        ['write', 'gl/hooks/pre-commit', 'x'],
+        ['append', 'cfg-link', 'x'],
+        ['write', 'dangling-hook', 'x'],
+        ['write', 'to-agents', 'x'],
+        ['mkdir', `${ws}/.agents`],
+        ['mkdir', `${ws}/.aws`],
+        ['symlink', '/var/tmp', `${ws}/.aws`],
+        ['write', `${ws}/.codex/new.toml`, 'x'],
+        ['copy', `${ws}/a.txt`, `${ws}/.git/hooks/pre-rebase`],
+      ];
+      expectDenied(await probeOps(ops, { cwd: ws, policy }), ops, 'planting a hook');
+      expectCarveoutsUnchanged('hooks');
+      expect(fs.existsSync(`${ws}/.git/hooks/post-merge`)).toBe(false);
+    });
+
+    it.skipIf(attackSkip)('mkdir, mknod, link, symlink and truncate under a carve-out fail; other spellings too', async () => {
+      const ops = [
+        ['mkdir', `${ws}/.git/hooks/d`],
+        ['link', `${ws}/.git/config`, `${ws}/config-alias`],
+        ['link', `${ws}/a.txt`, `${ws}/.git/hooks/pre-commit`],
+        ['link', `${ws}/.git/hooks/pre-commit.sample`, `${ws}/hook-alias`],
+        ['symlink', `${ws}/notgit`, `${ws}/.git/hooks/link`],
+        ['symlink', '/var/tmp/evil', `${ws}/.git/hooks/pre-commit`],
+        ['truncate', `${ws}/.git/hooks/pre-commit.sample`],
+        ['chmod', `${ws}/.git/config`, '666'],
+        ['chmod', `${ws}/.git/hooks`, '777'],
+      ];
+      expectDenied(await probeOps(ops, { cwd: ws, policy }), ops, 'mkdir/link/symlink/truncate');
+      // Calls node does not make, and other spellings: python's dir_fd (openat on a dirfd),
+      // mkfifo/mknod, os.truncate, a read-only fd reopened for writing through /dev/fd and
+      // /proc/self/fd, and O_TMPFILE then linkat into the carve-out.
+      const code = String.raw`
+import errno, json, os, sys
+res = {}
+def tr(name, f):
+    try:
+        f(); res[name] = 'ok'
+    except OSError as e:
+        res[name] = errno.errorcode.get(e.errno, str(e.errno))
+hooks = os.open('.git/hooks', os.O_RDONLY | os.O_DIRECTORY)
+tr('openat-dirfd', lambda: os.close(os.open('pre-commit', os.O_WRONLY | os.O_CREAT, 0o755, dir_fd=hooks)))
+tr('mkdirat-dirfd', lambda: os.mkdir('x', dir_fd=hooks))
+tr('mkfifo', lambda: os.mkfifo('.git/hooks/fifo'))
+tr('mknod', lambda: os.mknod('.git/hooks/node', 0o600 | 0o100000))
+tr('truncate', lambda: os.truncate('.git/config', 0))
+tr('rename-dirfd', lambda: os.rename('a.txt', 'pre-commit', dst_dir_fd=hooks))
+tr('unlink-dirfd', lambda: os.unlink('pre-commit.sample', dir_fd=hooks))
+ro = os.open('.git/config', os.O_RDONLY)
+tr('devfd', lambda: os.close(os.open('/dev/fd/%d' % ro, os.O_WRONLY)))
+tr('procfd', lambda: os.close(os.open('/proc/self/fd/%d' % ro, os.O_RDWR)))
+def tmpfile():
+    fd = os.open('.', os.O_TMPFILE | os.O_WRONLY, 0o755)
+    os.write(fd, b'#!/bin/sh\necho pwned\n')
+    os.link('/proc/self/fd/%d' % fd, '.git/hooks/pre-commit', follow_symlinks=True)
+tr('tmpfile-link', tmpfile)
+print('RES ' + json.dumps(res))
+`;
+      const r = await py(code, [], { cwd: ws, policy });
+      const line = r.stdout.split('\n').find((l) => l.startsWith('RES '));
+      expect(line, r.stderr).toBeDefined();
+      const res = JSON.parse(line!.slice(4)) as Record<string, string>;
+      for (const [k, v] of Object.entries(res)) expect(DENIED, `${k} got ${v}`).toContain(v);
+      expect(Object.keys(res)).toHaveLength(10);
+      expectCarveoutsUnchanged('other calls');
+      expect(fs.existsSync(`${ws}/config-alias`)).toBe(false);
+      expect(fs.existsSync(`${ws}/hook-alias`)).toBe(false);
+    });
+
+    it.skipIf(attackSkip || !caps.python)('a racing thread cannot turn a checked path into a carve-out (TOCTOU)', async () => {
+      // One thread flips the path buffer between xgit/config (free) and .git/config (protected,
+      // same length), another swaps the symlink `l` between xgit and .git, while the main thread
+      // opens both for appending in a loop. Whatever wins, .git/config must stay unchanged.
+      fs.symlinkSync('xgit', `${ws}/l`);
+      const code = String.raw`
+import ctypes, os, threading
+libc = ctypes.CDLL(None, use_errno=True)
+free, prot = b'xgit/config', b'.git/config'
+buf = ctypes.create_string_buffer(free)
+stop = False
+def flip():
+    while not stop:
+        ctypes.memmove(buf, prot, len(prot)); ctypes.memmove(buf, free, len(free))
+def swap():
+    n = 0
+    while not stop:
+        t = 'l.tmp%d' % (n % 2)
+        try:
+            os.symlink('.git' if n % 2 else 'xgit', t); os.rename(t, 'l')
+        except OSError:
+            pass
+        n += 1
+ts = [threading.Thread(target=flip), threading.Thread(target=swap)]
+for t in ts: t.start()
+ok = 0
+for i in range(1500):
+    for p in (buf, b'l/config'):
+        fd = libc.open(p, os.O_WRONLY | os.O_APPEND)
+        if fd >= 0:
+            os.write(fd, b'#'); os.close(fd); ok += 1
+stop = True
+for t in ts: t.join()
+print('OK %d' % ok)
+`;
+      const r = await py(code, [], { cwd: ws, policy, timeout: 120_000 });
+      expect(r.stdout, r.stderr).toMatch(/OK [1-9]\d*/);
+      expectCarveoutsUnchanged('race');
+      expect(fs.readFileSync(`${ws}/xgit/config`, 'utf8').length).toBeGreaterThan('free\n'.length);
+    });
+
+    // A carve-out that is a symlink (.codex -> real): isolated mode refuses it unless degraded and
+    // then holds the target; Landlock mode holds the link and the target. Either way, with
+    // degraded, neither the link nor what it leads to changes: contents, mode, entries.
+    it.skipIf(attackSkip)('a symlinked carve-out: neither the link nor its target can be changed', async () => {
+      fs.rmSync(`${ws}/.codex`, { recursive: true });
+      fs.mkdirSync(`${ws}/real`);
+      fs.writeFileSync(`${ws}/real/config.toml`, 'model = "x"\n', { mode: 0o644 });
+      fs.symlinkSync('real', `${ws}/.codex`);
+      const realBefore = snapshot(`${ws}/real`);
+      const ops = [
+        ['chmod', `${ws}/.codex/config.toml`, '666'],
+        ['chmod', `${ws}/real/config.toml`, '600'],
+        ['write', `${ws}/.codex/config.toml`, 'evil = 1'],
+        ['write', `${ws}/real/new.toml`, 'x'],
+        ['rename', `${ws}/real`, `${ws}/real2`],
+        ['utimes', `${ws}/.codex/config.toml`],
+      ];
+      const degraded = { ...policy, degraded: true };
+      expectDenied(await probeOps(ops, { cwd: ws, policy: degraded }), ops, 'symlinked carve-out');
+      expectUnchanged(realBefore, snapshot(`${ws}/real`), 'the link target');
+      if (mode === 'isolated') {
+        // A mount cannot hold the link itself: that is the gap the report names.
+        const r = await sh('true', { cwd: ws, policy: degraded });
+        expect(r.enforcement.gaps.join('\n')).toContain(`the protected symlink ${ws}/.codex can be replaced`);
+      } else {
+        const link = [['unlink', `${ws}/.codex`], ['rename', `${ws}/a.txt`, `${ws}/.codex`]];
+        expectDenied(await probeOps(link, { cwd: ws, policy: degraded }), link, 'replacing the link');
+      }
+      expect(fs.readlinkSync(`${ws}/.codex`)).toBe('real');
+    });
+
+    // Past PATH_MAX the kernel gives no path for a directory: Landlock mode then locates it by
+    // walking up its parents. A deep tree made before the run inside .codex stays read-only at
+    // the bottom; the same depth in the workspace is writable (and can be made in the run).
+    it.skipIf(attackSkip || !caps.python)('a directory deeper than PATH_MAX inside a carve-out stays read-only', async () => {
+      const deep = String.raw`
+import errno, os, shutil, sys
+os.chdir(sys.argv[1])
+if sys.argv[2] == 'rm':
+    shutil.rmtree('dddd'); sys.exit(0)
+for i in range(900):
+    if sys.argv[2] != 'walk':
+        try: os.mkdir('dddd')
+        except FileExistsError: pass
+    os.chdir('dddd')
+if sys.argv[2] == 'prep': sys.exit(0)
+res = []
+for f in (lambda: os.close(os.open('x', os.O_WRONLY | os.O_CREAT, 0o644)), lambda: os.mkdir('y'), lambda: os.rename('y', 'z')):
+    try:
+        f(); res.append('ok')
+    except OSError as e:
+        res.append(errno.errorcode[e.errno])
+print(' '.join(res))
+`;
+      // Made from outside, before the run (900 levels of 5 bytes: 4,500 bytes, past PATH_MAX).
+      execFileSync('python3', ['-c', deep, `${ws}/.codex`, 'prep']);
+      try {
+        const r = await py(deep, [`${ws}/.codex`, 'walk'], { cwd: ws, policy });
+        const got = r.stdout.trim().split(' ');
+        expect(got, r.stderr).toHaveLength(3);
+        for (const g of got) expect(DENIED.concat('ENOENT'), r.stdout).toContain(g);
+        expect(got[0]).not.toBe('ENOENT');
+        const ctl = await py(deep, [ws, 'make'], { cwd: ws, policy });
+        expect(ctl.stdout.trim(), ctl.stderr).toBe('ok ok ok');
+      } finally {
+        for (const d of [`${ws}/.codex`, ws]) execFileSync('python3', ['-c', deep, d, 'rm']);
+      }
+      expect(fs.readdirSync(`${ws}/.codex`)).toEqual(['config.toml']);
+    });
+
+    // The supervisor carries a call out itself: a signal that withdrew the call after that would
+    // make the caller run it again (EINTR and a retry, or a restart), and a second mkdir or O_EXCL
+    // create of the same name fails with EEXIST. A signal every 50 us while it creates 2,000
+    // directories and files, each retried on EINTR: none may exist already.
+    it.skipIf(attackSkip || !caps.python)('a signal storm never makes a create run twice', async () => {
+      const code = String.raw`
+import os, signal
+signal.signal(signal.SIGALRM, lambda *a: None)
+signal.setitimer(signal.ITIMER_REAL, 0.00005, 0.00005)
+twice = 0
+def retry(f):
+    global twice
+    while True:
+        try:
+            return f()
+        except InterruptedError:
+            continue
+        except FileExistsError:
+            twice += 1
+            return None
+for i in range(2000):
+    retry(lambda: os.mkdir('d%d' % i))
+    fd = retry(lambda: os.open('n%d' % i, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    if fd is not None: os.close(fd)
+signal.setitimer(signal.ITIMER_REAL, 0)
+print('TWICE %d' % twice)
+`;
+      fs.mkdirSync(`${ws}/storm`);
+      const r = await py(code, [], { cwd: `${ws}/storm`, policy, timeout: 120_000 });
+      expect(r.stdout.trim(), r.stderr).toBe('TWICE 0');
+      expect(fs.readdirSync(`${ws}/storm`)).toHaveLength(4000);
+    });
+
+    it.skipIf(attackSkip)('controls: the workspace, .git objects and git commit work; creates get the umask', async () => {
+      const ops = [
+        ['write', `${ws}/new.txt`, 'new'],
+        ['append', `${ws}/a.txt`, 'b\n'],
+        ['mkdirp', `${ws}/d/e/f`],
+        ['rename', `${ws}/d`, `${ws}/d2`],
+        ['link', `${ws}/a.txt`, `${ws}/a-link`],
+        ['symlink', 'a.txt', `${ws}/a-sym`],
+        ['write', `${ws}/a-sym`, 'via link'],
+        ['truncate', `${ws}/new.txt`, '1'],
+        ['unlink', `${ws}/a-link`],
+        ['rmrf', `${ws}/d2`],
+        ['write', `${ws}/.git/description`, 'ok'],
+        ['write', '/dev/null', 'x'],
+      ];
+      expect(await probeOps(ops, { cwd: ws, policy })).toEqual(ops.map(() => 'ok'));
+      expect(fs.readFileSync(`${ws}/a.txt`, 'utf8')).toBe('via link');
+      expect(fs.readFileSync(`${ws}/new.txt`, 'utf8')).toBe('n');
+      const r = await sh(
+        'umask 027; echo x > u.txt; mkdir ud; mkfifo uf; stat -c "%a" u.txt ud uf; echo y | cat > /dev/stdout; ' +
+          'git add a.txt u.txt && git commit -qm x && git log --oneline | wc -l; echo out > "$(mktemp -u -p .)"; echo rc=$?',
+        { cwd: ws, env: GIT_ENV(ws), policy },
+      );
+      expect(r.stdout.split('\n').slice(0, 5), r.stderr).toEqual(['640', '750', '640', 'y', '1']);
+      expect(r.stdout).toContain('rc=0');
+      expect(fs.statSync(`${ws}/u.txt`).mode & 0o777).toBe(0o640);
+      expect(git(ws, 'log', '--oneline').trim().split('\n')).toHaveLength(1);
+      expectCarveoutsUnchanged('controls');
+    });
+  });
+});
