@@ -120,6 +120,10 @@ struct SeccompConfig {
   // supervisor counts inotify_init* and inotify_add_watch against the sandbox's share of the
   // uid's inotify limits (no user namespace holds them in this mode).
   bool notify_metadata = false;
+  // Landlock mode with deny-read paths under readable roots (needs notify_metadata): getdents64
+  // and getdents stop too, and the supervisor refuses listings of denied directories (Landlock's
+  // list right on a directory reaches every directory below it).
+  bool notify_listdir = false;
 };
 
 // Parent side (may allocate). Replaces *out with the BPF program for cfg.

@@ -88,6 +88,7 @@ constexpr int kNrUtime = __NR_utime;
 constexpr int kNrUtimes = __NR_utimes;
 constexpr int kNrFutimesat = __NR_futimesat;
 constexpr int kNrInotifyInit = __NR_inotify_init;
+constexpr int kNrGetdents = __NR_getdents;
 #else
 constexpr int kNrOpen = kSkip;
 constexpr int kNrCreat = kSkip;
@@ -99,6 +100,7 @@ constexpr int kNrUtime = kSkip;
 constexpr int kNrUtimes = kSkip;
 constexpr int kNrFutimesat = kSkip;
 constexpr int kNrInotifyInit = kSkip;
+constexpr int kNrGetdents = kSkip;
 #endif
 
 // x86_64 marks x32 syscalls with this bit in the number; x32 has its own table, so every rule
@@ -133,6 +135,9 @@ constexpr uint32_t kKill = kSeccompRetKillProcess;
 // A table action: USER_NOTIF when the config has the metadata supervisor, else ALLOW (the plan
 // then lists the gap). Never a real return value (SECCOMP_RET_TRAP's range, unused here).
 constexpr uint32_t kSupervise = 0x00030000u;
+// The same for directory listings: USER_NOTIF when the config asks the supervisor to judge them
+// (SeccompConfig::notify_listdir: deny-read paths under readable roots in Landlock mode), else ALLOW.
+constexpr uint32_t kSuperviseList = 0x00030001u;
 
 // File attribute flag ioctls (chattr): _IOW('f', 2, long), its 32-bit spelling _IOW('f', 2, int)
 // (some file systems take it natively too) and _IOW('X', 32, struct fsxattr).
@@ -432,6 +437,11 @@ constexpr Rule kRules[] = {
     Rule{kNrInotifyInit, kAnyNet, kLandlock, kSupervise, {}},
     Rule{__NR_inotify_init1, kAnyNet, kLandlock, kSupervise, {}},
     Rule{__NR_inotify_add_watch, kAnyNet, kLandlock, kSupervise, {}},
+    // Landlock's list right on a directory covers every directory below it, so a deny-read
+    // directory under a listable one could be listed: the supervisor refuses listings of those
+    // (metadata_supervisor.cc, kListDir).
+    Rule{__NR_getdents64, kAnyNet, kLandlock, kSuperviseList, {}},
+    Rule{kNrGetdents, kAnyNet, kLandlock, kSuperviseList, {}},
     When(kNrCreat, kAnyNet, kAnyMode, kAllow, Clause{{AnyBit(1, kSetIdBits)}, kEperm}),
     When(kNrOpen, kAnyNet, kAnyMode, kAllow, Clause{{AnyBit(1, kCreateFlags), AnyBit(2, kSetIdBits)}, kEperm}),
     When(__NR_openat, kAnyNet, kAnyMode, kAllow, Clause{{AnyBit(2, kCreateFlags), AnyBit(3, kSetIdBits)}, kEperm}),
