@@ -392,13 +392,23 @@ export function carveDenied(rules: LandlockRule[], deny: string[], nestedRoots: 
       unlisted.push(dir);
       return;
     }
+    // The denied paths below each entry, by the entry's name (one lookup per entry: a home
+    // directory can have thousands).
+    const prefix = dir === '/' ? '/' : `${dir}/`;
+    const denied = new Set<string>();
+    const below = new Map<string, string[]>();
+    for (const d of inside) {
+      const rest = d.slice(prefix.length);
+      const slash = rest.indexOf('/');
+      if (slash < 0) denied.add(rest);
+      else below.set(rest.slice(0, slash), [...(below.get(rest.slice(0, slash)) ?? []), d]);
+    }
     for (const e of names) {
-      const kind = e[0];
-      const p = dir === '/' ? `/${e.slice(2)}` : `${dir}/${e.slice(2)}`;
-      if (kind === 'l' || inside.includes(p)) continue;
-      const below = inside.filter((d) => isUnder(d, p));
-      if (below.length === 0) out.push({ path: p, access, exact: true });
-      else if (kind === 'd') expand(p, access, below);
+      const name = e.slice(2);
+      if (e[0] === 'l' || denied.has(name)) continue;
+      const under = below.get(name);
+      if (under === undefined) out.push({ path: prefix + name, access, exact: true });
+      else if (e[0] === 'd') expand(prefix + name, access, under);
     }
   };
   for (const r of rules) {
