@@ -807,7 +807,12 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       // readable but them under readAll), and listings of them are refused (carveDenied).
       ...(rules.readAll
         ? carve
-          ? { readable: ['/'], denyRead: rules.denyRead, listDirs: true }
+          ? {
+              // Everything, and the roots nested in denied paths (most specific wins).
+              readable: ['/', ...rules.readRoots, ...rules.writeRoots, ...(input.landlockTmpDir ? [realpathOrNull(input.landlockTmpDir) ?? input.landlockTmpDir] : [])],
+              denyRead: rules.denyRead,
+              listDirs: true,
+            }
           : {}
         : {
             // Not the list-only rules (/dev): a directory's watch also reports every open, read and
