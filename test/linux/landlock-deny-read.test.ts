@@ -16,6 +16,7 @@ import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
 import { spawn } from '../../lib/index';
+import { carveDenied } from '../../lib/platform/linux-plan';
 import type { SandboxPolicy } from '../../lib/policy-types';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
 import { BASE_ENV, hostMounts, makeScene, NODE, probeOps, py, PYTHON, sh, type Scene } from '../helpers/sandbox';
@@ -380,5 +381,55 @@ print('events', data.replace(b'\0', b' ').decode(errors='replace'))
     );
     expect(r.stdout, r.stderr).toMatch(/^hi\n(py\n)?\?\? \.env\n1\n$/);
     expect(r.stdout).not.toContain(SECRET);
+  });
+});
+
+describe.runIf(caps.linux)('carveDenied (the Landlock-mode planner, no spawn)', () => {
+  let scene: Scene;
+  beforeEach(() => {
+    scene = makeScene('deny-carve');
+  });
+  afterEach(() => scene.cleanup());
+
+  it('grants every entry beside the denied path by its own rule, the chain list-only, links and the denied path nothing', () => {
+    fs.mkdirSync(`${scene.out}/dir/sub`);
+    fs.symlinkSync(`${scene.out}/dir`, `${scene.out}/link`);
+    const c = carveDenied([{ path: scene.out, access: 'read' }, { path: scene.ws, access: 'write' }], [`${scene.out}/dir/sub`], new Set());
+    const by = Object.fromEntries(c.rules.map((r) => [r.path, `${r.access}${r.exact ? '!' : ''}`]));
+    expect(by).toEqual({
+      [scene.out]: 'list!',
+      [`${scene.out}/dir`]: 'list!',
+      [`${scene.out}/dir/inner.txt`]: 'read!',
+      [`${scene.out}/secret.txt`]: 'read!',
+      [`${scene.out}/ro.txt`]: 'read!',
+      [`${scene.out}/exec.sh`]: 'read!',
+      [scene.ws]: 'write',
+    });
+    expect(c.chainDirs).toEqual([scene.out, `${scene.out}/dir`]);
+  });
+
+  const link = ['/lib', '/bin', '/sbin'].find((p) => fs.lstatSync(p, { throwIfNoEntry: false })?.isSymbolicLink());
+  // eslint-disable-next-line no-console
+  if (link === undefined) console.warn('[landlock-deny-read] SKIPPING the symlinked-grant case: no /lib, /bin or /sbin link on this host');
+  it.runIf(link !== undefined)('a grant through a symlink (/lib on merged-/usr hosts) is carved at its target', () => {
+    const real = fs.realpathSync(link!);
+    const victim = fs.readdirSync(real)[0]!;
+    const c = carveDenied([{ path: link!, access: 'read' }], [`${real}/${victim}`], new Set());
+    expect(c.rules.some((r) => r.path === link)).toBe(false);
+    expect(c.rules.some((r) => r.path === `${real}/${victim}`)).toBe(false);
+    expect(c.chainDirs).toEqual([real]);
+  });
+
+  it('grants inside a denied path are dropped, except the user\'s own nested roots', () => {
+    const c = carveDenied(
+      [{ path: `${scene.out}/dir`, access: 'write' }, { path: `${scene.out}/exec.sh`, access: 'read' }, { path: scene.root, access: 'read' }],
+      [scene.out],
+      new Set([`${scene.out}/dir`]),
+    );
+    const paths = c.rules.map((r) => r.path);
+    expect(paths).toContain(`${scene.out}/dir`);
+    expect(paths).not.toContain(`${scene.out}/exec.sh`);
+    expect(paths).not.toContain(scene.out);
+    expect(paths).toContain(scene.ws);
   });
 });
