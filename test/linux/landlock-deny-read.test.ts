@@ -61,9 +61,12 @@ async function until(p: string): Promise<void> {
 describe.each(MODES)('deny-read under readable roots, $name mode', ({ name: mode, skip }) => {
   const landlock = mode === 'landlock';
   let scene: Scene;
-  const mounts = caps.linux ? hostMounts() : [];
+  // Per test: on a shared host another session's mounts come and go; this checks only that
+  // none of ours is left behind by the test that ran.
+  let mounts: string[] = [];
   beforeEach(() => {
     if (skip) return;
+    mounts = hostMounts();
     scene = makeScene(`deny-${mode}`);
     fs.writeFileSync(path.join(scene.out, 'dir', 'inner.txt'), SECRET);
   });
