@@ -419,12 +419,11 @@ export function carveDenied(rules: LandlockRule[], deny: string[], nestedRoots: 
     // Deny-read paths are canonical; a grant through a link (/lib64, /bin on merged-/usr hosts)
     // is compared, and carved, at its target.
     const real = realpathOrNull(r.path) ?? r.path;
+    // Inside a denied path: dropped, unless it is the user's own root nested there, which is
+    // then carved like any other (a deny-read path can lie inside it in turn).
     const over = deny.find((d) => isUnder(real, d));
-    if (over !== undefined) {
-      if (real !== over && nestedRoots.has(real)) out.push(r);
-      continue;
-    }
-    const inside = deny.filter((d) => isUnder(d, real));
+    if (over !== undefined && (real === over || !nestedRoots.has(real))) continue;
+    const inside = deny.filter((d) => d !== real && isUnder(d, real));
     if (inside.length === 0 || !lstatOrNull(real)?.isDirectory()) {
       out.push(r);
       continue;

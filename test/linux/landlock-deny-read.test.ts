@@ -434,5 +434,9 @@ describe.runIf(caps.linux)('carveDenied (the Landlock-mode planner, no spawn)', 
     expect(paths).not.toContain(`${scene.out}/exec.sh`);
     expect(paths).not.toContain(scene.out);
     expect(paths).toContain(scene.ws);
+    // A nested root with a deny-read path of its own inside is carved in turn.
+    fs.mkdirSync(`${scene.out}/dir/keys`);
+    const n = carveDenied([{ path: `${scene.out}/dir`, access: 'write' }], [scene.out, `${scene.out}/dir/keys`], new Set([`${scene.out}/dir`]));
+    expect(Object.fromEntries(n.rules.map((r) => [r.path, r.access]))).toEqual({ [`${scene.out}/dir`]: 'list', [`${scene.out}/dir/inner.txt`]: 'write' });
   });
 });
