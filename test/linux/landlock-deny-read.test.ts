@@ -16,7 +16,7 @@ import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
 import { spawn } from '../../lib/index';
-import { carveDenied } from '../../lib/platform/linux-plan';
+import { carveDenied, DENY_CARVE_MAX_RULES } from '../../lib/platform/linux-plan';
 import type { SandboxPolicy } from '../../lib/policy-types';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
 import { BASE_ENV, hostMounts, makeScene, NODE, probeOps, py, PYTHON, sh, type Scene } from '../helpers/sandbox';
@@ -333,6 +333,18 @@ if os.uname().machine == 'x86_64':
       expect(fresh).toEqual(['ok', 'ok']);
       expect(fs.readFileSync(`${scene.ws}/new.txt`, 'utf8')).toBe('n');
     }
+  });
+
+  it.skipIf(skip || !landlock)('past DENY_CARVE_MAX_RULES nothing is carved: the deny-read paths are a listed gap, refused unless degraded', async () => {
+    const big = path.join(scene.root, 'big');
+    fs.mkdirSync(path.join(big, '.ssh'), { recursive: true });
+    for (let i = 0; i <= DENY_CARVE_MAX_RULES; i++) fs.writeFileSync(path.join(big, `f${i}`), '');
+    const fsPolicy = { write: [scene.ws], denyRead: [`${big}/.ssh`] };
+    const r = await sh('true', { cwd: scene.ws, policy: pol(fsPolicy) });
+    expect(r.enforcement.guarantees.denyRead).toBe('partial');
+    expect(r.enforcement.gaps.join('\n')).toContain(`deny-read under readable roots is not enforced: ${big}/.ssh`);
+    expect(r.enforcement.mechanisms.denyReadCarve).toBeUndefined();
+    await expect(sh('true', { cwd: scene.ws, policy: { mode: 'landlock', filesystem: fsPolicy } })).rejects.toThrow(/deny-read under readable roots is not enforced/);
   });
 
   it.skipIf(skip || !caps.python)('an inotify watch on a denied directory sees nothing the host does there', async () => {
