@@ -16,7 +16,7 @@ import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
 import { spawn } from '../../lib/index';
-import { carveDenied, DENY_CARVE_MAX_RULES } from '../../lib/platform/linux-plan';
+import { carveDenied, DENY_CARVE_MAX_RULES, planLinux } from '../../lib/platform/linux-plan';
 import type { SandboxPolicy } from '../../lib/policy-types';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
 import { BASE_ENV, hostMounts, makeScene, NODE, probeOps, py, PYTHON, sh, type Scene } from '../helpers/sandbox';
@@ -433,6 +433,26 @@ describe.runIf(caps.linux)('carveDenied (the Landlock-mode planner, no spawn)', 
     expect(c.rules.some((r) => r.path === link)).toBe(false);
     expect(c.rules.some((r) => r.path === `${real}/${victim}`)).toBe(false);
     expect(c.chainDirs).toEqual([real]);
+  });
+
+  it('planLinux: listings are supervised; without the supervisor the listable names are a listed gap', () => {
+    const plan = (connectSupervisor: number) => {
+      const probe = { landlockAbi: 7, seccomp: 0, userns: -1, euid: 1000, connectSupervisor };
+      const rules = {
+        readAll: true, readRoots: [], writeRoots: [scene.ws], readOnly: [], denyRead: [`${scene.out}/dir`],
+        tmp: 'none', network: { kind: 'none' }, mode: 'landlock', degraded: true, limits: {},
+      } as unknown as Parameters<typeof planLinux>[0]['rules'];
+      return planLinux({ rules, mode: 'landlock', file: '/bin/true', argv: ['true'], env: {}, cwd: '/', probe: probe as Parameters<typeof planLinux>[0]['probe'] });
+    };
+    const ok = plan(0);
+    expect(ok.native.seccomp!.metadataSupervisor).toMatchObject({ listDirs: true, denyRead: [`${scene.out}/dir`] });
+    expect(ok.native.seccomp!.metadataSupervisor!.readable).toEqual(expect.arrayContaining(['/', scene.ws]));
+    expect(ok.enforcement.guarantees.denyRead).toBe('enforced');
+    expect(ok.native.landlock!.rules.some((r) => r.path === `${scene.out}/dir`)).toBe(false);
+    expect(ok.native.landlock!.rules.filter((r) => r.path === scene.root || r.path === scene.out).map((r) => r.access)).toEqual(['list', 'list']);
+    const old = plan(-95);
+    expect(old.enforcement.guarantees.denyRead).toBe('partial');
+    expect(old.enforcement.gaps.join('\n')).toContain(`the names inside deny-read directories can be listed (not read): ${scene.out}/dir`);
   });
 
   it('grants inside a denied path are dropped, except the user\'s own nested roots', () => {
