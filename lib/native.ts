@@ -28,7 +28,8 @@ export interface LinuxNativePlan {
   landlock?: {
     net: 'none' | 'proxy' | 'full';
     scopeSignals?: boolean;
-    rules: Array<{ path: string; access: 'read' | 'write' | 'device' | 'list' }>;
+    /** exact: opened without following links; gone or swapped for a link: no rule (landlock.h). */
+    rules: Array<{ path: string; access: 'read' | 'write' | 'device' | 'list'; exact?: boolean }>;
     connectPorts?: number[];
     /** Landlock mode: device rights for the terminals on fds 0-2, by inode (landlock.h). */
     stdioTerminals?: boolean;
@@ -54,6 +55,8 @@ export interface LinuxNativePlan {
       /** Restricted reads: inotify_add_watch is emulated for these paths only (minus denyRead). */
       readable?: string[];
       denyRead?: string[];
+      /** Deny-read under readable roots: getdents of a denied directory is refused (Landlock mode). */
+      listDirs?: boolean;
       inotify?: { instances: number; watches: number };
     };
     /**

@@ -302,7 +302,7 @@ function requireSeccomp(probe: LinuxProbe): void {
 // to the command's own pipes, which Landlock refuses.)
 const DEVICE_READS = ['/dev/random', '/dev/urandom'];
 
-type LandlockRule = { path: string; access: 'read' | 'write' | 'device' | 'list' };
+type LandlockRule = { path: string; access: 'read' | 'write' | 'device' | 'list'; exact?: boolean };
 
 /**
  * "Read everything" for Landlock mode. Landlock rules only add, so "/" would include the host's
@@ -358,6 +358,136 @@ function landlockRules(input: LinuxPlanInput, mode: 'isolated' | 'landlock') {
     out.push({ path: input.landlockTmpDir, access: 'write' });
   }
   return out;
+}
+
+/**
+ * Most rules Landlock mode makes to carve deny-read paths out of the roots around them. Past it
+ * the deny-read paths stay a listed gap (refused unless degraded) rather than a spawn that
+ * spends milliseconds adding rules.
+ */
+export const DENY_CARVE_MAX_RULES = 8192;
+
+/** The entries of a directory on the way down to a deny-read path: `d/name`, `l/name`, `f/name`. */
+function chainListing(dir: string): string[] | null {
+  // Cached between plans while nothing in the directory is created, removed or renamed (a home
+  // directory with hundreds of entries is read once, not on every spawn).
+  const { found, truncated } = cachedWalk(
+    dir,
+    lstatOrNull(dir),
+    () => {
+      try {
+        const found = fs
+          .readdirSync(dir, { withFileTypes: true })
+          .map((e) => `${e.isSymbolicLink() ? 'l' : e.isDirectory() ? 'd' : 'f'}/${e.name}`);
+        return { found, truncated: false, dirs: [dir] };
+      } catch {
+        return { found: [], truncated: true, dirs: [] };
+      }
+    },
+    undefined,
+    'deny-carve',
+  );
+  return truncated ? null : found;
+}
+
+export interface DenyCarve {
+  rules: LandlockRule[];
+  /** Directories on the way from a root down to a deny-read path: listable, their entries fixed. */
+  chainDirs: string[];
+  /** Chain directories the planner could not list: none of their entries is granted. */
+  unlisted: string[];
+}
+
+/**
+ * Landlock mode's deny-read under readable (or writable) roots. A Landlock right on a directory
+ * covers everything below it and rules only add, so "readable except this subtree" is built as
+ * its complement: a root with a deny-read path inside it is replaced by
+ *  - a list-only rule (read-dir) on each directory on the way from the root down to the denied
+ *    path (the chain), so `ls` of them still works;
+ *  - the root's own rule on every other entry of those directories (each sibling), by inode.
+ * The denied entry gets nothing; the supervisor refuses listings of it (the chain's list right
+ * reaches it: metadata_supervisor.cc kListDir). What follows from rules being per inode:
+ *  - an entry made in a chain directory during the run (by the host, or a file replaced by
+ *    rename) has no rule: it can be listed and stat'ed, not read, until the next run. So a denied
+ *    path that is missing, or made again, stays unreadable whoever creates it;
+ *  - in a writable root, a chain directory keeps only the list right: its entries are fixed for
+ *    the run (no create, remove or rename there: that would need rights that reach the denied
+ *    path too, and a new file would be unreadable anyway). Its existing files and directories
+ *    keep every right;
+ *  - symlinks among the siblings get no rule (what they point to is judged by its own path), and
+ *    siblings are opened without following links (landlock.h kPathExact): one swapped for a link
+ *    after planning gets no rule rather than moving the grant.
+ * Grants that lie inside a denied path are dropped, except the user's own nested roots (most
+ * specific wins, as in isolated mode).
+ */
+export function carveDenied(rules: LandlockRule[], deny: string[], nestedRoots: ReadonlySet<string>): DenyCarve {
+  const out: LandlockRule[] = [];
+  const chainDirs: string[] = [];
+  const unlisted: string[] = [];
+  const expand = (dir: string, access: 'read' | 'write', inside: string[]) => {
+    chainDirs.push(dir);
+    out.push({ path: dir, access: 'list', exact: true });
+    const names = chainListing(dir);
+    if (names === null) {
+      unlisted.push(dir);
+      return;
+    }
+    // The denied paths below each entry, by the entry's name (one lookup per entry: a home
+    // directory can have thousands).
+    const prefix = dir === '/' ? '/' : `${dir}/`;
+    const denied = new Set<string>();
+    const below = new Map<string, string[]>();
+    for (const d of inside) {
+      const rest = d.slice(prefix.length);
+      const slash = rest.indexOf('/');
+      if (slash < 0) denied.add(rest);
+      else below.set(rest.slice(0, slash), [...(below.get(rest.slice(0, slash)) ?? []), d]);
+    }
+    for (const e of names) {
+      const name = e.slice(2);
+      if (e[0] === 'l' || denied.has(name)) continue;
+      const under = below.get(name);
+      if (under === undefined) out.push({ path: prefix + name, access, exact: true });
+      else if (e[0] === 'd') expand(prefix + name, access, under);
+    }
+  };
+  for (const r of rules) {
+    if (r.access !== 'read' && r.access !== 'write') {
+      out.push(r);
+      continue;
+    }
+    // Deny-read paths are canonical; a grant through a link (/lib64, /bin on merged-/usr hosts)
+    // is compared, and carved, at its target.
+    const real = realpathOrNull(r.path) ?? r.path;
+    // Inside a denied path: dropped, unless it is the user's own root nested there, which is
+    // then carved like any other (a deny-read path can lie inside it in turn).
+    const over = deny.find((d) => isUnder(real, d));
+    if (over !== undefined && (real === over || !nestedRoots.has(real))) continue;
+    const inside = deny.filter((d) => d !== real && isUnder(d, real));
+    if (inside.length === 0 || !lstatOrNull(real)?.isDirectory()) {
+      out.push(r);
+      continue;
+    }
+    expand(real, r.access, inside);
+  }
+  // One rule per path, with the widest access any grant gave it.
+  const rank = { list: 0, read: 1, write: 2, device: 3 } as const;
+  const byPath = new Map<string, LandlockRule>();
+  const merged: LandlockRule[] = [];
+  for (const r of out) {
+    const prev = byPath.get(r.path);
+    if (prev === undefined || r.access === 'device' || prev.access === 'device') {
+      const copy = { ...r };
+      if (prev === undefined && r.access !== 'device') byPath.set(r.path, copy);
+      merged.push(copy);
+      continue;
+    }
+    if (rank[r.access] > rank[prev.access]) {
+      prev.access = r.access;
+      prev.exact = r.exact;
+    }
+  }
+  return { rules: merged, chainDirs, unlisted };
 }
 
 /** Mount steps for isolated mode, in execution order. */
@@ -688,8 +818,23 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
   // and outside the protected paths only (native/linux/metadata_supervisor.cc); without it they
   // are a listed gap.
   const metadataSupervised = mode === 'landlock' && probe.connectSupervisor === 0;
+  // What Landlock grants before deny-read paths are carved out (the watch check reads it).
+  const grants = abi >= 1 ? landlockRules(input, mode) : [];
+  // Landlock mode: deny-read paths inside the granted roots are carved out of them (carveDenied);
+  // isolated mode masks them with mounts instead (planMounts).
+  let carve: DenyCarve | undefined;
+  let carveGap: string | undefined;
+  if (abi >= 1 && mode === 'landlock' && rules.denyRead.length > 0) {
+    const c = carveDenied(grants, rules.denyRead, new Set([...rules.readRoots, ...rules.writeRoots]));
+    if (c.rules.length <= DENY_CARVE_MAX_RULES) carve = c;
+    else {
+      carveGap =
+        `deny-read under readable roots is not enforced: ${rules.denyRead.join(', ')} (carving them out takes ` +
+        `${c.rules.length} Landlock rules, one per entry beside them, more than ${DENY_CARVE_MAX_RULES})`;
+    }
+  }
   if (abi >= 1) {
-    native.landlock = { net, rules: landlockRules(input, mode), ...(mode === 'landlock' ? { stdioTerminals: true } : {}) };
+    native.landlock = { net, rules: carve?.rules ?? grants, ...(mode === 'landlock' ? { stdioTerminals: true } : {}) };
     if (net === 'proxy' && !supervised) native.landlock.connectPorts = [input.proxyPort!];
   }
   if (metadataSupervised) {
@@ -706,21 +851,32 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       ],
       // Restricted reads: inotify watches follow what Landlock lets the command read or list
       // (Landlock does not check inotify_add_watch; a directory's watch reports new names in it).
+      // Deny-read paths carved out of the granted roots: the same check for watches (everything
+      // readable but them under readAll), and listings of them are refused (carveDenied).
       ...(rules.readAll
-        ? {}
+        ? carve
+          ? {
+              // Everything, and the roots nested in denied paths (most specific wins).
+              readable: ['/', ...rules.readRoots, ...rules.writeRoots, ...(input.landlockTmpDir ? [realpathOrNull(input.landlockTmpDir) ?? input.landlockTmpDir] : [])],
+              denyRead: rules.denyRead,
+              listDirs: true,
+            }
+          : {}
         : {
             // Not the list-only rules (/dev): a directory's watch also reports every open, read and
             // write of the files in it, by any process (IN_OPEN "null", IN_MODIFY of a host /dev/shm
-            // file), which is more than a listing shows.
+            // file), which is more than a listing shows. The grants before carving: a directory on
+            // the way to a deny-read path is still readable (its entries are, and their names).
             readable: [
               ...new Set(
-                native.landlock!.rules
+                grants
                   .filter((r) => r.access !== 'list')
                   .map((r) => realpathOrNull(r.path))
                   .filter((p): p is string => p !== null),
               ),
             ],
             denyRead: rules.denyRead,
+            ...(carve ? { listDirs: true } : {}),
           }),
     };
   }
@@ -728,10 +884,14 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
   // right on a directory covers everything below it); the same supervisor carries out every
   // write-open, create, rename, removal, link and truncate itself, on a pinned parent directory,
   // unless it touches a carve-out (native/linux/supervise_paths.cc). Without it they are a gap.
+  // The supervisor is not confined by the command's Landlock domain: a deny-read path inside a
+  // writable root is one more carve-out to it (never created, opened for writing, which could
+  // also read it, renamed, linked or removed), or it would undo the deny-read carving below.
+  const deniedInWritable = rules.denyRead.filter((d) => rules.writeRoots.some((w) => isUnder(d, w)));
   const pathsSupervised = metadataSupervised && rules.readOnly.length > 0;
   if (pathsSupervised) {
     native.seccomp!.pathSupervisor = {
-      carveOuts: [...rules.readOnly],
+      carveOuts: [...new Set([...rules.readOnly, ...deniedInWritable])],
       presentOnly: [...(rules.presentOnly ?? [])],
       devices: DEVICE_RULES,
     };
@@ -783,9 +943,21 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
           `supervision: errno ${-(probe.connectSupervisor ?? -38)}`,
       );
     }
-    const deniedButReadable = rules.denyRead.filter((d) => rules.readAll || rules.readRoots.some((r) => isUnder(d, r)));
-    if (deniedButReadable.length > 0) {
-      gaps.push(`deny-read under readable roots is not enforced: ${deniedButReadable.join(', ')}`);
+    // Deny-read under the granted roots: carved out of the Landlock rules (carveDenied). The list
+    // right kept on the directories above a denied one reaches it; only the supervisor refuses
+    // listing it.
+    if (carveGap) {
+      gaps.push(carveGap);
+      denyPartial = true;
+    } else if (carve && !metadataSupervised) {
+      const dirs = rules.denyRead.filter((d) => lstatOrNull(d)?.isDirectory() && carve!.chainDirs.some((c) => isUnder(d, c)));
+      if (dirs.length > 0) {
+        gaps.push(
+          `the names inside deny-read directories can be listed (not read): ${dirs.join(', ')} (Landlock's list right on the ` +
+            `directories above them reaches them; this kernel has no seccomp supervision: errno ${-(probe.connectSupervisor ?? -38)})`,
+        );
+        denyPartial = true;
+      }
     }
     if (rules.tmp === 'private') gaps.push('/tmp itself stays read-only; the private temp dir is TMPDIR only');
     if (net === 'proxy' && !supervised) {
@@ -891,6 +1063,11 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       ...(supervised ? { connectSupervisor: 'seccomp-user-notif' } : {}),
       ...(metadataSupervised ? { metadataSupervisor: 'seccomp-user-notif' } : {}),
       ...(pathsSupervised ? { pathSupervisor: 'seccomp-user-notif' } : {}),
+      // Landlock mode's deny-read: how many rules carving took, and the directories whose entries
+      // are fixed for the run (README: "deny-read in Landlock mode").
+      ...(carve
+        ? { denyReadCarve: { rules: carve.rules.length, chainDirs: carve.chainDirs, ...(carve.unlisted.length ? { unlisted: carve.unlisted } : {}) } }
+        : {}),
       processCap,
       memoryCap,
       ...(isolated ? { tmpfs: tmpfsSizes(limits.tmpBytes) } : {}),
@@ -908,7 +1085,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
             : protectPartial
               ? 'partial'
               : 'enforced',
-      denyRead: rules.denyRead.length === 0 ? 'not-requested' : isolated && !denyPartial ? 'enforced' : 'partial',
+      denyRead: rules.denyRead.length === 0 ? 'not-requested' : !denyPartial ? 'enforced' : 'partial',
       network: net === 'full' ? 'not-requested' : (net === 'proxy' && !isolated && !supervised) || unixPartial ? 'partial' : 'enforced',
       processIsolation: isolated ? 'enforced' : 'partial',
       // Landlock mode: init is a subreaper, so every orphan of the tree (setsid daemons too) is

@@ -246,7 +246,7 @@ void FillLandlock(Napi::Env env, const Napi::Object& o, LandlockPlan* ll) {
     if (access == "device") {
       bits |= landlock::kFsWriteFile | (abi >= 5 ? landlock::kFsIoctlDev : 0) | (abi >= 3 ? landlock::kFsTruncate : 0);
     }
-    ll->AddPath(GetString(r, "path"), bits);
+    ll->AddPath(GetString(r, "path"), bits, GetBool(r, "exact", false) ? LandlockPlan::kPathExact : 0);
   }
   ll->stdio_terminals = GetBool(o, "stdioTerminals", false);
   Napi::Value ports = o.Get("connectPorts");
@@ -367,6 +367,11 @@ void ParsePlan(Napi::Env env, const Napi::Object& o, LinuxSpawnPlan* out, Superv
       if (ms.As<Napi::Object>().Has("readable")) {
         metadata.readable = GetStrings(ms.As<Napi::Object>(), "readable");
         metadata.deny_read = GetStrings(ms.As<Napi::Object>(), "denyRead");
+        // Deny-read paths under readable roots: listings of them are refused (kListDir).
+        if (GetBool(ms.As<Napi::Object>(), "listDirs", false)) {
+          metadata.list_dirs = true;
+          cfg.notify_listdir = true;
+        }
       }
       metadata.enabled = true;
       cfg.notify_metadata = true;

@@ -76,7 +76,8 @@ int ApplyLandlockInChild(const LandlockPlan& plan) noexcept {
     // on merged-/usr hosts). A read root swapped for a link in that window moves a read grant;
     // docs/security.md lists it.
     long pfd;
-    if ((plan.path_access[i] & (landlock::kFsMakeDir | landlock::kFsRemoveFile)) != 0) {
+    const bool exact = i < plan.path_flags.size() && (plan.path_flags[i] & LandlockPlan::kPathExact) != 0;
+    if (exact || (plan.path_access[i] & (landlock::kFsMakeDir | landlock::kFsRemoveFile)) != 0) {
       struct {
         uint64_t flags, mode, resolve;
       } how = {O_PATH | O_CLOEXEC, 0, 0x04 /* RESOLVE_NO_SYMLINKS */ | 0x02 /* RESOLVE_NO_MAGICLINKS */};
@@ -87,7 +88,7 @@ int ApplyLandlockInChild(const LandlockPlan& plan) noexcept {
     // Unreachable (missing, or under a deny-read mask): nothing beneath it is granted, which is
     // the safe direction.
     if (plan.identities != nullptr) plan.identities[2 * i] = plan.identities[2 * i + 1] = 0;
-    if (pfd == -ENOENT || pfd == -ENOTDIR || pfd == -EACCES) continue;
+    if (pfd == -ENOENT || pfd == -ENOTDIR || pfd == -EACCES || (exact && pfd == -ELOOP)) continue;
     if (pfd < 0) {
       Sys(__NR_close, fd);
       return static_cast<int>(pfd);

@@ -61,15 +61,23 @@ struct LandlockPlan {
   uint64_t scoped = 0;
   std::vector<std::string> paths;
   std::vector<uint64_t> path_access;
+  // Per path: kPathExact opens it without following any symlink, and a path that is gone or no
+  // longer what it was (ENOENT, ENOTDIR, ELOOP: a link put in its place) gets no rule instead of
+  // failing the spawn. The rules that carve deny-read paths out of a readable root use it: each
+  // names one entry beside a denied path, and following a link swapped in there could move the
+  // grant onto the denied path itself.
+  std::vector<uint8_t> path_flags;
+  static constexpr uint8_t kPathExact = 1;
   std::vector<uint16_t> connect_ports;  // TCP connect allowed to these ports (when net handled)
   // Landlock mode: the terminals on fds 0-2 (already placed when the rules are built) get device
   // rights by inode, through the fd itself: the command can reopen its own terminal by name
   // (ttyname(), /dev/pts/N), and no other terminal of the host's shared devpts is granted.
   bool stdio_terminals = false;
 
-  void AddPath(const std::string& path, uint64_t access) {
+  void AddPath(const std::string& path, uint64_t access, uint8_t flags = 0) {
     paths.push_back(path);
     path_access.push_back(access);
+    path_flags.push_back(flags);
   }
   // Builds c_paths; call once, after the last AddPath and before clone.
   void Finalize() {

@@ -5,7 +5,9 @@
 // utimensat, setxattr, lsetxattr, fsetxattr, setxattrat, removexattr, lremovexattr,
 // fremovexattr and removexattrat into user notifications, and under restricted reads also
 // inotify_add_watch (checked against the readable paths: a directory's watch reports the names
-// made in it). Each is EMULATED here, never continued:
+// made in it), and with deny-read paths under readable roots getdents64 and getdents (a listing
+// of a denied directory is refused; any other is done here, on the command's own open file
+// description, and copied into its buffer). Each is EMULATED here, never continued:
 //   1. read the call's arguments once: the path, name, value and times are copied out of the
 //      command's memory (process_vm_readv); its fd and dirfd are duplicated (pidfd_getfd), a
 //      relative path with AT_FDCWD starts at /proc/<tid>/cwd; then ID_VALID checks the copies
@@ -71,7 +73,7 @@ using nargs::Under;
 using notify::ArgInt;
 using notify::SeccompNotif;
 
-enum class Op : uint8_t { kChmod, kChown, kUtimens, kUtimeval, kUtimbuf, kSetxattr, kRemovexattr, kSetxattrAt, kRemovexattrAt, kWatch };
+enum class Op : uint8_t { kChmod, kChown, kUtimens, kUtimeval, kUtimbuf, kSetxattr, kRemovexattr, kSetxattrAt, kRemovexattrAt, kWatch, kListDir, kListDirOld };
 
 constexpr uint32_t kInDontFollow = 0x02000000u;  // IN_DONT_FOLLOW
 
@@ -90,7 +92,9 @@ constexpr int kSkip = -1;
 #ifdef __NR_chmod
 constexpr int kNrChmod = __NR_chmod, kNrChown = __NR_chown, kNrLchown = __NR_lchown;
 constexpr int kNrUtime = __NR_utime, kNrUtimes = __NR_utimes, kNrFutimesat = __NR_futimesat;
+constexpr int kNrGetdents = __NR_getdents;
 #else
+constexpr int kNrGetdents = kSkip;
 constexpr int kNrChmod = kSkip, kNrChown = kSkip, kNrLchown = kSkip;
 constexpr int kNrUtime = kSkip, kNrUtimes = kSkip, kNrFutimesat = kSkip;
 #endif
@@ -118,6 +122,9 @@ constexpr Call kCalls[] = {
     {__NR_removexattrat, Op::kRemovexattrAt, 0, 1, 2, 3, false},
     // inotify_add_watch(fd, path, mask): the inotify fd and the mask are operands.
     {__NR_inotify_add_watch, Op::kWatch, -1, 1, -1, 2, false},
+    // getdents64(fd, buf, count): the directory is the fd; buf and count are operands.
+    {__NR_getdents64, Op::kListDir, -1, -1, -1, 1, false},
+    {kNrGetdents, Op::kListDirOld, -1, -1, -1, 1, false},
 };
 
 const Call* FindCall(int nr) {
@@ -145,15 +152,84 @@ int CheckLocation(int fd, const struct stat& st, const std::vector<std::string>&
   return 0;
 }
 
+// Length of the longest entry of `roots` that p lies in, or -1.
+long LongestUnder(const std::string& p, const std::vector<std::string>& roots) {
+  long best = -1;
+  for (const std::string& r : roots) {
+    if (Under(p, r) && static_cast<long>(r.size()) > best) best = static_cast<long>(r.size());
+  }
+  return best;
+}
+
+// Reads (watches, listings) under deny-read paths: the most specific entry wins, as in the
+// policy (a readable or writable root nested in a denied directory is readable again). With
+// need_readable the object must also lie in a readable root (watches); listings are otherwise
+// left to Landlock, which already decided the open. 0, or -EACCES.
+int CheckRead(int fd, const struct stat& st, const MetadataRules& rules, bool need_readable) {
+  char proc[64];
+  snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+  char buf[PATH_MAX + 16];
+  ssize_t n = readlink(proc, buf, sizeof buf);
+  if (n <= 0 || n >= static_cast<ssize_t>(sizeof buf)) return -EACCES;
+  if (buf[0] != '/') return 0;  // no path: nothing outside it to hide
+  std::string p(buf, static_cast<size_t>(n));
+  static const std::string kDeleted = " (deleted)";
+  if (st.st_nlink == 0 && p.size() > kDeleted.size() && p.compare(p.size() - kDeleted.size(), kDeleted.size(), kDeleted) == 0) {
+    p.resize(p.size() - kDeleted.size());
+  }
+  const long allow = LongestUnder(p, rules.readable);
+  if (need_readable && allow < 0) return -EACCES;
+  return LongestUnder(p, rules.deny_read) > allow ? -EACCES : 0;
+}
+
 // Operands copied out of the command's memory before anything is resolved.
 struct Operands {
   uint32_t mode = 0, uid = 0, gid = 0;
   uint32_t mask = 0;  // inotify_add_watch
+  uint64_t buf = 0, count = 0;  // getdents64, getdents: the command's buffer
   bool times_now = true;  // NULL times
   struct timespec times[2] = {};
   std::string name, value;
   int xattr_flags = 0;
 };
+
+// getdents64/getdents on the command's directory (fd: our copy, sharing its open file
+// description and so its position), into its buffer. The old getdents records are the same size
+// as getdents64's for the same name (both round 20 + the name's length up to 8), so a buffer that
+// holds one holds the other: they are converted in place.
+long ListDir(int fd, const Operands& o, bool old_format, uint32_t tid) {
+  if (o.count == 0) return -EINVAL;
+  std::vector<char> local(static_cast<size_t>(o.count > (1u << 20) ? (1u << 20) : o.count));
+  long got = syscall(__NR_getdents64, fd, local.data(), local.size());
+  if (got < 0) return -errno;
+  if (old_format) {
+    for (long at = 0; at < got;) {
+      char* rec = local.data() + at;
+      uint64_t ino, off;
+      uint16_t reclen;
+      uint8_t type;
+      memcpy(&ino, rec, 8);
+      memcpy(&off, rec + 8, 8);
+      memcpy(&reclen, rec + 16, 2);
+      type = static_cast<uint8_t>(rec[18]);
+      if (reclen < 20 || at + reclen > got) return -EIO;
+      // struct linux_dirent: d_ino, d_off (longs), d_reclen, d_name, then the type in the last byte.
+      memmove(rec + 18, rec + 19, reclen - 19);
+      rec[reclen - 1] = static_cast<char>(type);
+      memcpy(rec, &ino, 8);
+      memcpy(rec + 8, &off, 8);
+      at += reclen;
+    }
+  }
+  if (got == 0) return 0;
+  struct iovec local_iov = {local.data(), static_cast<size_t>(got)};
+  struct iovec remote = {reinterpret_cast<void*>(static_cast<uintptr_t>(o.buf)), static_cast<size_t>(got)};
+  ssize_t put = process_vm_writev(static_cast<pid_t>(tid), &local_iov, 1, &remote, 1, 0);
+  // The entries were consumed from the directory's position already; a buffer the command made
+  // unwritable meanwhile loses them, as a fault inside the kernel's own copy would.
+  if (put != got) return put < 0 && errno != EFAULT ? -EACCES : -EFAULT;
+  return got;
+}
 
 int ReadOperands(const Call& c, const SeccompNotif& n, Operands* o) {
   const uint32_t tid = n.pid;
@@ -161,6 +237,11 @@ int ReadOperands(const Call& c, const SeccompNotif& n, Operands* o) {
   switch (c.op) {
     case Op::kWatch:
       o->mask = static_cast<uint32_t>(n.data.args[a]);
+      return 0;
+    case Op::kListDir:
+    case Op::kListDirOld:
+      o->buf = n.data.args[a];
+      o->count = static_cast<uint32_t>(n.data.args[a + 1]);  // an unsigned int in the kernel
       return 0;
     case Op::kChmod:
       o->mode = static_cast<uint32_t>(n.data.args[a]) & 07777;
@@ -312,6 +393,9 @@ long Apply(const Call& c, int fd, const struct stat& st, const Operands& o, int 
       if (link) return -EPERM;
       r = removexattr(proc, o.name.c_str());
       break;
+    case Op::kListDir:
+    case Op::kListDirOld:
+      return -ENOSYS;  // answered in Emulate
     case Op::kWatch: {
       // Through the magic link the pinned object is what gets watched; a symlink itself (with
       // IN_DONT_FOLLOW) cannot be named that way and is refused.
@@ -324,6 +408,21 @@ long Apply(const Call& c, int fd, const struct stat& st, const Operands& o, int 
 }
 
 long Emulate(int listener, const Call& c, const SeccompNotif& n, const MetadataRules& rules) {
+  if (c.op == Op::kListDir || c.op == Op::kListDirOld) {
+    Fd pidfd(notify::PidfdFor(listener, n));
+    if (pidfd.fd < 0) return -EACCES;
+    Operands o;
+    if (int r = ReadOperands(c, n, &o)) return r;
+    Fd dir;
+    if (int r = GetFd(pidfd.fd, ArgInt(n, 0), &dir)) return r;
+    if (!notify::IdValid(listener, n.id)) return -ESRCH;
+    struct stat st;
+    if (fstat(dir.fd, &st) != 0) return -EBADF;
+    if (S_ISDIR(st.st_mode)) {
+      if (int r = CheckRead(dir.fd, st, rules, false)) return r;
+    }
+    return ListDir(dir.fd, o, c.op == Op::kListDirOld, n.pid);
+  }
   Fd pidfd(notify::PidfdFor(listener, n));
   if (pidfd.fd < 0) return -EACCES;
   Operands o;
@@ -343,7 +442,7 @@ long Emulate(int listener, const Call& c, const SeccompNotif& n, const MetadataR
   struct stat st;
   if (fstat(target.fd, &st) != 0) return -EACCES;
   const bool watch = c.op == Op::kWatch;
-  if (int r = CheckLocation(target.fd, st, watch ? rules.readable : rules.writable, watch ? rules.deny_read : rules.protect)) return r;
+  if (int r = watch ? CheckRead(target.fd, st, rules, true) : CheckLocation(target.fd, st, rules.writable, rules.protect)) return r;
   return Apply(c, target.fd, st, o, inotify.fd);
 }
 
@@ -352,7 +451,8 @@ long Emulate(int listener, const Call& c, const SeccompNotif& n, const MetadataR
 bool IsMetadataCall(int nr, const MetadataRules& rules) noexcept {
   const Call* c = FindCall(nr);
   // With every path readable a watch needs no check (the count was taken by the caller).
-  return c != nullptr && !(c->op == Op::kWatch && rules.readable.empty());
+  if (c == nullptr || (c->op == Op::kWatch && rules.readable.empty())) return false;
+  return (c->op != Op::kListDir && c->op != Op::kListDirOld) || rules.list_dirs;
 }
 
 bool HandleMetadata(int listener, const SeccompNotif& n, const MetadataRules& rules) noexcept {

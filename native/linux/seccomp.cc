@@ -61,9 +61,9 @@ int ClauseLength(const Clause& c) {
 // Emits one rule body, entered with the syscall number matched; every path ends in a RET.
 // Layout per clause: tests (each either falls through to the next test or jumps to the clause's
 // end), RET action; after the last clause, RET otherwise. All jumps are forward and short.
-int EmitBody(const Rule& r, uint32_t supervise, uint32_t supervise_paths, std::vector<sock_filter>* out) {
-  auto action = [supervise, supervise_paths](uint32_t a) {
-    return a == kSupervise ? supervise : a == kSupervisePaths ? supervise_paths : a;
+int EmitBody(const Rule& r, uint32_t supervise, uint32_t supervise_paths, uint32_t supervise_list, std::vector<sock_filter>* out) {
+  auto action = [supervise, supervise_paths, supervise_list](uint32_t a) {
+    return a == kSupervise ? supervise : a == kSupervisePaths ? supervise_paths : a == kSuperviseList ? supervise_list : a;
   };
   for (const Clause& c : r.clauses) {
     int ntests = ClauseTestCount(c);
@@ -273,13 +273,14 @@ int BuildSeccompFilterUncached(const SeccompConfig& cfg, std::vector<sock_filter
     out->clear();
     return -EINVAL;
   }
-  // The path supervisor shares the metadata supervisor's listener and kernel requirements.
-  if (cfg.notify_paths && !cfg.notify_metadata) {
+  // The path and listing supervision share the metadata supervisor's listener and kernel requirements.
+  if ((cfg.notify_paths || cfg.notify_listdir) && !cfg.notify_metadata) {
     out->clear();
     return -EINVAL;
   }
   const uint32_t supervise = cfg.notify_metadata ? kSeccompRetUserNotif : kAllow;
   const uint32_t supervise_paths = cfg.notify_paths ? kSeccompRetUserNotif : kAllow;
+  const uint32_t supervise_list = cfg.notify_listdir ? kSeccompRetUserNotif : kAllow;
   // 3. Rules, as a binary search over their syscall numbers (EmitSearch). Every body ends in
   //    RET, so the accumulator holds nr at every comparison.
   std::vector<Leaf> leaves;
@@ -287,7 +288,7 @@ int BuildSeccompFilterUncached(const SeccompConfig& cfg, std::vector<sock_filter
     const Rule& r = kRules[i];
     if (!Applies(r, net, mode)) continue;
     Leaf leaf{static_cast<uint32_t>(r.nr), {}};
-    if (int rc = EmitBody(r, supervise, supervise_paths, &leaf.body)) {
+    if (int rc = EmitBody(r, supervise, supervise_paths, supervise_list, &leaf.body)) {
       out->clear();
       return rc;
     }
@@ -316,12 +317,13 @@ int BuildSeccompFilter(const SeccompConfig& cfg, std::vector<sock_filter>* out) 
   // The program depends on the config alone (a few bits), and building it checks the table for
   // duplicates and sorts it: built once per config, then copied.
   const unsigned key = static_cast<unsigned>(cfg.net) | (cfg.isolated ? 4u : 0u) | (cfg.unix_stream_sockets ? 8u : 0u) |
-                       (cfg.notify_connect ? 16u : 0u) | (cfg.notify_metadata ? 32u : 0u) | (cfg.notify_paths ? 64u : 0u);
+                       (cfg.notify_connect ? 16u : 0u) | (cfg.notify_metadata ? 32u : 0u) | (cfg.notify_paths ? 64u : 0u) |
+                       (cfg.notify_listdir ? 128u : 0u);
   static std::mutex mu;
-  static std::vector<sock_filter> built[128];
-  static int result[128];
-  static bool done[128];
-  if (key >= 128) return -EINVAL;
+  static std::vector<sock_filter> built[256];
+  static int result[256];
+  static bool done[256];
+  if (key >= 256) return -EINVAL;
   std::lock_guard<std::mutex> lock(mu);
   if (!done[key]) {
     result[key] = BuildSeccompFilterUncached(cfg, &built[key]);

@@ -125,6 +125,10 @@ struct SeccompConfig {
   // symlink, mkdir, mknod and truncate stop in SECCOMP_RET_USER_NOTIF for the host's path
   // supervisor (supervise_paths.cc), which carries them out unless they touch a carve-out.
   bool notify_paths = false;
+  // Landlock mode with deny-read paths under readable roots (needs notify_metadata): getdents64
+  // and getdents stop too, and the supervisor refuses listings of denied directories (Landlock's
+  // list right on a directory reaches every directory below it).
+  bool notify_listdir = false;
 };
 
 // Parent side (may allocate). Replaces *out with the BPF program for cfg.

@@ -97,6 +97,7 @@ constexpr int kNrRmdir = __NR_rmdir;
 constexpr int kNrMkdir = __NR_mkdir;
 constexpr int kNrLink = __NR_link;
 constexpr int kNrSymlink = __NR_symlink;
+constexpr int kNrGetdents = __NR_getdents;
 #else
 constexpr int kNrOpen = kSkip;
 constexpr int kNrCreat = kSkip;
@@ -119,6 +120,7 @@ constexpr int kNrSymlink = kSkip;
 constexpr int kNrRenameat = __NR_renameat;  // not on aarch64 (renameat2 only)
 #else
 constexpr int kNrRenameat = kSkip;
+constexpr int kNrGetdents = kSkip;
 #endif
 
 // x86_64 marks x32 syscalls with this bit in the number; x32 has its own table, so every rule
@@ -156,6 +158,9 @@ constexpr uint32_t kSupervise = 0x00030000u;
 // Another table action: USER_NOTIF when the config has the path supervisor (read-only carve-outs
 // inside writable roots, supervise_paths.cc), else ALLOW. Never a real return value either.
 constexpr uint32_t kSupervisePaths = 0x00030001u;
+// The same for directory listings: USER_NOTIF when the config asks the supervisor to judge them
+// (SeccompConfig::notify_listdir: deny-read paths under readable roots in Landlock mode), else ALLOW.
+constexpr uint32_t kSuperviseList = 0x00030002u;
 
 // File attribute flag ioctls (chattr): _IOW('f', 2, long), its 32-bit spelling _IOW('f', 2, int)
 // (some file systems take it natively too) and _IOW('X', 32, struct fsxattr).
@@ -458,6 +463,11 @@ constexpr Rule kRules[] = {
     Rule{kNrInotifyInit, kAnyNet, kLandlock, kSupervise, {}},
     Rule{__NR_inotify_init1, kAnyNet, kLandlock, kSupervise, {}},
     Rule{__NR_inotify_add_watch, kAnyNet, kLandlock, kSupervise, {}},
+    // Landlock's list right on a directory covers every directory below it, so a deny-read
+    // directory under a listable one could be listed: the supervisor refuses listings of those
+    // (metadata_supervisor.cc, kListDir).
+    Rule{__NR_getdents64, kAnyNet, kLandlock, kSuperviseList, {}},
+    Rule{kNrGetdents, kAnyNet, kLandlock, kSuperviseList, {}},
     When(kNrCreat, kAnyNet, kIsolated, kAllow, Clause{{AnyBit(1, kSetIdBits)}, kEperm}),
     When(kNrOpen, kAnyNet, kIsolated, kAllow, Clause{{AnyBit(1, kCreateFlags), AnyBit(2, kSetIdBits)}, kEperm}),
     When(__NR_openat, kAnyNet, kIsolated, kAllow, Clause{{AnyBit(2, kCreateFlags), AnyBit(3, kSetIdBits)}, kEperm}),

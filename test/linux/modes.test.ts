@@ -71,6 +71,11 @@ describe.runIf(caps.linux)('modes and reports', () => {
       expect(r.enforcement.guarantees.protectedPaths).toBe(caps.metadataSupervisor ? 'enforced' : 'not-enforced');
       if (caps.metadataSupervisor) expect(r.enforcement.gaps.join('\n')).not.toMatch(/carve-outs/);
       else expect(degradedBy.join('\n')).toMatch(/carve-outs/);
+      // Deny-read is carved out of the Landlock rules; without the supervisor the names inside a
+      // denied directory can still be listed, and that is the gap.
+      expect(r.enforcement.guarantees.denyRead).toBe(caps.connectSupervisor ? 'enforced' : 'partial');
+      if (caps.connectSupervisor) expect(r.enforcement.gaps.join('\n')).not.toContain(`${scene.out}/dir`);
+      else expect(degradedBy.join('\n')).toContain(`names inside deny-read directories can be listed (not read): ${scene.out}/dir`);
       // Metadata changes are a gap only where no seccomp supervisor carries them out.
       if (caps.connectSupervisor) expect(r.enforcement.mechanisms.metadataSupervisor).toBe('seccomp-user-notif');
       else expect(degradedBy.join('\n')).toMatch(/chmod, chown, utime and xattr/);

@@ -5,8 +5,9 @@
  * Oracle: the attempt fails inside with a denial errno AND the outside is unchanged (contents,
  * mode, owner, mtime, xattrs, no new files). Every denial is paired with a positive control: the
  * same probe with the rule allowing it (or unsandboxed) succeeds. Classes Landlock mode cannot
- * express (carve-outs, deny-read under readable roots, metadata) run in isolated mode; in Landlock
- * mode the test asserts that the gap is listed in the enforcement report instead.
+ * express (carve-outs, metadata) run in isolated mode; in Landlock mode the test asserts that the
+ * gap is listed in the enforcement report instead. Deny-read runs in both modes (Landlock mode
+ * carves it out of its rules; test/linux/landlock-deny-read.test.ts has the rest).
  */
 import { execFileSync, spawn as spawnHost } from 'node:child_process';
 import fs from 'node:fs';
@@ -885,10 +886,11 @@ describe.runIf(caps.linux)('file-system threats', () => {
     });
 
     describe('deny-read', () => {
-      it.runIf(!skip && !isolated)('Landlock mode lists deny-read under a readable root as a gap', async () => {
+      it.skipIf(skip)('deny-read under a readable root is enforced in both modes, with no gap listed', async () => {
         const pol = modePolicy(mode, { filesystem: { write: [scene.ws], denyRead: [`${scene.out}/dir`] } });
         const r = await sh('true', { cwd: scene.ws, policy: pol });
-        expect(r.enforcement.gaps.join('\n')).toContain(`deny-read under readable roots is not enforced: ${scene.out}/dir`);
+        expect(r.enforcement.guarantees.denyRead).toBe('enforced');
+        expect(r.enforcement.gaps.join('\n')).not.toContain(`${scene.out}/dir`);
       });
 
       it.skipIf(skip)('restricted read roots: files outside them cannot be read (both modes)', async () => {
@@ -905,7 +907,7 @@ describe.runIf(caps.linux)('file-system threats', () => {
         expect(await probeOps([['read', `${scene.out}/secret.txt`]], { cwd: scene.ws, policy: modePolicy(mode, { filesystem: { write: [scene.ws] } }) })).toEqual(['ok:top secret']);
       });
 
-      it.runIf(!skip && isolated)('FS-19: a deny-read directory stays unreadable however it is named', async () => {
+      it.skipIf(skip)('FS-19: a deny-read directory stays unreadable however it is named', async () => {
         const denied = `${scene.out}/dir`;
         fs.symlinkSync(denied, `${scene.ws}/link`);
         const pol = modePolicy(mode, { filesystem: { write: [scene.ws], denyRead: [denied] } });
@@ -956,7 +958,7 @@ describe.runIf(caps.linux)('file-system threats', () => {
         expect(ctl).toEqual(['ok:inner', 'ok:inner.txt', 'ok:inner', 'ok:inner', 'ok:inner', 'ok:inner']);
       });
 
-      it.runIf(!skip && isolated)('FS-20: deny-read edge cases (files, symlinked names, inside a writable root)', async () => {
+      it.skipIf(skip)('FS-20: deny-read edge cases (files, symlinked names, inside a writable root)', async () => {
         fs.mkdirSync(`${scene.ws}/keys`);
         fs.writeFileSync(`${scene.ws}/keys/id.pem`, 'PRIVATE KEY');
         fs.writeFileSync(`${scene.ws}/.env`, 'TOKEN=abc');
@@ -1001,7 +1003,7 @@ describe.runIf(caps.linux)('file-system threats', () => {
     // A deny-read path that does not exist when the run starts: inside a writable root it is held
     // by an unreadable placeholder; elsewhere, something outside could create it during the run,
     // and the report lists that gap.
-    it.runIf(!skip && isolated)('FS-20: a deny-read path created during the run stays unreadable (or the gap is reported)', async () => {
+    it.skipIf(skip)('FS-20: a deny-read path created during the run stays unreadable (or the gap is reported)', async () => {
       const later = `${scene.out}/later`;
       const pol = modePolicy(mode, { filesystem: { write: [scene.ws], denyRead: [later] } });
       const child = sh(`while [ ! -e ${scene.root}/go ]; do sleep 0.05; done; cat ${later}/secret 2>/dev/null`, { cwd: scene.ws, policy: pol });
@@ -1015,7 +1017,7 @@ describe.runIf(caps.linux)('file-system threats', () => {
 
     // A writable root inside a deny-read directory (most specific wins): the nested root is
     // re-exposed inside the mask, everything else in the directory stays hidden.
-    it.runIf(!skip && isolated)('FS-20: a writable root nested in a deny-read directory works, its siblings stay hidden', async () => {
+    it.skipIf(skip)('FS-20: a writable root nested in a deny-read directory works, its siblings stay hidden', async () => {
       const pol = modePolicy(mode, { filesystem: { write: [`${scene.out}/dir`], denyRead: [scene.out] } });
       const r = await probeOps([['read', `${scene.out}/secret.txt`], ['write', `${scene.out}/dir/new.txt`, 'n']], { cwd: '/', policy: pol });
       expect(r[0]!.startsWith('ok')).toBe(false);

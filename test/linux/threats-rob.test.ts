@@ -151,8 +151,8 @@ describe.runIf(caps.linux)('robustness', () => {
         const e = await rejection(() => run(file, [], { env: BASE_ENV, cwd: scene.ws, policy }));
         expect(codes, `${file}: ${e.code} ${e.message}`).toContain(e.code);
       }
-      // A program in a deny-read directory (isolated mode masks it).
-      if (isolated) {
+      // A program in a deny-read directory (isolated mode masks it; Landlock mode grants it nothing).
+      {
         fs.mkdirSync(`${scene.out}/bin`);
         fs.copyFileSync('/bin/true', `${scene.out}/bin/t`);
         fs.chmodSync(`${scene.out}/bin/t`, 0o755);
@@ -188,9 +188,9 @@ describe.runIf(caps.linux)('robustness', () => {
       } finally {
         fs.rmSync(tmpCwd, { recursive: true, force: true });
       }
-      if (isolated) {
-        // A cwd inside a deny-read directory: refused, or the command starts in the empty mask and
-        // sees none of the real entries.
+      {
+        // A cwd inside a deny-read directory: refused, or the command starts in the empty mask
+        // (isolated) or in the directory itself (Landlock) and sees none of the real entries.
         try {
           const r = await run('/bin/sh', ['-c', 'ls -A .; cat inner.txt'], { cwd: `${scene.out}/dir`, env: BASE_ENV, policy: modePolicy(mode, { filesystem: { denyRead: [`${scene.out}/dir`] } }) });
           expect(r.stdout).not.toContain('inner');
