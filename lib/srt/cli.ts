@@ -2,16 +2,16 @@
  * `process-sandbox srt [--settings FILE] [-c CMD | CMD ARGS...]`: srt's command line over our
  * sandbox. Settings from FILE, else ~/.srt-settings.json (absent: srt's defaults, no network and
  * no writes). Exit status and messages are srt's where scripts see them: the command's own
- * status; 0 when it died of SIGINT/SIGTERM; 1 with `Error: ...` for bad settings, no command, or
- * a sandbox that cannot be set up (including a setting we refuse), and `Process killed by
- * signal: X` for any other signal.
+ * status (128+N when it died of signal N, as srt reports it on Linux); 0 when srt itself got
+ * SIGINT/SIGTERM and passed it on; 1 with `Error: ...` for bad settings, no command, or a sandbox
+ * that cannot be set up (including a setting we refuse).
  */
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { SandboxError } from '../errors';
 import { toPolicy, validateConfig, type SandboxRuntimeConfig } from './config';
-import { spawnMapped } from './runtime';
+import { spawnMapped, statusOf } from './runtime';
 
 export const SRT_USAGE = `Usage: process-sandbox srt [options] [command...]
 
@@ -165,7 +165,13 @@ export async function srtMain(argv: string[]): Promise<number> {
     if (e instanceof SandboxError) return fail(e.message);
     throw e;
   }
-  const forward = (sig: NodeJS.Signals) => () => child.kill(sig);
+  // A SIGINT/SIGTERM srt itself received and passed on ends it with 0, as srt's CLI does; a
+  // command that dies of a signal on its own is 128+N, as bubblewrap reports it to srt on Linux.
+  let forwarded: NodeJS.Signals | undefined;
+  const forward = (sig: NodeJS.Signals) => () => {
+    forwarded = sig;
+    child.kill(sig);
+  };
   const onInt = forward('SIGINT');
   const onTerm = forward('SIGTERM');
   process.on('SIGINT', onInt);
@@ -173,9 +179,8 @@ export async function srtMain(argv: string[]): Promise<number> {
   try {
     const r = await child.exited;
     if (r.signal) {
-      if (r.signal === 'SIGINT' || r.signal === 'SIGTERM') return 0;
-      process.stderr.write(`Process killed by signal: ${r.signal}\n`);
-      return 1;
+      if (forwarded !== undefined && r.signal === forwarded) return 0;
+      return statusOf(null, r.signal);
     }
     return r.code ?? 0;
   } catch (e) {

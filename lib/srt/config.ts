@@ -78,6 +78,12 @@ export interface SandboxRuntimeConfig {
   socatPath?: string;
   javaAgentJarPath?: string;
   git?: { safeDirectories?: string[] };
+  /**
+   * Ours, ignored by srt (its schema drops keys it does not know): `degraded: true` accepts
+   * Landlock mode's gaps where user namespaces are unavailable (where srt cannot run at all);
+   * `mode` picks the sandbox mode.
+   */
+  processSandbox?: { degraded?: boolean; mode?: 'auto' | 'isolated' | 'landlock' };
   [key: string]: unknown;
 }
 
@@ -226,6 +232,14 @@ export function validateConfig(raw: unknown): SandboxRuntimeConfig {
   for (const k of ['bwrapPath', 'socatPath', 'javaAgentJarPath']) {
     if (raw[k] !== undefined && !(typeof raw[k] === 'string' && path.isAbsolute(raw[k] as string))) issues.push(`${k}: Binary path must be absolute`);
   }
+  const ps = raw.processSandbox;
+  if (ps !== undefined) {
+    if (!isObj(ps) || Object.keys(ps).some((k) => !['degraded', 'mode'].includes(k))) issues.push('processSandbox: Expected { degraded?, mode? }');
+    else {
+      checkBoolField(ps, 'degraded', 'processSandbox.', issues);
+      if (ps.mode !== undefined && !['auto', 'isolated', 'landlock'].includes(ps.mode as string)) issues.push("processSandbox.mode: Expected 'auto', 'isolated' or 'landlock'");
+    }
+  }
   if (issues.length > 0) invalid(issues);
   return raw as SandboxRuntimeConfig;
 }
@@ -288,6 +302,14 @@ export function resolveSrtPath(p: string, cwd: string): string {
 
 const GLOB = /[*?[\]]/;
 
+function lstatOrNull(p: string): fs.Stats | null {
+  try {
+    return fs.lstatSync(p);
+  } catch {
+    return null;
+  }
+}
+
 function entryPath(e: FilesystemPathEntry): { path: string; literal: boolean } {
   return typeof e === 'string' ? { path: e, literal: false } : { path: e.path, literal: true };
 }
@@ -300,6 +322,8 @@ export interface MappedConfig {
   noProxy: string;
   /** deniedResolvedAddresses and the IP literals of deniedDomains, for the proxy's resolver. */
   deniedRanges: Array<{ bytes: number[]; bits: number }>;
+  /** The IP literals of deniedDomains alone (they refuse even what a loopback name resolves to). */
+  refusedLiterals: Array<{ bytes: number[]; bits: number }>;
   /** IP literals listed in allowedDomains without a port: a name may resolve to those. */
   allowedLiterals: number[][];
   /** The ask callback may be consulted (no strictAllowlist). */
@@ -361,12 +385,13 @@ export function toPolicy(cfg: SandboxRuntimeConfig, cwd: string): MappedConfig {
       if (why !== null) unsupported(`network.${list} "${e}"`, why);
     }
   }
-  const deniedRanges = (n.deniedResolvedAddresses ?? []).map((r) => parseRange(r)!);
+  const refusedLiterals: Array<{ bytes: number[]; bits: number }> = [];
   for (const e of deny) {
     const { host } = splitPort(e);
     const r = parseRange(host);
-    if (r) deniedRanges.push(r);
+    if (r) refusedLiterals.push(r);
   }
+  const deniedRanges = [...(n.deniedResolvedAddresses ?? []).map((r) => parseRange(r)!), ...refusedLiterals];
   const allowedLiterals: number[][] = [];
   for (const e of allow) {
     const { host, port } = splitPort(e);
@@ -422,20 +447,53 @@ export function toPolicy(cfg: SandboxRuntimeConfig, cwd: string): MappedConfig {
     const abs = resolveSrtPath(p, cwd);
     if (fs.existsSync(abs)) allowRead.push(abs);
   }
-  // allowRead re-opens only inside a denyRead (srt: it wins over a broader deny, loses to a more
-  // specific one). Most-specific-wins in our resolver gives exactly that once reads are listed.
+  // allowRead re-opens a path inside a denyRead (srt: it wins over a broader deny, loses to a
+  // more specific one). Our planner re-exposes writable roots inside a denied directory, not
+  // readable ones, so the deny is carved instead: every entry of the denied directory is denied
+  // but the ones on the way to a re-opened path (or a writable root), level by level. This is a
+  // snapshot taken when the command starts, as srt's own glob expansion is: what appears in the
+  // denied directory afterwards is not hidden (docs/srt.md).
   const within = (p: string, d: string) => p === d || p.startsWith(d === '/' ? '/' : `${d}/`);
-  const reopen = allowRead.filter((a) => denyRead.some((d) => within(a, d) && a !== d));
-  const sameAsDeny = allowRead.filter((a) => denyRead.includes(a));
-  const deniedEffective = denyRead.filter((d) => !sameAsDeny.includes(d));
-  // A writable root inside a denied directory: srt binds it back readable and writable.
+  const deniedEffective: string[] = [];
+  let carved = 0;
+  const carve = (dir: string, keep: string[]): string[] => {
+    if (keep.includes(dir)) return [];
+    const st = lstatOrNull(dir);
+    // Only a real directory can be carved; a link or a file on the way is denied whole.
+    if (!st || !st.isDirectory()) return [dir];
+    let names: string[];
+    try {
+      names = fs.readdirSync(dir);
+    } catch {
+      return [dir]; // cannot be listed: denied whole (so is it by srt)
+    }
+    const out: string[] = [];
+    for (const name of names) {
+      const child = path.join(dir, name);
+      const inner = keep.filter((k) => within(k, child));
+      if (inner.length === 0) out.push(child);
+      else out.push(...carve(child, inner));
+    }
+    carved += out.length;
+    if (carved > 4096) unsupported('filesystem.allowRead', `re-opening it inside ${dir} needs more than 4096 read-deny entries; deny narrower directories`);
+    return out;
+  };
+  for (const d of denyRead) {
+    const reopened = allowRead.filter((a) => within(a, d));
+    if (reopened.length === 0) {
+      deniedEffective.push(d);
+      continue;
+    }
+    deniedEffective.push(...carve(d, [...reopened, ...write.filter((w) => within(w, d))]));
+  }
+  // A more specific deny inside a re-opened path stays denied: it is its own entry above.
   const filesystem: NonNullable<SandboxPolicy['filesystem']> = {
     write,
     protectPresets: ['startup-files'],
     git: 'hooks-and-config',
   };
-  if (deniedEffective.length) filesystem.denyRead = deniedEffective;
-  if (reopen.length) filesystem.read = ['/', ...reopen];
+  const uniqueDenies = [...new Set(deniedEffective)];
+  if (uniqueDenies.length) filesystem.denyRead = uniqueDenies;
   if (protect.length) filesystem.protect = protect;
 
   const unsetEnv = (cfg.credentials?.envVars ?? []).map((v) => {
@@ -451,8 +509,10 @@ export function toPolicy(cfg: SandboxRuntimeConfig, cwd: string): MappedConfig {
       proxy: { allow, deny, allowLocal: true },
       ...(unixSockets !== undefined ? { unixSockets } : {}),
     },
+    ...(cfg.processSandbox?.degraded ? { degraded: true } : {}),
+    ...(cfg.processSandbox?.mode ? { mode: cfg.processSandbox.mode } : {}),
   };
-  return { policy, unsetEnv, noProxy: SRT_NO_PROXY, deniedRanges, allowedLiterals, askAllowed: n.strictAllowlist !== true };
+  return { policy, unsetEnv, noProxy: SRT_NO_PROXY, deniedRanges, refusedLiterals, allowedLiterals, askAllowed: n.strictAllowlist !== true };
 }
 
 function credFile(c: CredentialFileConfig): FilesystemPathEntry {

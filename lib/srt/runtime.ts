@@ -56,12 +56,16 @@ export function addressAllowed(address: string, m: Pick<MappedConfig, 'deniedRan
 }
 
 /** The proxy's resolver under srt's rule: names answer only with addresses that pass. */
-export function srtLookup(m: Pick<MappedConfig, 'deniedRanges' | 'allowedLiterals'>) {
+export function srtLookup(m: Pick<MappedConfig, 'deniedRanges' | 'allowedLiterals' | 'refusedLiterals'>, resolve: (host: string) => Promise<Array<{ address: string; family: number }>> = (h) => dns.promises.lookup(h, { all: true, verbatim: true })) {
   return async (host: string): Promise<Array<{ address: string; family: 4 | 6 }>> => {
-    let answers: Array<{ address: string; family: number }>;
-    // srt: `localhost` and names under `.localhost` are loopback and nothing else.
-    if (host === 'localhost' || host.endsWith('.localhost')) answers = [{ address: '127.0.0.1', family: 4 }, { address: '::1', family: 6 }];
-    else answers = await dns.promises.lookup(host, { all: true, verbatim: true });
+    // srt: `localhost` and names under `.localhost` are loopback, and may reach it once listed
+    // (an IP literal in deniedDomains still refuses it).
+    if (host === 'localhost' || host.endsWith('.localhost')) {
+      return [{ address: '127.0.0.1', family: 4 as const }, { address: '::1', family: 6 as const }].filter(
+        (a) => !m.refusedLiterals.some((r) => inRange(ipBytes(a.address)!, r)),
+      );
+    }
+    const answers = await resolve(host);
     return answers
       .filter((a) => addressAllowed(a.address, m))
       .map((a) => ({ address: a.address, family: a.family === 6 ? 6 : 4 }));
