@@ -136,7 +136,12 @@ export async function srtMain(argv: string[]): Promise<number> {
   let eventsFd: number | undefined;
   if (eventsPath !== undefined) {
     try {
-      eventsFd = fs.openSync(eventsPath, fs.constants.O_WRONLY | fs.constants.O_APPEND | fs.constants.O_NOFOLLOW);
+      // Non-blocking: a FIFO put in its place cannot hang us; then it must be a regular file.
+      eventsFd = fs.openSync(eventsPath, fs.constants.O_WRONLY | fs.constants.O_APPEND | fs.constants.O_NOFOLLOW | fs.constants.O_NONBLOCK);
+      if (!fs.fstatSync(eventsFd).isFile()) {
+        fs.closeSync(eventsFd);
+        return fail(`the violations file ${eventsPath} is not a regular file; refusing to run`);
+      }
     } catch (e) {
       return fail(`the violations file ${eventsPath} cannot be opened (${(e as NodeJS.ErrnoException).code}); the wrapped command was cleaned up or reset`);
     }

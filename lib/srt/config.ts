@@ -302,6 +302,15 @@ export function resolveSrtPath(p: string, cwd: string): string {
 
 const GLOB = /[*?[\]]/;
 
+/** srt binds where a path really is: an existing path is resolved through its links. */
+function real(p: string): string {
+  try {
+    return fs.realpathSync(p);
+  } catch {
+    return p;
+  }
+}
+
 function lstatOrNull(p: string): fs.Stats | null {
   try {
     return fs.lstatSync(p);
@@ -414,21 +423,24 @@ export function toPolicy(cfg: SandboxRuntimeConfig, cwd: string): MappedConfig {
     if (!literal && GLOB.test(p)) continue;
     const abs = resolveSrtPath(p, cwd);
     // A path that does not exist is skipped, as bubblewrap skips it for srt.
-    if (fs.existsSync(abs)) write.push(abs);
+    if (fs.existsSync(abs)) write.push(real(abs));
   }
   const protect: string[] = [];
+  const under = (p: string, d: string) => p === d || p.startsWith(d === '/' ? '/' : `${d}/`);
+  const denies: string[] = [];
   for (const e of f.denyWrite) {
     const { path: p0, literal } = entryPath(e);
     const p = literal ? p0 : p0.replace(/\/\*\*$/, '') || '/';
     if (!literal && GLOB.test(p)) unsupported(`filesystem.denyWrite "${p0}"`, 'write-deny patterns are not expanded; list the paths');
-    const abs = resolveSrtPath(p, cwd);
+    denies.push(real(resolveSrtPath(p, cwd)));
+  }
+  // denyWrite wins over allowWrite (srt): a writable root at or below a denied path is dropped,
+  // and a denied path inside a remaining root is kept read-only there.
+  const kept = write.filter((w) => !denies.some((d) => under(w, d)));
+  write.splice(0, write.length, ...kept);
+  for (const d of denies) {
     // A deny outside every writable root is already read-only.
-    if (write.some((w) => abs === w || abs.startsWith(w === '/' ? '/' : `${w}/`))) {
-      if (write.includes(abs)) {
-        // denyWrite equal to an allowWrite root: srt lets the deny win; so do we, by dropping the root.
-        write.splice(write.indexOf(abs), 1);
-      } else protect.push(abs);
-    }
+    if (write.some((w) => under(d, w))) protect.push(d);
   }
   const denyRead: string[] = [];
   for (const e of [...f.denyRead, ...(cfg.credentials?.files ?? []).map((c) => credFile(c))]) {
@@ -437,7 +449,7 @@ export function toPolicy(cfg: SandboxRuntimeConfig, cwd: string): MappedConfig {
     if (!literal && GLOB.test(p)) unsupported(`filesystem.denyRead "${p0}"`, 'read-deny patterns are not expanded; list the paths');
     const abs = resolveSrtPath(p, cwd);
     // srt: a denyRead of a path that does not exist hides nothing.
-    if (fs.existsSync(abs)) denyRead.push(abs);
+    if (fs.existsSync(abs)) denyRead.push(real(abs));
   }
   const allowRead: string[] = [];
   for (const e of f.allowRead ?? []) {
@@ -445,7 +457,7 @@ export function toPolicy(cfg: SandboxRuntimeConfig, cwd: string): MappedConfig {
     const p = literal ? p0 : p0.replace(/\/\*\*$/, '') || '/';
     if (!literal && GLOB.test(p)) continue; // an allow we cannot expand is left out: less access
     const abs = resolveSrtPath(p, cwd);
-    if (fs.existsSync(abs)) allowRead.push(abs);
+    if (fs.existsSync(abs)) allowRead.push(real(abs));
   }
   // allowRead re-opens a path inside a denyRead (srt: it wins over a broader deny, loses to a
   // more specific one). Our planner re-exposes writable roots inside a denied directory, not

@@ -112,9 +112,12 @@ function ingest(): void {
   for (const w of wrapped) {
     let text: string;
     try {
-      const fd = fs.openSync(w.eventsFile, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW);
+      // Non-blocking and regular files only: a FIFO in its place must not stall the host.
+      const fd = fs.openSync(w.eventsFile, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW | fs.constants.O_NONBLOCK);
       try {
-        const size = fs.fstatSync(fd).size;
+        const st = fs.fstatSync(fd);
+        if (!st.isFile()) continue;
+        const size = st.size;
         if (size <= w.offset) continue;
         const buf = Buffer.alloc(Math.min(size - w.offset, 1 << 20));
         const n = fs.readSync(fd, buf, 0, buf.length, w.offset);

@@ -166,6 +166,21 @@ describe.skipIf(missing !== null)(`srt and process-sandbox srt: same settings, s
     expect(read(path.join(scene.ws, 'free.txt'))).toBe('ok\n');
   });
 
+  it('denyWrite over a writable root wins: the root under it is not writable (both)', async () => {
+    fs.mkdirSync(path.join(scene.ws, 'src'), { recursive: true });
+    const s = settings({ filesystem: { allowWrite: ['./src', './free'], denyWrite: ['.'] } });
+    for (const w of ['srt', 'ours'] as const) {
+      const r = await side(w, s, `echo ${w} > src/${w}.txt; exit 0`);
+      expect(fs.existsSync(path.join(scene.ws, 'src', `${w}.txt`)), `${w}: ${r.stderr}`).toBe(false);
+    }
+    // Positive control: without the deny the same write lands.
+    const ok = settings({ filesystem: { allowWrite: ['./src'] } });
+    for (const w of ['srt', 'ours'] as const) {
+      await side(w, ok, `echo ${w} > src/${w}-ok.txt`);
+      expect(read(path.join(scene.ws, 'src', `${w}-ok.txt`)), w).toBe(`${w}\n`);
+    }
+  });
+
   it("srt's mandatory deny set holds by default: start-up files, .git/hooks, .git/config, .vscode, .idea, .claude/commands, .mcp.json (both)", async () => {
     const ws = path.join(scene.root, 'mand');
     fs.mkdirSync(path.join(ws, '.git', 'hooks'), { recursive: true });

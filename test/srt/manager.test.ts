@@ -124,6 +124,21 @@ describe.skipIf(oursMissing !== null)(`SandboxManager (ours)${oursMissing ? ` (S
     expect(fs.readFileSync(path.join(scene.ws, 'q.txt'), 'utf8')).toBe("it's\n$HOME\na;b\nsecond\n");
   });
 
+  it('a FIFO put in place of a wrap\'s violations file neither hangs the wrapped CLI nor the host: the command does not run', async () => {
+    await SandboxManager.initialize(base({ allowWrite: [scene.ws] }));
+    const wrapped = await SandboxManager.wrapWithSandbox(`echo ran > ${scene.ws}/fifo-run.txt`);
+    const file = /'--violations-file' '([^']+)'/.exec(wrapped)![1]!;
+    fs.rmSync(file);
+    expect(spawnSync('mkfifo', [file]).status).toBe(0);
+    const r = spawnSync(wrapped, { shell: true, encoding: 'utf8', env: { PATH: SYS_PATH }, timeout: 30_000 });
+    expect(r.error).toBeUndefined();
+    expect(r.status).toBe(1);
+    expect(r.stderr).toMatch(/not a regular file|cannot be opened \(ENXIO\)/);
+    expect(fs.existsSync(path.join(scene.ws, 'fifo-run.txt'))).toBe(false);
+    // The host's own read of it returns (no reader would otherwise block this event loop).
+    expect(SandboxManager.annotateStderrWithSandboxFailures(wrapped, 'e')).toBe('e');
+  });
+
   it('a wrapped command fails closed once its manager was reset (its violations file is gone): nothing runs', async () => {
     await SandboxManager.initialize(base({ allowWrite: [scene.ws] }));
     const wrapped = await SandboxManager.wrapWithSandbox(`echo ran > ${scene.ws}/after-reset.txt`);
