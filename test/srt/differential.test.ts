@@ -344,6 +344,18 @@ describe.skipIf(missing !== null)(`srt and process-sandbox srt: same settings, s
     expect(fs.existsSync(path.join(scene.ws, 'dflt.txt'))).toBe(false);
   });
 
+  it('~/.srt-settings.json is read when no file is named (both)', async () => {
+    fs.writeFileSync(path.join(home, '.srt-settings.json'), JSON.stringify(settings({ filesystem: { allowWrite: ['.'] } })));
+    try {
+      for (const w of ['srt', 'ours'] as const) {
+        const r = await side(w, null, `echo ${w} > home-settings-${w}.txt`, { settingsArg: 'none' });
+        expect(read(path.join(scene.ws, `home-settings-${w}.txt`)), `${w}: ${r.stderr}`).toBe(`${w}\n`);
+      }
+    } finally {
+      fs.rmSync(path.join(home, '.srt-settings.json'));
+    }
+  });
+
   // ---- where srt cannot run at all ----
 
   const unshareOk = which('unshare') && spawnSync('unshare', ['--user', '--map-root-user', 'true']).status === 0;

@@ -50,6 +50,20 @@ describe('the process-sandbox/srt export', () => {
     expect(esm.stdout.trim(), esm.stderr).toBe('function function');
   });
 
+  it('the CLI lists srt and prints its usage', () => {
+    const cli = path.join(ROOT, 'dist', 'cli.js');
+    const top = spawnSync(process.execPath, [cli, '--help'], { encoding: 'utf8' });
+    expect(top.stdout).toMatch(/^  srt +run a command under sandbox-runtime \(srt\) settings/m);
+    for (const args of [['srt', '--help'], ['help', 'srt']]) {
+      const r = spawnSync(process.execPath, [cli, ...args], { encoding: 'utf8' });
+      expect(r.status, args.join(' ')).toBe(0);
+      expect(r.stdout).toMatch(/^Usage: process-sandbox srt \[options\] \[command\.\.\.\]/);
+    }
+    const none = spawnSync(process.execPath, [cli, 'srt', '--settings', '/nonexistent-srt.json'], { encoding: 'utf8' });
+    expect(none.status).toBe(1);
+    expect(none.stderr).toMatch(/^Error: \/nonexistent-srt\.json does not exist\./);
+  });
+
   it('wrapWithSandbox before initialize, and settings we cannot enforce, are refused by name', async () => {
     await expect(SandboxManager.wrapWithSandbox('true')).rejects.toThrow(/not initialized/);
     await expect(SandboxManager.initialize({ ...base(), filesystem: { ...base().filesystem, allowGitConfig: true } })).rejects.toThrow(/filesystem\.allowGitConfig/);
