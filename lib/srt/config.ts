@@ -446,7 +446,11 @@ export function toPolicy(cfg: SandboxRuntimeConfig, cwd: string): MappedConfig {
   for (const e of [...f.denyRead, ...(cfg.credentials?.files ?? []).map((c) => credFile(c))]) {
     const { path: p0, literal } = entryPath(e);
     const p = literal ? p0 : p0.replace(/\/\*\*$/, '') || '/';
-    if (!literal && GLOB.test(p)) unsupported(`filesystem.denyRead "${p0}"`, 'read-deny patterns are not expanded; list the paths');
+    if (!literal && GLOB.test(p)) {
+      // Expanded to what exists now, as srt expands it when it wraps (docs/srt.md).
+      denyRead.push(...expandDenyGlob(resolveSrtPath(p, cwd), p0));
+      continue;
+    }
     const abs = resolveSrtPath(p, cwd);
     // srt: a denyRead of a path that does not exist hides nothing.
     if (fs.existsSync(abs)) denyRead.push(real(abs));
@@ -525,6 +529,113 @@ export function toPolicy(cfg: SandboxRuntimeConfig, cwd: string): MappedConfig {
     ...(cfg.processSandbox?.mode ? { mode: cfg.processSandbox.mode } : {}),
   };
   return { policy, unsetEnv, noProxy: SRT_NO_PROXY, deniedRanges, refusedLiterals, allowedLiterals, askAllowed: n.strictAllowlist !== true };
+}
+
+/** Entries a read-deny pattern may visit before it is refused rather than walked further. */
+const GLOB_WALK_LIMIT = 200_000;
+
+/** git-style glob as a regex over absolute paths: `**` any depth, `*` and `?` within a name, `[...]` sets. */
+function globRegex(pattern: string): RegExp {
+  let re = '';
+  for (let i = 0; i < pattern.length; i++) {
+    const c = pattern[i]!;
+    if (c === '*' && pattern[i + 1] === '*') {
+      i++;
+      if (pattern[i + 1] === '/') {
+        i++;
+        re += '(?:.*/)?';
+      } else re += '.*';
+    } else if (c === '*') re += '[^/]*';
+    else if (c === '?') re += '[^/]';
+    else if (c === '[') {
+      const end = pattern.indexOf(']', i + 2);
+      const body = end === -1 ? '' : pattern.slice(i + 1, end);
+      // Brackets that spell no set are the text they are (srt: `[user-id]`, `list[].ts`).
+      if (end === -1 || body === '' || /([^\\])-([^\\])/.test(body) && [...body.matchAll(/(.)-(.)/g)].some((m) => m[1]! > m[2]!)) {
+        re += '\\[';
+      } else {
+        const neg = body.startsWith('!') || body.startsWith('^');
+        const inner = (neg ? body.slice(1) : body).replace(/[\\\]]/g, '\\$&');
+        re += neg ? `[^/${inner}]` : `[${inner}]`;
+        i = end;
+      }
+    } else re += c.replace(/[.+^${}()|\\\]]/g, '\\$&');
+  }
+  return new RegExp(`^${re}$`);
+}
+
+/**
+ * The existing paths a read-deny pattern matches, resolved through links (denied where they
+ * really are). Walked from its literal leading directories; symlinked directories are descended
+ * once each. A pattern with a wildcard in its first component, or a walk past GLOB_WALK_LIMIT
+ * entries, is refused (srt skips the first and so hides nothing: fail closed instead).
+ */
+function expandDenyGlob(abs: string, spelled: string): string[] {
+  const parts = abs.split('/').slice(1);
+  let i = 0;
+  while (i < parts.length && !GLOB.test(parts[i]!)) i++;
+  if (i === 0) unsupported(`filesystem.denyRead "${spelled}"`, 'a pattern needs a literal directory to start from');
+  const out = expandFrom(`/${parts.slice(0, i).join('/')}`, parts.slice(i), spelled);
+  // srt also reads the entry as the path it spells where a directory holding `*`, `?`, `[` or `]`
+  // in its name exists (`[WIP] project/*`): the deny covers both readings.
+  let j = i;
+  while (j < parts.length && lstatOrNull(`/${parts.slice(0, j + 1).join('/')}`)) j++;
+  if (j > i) {
+    const named = `/${parts.slice(0, j).join('/')}`;
+    if (j === parts.length) out.push(real(named));
+    else out.push(...expandFrom(named, parts.slice(j), spelled));
+  }
+  return [...new Set(out)];
+}
+
+function escapeRegex(s: string): string {
+  return s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+}
+
+function expandFrom(start: string, rest: string[], spelled: string): string[] {
+  // Without `**` a match lies exactly this many levels below the start.
+  const maxDepth = rest.some((x) => x.includes('**')) ? Infinity : rest.length;
+  const body = globRegex(rest.join('/')).source.slice(1, -1);
+  const re = new RegExp(`^${escapeRegex(start === '/' ? '' : start)}/${body}$`);
+  const out: string[] = [];
+  const seen = new Set<string>();
+  let visited = 0;
+  const walk = (dir: string, spelledDir: string, depth: number): void => {
+    const r = real(dir);
+    if (seen.has(r)) return;
+    seen.add(r);
+    let entries: fs.Dirent[];
+    try {
+      entries = fs.readdirSync(dir, { withFileTypes: true });
+    } catch {
+      // What cannot be listed is denied whole (srt does the same).
+      out.push(r);
+      return;
+    }
+    for (const e of entries) {
+      if (++visited > GLOB_WALK_LIMIT) unsupported(`filesystem.denyRead "${spelled}"`, `the pattern visits more than ${GLOB_WALK_LIMIT} entries; narrow it`);
+      const name = path.join(spelledDir, e.name);
+      const actual = path.join(dir, e.name);
+      if (re.test(name)) {
+        out.push(real(actual));
+        continue; // denied whole: nothing below needs a deny of its own
+      }
+      if (depth + 1 >= maxDepth) continue;
+      let isDir = e.isDirectory();
+      if (e.isSymbolicLink()) isDir = statOrNull(actual)?.isDirectory() ?? false;
+      if (isDir) walk(actual, name, depth + 1);
+    }
+  };
+  if (statOrNull(start)?.isDirectory()) walk(start, start, 0);
+  return out;
+}
+
+function statOrNull(p: string): fs.Stats | null {
+  try {
+    return fs.statSync(p);
+  } catch {
+    return null;
+  }
 }
 
 function credFile(c: CredentialFileConfig): FilesystemPathEntry {

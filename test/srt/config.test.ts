@@ -81,6 +81,22 @@ describe('mapping onto our policy', () => {
     expect([...m.policy.filesystem!.denyRead!].sort()).toEqual([path.join(d, 'a', 'keep', 'inner'), path.join(d, 'a', 'sibling'), path.join(d, 'b')].sort());
   });
 
+  it('denyRead patterns expand to what exists now (git-style: **, *, ?, sets), each denied where it really is', () => {
+    const g = path.join(dir, 'glob');
+    for (const f of ['.env', 'a/.env', 'a/b/c/.env', 'a/keep.txt', 'x/build/out.o', 'x/y/build/z', 'k1.pem', 'k2.pem', 'k10.pem', '[WIP]/n.txt']) {
+      fs.mkdirSync(path.dirname(path.join(g, f)), { recursive: true });
+      fs.writeFileSync(path.join(g, f), 'x');
+    }
+    fs.symlinkSync(path.join(g, 'a'), path.join(g, 'link-to-a'));
+    const sorted = (c: object) => [...(map(c, g).policy.filesystem!.denyRead ?? [])].sort();
+    expect(sorted(cfg({ filesystem: { denyRead: ['**/.env'] } }))).toEqual([path.join(g, '.env'), path.join(g, 'a/.env'), path.join(g, 'a/b/c/.env')].sort());
+    expect(sorted(cfg({ filesystem: { denyRead: ['**/build/**'] } }))).toEqual([path.join(g, 'x/build'), path.join(g, 'x/y/build')].sort());
+    expect(sorted(cfg({ filesystem: { denyRead: ['k?.pem'] } }))).toEqual([path.join(g, 'k1.pem'), path.join(g, 'k2.pem')].sort());
+    expect(sorted(cfg({ filesystem: { denyRead: ['k[0-9]*.pem'] } }))).toEqual([path.join(g, 'k1.pem'), path.join(g, 'k10.pem'), path.join(g, 'k2.pem')].sort());
+    expect(sorted(cfg({ filesystem: { denyRead: ['[WIP]/*'] } }))).toEqual([path.join(g, '[WIP]/n.txt')]);
+    expect(sorted(cfg({ filesystem: { denyRead: ['link-to-a/*.txt'] } }))).toEqual([path.join(g, 'a/keep.txt')]);
+  });
+
   it('deniedDomains "*" denies everything; network lists keep their ports', () => {
     expect((map(cfg({ network: { allowedDomains: ['example.com'], deniedDomains: ['*'] } })).policy.network as any).proxy.allow).toEqual([]);
     expect((map(cfg({ network: { allowedDomains: ['example.com:443'] } })).policy.network as any).proxy).toEqual({ allow: ['example.com:443'], deny: [], allowLocal: true });
@@ -98,7 +114,7 @@ describe('mapping onto our policy', () => {
     [cfg({ network: { parentProxy: { http: 'http://p:3128' } } }), 'network.parentProxy'],
     [cfg({ network: { deniedDomains: ['*:22'] } }), 'network.deniedDomains "*:22"'],
     [cfg({ network: { allowedDomains: ['*.co.uk'] } }), 'network.allowedDomains "*.co.uk"'],
-    [cfg({ filesystem: { denyRead: ['**/.env'] } }), 'filesystem.denyRead "**/.env"'],
+    [cfg({ filesystem: { denyRead: ['/**/*.pem'] } }), 'filesystem.denyRead "/**/*.pem"'],
     [cfg({ filesystem: { allowWrite: ['.'], denyWrite: ['*.pem'] } }), 'filesystem.denyWrite "*.pem"'],
     [cfg({ credentials: { envVars: [{ name: 'TOKEN', mode: 'mask' }] } }), 'credentials.envVars "TOKEN" mode "mask"'],
     [cfg({ credentials: { files: [{ path: '~/.npmrc', mode: 'mask' }] } }), 'credentials.files "~/.npmrc" mode "mask"'],

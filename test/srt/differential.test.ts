@@ -215,6 +215,19 @@ describe.skipIf(missing !== null)(`srt and process-sandbox srt: same settings, s
     }
   });
 
+  it('denyRead patterns (**/.env, **/build/**) hide what they match and nothing else (both)', async () => {
+    const ws = path.join(scene.root, 'globs');
+    for (const f of ['.env', 'a/.env', 'a/b/c/.env', 'a/ok.txt', 'x/build/out.o']) {
+      fs.mkdirSync(path.dirname(path.join(ws, f)), { recursive: true });
+      fs.writeFileSync(path.join(ws, f), `content-of-${f}`);
+    }
+    const s = settings({ filesystem: { denyRead: ['**/.env', '**/build/**'] } });
+    const r = await both(s, 'cat .env a/.env a/b/c/.env x/build/out.o a/ok.txt', { cwd: ws });
+    for (const w of ['srt', 'ours'] as const) {
+      expect(r[w].stdout, `${w}: ${r[w].stderr}`).toBe('content-of-a/ok.txt');
+    }
+  });
+
   it('~ and relative paths resolve as srt resolves them (HOME and the working directory)', async () => {
     fs.mkdirSync(path.join(home, 'hw'), { recursive: true });
     fs.mkdirSync(path.join(scene.ws, 'sub'), { recursive: true });
