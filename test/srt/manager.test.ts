@@ -153,6 +153,23 @@ describe.skipIf(oursMissing !== null)(`SandboxManager (ours)${oursMissing ? ` (S
     expect(SandboxManager.annotateStderrWithSandboxFailures(wrapped, 'e')).toBe('e');
   });
 
+  it('wrapWithSandbox: customConfig widens one command only, and its refusals are keyed by commandId', async () => {
+    await SandboxManager.initialize(base({ allowedDomains: [`127.0.0.1:${port}`] }));
+    const extra = path.join(scene.root, 'extra');
+    fs.mkdirSync(extra, { recursive: true });
+    const run = (cmd: string) => new Promise((resolve) => cpSpawn(cmd, { shell: true, stdio: 'ignore', env: { PATH: SYS_PATH } }).on('close', resolve));
+    const denied = `curl -s -m 20 -o /dev/null --noproxy '' -x "$HTTP_PROXY" http://127.0.0.3:${port}/cid`;
+    const w1 = await SandboxManager.wrapWithSandbox(`echo one > ${extra}/one.txt; ${denied}`, undefined, { filesystem: { denyRead: [], allowWrite: [extra], denyWrite: [] } }, undefined, { commandId: 'cid-1' });
+    const w2 = await SandboxManager.wrapWithSandbox(`echo two > ${extra}/two.txt`, undefined, undefined, undefined, { commandId: 'cid-2' });
+    await run(w1);
+    await run(w2);
+    expect(fs.readFileSync(path.join(extra, 'one.txt'), 'utf8')).toBe('one\n');
+    expect(fs.existsSync(path.join(extra, 'two.txt'))).toBe(false);
+    SandboxManager.cleanupAfterCommand();
+    expect(SandboxManager.getViolationsForCommand('cid-1').map((v) => v.line)).toEqual([expect.stringMatching(/^deny network-outbound 127\.0\.0\.3:\d+ /)]);
+    expect(SandboxManager.getViolationsForCommand('cid-2')).toEqual([]);
+  });
+
   it('a wrapped command fails closed once its manager was reset (its violations file is gone): nothing runs', async () => {
     await SandboxManager.initialize(base({ allowWrite: [scene.ws] }));
     const wrapped = await SandboxManager.wrapWithSandbox(`echo ran > ${scene.ws}/after-reset.txt`);
