@@ -369,9 +369,7 @@ export function toPolicy(cfg: SandboxRuntimeConfig, cwd: string): MappedConfig {
   }
   const netUnknown = ['mitmProxy', 'filterRequest', 'tlsTerminate', 'parentProxy', 'allowPlaintextHeaderSet', 'stripResponseHeaders', 'refuseOpaqueTunnels', 'requireHostMatch', 'ambiguousRequestTarget'];
   for (const k of netUnknown) if (n[k] !== undefined) unsupported(`network.${k}`, 'request inspection and rewriting are not offered through the srt settings');
-  for (const k of ['windows', 'git'] as const) {
-    if (cfg[k] !== undefined && k === 'git' && (cfg.git?.safeDirectories?.length ?? 0) > 0) unsupported('git.safeDirectories', 'not offered');
-  }
+  if ((cfg.git?.safeDirectories?.length ?? 0) > 0) unsupported('git.safeDirectories', 'safe.directory entries are not injected');
 
   // ---- network ----
   const deny: string[] = [];
