@@ -76,6 +76,8 @@ interface Subcommand {
 
 /** Loaded on use: the exec-server (and its ws dependency) costs nothing to `run`. */
 const execServerCli = () => require('./exec-server/cli') as typeof import('./exec-server/cli');
+/** Loaded on use, as the exec-server: the srt drop-in's command line (lib/srt/cli.ts). */
+const srtCli = () => require('./srt/cli') as typeof import('./srt/cli');
 
 const COMMANDS: Record<string, Subcommand> = {
   run: { summary: 'run a command inside the sandbox', usage: RUN_USAGE, main: (argv) => cmdRun(argv) },
@@ -92,6 +94,13 @@ const COMMANDS: Record<string, Subcommand> = {
     },
     main: (argv) => execServerCli().execServerMain(argv),
   },
+  srt: {
+    summary: 'run a command under sandbox-runtime (srt) settings: a drop-in for srt',
+    get usage() {
+      return srtCli().SRT_USAGE;
+    },
+    main: (argv) => srtCli().srtMain(argv),
+  },
 };
 
 function usage(): string {
@@ -106,6 +115,7 @@ function usage(): string {
     'process-sandbox probe [--json]',
     'process-sandbox exec-server --listen stdio|ws://IP:PORT [options]',
     'process-sandbox apparmor-profile [--node <path>]',
+    'process-sandbox srt [--settings FILE] [-c CMD | CMD ARGS...]',
     "Run 'process-sandbox <command> --help' for a command's options; --version prints the version.",
     '',
   ].join('\n');

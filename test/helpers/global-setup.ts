@@ -159,7 +159,7 @@ function configStale(): boolean {
   return newestMtime([path.join(ROOT, 'binding.gyp'), path.join(ROOT, 'native', 'sources.json')]) > makefile;
 }
 
-const DIST_OUTPUTS = ['dist/index.js', 'dist/index.mjs', 'dist/index.d.ts', 'dist/cli.js'].map((p) => path.join(ROOT, p));
+const DIST_OUTPUTS = ['dist/index.js', 'dist/index.mjs', 'dist/index.d.ts', 'dist/cli.js', 'dist/srt/index.js', 'dist/srt/index.mjs'].map((p) => path.join(ROOT, p));
 
 function distStale(): boolean {
   const outTime = oldestOutput(DIST_OUTPUTS);

@@ -59,6 +59,22 @@ ps.notExported();
 export {};
 `;
 
+/** The srt drop-in's subpath (not for node10 resolution, which has no "exports"). */
+const SRT_BODY = `
+const cfg: SandboxRuntimeConfig = { network: { allowedDomains: ['example.com'], deniedDomains: [] }, filesystem: { denyRead: [], allowWrite: ['.'], denyWrite: [] } };
+void SandboxManager.initialize(cfg).then(async () => {
+  const cmd: string = await SandboxManager.wrapWithSandbox('true');
+  const r: { exitCode: number; timedOut: boolean } = await (await spawnSandboxed('true')).wait();
+  void cmd; void r;
+});
+// @ts-expect-error network is required
+const bad: SandboxRuntimeConfig = { filesystem: { denyRead: [], allowWrite: [], denyWrite: [] } };
+void bad;
+export {};
+`;
+const SRT_ESM = `import { SandboxManager, spawnSandboxed, type SandboxRuntimeConfig } from 'process-sandbox/srt';\n${SRT_BODY}`;
+const SRT_CJS = `import srt = require('process-sandbox/srt');\nconst { SandboxManager, spawnSandboxed } = srt;\ntype SandboxRuntimeConfig = srt.SandboxRuntimeConfig;\n${SRT_BODY}`;
+
 interface Case {
   name: string;
   compilerOptions: Record<string, unknown>;
@@ -68,10 +84,10 @@ interface Case {
 }
 
 const CASES: Case[] = [
-  { name: 'node16', compilerOptions: { module: 'node16', moduleResolution: 'node16' }, files: { 'esm.mts': ESM, 'cjs.cts': CJS_REQUIRE } },
+  { name: 'node16', compilerOptions: { module: 'node16', moduleResolution: 'node16' }, files: { 'esm.mts': ESM, 'cjs.cts': CJS_REQUIRE, 'srt.mts': SRT_ESM, 'srt-cjs.cts': SRT_CJS } },
   { name: 'node16 (type: module, .ts)', type: 'module', compilerOptions: { module: 'node16', moduleResolution: 'node16' }, files: { 'index.ts': ESM } },
-  { name: 'nodenext', compilerOptions: { module: 'nodenext', moduleResolution: 'nodenext' }, files: { 'esm.mts': ESM, 'cjs.cts': CJS_REQUIRE } },
-  { name: 'bundler (module esnext)', compilerOptions: { module: 'esnext', moduleResolution: 'bundler' }, files: { 'index.ts': ESM } },
+  { name: 'nodenext', compilerOptions: { module: 'nodenext', moduleResolution: 'nodenext' }, files: { 'esm.mts': ESM, 'cjs.cts': CJS_REQUIRE, 'srt.mts': SRT_ESM, 'srt-cjs.cts': SRT_CJS } },
+  { name: 'bundler (module esnext)', compilerOptions: { module: 'esnext', moduleResolution: 'bundler' }, files: { 'index.ts': ESM, 'srt.ts': SRT_ESM } },
   { name: 'bundler (module preserve)', compilerOptions: { module: 'preserve', moduleResolution: 'bundler' }, files: { 'index.ts': ESM, 'cjs.cts': CJS_REQUIRE } },
   { name: 'node10', compilerOptions: { module: 'commonjs', moduleResolution: 'node10', esModuleInterop: true }, files: { 'index.ts': ESM.replace("import ps from 'process-sandbox';", "import * as ps from 'process-sandbox';"), 'req.ts': CJS_REQUIRE } },
 ];
