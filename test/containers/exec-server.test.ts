@@ -126,6 +126,9 @@ describe.skipIf(skip !== undefined)(`the exec-server container (Docker, token la
     // mounted at the path Codex names on this host (Codex sends its own cwd).
     docker([
       'run', '-d', '--name', name, '--network', 'host',
+      // As kubernetes.yaml's container: read-only root, a writable /tmp, no capabilities, no
+      // privilege escalation (no_new_privs); the seccomp profile is the runtime's default.
+      '--read-only', '--tmpfs', '/tmp', '--cap-drop', 'ALL', '--security-opt', 'no-new-privileges',
       '-v', `${ws}:${ws}`, '-v', `${out}:${out}`, '-v', `${secrets}:/var/run/secrets/exec-server:ro`,
       IMAGE!,
       '--listen', 'ws://127.0.0.1:0', '--ws-auth', 'capability-token', '--ws-token-file', '/var/run/secrets/exec-server/token',
@@ -152,11 +155,12 @@ describe.skipIf(skip !== undefined)(`the exec-server container (Docker, token la
     fs.rmSync(base, { recursive: true, force: true });
   });
 
-  it('runs as uid 1000 under the default seccomp profile, without privileges', () => {
+  it('runs as uid 1000 under the default seccomp profile, without capabilities', () => {
     const cfg = JSON.parse(docker(['inspect', name]))[0] as { Config: { User: string }; HostConfig: { Privileged: boolean; SecurityOpt: string[] | null; CapAdd: string[] | null } };
     expect(cfg.Config.User).toBe('1000:1000');
     expect(cfg.HostConfig.Privileged).toBe(false);
-    expect(cfg.HostConfig.SecurityOpt ?? []).toEqual([]);
+    // The default seccomp profile: no seccomp= (nor apparmor=) option.
+    expect(cfg.HostConfig.SecurityOpt ?? []).toEqual(['no-new-privileges']);
     expect(cfg.HostConfig.CapAdd ?? []).toEqual([]);
     const st = docker(['exec', name, 'cat', '/proc/1/status']);
     expect(st).toMatch(/^Seccomp:\s+2$/m);
