@@ -8,10 +8,10 @@
 #   docker:user    the same as uid 1000 (psbtest in the image)
 #   exec-server    deploy/exec-server's image: the Codex CLI on this host drives the exec-server in
 #                  a container over an authenticated WebSocket (scripts/containers/exec-server.sh)
-#   podman:user    rootless Podman (podman, uidmap, slirp4netns, fuse-overlayfs) run by psbtest
+#   podman:rootless rootless Podman (podman, uidmap, slirp4netns, fuse-overlayfs) run by psbtest
 #
 #   npm run test:containers                              # docker:root docker:user exec-server
-#   npm run test:containers -- docker:user podman:user   # some rows
+#   npm run test:containers -- docker:user podman:rootless   # some rows
 #
 # Installs nothing: needs root, Debian's docker.io and mmdebstrap (and podman, uidmap, slirp4netns,
 # fuse-overlayfs for the podman row), and Debian's mirror for the first image build (cached:
@@ -151,7 +151,7 @@ suite_row() { # engine user
 podman_row() {
   # Rootless: psbtest's own Podman (its subuid/subgid range maps the container's users), its own
   # storage under a fresh HOME; the image is the same tarball, imported into that storage.
-  local u=psbtest t0 rc json=$LOGS/results/podman-user.json tar
+  local u=psbtest t0 rc json=$LOGS/results/podman-rootless.json tar
   t0=$(date +%s)
   id "$u" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$u"
   grep -q "^$u:" /etc/subuid || usermod --add-subuids 200000-265535 "$u"
@@ -161,19 +161,21 @@ podman_row() {
   # The project copy psbtest can read (this tree may sit under a directory only root enters).
   local src=$PODMAN_HOME/src
   mkdir -p "$src" && tar -C "$ROOT" --exclude=./.git --exclude=./node_modules/@openai --exclude=./.win -cf - . | tar -C "$src" -xf -
-  cp "$(command -v node)" "$PODMAN_HOME/node" && chmod 0755 "$PODMAN_HOME/node"
+  cp "$(command -v node)" "$PODMAN_HOME/node" && chmod 0755 "$PODMAN_HOME/node" && cp -r "$LOGS/bin" "$PODMAN_HOME/bin"
   chown -R "$u": "$PODMAN_HOME" && chmod 0777 "$LOGS/results"
   runuser -u "$u" -- env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$PODMAN_HOME" XDG_RUNTIME_DIR="$PODMAN_HOME/run" \
     bash -c "mkdir -p \$XDG_RUNTIME_DIR && chmod 0700 \$XDG_RUNTIME_DIR && cd \$HOME &&
       podman import '$tar' psb-deb12:podman >/dev/null &&
       podman run --rm --network none -e PSB_TEST_WORKERS=$WORKERS -v \$HOME/node:/usr/local/bin/node:ro \
-        -v $src:/psb-src:ro -v $LOGS/results:/psb-results psb-deb12:podman \
-        bash /psb-src/scripts/containers/in-container.sh podman-user $SUITES" >"$LOGS/podman-user.log" 2>&1
+        -v $src:/psb-src:ro -v \$HOME/bin:/psb-bin:ro -v $LOGS/results:/psb-results psb-deb12:podman \
+        bash /psb-src/scripts/containers/in-container.sh podman-rootless $SUITES" >"$LOGS/podman-rootless.log" 2>&1
   rc=$?
-  grep -a '^containers-inside: ' "$LOGS/podman-user.log" | sed 's/^/  /'
-  [ -s "$json" ] || tail -15 "$LOGS/podman-user.log" | sed 's/^/  | /'
-  report podman user "$rc" "$json" "rootless, as $u"
-  echo "containers: podman user took $(( $(date +%s) - t0 )) s"
+  # Rootless Podman leaves a pause process holding its user namespace: stop it by its pid file.
+  [ -s "$PODMAN_HOME/run/libpod/tmp/pause.pid" ] && kill "$(cat "$PODMAN_HOME/run/libpod/tmp/pause.pid")" 2>/dev/null
+  grep -a '^containers-inside: ' "$LOGS/podman-rootless.log" | sed 's/^/  /'
+  [ -s "$json" ] || tail -15 "$LOGS/podman-rootless.log" | sed 's/^/  | /'
+  report podman rootless "$rc" "$json" "run by $u; root in the container"
+  echo "containers: podman rootless took $(( $(date +%s) - t0 )) s"
 }
 
 IMAGE=""
@@ -199,10 +201,10 @@ for row in $ROWS; do
         report docker exec-server "$rc" "$LOGS/results/exec-server.json" "Codex CLI -> ws -> exec-server container"
         echo "containers: docker exec-server took $(( $(date +%s) - t0 )) s"
       else report docker exec-server 1 /nonexistent "dockerd or image failed"; fi ;;
-    podman:user)
+    podman:rootless)
       # The podman row needs the image tarball; dockerd builds it (and is not needed otherwise).
-      if need_docker; then podman_row; else report podman user 1 /nonexistent "image failed"; fi ;;
-    *) echo "containers: unknown row '$row' (docker:root docker:user exec-server podman:user)"; lines+=("containers: $row fail 0 passed, 1 failed, 0 skipped") ;;
+      if need_docker; then podman_row; else report podman rootless 1 /nonexistent "image failed"; fi ;;
+    *) echo "containers: unknown row '$row' (docker:root docker:user exec-server podman:rootless)"; lines+=("containers: $row fail 0 passed, 1 failed, 0 skipped") ;;
   esac
 done
 stop_dockerd
