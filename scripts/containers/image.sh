@@ -3,6 +3,7 @@
 # mmdebstrap and `docker import`ed into the daemon at $DOCKER_HOST. No registry is involved.
 #
 #   DOCKER_HOST=unix:///run/... scripts/containers/image.sh    # prints the image's tag
+#   scripts/containers/image.sh --tarball                      # builds, prints the tarball's path
 #
 # The tarball is cached in $PSB_CONTAINERS_CACHE (default /var/cache/process-sandbox/containers),
 # keyed by a hash of this script (the package list and hooks are in it) and the mirror: a change
@@ -22,7 +23,10 @@ USER_HOOK='chroot "$1" useradd --create-home --uid 1000 --user-group --shell /bi
 KEY=$( (cat "$0"; echo "$MIRROR") | sha256sum | cut -c1-16)
 TAG=psb-deb12:$KEY
 TAR=$CACHE/deb12-$KEY.tar
-if "$DOCKER" image inspect "$TAG" >/dev/null 2>&1; then
+if [ "${1:-}" = --tarball ]; then
+  [ -s "$TAR" ] && { echo "$TAR"; exit 0; }
+# The tarball stays too: the Podman row imports the same one.
+elif [ -s "$TAR" ] && "$DOCKER" image inspect "$TAG" >/dev/null 2>&1; then
   echo "$TAG"
   exit 0
 fi
@@ -41,5 +45,6 @@ if [ ! -s "$TAR" ]; then
   # Older images of this script are no longer wanted.
   find "$CACHE" -maxdepth 1 -name 'deb12-*.tar' ! -name "deb12-$KEY.tar" -delete
 fi
+[ "${1:-}" = --tarball ] && { echo "$TAR"; exit 0; }
 "$DOCKER" import --message "process-sandbox test image (mmdebstrap bookworm minbase: $PKGS)" "$TAR" "$TAG" >/dev/null
 echo "$TAG"

@@ -156,7 +156,7 @@ podman_row() {
   id "$u" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$u"
   grep -q "^$u:" /etc/subuid || usermod --add-subuids 200000-265535 "$u"
   grep -q "^$u:" /etc/subgid || usermod --add-subgids 200000-265535 "$u"
-  tar=$(ls /var/cache/process-sandbox/containers/deb12-*.tar 2>/dev/null | head -1)
+  tar=$(bash "$HERE/image.sh" --tarball) || { report podman rootless 1 /nonexistent "the image tarball could not be built"; return; }
   PODMAN_HOME=$(mktemp -d /var/tmp/psb-podman-home.XXXXXX) && chown "$u": "$PODMAN_HOME"
   # The project copy psbtest can read (this tree may sit under a directory only root enters).
   local src=$PODMAN_HOME/src
@@ -201,9 +201,7 @@ for row in $ROWS; do
         report docker exec-server "$rc" "$LOGS/results/exec-server.json" "Codex CLI -> ws -> exec-server container"
         echo "containers: docker exec-server took $(( $(date +%s) - t0 )) s"
       else report docker exec-server 1 /nonexistent "dockerd or image failed"; fi ;;
-    podman:rootless)
-      # The podman row needs the image tarball; dockerd builds it (and is not needed otherwise).
-      if need_docker; then podman_row; else report podman rootless 1 /nonexistent "image failed"; fi ;;
+    podman:rootless) podman_row ;;
     *) echo "containers: unknown row '$row' (docker:root docker:user exec-server podman:rootless)"; lines+=("containers: $row fail 0 passed, 1 failed, 0 skipped") ;;
   esac
 done
