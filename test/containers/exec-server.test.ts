@@ -128,7 +128,7 @@ describe.skipIf(skip !== undefined)(`the exec-server container (Docker, token la
       'run', '-d', '--name', name, '--network', 'host',
       // As kubernetes.yaml's container: read-only root, a writable /tmp, no capabilities, no
       // privilege escalation (no_new_privs); the seccomp profile is the runtime's default.
-      '--read-only', '--tmpfs', '/tmp', '--cap-drop', 'ALL', '--security-opt', 'no-new-privileges',
+      '--read-only', '--tmpfs', '/tmp:rw,exec,mode=1777', '--cap-drop', 'ALL', '--security-opt', 'no-new-privileges',
       '-v', `${ws}:${ws}`, '-v', `${out}:${out}`, '-v', `${secrets}:/var/run/secrets/exec-server:ro`,
       IMAGE!,
       '--listen', 'ws://127.0.0.1:0', '--ws-auth', 'capability-token', '--ws-token-file', '/var/run/secrets/exec-server/token',
