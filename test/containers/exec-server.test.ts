@@ -12,7 +12,8 @@
  * an authenticating relay on loopback that adds the bearer token, as docs/exec-server.md
  * recommends. A stand-in model answers with one tool call that writes inside the workspace and
  * outside it; checked from outside: the inside file landed, the outside one did not although
- * uid 1000 can write there unsandboxed, the command ran under no_new_privs and a filter of ours,
+ * uid 1000 can write there unsandboxed, the command ran under a seccomp filter of ours (one more
+ * than the server's own),
  * and a client without the token is refused before any connection exists.
  *
  * The container uses the host's network namespace (--network host): the test daemon has no
@@ -230,6 +231,10 @@ describe.skipIf(skip !== undefined)(`the exec-server container (Docker, token la
       const output = JSON.stringify(model.bodies.flatMap((b) => b.input).find((i) => i.type === 'function_call_output'));
       expect(output, log).toMatch(/in=0/);
       expect(output).toMatch(/out=[1-9]/);
+      // Under a filter of ours: the server itself has one (Docker's profile), the command more.
+      const serverFilters = Number(/^Seccomp_filters:\s+(\d+)$/m.exec(docker(['exec', name, 'cat', '/proc/1/status']))?.[1]);
+      expect(serverFilters).toBeGreaterThan(0);
+      expect(Number(/Seccomp_filters:\\t(\d+)/.exec(output)?.[1]), output).toBeGreaterThan(serverFilters);
       expect(output).toMatch(/NoNewPrivs:\\t1/);
       // Checked from outside: the inside write landed, the outside one did not.
       expect(fs.readFileSync(inside, 'utf8')).toBe('in');
