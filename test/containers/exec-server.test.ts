@@ -3,16 +3,17 @@
  * Run by `npm run test:containers` (scripts/containers/exec-server.sh), which starts its own
  * dockerd and builds the image; elsewhere this file skips, saying so.
  *
- * The server runs as uid 1000 in a container with Docker's default seccomp profile (user
- * namespaces refused, so the sandbox is Landlock mode), listening on loopback with a capability
- * token read from a root-owned tmpfs mounted read-only, laid out as a Kubernetes Secret volume
- * when PSB_CONTAINERS_TOKEN_LAYOUT=kubelet (token -> ..data/token, ..data -> ..2026_…, files
- * root-owned, group the pod's fsGroup, mode 0440), else as one plain file owned by the server's
- * uid, mode 0400. Codex sends no credential to an exec-server URL (Codex 0.171), so it talks to
+ * The server runs in a container with Docker's default seccomp profile (user namespaces refused,
+ * so the sandbox is Landlock mode), listening on loopback with a capability token on a root-owned
+ * tmpfs mounted read-only. By default as kubernetes.yaml runs it: uid 1000, the token one file of
+ * its own, mode 0400, at /run/exec-server (the pod's init container copies it there from the
+ * Secret). With PSB_CONTAINERS_TOKEN_LAYOUT=kubelet, as root in the container (every capability
+ * dropped) reading a Secret volume as the kubelet lays it out: token -> ..data/token,
+ * ..data -> ..2026_…, the files root's, mode 0400 (defaultMode), the tmpfs 1777. Codex sends no credential to an exec-server URL (Codex 0.171), so it talks to
  * an authenticating relay on loopback that adds the bearer token, as docs/exec-server.md
  * recommends. A stand-in model answers with one tool call that writes inside the workspace and
  * outside it; checked from outside: the inside file landed, the outside one did not although
- * uid 1000 can write there unsandboxed, the command ran under a seccomp filter of ours (one more
+ * the server's user can write there unsandboxed, the command ran under a seccomp filter of ours (one more
  * than the server's own),
  * and a client without the token is refused before any connection exists.
  *
@@ -31,7 +32,9 @@ import { REFERENCE_BIN, referenceSkip, standInModel } from '../exec-server/clien
 const IMAGE = process.env.PSB_CONTAINERS_EXEC_IMAGE;
 const DOCKER = process.env.PSB_DOCKER ?? 'docker';
 const LAYOUT = process.env.PSB_CONTAINERS_TOKEN_LAYOUT === 'kubelet' ? 'kubelet' : 'plain';
-const UID = 1000;
+/** The server's uid in the container: kubernetes.yaml's, or root reading the Secret volume. */
+const UID = LAYOUT === 'kubelet' ? 0 : 1000;
+const TOKEN_DIR = LAYOUT === 'kubelet' ? '/var/run/secrets/exec-server' : '/run/exec-server';
 const skip = !IMAGE
   ? 'PSB_CONTAINERS_EXEC_IMAGE is unset: run by npm run test:containers (its own dockerd and image)'
   : process.getuid?.() !== 0
@@ -98,28 +101,29 @@ describe.skipIf(skip !== undefined)(`the exec-server container (Docker, token la
     fs.chmodSync(base, 0o755);
     // The workspace and the outside directory both belong to the server's uid: a refused write
     // outside is the sandbox's, not the file system's.
-    for (const d of [ws, out]) fs.chownSync(d, UID, UID);
-    // The Secret volume: a root-owned tmpfs, mounted read-only into the container.
+    for (const d of [ws, out]) {
+      fs.chownSync(d, 1000, 1000);
+      // Root without capabilities (the kubelet layout's server) writes by the mode bits alone.
+      if (UID !== 1000) fs.chmodSync(d, 0o777);
+    }
+    // A root-owned tmpfs, mounted read-only into the container.
     fs.mkdirSync(secrets);
     execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=64k,mode=0755', 'psb-secret', secrets]);
     mounted = true;
     if (LAYOUT === 'kubelet') {
-      // What the kubelet writes for a Secret with fsGroup 1000 (files root:fsGroup, group-read
-      // forced): a timestamped directory, ..data pointing at it, one link per key.
+      // What the kubelet writes for a Secret volume with defaultMode 0400: a timestamped
+      // directory, ..data pointing at it, one link per key, every file root's, the tmpfs 1777.
       const stamp = '..2026_12_04_21_00_00.000000001';
-      fs.chownSync(secrets, 0, UID);
-      fs.chmodSync(secrets, 0o3777);
-      fs.mkdirSync(path.join(secrets, stamp));
-      fs.chownSync(path.join(secrets, stamp), 0, UID);
-      fs.chmodSync(path.join(secrets, stamp), 0o2755);
-      fs.writeFileSync(path.join(secrets, stamp, 'token'), token);
-      fs.chownSync(path.join(secrets, stamp, 'token'), 0, UID);
-      fs.chmodSync(path.join(secrets, stamp, 'token'), 0o440);
+      fs.chmodSync(secrets, 0o1777);
+      fs.mkdirSync(path.join(secrets, stamp), { mode: 0o755 });
+      fs.writeFileSync(path.join(secrets, stamp, 'token'), token, { mode: 0o400 });
+      fs.chmodSync(path.join(secrets, stamp, 'token'), 0o400);
       fs.symlinkSync(stamp, path.join(secrets, '..data'));
       fs.symlinkSync('..data/token', path.join(secrets, 'token'));
     } else {
+      // What the pod's init container leaves in its memory-backed volume (kubernetes.yaml).
       fs.writeFileSync(path.join(secrets, 'token'), token);
-      fs.chownSync(path.join(secrets, 'token'), UID, UID);
+      fs.chownSync(path.join(secrets, 'token'), 1000, 1000);
       fs.chmodSync(path.join(secrets, 'token'), 0o400);
     }
     spawnSync(DOCKER, ['rm', '-f', name]);
@@ -130,9 +134,10 @@ describe.skipIf(skip !== undefined)(`the exec-server container (Docker, token la
       // As kubernetes.yaml's container: read-only root, a writable /tmp, no capabilities, no
       // privilege escalation (no_new_privs); the seccomp profile is the runtime's default.
       '--read-only', '--tmpfs', '/tmp:rw,exec,mode=1777', '--cap-drop', 'ALL', '--security-opt', 'no-new-privileges',
-      '-v', `${ws}:${ws}`, '-v', `${out}:${out}`, '-v', `${secrets}:/var/run/secrets/exec-server:ro`,
+      '--user', `${UID}:${UID}`,
+      '-v', `${ws}:${ws}`, '-v', `${out}:${out}`, '-v', `${secrets}:${TOKEN_DIR}:ro`,
       IMAGE!,
-      '--listen', 'ws://127.0.0.1:0', '--ws-auth', 'capability-token', '--ws-token-file', '/var/run/secrets/exec-server/token',
+      '--listen', 'ws://127.0.0.1:0', '--ws-auth', 'capability-token', '--ws-token-file', `${TOKEN_DIR}/token`,
       '--require-sandbox', '--floor-write', ws,
     ]);
     // The URL listened on is the server's first line on stdout.
@@ -156,9 +161,9 @@ describe.skipIf(skip !== undefined)(`the exec-server container (Docker, token la
     fs.rmSync(base, { recursive: true, force: true });
   });
 
-  it('runs as uid 1000 under the default seccomp profile, without capabilities', () => {
+  it(`runs as uid ${UID} under the default seccomp profile, without capabilities`, () => {
     const cfg = JSON.parse(docker(['inspect', name]))[0] as { Config: { User: string }; HostConfig: { Privileged: boolean; SecurityOpt: string[] | null; CapAdd: string[] | null } };
-    expect(cfg.Config.User).toBe('1000:1000');
+    expect(cfg.Config.User).toBe(`${UID}:${UID}`);
     expect(cfg.HostConfig.Privileged).toBe(false);
     // The default seccomp profile: no seccomp= (nor apparmor=) option.
     expect(cfg.HostConfig.SecurityOpt ?? []).toEqual(['no-new-privileges']);
@@ -178,8 +183,8 @@ describe.skipIf(skip !== undefined)(`the exec-server container (Docker, token la
   it('the Codex CLI runs a tool call through it: the write inside the workspace lands, the one outside does not', async () => {
     const inside = path.join(ws, 'inside.txt');
     const outside = path.join(out, 'outside.txt');
-    // Control: uid 1000 can write the outside directory unsandboxed, in the same container.
-    docker(['exec', name, 'sh', '-c', `printf x > ${out}/control && rm ${out}/control`]);
+    // Control: the server's user can write the outside directory unsandboxed, in the same container.
+    docker(['exec', '--user', `${UID}:${UID}`, name, 'sh', '-c', `printf x > ${out}/control && rm ${out}/control`]);
     const command = `printf in > ${inside}; echo in=$?; printf out > ${outside}; echo out=$?; grep -E '^(NoNewPrivs|Seccomp_filters):' /proc/self/status`;
     const model = standInModel(command);
     await new Promise<void>((r) => model.server.listen(0, '127.0.0.1', r));
