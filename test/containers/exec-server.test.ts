@@ -86,7 +86,8 @@ function authRelay(upstream: string, token: string) {
 }
 
 describe.skipIf(skip !== undefined)(`the exec-server container (Docker, token layout: ${LAYOUT})`, () => {
-  const base = fs.mkdtempSync('/var/tmp/psb-exec-container-');
+  // Made in beforeAll: a skipped describe still runs this body (to collect its tests).
+  const base = `/var/tmp/psb-exec-container-${process.pid}`;
   const ws = path.join(base, 'ws');
   const out = path.join(base, 'out');
   const secrets = path.join(base, 'secrets');
@@ -97,6 +98,8 @@ describe.skipIf(skip !== undefined)(`the exec-server container (Docker, token la
   let mounted = false;
 
   beforeAll(async () => {
+    fs.rmSync(base, { recursive: true, force: true });
+    fs.mkdirSync(base, { mode: 0o700 });
     for (const d of [ws, out, home]) fs.mkdirSync(d, { recursive: true });
     fs.chmodSync(base, 0o755);
     // The workspace and the outside directory both belong to the server's uid: a refused write
