@@ -47,6 +47,8 @@ export interface LinuxNativePlan {
     net: 'none' | 'proxy' | 'full';
     unixSockets?: boolean;
     connectSupervisor?: number;
+    /** Landlock mode below ABI 6: signal calls go to the host's signal supervisor (members only). */
+    signalSupervisor?: boolean;
     /** inotify: the run's share of the uid's inotify counters, counted as they are created. */
     metadataSupervisor?: {
       writable: string[];

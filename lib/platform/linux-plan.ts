@@ -647,6 +647,10 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
   // and outside the protected paths only (native/linux/metadata_supervisor.cc); without it they
   // are a listed gap.
   const metadataSupervised = mode === 'landlock' && probe.connectSupervisor === 0;
+  // Landlock mode below ABI 6 (no LANDLOCK_SCOPE_SIGNAL): signals go to the same supervisor,
+  // which lets them reach the sandbox's own processes only (native/linux/supervise_signals.cc).
+  const signalSupervised = mode === 'landlock' && abi < 6 && probe.connectSupervisor === 0;
+  if (signalSupervised) native.seccomp!.signalSupervisor = true;
   if (abi >= 1) {
     native.landlock = { net, rules: landlockRules(input, mode), ...(mode === 'landlock' ? { stdioTerminals: true } : {}) };
     if (net === 'proxy' && !supervised) native.landlock.connectPorts = [input.proxyPort!];
@@ -753,7 +757,10 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     // file the uid may write, outside the writable roots too, are not stopped (FS-13).
     if (abi < 3) gaps.push(`files outside the writable roots can be truncated (Landlock ABI ${abi} has no truncate right)`);
     if (abi < 4 && net !== 'full') gaps.push(`Landlock ABI ${abi} has no TCP rules; seccomp alone blocks sockets`);
-    if (abi < 6) gaps.push(`Landlock ABI ${abi} has no signal or abstract-socket scoping`);
+    if (abi < 6 && !signalSupervised) {
+      gaps.push(`Landlock ABI ${abi} has no signal scoping and this kernel has no seccomp supervision: processes outside the sandbox can be signalled`);
+    }
+    if (abi < 6) gaps.push(`Landlock ABI ${abi} has no abstract-socket scoping`);
     if (probe.euid !== 0) gaps.push('the capability bounding set cannot be emptied without privileges (no_new_privs still blocks gaining capabilities)');
     if (!rules.degraded) {
       throw new SandboxError(
@@ -829,6 +836,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       network: net === 'proxy' ? `proxy only (127.0.0.1:${input.proxyPort}${isolated ? ' inside the namespace' : ''})` : net,
       ...(supervised ? { connectSupervisor: 'seccomp-user-notif' } : {}),
       ...(metadataSupervised ? { metadataSupervisor: 'seccomp-user-notif' } : {}),
+      ...(mode === 'landlock' ? { signals: abi >= 6 ? 'landlock-scope' : signalSupervised ? 'seccomp-user-notif' : 'none' } : {}),
       processCap,
       memoryCap,
       ...(isolated ? { tmpfs: tmpfsSizes(limits.tmpBytes) } : {}),

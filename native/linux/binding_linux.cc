@@ -378,6 +378,14 @@ void ParsePlan(Napi::Env env, const Napi::Object& o, LinuxSpawnPlan* out, Superv
         supervisor->inotify_watches = static_cast<uint32_t>(GetNumber(iq.As<Napi::Object>(), "watches", 0));
       }
     }
+    // Landlock mode below ABI 6: signals go through the host's signal supervisor, which lets
+    // them reach members of the sandbox only (supervise_signals.cc).
+    if (GetBool(s, "signalSupervisor", false)) {
+      if (plan.mode != LinuxMode::kLandlock) throw Napi::TypeError::New(env, "plan.seccomp.signalSupervisor needs Landlock mode");
+      supervisor->signals.enabled = true;
+      cfg.notify_signals = true;
+      plan.seccomp_listener = true;
+    }
     int r = BuildSeccompFilter(cfg, &plan.seccomp_filter);
     if (r < 0) {
       ThrowSandboxError(env, Status::Sys(ErrorCode::kESECCOMP_INSTALL, "building the seccomp filter failed",
@@ -432,6 +440,11 @@ Napi::Value WatchStarted(Napi::Env env, const LinuxSpawnResult& res, SupervisorC
   uv_loop_t* loop = nullptr;
   napi_get_uv_event_loop(env, &loop);
   if (res.seccomp_listener_fd >= 0) {
+    // Landlock mode: members of the sandbox are init's descendants (supervise_signals.cc).
+    if (supervisor.signals.enabled) {
+      supervisor.signals.init = res.pid;
+      supervisor.signals.init_pidfd = fcntl(res.pidfd, F_DUPFD_CLOEXEC, 0);
+    }
     // Owned by the supervisor from here on, whatever happens.
     int r = StartSupervisor(env, loop, res.seccomp_listener_fd, std::move(supervisor));
     w->res.seccomp_listener_fd = -1;

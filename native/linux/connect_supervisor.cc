@@ -510,6 +510,7 @@ void HandleConnect(Supervisor* s, const SeccompNotif& n) {
 void Handle(Supervisor* s, const SeccompNotif& n) {
   SupervisorConfig& c = s->config;
   if (n.data.nr == __NR_connect && s->port != 0) return HandleConnect(s, n);
+  if (c.signals.enabled && IsSignalCall(n)) return HandleSignal(s->fd, n, c.signals);
   // inotify: first the count (a call then refused was counted all the same: the safe direction).
   // Continuing inotify_init* is safe: nothing but the count is decided on.
   uint32_t* left = nullptr;

@@ -12,6 +12,7 @@
 #include <napi.h>
 
 #include "metadata_supervisor.h"
+#include "supervise_signals.h"
 
 namespace psb {
 
@@ -23,6 +24,8 @@ struct SupervisorConfig {
   // host included, and tells nobody when one is released, so creations are what is counted.
   bool inotify = false;
   uint32_t inotify_instances = 0, inotify_watches = 0;
+  // Landlock mode below ABI 6: signals to members only (supervise_signals.cc).
+  SignalRules signals;
 };
 
 // Takes ownership of listener_fd (the filter's notification fd) and serves it on env's loop until

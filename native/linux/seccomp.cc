@@ -61,8 +61,8 @@ int ClauseLength(const Clause& c) {
 // Emits one rule body, entered with the syscall number matched; every path ends in a RET.
 // Layout per clause: tests (each either falls through to the next test or jumps to the clause's
 // end), RET action; after the last clause, RET otherwise. All jumps are forward and short.
-int EmitBody(const Rule& r, uint32_t supervise, std::vector<sock_filter>* out) {
-  auto action = [supervise](uint32_t a) { return a == kSupervise ? supervise : a; };
+int EmitBody(const Rule& r, uint32_t supervise, uint32_t signals, std::vector<sock_filter>* out) {
+  auto action = [supervise, signals](uint32_t a) { return a == kSupervise ? supervise : a == kSuperviseSignals ? signals : a; };
   for (const Clause& c : r.clauses) {
     int ntests = ClauseTestCount(c);
     if (ntests == 0) continue;
@@ -272,6 +272,11 @@ int BuildSeccompFilterUncached(const SeccompConfig& cfg, std::vector<sock_filter
     return -EINVAL;
   }
   const uint32_t supervise = cfg.notify_metadata ? kSeccompRetUserNotif : kAllow;
+  if (cfg.notify_signals && mode != kLandlock) {
+    out->clear();
+    return -EINVAL;
+  }
+  const uint32_t signals = cfg.notify_signals ? kSeccompRetUserNotif : kAllow;
   // 3. Rules, as a binary search over their syscall numbers (EmitSearch). Every body ends in
   //    RET, so the accumulator holds nr at every comparison.
   std::vector<Leaf> leaves;
@@ -279,7 +284,7 @@ int BuildSeccompFilterUncached(const SeccompConfig& cfg, std::vector<sock_filter
     const Rule& r = kRules[i];
     if (!Applies(r, net, mode)) continue;
     Leaf leaf{static_cast<uint32_t>(r.nr), {}};
-    if (int rc = EmitBody(r, supervise, &leaf.body)) {
+    if (int rc = EmitBody(r, supervise, signals, &leaf.body)) {
       out->clear();
       return rc;
     }
@@ -308,12 +313,12 @@ int BuildSeccompFilter(const SeccompConfig& cfg, std::vector<sock_filter>* out) 
   // The program depends on the config alone (a few bits), and building it checks the table for
   // duplicates and sorts it: built once per config, then copied.
   const unsigned key = static_cast<unsigned>(cfg.net) | (cfg.isolated ? 4u : 0u) | (cfg.unix_stream_sockets ? 8u : 0u) |
-                       (cfg.notify_connect ? 16u : 0u) | (cfg.notify_metadata ? 32u : 0u);
+                       (cfg.notify_connect ? 16u : 0u) | (cfg.notify_metadata ? 32u : 0u) | (cfg.notify_signals ? 64u : 0u);
   static std::mutex mu;
-  static std::vector<sock_filter> built[64];
-  static int result[64];
-  static bool done[64];
-  if (key >= 64) return -EINVAL;
+  static std::vector<sock_filter> built[128];
+  static int result[128];
+  static bool done[128];
+  if (key >= 128) return -EINVAL;
   std::lock_guard<std::mutex> lock(mu);
   if (!done[key]) {
     result[key] = BuildSeccompFilterUncached(cfg, &built[key]);

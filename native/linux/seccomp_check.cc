@@ -69,7 +69,8 @@ uint32_t Expected(const SeccompConfig& cfg, const SeccompData& d) {
     return (low(2) & 0xfffffff0u) != 0 ? kSeccompRetUserNotif : kAllow;
   }
   const uint32_t supervise = cfg.notify_metadata ? kSeccompRetUserNotif : kAllow;
-  auto action = [&](uint32_t x) { return x == kSupervise ? supervise : x; };
+  const uint32_t signals = cfg.notify_signals ? kSeccompRetUserNotif : kAllow;
+  auto action = [&](uint32_t x) { return x == kSupervise ? supervise : x == kSuperviseSignals ? signals : x; };
   for (const Rule& r : kRules) {
     if (!Applies(r, net, mode) || static_cast<uint32_t>(r.nr) != nr) continue;
     for (const Clause& c : r.clauses) {
@@ -116,7 +117,7 @@ int SeccompSelfCheck(long* cases, int* configs, char* first, size_t first_len) n
     seed ^= seed << 17;
     return seed;
   };
-  for (unsigned key = 0; key < 64; ++key) {
+  for (unsigned key = 0; key < 128; ++key) {
     SeccompConfig cfg;
     const unsigned net = key & 3;
     if (net > 2) continue;
@@ -125,6 +126,7 @@ int SeccompSelfCheck(long* cases, int* configs, char* first, size_t first_len) n
     cfg.unix_stream_sockets = (key & 8) != 0;
     cfg.notify_connect = (key & 16) != 0;
     cfg.notify_metadata = (key & 32) != 0;
+    cfg.notify_signals = (key & 64) != 0;
     std::vector<sock_filter> prog;
     if (BuildSeccompFilter(cfg, &prog) != 0) continue;  // a config the builder refuses
     ++built;
