@@ -138,6 +138,8 @@ export interface NativeBinding {
   releasePlaceholder?(fd: number, path: string, remove: boolean): boolean;
   /** Whether systemd marked the cgroup directory delegated (trusted.delegate or user.delegate xattr). */
   cgroupDelegated?(dir: string): boolean;
+  /** Tasks /proc shows for real uid `uid` (mine) and for every uid (visible). */
+  uidTaskCount?(uid: number): { mine: number; visible: number } | undefined;
   /** Closes an fd on the libuv thread pool (the freeing of an unlinked inode stays off the JS thread). */
   closeOnPool?(fd: number): void;
   /**

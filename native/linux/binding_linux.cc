@@ -1,5 +1,6 @@
 // Glue only: converts the TS plan (lib/platform/linux.ts) into LinuxSpawnPlan, spawns, and watches
 // the exit through the process's pidfd on the libuv loop (no thread per child).
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <napi.h>
@@ -965,6 +966,50 @@ Napi::Value CgroupDelegated(const Napi::CallbackInfo& info) {
   return Napi::Boolean::New(env, false);
 }
 
+// uidTaskCount(uid) -> { mine, visible }: the tasks (processes and threads) /proc shows for real
+// uid `uid`, and for all uids (lib/platform/linux-quotas.ts: Landlock mode's RLIMIT_NPROC base).
+// A directory's owner is the process's effective uid (root for a non-dumpable one), so
+// /proc/<pid>/status is read only when that owner is `uid` or root; a thread count is the
+// task directory's link count less two. One fstatat per process: about a millisecond for a
+// few hundred processes, a tenth of the same walk from JS.
+Napi::Value UidTaskCountJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const uint32_t uid = info[0].As<Napi::Number>().Uint32Value();
+  double mine = 0, visible = 0;
+  int proc = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR* d = proc >= 0 ? fdopendir(proc) : nullptr;
+  if (d == nullptr) {
+    if (proc >= 0) close(proc);
+    return env.Undefined();
+  }
+  char path[300], buf[2048];
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+    snprintf(path, sizeof path, "%s/task", e->d_name);
+    struct stat st;
+    if (fstatat(proc, path, &st, 0) != 0) continue;
+    const double threads = st.st_nlink > 2 ? static_cast<double>(st.st_nlink - 2) : 1;
+    visible += threads;
+    if (st.st_uid != uid && st.st_uid != 0) continue;
+    snprintf(path, sizeof path, "%s/status", e->d_name);
+    int f = openat(proc, path, O_RDONLY | O_CLOEXEC);
+    if (f < 0) continue;
+    ssize_t n = read(f, buf, sizeof buf - 1);
+    close(f);
+    if (n <= 0) continue;
+    buf[n] = 0;
+    const char* u = strstr(buf, "\nUid:");
+    if (u == nullptr || strtoul(u + 5, nullptr, 10) != uid) continue;
+    const char* t = strstr(buf, "\nThreads:");
+    mine += t != nullptr ? static_cast<double>(strtoul(t + 9, nullptr, 10)) : threads;
+  }
+  closedir(d);
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("mine", mine);
+  o.Set("visible", visible);
+  return o;
+}
+
 }  // namespace
 
 void InitPlatform(Napi::Env env, Napi::Object exports) {
@@ -988,6 +1033,7 @@ void InitPlatform(Napi::Env env, Napi::Object exports) {
   exports.Set("dirWatchAdd", Napi::Function::New(env, DirWatchAddJs, "dirWatchAdd"));
   exports.Set("dirWatchRemove", Napi::Function::New(env, DirWatchRemoveJs, "dirWatchRemove"));
   exports.Set("dirWatchPoll", Napi::Function::New(env, DirWatchPollJs, "dirWatchPoll"));
+  exports.Set("uidTaskCount", Napi::Function::New(env, UidTaskCountJs, "uidTaskCount"));
   exports.Set("seccompSelfCheck", Napi::Function::New(env, SeccompSelfCheckJs, "seccompSelfCheck"));
   RegisterPty(env, exports);
   RegisterTreeWalk(env, exports);
