@@ -2,8 +2,9 @@
 // filter on the host's loop. connect() (SeccompConfig::notify_connect) is answered so that the
 // command's only TCP connections are to the managed proxy at 127.0.0.1:<port> (see
 // connect_supervisor.cc); metadata changes (SeccompConfig::notify_metadata) are carried out by the
-// host only inside the writable roots (see metadata_supervisor.cc); inotify instances and watches
-// are counted against the sandbox's share of the uid's limits.
+// host only inside the writable roots (see metadata_supervisor.cc); below Landlock ABI 6, signal
+// calls (SeccompConfig::notify_signals) reach members of the sandbox only (supervise_signals.cc);
+// inotify instances and watches are counted against the sandbox's share of the uid's limits.
 #pragma once
 
 #include <stdint.h>
