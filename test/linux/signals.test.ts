@@ -21,13 +21,13 @@ import { BASE_ENV, DIST_INDEX, eventually, makeScene, NODE, PYTHON, type Scene }
 
 // The host process aimed at: logs each catchable signal it receives, then keeps sleeping.
 const VICTIM = String.raw`
-import signal, sys, time
+import os, signal, sys, time
 log = sys.argv[1]
 def got(n, f):
     with open(log, 'a') as fh: fh.write('sig %d\n' % n)
 for s in (1, 2, 10, 12, 14, 15, 23, 29):
     signal.signal(s, got)
-with open(log, 'a') as fh: fh.write('ready\n')
+with open(log, 'a') as fh: fh.write('ready pid %d\n' % os.getpid())
 while True: time.sleep(1)
 `;
 
@@ -121,15 +121,34 @@ timeout 0.3 sleep 30; echo timeout=$?
 // Run in its own node process, so that PSB_LANDLOCK_ABI_MAX applies from the first probe on.
 const SCRIPT = `
 const lib = require(${JSON.stringify(DIST_INDEX)});
-const [mode, victim, python, probe, shell] = process.argv.slice(2);
+const [mode, victim, python, probe, shell, victimCode, otherDir] = process.argv.slice(2);
+const otherLog = otherDir + '/victim.log';
 (async () => {
   const policy = { mode, degraded: mode === 'landlock' };
   const env = { ...${JSON.stringify(BASE_ENV)}, NODE: process.execPath };
   const p = await lib.run(python, ['-c', probe, victim], { policy, env, timeout: 60000 });
   const s = await lib.run('/bin/bash', ['-c', shell], { policy, env, timeout: 60000 });
-  const line = p.stdout.split('\\n').find((l) => l.startsWith('PROBE '));
+  const parse = (r) => {
+    const line = r.stdout.split('\\n').find((l) => l.startsWith('PROBE '));
+    return line ? JSON.parse(line.slice(6)) : { stdout: r.stdout, stderr: r.stderr, code: r.code, signal: r.signal };
+  };
+  // Landlock mode: the same routes at a process of ANOTHER sandbox of the same host and uid.
+  let other;
+  if (mode === 'landlock') {
+    const b = lib.spawn(python, ['-c', victimCode, otherLog], { policy: { ...policy, filesystem: { write: [otherDir] } }, env });
+    const fs = require('fs');
+    for (let i = 0; i < 600 && !(fs.existsSync(otherLog) && fs.readFileSync(otherLog, 'utf8').includes('ready')); i++) {
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const otherPid = /pid (\\d+)/.exec(fs.readFileSync(otherLog, 'utf8'))[1];
+    const q = await lib.run(python, ['-c', probe, otherPid], { policy, env, timeout: 60000 });
+    other = { probe: parse(q), log: fs.readFileSync(otherLog, 'utf8'), alive: b.exitCode === null };
+    b.kill('SIGKILL');
+    await b.exited;
+  }
   console.log(JSON.stringify({
-    probe: line ? JSON.parse(line.slice(6)) : { stdout: p.stdout, stderr: p.stderr, code: p.code, signal: p.signal },
+    probe: parse(p),
+    other,
     shell: s.stdout + s.stderr,
     signals: p.enforcement.mechanisms.signals,
     abi: p.enforcement.mechanisms.landlockAbi,
@@ -179,7 +198,9 @@ describe.runIf(caps.linux)('PROC-06: signals reach the sandbox\'s own processes 
         expect(await eventually(() => fs.existsSync(log) && fs.readFileSync(log, 'utf8').includes('ready'))).toBe(true);
         const script = path.join(scene.root, 'signals.js');
         fs.writeFileSync(script, SCRIPT);
-        const r = spawnSync(NODE, [script, c.mode, String(victim.pid), PYTHON, PROBE, SHELL], {
+        const otherDir = path.join(scene.ws, 'other');
+        fs.mkdirSync(otherDir);
+        const r = spawnSync(NODE, [script, c.mode, String(victim.pid), PYTHON, PROBE, SHELL, VICTIM, otherDir], {
           encoding: 'utf8',
           timeout: 120_000,
           env: { ...process.env, ...c.env },
@@ -197,7 +218,7 @@ describe.runIf(caps.linux)('PROC-06: signals reach the sandbox\'s own processes 
         // SIGIO and kill(-1)'s SIGTERM included).
         expect(victim.exitCode).toBeNull();
         expect(victim.signalCode).toBeNull();
-        expect(fs.readFileSync(log, 'utf8')).toBe('ready\n');
+        expect(fs.readFileSync(log, 'utf8')).toBe(`ready pid ${victim.pid}\n`);
         const state = /^State:\s+(\S)/m.exec(fs.readFileSync(`/proc/${victim.pid}/status`, 'utf8'))?.[1];
         expect(['S', 'R']).toContain(state);
         // Inside, every route reaches the sandbox's own child (killed by SIGTERM: status 15).
@@ -215,6 +236,15 @@ describe.runIf(caps.linux)('PROC-06: signals reach the sandbox\'s own processes 
         expect(res.shell).toMatch(/^kill0=0$/m);
         expect(res.shell).toMatch(/^timeout=124$/m);
         expect(res.shell).toMatch(/^node=SIGTERM$/m);
+        if (c.mode === 'landlock') {
+          // Another sandbox's process is outside too: refused by every route, and it logged nothing.
+          const o = res.other.probe.out;
+          for (const route of ['kill', 'tkill', 'tgkill', 'rt_sigqueueinfo', 'rt_tgsigqueueinfo', 'pidfd_send_signal']) {
+            expect(['EPERM', 'ESRCH'], `${route} (other sandbox): ${JSON.stringify(o)}`).toContain(o[route]);
+          }
+          expect(res.other.log).toMatch(/^ready pid \d+\n$/);
+          expect(res.other.alive).toBe(true);
+        }
         if (c.signals) {
           expect(res.signals).toBe(c.signals);
           expect(res.gaps.join('\n')).not.toMatch(/signal/);
