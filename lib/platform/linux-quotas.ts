@@ -138,7 +138,8 @@ export function takeQuotaShare(mode: 'isolated' | 'landlock'): QuotaShare | null
  * sandbox at its cap also stops the forks of the uid's other such sandboxes (never the host's:
  * its own limit is unchanged).
  *
- * Counted from /proc (each process's "Uid:" real uid and "Threads:"). Where /proc shows fewer
+ * Counted from /proc (native uidTaskCount: the owner and thread count of each /proc/<pid>/task;
+ * a setuid or non-dumpable process of the uid is missed, which only tightens the cap). Where /proc shows fewer
  * tasks than the kernel runs (a pid namespace: a container), the hidden ones may be this uid's:
  * they are counted as if they were (the kernel's total is /proc/loadavg's fourth field), so the
  * limit is never below what the uid already runs, only looser. Undefined when /proc cannot be read.
