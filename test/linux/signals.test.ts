@@ -259,3 +259,48 @@ describe.runIf(caps.linux)('PROC-06: signals reach the sandbox\'s own processes 
     }, 240_000);
   });
 });
+
+// The plan alone (no spawn): which mechanism holds PROC-06 in Landlock mode on each kernel, and
+// what the report says, including the process cap without a cgroup.
+describe('PROC-06 and the process cap in a Landlock-mode plan', () => {
+  const plan = async (landlockAbi: number, connectSupervisor: number, uidTasks?: number, euid = 1000) => {
+    const { planLinux } = await import('../../lib/platform/linux-plan');
+    const probe = { landlockAbi, seccomp: 0, userns: -1, euid, connectSupervisor };
+    const rules = {
+      readAll: true, readRoots: [], writeRoots: ['/srv/ws'], readOnly: [], denyRead: [],
+      tmp: 'none', network: { kind: 'none' }, mode: 'landlock', degraded: true, limits: {},
+    } as unknown as Parameters<typeof planLinux>[0]['rules'];
+    return planLinux({ rules, mode: 'landlock', file: '/bin/true', argv: ['true'], env: {}, cwd: '/', probe, uidTasks });
+  };
+
+  it('ABI 6+: Landlock scopes signals, no supervisor', async () => {
+    const p = await plan(6, 0);
+    expect(p.native.seccomp!.signalSupervisor).toBeUndefined();
+    expect(p.enforcement.mechanisms.signals).toBe('landlock-scope');
+    expect(p.enforcement.gaps.join('\n')).not.toMatch(/signal/);
+  });
+
+  it('below ABI 6: the signal supervisor where the kernel has user notification, else a listed gap', async () => {
+    const p = await plan(2, 0);
+    expect(p.native.seccomp!.signalSupervisor).toBe(true);
+    expect(p.enforcement.mechanisms.signals).toBe('seccomp-user-notif');
+    expect(p.enforcement.gaps.join('\n')).not.toMatch(/signal/);
+    const none = await plan(2, -95);
+    expect(none.native.seccomp!.signalSupervisor).toBeUndefined();
+    expect(none.enforcement.mechanisms.signals).toBe('none');
+    expect(none.enforcement.gaps.join('\n')).toMatch(/no signal scoping .*processes outside the sandbox can be signalled/);
+  });
+
+  it('without a cgroup: RLIMIT_NPROC is the uid\'s count plus the cap; as root the report says nothing binds', async () => {
+    const p = await plan(7, 0, 123);
+    expect(p.native.rlimitNproc).toBe(123 + 4096);
+    expect(p.enforcement.mechanisms.processCap).toBe("RLIMIT_NPROC 4219 (the uid's 123 tasks at spawn + 4096: counts all of the user's processes)");
+    expect(p.enforcement.limits.maxProcesses).toBe(4096);
+    const uncounted = await plan(7, 0, undefined);
+    expect(uncounted.native.rlimitNproc).toBeUndefined();
+    expect(uncounted.enforcement.gaps.join('\n')).toMatch(/no process cap: this uid's processes could not be counted/);
+    const root = await plan(7, 0, undefined, 0);
+    expect(root.enforcement.mechanisms.processCap).toBe('none');
+    expect(root.enforcement.gaps.join('\n')).toMatch(/RLIMIT_NPROC does not bind uid 0, so the number of processes is not capped/);
+  });
+});
