@@ -48,6 +48,8 @@ export interface LinuxNativePlan {
     net: 'none' | 'proxy' | 'full';
     unixSockets?: boolean;
     connectSupervisor?: number;
+    /** Landlock mode below ABI 6: signal calls go to the host's signal supervisor (members only). */
+    signalSupervisor?: boolean;
     /** inotify: the run's share of the uid's inotify counters, counted as they are created. */
     metadataSupervisor?: {
       writable: string[];
@@ -152,6 +154,8 @@ export interface NativeBinding {
   releasePlaceholder?(fd: number, path: string, remove: boolean): boolean;
   /** Whether systemd marked the cgroup directory delegated (trusted.delegate or user.delegate xattr). */
   cgroupDelegated?(dir: string): boolean;
+  /** Tasks /proc shows for real uid `uid` (mine) and for every uid (visible). */
+  uidTaskCount?(uid: number): { mine: number; visible: number } | undefined;
   /** Closes an fd on the libuv thread pool (the freeing of an unlinked inode stays off the JS thread). */
   closeOnPool?(fd: number): void;
   /**

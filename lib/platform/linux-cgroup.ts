@@ -12,7 +12,9 @@
  * paths (hybrid hosts, like this project's CI); else none, and the caller reports what is left
  * uncapped. On v2 under systemd the groups go below the host's unit (.service or .scope) only when
  * systemd delegated it, and only with the controllers it delegated; the unit's processes first
- * move into <unit>/psb-host (the "no internal processes" rule, see moveToLeaf). Elsewhere (no
+ * move into <unit>/psb-host (the "no internal processes" rule, see moveToLeaf). Root in a unit
+ * that delegates nothing (a login session) makes a group of its own at the top of the hierarchy,
+ * <mount>/process-sandbox (rootOwnParent), since nothing else caps root's processes. Elsewhere (no
  * systemd unit above us) our own group, if its children can be joined. Only the command joins:
  * init shares the host's memory, so a memory cgroup's OOM killer must never be able to pick it.
  *
@@ -364,12 +366,46 @@ function refuse(why: string): null {
   return null;
 }
 
+/**
+ * Root outside a delegated unit (a login session, an ordinary service): RLIMIT_NPROC does not
+ * bind uid 0, so without a group the sandbox has no process cap at all. Root may write the
+ * cgroup2 root, so it makes a group of its own there, <mount>/process-sandbox, beside systemd's
+ * slices (as container engines do with their own top-level groups), and the sandbox groups go
+ * below it. The root group is exempt from the "no internal processes" rule, so pids (and memory)
+ * can be handed down to it even though the root holds processes. Null where that cannot be done
+ * (not root; a read-only cgroup file system, as root in a default container).
+ */
+const ROOT_OWN = 'process-sandbox';
+function rootOwnParent(mount: string): string | null {
+  if (process.getuid?.() !== 0) return null;
+  const dir = path.join(mount, ROOT_OWN);
+  try {
+    fs.mkdirSync(dir);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'EEXIST') return null;
+  }
+  const top = v2Controllers(mount);
+  for (const c of ['pids', 'memory']) {
+    if (top.has(c) || !v2Controllers(mount, 'cgroup.controllers').has(c)) continue;
+    try {
+      fs.writeFileSync(path.join(mount, 'cgroup.subtree_control'), `+${c}`);
+    } catch {
+      /* createV2 reports what is missing */
+    }
+  }
+  return dir;
+}
+
 function v2Parent(own: string, mount: string): string | null {
   const unit = unitOf(own, mount);
   if (unit === undefined) return own;
   const rel = unit.slice(mount.length);
   const delegation = delegationOf(unit);
-  if (!delegation) return refuse(`the host's systemd unit ${rel} does not delegate its cgroup (Delegate=)`);
+  if (!delegation) {
+    const mine = rootOwnParent(mount);
+    if (mine) return mine;
+    return refuse(`the host's systemd unit ${rel} does not delegate its cgroup (Delegate=)`);
+  }
   v2Delegated = delegation.controllers;
   if (procsOf(unit).length > 0 && !moveToLeaf(unit)) return refuse(`the processes of ${rel} could not move into ${rel}/${HOST_LEAF}`);
   return unit;

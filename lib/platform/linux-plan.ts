@@ -141,6 +141,11 @@ export interface LinuxPlanInput {
   proxyPort?: number;
   /** The sandbox's cgroup (lib/platform/linux-cgroup.ts), when one was made for this run. */
   cgroup?: { kind: 'v1' | 'v2'; pidsMax: number; memoryBytes?: number };
+  /**
+   * Landlock mode without a cgroup, unprivileged: the tasks the uid runs now (linux-quotas.ts
+   * uidTaskCount). RLIMIT_NPROC is set to this plus the cap, since the kernel counts the uid's.
+   */
+  uidTasks?: number;
 }
 
 export interface LinuxPlan {
@@ -833,6 +838,10 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
         `${c.rules.length} Landlock rules, one per entry beside them, more than ${DENY_CARVE_MAX_RULES})`;
     }
   }
+  // Landlock mode below ABI 6 (no LANDLOCK_SCOPE_SIGNAL): signals go to the same supervisor,
+  // which lets them reach the sandbox's own processes only (native/linux/supervise_signals.cc).
+  const signalSupervised = mode === 'landlock' && abi < 6 && probe.connectSupervisor === 0;
+  if (signalSupervised) native.seccomp!.signalSupervisor = true;
   if (abi >= 1) {
     native.landlock = { net, rules: carve?.rules ?? grants, ...(mode === 'landlock' ? { stdioTerminals: true } : {}) };
     if (net === 'proxy' && !supervised) native.landlock.connectPorts = [input.proxyPort!];
@@ -930,9 +939,14 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     denyPartial = m.denyGaps.length > 0;
     namespaces = ['user', 'mnt', 'pid', 'ipc', 'uts', ...(net !== 'full' ? ['net'] : [])];
   } else {
-    // With a pids cgroup the cap is the cgroup's: RLIMIT_NPROC here would count every process of
-    // the uid (the host's own threads included) and could refuse the sandbox's first fork.
-    if (limits.maxProcesses && !cg) native.rlimitNproc = limits.maxProcesses;
+    // With a pids cgroup the cap is the cgroup's. Without one, unprivileged, RLIMIT_NPROC is the
+    // cap: the kernel counts every task of the uid (the host's own threads included) against
+    // it, so the limit is the uid's count at spawn plus the cap (linux-quotas.ts uidTaskCount).
+    // As root it does not bind at all (reported below).
+    if (!cg && probe.euid !== 0) {
+      if (input.uidTasks !== undefined) native.rlimitNproc = input.uidTasks + (limits.maxProcesses ?? DEFAULT_MAX_PROCESSES);
+      else if (limits.maxProcesses) native.rlimitNproc = limits.maxProcesses;
+    }
     protectPartial = (rules.gaps ?? []).length > 0;
     if (!metadataSupervised) {
       gaps.push(...LANDLOCK_INHERENT_GAPS.map((g) => `${g}; this kernel has no seccomp supervision: errno ${-(probe.connectSupervisor ?? -38)}`));
@@ -983,14 +997,17 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       gaps.push("a writable root covers /proc: the host's own /proc files (oom_score_adj among them) are writable");
     }
     gaps.push("POSIX shared memory and semaphores (/dev/shm) are unavailable: the host's would be shared");
-    if (!limits.maxProcesses && !cg) {
-      gaps.push("no process cap by default: RLIMIT_NPROC would count all of the user's processes (set limits.maxProcesses)");
+    if (!native.rlimitNproc && !cg && probe.euid !== 0) {
+      gaps.push("no process cap: this uid's processes could not be counted in /proc, and RLIMIT_NPROC counts all of them (set limits.maxProcesses)");
     }
     // Before ABI 3 truncation is not a Landlock right: truncate(2) and open(O_RDONLY|O_TRUNC) of any
     // file the uid may write, outside the writable roots too, are not stopped (FS-13).
     if (abi < 3) gaps.push(`files outside the writable roots can be truncated (Landlock ABI ${abi} has no truncate right)`);
     if (abi < 4 && net !== 'full') gaps.push(`Landlock ABI ${abi} has no TCP rules; seccomp alone blocks sockets`);
-    if (abi < 6) gaps.push(`Landlock ABI ${abi} has no signal or abstract-socket scoping`);
+    if (abi < 6 && !signalSupervised) {
+      gaps.push(`Landlock ABI ${abi} has no signal scoping and this kernel has no seccomp supervision: processes outside the sandbox can be signalled`);
+    }
+    if (abi < 6) gaps.push(`Landlock ABI ${abi} has no abstract-socket scoping`);
     if (probe.euid !== 0) gaps.push('the capability bounding set cannot be emptied without privileges (no_new_privs still blocks gaining capabilities)');
   }
   const isolated = mode === 'isolated';
@@ -1000,12 +1017,19 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
   // Which mechanism caps processes. RLIMIT_NPROC never binds uid 0 (the kernel exempts the root
   // user), so as root only a pids cgroup does.
   const nproc = native.rlimitNproc;
+  const counted = !isolated && !cg && input.uidTasks !== undefined && nproc !== undefined;
   const processCap = cg
     ? `cgroup ${cg.kind} pids.max ${cg.pidsMax}`
     : nproc && probe.euid !== 0
-      ? `RLIMIT_NPROC ${nproc}${isolated ? ' (counted in the sandbox user namespace)' : " (counts all of the user's processes)"}`
+      ? `RLIMIT_NPROC ${nproc}${
+          isolated
+            ? ' (counted in the sandbox user namespace)'
+            : counted
+              ? ` (the uid's ${input.uidTasks} tasks at spawn + ${nproc - input.uidTasks!}: counts all of the user's processes)`
+              : " (counts all of the user's processes)"
+        }`
       : 'none';
-  if (!cg && nproc && probe.euid === 0) {
+  if (!cg && probe.euid === 0) {
     gaps.push('running as root without a usable pids cgroup: RLIMIT_NPROC does not bind uid 0, so the number of processes is not capped');
   }
   const memoryCap = cg?.memoryBytes
@@ -1068,6 +1092,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       ...(carve
         ? { denyReadCarve: { rules: carve.rules.length, chainDirs: carve.chainDirs, ...(carve.unlisted.length ? { unlisted: carve.unlisted } : {}) } }
         : {}),
+      ...(mode === 'landlock' ? { signals: abi >= 6 ? 'landlock-scope' : signalSupervised ? 'seccomp-user-notif' : 'none' } : {}),
       processCap,
       memoryCap,
       ...(isolated ? { tmpfs: tmpfsSizes(limits.tmpBytes) } : {}),
@@ -1098,7 +1123,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     ...(isolated ? {} : { degradedBy }),
     // What binds (mechanisms.processCap/memoryCap say how): RLIMIT_NPROC does not bind uid 0.
     limits: {
-      maxProcesses: cg ? cg.pidsMax : nproc && probe.euid !== 0 ? nproc : null,
+      maxProcesses: cg ? cg.pidsMax : nproc && probe.euid !== 0 ? (counted ? nproc - input.uidTasks! : nproc) : null,
       memoryBytes: cg?.memoryBytes ?? native.rlimitAs ?? null,
       openFiles: native.rlimitNofile ?? null,
     },

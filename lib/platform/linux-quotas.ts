@@ -22,6 +22,8 @@
  */
 import fs from 'node:fs';
 
+import { loadNative } from '../native';
+
 import { DEFAULT_MSGQUEUE_BYTES, DEFAULT_SIGPENDING } from './linux-plan';
 
 class Budget {
@@ -125,4 +127,32 @@ export function takeQuotaShare(mode: 'isolated' | 'landlock'): QuotaShare | null
       if (msgqueueBytes !== undefined) b.msgqueue?.give(msgqueueBytes);
     },
   };
+}
+
+/**
+ * Landlock mode without a pids cgroup, unprivileged (item: a process cap by default):
+ * RLIMIT_NPROC is the only cap, and the kernel checks it at each fork against every task
+ * (process or thread) of the real uid, host-wide, not the sandbox's. So the sandbox's limit is
+ * the uid's count now plus the cap: the sandbox may add `cap` tasks to what the uid runs. What
+ * the uid starts elsewhere during the run is counted too (the cap shrinks by it), and one
+ * sandbox at its cap also stops the forks of the uid's other such sandboxes (never the host's:
+ * its own limit is unchanged).
+ *
+ * Counted from /proc (native uidTaskCount: the owner and thread count of each /proc/<pid>/task;
+ * a setuid or non-dumpable process of the uid is missed, which only tightens the cap). Where /proc shows fewer
+ * tasks than the kernel runs (a pid namespace: a container), the hidden ones may be this uid's:
+ * they are counted as if they were (the kernel's total is /proc/loadavg's fourth field), so the
+ * limit is never below what the uid already runs, only looser. Undefined when /proc cannot be read.
+ */
+export function uidTaskCount(uid: number): number | undefined {
+  const c = loadNative().uidTaskCount?.(uid);
+  if (c === undefined) return undefined;
+  let total = 0;
+  try {
+    total = Number(fs.readFileSync('/proc/loadavg', 'latin1').split(' ')[3]?.split('/')[1] ?? 0);
+  } catch {
+    /* no loadavg: what /proc shows */
+  }
+  // "Hidden" is only what /proc does not show at all (kernel threads are visible as processes).
+  return c.mine + Math.max(0, total - c.visible);
 }

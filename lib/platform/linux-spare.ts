@@ -52,6 +52,10 @@ const MAX_BACKOFF = 6;
  */
 export function planKey(plan: Omit<LinuxNativePlan, 'stdio'>): string {
   const go = { file: undefined, argv: undefined, envp: undefined, cwd: undefined, cgroupFds: undefined, ptyCols: undefined, ptyRows: undefined };
+  // Landlock mode without a cgroup: RLIMIT_NPROC is the uid's task count plus the cap, a count
+  // that moves between any two spawns; the spare keeps the one taken when it was made (the cap
+  // itself is in the rules, which the spare's key holds).
+  if (plan.mode === 'landlock') Object.assign(go, { rlimitNproc: undefined });
   return JSON.stringify({ ...plan, ...go });
 }
 

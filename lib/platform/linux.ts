@@ -16,7 +16,7 @@ import type { LinuxNativePlan, LinuxProbe, LinuxStdio, NativeBinding } from '../
 import { ManagedProxy } from '../network';
 import { createSandboxCgroup, type SandboxCgroup } from './linux-cgroup';
 import { chooseLinuxMode, DEFAULT_MAX_PROCESSES, DEFAULT_TMP_BYTES, planLinux, setProxyPort } from './linux-plan';
-import { type QuotaShare, takeQuotaShare } from './linux-quotas';
+import { type QuotaShare, takeQuotaShare, uidTaskCount } from './linux-quotas';
 import { planKey, scheduleSpare, type Spare, type SpareResources, SpareSlot } from './linux-spare';
 
 const PLAIN_REPORT = unsandboxedReport('linux', {
@@ -167,6 +167,11 @@ function proxyPortFor(native: NativeBinding, mode: 'isolated' | 'landlock'): { p
 /** A run's cgroup, capped as its rules ask. */
 function cgroupFor(rules: NonNullable<BackendSpawnRequest['rules']>): SandboxCgroup | null {
   return createSandboxCgroup({ pidsMax: rules.limits.maxProcesses ?? DEFAULT_MAX_PROCESSES, memoryBytes: rules.limits.memoryBytes });
+}
+
+/** Landlock mode without a pids cgroup, unprivileged: the uid's task count RLIMIT_NPROC adds the cap to. */
+function uidTasksFor(mode: 'isolated' | 'landlock', g: SandboxCgroup | null, probe: LinuxProbe): number | undefined {
+  return mode === 'landlock' && !g && probe.euid !== 0 ? uidTaskCount(process.getuid!()) : undefined;
 }
 
 /** What the planner is told of a run's cgroup. */
@@ -517,7 +522,7 @@ export function createLinuxBackend(native: NativeBinding): Backend {
         plan = JSON.parse(base.tmpDir && made.tmpDir ? json.split(JSON.stringify(base.tmpDir)).join(JSON.stringify(made.tmpDir)) : json);
         if (made.proxyPort !== undefined) setProxyPort(plan, made.proxyPort);
       } else {
-        plan = planLinux({ rules, mode, file: req.file, argv: req.argv, env, cwd: req.cwd, probe, landlockTmpDir: made.tmpDir, proxyPort: made.proxyPort, cgroup }).native;
+        plan = planLinux({ rules, mode, file: req.file, argv: req.argv, env, cwd: req.cwd, probe, landlockTmpDir: made.tmpDir, proxyPort: made.proxyPort, cgroup, uidTasks: uidTasksFor(mode, made.cgroup, probe) }).native;
       }
       if (made.cgroup) plan.cgroupFds = made.cgroup.procsFds;
       made.quota = takeQuotaShare(mode);
@@ -638,7 +643,8 @@ export function createLinuxBackend(native: NativeBinding): Backend {
           held = claimPlaceholders(native, [...rules.readOnly, ...rules.denyRead]);
           if (!spare) cgroup = cgroupFor(rules);
           const cgInfo = cgroupInfo(cgroup);
-          const p = planLinux({ rules, mode, file: req.file, argv: req.argv, env: planEnv, cwd: req.cwd, probe, landlockTmpDir: tmpDir, proxyPort, cgroup: cgInfo });
+          const uidTasks = uidTasksFor(mode, cgroup, probe);
+          const p = planLinux({ rules, mode, file: req.file, argv: req.argv, env: planEnv, cwd: req.cwd, probe, landlockTmpDir: tmpDir, proxyPort, cgroup: cgInfo, uidTasks });
           // Without the connect supervisor the host listener admits by uid only: any process of
           // this uid could have a credential rule's secret injected into its own requests.
           if (proxy?.hasCredentialRules && mode === 'landlock' && !p.native.seccomp?.connectSupervisor) {

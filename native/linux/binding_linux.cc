@@ -1,5 +1,6 @@
 // Glue only: converts the TS plan (lib/platform/linux.ts) into LinuxSpawnPlan, spawns, and watches
 // the exit through the process's pidfd on the libuv loop (no thread per child).
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <napi.h>
@@ -394,6 +395,14 @@ void ParsePlan(Napi::Env env, const Napi::Object& o, LinuxSpawnPlan* out, Superv
         supervisor->inotify_watches = static_cast<uint32_t>(GetNumber(iq.As<Napi::Object>(), "watches", 0));
       }
     }
+    // Landlock mode below ABI 6: signals go through the host's signal supervisor, which lets
+    // them reach members of the sandbox only (supervise_signals.cc).
+    if (GetBool(s, "signalSupervisor", false)) {
+      if (plan.mode != LinuxMode::kLandlock) throw Napi::TypeError::New(env, "plan.seccomp.signalSupervisor needs Landlock mode");
+      supervisor->signals.enabled = true;
+      cfg.notify_signals = true;
+      plan.seccomp_listener = true;
+    }
     int r = BuildSeccompFilter(cfg, &plan.seccomp_filter);
     if (r < 0) {
       ThrowSandboxError(env, Status::Sys(ErrorCode::kESECCOMP_INSTALL, "building the seccomp filter failed",
@@ -448,6 +457,11 @@ Napi::Value WatchStarted(Napi::Env env, const LinuxSpawnResult& res, SupervisorC
   uv_loop_t* loop = nullptr;
   napi_get_uv_event_loop(env, &loop);
   if (res.seccomp_listener_fd >= 0) {
+    // Landlock mode: members of the sandbox are init's descendants (supervise_signals.cc).
+    if (supervisor.signals.enabled) {
+      supervisor.signals.init = res.pid;
+      supervisor.signals.init_pidfd = fcntl(res.pidfd, F_DUPFD_CLOEXEC, 0);
+    }
     // Owned by the supervisor from here on, whatever happens.
     int r = StartSupervisor(env, res.seccomp_listener_fd, std::move(supervisor));
     w->res.seccomp_listener_fd = -1;
@@ -972,6 +986,39 @@ Napi::Value CgroupDelegated(const Napi::CallbackInfo& info) {
   return Napi::Boolean::New(env, false);
 }
 
+// uidTaskCount(uid) -> { mine, visible }: the tasks (processes and threads) /proc shows for uid
+// `uid`, and for all uids (lib/platform/linux-quotas.ts: Landlock mode's RLIMIT_NPROC base). One
+// fstatat per process, on /proc/<pid>/task: its owner is the process's effective uid and its
+// link count less two its thread count. A process whose effective uid is not its real one, or a
+// non-dumpable one (its /proc directory is root's), is not counted: the count can only be low,
+// which makes the cap tighter, never looser.
+Napi::Value UidTaskCountJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const uint32_t uid = info[0].As<Napi::Number>().Uint32Value();
+  double mine = 0, visible = 0;
+  int proc = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR* d = proc >= 0 ? fdopendir(proc) : nullptr;
+  if (d == nullptr) {
+    if (proc >= 0) close(proc);
+    return env.Undefined();
+  }
+  char path[300];
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+    snprintf(path, sizeof path, "%s/task", e->d_name);
+    struct stat st;
+    if (fstatat(proc, path, &st, 0) != 0) continue;
+    const double threads = st.st_nlink > 2 ? static_cast<double>(st.st_nlink - 2) : 1;
+    visible += threads;
+    if (st.st_uid == uid) mine += threads;
+  }
+  closedir(d);
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("mine", mine);
+  o.Set("visible", visible);
+  return o;
+}
+
 }  // namespace
 
 void InitPlatform(Napi::Env env, Napi::Object exports) {
@@ -995,6 +1042,7 @@ void InitPlatform(Napi::Env env, Napi::Object exports) {
   exports.Set("dirWatchAdd", Napi::Function::New(env, DirWatchAddJs, "dirWatchAdd"));
   exports.Set("dirWatchRemove", Napi::Function::New(env, DirWatchRemoveJs, "dirWatchRemove"));
   exports.Set("dirWatchPoll", Napi::Function::New(env, DirWatchPollJs, "dirWatchPoll"));
+  exports.Set("uidTaskCount", Napi::Function::New(env, UidTaskCountJs, "uidTaskCount"));
   exports.Set("seccompSelfCheck", Napi::Function::New(env, SeccompSelfCheckJs, "seccompSelfCheck"));
   RegisterPty(env, exports);
   RegisterTreeWalk(env, exports);

@@ -59,7 +59,8 @@
 // Left allowed on purpose: socketpair(AF_UNIX) stream IPC, send*/recv* on connected sockets and
 // setsockopt/getsockopt (asyncio, libuv, Chromium and Bun need them); memfd_create + execveat
 // (PROC-12: the sandbox limits what code can reach, not which code runs); pidfd_open, kill and
-// pidfd_send_signal (the pid namespace or Landlock's signal scope bounds them, PROC-06); kcmp;
+// pidfd_send_signal (the pid namespace, Landlock's signal scope or, below ABI 6, the signal
+// supervisor bounds them, PROC-06); kcmp;
 // seccomp and landlock_* (they can only add restrictions). Inherited sockets (NET-12) are the fd
 // sweep's job, not this filter's.
 #ifndef PSB_NATIVE_LINUX_SECCOMP_H_
@@ -129,6 +130,11 @@ struct SeccompConfig {
   // and getdents stop too, and the supervisor refuses listings of denied directories (Landlock's
   // list right on a directory reaches every directory below it).
   bool notify_listdir = false;
+  // Landlock mode without signal scoping (ABI < 6): kill, tkill, tgkill, rt_sigqueueinfo,
+  // rt_tgsigqueueinfo, pidfd_send_signal and fcntl F_SETOWN/F_SETOWN_EX stop in
+  // SECCOMP_RET_USER_NOTIF for the host's signal supervisor (supervise_signals.cc), which
+  // signals members of the sandbox only.
+  bool notify_signals = false;
 };
 
 // Parent side (may allocate). Replaces *out with the BPF program for cfg.

@@ -161,6 +161,12 @@ constexpr uint32_t kSupervisePaths = 0x00030001u;
 // The same for directory listings: USER_NOTIF when the config asks the supervisor to judge them
 // (SeccompConfig::notify_listdir: deny-read paths under readable roots in Landlock mode), else ALLOW.
 constexpr uint32_t kSuperviseList = 0x00030002u;
+// The same for the signal supervisor (SeccompConfig::notify_signals, supervise_signals.cc):
+// USER_NOTIF when the config has it, else ALLOW (Landlock's signal scope, ABI 6+, holds then).
+constexpr uint32_t kSuperviseSignals = 0x00030003u;
+// fcntl(2) commands that name a process to receive SIGIO/SIGURG (and F_SETSIG's signal) later.
+constexpr uint32_t kFSetOwn = 8u;
+constexpr uint32_t kFSetOwnEx = 15u;
 
 // File attribute flag ioctls (chattr): _IOW('f', 2, long), its 32-bit spelling _IOW('f', 2, int)
 // (some file systems take it natively too) and _IOW('X', 32, struct fsxattr).
@@ -365,8 +371,15 @@ constexpr Rule kRules[] = {
          Clause{{InList(1, kAll, {kFsIocAddEncryptionKey, kFsIocRemoveEncryptionKey, kFsIocRemoveEncryptionKeyAllUsers})},
                 kEperm}),
     // Leases and delegations on host files (see kFSetLease above), both modes.
-    When(__NR_fcntl, kAnyNet, kAnyMode, kAllow, Clause{{In(1, kAll, kFSetLease, kFSetDeleg)}, kEperm}),
-    When(kNrFcntl64, kAnyNet, kAnyMode, kAllow, Clause{{In(1, kAll, kFSetLease, kFSetDeleg)}, kEperm}),
+    When(__NR_fcntl, kAnyNet, kIsolated, kAllow, Clause{{In(1, kAll, kFSetLease, kFSetDeleg)}, kEperm}),
+    When(kNrFcntl64, kAnyNet, kIsolated, kAllow, Clause{{In(1, kAll, kFSetLease, kFSetDeleg)}, kEperm}),
+    // Landlock mode: F_SETOWN/F_SETOWN_EX name the process that later gets SIGIO/SIGURG, a signal
+    // to anyone by pid; the signal supervisor judges them (kSuperviseSignals) where Landlock has
+    // no signal scope.
+    When(__NR_fcntl, kAnyNet, kLandlock, kAllow, Clause{{In(1, kAll, kFSetLease, kFSetDeleg)}, kEperm},
+         Clause{{In(1, kAll, kFSetOwn, kFSetOwnEx)}, kSuperviseSignals}),
+    When(kNrFcntl64, kAnyNet, kLandlock, kAllow, Clause{{In(1, kAll, kFSetLease, kFSetDeleg)}, kEperm},
+         Clause{{In(1, kAll, kFSetOwn, kFSetOwnEx)}, kSuperviseSignals}),
     Deny(__NR_file_setattr, kAnyNet, kLandlock),
 
     // PROC-15: kernel attack surface no build or test needs.
@@ -528,6 +541,16 @@ constexpr Rule kRules[] = {
     When(__NR_sendto, kNetProxy, kLandlock, kAllow, Clause{{AnyBit(3, kMsgFastOpen)}, kEperm}),
     When(__NR_sendmsg, kNetProxy, kLandlock, kAllow, Clause{{AnyBit(2, kMsgFastOpen)}, kEperm}),
     When(__NR_sendmmsg, kNetProxy, kLandlock, kAllow, Clause{{AnyBit(3, kMsgFastOpen)}, kEperm}),
+
+    // PROC-06 in Landlock mode below ABI 6 (no signal scope): every call that signals another
+    // process by pid, thread id, process group or pidfd goes to the signal supervisor, which
+    // signals members of the sandbox only (supervise_signals.cc).
+    Rule{__NR_kill, kAnyNet, kLandlock, kSuperviseSignals, {}},
+    Rule{__NR_tkill, kAnyNet, kLandlock, kSuperviseSignals, {}},
+    Rule{__NR_tgkill, kAnyNet, kLandlock, kSuperviseSignals, {}},
+    Rule{__NR_rt_sigqueueinfo, kAnyNet, kLandlock, kSuperviseSignals, {}},
+    Rule{__NR_rt_tgsigqueueinfo, kAnyNet, kLandlock, kSuperviseSignals, {}},
+    Rule{__NR_pidfd_send_signal, kAnyNet, kLandlock, kSuperviseSignals, {}},
 
     // PROC-16: without an ipc namespace, SysV IPC and POSIX message queues are the host's.
     Deny(__NR_shmget, kAnyNet, kLandlock),

@@ -80,12 +80,14 @@ void OnEnvTeardown(void* arg) {
 }
 
 // The classes of calls (one file each, see the top of the file).
-enum class CallClass { kContinue, kConnect, kMetadata, kPaths };
+enum class CallClass { kContinue, kConnect, kMetadata, kPaths, kSignals };
 
-CallClass ClassOf(const Supervisor& s, int nr) {
+CallClass ClassOf(const Supervisor& s, const SeccompNotif& n) {
+  const int nr = n.data.nr;
   if (nr == __NR_connect && s.connect != nullptr) return CallClass::kConnect;
   if (s.config.metadata.enabled && IsMetadataCall(nr, s.config.metadata)) return CallClass::kMetadata;
   if (s.config.paths.enabled && IsPathCall(nr)) return CallClass::kPaths;
+  if (s.config.signals.enabled && IsSignalCall(n)) return CallClass::kSignals;
   return CallClass::kContinue;
 }
 
@@ -114,7 +116,7 @@ bool OverInotifyShare(Supervisor* s, const SeccompNotif& n) {
 // The one dispatch point: each class answers the calls it claims.
 void Dispatch(Supervisor* s, const SeccompNotif& n) {
   if (OverInotifyShare(s, n)) return;
-  switch (ClassOf(*s, n.data.nr)) {
+  switch (ClassOf(*s, n)) {
     case CallClass::kConnect:
       return HandleConnect(s->connect, s->listener, n);
     case CallClass::kMetadata:
@@ -124,6 +126,8 @@ void Dispatch(Supervisor* s, const SeccompNotif& n) {
       // This thread is the sandbox's own: the class may give it a file-system context of its own.
       HandlePaths(s->listener, n, s->config.paths, true);
       return;
+    case CallClass::kSignals:
+      return HandleSignal(s->listener, n, s->config.signals);
     case CallClass::kContinue:
       return Continue(s->listener, n.id);
   }

@@ -4,7 +4,10 @@
 // command's only TCP connections are to the managed proxy at 127.0.0.1:<port>
 // (supervise_connect.cc); metadata changes (SeccompConfig::notify_metadata) are carried out by
 // the host only inside the writable roots (metadata_supervisor.cc); inotify instances and watches
-// are counted against the sandbox's share of the uid's limits (supervisor.cc).
+// are counted against the sandbox's share of the uid's limits (supervisor.cc); write-opens,
+// creates, renames and removals are carried out outside read-only carve-outs only
+// (supervise_paths.cc); below Landlock ABI 6, signals reach members of the sandbox only
+// (supervise_signals.cc).
 #pragma once
 
 #include <stdint.h>
@@ -13,6 +16,7 @@
 
 #include "metadata_supervisor.h"
 #include "supervise_paths.h"
+#include "supervise_signals.h"
 
 namespace psb {
 
@@ -21,6 +25,8 @@ struct SupervisorConfig {
   MetadataRules metadata;
   // Read-only carve-outs inside writable roots (supervise_paths.cc).
   PathRules paths;
+  // Landlock mode below ABI 6: signals to members only (supervise_signals.cc).
+  SignalRules signals;
   // Landlock mode's inotify caps: how many instances (inotify_init*) and watches
   // (inotify_add_watch) the sandbox may create in its lifetime. The kernel counts both per uid,
   // host included, and tells nobody when one is released, so creations are what is counted.
