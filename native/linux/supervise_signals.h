@@ -4,7 +4,7 @@
 // the supervisor answers them here: a signal reaches members of the sandbox only. See
 // supervise_signals.cc for membership, pinning and why it is race-free.
 //
-// Threading: HandleSignal runs on the supervisor's loop thread. It lowers that thread's
+// Threading: HandleSignal runs on the sandbox's supervisor thread. It lowers that thread's
 // effective capabilities while it signals and restores them before it returns.
 #pragma once
 
