@@ -46,8 +46,9 @@ describe('addon loading through lib/native.ts', () => {
     expect(r.first).toBe('');
     expect(r.mismatches).toBe(0);
     // Isolated: 3 network modes x unix sockets on/off; Landlock: x metadata supervisor on/off,
-    // plus the connect supervisor with the proxy.
-    expect(r.configs).toBe(22);
+    // plus the connect supervisor with the proxy; and with the metadata supervisor, the path
+    // supervisor on/off (8 more).
+    expect(r.configs).toBe(30);
     expect(r.cases).toBeGreaterThan(1_000_000);
   });
 
