@@ -16,7 +16,9 @@
 //      translated to its fd N first), and look at the last component in that pinned directory;
 //   3. judge: the pinned parent's location is the path the kernel builds from its dentry chain
 //      (readlink of /proc/self/fd/N), which the command cannot change once pinned but by renaming
-//      an ancestor, and renaming the ancestors of a carve-out is refused (below). The rules:
+//      an ancestor, and renaming the ancestors of a carve-out is refused (below); a directory
+//      deeper than PATH_MAX, whose path the kernel cannot give, is located by walking up its
+//      parents to the first writable root or carve-out, by (dev, ino) (WalkUp). The rules:
 //        - writable roots: the parent must lie in one (the supervisor is not confined by the
 //          command's Landlock domain, so it enforces that domain's write rules itself); opening
 //          for writing outside them is allowed only for the device files Landlock grants;
@@ -47,7 +49,10 @@
 // with a default ACL gets the umask applied all the same.
 // Kernel features: seccomp user notification with SECCOMP_IOCTL_NOTIF_ADDFD and pidfd_getfd
 // (5.9), openat2 (5.6). Without them the planner does not enable this supervisor, lists the
-// carve-outs as not enforced and requires `degraded` (linux-plan.ts).
+// carve-outs as not enforced and requires `degraded` (linux-plan.ts). SECCOMP_ADDFD_FLAG_SEND
+// (5.14) and SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV (5.19, seccomp.cc) are used where present:
+// before 5.19 a signal that arrives after a call was received can make the caller run it again
+// (a retried mkdir then fails with EEXIST), a correctness gap, not a security one.
 #include "supervise_paths.h"
 
 #include <errno.h>

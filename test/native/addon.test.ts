@@ -46,9 +46,10 @@ describe('addon loading through lib/native.ts', () => {
     expect(r.first).toBe('');
     expect(r.mismatches).toBe(0);
     // Isolated: 3 network modes x unix sockets on/off; Landlock: x metadata supervisor on/off,
-    // plus the connect supervisor with the proxy; each metadata one again with listings
-    // supervised (deny-read carved out of readable roots).
-    expect(r.configs).toBe(30);
+    // plus the connect supervisor with the proxy; with the metadata supervisor, the path
+    // supervisor on/off, listings supervised or not (deny-read carved out of readable roots), and
+    // the signal supervisor on/off.
+    expect(r.configs).toBe(86);
     expect(r.cases).toBeGreaterThan(1_000_000);
   });
 
