@@ -385,6 +385,7 @@ void ParsePlan(Napi::Env env, const Napi::Object& o, LinuxSpawnPlan* out, Superv
         Napi::Object po = ps.As<Napi::Object>();
         supervisor->paths = BuildPathRules(metadata.writable, GetStrings(po, "carveOuts"), GetStrings(po, "presentOnly"),
                                            GetStrings(po, "devices"));
+        supervisor->paths.inet_bind = net == "full";
         cfg.notify_paths = true;
       }
       // The sandbox's lifetime share of the uid's inotify instances and watches (linux-quotas.ts).

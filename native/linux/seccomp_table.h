@@ -534,6 +534,9 @@ constexpr Rule kRules[] = {
     // (visible in /proc/net/unix, EADDRINUSE for another sandbox): a channel between sandboxes
     // with different read rights. With socket() refused, no socket here ever needs a name.
     Deny(__NR_bind, kNetNone),
+    // Landlock mode with carve-outs: bind() of a unix socket makes a socket file, inside a carve-out
+    // too (MAKE_SOCK is part of a writable root's rights); the path supervisor binds instead.
+    Rule{__NR_bind, kNetProxy | kNetFull, kLandlock, kSupervisePaths, {}},
     Deny(__NR_listen, kNetNone),
     // NET-13: listen() autobinds a port that Landlock's BIND_TCP never sees.
     Deny(__NR_listen, kNetProxy, kLandlock),

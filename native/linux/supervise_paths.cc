@@ -3,7 +3,8 @@
 // What the command's filter sends here (seccomp_table.h, kSupervisePaths): open, openat and
 // creat whose flags ask for O_WRONLY, O_RDWR, O_CREAT or O_TRUNC (flags are a register: read-only
 // opens never stop); rename, renameat, renameat2; unlink, unlinkat, rmdir; link, linkat; symlink,
-// symlinkat; mkdir, mkdirat; mknod, mknodat; truncate. (openat2 is ENOSYS in both modes: its
+// symlinkat; mkdir, mkdirat; mknod, mknodat; truncate; bind where sockets can be bound (a unix
+// socket's path is a file; DoBind). (openat2 is ENOSYS in both modes: its
 // flags are in memory. chmod, chown, utime and xattr calls are the metadata supervisor's, which
 // refuses the carve-outs too.) Each call is EMULATED here, never continued:
 //   1. copy its arguments once: path strings (process_vm_readv), its dirfds (pidfd_getfd), its
@@ -63,12 +64,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -89,7 +94,7 @@ using notify::ArgInt;
 using notify::SeccompNotif;
 using Id = PathRules::Id;
 
-enum class Op : uint8_t { kOpen, kMkdir, kMknod, kUnlink, kRename, kLink, kSymlink, kTruncate };
+enum class Op : uint8_t { kOpen, kMkdir, kMknod, kUnlink, kRename, kLink, kSymlink, kTruncate, kBind };
 
 // Where a call keeps its operands (argument numbers; -1: none / AT_FDCWD).
 struct Call {
@@ -138,6 +143,7 @@ constexpr Call kCalls[] = {
     {kNrSymlink, Op::kSymlink, -1, 1, -1, -1, -1, 0, 0},
     {__NR_symlinkat, Op::kSymlink, 1, 2, -1, -1, -1, 0, 0},
     {__NR_truncate, Op::kTruncate, -1, 0, -1, -1, -1, 1, 0},
+    {__NR_bind, Op::kBind, -1, -1, -1, -1, -1, -1, 0},
 };
 
 const Call* FindCall(int nr) {
@@ -683,6 +689,55 @@ long DoMake(const PathRules& r, const SeccompNotif& n, const Call& c, Args* a) {
   return rc == 0 ? 0 : -errno;
 }
 
+// bind(fd, addr, len), carried out on a copy of the command's socket (the same socket: binding
+// the copy binds it). A unix socket's path is made like any create: in the pinned parent (this
+// thread's own cwd, fchdir'ed there), outside the carve-outs, with the command's umask. Abstract
+// and autobound unix names make nothing on disk; AF_INET/AF_INET6 only with network 'full'
+// (otherwise Landlock's own answer, EACCES).
+long DoBind(const PathRules& r, const SeccompNotif& n, LazyPidfd* pid, Args* a) {
+  const int len = ArgInt(n, 2);
+  if (len < static_cast<int>(sizeof(sa_family_t)) || len > static_cast<int>(sizeof(sockaddr_storage))) return -EINVAL;
+  sockaddr_storage ss;
+  memset(&ss, 0, sizeof ss);
+  if (int e = nargs::ReadMem(n.pid, n.data.args[1], &ss, static_cast<size_t>(len))) return e;
+  Fd sock;
+  if (int e = pid->Copy(ArgInt(n, 0), &sock)) return e;
+  std::string path;
+  const bool unix_path = ss.ss_family == AF_UNIX && len > static_cast<int>(sizeof(sa_family_t)) &&
+                         reinterpret_cast<const sockaddr_un*>(&ss)->sun_path[0] != 0;
+  if (unix_path) {
+    const sockaddr_un* un = reinterpret_cast<const sockaddr_un*>(&ss);
+    const size_t max = static_cast<size_t>(len) - sizeof(sa_family_t);
+    path.assign(un->sun_path, strnlen(un->sun_path, std::min(max, sizeof un->sun_path)));
+    if (int e = Start(n, pid, AT_FDCWD, path, &a->base)) return e;
+  }
+  if (!notify::IdValid(a->listener, n.id)) return -ESRCH;
+  EffectiveCapsCleared lowered;
+  if (!lowered.ok()) return -EPERM;
+  if (!unix_path) {
+    if ((ss.ss_family == AF_INET || ss.ss_family == AF_INET6) && !r.inet_bind) return -EACCES;
+    return bind(sock.fd, reinterpret_cast<const sockaddr*>(&ss), static_cast<socklen_t>(len)) == 0 ? 0 : -errno;
+  }
+  Name nm;
+  if (int e = Split(a->base.fd, path, &nm)) return e;
+  if (Special(nm) || nm.slash) return -EADDRINUSE;
+  if (int e = MayCreate(r, nm)) return e;
+  const int u = CmdUmask(n, a);
+  if (u < 0) return u;
+  sockaddr_un here;
+  memset(&here, 0, sizeof here);
+  here.sun_family = AF_UNIX;
+  if (nm.last.size() >= sizeof here.sun_path) return -ENAMETOOLONG;
+  memcpy(here.sun_path, nm.last.data(), nm.last.size());
+  // This thread's cwd and umask are its own (OwnFsContext).
+  if (fchdir(nm.dir.fd) != 0) return -errno;
+  umask(static_cast<mode_t>(u));
+  const int rc = bind(sock.fd, reinterpret_cast<const sockaddr*>(&here), static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + nm.last.size() + 1));
+  const int err = errno;
+  umask(0);
+  return rc == 0 ? 0 : -err;
+}
+
 // Gives this thread a file-system context of its own, with umask 0 (the command's umask is
 // applied to each create by hand). Once per thread.
 bool OwnFsContext() {
@@ -786,6 +841,10 @@ bool HandlePaths(int listener, const SeccompNotif& n, const PathRules& rules, bo
   LazyPidfd pid{listener, n, Fd()};
   Args a;
   a.listener = listener;
+  if (c->op == Op::kBind) {
+    notify::RespondResult(listener, n.id, DoBind(rules, n, &pid, &a));
+    return true;
+  }
   long rc = ReadArgs(*c, n, &pid, &a);
   // Everything read from the command came from the task still waiting in this call.
   if (rc == 0 && !notify::IdValid(listener, n.id)) return true;
@@ -815,6 +874,8 @@ bool HandlePaths(int listener, const SeccompNotif& n, const PathRules& rules, bo
         case Op::kMknod:
         case Op::kSymlink:
           rc = DoMake(rules, n, *c, &a);
+          break;
+        case Op::kBind:
           break;
       }
     }

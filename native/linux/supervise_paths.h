@@ -51,6 +51,9 @@ struct PathRules {
   // for writing (/dev/null, /dev/zero, /dev/full); /dev/tty and its stdio terminals are handled
   // apart (their meaning depends on who opens them).
   std::vector<Id> devices;
+  // bind(): whether an AF_INET/AF_INET6 bind is the command's to make (network 'full'); else
+  // it is refused as Landlock refuses it (EACCES). Unix sockets are bound like any create.
+  bool inet_bind = false;
   // What the rules were built from (BuildPathRules' arguments): a sandbox prepared ahead
   // rebuilds them when it is used, so that they describe the tree as the command starts.
   std::vector<std::string> carveouts_in, present_only_in, devices_in;

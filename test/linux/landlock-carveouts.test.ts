@@ -349,6 +349,28 @@ print(' '.join(res))
       expect(fs.readdirSync(`${ws}/.codex`)).toEqual(['config.toml']);
     });
 
+    // bind() of a unix socket makes a socket file: never in a carve-out (a socket named
+    // .git/hooks/pre-commit breaks every commit outside). Network 'full' lets it bind at all.
+    it.skipIf(attackSkip || !caps.python)('a unix socket cannot be bound inside a carve-out; in the workspace it can', async () => {
+      const code = String.raw`
+import errno, os, socket
+os.umask(0o077)
+def b(p):
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.bind(p); return 'ok'
+    except OSError as e:
+        return errno.errorcode[e.errno]
+print(b('.git/hooks/pre-commit'), b('.codex/sock'), b('sub/.git/hooks/post-checkout'), b('s1'), oct(os.stat('s1').st_mode & 0o777))
+`;
+      const r = await py(code, [], { cwd: ws, policy: { ...policy, network: 'full' } });
+      const got = r.stdout.trim().split(' ');
+      expect(got, r.stderr).toHaveLength(5);
+      for (const g of got.slice(0, 3)) expect(DENIED, r.stdout).toContain(g);
+      expect(got.slice(3)).toEqual(['ok', '0o700']);
+      expectCarveoutsUnchanged('unix sockets');
+    });
+
     // The supervisor carries a call out itself: a signal that withdrew the call after that would
     // make the caller run it again (EINTR and a retry, or a restart), and a second mkdir or O_EXCL
     // create of the same name fails with EEXIST. A signal every 50 us while it creates 2,000
