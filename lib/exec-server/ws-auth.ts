@@ -120,7 +120,7 @@ const MAX_LINKS = 40; // the kernel's own limit on links followed in one lookup
  * follow one there too; readlink does not ask the kernel to follow, so the rule is kept here.
  */
 function resolveSecretPath(file: string, me: number): { target: string; linkDirs: string[] } {
-  const rest = file.split('/').filter((c) => c !== '' && c !== '.');
+  const rest = path.resolve(file).split('/').filter((c) => c !== '' && c !== '.');
   const linkDirs = new Set<string>();
   let cur = '/';
   let links = 0;
