@@ -73,12 +73,16 @@ export function apparmorConfinement(files = ['/proc/self/attr/apparmor/current',
   return null;
 }
 
-/** The clause a refusal adds when this process is confined by an AppArmor profile. */
+/**
+ * The clause a refusal adds when this process is confined by an AppArmor profile. Worded as a
+ * possibility: in a container (Docker's docker-default) the profile is seldom the cause, and
+ * nothing can be loaded from inside one.
+ */
 export function apparmorConfinedHint(label: string): string {
   return (
-    `this Node runs under the AppArmor profile ${label}, which user namespaces (and the capabilities isolated ` +
-    "mode needs in them) must be allowed by; 'process-sandbox apparmor-profile' prints a profile for this Node " +
-    'binary (unload the one confining it first)'
+    `this Node runs confined by the AppArmor profile ${label}, which may refuse them (or the capabilities ` +
+    "isolated mode needs in them); if it does and this is not a container, load the profile " +
+    "'process-sandbox apparmor-profile' prints for this Node binary in its place"
   );
 }
 
