@@ -65,6 +65,8 @@ const APPARMOR_USAGE = `Usage: process-sandbox apparmor-profile [--node <path>]
 Prints an AppArmor profile that lets the Node binary in use (or <path>) create user namespaces,
 so isolated mode works where kernel.apparmor_restrict_unprivileged_userns=1 (Ubuntu 23.10 and
 later). Its first lines say how to install it. It grants that right to every script the binary runs.
+Where AppArmor's parser predates the userns rule (no /etc/apparmor.d/abi/4.0: AppArmor 3, as in
+Debian 12), the profile leaves the rule out: it is then an unconfined profile for the binary.
   --node <path>          the Node binary to write it for (default: this one, symlinks resolved)
 `;
 

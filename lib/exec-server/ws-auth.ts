@@ -9,9 +9,10 @@
  *                        does, with --ws-max-clock-skew-seconds (default 30) either way.
  *
  * Ours, beyond Codex: a token or secret file that group or others can access, or that another
- * user owns, is refused (someone else could read or replace the credential), as are a symlink or
- * anything but a regular file in its place, and a file in a directory (or below one) that
- * another user could rename or write into unless it is sticky; a token file needs at least 16
+ * user owns, is refused (someone else could read or replace the credential), as is anything but a
+ * regular file, and a file in a directory (or below one) that another user could rename or write
+ * into unless it is sticky; a symlink is followed (a Kubernetes Secret is a directory of them)
+ * only when each link is this user's or root's and sits in a directory passing the same checks; a token file needs at least 16
  * characters (a short token can be guessed through the 401s).
  *
  * Credentials are read once, at start; the upgrade check only compares digests or verifies a
@@ -50,36 +51,56 @@ const sha256 = (b: string | Buffer): Buffer => crypto.createHash('sha256').updat
 /**
  * Reads a credential file, refusing one that others could read or replace. The mode and owner
  * come from fstat of the opened file, so a swap between the check and the read cannot slip by.
- * The open never follows a final symlink (O_NOFOLLOW: whoever can point the link elsewhere picks
- * the credential) and never blocks (O_NONBLOCK: a FIFO in the file's place would otherwise hang
- * the server's start; fstat then refuses it as not a regular file). The directories holding it
- * are checked too: one that another user can write lets them swap the file between two starts.
+ *
+ * Symlinks: Kubernetes mounts a Secret as a directory of links (`token -> ..data/token`,
+ * `..data -> ..2026_12_04_21_00_00.123456789`, a timestamped directory holding the files), so
+ * the flag may name a link. The chain is resolved here, one link at a time (resolveSecretPath),
+ * and every link on it must be this user's or root's, in directories that pass the same checks
+ * as the file's own: whoever can point a link elsewhere picks the credential (they could aim it
+ * at another file of this user's whose text they know). Then the resolved path is opened without
+ * following anything more at its end (O_NOFOLLOW) and what was opened is checked, not the path.
+ * Nobody else can change the path in between: each directory on it and each directory holding a
+ * link is checked to be root's or this user's and closed to others (or sticky, where the entries
+ * on the path, root's or ours, cannot be renamed by others).
+ *
+ * The open never blocks (O_NONBLOCK: a FIFO in the file's place would otherwise hang the server's
+ * start; fstat then refuses it as not a regular file).
  */
 export function readSecretFile(file: string): string {
   const posix = process.platform !== 'win32';
+  const me = process.geteuid?.() ?? -1;
+  let target = file;
+  let linkDirs: string[] = [];
+  if (posix) {
+    const r = resolveSecretPath(file, me);
+    target = r.target;
+    linkDirs = r.linkDirs;
+  }
+  const via = target === file ? '' : ` (through symbolic links: ${target})`;
   let fd: number;
   try {
     const flags = posix ? fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW | fs.constants.O_NONBLOCK : 'r';
-    fd = fs.openSync(file, flags);
+    fd = fs.openSync(target, flags);
   } catch (e) {
-    // O_NOFOLLOW on a final symlink fails with ELOOP (as does a loop in the directories).
-    if ((e as NodeJS.ErrnoException).code === 'ELOOP' && isSymlink(file)) {
-      return bad(`websocket auth secret ${file} is a symbolic link; point the flag at the file itself`);
-    }
-    return bad(`failed to read websocket auth secret ${file}: ${(e as Error).message}`);
+    // ELOOP here: the resolved path's end became a link after resolution (only root or this
+    // user could do that: the directories were checked), so refuse rather than follow it.
+    return bad(`failed to read websocket auth secret ${file}${via}: ${(e as Error).message}`);
   }
   try {
     const st = fs.fstatSync(fd);
-    if (!st.isFile()) bad(`websocket auth secret ${file} is not a regular file`);
+    if (!st.isFile()) bad(`websocket auth secret ${file}${via} is not a regular file`);
     // Windows has no POSIX mode bits (Node reports 0o666 for every file); its ACLs are not
     // checked here.
     if (posix) {
       if ((st.mode & 0o077) !== 0) {
-        bad(`websocket auth secret ${file} is accessible by group or others (mode ${(st.mode & 0o777).toString(8)}); run chmod 600 ${file}`);
+        // Kubernetes writes Secret files 0644 unless the volume says otherwise; nothing here
+        // tells a pod from a shared host, so the rule stays and the message names the fix.
+        const k8s = via ? ' (a Kubernetes Secret volume: set defaultMode: 0400)' : '';
+        bad(`websocket auth secret ${file}${via} is accessible by group or others (mode ${(st.mode & 0o777).toString(8)}); run chmod 600 ${target}${k8s}`);
       }
-      const me = process.geteuid?.() ?? -1;
-      if (st.uid !== me && st.uid !== 0) bad(`websocket auth secret ${file} is owned by uid ${st.uid}, not by this server's user (uid ${me}) or root`);
-      checkSecretDirs(file, me);
+      if (st.uid !== me && st.uid !== 0) bad(`websocket auth secret ${file}${via} is owned by uid ${st.uid}, not by this server's user (uid ${me}) or root`);
+      checkSecretDirs(file, path.dirname(target), me);
+      for (const d of linkDirs) checkSecretDirs(file, d, me, 'a symbolic link on the way to ');
     }
     const text = fs.readFileSync(fd, 'utf8').trim();
     if (text === '') bad(`websocket auth secret ${file} must not be empty`);
@@ -89,37 +110,75 @@ export function readSecretFile(file: string): string {
   }
 }
 
-const isSymlink = (p: string): boolean => {
-  try {
-    return fs.lstatSync(p).isSymbolicLink();
-  } catch {
-    return false;
-  }
-};
+const MAX_LINKS = 40; // the kernel's own limit on links followed in one lookup
 
 /**
- * The directories holding a credential must not let another user replace it: the one holding it
- * and each above it (renaming any of them swaps the whole path), resolved through links, each
- * owned by this user or root and not writable by group or others unless sticky (as /tmp is:
- * there only an entry's owner may rename or remove it, and the file itself was checked above).
+ * Resolves `file` (absolute) one component at a time, as the kernel would, and returns the
+ * resolved path and the directory holding each link followed (each already resolved). Every link
+ * must be this user's or root's: a link another user made (in a sticky directory such as /tmp)
+ * would let them choose the target, which is why the kernel's protected_symlinks refuses to
+ * follow one there too; readlink does not ask the kernel to follow, so the rule is kept here.
  */
-function checkSecretDirs(file: string, me: number): void {
-  let dir: string;
-  try {
-    dir = fs.realpathSync(path.dirname(file));
-  } catch (e) {
-    return bad(`failed to check the directory of websocket auth secret ${file}: ${(e as Error).message}`);
+function resolveSecretPath(file: string, me: number): { target: string; linkDirs: string[] } {
+  const rest = path.resolve(file).split('/').filter((c) => c !== '' && c !== '.');
+  const linkDirs = new Set<string>();
+  let cur = '/';
+  let links = 0;
+  while (rest.length > 0) {
+    const name = rest.shift()!;
+    if (name === '..') {
+      cur = path.dirname(cur); // cur is already resolved, so its parent is the physical one
+      continue;
+    }
+    if (name === '.') continue;
+    const next = path.join(cur, name);
+    let st: fs.Stats;
+    try {
+      st = fs.lstatSync(next);
+    } catch (e) {
+      return bad(`failed to read websocket auth secret ${file}: ${(e as Error).message}`);
+    }
+    if (!st.isSymbolicLink()) {
+      cur = next;
+      continue;
+    }
+    if (++links > MAX_LINKS) bad(`failed to read websocket auth secret ${file}: more than ${MAX_LINKS} symbolic links on the way (a loop?)`);
+    if (st.uid !== me && st.uid !== 0) {
+      bad(`websocket auth secret ${file}: the symbolic link ${next} on the way to it is owned by uid ${st.uid}, not by this server's user (uid ${me}) or root; point the flag at the file itself`);
+    }
+    linkDirs.add(cur);
+    let to: string;
+    try {
+      to = fs.readlinkSync(next);
+    } catch (e) {
+      return bad(`failed to read websocket auth secret ${file}: ${(e as Error).message}`);
+    }
+    if (to.startsWith('/')) cur = '/';
+    rest.unshift(...to.split('/').filter((c) => c !== '' && c !== '.'));
   }
+  return { target: cur, linkDirs: [...linkDirs] };
+}
+
+/**
+ * The directories holding a credential (or a link on the way to it) must not let another user
+ * replace it: `dir` (resolved) and each above it (renaming any of them swaps the whole path),
+ * each owned by this user or root and not writable by group or others unless sticky (as /tmp
+ * is: there only an entry's owner may rename or remove it, and the file itself, or the link,
+ * was checked to be this user's or root's).
+ */
+function checkSecretDirs(file: string, dir: string, me: number, what = ''): void {
   for (;;) {
     let st: fs.Stats;
     try {
-      st = fs.statSync(dir);
+      st = fs.lstatSync(dir);
     } catch (e) {
       return bad(`failed to check the directory of websocket auth secret ${file}: ${(e as Error).message}`);
     }
-    if (st.uid !== me && st.uid !== 0) bad(`the directory ${dir} holding websocket auth secret ${file} is owned by uid ${st.uid}, not by this server's user (uid ${me}) or root`);
+    // dir is a resolved path, so a link here means one was made since: refuse, do not follow.
+    if (!st.isDirectory()) bad(`the directory ${dir} holding websocket auth secret ${file} changed while it was checked (now not a directory)`);
+    if (st.uid !== me && st.uid !== 0) bad(`the directory ${dir} holding ${what}websocket auth secret ${file} is owned by uid ${st.uid}, not by this server's user (uid ${me}) or root`);
     if ((st.mode & 0o022) !== 0 && (st.mode & 0o1000) === 0) {
-      bad(`the directory ${dir} holding websocket auth secret ${file} is writable by group or others (mode ${(st.mode & 0o777).toString(8)}), so its file can be replaced; run chmod go-w ${dir} or move the secret`);
+      bad(`the directory ${dir} holding ${what}websocket auth secret ${file} is writable by group or others (mode ${(st.mode & 0o777).toString(8)}), so its file can be replaced; run chmod go-w ${dir} or move the secret`);
     }
     const up = path.dirname(dir);
     if (up === dir) return;

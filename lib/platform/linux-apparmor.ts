@@ -40,11 +40,58 @@ function profileName(binary: string): string {
 }
 
 /**
+ * Whether the profile may use `userns` (and `abi <abi/4.0>`, which declares it): AppArmor 4's
+ * parser ships /etc/apparmor.d/abi/4.0. An older one (Debian 12's 3.0) has only abi/3.0 and
+ * refuses both ("Could not open 'abi/4.0'"; `userns,` a syntax error). Its kernels mediate no
+ * user namespaces either (the restriction needs Ubuntu's patch or Linux 6.7's userns_create
+ * hook), so there the profile is only an unconfined one: it replaces a profile that confined
+ * this binary, which is all a restriction can be on such a host. With no parser at all the
+ * AppArmor 4 text is printed (Ubuntu's, where the restriction is real).
+ */
+export function apparmorParserKnowsUserns(abiDir = '/etc/apparmor.d/abi'): boolean {
+  return fs.existsSync(`${abiDir}/4.0`) || !fs.existsSync(`${abiDir}/3.0`);
+}
+
+/**
+ * The AppArmor profile confining this process, as the kernel names it ("name (mode)"), or null
+ * when it is unconfined or AppArmor is absent. A confined Node (a snap, or a profile an operator
+ * attached) gets user namespaces only if that profile allows them and their capabilities.
+ */
+export function apparmorConfinement(files = ['/proc/self/attr/apparmor/current', '/proc/self/attr/current']): string | null {
+  for (const f of files) {
+    let label: string;
+    try {
+      label = fs.readFileSync(f, 'utf8').replace(/\0/g, '').trim();
+    } catch {
+      continue; // the first is 5.8+, the second is shared with other LSMs on older kernels
+    }
+    // attr/current holds another LSM's label where AppArmor is not the one (SELinux: a:b:c:d).
+    // A profile in mode unconfined (as `apparmor-profile` prints) confines nothing.
+    if (!/^[^:\s]\S* \((enforce|complain|kill|user)\)$/.test(label)) return null;
+    return label;
+  }
+  return null;
+}
+
+/**
+ * The clause a refusal adds when this process is confined by an AppArmor profile. Worded as a
+ * possibility: in a container (Docker's docker-default) the profile is seldom the cause, and
+ * nothing can be loaded from inside one.
+ */
+export function apparmorConfinedHint(label: string): string {
+  return (
+    `this Node runs confined by the AppArmor profile ${label}, which may refuse them (or the capabilities ` +
+    "isolated mode needs in them); if it does and this is not a container, load the profile " +
+    "'process-sandbox apparmor-profile' prints for this Node binary in its place"
+  );
+}
+
+/**
  * The profile text for `binary` (a real path: AppArmor attaches by the executable's path after
  * symlinks), with the commands that install it as comments at its top, so the whole output can be
- * piped into the file it names.
+ * piped into the file it names. `userns`: whether the parser knows the rule (see above).
  */
-export function apparmorProfile(binary: string): string {
+export function apparmorProfile(binary: string, userns = apparmorParserKnowsUserns()): string {
   if (!binary.startsWith('/') || /[\s"#,{}]/.test(binary)) {
     throw new Error(`cannot write an AppArmor profile for ${JSON.stringify(binary)}: the path must be absolute, without spaces, quotes, '#', ',' or braces`);
   }
@@ -55,16 +102,22 @@ export function apparmorProfile(binary: string): string {
     "# so process-sandbox's isolated mode works under kernel.apparmor_restrict_unprivileged_userns=1",
     '# (Ubuntu 23.10 and later). It confines nothing else (flags=(unconfined)), as the profiles',
     '# Ubuntu ships for bwrap and browsers. Every script this Node binary runs gets the same right.',
+    ...(userns
+      ? []
+      : [
+          "# This host's AppArmor parser predates the userns rule (no abi/4.0), and its kernel has no",
+          '# user-namespace mediation to grant it for: the profile is only an unconfined one for this',
+          '# binary, in place of any profile that confined it (unload that one first).',
+        ]),
     '# Install (as root), then check that `process-sandbox probe` says "default mode: isolated":',
     `#   process-sandbox apparmor-profile | sudo tee ${file} >/dev/null`,
     `#   sudo apparmor_parser -r ${file}`,
     `# Remove: sudo apparmor_parser -R ${file} && sudo rm ${file}`,
-    'abi <abi/4.0>,',
+    userns ? 'abi <abi/4.0>,' : 'abi <abi/3.0>,',
     'include <tunables/global>',
     '',
     `profile ${name} ${binary} flags=(unconfined) {`,
-    '  userns,',
-    '',
+    ...(userns ? ['  userns,', ''] : []),
     `  include if exists <local/${name}>`,
     '}',
     '',

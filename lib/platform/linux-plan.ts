@@ -11,7 +11,7 @@ import type { LinuxMountOp, LinuxNativePlan, LinuxProbe } from '../native';
 import { STARTUP_FILES } from '../permissions/resolve';
 import { cachedWalk } from '../permissions/walk-cache';
 import type { ResolvedRules } from '../rules';
-import { apparmorHint, apparmorRestrictsUserns } from './linux-apparmor';
+import { apparmorConfinedHint, apparmorConfinement, apparmorHint, apparmorRestrictsUserns } from './linux-apparmor';
 import { planCaches } from './linux-caches';
 
 /** Mirrors native/linux/spawn_linux.h MountOpKind (append only). */
@@ -226,7 +226,7 @@ export function chooseLinuxMode(rules: ResolvedRules, probe: LinuxProbe): 'isola
         'EUSERNS_UNAVAILABLE',
         apparmorRestrictsUserns()
           ? `isolated mode needs unprivileged user namespaces: ${apparmorHint()}; or use mode 'landlock'`
-          : `isolated mode needs unprivileged user namespaces, which this host refuses (errno ${-probe.userns}); ` +
+          : `isolated mode needs unprivileged user namespaces, which this host refuses (errno ${-probe.userns})${confined()}; ` +
               `enable them (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces>0, or AppArmor's ` +
               `kernel.apparmor_restrict_unprivileged_userns=0) or use mode 'landlock'`,
         { errno: -probe.userns },
@@ -255,7 +255,16 @@ function usernsWhy(probe: LinuxProbe): string {
   // Under Ubuntu's AppArmor restriction the namespace itself can be made and only its mounts fail
   // (the probe's EPERM): "unavailable (errno 1)" would send the user to the wrong sysctl.
   // Read only on the way to a refusal (the sysctl is a file): never on a spawn that goes ahead.
-  return apparmorRestrictsUserns() ? apparmorHint() : `unprivileged user namespaces are unavailable here (errno ${-probe.userns})`;
+  return apparmorRestrictsUserns() ? apparmorHint() : `unprivileged user namespaces are unavailable here (errno ${-probe.userns})${confined()}`;
+}
+
+/**
+ * A Node confined by an AppArmor profile (a snap, an operator's profile) is named too: there the
+ * profile, not a sysctl, is what to change. Read only on the way to a refusal.
+ */
+function confined(): string {
+  const label = apparmorConfinement();
+  return label === null ? '' : `; ${apparmorConfinedHint(label)}`;
 }
 
 /**

@@ -5,6 +5,9 @@
 #   scripts/kernel-matrix/build-image.sh [IMAGE]     # prints the image directory
 #
 #   bookworm-amd64        Debian 12, its 6.1 kernel (the default)
+#   bookworm-amd64-apparmor  the same with Debian's apparmor (apparmor_parser, aa-exec) for the
+#                         apparmor-userns row; an image of its own, so the other 6.1 rows boot
+#                         without AppArmor's userspace as before
 #   bookworm-amd64-k5.10  Debian 12 with Debian 11's 5.10 kernel in place of 6.1 (a bullseye
 #                         userland cannot load the addon built here: glibc 2.31 < 2.34)
 #   trixie-amd64          Debian 13: kernel 6.12, systemd 257
@@ -26,6 +29,7 @@ PKGS=systemd,systemd-sysv,dbus,dbus-user-session,libpam-systemd,procps,python3,p
 SUITE=bookworm ARCH=amd64 SOURCES=()
 case "$NAME" in
   bookworm-amd64) PKGS+=,${PSB_MATRIX_KERNEL:-linux-image-cloud-amd64} ;;
+  bookworm-amd64-apparmor) PKGS+=,${PSB_MATRIX_KERNEL:-linux-image-cloud-amd64},apparmor ;;
   bookworm-amd64-k5.10)
     # The kernel package alone comes from bullseye (apt's pkg/release); everything else is bookworm.
     SOURCES=("deb $MIRROR bookworm main" "deb $MIRROR bullseye main")

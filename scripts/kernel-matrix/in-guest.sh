@@ -23,6 +23,7 @@ case "$CONFIG" in
   v2-systemd | no-landlock | v5.10 | v6.12 | arm64) ;;
   no-userns) sysctl -qw kernel.unprivileged_userns_clone=0 ;;
   no-memcg-delegation) DELEGATE=pids ;;
+  apparmor-userns) ;; # two phases, set up below (aa_phase)
   *) log "unknown config '$CONFIG'"; exit 2 ;;
 esac
 export PSB_MATRIX_CONFIG=$CONFIG PSB_MATRIX_DELEGATE=$DELEGATE
@@ -40,6 +41,7 @@ done
 
 VITEST="node node_modules/vitest/vitest.mjs run --reporter=default --reporter=json"
 ENVS="CI=1 NO_COLOR=1 TERM=dumb PSB_SKIP_BUILD=1 PSB_TEST_WORKERS=$WORKERS PSB_MATRIX_CONFIG=$CONFIG PSB_MATRIX_DELEGATE=$DELEGATE"
+LABEL=$CONFIG # the row's name in the result lines (apparmor-userns: one per phase)
 
 summary() { # json file -> "N passed, N failed, N skipped" (suites that failed to load count as failed)
   node -e '
@@ -68,7 +70,7 @@ for (const f of r.testResults) {
   console.log(`kernel-matrix-guest: file ${f.name.replace(/.*\/test\//, "test/")} ${f.status}: ${by("passed")} passed, ${by("failed")} failed, ${by("pending") + by("skipped")} skipped${f.message ? " (" + f.message.split("\n")[0].slice(0, 200) + ")" : ""}`);
 }' "$3" 2>/dev/null
   fi
-  printf '\nkernel-matrix: %s %s %s %s\n' "$CONFIG" "$1" "$verdict" "$s"
+  printf '\nkernel-matrix: %s %s %s %s\n' "$LABEL" "$1" "$verdict" "$s"
 }
 
 # arm64: the tree is what an install has (no build/, prebuilds/linux-arm64 only) and the guest has
@@ -95,27 +97,103 @@ console.log(`${process.version} ${process.arch} ${require("path").relative(proce
   fi
 fi
 
-for u in $USERS; do
-  out=$RES/$u.json
-  rm -f "$out"
-  suites_var=SUITES_$u
-  SUITES=${!suites_var}
-  if [ "$u" = root ]; then
-    # A transient system service, delegated as a service that runs a sandboxing host should be.
-    log "root: systemd-run --wait --pipe -p Delegate=$DELEGATE"
-    systemd-run --quiet --wait --pipe --collect -p Delegate="$DELEGATE" --working-directory=/var/tmp/psb-root \
-      -E PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin -E HOME=/root -E LANG=C.UTF-8 \
-      $(for e in $ENVS; do printf -- '-E %s ' "$e"; done) \
-      bash -c "echo \"kernel-matrix-guest: root cgroup \$(cat /proc/self/cgroup)\"; $VITEST --outputFile.json=$out $SUITES" 2>&1
-    rc=$?
+run_rows() { # the suites once per user, one result line each
+  for u in $USERS; do
+    out=$RES/$u.json
+    rm -f "$out"
+    suites_var=SUITES_$u
+    SUITES=${!suites_var}
+    if [ "$u" = root ]; then
+      # A transient system service, delegated as a service that runs a sandboxing host should be.
+      log "root: systemd-run --wait --pipe -p Delegate=$DELEGATE"
+      systemd-run --quiet --wait --pipe --collect -p Delegate="$DELEGATE" --working-directory=/var/tmp/psb-root \
+        -E PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin -E HOME=/root -E LANG=C.UTF-8 \
+        $(for e in $ENVS; do printf -- '-E %s ' "$e"; done) \
+        bash -c "echo \"kernel-matrix-guest: root cgroup \$(cat /proc/self/cgroup)\"; $VITEST --outputFile.json=$out $SUITES" 2>&1
+      rc=$?
+    else
+      # A login session (pam_systemd: session-N.scope, user@.service started), then the suites in a
+      # scope of the user's own manager with the configuration's delegation.
+      log "$u: su -l, then systemd-run --user --scope -p Delegate=$DELEGATE"
+      su -l "$u" -c "cd /var/tmp/psb-$u && echo \"kernel-matrix-guest: $u login cgroup \$(cat /proc/self/cgroup)\" && \
+        env $ENVS systemd-run --user --quiet --scope -p Delegate=$DELEGATE -- \
+        bash -c 'echo \"kernel-matrix-guest: $u test cgroup \$(cat /proc/self/cgroup)\"; exec $VITEST --outputFile.json=$out $SUITES'" 2>&1
+      rc=$?
+    fi
+    row "$u" "$rc" "$out"
+  done
+}
+
+# apparmor-userns: Ubuntu's restriction (kernel.apparmor_restrict_unprivileged_userns=1: a user
+# namespace can be made, but AppArmor gives it no capabilities) emulated on Debian 12, whose 6.1
+# kernel mediates no user namespaces and has no such sysctl. A profile attached to the suites'
+# Node (by its path, /usr/local/bin/node; children inherit it) allows everything but
+# capabilities. On 6.1 a capability is checked against the profile in every namespace, so the
+# denial reaches a bit further than Ubuntu's: the namespace's own setup steps that need one in it
+# (CLONE_NEWNS with CLONE_NEWUSER, writing a uid_map) fail, not only its mounts. The user row
+# only: Ubuntu does not restrict root (CAP_SYS_ADMIN), and a root denied every capability is not
+# a host anyone runs. Phase 1 ("restricted"): that profile. Phase 2 ("profile"): it unloaded and
+# what `process-sandbox apparmor-profile` prints for that Node loaded in its place.
+AA_EMULATION=/etc/apparmor.d/psb-emulated-userns-restriction
+aa_phase() { # restricted | profile: sets LABEL and PSB_MATRIX_APPARMOR; non-zero if it cannot be set up
+  local f out
+  LABEL=$CONFIG
+  [ "$1" = restricted ] || LABEL=$CONFIG/profile
+  if [ "$1" = restricted ]; then
+    log "apparmor: enabled=$(aa-enabled 2>&1) $(apparmor_parser --version | head -1)"
+    cat > "$AA_EMULATION" <<'EOF'
+abi <abi/3.0>,
+include <tunables/global>
+
+profile psb-emulated-userns-restriction /usr/local/bin/node {
+  file,
+  /** ix,
+  network,
+  signal,
+  ptrace,
+  unix,
+  dbus,
+  mount,
+  umount,
+  pivot_root,
+  deny capability,
+}
+EOF
+    out=$(apparmor_parser -r "$AA_EMULATION" 2>&1) || { log "apparmor: loading the emulation failed: $out"; return 1; }
   else
-    # A login session (pam_systemd: session-N.scope, user@.service started), then the suites in a
-    # scope of the user's own manager with the configuration's delegation.
-    log "$u: su -l, then systemd-run --user --scope -p Delegate=$DELEGATE"
-    su -l "$u" -c "cd /var/tmp/psb-$u && echo \"kernel-matrix-guest: $u login cgroup \$(cat /proc/self/cgroup)\" && \
-      env $ENVS systemd-run --user --quiet --scope -p Delegate=$DELEGATE -- \
-      bash -c 'echo \"kernel-matrix-guest: $u test cgroup \$(cat /proc/self/cgroup)\"; exec $VITEST --outputFile.json=$out $SUITES'" 2>&1
-    rc=$?
+    apparmor_parser -R "$AA_EMULATION" 2>&1 | sed 's/^/kernel-matrix-guest: apparmor: /'
+    rm -f "$AA_EMULATION"
+    out=$(cd "$SRC" && /usr/local/bin/node dist/cli.js apparmor-profile 2>&1) || { log "apparmor: apparmor-profile failed: $out"; return 1; }
+    f=/etc/apparmor.d/$(echo "$out" | sed -n 's/^profile \([^ ]*\) .*/\1/p')
+    printf '%s\n' "$out" > "$f"
+    echo "$out" | grep -v '^#' | sed 's/^/kernel-matrix-guest: apparmor: profile: /'
+    out=$(apparmor_parser -r "$f" 2>&1) || { log "apparmor: loading the generated profile failed: $out"; return 1; }
   fi
-  row "$u" "$rc" "$out"
-done
+  export PSB_MATRIX_APPARMOR=$1
+  ENVS="$ENVS PSB_MATRIX_APPARMOR=$1"
+  aa-status 2>&1 | grep -E 'profiles are|psb-|process-sandbox' | sed 's/^/kernel-matrix-guest: apparmor: /'
+  # What each user's Node sees before the suites: its label and the probe's answer.
+  for u in $USERS; do
+    log "apparmor: $1: $u: $(su -l "$u" -c "cd /var/tmp/psb-$u && node -e '
+const p = require(\"./dist/index.js\").probe();
+const l = require(\"fs\").readFileSync(\"/proc/self/attr/apparmor/current\", \"utf8\").trim();
+console.log(l, \"defaultMode=\" + p.defaultMode, JSON.stringify(p.features));
+'" 2>&1 | tr '\n' ' ')"
+  done
+}
+
+if [ "$CONFIG" = apparmor-userns ]; then
+  ENVS0=$ENVS
+  for phase in restricted profile; do
+    ENVS=$ENVS0
+    if aa_phase "$phase"; then
+      run_rows
+    else
+      for u in $USERS; do
+        printf '\nkernel-matrix: %s %s fail 0 passed, 1 failed, 0 skipped (AppArmor phase %s not set up)\n' "$LABEL" "$u" "$phase"
+      done
+    fi
+  done
+else
+  run_rows
+fi

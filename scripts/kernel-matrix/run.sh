@@ -5,7 +5,10 @@
 #   npm run test:kernels                                  # every configuration
 #   npm run test:kernels -- v2-systemd no-userns:psbtest  # some of them; :user[,user] picks rows
 #
-# Configurations: v2-systemd no-userns no-landlock no-memcg-delegation (Debian 12, kernel 6.1);
+# Configurations: v2-systemd no-userns no-landlock no-memcg-delegation apparmor-userns (Debian 12,
+# kernel 6.1; apparmor-userns as psbtest only, in two phases reported as the rows apparmor-userns
+# and apparmor-userns/profile: Ubuntu's AppArmor restriction emulated, then lifted by the profile
+# `process-sandbox apparmor-profile` prints);
 # v5.10 (Debian 12 with Debian 11's kernel), v6.12 (Debian 13: kernel 6.12, systemd 257); arm64
 # (Debian 12 arm64 under qemu-system-aarch64, the linux-arm64 prebuild as an install loads it).
 #
@@ -19,7 +22,7 @@
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd -P)
 ROOT=$(cd "$HERE/../.." && pwd -P)
-ALL_CONFIGS="v2-systemd no-userns no-landlock no-memcg-delegation v5.10 v6.12 arm64"
+ALL_CONFIGS="v2-systemd no-userns no-landlock no-memcg-delegation apparmor-userns v5.10 v6.12 arm64"
 CONFIGS=${*:-$ALL_CONFIGS}
 USERS=${PSB_MATRIX_USERS:-root psbtest}
 # The suites that exercise mode selection, cgroups and limits, the Landlock fallback and basic
@@ -34,6 +37,7 @@ suites_for() { # config user
   case "$1:$2" in
     v2-systemd:* | no-userns:psbtest | v5.10:* | v6.12:* | arm64:*) echo "$KM $MODES $ROB" ;;
     no-landlock:*) echo "$KM $MODES" ;;
+    apparmor-userns:*) echo "test/linux/apparmor-userns.test.ts $KM $MODES $ROB" ;;
     *) echo "$KM" ;;
   esac
 }
@@ -47,6 +51,7 @@ image_for() { # config -> build-image.sh's image name
   case "$1" in
     v5.10) echo bookworm-amd64-k5.10 ;;
     v6.12) echo trixie-amd64 ;;
+    apparmor-userns) echo bookworm-amd64-apparmor ;;
     arm64) echo bookworm-arm64 ;;
     *) echo bookworm-amd64 ;;
   esac
@@ -129,6 +134,8 @@ lines=()
 for spec in $CONFIGS; do
   config=${spec%%:*}
   users=$USERS
+  # Ubuntu's restriction binds unprivileged users only (root holds CAP_SYS_ADMIN).
+  [ "$config" = apparmor-userns ] && [ -z "${PSB_MATRIX_USERS:-}" ] && users=psbtest
   [ "$spec" = "$config" ] || users=${spec#*:}
   users=${users//,/ }
   t0=$(date +%s)
@@ -148,21 +155,23 @@ for spec in $CONFIGS; do
     boot "$config" "$image" "$stage"
     echo "kernel-matrix: $config: image (and arm64 prebuild) $(( t1 - t0 )) s, boot and suites $(( $(date +%s) - t1 )) s" >&2
   fi
-  for u in $users; do
-    l=$( (tr -d '\r' < "$LOGS/$config.results") 2>/dev/null | sed 's/\x1b\[[0-9;?]*[a-zA-Z]//g' | grep -a "^kernel-matrix: $config $u " | tail -1)
-    [ -n "$l" ] || l="kernel-matrix: $config $u fail 0 passed, 1 failed, 0 skipped (no result: see $LOGS/$config.results, $LOGS/$config.console)"
+  labels=$config
+  [ "$config" = apparmor-userns ] && labels="$config $config/profile"
+  for label in $labels; do for u in $users; do
+    l=$( (tr -d '\r' < "$LOGS/$config.results") 2>/dev/null | sed 's/\x1b\[[0-9;?]*[a-zA-Z]//g' | grep -a "^kernel-matrix: $label $u " | tail -1)
+    [ -n "$l" ] || l="kernel-matrix: $label $u fail 0 passed, 1 failed, 0 skipped (no result: see $LOGS/$config.results, $LOGS/$config.console)"
     echo "$l"
     lines+=("$l")
     if [[ "$l" != *" pass "* ]]; then
       # CI keeps only what is printed: the guest's diagnostics and the end of what it wrote.
       {
-        echo "kernel-matrix: $config $u: the guest's own lines, then the end of its output and console:"
+        echo "kernel-matrix: $label $u: the guest's own lines, then the end of its output and console:"
         (tr -d '\r' < "$LOGS/$config.results") 2>/dev/null | sed 's/\x1b\[[0-9;?]*[a-zA-Z]//g' | grep -a '^kernel-matrix-guest: ' | tail -40
         (tr -d '\r' < "$LOGS/$config.results") 2>/dev/null | sed 's/\x1b\[[0-9;?]*[a-zA-Z]//g' | grep -av '^kernel-matrix-guest: ' | tail -25
         (tr -d '\r' < "$LOGS/$config.console") 2>/dev/null | tail -10
       } | sed 's/^/  | /' >&2
     fi
-  done
+  done; done
   echo "kernel-matrix: $config took $(( $(date +%s) - t0 )) s"
 done
 echo "${lines[@]/#/$'\n'}" | node -e '

@@ -199,12 +199,91 @@ describe.skipIf(!caps.linux)('exec-server ws auth: the CLI, from outside', () =>
       await startsAndRuns(good);
     });
 
-    it('a symlink to a good token file is refused; the file itself starts', async () => {
+    /**
+     * A Secret volume as the kubelet lays it out: the volume's root (a tmpfs, mode 1777, root's),
+     * a timestamped directory (0755) holding the files (defaultMode, 0644 unless the volume says
+     * otherwise), `..data` linking to it and one link per key through `..data`, all relative.
+     * Here owned by whoever runs the test (root: exactly the kubelet's; psbtest: the server's own).
+     */
+    const secretVolume = (name: string, fileMode: number): { dir: string; link: string; file: string } => {
+      const dir = path.join(scene.root, name);
+      fs.mkdirSync(dir);
+      fs.chmodSync(dir, 0o1777);
+      const ts = '..2026_12_04_21_00_00.123456789';
+      fs.mkdirSync(path.join(dir, ts));
+      fs.chmodSync(path.join(dir, ts), 0o755);
+      const file = path.join(dir, ts, 'token');
+      fs.writeFileSync(file, TOKEN);
+      fs.chmodSync(file, fileMode);
+      fs.symlinkSync(ts, path.join(dir, '..data'));
+      fs.symlinkSync('..data/token', path.join(dir, 'token'));
+      return { dir, link: path.join(dir, 'token'), file };
+    };
+
+    it('a Kubernetes Secret volume (token -> ..data/token -> ..<timestamp>/token) starts at defaultMode 0400; its default 0644 is refused, naming the fix', async () => {
+      const v = secretVolume('k8s-secret', 0o400);
+      await startsAndRuns(v.link);
+      const loose = secretVolume('k8s-secret-0644', 0o644);
+      refusedToStart(
+        loose.link,
+        `websocket auth secret ${loose.link} (through symbolic links: ${loose.file}) is accessible by group or others (mode 644); run chmod 600 ${loose.file} (a Kubernetes Secret volume: set defaultMode: 0400)`,
+      );
+      fs.chmodSync(loose.file, 0o400); // control: the same volume once the mode is right
+      await startsAndRuns(loose.link);
+    });
+
+    it('a link chain to a world-writable target, a looping chain and a dangling link are refused; a plain symlink to a good file starts', async () => {
+      const v = secretVolume('k8s-writable', 0o606);
+      refusedToStart(v.link, `is accessible by group or others (mode 606)`);
+      fs.chmodSync(v.file, 0o600);
+      await startsAndRuns(v.link);
       const good = tokenIn('link-dir', 0o700);
       const link = path.join(path.dirname(good), 'link');
       fs.symlinkSync(good, link);
-      refusedToStart(link, `websocket auth secret ${link} is a symbolic link; point the flag at the file itself`);
-      await startsAndRuns(good);
+      await startsAndRuns(link);
+      const loop = path.join(path.dirname(good), 'loop');
+      fs.symlinkSync('loop', loop);
+      refusedToStart(loop, /more than 40 symbolic links on the way/);
+      const dangling = path.join(path.dirname(good), 'dangling');
+      fs.symlinkSync('missing', dangling);
+      refusedToStart(dangling, /failed to read websocket auth secret .*ENOENT/);
+    });
+
+    it('a link in a directory others can write (not sticky) is refused, though its target sits in a private one; closed, it starts', async () => {
+      const good = tokenIn('link-target-private', 0o700);
+      const open = path.join(scene.root, 'link-in-open-dir');
+      fs.mkdirSync(open);
+      fs.chmodSync(open, 0o777);
+      const link = path.join(open, 'token');
+      fs.symlinkSync(good, link);
+      refusedToStart(
+        link,
+        `the directory ${open} holding a symbolic link on the way to websocket auth secret ${link} is writable by group or others (mode 777)`,
+      );
+      // The volume's own root is 1777 like the kubelet's tmpfs: sticky passes; 0777 does not (it
+      // is above the file's directory too, so that check names it first).
+      const v = secretVolume('k8s-open-root', 0o400);
+      fs.chmodSync(v.dir, 0o777);
+      refusedToStart(v.link, `the directory ${v.dir} holding websocket auth secret ${v.link} is writable by group or others (mode 777)`);
+      fs.chmodSync(open, 0o755);
+      await startsAndRuns(link);
+      fs.chmodSync(v.dir, 0o1777);
+      await startsAndRuns(v.link);
+    });
+
+    it.skipIf(!caps.root)(`a link to a file another (non-root) user owns, or a link another user made in a sticky directory, is refused${caps.root ? '' : ' (skipped: needs root to chown)'}`, async () => {
+      const v = secretVolume('k8s-other-file', 0o400);
+      fs.chownSync(v.file, 65534, 65534);
+      refusedToStart(v.link, `websocket auth secret ${v.link} (through symbolic links: ${v.file}) is owned by uid 65534, not by this server's user (uid 0) or root`);
+      fs.chownSync(v.file, 0, 0);
+      await startsAndRuns(v.link);
+      // The volume's root is sticky and world-writable: another user may add a link there, and
+      // pointing the flag at it would let them pick the file (as protected_symlinks refuses).
+      const w = secretVolume('k8s-other-link', 0o400);
+      fs.lchownSync(path.join(w.dir, '..data'), 65534, 65534);
+      refusedToStart(w.link, `the symbolic link ${path.join(w.dir, '..data')} on the way to it is owned by uid 65534, not by this server's user (uid 0) or root`);
+      fs.lchownSync(path.join(w.dir, '..data'), 0, 0);
+      await startsAndRuns(w.link);
     });
 
     it('a directory group or others can write is refused (here or above); a sticky 1777 one and a 700 one start', async () => {

@@ -4,13 +4,20 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { apparmorHint, apparmorProfile, apparmorRestrictsUserns } from '../../lib/platform/linux-apparmor';
+import {
+  apparmorConfinedHint,
+  apparmorConfinement,
+  apparmorHint,
+  apparmorParserKnowsUserns,
+  apparmorProfile,
+  apparmorRestrictsUserns,
+} from '../../lib/platform/linux-apparmor';
 
 const CLI = path.join(__dirname, '..', '..', 'dist', 'cli.js');
 
 describe('apparmor-profile', () => {
   it('grants userns to exactly the binary named, unconfined otherwise, with install steps as comments', () => {
-    const text = apparmorProfile('/opt/node-v20/bin/node');
+    const text = apparmorProfile('/opt/node-v20/bin/node', true);
     const rules = text.split('\n').filter((l) => !l.startsWith('#'));
     expect(rules).toContain('profile process-sandbox-opt.node-v20.bin.node /opt/node-v20/bin/node flags=(unconfined) {');
     expect(rules).toContain('  userns,');
@@ -18,6 +25,29 @@ describe('apparmor-profile', () => {
     // Nothing but comments before the preamble: the whole output can go into the file it names.
     expect(text).toMatch(/^(#[^\n]*\n)+abi /);
     expect(text).toContain('sudo apparmor_parser -r /etc/apparmor.d/process-sandbox-opt.node-v20.bin.node');
+  });
+
+  it('for a parser without abi/4.0 (AppArmor 3, Debian 12): abi 3.0, no userns rule, still unconfined, and says why', () => {
+    const text = apparmorProfile('/usr/local/bin/node', false);
+    const rules = text.split('\n').filter((l) => !l.startsWith('#'));
+    expect(rules[0]).toBe('abi <abi/3.0>,');
+    expect(rules).toContain('profile process-sandbox-usr.local.bin.node /usr/local/bin/node flags=(unconfined) {');
+    expect(rules.join('\n')).not.toMatch(/userns,|abi\/4\.0/);
+    expect(text).toMatch(/predates the userns rule/);
+    expect(text).toMatch(/^(#[^\n]*\n)+abi /);
+  });
+
+  it('picks the variant by the abi files the parser ships: 4.0 present, or no parser at all, means userns', () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'psb-aa-abi-'));
+    try {
+      expect(apparmorParserKnowsUserns(dir)).toBe(true); // no parser: print Ubuntu's text
+      fs.writeFileSync(path.join(dir, '3.0'), '');
+      expect(apparmorParserKnowsUserns(dir)).toBe(false); // Debian 12's apparmor 3.0.8
+      fs.writeFileSync(path.join(dir, '4.0'), '');
+      expect(apparmorParserKnowsUserns(dir)).toBe(true); // Ubuntu 24.04's apparmor 4
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('refuses a path AppArmor would read differently (relative, spaces, rule syntax)', () => {
@@ -30,6 +60,7 @@ describe('apparmor-profile', () => {
     const ok = spawnSync(process.execPath, [CLI, 'apparmor-profile'], { encoding: 'utf8' });
     expect(ok.status).toBe(0);
     expect(ok.stdout).toContain(` ${fs.realpathSync(process.execPath)} flags=(unconfined) {`);
+    expect(ok.stdout.includes('  userns,')).toBe(apparmorParserKnowsUserns()); // this host's parser decides
     const eq = spawnSync(process.execPath, [CLI, 'apparmor-profile', `--node=${process.execPath}`], { encoding: 'utf8' });
     expect(eq.stdout).toBe(ok.stdout);
     const bad = spawnSync(process.execPath, [CLI, 'apparmor-profile', '--node', '/nonexistent/node'], { encoding: 'utf8' });
@@ -48,6 +79,27 @@ describe('the restriction is named when it is on', () => {
       expect(apparmorRestrictsUserns(path.join(dir, 'on'))).toBe(true);
       expect(apparmorRestrictsUserns(path.join(dir, 'off'))).toBe(false);
       expect(apparmorRestrictsUserns(path.join(dir, 'absent'))).toBe(false);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("reads this process's AppArmor label: a profile in enforce or complain mode is named; unconfined, an unconfined-mode profile, another LSM's label or none is not", () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'psb-aa-label-'));
+    const f = (name: string, text: string) => {
+      fs.writeFileSync(path.join(dir, name), text);
+      return path.join(dir, name);
+    };
+    try {
+      expect(apparmorConfinement([f('a', 'psb-emulated-userns-restriction (enforce)\n')])).toBe('psb-emulated-userns-restriction (enforce)');
+      expect(apparmorConfinement([f('b', 'snap.node.node (complain)\0')])).toBe('snap.node.node (complain)');
+      expect(apparmorConfinement([f('c', 'unconfined\n')])).toBe(null);
+      expect(apparmorConfinement([f('d', 'process-sandbox-usr.bin.node (unconfined)\n')])).toBe(null);
+      expect(apparmorConfinement([f('e', 'system_u:system_r:unconfined_t:s0\n')])).toBe(null);
+      // The first file missing (before 5.8): the shared one is read.
+      expect(apparmorConfinement([path.join(dir, 'absent'), path.join(dir, 'a')])).toBe('psb-emulated-userns-restriction (enforce)');
+      expect(apparmorConfinement([path.join(dir, 'absent')])).toBe(null);
+      expect(apparmorConfinedHint('x (enforce)')).toMatch(/AppArmor profile x \(enforce\).*process-sandbox apparmor-profile/);
     } finally {
       fs.rmSync(dir, { recursive: true, force: true });
     }
