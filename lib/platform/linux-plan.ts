@@ -276,6 +276,10 @@ const LANDLOCK_FACT_GAPS: RegExp[] = [
   /^POSIX shared memory and semaphores \(\/dev\/shm\) are unavailable/, // refused, not shared
   /^the capability bounding set cannot be emptied without privileges/, // no_new_privs holds: none can be gained
   /^Landlock ABI \d+ has no TCP rules; seccomp alone blocks sockets$/, // blocked all the same
+  // No policy field asks for it, and nothing cheap enough can enforce it (docs/security.md): the
+  // command lines and status of host processes are readable; their environment, memory, maps
+  // and fds are not (Landlock's ptrace rule). Reported, with processIsolation 'partial'.
+  /^host processes stay visible in \/proc \(command lines, not memory or environment\)$/,
 ];
 
 /**
@@ -1110,7 +1114,9 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     },
     guarantees: {
       filesystemRead: rules.readAll ? 'not-requested' : watchGap ? 'partial' : 'enforced',
-      filesystemWrite: isolated ? 'enforced' : 'partial',
+      // Landlock mode: writes outside the writable roots are Landlock's (truncation from ABI 3),
+      // metadata changes the supervisor's; carve-outs inside them are protectedPaths.
+      filesystemWrite: isolated || (metadataSupervised && abi >= 3) ? 'enforced' : 'partial',
       protectedPaths:
         rules.readOnly.length === 0
           ? 'not-requested'
