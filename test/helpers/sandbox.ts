@@ -19,6 +19,7 @@ import path from 'node:path';
 import { expect } from 'vitest';
 
 import { run, spawn, type RunOptions, type RunResult, type SandboxedProcess } from '../../lib/index';
+import type { SandboxPolicy } from '../../lib/policy-types';
 import { trySyscallPath } from './try-syscall';
 
 export const NODE = process.execPath;
@@ -360,4 +361,31 @@ export function hostScript(dir: string, name: string, body: string): string {
   const file = path.join(dir, name);
   fs.writeFileSync(file, `'use strict';\nconst lib = require(${JSON.stringify(DIST_INDEX)});\n${body}\n`, { mode: 0o644 });
   return file;
+}
+
+/**
+ * Auto mode where isolated mode is out of reach (no user namespaces): without `degraded` it falls
+ * back to Landlock mode exactly when every guarantee the policy asks for holds there (the report
+ * with `degraded` lists none in `degradedBy`), and otherwise refuses naming exactly those. Runs
+ * `script` both ways and checks that; returns what ran without degraded (null: refused, and then
+ * nothing ran: `trace` was not made).
+ */
+export async function autoWithoutDegraded(script: string, policy: SandboxPolicy, trace: string): Promise<RunResult<string> | null> {
+  const withDegraded = await run('/bin/true', [], { env: { PATH: '/usr/bin:/bin' }, policy: { ...policy, degraded: true } });
+  expect(withDegraded.enforcement.mode).toBe('landlock');
+  const needs = withDegraded.enforcement.degradedBy ?? [];
+  const plain = await sh(script, { policy: { ...policy, degraded: false } }).catch((e: unknown) => e as Error);
+  if (needs.length > 0) {
+    expect(plain).toBeInstanceOf(Error);
+    expect(plain).toMatchObject({ name: 'SandboxError', code: expect.stringMatching(/^(EUSERNS_UNAVAILABLE|ENOT_ENFORCED)$/) });
+    expect((plain as Error).message).toMatch(/degraded/);
+    for (const g of needs) expect((plain as Error).message).toContain(g);
+    expect(fs.existsSync(trace)).toBe(false);
+    return null;
+  }
+  expect(plain).not.toBeInstanceOf(Error);
+  expect((plain as RunResult<string>).enforcement.mode).toBe('landlock');
+  expect((plain as RunResult<string>).enforcement.degradedBy).toEqual([]);
+  expect(fs.existsSync(trace)).toBe(true);
+  return plain as RunResult<string>;
 }

@@ -10,7 +10,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { probe, run, SandboxError, spawn } from '../../lib/index';
 import type { SandboxPolicy } from '../../lib/policy-types';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
-import { BASE_ENV, hostMounts, makeScene, probeOps, sh, type Scene } from '../helpers/sandbox';
+import { autoWithoutDegraded, BASE_ENV, hostMounts, makeScene, probeOps, sh, type Scene } from '../helpers/sandbox';
 
 describe.runIf(caps.linux)('modes and reports', () => {
   it('probe() answers without spawning and agrees with the capabilities', () => {
@@ -44,14 +44,27 @@ describe.runIf(caps.linux)('modes and reports', () => {
     }
   });
 
-  it.runIf(!caps.userns)('without user namespaces the default policy refuses (fail closed), naming the fix', async () => {
+  it.runIf(!caps.userns)('without user namespaces auto mode needs degraded only for what Landlock mode cannot hold (fail closed), naming it', async () => {
     // A kernel before 5.12 (no mount_setattr) cannot run isolated mode even with user namespaces.
     const oldKernel = (probe().features as Record<string, unknown>).mountApi === false;
-    await expect(run('/bin/true', [], { env: BASE_ENV })).rejects.toMatchObject(
-      oldKernel
-        ? { code: 'ENOT_ENFORCED', message: expect.stringMatching(/isolated mode needs Linux 5\.12.*upgrade the kernel/) }
-        : { code: 'EUSERNS_UNAVAILABLE', message: expect.stringMatching(/degraded/) },
-    );
+    if (oldKernel || !caps.landlock) {
+      await expect(run('/bin/true', [], { env: BASE_ENV })).rejects.toMatchObject(
+        oldKernel
+          ? { code: 'ENOT_ENFORCED', message: expect.stringMatching(/isolated mode needs Linux 5\.12.*upgrade the kernel/) }
+          : { code: 'EUSERNS_UNAVAILABLE', message: expect.stringMatching(/Landlock/) },
+      );
+      return;
+    }
+    const scene = makeScene('modes-auto');
+    try {
+      await autoWithoutDegraded(`touch ${scene.ws}/ran`, { filesystem: { write: [scene.ws] } }, `${scene.ws}/ran`);
+      // A guarantee Landlock mode never holds is refused by name, whatever this host has.
+      const err = await sh(`touch ${scene.ws}/ran2`, { policy: { filesystem: { write: [scene.ws, '/proc'] } } }).catch((e: unknown) => e);
+      expect(err).toMatchObject({ code: 'EUSERNS_UNAVAILABLE', message: expect.stringMatching(/a writable root covers \/proc.*degraded/) });
+      expect(fs.existsSync(`${scene.ws}/ran2`)).toBe(false);
+    } finally {
+      scene.cleanup();
+    }
   });
 
   it.runIf(caps.landlock)('Landlock mode needs degraded exactly for the requested guarantees it cannot hold, and names those', async () => {
