@@ -910,7 +910,9 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
   // writable root is one more carve-out to it (never created, opened for writing, which could
   // also read it, renamed, linked or removed), or it would undo the deny-read carving below.
   const deniedInWritable = rules.denyRead.filter((d) => rules.writeRoots.some((w) => isUnder(d, w)));
-  const pathsSupervised = metadataSupervised && rules.readOnly.length > 0;
+  // Before Landlock ABI 3 truncation is not a Landlock right: the same supervisor then carries
+  // out truncate(2) and O_TRUNC opens too (only inside the writable roots), carve-outs or not.
+  const pathsSupervised = metadataSupervised && mode === 'landlock' && (rules.readOnly.length > 0 || abi < 3);
   if (pathsSupervised) {
     native.seccomp!.pathSupervisor = {
       carveOuts: [...new Set([...rules.readOnly, ...deniedInWritable])],
@@ -1015,12 +1017,13 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     }
     // Before ABI 3 truncation is not a Landlock right: truncate(2) and open(O_RDONLY|O_TRUNC) of any
     // file the uid may write, outside the writable roots too, are not stopped (FS-13).
-    if (abi < 3) gaps.push(`files outside the writable roots can be truncated (Landlock ABI ${abi} has no truncate right)`);
+    if (abi < 3 && !pathsSupervised) gaps.push(`files outside the writable roots can be truncated (Landlock ABI ${abi} has no truncate right)`);
     if (abi < 4 && net !== 'full') gaps.push(`Landlock ABI ${abi} has no TCP rules; seccomp alone blocks sockets`);
     if (abi < 6 && !signalSupervised) {
       gaps.push(`Landlock ABI ${abi} has no signal scoping and this kernel has no seccomp supervision: processes outside the sandbox can be signalled`);
     }
-    if (abi < 6) gaps.push(`Landlock ABI ${abi} has no abstract-socket scoping`);
+    // (Abstract unix sockets: reachable only where unix sockets are allowed, the gap above; with
+    // the network full they are the host's in isolated mode too, as its network namespace is.)
     if (probe.euid !== 0) gaps.push('the capability bounding set cannot be emptied without privileges (no_new_privs still blocks gaining capabilities)');
   }
   const isolated = mode === 'isolated';
@@ -1116,7 +1119,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       filesystemRead: rules.readAll ? 'not-requested' : watchGap ? 'partial' : 'enforced',
       // Landlock mode: writes outside the writable roots are Landlock's (truncation from ABI 3),
       // metadata changes the supervisor's; carve-outs inside them are protectedPaths.
-      filesystemWrite: isolated || (metadataSupervised && abi >= 3) ? 'enforced' : 'partial',
+      filesystemWrite: isolated || (metadataSupervised && (abi >= 3 || pathsSupervised)) ? 'enforced' : 'partial',
       protectedPaths:
         rules.readOnly.length === 0
           ? 'not-requested'
