@@ -147,7 +147,15 @@ struct ChildWatch {
     Napi::Value jcode = code >= 0 ? Napi::Number::New(env, code) : env.Null();
     Napi::Value jsig = sig > 0 ? Napi::Number::New(env, sig) : env.Null();
     Napi::FunctionReference cb = std::move(on_exit);
-    cb.MakeCallback(env.Global(), {jcode, jsig});
+    // Called from a libuv callback: a C++ exception escaping here terminates the host. MakeCallback
+    // also runs the ticks and microtasks the exit released, i.e. the caller's code after
+    // `await exited` (a next spawn, whose unlistened 'error' event throws from a tick): whatever
+    // throws there is the host's uncaught exception, delivered as Node delivers its own.
+    try {
+      cb.MakeCallback(env.Global(), {jcode, jsig});
+    } catch (const Napi::Error& e) {
+      napi_fatal_exception(env, e.Value());
+    }
   }
 };
 
