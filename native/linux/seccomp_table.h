@@ -115,12 +115,12 @@ constexpr int kNrRmdir = kSkip;
 constexpr int kNrMkdir = kSkip;
 constexpr int kNrLink = kSkip;
 constexpr int kNrSymlink = kSkip;
+constexpr int kNrGetdents = kSkip;
 #endif
 #ifdef __NR_renameat
 constexpr int kNrRenameat = __NR_renameat;  // not on aarch64 (renameat2 only)
 #else
 constexpr int kNrRenameat = kSkip;
-constexpr int kNrGetdents = kSkip;
 #endif
 
 // x86_64 marks x32 syscalls with this bit in the number; x32 has its own table, so every rule
