@@ -96,6 +96,18 @@ void SetControllingTerminalInChild(const ChildArgs* a) {
 // was made (the go brings no fds then), and it becomes the controlling terminal of the session
 // made before the park. Its OOM preference is raised only now (`oom_fd`, see
 // CommandInChild).
+// A sandbox made inside one of ours (a nested Landlock-mode run) cannot write /proc/self: the
+// outer Landlock domain refuses it (EACCES). The outer sandbox made its command the OOM killer's
+// first choice already, and that value is inherited: nothing is lost when it reads 1000 here.
+bool OomScoreAlreadyMaxInChild() {
+  long fd = Sys(__NR_openat, AT_FDCWD, "/proc/self/oom_score_adj", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char b[8];
+  long n = Sys(__NR_read, fd, b, sizeof b);
+  Sys(__NR_close, fd);
+  return n >= 4 && b[0] == '1' && b[1] == '0' && b[2] == '0' && b[3] == '0' && (n == 4 || b[4] == '\n');
+}
+
 void ParkInChild(ChildArgs* a, int oom_fd) {
   ChildReport parked = {kNote, kNoteParked, 0};
   if (Sys(__NR_write, a->err_fd, &parked, sizeof parked) != static_cast<long>(sizeof parked)) ExitInChild(125);
@@ -168,10 +180,12 @@ int CommandInChild(void* argp) {
         Sys(__NR_close, oom_fd);
         oom_fd = hi;
       }
-      if (oom_fd < 0 && oom_fd != -ENOENT) FailInChild(a, kStageOomScore, 0, oom_fd);
+      if (oom_fd < 0 && oom_fd != -ENOENT && !(oom_fd == -EACCES && OomScoreAlreadyMaxInChild())) {
+        FailInChild(a, kStageOomScore, 0, oom_fd);
+      }
     } else {
       r = WriteFileInChild("/proc/self/oom_score_adj", "1000");
-      if (r < 0 && r != -ENOENT) FailInChild(a, kStageOomScore, 0, r);
+      if (r < 0 && r != -ENOENT && !(r == -EACCES && OomScoreAlreadyMaxInChild())) FailInChild(a, kStageOomScore, 0, r);
     }
   }
   if (p.setsid) {
