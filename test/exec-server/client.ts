@@ -5,6 +5,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
+import http from 'node:http';
 import path from 'node:path';
 
 export const REPO = path.resolve(__dirname, '..', '..');
@@ -271,4 +272,38 @@ export function workspaceWrite(root: string, extraEntries: object[] = []) {
     windowsSandboxLevel: 'disabled',
     useLegacyLandlock: false,
   };
+}
+
+/** The Responses API, streamed, just enough for `codex exec`: a tool call, then a final message. */
+export function standInModel(command: string) {
+  const bodies: Array<{ input: Array<Record<string, unknown>> }> = [];
+  const sse = (events: object[]) => events.map((e) => `event: ${(e as { type: string }).type}\ndata: ${JSON.stringify(e)}\n\n`).join('');
+  const usage = { input_tokens: 1, input_tokens_details: null, output_tokens: 1, output_tokens_details: null, total_tokens: 2 };
+  const server = http.createServer((req, res) => {
+    let b = '';
+    req.on('data', (d) => (b += d));
+    req.on('end', () => {
+      if (req.method !== 'POST' || !req.url?.endsWith('/responses')) {
+        res.writeHead(404);
+        res.end();
+        return;
+      }
+      const body = JSON.parse(b) as { input: Array<Record<string, unknown>> };
+      bodies.push(body);
+      const toolDone = body.input.some((i) => i.type === 'function_call_output');
+      const n = bodies.length;
+      const item = toolDone
+        ? { type: 'message', role: 'assistant', id: `msg_${n}`, content: [{ type: 'output_text', text: 'done' }] }
+        : { type: 'function_call', id: `fc_${n}`, call_id: 'call_1', name: 'exec_command', arguments: JSON.stringify({ cmd: command }) };
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.end(
+        sse([
+          { type: 'response.created', response: { id: `resp_${n}` } },
+          { type: 'response.output_item.done', item },
+          { type: 'response.completed', response: { id: `resp_${n}`, usage } },
+        ]),
+      );
+    });
+  });
+  return { server, bodies };
 }

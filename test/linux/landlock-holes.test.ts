@@ -104,6 +104,23 @@ if platform.machine() == 'x86_64':
 print('META ' + json.dumps(res))
 `;
 
+/**
+ * The syscalls a container runtime's seccomp profile may not know (newer than the profile: Docker
+ * 20.10 answers ENOSYS for fchmodat2 and the *xattrat calls, for every process in the container);
+ * our own filter never answers ENOSYS for them. Dropped from the results, loudly, only when this
+ * test process is itself under such a filter.
+ */
+const runtimeFiltered = /^Seccomp_filters:\s+[1-9]/m.test(fs.readFileSync('/proc/self/status', 'utf8'));
+function withoutRuntimeEnosys(res: Record<string, string>, where: string): Record<string, string> {
+  if (!runtimeFiltered) return res;
+  const out: Record<string, string> = {};
+  for (const [op, r] of Object.entries(res)) {
+    if (op.startsWith('sys-') && r === 'ENOSYS') console.warn(`[landlock-holes] SKIPPING ${op} ${where}: this process's own seccomp filter (a container runtime's) answers ENOSYS for it`);
+    else out[op] = r;
+  }
+  return out;
+}
+
 function parseMeta(out: string): Record<string, string> {
   const line = out.split('\n').find((l) => l.startsWith('META '));
   if (!line) throw new Error(`no META line in: ${out}`);
@@ -241,14 +258,14 @@ print(json.dumps({'out': r.stdout, 'err': r.stderr, 'other_output': drain(m1), '
       fs.symlinkSync(inside, path.join(scene.ws, 'to-inside'));
       const before = fileState(outside);
       const boxed = await run(PYTHON, ['-c', META_PY, outside, path.join(scene.ws, 'to-outside')], { cwd: scene.ws, env: BASE_ENV, policy });
-      const res = parseMeta(boxed.stdout + boxed.stderr);
+      const res = withoutRuntimeEnosys(parseMeta(boxed.stdout + boxed.stderr), 'outside');
       // Outside: mode, owner, times, ctime and xattrs exactly as before.
       expect(fileState(outside)).toEqual(before);
       for (const [op, r] of Object.entries(res)) expect(['EACCES', 'EPERM', 'EROFS'], `${op}: ${JSON.stringify(res)}`).toContain(r);
       // Positive control: the same calls inside the writable root work and show from outside.
       const mineBefore = fileState(inside);
       const ok = await run(PYTHON, ['-c', META_PY, inside, path.join(scene.ws, 'to-inside')], { cwd: scene.ws, env: BASE_ENV, policy });
-      const okRes = parseMeta(ok.stdout + ok.stderr);
+      const okRes = withoutRuntimeEnosys(parseMeta(ok.stdout + ok.stderr), 'inside');
       const chattrUnsupported = ['ENOTTY', 'EOPNOTSUPP', 'EINVAL'];
       for (const [op, r] of Object.entries(okRes)) {
         if (op === 'chattr') {

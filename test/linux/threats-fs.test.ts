@@ -1189,7 +1189,12 @@ describe.runIf(caps.linux)('file-system threats', () => {
       expect(r.code).not.toBe(0); // the final write failed
       expectUnchanged(gitBefore, snapshot(`${scene.ws}/.git`));
       expectUnchanged(outBefore, snapshot(scene.out));
-      // Control: the same mount calls work in a user namespace of our own, outside the sandbox.
+      // Control: the same mount calls work in a user namespace of our own, outside the sandbox;
+      // where this host cannot make one (a default container), there is no such control.
+      if (!caps.userns) {
+        console.warn('[FS-24] SKIPPING the control: this host cannot make a user namespace of its own');
+        return;
+      }
       const ctl = await run(
         'unshare',
         ['-rm', PYTHON, '-c', 'import ctypes,sys\nlibc=ctypes.CDLL(None,use_errno=True)\nprint(libc.mount(b"tmpfs",sys.argv[1].encode(),b"tmpfs",0,None))', `${scene.ws}/mnt`],
