@@ -194,6 +194,25 @@ export const LANDLOCK_INHERENT_GAPS = [
  * mount tree needs mount_setattr (5.12): on an older kernel (Debian 11's 5.10) a spawn would fail
  * half-way through its mount setup.
  */
+/**
+ * Why Landlock mode's supervisors are off where the kernel has them: they read the command's
+ * memory and take its fds, with process_vm_readv and pidfd_getfd or, where a container's seccomp
+ * profile refuses those (Docker's default without CAP_SYS_PTRACE), /proc/<pid>/mem and
+ * /proc/<pid>/fd (native/linux/task_access.h). Empty unless neither way works.
+ */
+function noAccess(probe: LinuxProbe): string {
+  if (probe.supervisorAccess !== 'none') return '';
+  return (
+    ' (the supervisor cannot read the command: process_vm_readv and pidfd_getfd are refused, as a container runtime\'s ' +
+    'default seccomp profile does without CAP_SYS_PTRACE, and /proc/<pid>/mem is not readable either; grant CAP_SYS_PTRACE ' +
+    'or a seccomp profile allowing those calls)'
+  );
+}
+
+function noSupervision(probe: LinuxProbe): string {
+  return `this kernel has no seccomp supervision: errno ${-(probe.connectSupervisor ?? -38)}${noAccess(probe)}`;
+}
+
 export function isolatedKernelGap(probe: LinuxProbe): string | undefined {
   if (probe.mountApi === undefined || probe.mountApi === 0) return undefined;
   return (
@@ -775,12 +794,12 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     if (limits.maxProcesses && !cg) native.rlimitNproc = limits.maxProcesses;
     protectPartial = (rules.gaps ?? []).length > 0;
     if (!metadataSupervised) {
-      gaps.push(...LANDLOCK_INHERENT_GAPS.map((g) => `${g}; this kernel has no seccomp supervision: errno ${-(probe.connectSupervisor ?? -38)}`));
+      gaps.push(...LANDLOCK_INHERENT_GAPS.map((g) => `${g}; ${noSupervision(probe)}`));
     }
     if (rules.readOnly.length > 0 && !pathsSupervised) {
       gaps.push(
         `read-only carve-outs inside writable roots are not enforced: ${rules.readOnly.join(', ')}; this kernel has no seccomp ` +
-          `supervision: errno ${-(probe.connectSupervisor ?? -38)}`,
+          `supervision: errno ${-(probe.connectSupervisor ?? -38)}${noAccess(probe)}`,
       );
     }
     const deniedButReadable = rules.denyRead.filter((d) => rules.readAll || rules.readRoots.some((r) => isUnder(d, r)));
@@ -793,7 +812,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
         `TCP connects to other hosts on the proxy's port ${input.proxyPort} are not blocked: any IPv4 address on that port ` +
           `(other loopback addresses, the LAN, the internet) is reachable directly, outside the proxy's policy and audit ` +
           `(Landlock rules are per port; IPv6 sockets are refused, so ::1 and IPv6 hosts are not; this kernel has no ` +
-          `seccomp connect supervision: errno ${-(probe.connectSupervisor ?? -38)})`,
+          `seccomp connect supervision: errno ${-(probe.connectSupervisor ?? -38)}${noAccess(probe)})`,
       );
     }
     // With the supervisor the proxy serves only the connections it made for the command (an

@@ -6,7 +6,8 @@
 // symlinkat; mkdir, mkdirat; mknod, mknodat; truncate. (openat2 is ENOSYS in both modes: its
 // flags are in memory. chmod, chown, utime and xattr calls are the metadata supervisor's, which
 // refuses the carve-outs too.) Each call is EMULATED here, never continued:
-//   1. copy its arguments once: path strings (process_vm_readv), its dirfds (pidfd_getfd), its
+//   1. copy its arguments once: path strings (process_vm_readv), its dirfds (pidfd_getfd; or
+//      /proc/<tid>/mem and /proc/<tid>/fd/N where those are refused: task_access.h), its
 //      cwd for a relative path (/proc/<tid>/cwd), the umask for a create (/proc/<tid>/status);
 //      then SECCOMP_IOCTL_NOTIF_ID_VALID checks they came from the task still waiting in the call;
 //   2. with this thread's effective capabilities cleared (the command has the host's uid and
@@ -68,6 +69,7 @@
 #include <vector>
 
 #include "notify_args.h"
+#include "task_access.h"
 
 namespace psb {
 namespace {
@@ -468,9 +470,11 @@ struct LazyPidfd {
   const SeccompNotif& n;
   Fd fd;
   int Copy(int child_fd, Fd* out) {
+    // /proc/<tid>/fd needs no pidfd (task_access.h: a container's seccomp profile).
+    if (task::Way() == task::Access::kProcfs) return GetFd(-1, n.pid, child_fd, out);
     if (fd.fd < 0) fd.Reset(notify::PidfdFor(listener, n));
     if (fd.fd < 0) return -EACCES;
-    return GetFd(fd.fd, child_fd, out);
+    return GetFd(fd.fd, n.pid, child_fd, out);
   }
 };
 
