@@ -45,7 +45,9 @@
 // Differences from the kernel's own call, by design: an O_WRONLY open of a FIFO with no reader
 // gets a read-write description instead of blocking the supervisor; /dev/tty is the command's
 // controlling terminal (looked up from /proc/<tid>/stat), never the host's; a parent directory
-// with a default ACL gets the umask applied all the same.
+// with a default ACL gets the umask applied all the same; where unshare(CLONE_FS) is refused (a
+// container's seccomp profile) a create whose mode the host's umask narrowed is widened by a chmod
+// right after (OwnFsContext), so the object has the narrower mode for a moment.
 // Kernel features: seccomp user notification with SECCOMP_IOCTL_NOTIF_ADDFD and pidfd_getfd
 // (5.9), openat2 (5.6). Without them the planner does not enable this supervisor, lists the
 // carve-outs as not enforced and requires `degraded` (linux-plan.ts).
@@ -546,6 +548,49 @@ int CmdUmask(const SeccompNotif& n, Args* a) {
   return u;
 }
 
+// This thread's file-system context: its own, with umask 0, so that a create gets exactly the
+// mode computed from the command's umask (applied by hand). A container runtime's default seccomp
+// profile refuses unshare() without CAP_SYS_ADMIN (Docker's: EPERM): the context then stays the
+// host process's, whose umask must not be changed (every host thread shares it), and a create
+// whose mode that umask narrowed gets the missing permission bits back with a chmod of the object
+// it made (FixMode). Once per thread.
+thread_local int host_umask = -1;  // -1: own context (umask 0)
+bool OwnFsContext() {
+  thread_local bool done = false;
+  if (done) return true;
+  if (unshare(CLONE_FS) == 0) {
+    umask(0);
+  } else {
+    // Read, never set: umask(2) would change it for the whole host process for a moment.
+    const int u = nargs::Umask(static_cast<uint32_t>(syscall(SYS_gettid)));
+    if (u < 0) return false;
+    host_umask = u;
+  }
+  done = true;
+  return true;
+}
+
+// After a create with mode `perm` through the host's shared umask: gives the object (the fd of a
+// file just made, or name `last` in the pinned directory `dir`, never followed) the permission
+// bits that umask took away; its other mode bits (a set-gid directory's inherited S_ISGID) stay.
+// 0 or -errno. Nothing to do with a context of our own or when the umask took nothing.
+int FixMode(int fd, int dir, const char* last, mode_t perm) {
+  if (host_umask <= 0 || (perm & static_cast<mode_t>(host_umask) & 0777) == 0) return 0;
+  Fd obj;
+  if (fd < 0) {
+    obj.Reset(openat(dir, last, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    if (obj.fd < 0) return -errno;
+    fd = obj.fd;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) return -errno;
+  if (S_ISLNK(st.st_mode)) return 0;
+  char proc[64];
+  snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+  const mode_t want = (st.st_mode & 07777) | (perm & 0777);
+  return chmod(proc, want) == 0 ? 0 : -errno;
+}
+
 // An open (open, openat, creat). Returns a new fd of ours in *out, or -errno.
 int DoOpen(const PathRules& r, const SeccompNotif& n, Args* a, Fd* out) {
   const int flags = a->flags;
@@ -560,8 +605,13 @@ int DoOpen(const PathRules& r, const SeccompNotif& n, Args* a, Fd* out) {
     if (!InWritable(r, p) || InCarveout(r, p)) return -EACCES;
     const int u = CmdUmask(n, a);
     if (u < 0) return u;
-    const int fd = openat(d, ".", (flags & ~O_CLOEXEC) | O_CLOEXEC, static_cast<mode_t>(a->mode & 07777 & ~static_cast<uint32_t>(u)));
+    const mode_t perm = static_cast<mode_t>(a->mode & 07777 & ~static_cast<uint32_t>(u));
+    const int fd = openat(d, ".", (flags & ~O_CLOEXEC) | O_CLOEXEC, perm);
     if (fd < 0) return -errno;
+    if (int e = FixMode(fd, -1, nullptr, perm)) {
+      close(fd);
+      return e;
+    }
     out->Reset(fd);
     return 0;
   }
@@ -575,6 +625,10 @@ int DoOpen(const PathRules& r, const SeccompNotif& n, Args* a, Fd* out) {
     // O_NOFOLLOW: a symlink put at the name since it was looked up is not followed.
     const int fd = openat(t.name.dir.fd, t.name.last.c_str(), (flags & ~O_CLOEXEC) | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC, mode);
     if (fd < 0) return -errno;
+    if (int e = FixMode(fd, -1, nullptr, mode)) {
+      close(fd);
+      return e;
+    }
     out->Reset(fd);
     return 0;
   }
@@ -679,19 +733,12 @@ long DoMake(const PathRules& r, const SeccompNotif& n, const Call& c, Args* a) {
     default:
       return -ENOSYS;
   }
-  return rc == 0 ? 0 : -errno;
+  if (rc != 0) return -errno;
+  // (The object at that name gets only a chmod the command could make itself: same
+  // credentials, capabilities cleared, a name where it may create.)
+  return c.op == Op::kSymlink ? 0 : FixMode(-1, nm.dir.fd, nm.last.c_str(), perm);
 }
 
-// Gives this thread a file-system context of its own, with umask 0 (the command's umask is
-// applied to each create by hand). Once per thread.
-bool OwnFsContext() {
-  thread_local bool done = false;
-  if (done) return true;
-  if (unshare(CLONE_FS) != 0) return false;
-  umask(0);
-  done = true;
-  return true;
-}
 
 }  // namespace
 

@@ -1,7 +1,7 @@
 /**
  * Landlock mode's supervisors under a container runtime's default seccomp profile (docs/hosts.md):
- * Docker's refuses process_vm_readv and pidfd_getfd with EPERM without CAP_SYS_PTRACE, for root
- * too, and Landlock mode is what runs there. The supervisors then take their procfs way
+ * Docker's refuses process_vm_readv and pidfd_getfd with EPERM without CAP_SYS_PTRACE, and
+ * unshare without CAP_SYS_ADMIN, for root too, and Landlock mode is what runs there. The supervisors then take their procfs way
  * (native/linux/task_access.h: /proc/<pid>/mem, /proc/<pid>/fd/N). The honest way to test it:
  * the HOST, a node process starting sandboxes, runs under such a filter (test/fixtures/
  * ptrace_filter.c), as it would in the container. Checked from outside: the files the sandbox
@@ -49,6 +49,8 @@ const HOST = `
 const psb = require(${JSON.stringify(path.join(ROOT, 'dist', 'index.js'))});
 const [ws, portArg, script] = process.argv.slice(1);
 const port = Number(portArg || 0);
+// A host umask that narrows what the command asks for (the supervisor must not use it).
+process.umask(0o077);
 (async () => {
   const access = psb.probe().features.supervisorAccess;
   const policy = { mode: 'landlock', degraded: true, filesystem: { write: [ws] },
@@ -86,6 +88,7 @@ const WORK =
   'set -u; echo made > new.txt && echo write=ok || echo write=fail; chmod 0700 new.txt && echo chmod=ok || echo chmod=fail; ' +
   'touch -d @1000000000 new.txt && echo utime=ok || echo utime=fail; mkdir d && echo mkdir=ok || echo mkdir=fail; ' +
   'echo x > /dev/null && echo null=ok || echo null=fail; ' +
+  'umask 022; : > u.txt && mkdir ud && echo umask=ok || echo umask=fail; ' +
   'echo evil >> .git/config 2>/dev/null && echo cfgwrite=ok || echo cfgwrite=denied; ' +
   'chmod 0777 .git/config 2>/dev/null && echo cfgchmod=ok || echo cfgchmod=denied; ' +
   'mv .git/config .git/moved 2>/dev/null && echo cfgmove=ok || echo cfgmove=denied';
@@ -136,13 +139,16 @@ describe.skipIf(skip)('supervisors under a seccomp profile that refuses process_
     expect(r.access).toBe('procfs');
     expect(r.meta).toBe('seccomp-user-notif');
     expect(r.paths).toBe('seccomp-user-notif');
-    expect(r.out, r.err).toMatch(/write=ok\nchmod=ok\nutime=ok\nmkdir=ok\nnull=ok\ncfgwrite=denied\ncfgchmod=denied\ncfgmove=denied/);
+    expect(r.out, r.err).toMatch(/write=ok\nchmod=ok\nutime=ok\nmkdir=ok\nnull=ok\numask=ok\ncfgwrite=denied\ncfgchmod=denied\ncfgmove=denied/);
     // From outside: the changes landed, the carve-out did not change.
     const st = fs.statSync(path.join(ws, 'new.txt'));
     expect(st.mode & 0o777).toBe(0o700);
     expect(st.mtimeMs).toBe(1_000_000_000_000);
     expect(fs.readFileSync(path.join(ws, 'new.txt'), 'utf8')).toBe('made\n');
     expect(fs.statSync(path.join(ws, 'd')).isDirectory()).toBe(true);
+    // The command's umask (022), not the host's (077), even where the supervisor shares the host's.
+    expect(fs.statSync(path.join(ws, 'u.txt')).mode & 0o777).toBe(0o644);
+    expect(fs.statSync(path.join(ws, 'ud')).mode & 0o777).toBe(0o755);
     expectUnchanged(before, snapshot(path.join(ws, '.git')), '.git');
   });
 
