@@ -112,6 +112,13 @@ export interface LinuxProbe {
    * listener, pidfd_getfd, SECCOMP_IOCTL_NOTIF_ADDFD), else -errno. Absent from older addons.
    */
   connectSupervisor?: number;
+  /**
+   * How Landlock mode's supervisors read the command's memory and take its fds: 'pidfd'
+   * (process_vm_readv, pidfd_getfd), 'procfs' (/proc/<pid>/mem, /proc/<pid>/fd: a container's
+   * seccomp profile refuses the first two), 'none' (connectSupervisor is then -EPERM). Absent
+   * from older addons.
+   */
+  supervisorAccess?: 'pidfd' | 'procfs' | 'none';
   /** 0 when user+mount+pid+net namespaces work, else -errno. */
   userns: number;
   /** 0 when the kernel has mount_setattr (Linux 5.12), which isolated mode's mount tree needs, else -errno. Absent from older addons. */

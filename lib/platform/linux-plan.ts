@@ -199,6 +199,25 @@ export const LANDLOCK_INHERENT_GAPS = [
  * mount tree needs mount_setattr (5.12): on an older kernel (Debian 11's 5.10) a spawn would fail
  * half-way through its mount setup.
  */
+/**
+ * Why Landlock mode's supervisors are off where the kernel has them: they read the command's
+ * memory and take its fds, with process_vm_readv and pidfd_getfd or, where a container's seccomp
+ * profile refuses those (Docker's default without CAP_SYS_PTRACE), /proc/<pid>/mem and
+ * /proc/<pid>/fd (native/linux/task_access.h). Empty unless neither way works.
+ */
+function noAccess(probe: LinuxProbe): string {
+  if (probe.supervisorAccess !== 'none') return '';
+  return (
+    ' (the supervisor cannot read the command: process_vm_readv and pidfd_getfd are refused, as a container runtime\'s ' +
+    'default seccomp profile does without CAP_SYS_PTRACE, and /proc/<pid>/mem is not readable either; grant CAP_SYS_PTRACE ' +
+    'or a seccomp profile allowing those calls)'
+  );
+}
+
+function noSupervision(probe: LinuxProbe): string {
+  return `this kernel has no seccomp supervision: errno ${-(probe.connectSupervisor ?? -38)}${noAccess(probe)}`;
+}
+
 export function isolatedKernelGap(probe: LinuxProbe): string | undefined {
   if (probe.mountApi === undefined || probe.mountApi === 0) return undefined;
   return (
@@ -836,6 +855,9 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
   // and outside the protected paths only (native/linux/metadata_supervisor.cc); without it they
   // are a listed gap.
   const metadataSupervised = mode === 'landlock' && probe.connectSupervisor === 0;
+  // Listings are carried out on the command's own open directory (its position included), which
+  // only pidfd_getfd hands over: not where a container's profile refuses it (task_access.h).
+  const listSupervised = metadataSupervised && probe.supervisorAccess !== 'procfs';
   // What Landlock grants before deny-read paths are carved out (the watch check reads it).
   const grants = abi >= 1 ? landlockRules(input, mode) : [];
   // Landlock mode: deny-read paths inside the granted roots are carved out of them (carveDenied);
@@ -881,7 +903,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
               // Everything, and the roots nested in denied paths (most specific wins).
               readable: ['/', ...rules.readRoots, ...rules.writeRoots, ...(input.landlockTmpDir ? [realpathOrNull(input.landlockTmpDir) ?? input.landlockTmpDir] : [])],
               denyRead: rules.denyRead,
-              listDirs: true,
+              ...(listSupervised ? { listDirs: true } : {}),
             }
           : {}
         : {
@@ -898,7 +920,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
               ),
             ],
             denyRead: rules.denyRead,
-            ...(carve ? { listDirs: true } : {}),
+            ...(carve && listSupervised ? { listDirs: true } : {}),
           }),
     };
   }
@@ -964,12 +986,12 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     }
     protectPartial = (rules.gaps ?? []).length > 0;
     if (!metadataSupervised) {
-      gaps.push(...LANDLOCK_INHERENT_GAPS.map((g) => `${g}; this kernel has no seccomp supervision: errno ${-(probe.connectSupervisor ?? -38)}`));
+      gaps.push(...LANDLOCK_INHERENT_GAPS.map((g) => `${g}; ${noSupervision(probe)}`));
     }
     if (rules.readOnly.length > 0 && !pathsSupervised) {
       gaps.push(
         `read-only carve-outs inside writable roots are not enforced: ${rules.readOnly.join(', ')}; this kernel has no seccomp ` +
-          `supervision: errno ${-(probe.connectSupervisor ?? -38)}`,
+          `supervision: errno ${-(probe.connectSupervisor ?? -38)}${noAccess(probe)}`,
       );
     }
     // Deny-read under the granted roots: carved out of the Landlock rules (carveDenied). The list
@@ -978,12 +1000,15 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     if (carveGap) {
       gaps.push(carveGap);
       denyPartial = true;
-    } else if (carve && !metadataSupervised) {
+    } else if (carve && !listSupervised) {
       const dirs = rules.denyRead.filter((d) => lstatOrNull(d)?.isDirectory() && carve!.chainDirs.some((c) => isUnder(d, c)));
       if (dirs.length > 0) {
         gaps.push(
           `the names inside deny-read directories can be listed (not read): ${dirs.join(', ')} (Landlock's list right on the ` +
-            `directories above them reaches them; this kernel has no seccomp supervision: errno ${-(probe.connectSupervisor ?? -38)})`,
+            `directories above them reaches them; ` +
+            (metadataSupervised
+              ? `the supervisor cannot take the command's directory fds here: pidfd_getfd is refused (a container's seccomp profile; CAP_SYS_PTRACE lifts it))`
+              : `this kernel has no seccomp supervision: errno ${-(probe.connectSupervisor ?? -38)})`),
         );
         denyPartial = true;
       }
@@ -994,7 +1019,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
         `TCP connects to other hosts on the proxy's port ${input.proxyPort} are not blocked: any IPv4 address on that port ` +
           `(other loopback addresses, the LAN, the internet) is reachable directly, outside the proxy's policy and audit ` +
           `(Landlock rules are per port; IPv6 sockets are refused, so ::1 and IPv6 hosts are not; this kernel has no ` +
-          `seccomp connect supervision: errno ${-(probe.connectSupervisor ?? -38)})`,
+          `seccomp connect supervision: errno ${-(probe.connectSupervisor ?? -38)}${noAccess(probe)})`,
       );
     }
     // With the supervisor the proxy serves only the connections it made for the command (an

@@ -455,6 +455,8 @@ export function createLinuxBackend(native: NativeBinding): Backend {
           connectSupervisor: p.connectSupervisor === 0,
           // The same seccomp supervision carries Landlock mode's metadata calls and inotify counts.
           metadataSupervisor: p.landlockAbi >= 1 && p.seccomp === 0 && p.connectSupervisor === 0,
+          // How the supervisors reach the command (native/linux/task_access.h).
+          supervisorAccess: p.supervisorAccess,
         },
       };
     },

@@ -26,6 +26,7 @@
 #include "../js_error.h"
 #include "supervise_connect.h"
 #include "supervisor.h"
+#include "task_access.h"
 #include "dir_watch.h"
 #include "landlock.h"
 #include "pty_linux.h"
@@ -831,6 +832,9 @@ Napi::Value Probe(const Napi::CallbackInfo& info) {
   o.Set("landlockAbi", Napi::Number::New(env, LandlockAbi()));
   o.Set("seccomp", Napi::Number::New(env, SeccompSupported()));
   o.Set("connectSupervisor", Napi::Number::New(env, ConnectSupervisorSupported()));
+  // How the supervisors reach the command: "pidfd", "procfs" (a container's profile refuses
+  // process_vm_readv and pidfd_getfd) or "none".
+  o.Set("supervisorAccess", Napi::String::New(env, task::WayName()));
   o.Set("userns", Napi::Number::New(env, ProbeUserNamespaces(true)));
   o.Set("mountApi", Napi::Number::New(env, MountApiSupported()));
   o.Set("euid", Napi::Number::New(env, geteuid()));

@@ -9,8 +9,8 @@
 // of a denied directory is refused; any other is done here, on the command's own open file
 // description, and copied into its buffer). Each is EMULATED here, never continued:
 //   1. read the call's arguments once: the path, name, value and times are copied out of the
-//      command's memory (process_vm_readv); its fd and dirfd are duplicated (pidfd_getfd), a
-//      relative path with AT_FDCWD starts at /proc/<tid>/cwd; then ID_VALID checks the copies
+//      command's memory (process_vm_readv, or /proc/<tid>/mem: task_access.h); its fd and dirfd
+//      are duplicated (pidfd_getfd, or opened O_PATH through /proc/<tid>/fd/N), a relative path with AT_FDCWD starts at /proc/<tid>/cwd; then ID_VALID checks the copies
 //      came from the task that is still waiting in the call (no pid reuse);
 //   2. resolve the target ourselves, O_PATH, as the kernel would (following symlinks unless
 //      nofollow, AT_EMPTY_PATH) but refusing /proc magic links (RESOLVE_NO_MAGICLINKS: they would
@@ -36,6 +36,7 @@
 // read the command (a non-dumpable command of an unprivileged host, or Yama ptrace_scope >= 2).
 #include "metadata_supervisor.h"
 #include "notify_args.h"
+#include "task_access.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -319,7 +320,7 @@ struct Start {
 int ReadStart(const Call& c, const SeccompNotif& n, int pidfd, Start* s) {
   if (c.path < 0) {
     s->from_fd = true;
-    return GetFd(pidfd, ArgInt(n, 0), &s->base);
+    return GetFd(pidfd, n.pid, ArgInt(n, 0), &s->base);
   }
   const int flags = c.flags >= 0 ? ArgInt(n, c.flags) : 0;
   if (flags & ~(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH)) return -EINVAL;
@@ -330,7 +331,7 @@ int ReadStart(const Call& c, const SeccompNotif& n, int pidfd, Start* s) {
     // utimensat(fd, NULL, ...) is futimens(fd).
     if (dirfd == AT_FDCWD) return -EFAULT;
     s->from_fd = true;
-    return GetFd(pidfd, dirfd, &s->base);
+    return GetFd(pidfd, n.pid, dirfd, &s->base);
   }
   if (int r = ReadString(n.pid, n.data.args[c.path], &s->path, PATH_MAX, -ENAMETOOLONG)) return r;
   if (s->path.empty()) {
@@ -339,7 +340,7 @@ int ReadStart(const Call& c, const SeccompNotif& n, int pidfd, Start* s) {
   } else if (int own = s->nofollow ? -1 : OwnFdPath(s->path); own >= 0) {
     s->from_fd = true;
     s->path.clear();
-    return GetFd(pidfd, own, &s->base);
+    return GetFd(pidfd, n.pid, own, &s->base);
   }
   return StartAt(n, pidfd, dirfd, s->path, &s->base);
 }
@@ -409,12 +410,15 @@ long Apply(const Call& c, int fd, const struct stat& st, const Operands& o, int 
 
 long Emulate(int listener, const Call& c, const SeccompNotif& n, const MetadataRules& rules) {
   if (c.op == Op::kListDir || c.op == Op::kListDirOld) {
+    // The command's own open directory, its position included: only pidfd_getfd gives that (the
+    // planner does not ask for listings where the supervisors take the procfs way).
+    if (task::Way() != task::Access::kPidfd) return -EPERM;
     Fd pidfd(notify::PidfdFor(listener, n));
     if (pidfd.fd < 0) return -EACCES;
     Operands o;
     if (int r = ReadOperands(c, n, &o)) return r;
-    Fd dir;
-    if (int r = GetFd(pidfd.fd, ArgInt(n, 0), &dir)) return r;
+    Fd dir(task::DupTaskFd(pidfd.fd, n.pid, ArgInt(n, 0)));
+    if (dir.fd < 0) return static_cast<int>(dir.fd);
     if (!notify::IdValid(listener, n.id)) return -ESRCH;
     struct stat st;
     if (fstat(dir.fd, &st) != 0) return -EBADF;
@@ -423,14 +427,21 @@ long Emulate(int listener, const Call& c, const SeccompNotif& n, const MetadataR
     }
     return ListDir(dir.fd, o, c.op == Op::kListDirOld, n.pid);
   }
-  Fd pidfd(notify::PidfdFor(listener, n));
-  if (pidfd.fd < 0) return -EACCES;
+  // A pidfd serves pidfd_getfd only: /proc/<tid>/fd needs none (task_access.h).
+  const bool procfs = task::Way() == task::Access::kProcfs;
+  Fd pidfd(procfs ? -1 : notify::PidfdFor(listener, n));
+  if (!procfs && pidfd.fd < 0) return -EACCES;
   Operands o;
   Start s;
   Fd inotify;  // inotify_add_watch: the command's instance (shared, so the watch is its own)
   if (int r = ReadOperands(c, n, &o)) return r;
   if (c.op == Op::kWatch) {
-    if (int r = GetFd(pidfd.fd, ArgInt(n, 0), &inotify)) return r;
+    // The watch must go on the command's own instance: only a dup of its fd is that (an inotify
+    // fd cannot be reopened through /proc). Without pidfd_getfd (a container's seccomp profile)
+    // every watch under restricted reads is refused: fail closed (docs/security.md).
+    const int dup = task::DupTaskFd(pidfd.fd, n.pid, ArgInt(n, 0));
+    if (dup < 0) return dup == -EBADF ? -EBADF : -EACCES;
+    inotify.Reset(dup);
   }
   if (int r = ReadStart(c, n, pidfd.fd, &s)) return r;
   // Everything read from the command came from the task still waiting in this call.

@@ -10,16 +10,16 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 
+#include "task_access.h"
+
 namespace psb {
 namespace nargs {
 
 int ReadMem(uint32_t tid, uint64_t addr, void* buf, size_t len) {
   if (len == 0) return 0;
-  struct iovec local = {buf, len};
-  struct iovec remote = {reinterpret_cast<void*>(static_cast<uintptr_t>(addr)), len};
-  ssize_t got = process_vm_readv(static_cast<pid_t>(tid), &local, 1, &remote, 1, 0);
-  if (got < 0 && errno != EFAULT) return errno == ESRCH ? -ESRCH : -EACCES;  // EPERM: unreadable task
-  return got == static_cast<ssize_t>(len) ? 0 : -EFAULT;
+  const long got = task::ReadTaskMemory(tid, addr, buf, len);
+  if (got < 0 && got != -EFAULT) return got == -ESRCH ? -ESRCH : -EACCES;  // EPERM: unreadable task
+  return got == static_cast<long>(len) ? 0 : -EFAULT;
 }
 
 int ReadString(uint32_t tid, uint64_t addr, std::string* out, size_t max, int too_long) {
@@ -58,16 +58,16 @@ int OwnFdPath(const std::string& path) {
   return -1;
 }
 
-int GetFd(int pidfd, int fd, Fd* out) {
-  int copy = static_cast<int>(syscall(__NR_pidfd_getfd, pidfd, fd, 0));
-  if (copy < 0) return errno == EBADF ? -EBADF : -EACCES;
+int GetFd(int pidfd, uint32_t tid, int fd, Fd* out) {
+  const int copy = task::TaskFdObject(pidfd, tid, fd);
+  if (copy < 0) return copy == -EBADF ? -EBADF : -EACCES;
   out->Reset(copy);
   return 0;
 }
 
 int StartAt(const notify::SeccompNotif& n, int pidfd, int dirfd, const std::string& path, Fd* base) {
   if (!path.empty() && path[0] == '/') return 0;
-  if (dirfd != AT_FDCWD) return GetFd(pidfd, dirfd, base);
+  if (dirfd != AT_FDCWD) return GetFd(pidfd, n.pid, dirfd, base);
   char cwd[64];
   snprintf(cwd, sizeof cwd, "/proc/%u/cwd", n.pid);
   base->Reset(open(cwd, O_PATH | O_DIRECTORY | O_CLOEXEC));

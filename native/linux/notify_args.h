@@ -1,7 +1,9 @@
 // Reading a notified call's arguments, once, on the host (see metadata_supervisor.cc and
 // supervise_paths.cc, which both emulate calls they were sent and never continue them):
-// strings and structs are copied out of the command's memory (process_vm_readv), its fds are
-// duplicated (pidfd_getfd), a relative path with AT_FDCWD starts at /proc/<tid>/cwd. Nothing here
+// strings and structs are copied out of the command's memory, its fds are taken as path anchors
+// (task_access.h: process_vm_readv and pidfd_getfd, or /proc/<tid>/mem and /proc/<tid>/fd/N
+// where a container's seccomp profile refuses those), a relative path with AT_FDCWD starts at
+// /proc/<tid>/cwd. Nothing here
 // is read twice; callers check SECCOMP_IOCTL_NOTIF_ID_VALID after the last copy (no pid reuse).
 // Host side only: never used between fork and exec.
 #pragma once
@@ -56,8 +58,11 @@ int ReadString(uint32_t tid, uint64_t addr, std::string* out, size_t max, int to
 // command's own fd N; resolved here they would name the host's. -1 when path is none of them.
 int OwnFdPath(const std::string& path);
 
-// A copy of the command's fd `fd` (pidfd_getfd): 0, -EBADF, or -EACCES.
-int GetFd(int pidfd, int fd, Fd* out);
+// The object behind the command's fd `fd` (task::TaskFdObject: a pidfd_getfd dup, or an O_PATH
+// open of /proc/<tid>/fd/<fd>; use it as an anchor, through /proc/self/fd/M or *at calls, never
+// as the command's open file description): 0, -EBADF, or -EACCES. pidfd may be -1 when
+// task::Way() is kProcfs.
+int GetFd(int pidfd, uint32_t tid, int fd, Fd* out);
 
 // Where a path the command passed starts: `base` is the dirfd's copy or the command's cwd
 // (opened O_PATH), or -1 for an absolute path (the command's root is the host's: Landlock mode

@@ -1,6 +1,7 @@
 // See seccomp.h for what the filter does and why. The rule table is in seccomp_table.h; this file
 // turns the rows selected for a SeccompConfig into classic BPF, and installs and probes it.
 #include "seccomp.h"
+#include "task_access.h"
 
 #include <errno.h>
 #include <linux/audit.h>
@@ -400,8 +401,10 @@ int ProbeListenerInChild(void*) {
 int ConnectSupervisorSupported() noexcept {
   uint32_t action = kSeccompRetUserNotif;
   if (syscall(__NR_seccomp, kSeccompGetActionAvail, 0, &action) != 0) return errno == EINVAL ? -EOPNOTSUPP : -errno;
-  // pidfd_getfd(-1, ...) is EBADF where the syscall exists.
-  if (syscall(__NR_pidfd_getfd, -1, 0, 0) == 0 || errno == ENOSYS) return -ENOSYS;
+  // The supervisors read the command's memory and take its fds: process_vm_readv and
+  // pidfd_getfd, or /proc/<tid>/mem and /proc/<tid>/fd/N where a container's seccomp profile
+  // refuses those two (task_access.h, tried for real on this process). Neither: EPERM.
+  if (task::Way() == task::Access::kNone) return -EPERM;
   // SECCOMP_IOCTL_NOTIF_ADDFD cannot be probed without a notification: it arrived in 5.9.
   struct utsname u;
   int major = 0, minor = 0;

@@ -155,7 +155,8 @@ int SeccompSupported() noexcept;
 
 // Parent side probe for the connect supervisor: 0 when SECCOMP_RET_USER_NOTIF, a new listener
 // (tried for real in a short-lived child: a listener already in this process's filter chain makes
-// it EBUSY), pidfd_getfd and SECCOMP_IOCTL_NOTIF_ADDFD (Linux 5.9) are all there; else -errno.
+// it EBUSY), SECCOMP_IOCTL_NOTIF_ADDFD (Linux 5.9) and a way to read the command's memory and
+// take its fds (task_access.h: -EPERM when neither works) are all there; else -errno.
 int ConnectSupervisorSupported() noexcept;
 
 // Test hook (seccomp_check.cc): runs every program BuildSeccompFilter can build through a cBPF

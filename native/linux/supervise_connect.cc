@@ -56,6 +56,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -66,6 +67,7 @@
 #include <vector>
 
 #include "notify_abi.h"
+#include "task_access.h"
 
 namespace psb {
 namespace {
@@ -201,6 +203,107 @@ void CopyOptions(int from, int to) {
   }
 }
 
+// What the connect class needs of the command's socket before replacing it. Only picks between
+// "make a proxy connection", "the kernel's EALREADY/EISCONN" and "continue" (see the top of the
+// file): a wrong reading never reaches anything but the proxy.
+struct SocketFacts {
+  bool tcp = false;         // AF_INET, SOCK_STREAM, IPPROTO_TCP
+  uint8_t state = kTcpClose;
+  bool nonblocking = false;
+  int copy = -1;  // a dup of the socket (pidfd way): its options are carried over
+};
+
+// The pidfd way: a dup of the socket itself (pidfd_getfd), asked directly.
+bool SocketFactsFromDup(int pidfd, uint32_t tid, int child_fd, SocketFacts* f) {
+  const int copy = task::DupTaskFd(pidfd, tid, child_fd);
+  if (copy < 0) return false;  // EBADF and friends come from the kernel
+  f->copy = copy;
+  int domain = 0, type = 0, proto = 0;
+  socklen_t len = sizeof(int);
+  bool tcp = getsockopt(copy, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 && domain == AF_INET;
+  len = sizeof(int);
+  tcp = tcp && getsockopt(copy, SOL_SOCKET, SO_TYPE, &type, &len) == 0 && type == SOCK_STREAM;
+  len = sizeof(int);
+  tcp = tcp && getsockopt(copy, SOL_SOCKET, SO_PROTOCOL, &proto, &len) == 0 && proto == IPPROTO_TCP;
+  f->tcp = tcp;
+  if (!tcp) return true;
+  tcp_info ti;
+  memset(&ti, 0, sizeof ti);
+  len = sizeof ti;
+  f->state = getsockopt(copy, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 ? ti.tcpi_state : kTcpClose;
+  const int fl = fcntl(copy, F_GETFL);
+  f->nonblocking = fl >= 0 && (fl & O_NONBLOCK) != 0;
+  return true;
+}
+
+// The fd's flags (/proc/<tid>/fdinfo/<fd>), or -1.
+long ChildFdFlags(uint32_t tid, int fd) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%u/fdinfo/%d", tid, fd);
+  int f = open(path, O_RDONLY | O_CLOEXEC);
+  if (f < 0) return -1;
+  char buf[256];
+  ssize_t n = read(f, buf, sizeof buf - 1);
+  close(f);
+  if (n <= 0) return -1;
+  buf[n] = 0;
+  const char* flags = strstr(buf, "flags:");
+  return flags == nullptr ? -1 : static_cast<long>(strtoul(flags + 6, nullptr, 8));
+}
+
+// The TCP state of the IPv4 socket with sockfs inode `ino` in task tid's network namespace: the
+// kernel lists every TCP socket that is connecting, connected, closing or listening in
+// /proc/<tid>/net/tcp; one it does not list is unconnected (TCP_CLOSE). -1 when unreadable.
+int TcpStateOf(uint32_t tid, uint64_t ino) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%u/net/tcp", tid);
+  FILE* f = fopen(path, "re");
+  if (f == nullptr) return -1;
+  char line[512];
+  int state = kTcpClose;
+  bool header = true;
+  while (fgets(line, sizeof line, f) != nullptr) {
+    if (header) {  // "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode"
+      header = false;
+      continue;
+    }
+    unsigned st = 0;
+    unsigned long long node = 0;
+    if (sscanf(line, "%*s %*s %*s %x %*s %*s %*s %*s %*s %llu", &st, &node) != 2) continue;
+    if (node == ino) {
+      state = static_cast<int>(st);
+      break;
+    }
+  }
+  fclose(f);
+  return state;
+}
+
+// The procfs way (no pidfd_getfd: task_access.h): a socket cannot be reopened through
+// /proc/<tid>/fd, so it is asked about from outside: its protocol by the name sockfs gives it at
+// creation ("system.sockprotoname": "TCP" is tcp_prot, an AF_INET SOCK_STREAM IPPROTO_TCP
+// socket; "TCPv6", "MPTCP", "UDP" ... are not), its state by its inode in the namespace's TCP
+// table, O_NONBLOCK from fdinfo. Options set before connect() (TCP_NODELAY, keep-alive) cannot be
+// read: the proxy connection does not carry them.
+bool SocketFactsFromProc(uint32_t tid, int child_fd, SocketFacts* f) {
+  if (child_fd < 0) return false;
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%u/fd/%d", tid, child_fd);
+  struct stat st;
+  if (stat(path, &st) != 0) return false;
+  if (!S_ISSOCK(st.st_mode)) return true;  // not a socket: continued
+  char name[16] = {};
+  const ssize_t n = getxattr(path, "system.sockprotoname", name, sizeof name - 1);
+  f->tcp = n > 0 && strcmp(name, "TCP") == 0;
+  if (!f->tcp) return true;
+  const int state = TcpStateOf(tid, static_cast<uint64_t>(st.st_ino));
+  const long fl = ChildFdFlags(tid, child_fd);
+  if (state < 0 || fl < 0) return false;
+  f->state = static_cast<uint8_t>(state);
+  f->nonblocking = (fl & O_NONBLOCK) != 0;
+  return true;
+}
+
 // Puts `sock` at the command's fd number and answers `error` (0 or -EINPROGRESS).
 void Inject(int listener, uint64_t id, int sock, int child_fd, bool cloexec, int error) {
   SeccompNotifAddfd a;
@@ -244,58 +347,51 @@ void Connect(ConnectClass* c, int listener, const SeccompNotif& n) {
   if (addrlen < static_cast<int>(sizeof(sockaddr_in)) || addrlen > static_cast<int>(sizeof(sockaddr_storage))) {
     return Continue(listener, n.id);
   }
-  // A pidfd checked to name the task that made the call. Without one nothing can be handed
-  // over; the kernel (and Landlock) decide.
-  int pidfd = notify::PidfdFor(listener, n);
-  if (pidfd < 0) return Continue(listener, n.id);
+  // A pidfd checked to name the task that made the call (for pidfd_getfd; the procfs way needs
+  // none: task_access.h). Without one nothing can be handed over; the kernel (and Landlock) decide.
+  const bool procfs = task::Way() == task::Access::kProcfs;
+  int pidfd = procfs ? -1 : notify::PidfdFor(listener, n);
+  if (!procfs && pidfd < 0) return Continue(listener, n.id);
   sockaddr_in sa;
   memset(&sa, 0, sizeof sa);
-  struct iovec local = {&sa, sizeof sa};
-  struct iovec remote = {reinterpret_cast<void*>(static_cast<uintptr_t>(n.data.args[1])), sizeof sa};
-  ssize_t got = process_vm_readv(static_cast<pid_t>(n.pid), &local, 1, &remote, 1, 0);
+  const long got = task::ReadTaskMemory(n.pid, n.data.args[1], &sa, sizeof sa);
   // Read from the right task only if the call is still pending afterwards (no pid reuse).
   if (!IdValid(listener, n.id)) {
-    close(pidfd);
+    if (pidfd >= 0) close(pidfd);
     return;
   }
-  const bool to_proxy = got == static_cast<ssize_t>(sizeof sa) && sa.sin_family == AF_INET &&
+  const bool to_proxy = got == static_cast<long>(sizeof sa) && sa.sin_family == AF_INET &&
                         sa.sin_addr.s_addr == htonl(INADDR_LOOPBACK) && sa.sin_port == htons(c->port);
   if (!to_proxy) {
-    close(pidfd);
+    if (pidfd >= 0) close(pidfd);
     return Continue(listener, n.id);
   }
-  int copy = static_cast<int>(syscall(__NR_pidfd_getfd, pidfd, child_fd, 0));
-  close(pidfd);
-  if (copy < 0) return Continue(listener, n.id);  // EBADF and friends come from the kernel
-  int domain = 0, type = 0, proto = 0;
-  socklen_t len = sizeof(int);
-  bool tcp = getsockopt(copy, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 && domain == AF_INET;
-  len = sizeof(int);
-  tcp = tcp && getsockopt(copy, SOL_SOCKET, SO_TYPE, &type, &len) == 0 && type == SOCK_STREAM;
-  len = sizeof(int);
-  tcp = tcp && getsockopt(copy, SOL_SOCKET, SO_PROTOCOL, &proto, &len) == 0 && proto == IPPROTO_TCP;
-  if (!tcp) {
-    close(copy);
+  SocketFacts f;
+  const bool known = procfs ? SocketFactsFromProc(n.pid, child_fd, &f) : SocketFactsFromDup(pidfd, n.pid, child_fd, &f);
+  if (pidfd >= 0) close(pidfd);
+  // What procfs said came from the task still waiting in the call (its id was not reused).
+  if (procfs && !IdValid(listener, n.id)) return;
+  // Not a TCP socket of ours to replace (or unknown): the kernel decides (Landlock refuses TCP).
+  if (!known || !f.tcp) {
+    if (f.copy >= 0) close(f.copy);
     return Continue(listener, n.id);
   }
-  tcp_info ti;
-  memset(&ti, 0, sizeof ti);
-  len = sizeof ti;
-  if (getsockopt(copy, IPPROTO_TCP, TCP_INFO, &ti, &len) < 0) ti.tcpi_state = kTcpClose;
-  if (ti.tcpi_state != kTcpClose) {
-    close(copy);
-    return Respond(listener, n.id, ti.tcpi_state == kTcpSynSent ? -EALREADY : -EISCONN);
+  if (f.state != kTcpClose) {
+    if (f.copy >= 0) close(f.copy);
+    return Respond(listener, n.id, f.state == kTcpSynSent ? -EALREADY : -EISCONN);
   }
-  const int fl = fcntl(copy, F_GETFL);
-  const bool nonblocking = fl >= 0 && (fl & O_NONBLOCK) != 0;
+  const bool nonblocking = f.nonblocking;
+  int copy = f.copy;
   int sock = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP);
   if (sock < 0) {
     int e = errno;
-    close(copy);
+    if (copy >= 0) close(copy);
     return Respond(listener, n.id, -e);
   }
-  CopyOptions(copy, sock);
-  close(copy);
+  if (copy >= 0) {
+    CopyOptions(copy, sock);
+    close(copy);
+  }
   // Registered strictly before the connect: the proxy cannot accept it earlier.
   const uint64_t ino = SocketInode(sock);
   if (!RegisterPeer(sock, ino, c->port, c)) {

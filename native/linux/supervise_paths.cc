@@ -7,7 +7,8 @@
 // socket's path is a file; DoBind). (openat2 is ENOSYS in both modes: its
 // flags are in memory. chmod, chown, utime and xattr calls are the metadata supervisor's, which
 // refuses the carve-outs too.) Each call is EMULATED here, never continued:
-//   1. copy its arguments once: path strings (process_vm_readv), its dirfds (pidfd_getfd), its
+//   1. copy its arguments once: path strings (process_vm_readv), its dirfds (pidfd_getfd; or
+//      /proc/<tid>/mem and /proc/<tid>/fd/N where those are refused: task_access.h), its
 //      cwd for a relative path (/proc/<tid>/cwd), the umask for a create (/proc/<tid>/status);
 //      then SECCOMP_IOCTL_NOTIF_ID_VALID checks they came from the task still waiting in the call;
 //   2. with this thread's effective capabilities cleared (the command has the host's uid and
@@ -47,7 +48,9 @@
 // Differences from the kernel's own call, by design: an O_WRONLY open of a FIFO with no reader
 // gets a read-write description instead of blocking the supervisor; /dev/tty is the command's
 // controlling terminal (looked up from /proc/<tid>/stat), never the host's; a parent directory
-// with a default ACL gets the umask applied all the same.
+// with a default ACL gets the umask applied all the same; where unshare(CLONE_FS) is refused (a
+// container's seccomp profile) a create whose mode the host's umask narrowed is widened by a chmod
+// right after (OwnFsContext), so the object has the narrower mode for a moment.
 // Kernel features: seccomp user notification with SECCOMP_IOCTL_NOTIF_ADDFD and pidfd_getfd
 // (5.9), openat2 (5.6). Without them the planner does not enable this supervisor, lists the
 // carve-outs as not enforced and requires `degraded` (linux-plan.ts). SECCOMP_ADDFD_FLAG_SEND
@@ -78,6 +81,7 @@
 #include <vector>
 
 #include "notify_args.h"
+#include "task_access.h"
 
 namespace psb {
 namespace {
@@ -479,9 +483,11 @@ struct LazyPidfd {
   const SeccompNotif& n;
   Fd fd;
   int Copy(int child_fd, Fd* out) {
+    // /proc/<tid>/fd needs no pidfd (task_access.h: a container's seccomp profile).
+    if (task::Way() == task::Access::kProcfs) return GetFd(-1, n.pid, child_fd, out);
     if (fd.fd < 0) fd.Reset(notify::PidfdFor(listener, n));
     if (fd.fd < 0) return -EACCES;
-    return GetFd(fd.fd, child_fd, out);
+    return GetFd(fd.fd, n.pid, child_fd, out);
   }
 };
 
@@ -553,6 +559,116 @@ int CmdUmask(const SeccompNotif& n, Args* a) {
   return u;
 }
 
+// This thread's file-system context: its own, with umask 0, so that a create gets exactly the
+// mode computed from the command's umask (applied by hand). A container runtime's default seccomp
+// profile refuses unshare() without CAP_SYS_ADMIN (Docker's: EPERM): the context then stays the
+// host process's, whose umask must not be changed (every host thread shares it), and a create
+// whose mode that umask narrowed gets the missing permission bits back with a chmod of the object
+// it made (FixMode). Once per thread.
+thread_local int host_umask = -1;  // -1: own context (umask 0)
+bool OwnFsContext() {
+  thread_local bool done = false;
+  if (done) return true;
+  if (unshare(CLONE_FS) == 0) {
+    umask(0);
+  } else {
+    // Read, never set: umask(2) would change it for the whole host process for a moment.
+    const int u = nargs::Umask(static_cast<uint32_t>(syscall(SYS_gettid)));
+    if (u < 0) return false;
+    host_umask = u;
+  }
+  done = true;
+  return true;
+}
+
+// After a create with mode `perm` through the host's shared umask: gives the object (the fd of a
+// file just made, or name `last` in the pinned directory `dir`, never followed) the permission
+// bits that umask took away; its other mode bits (a set-gid directory's inherited S_ISGID) stay.
+// 0 or -errno. Nothing to do with a context of our own or when the umask took nothing.
+int FixMode(int fd, int dir, const char* last, mode_t perm) {
+  if (host_umask <= 0 || (perm & static_cast<mode_t>(host_umask) & 0777) == 0) return 0;
+  Fd obj;
+  if (fd < 0) {
+    obj.Reset(openat(dir, last, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    if (obj.fd < 0) return -errno;
+    fd = obj.fd;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) return -errno;
+  if (S_ISLNK(st.st_mode)) return 0;
+  char proc[64];
+  snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+  const mode_t want = (st.st_mode & 07777) | (perm & 0777);
+  return chmod(proc, want) == 0 ? 0 : -errno;
+}
+
+// bind(fd, addr, len), carried out on a copy of the command's socket (the same socket: binding
+// the copy binds it). A unix socket's path is made like any create: in the pinned parent (this
+// thread's own cwd, fchdir'ed there), outside the carve-outs, with the command's umask. Abstract
+// and autobound unix names make nothing on disk; AF_INET/AF_INET6 only with network 'full'
+// (otherwise Landlock's own answer, EACCES).
+long DoBind(const PathRules& r, const SeccompNotif& n, LazyPidfd* pid, Args* a) {
+  const int len = ArgInt(n, 2);
+  if (len < static_cast<int>(sizeof(sa_family_t)) || len > static_cast<int>(sizeof(sockaddr_storage))) return -EINVAL;
+  sockaddr_storage ss;
+  memset(&ss, 0, sizeof ss);
+  if (int e = nargs::ReadMem(n.pid, n.data.args[1], &ss, static_cast<size_t>(len))) return e;
+  // The same socket, not an object anchor: binding the copy binds the command's socket. Where a
+  // container's profile refuses pidfd_getfd there is no such copy (task_access.h): EPERM.
+  if (task::Way() != task::Access::kPidfd) return -EPERM;
+  if (pid->fd.fd < 0) pid->fd.Reset(notify::PidfdFor(a->listener, n));
+  if (pid->fd.fd < 0) return -EACCES;
+  Fd sock(task::DupTaskFd(pid->fd.fd, n.pid, ArgInt(n, 0)));
+  if (sock.fd < 0) return static_cast<int>(sock.fd);
+  std::string path;
+  const bool unix_path = ss.ss_family == AF_UNIX && len > static_cast<int>(sizeof(sa_family_t)) &&
+                         reinterpret_cast<const sockaddr_un*>(&ss)->sun_path[0] != 0;
+  if (unix_path) {
+    const sockaddr_un* un = reinterpret_cast<const sockaddr_un*>(&ss);
+    const size_t max = static_cast<size_t>(len) - sizeof(sa_family_t);
+    path.assign(un->sun_path, strnlen(un->sun_path, std::min(max, sizeof un->sun_path)));
+    if (int e = Start(n, pid, AT_FDCWD, path, &a->base)) return e;
+  }
+  if (!notify::IdValid(a->listener, n.id)) return -ESRCH;
+  EffectiveCapsCleared lowered;
+  if (!lowered.ok()) return -EPERM;
+  if (!unix_path) {
+    if ((ss.ss_family == AF_INET || ss.ss_family == AF_INET6) && !r.inet_bind) return -EACCES;
+    return bind(sock.fd, reinterpret_cast<const sockaddr*>(&ss), static_cast<socklen_t>(len)) == 0 ? 0 : -errno;
+  }
+  Name nm;
+  if (int e = Split(a->base.fd, path, &nm)) return e;
+  if (Special(nm) || nm.slash) return -EADDRINUSE;
+  if (int e = MayCreate(r, nm)) return e;
+  const int u = CmdUmask(n, a);
+  if (u < 0) return u;
+  sockaddr_un here;
+  memset(&here, 0, sizeof here);
+  here.sun_family = AF_UNIX;
+  if (nm.last.size() >= sizeof here.sun_path) return -ENAMETOOLONG;
+  memcpy(here.sun_path, nm.last.data(), nm.last.size());
+  if (host_umask >= 0) {
+    // No file-system context of our own (OwnFsContext: unshare refused): this thread's cwd and
+    // umask are the host process's, never changed here. The name is reached through the pinned
+    // directory's /proc/self/fd link instead, and what the host's umask took is given back.
+    const int w = snprintf(here.sun_path, sizeof here.sun_path, "/proc/self/fd/%d/%s", nm.dir.fd, nm.last.c_str());
+    if (w < 0 || static_cast<size_t>(w) >= sizeof here.sun_path) return -ENAMETOOLONG;
+    if (bind(sock.fd, reinterpret_cast<const sockaddr*>(&here), static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + w + 1)) != 0) {
+      return -errno;
+    }
+    return FixMode(-1, nm.dir.fd, nm.last.c_str(), 0777 & ~static_cast<mode_t>(u));
+  }
+  // This thread's cwd and umask are its own (OwnFsContext).
+  if (fchdir(nm.dir.fd) != 0) return -errno;
+  umask(static_cast<mode_t>(u));
+  const int rc = bind(sock.fd, reinterpret_cast<const sockaddr*>(&here), static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + nm.last.size() + 1));
+  const int err = errno;
+  umask(0);
+  return rc == 0 ? 0 : -err;
+}
+
+
+
 // An open (open, openat, creat). Returns a new fd of ours in *out, or -errno.
 int DoOpen(const PathRules& r, const SeccompNotif& n, Args* a, Fd* out) {
   const int flags = a->flags;
@@ -567,8 +683,13 @@ int DoOpen(const PathRules& r, const SeccompNotif& n, Args* a, Fd* out) {
     if (!InWritable(r, p) || InCarveout(r, p)) return -EACCES;
     const int u = CmdUmask(n, a);
     if (u < 0) return u;
-    const int fd = openat(d, ".", (flags & ~O_CLOEXEC) | O_CLOEXEC, static_cast<mode_t>(a->mode & 07777 & ~static_cast<uint32_t>(u)));
+    const mode_t perm = static_cast<mode_t>(a->mode & 07777 & ~static_cast<uint32_t>(u));
+    const int fd = openat(d, ".", (flags & ~O_CLOEXEC) | O_CLOEXEC, perm);
     if (fd < 0) return -errno;
+    if (int e = FixMode(fd, -1, nullptr, perm)) {
+      close(fd);
+      return e;
+    }
     out->Reset(fd);
     return 0;
   }
@@ -582,6 +703,10 @@ int DoOpen(const PathRules& r, const SeccompNotif& n, Args* a, Fd* out) {
     // O_NOFOLLOW: a symlink put at the name since it was looked up is not followed.
     const int fd = openat(t.name.dir.fd, t.name.last.c_str(), (flags & ~O_CLOEXEC) | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC, mode);
     if (fd < 0) return -errno;
+    if (int e = FixMode(fd, -1, nullptr, mode)) {
+      close(fd);
+      return e;
+    }
     out->Reset(fd);
     return 0;
   }
@@ -686,68 +811,12 @@ long DoMake(const PathRules& r, const SeccompNotif& n, const Call& c, Args* a) {
     default:
       return -ENOSYS;
   }
-  return rc == 0 ? 0 : -errno;
+  if (rc != 0) return -errno;
+  // (The object at that name gets only a chmod the command could make itself: same
+  // credentials, capabilities cleared, a name where it may create.)
+  return c.op == Op::kSymlink ? 0 : FixMode(-1, nm.dir.fd, nm.last.c_str(), perm);
 }
 
-// bind(fd, addr, len), carried out on a copy of the command's socket (the same socket: binding
-// the copy binds it). A unix socket's path is made like any create: in the pinned parent (this
-// thread's own cwd, fchdir'ed there), outside the carve-outs, with the command's umask. Abstract
-// and autobound unix names make nothing on disk; AF_INET/AF_INET6 only with network 'full'
-// (otherwise Landlock's own answer, EACCES).
-long DoBind(const PathRules& r, const SeccompNotif& n, LazyPidfd* pid, Args* a) {
-  const int len = ArgInt(n, 2);
-  if (len < static_cast<int>(sizeof(sa_family_t)) || len > static_cast<int>(sizeof(sockaddr_storage))) return -EINVAL;
-  sockaddr_storage ss;
-  memset(&ss, 0, sizeof ss);
-  if (int e = nargs::ReadMem(n.pid, n.data.args[1], &ss, static_cast<size_t>(len))) return e;
-  Fd sock;
-  if (int e = pid->Copy(ArgInt(n, 0), &sock)) return e;
-  std::string path;
-  const bool unix_path = ss.ss_family == AF_UNIX && len > static_cast<int>(sizeof(sa_family_t)) &&
-                         reinterpret_cast<const sockaddr_un*>(&ss)->sun_path[0] != 0;
-  if (unix_path) {
-    const sockaddr_un* un = reinterpret_cast<const sockaddr_un*>(&ss);
-    const size_t max = static_cast<size_t>(len) - sizeof(sa_family_t);
-    path.assign(un->sun_path, strnlen(un->sun_path, std::min(max, sizeof un->sun_path)));
-    if (int e = Start(n, pid, AT_FDCWD, path, &a->base)) return e;
-  }
-  if (!notify::IdValid(a->listener, n.id)) return -ESRCH;
-  EffectiveCapsCleared lowered;
-  if (!lowered.ok()) return -EPERM;
-  if (!unix_path) {
-    if ((ss.ss_family == AF_INET || ss.ss_family == AF_INET6) && !r.inet_bind) return -EACCES;
-    return bind(sock.fd, reinterpret_cast<const sockaddr*>(&ss), static_cast<socklen_t>(len)) == 0 ? 0 : -errno;
-  }
-  Name nm;
-  if (int e = Split(a->base.fd, path, &nm)) return e;
-  if (Special(nm) || nm.slash) return -EADDRINUSE;
-  if (int e = MayCreate(r, nm)) return e;
-  const int u = CmdUmask(n, a);
-  if (u < 0) return u;
-  sockaddr_un here;
-  memset(&here, 0, sizeof here);
-  here.sun_family = AF_UNIX;
-  if (nm.last.size() >= sizeof here.sun_path) return -ENAMETOOLONG;
-  memcpy(here.sun_path, nm.last.data(), nm.last.size());
-  // This thread's cwd and umask are its own (OwnFsContext).
-  if (fchdir(nm.dir.fd) != 0) return -errno;
-  umask(static_cast<mode_t>(u));
-  const int rc = bind(sock.fd, reinterpret_cast<const sockaddr*>(&here), static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + nm.last.size() + 1));
-  const int err = errno;
-  umask(0);
-  return rc == 0 ? 0 : -err;
-}
-
-// Gives this thread a file-system context of its own, with umask 0 (the command's umask is
-// applied to each create by hand). Once per thread.
-bool OwnFsContext() {
-  thread_local bool done = false;
-  if (done) return true;
-  if (unshare(CLONE_FS) != 0) return false;
-  umask(0);
-  done = true;
-  return true;
-}
 
 }  // namespace
 

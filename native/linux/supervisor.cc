@@ -30,6 +30,7 @@
 // sandbox's exit watch decides how long the loop lives.
 #include "supervisor.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -202,6 +203,16 @@ int StartSupervisor(napi_env env, int listener_fd, SupervisorConfig config) noex
     delete s;
     return -e;
   }
+  // The thread is detached and may still be in a call when a Worker's env is torn down, and
+  // Node unloads an addon a terminated Worker loaded: the code it runs would be unmapped
+  // (SIGSEGV in the host). RTLD_NODELETE keeps this addon mapped for the process's life.
+  static std::once_flag pinned;
+  std::call_once(pinned, [] {
+    Dl_info info;
+    if (dladdr(reinterpret_cast<void*>(&StartSupervisor), &info) != 0 && info.dli_fname != nullptr) {
+      dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+    }
+  });
   std::lock_guard<std::mutex> g(live_mu);
   if (hooked.count(env) == 0) {
     if (napi_add_env_cleanup_hook(env, OnEnvTeardown, env) == napi_ok) hooked.insert(env);

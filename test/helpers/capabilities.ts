@@ -52,6 +52,8 @@ export const caps = {
   connectSupervisor: features.connectSupervisor === true,
   /** Landlock mode's metadata supervisor (the same seccomp user notification) works here. */
   metadataSupervisor: features.metadataSupervisor === true,
+  /** How the supervisors reach the command: 'pidfd', 'procfs' (a container's seccomp profile), 'none'. */
+  supervisorAccess: features.supervisorAccess as 'pidfd' | 'procfs' | 'none' | undefined,
   /** A system python3 (not a per-user shim that another uid or the sandbox cannot reach). */
   python: hasExecutable('/usr/bin/python3') ? '/usr/bin/python3' : null,
   cc: which('cc'),

@@ -279,14 +279,15 @@ print(json.dumps({'out': r.stdout, 'err': r.stderr, 'other_output': drain(m1), '
       const mineAfter = fileState(inside);
       expect(mineAfter.ctime).not.toBe(mineBefore.ctime);
       expect(mineAfter.xattrs).toContain('"user.psb"');
-      expect(mineAfter.xattrs).toContain('"user.at"');
+      // (setxattrat only where this process's own filter lets it reach the kernel.)
+      if ('sys-setxattrat' in okRes) expect(mineAfter.xattrs).toContain('"user.at"');
       expect(mineAfter.xattrs).not.toContain('"user.keep"');
       // Control: unsandboxed, the probe changes a file outside.
       const other = path.join(scene.out, 'control');
       makeTarget(other);
       fs.symlinkSync(other, path.join(scene.out, 'to-control'));
       const ctl = spawnSync(PYTHON, ['-c', META_PY, other, path.join(scene.out, 'to-control')], { encoding: 'utf8' });
-      const ctlRes = parseMeta(ctl.stdout);
+      const ctlRes = withoutRuntimeEnosys(parseMeta(ctl.stdout), 'control');
       for (const [op, r] of Object.entries(ctlRes)) if (op !== 'chattr') expect(r, `${op} control`).toBe('ok');
     });
 
@@ -416,7 +417,14 @@ print('SLOW', n[0], n[1])
         return;
       }
       // /dev may only be listed: its watch would report every process's opens of the devices in it.
-      expect(r.stdout, r.stderr).toMatch(/^out=Permission denied ws=ok dev=Permission denied event=True$/m);
+      // Without pidfd_getfd (a container's profile) the command's inotify instance cannot be
+      // reached: every watch is refused, fail closed (docs/security.md), the read guarantee holds.
+      if (caps.supervisorAccess === 'procfs') {
+        console.warn('[landlock-holes] FS-19: supervisors use procfs here: watches under restricted reads are all refused');
+        expect(r.stdout, r.stderr).toMatch(/^out=Permission denied ws=Permission denied dev=Permission denied event=False$/m);
+      } else {
+        expect(r.stdout, r.stderr).toMatch(/^out=Permission denied ws=ok dev=Permission denied event=True$/m);
+      }
       expect(r.enforcement.guarantees.filesystemRead).toBe('enforced');
       // Control: unsandboxed, the outside directory and /dev can be watched.
       const ctl = spawnSync(PYTHON, ['-c', watch, scene.out, scene.ws], { encoding: 'utf8' });

@@ -1236,7 +1236,14 @@ describe.runIf(caps.linux)('file-system threats', () => {
         const ctlDir = path.join(scene.root, 'ctl');
         fs.mkdirSync(ctlDir);
         const c = await py(code, [], { cwd: ctlDir, policy: null });
-        expect(c.stdout.trim().split(' ').slice(0, 6), c.stderr).toEqual(['ok', 'ok', 'ok', 'ok', 'ok', 'ok']);
+        const ctl = c.stdout.trim().split(' ').slice(0, 6);
+        // fchmodat2 (452) is ENOSYS for every process under a container runtime's profile that
+        // predates it (this test process's own filter): no control for that one call there.
+        if (ctl[3] === '38' && /^Seccomp_filters:\s+[1-9]/m.test(fs.readFileSync('/proc/self/status', 'utf8'))) {
+          console.warn('[threats-fs] FS-25: SKIPPING the fchmodat2 control: this process\'s own seccomp filter answers ENOSYS for it');
+          ctl[3] = 'ok';
+        }
+        expect(ctl, c.stderr).toEqual(['ok', 'ok', 'ok', 'ok', 'ok', 'ok']);
       }
     });
 
