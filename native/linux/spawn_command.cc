@@ -225,6 +225,10 @@ int CommandInChild(void* argp) {
   for (const auto& l : limits) {
     if (l.value == 0) continue;
     struct rlimit64 rl = {l.value, l.value};
+    // Never above a hard limit already in force (a sandbox nested in one of ours, or a host run
+    // under a lower limit): raising it needs a capability (EPERM), and the tighter bound holds.
+    struct rlimit64 now;
+    if (Sys(__NR_prlimit64, 0, l.resource, 0, &now) == 0 && now.rlim_max < rl.rlim_max) rl = {now.rlim_max, now.rlim_max};
     r = Sys(__NR_prlimit64, 0, l.resource, &rl, 0);
     if (r < 0) FailInChild(a, kStageRlimit, l.resource, r);
   }
