@@ -54,6 +54,7 @@
 // by the kernel later.
 #include "supervise_signals.h"
 
+#include "notify_args.h"
 #include "task_access.h"
 
 #include <dirent.h>
@@ -80,6 +81,11 @@ using notify::Continue;
 using notify::IdValid;
 using notify::Respond;
 using notify::SeccompNotif;
+// Fd: closed on every return path. EffectiveCapsCleared: this thread's effective capabilities
+// cleared while a signal is sent, as in metadata_supervisor.cc, so that the kernel's signal
+// permission check is the command's.
+using nargs::EffectiveCapsCleared;
+using nargs::Fd;
 
 constexpr int kMaxDepth = 4096;           // parent links walked at most (a deeper chain: refused)
 constexpr int kMaxRestarts = 16;          // walks restarted because an ancestor died meanwhile
@@ -94,22 +100,6 @@ struct OwnerEx {  // struct f_owner_ex
   pid_t pid;
 };
 
-// An fd of ours, closed on every return path.
-struct Fd {
-  int fd = -1;
-  Fd() = default;
-  explicit Fd(int f) : fd(f) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd >= 0) close(fd);
-  }
-  void Reset(int f) {
-    if (fd >= 0) close(fd);
-    fd = f;
-  }
-};
-
 long PidfdOpen(pid_t pid, unsigned flags) { return syscall(__NR_pidfd_open, pid, flags); }
 long PidfdSend(int pidfd, int sig, siginfo_t* info, unsigned flags) {
   long r = syscall(__NR_pidfd_send_signal, pidfd, sig, info, flags);
@@ -119,33 +109,6 @@ long PidfdSend(int pidfd, int sig, siginfo_t* info, unsigned flags) {
 // Whether the process of `pidfd` still holds its pid (not reaped; a zombie still does). EPERM
 // says it is there but not ours to signal.
 bool Holds(int pidfd) { return syscall(__NR_pidfd_send_signal, pidfd, 0, nullptr, 0) == 0 || errno == EPERM; }
-
-// Clears this thread's effective capabilities for the object's lifetime, as in
-// metadata_supervisor.cc: the kernel's signal permission check then is the command's.
-class EffectiveCapsCleared {
- public:
-  EffectiveCapsCleared() {
-    if (syscall(SYS_capget, &hdr_, saved_) != 0) return;
-    if ((saved_[0].effective | saved_[1].effective) == 0) {
-      ok_ = true;
-      return;
-    }
-    __user_cap_data_struct lowered[2] = {saved_[0], saved_[1]};
-    lowered[0].effective = lowered[1].effective = 0;
-    ok_ = changed_ = syscall(SYS_capset, &hdr_, lowered) == 0;
-  }
-  ~EffectiveCapsCleared() {
-    if (changed_) syscall(SYS_capset, &hdr_, saved_);
-  }
-  EffectiveCapsCleared(const EffectiveCapsCleared&) = delete;
-  EffectiveCapsCleared& operator=(const EffectiveCapsCleared&) = delete;
-  bool ok() const { return ok_; }
-
- private:
-  __user_cap_header_struct hdr_ = {_LINUX_CAPABILITY_VERSION_3, 0};
-  __user_cap_data_struct saved_[2] = {};
-  bool ok_ = false, changed_ = false;
-};
 
 // A signal sent here, for the command (see the top of the file). -errno or 0.
 long SendAs(int pidfd, int sig, siginfo_t* info, unsigned flags) {
