@@ -76,6 +76,12 @@ export interface EnforcementReport {
   /** Every known gap (only non-empty in degraded mode or for not-enforced aspects). */
   gaps: string[];
   /**
+   * Linux Landlock mode: the gaps that needed `degraded` (a guarantee the policy asks for that
+   * this run does not hold). Empty: every requested guarantee held, and neither `mode: 'auto'` nor
+   * `mode: 'landlock'` needed `degraded`; the other gaps are facts, not failures (e.g. /dev/shm).
+   */
+  degradedBy?: string[];
+  /**
    * Per-process resource limits applied to this run (null: none set). Filled in by spawn() from
    * the policy when the backend does not report them itself; `gaps` says where one is not enforced.
    */

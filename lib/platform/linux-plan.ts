@@ -203,17 +203,6 @@ export function isolatedKernelGap(probe: LinuxProbe): string | undefined {
 }
 
 export function chooseLinuxMode(rules: ResolvedRules, probe: LinuxProbe): 'isolated' | 'landlock' {
-  // Under Ubuntu's AppArmor restriction the namespace itself can be made and only its mounts fail
-  // (the probe's EPERM): "unavailable (errno 1)" would send the user to the wrong sysctl.
-  // Read only on the way to a refusal (the sysctl is a file): never on a spawn that goes ahead.
-  // A Node confined by an AppArmor profile (a snap, an operator's profile) is named too: there
-  // the profile, not a sysctl, is what to change.
-  const confined = () => {
-    const label = apparmorConfinement();
-    return label === null ? '' : `; ${apparmorConfinedHint(label)}`;
-  };
-  const why = () =>
-    apparmorRestrictsUserns() ? apparmorHint() : `unprivileged user namespaces are unavailable here (errno ${-probe.userns})${confined()}`;
   const kernelGap = probe.userns === 0 ? isolatedKernelGap(probe) : undefined;
   if (kernelGap && (rules.mode === 'isolated' || (rules.mode !== 'landlock' && probe.landlockAbi < 1))) {
     // Too old for isolated mode, and (unless asked for by name) for Landlock (5.13) as well: nothing
@@ -231,10 +220,10 @@ export function chooseLinuxMode(rules: ResolvedRules, probe: LinuxProbe): 'isola
       throw new SandboxError(
         'EUSERNS_UNAVAILABLE',
         apparmorRestrictsUserns()
-          ? `isolated mode needs unprivileged user namespaces: ${apparmorHint()}; or use mode 'landlock' with degraded: true`
-          : `isolated mode needs unprivileged user namespaces, which this host refuses (errno ${-probe.userns})${confined()}; ` +
+          ? `isolated mode needs unprivileged user namespaces: ${apparmorHint()}; or use mode 'landlock'`
+          : `isolated mode needs unprivileged user namespaces, which this host refuses (errno ${-probe.userns})${apparmorConfined()}; ` +
               `enable them (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces>0, or AppArmor's ` +
-              `kernel.apparmor_restrict_unprivileged_userns=0) or use mode 'landlock' with degraded: true`,
+              `kernel.apparmor_restrict_unprivileged_userns=0) or use mode 'landlock'`,
         { errno: -probe.userns },
       );
     }
@@ -242,16 +231,71 @@ export function chooseLinuxMode(rules: ResolvedRules, probe: LinuxProbe): 'isola
   }
   if (rules.mode === 'landlock') return 'landlock';
   if (probe.userns === 0 && !kernelGap) return 'isolated';
-  if (!rules.degraded) {
+  if (probe.landlockAbi < 1) {
     throw new SandboxError(
-      kernelGap ? 'ENOT_ENFORCED' : 'EUSERNS_UNAVAILABLE',
-      `${kernelGap ?? why()}, and the Landlock fallback ` +
-        `cannot enforce everything (${LANDLOCK_INHERENT_GAPS.join('; ')}); pass degraded: true (CLI --degraded) ` +
-        `to accept Landlock mode, or ${kernelGap ? 'upgrade the kernel' : 'enable user namespaces'}`,
-      { errno: kernelGap ? -(probe.mountApi ?? 0) : -probe.userns },
+      'EUSERNS_UNAVAILABLE',
+      `${usernsWhy(probe)}, and the fallback, Landlock mode, needs Landlock (Linux 5.13+ with ` +
+        `CONFIG_SECURITY_LANDLOCK and landlock in the lsm= list); enable user namespaces`,
+      { errno: -probe.userns },
     );
   }
+  // Auto mode falls back to Landlock mode. Whether that needs `degraded` is decided once the run
+  // is planned: only a guarantee this policy asks for that Landlock mode cannot hold here needs it
+  // (landlockRefusal below).
   return 'landlock';
+}
+
+/** Why isolated mode is out of reach on this host (user namespaces, AppArmor's restriction). */
+function usernsWhy(probe: LinuxProbe): string {
+  // Under Ubuntu's AppArmor restriction the namespace itself can be made and only its mounts fail
+  // (the probe's EPERM): "unavailable (errno 1)" would send the user to the wrong sysctl.
+  // Read only on the way to a refusal (the sysctl is a file): never on a spawn that goes ahead.
+  return apparmorRestrictsUserns()
+    ? apparmorHint()
+    : `unprivileged user namespaces are unavailable here (errno ${-probe.userns})${apparmorConfined()}`;
+}
+
+/**
+ * A Node confined by an AppArmor profile (a snap, an operator's profile) gets the profile named:
+ * there the profile, not a sysctl, is what to change. Empty when unconfined or without AppArmor.
+ */
+function apparmorConfined(): string {
+  const label = apparmorConfinement();
+  return label === null ? '' : `; ${apparmorConfinedHint(label)}`;
+}
+
+/**
+ * Landlock mode's gaps that are facts of the mode, not a guarantee the policy asked for: they are
+ * reported and never need `degraded`. Every other gap does (an unknown one too: fail closed).
+ */
+const LANDLOCK_FACT_GAPS: RegExp[] = [
+  /^\/tmp itself stays read-only; the private temp dir is TMPDIR only$/, // the writes land in TMPDIR instead
+  /^POSIX shared memory and semaphores \(\/dev\/shm\) are unavailable/, // refused, not shared
+  /^the capability bounding set cannot be emptied without privileges/, // no_new_privs holds: none can be gained
+  /^Landlock ABI \d+ has no TCP rules; seccomp alone blocks sockets$/, // blocked all the same
+];
+
+/**
+ * The refusal of a Landlock-mode run whose policy asks for what this host cannot hold (`blocking`,
+ * exactly those gaps), unless `degraded` accepts them. Auto mode names why isolated mode is out
+ * of reach too, with the code the user's fix depends on.
+ */
+export function landlockRefusal(rules: ResolvedRules, probe: LinuxProbe, blocking: string[]): SandboxError {
+  const what = `Landlock mode cannot hold what this policy asks for: ${blocking.join('; ')}`;
+  if (rules.mode === 'landlock') {
+    return new SandboxError(
+      'EUNSUPPORTED_POLICY',
+      `${what}. Pass degraded: true (CLI --degraded) to run with these gaps listed in the report, or use isolated mode`,
+      { detail: { gaps: blocking } },
+    );
+  }
+  const kernelGap = probe.userns === 0 ? isolatedKernelGap(probe) : undefined;
+  return new SandboxError(
+    kernelGap ? 'ENOT_ENFORCED' : 'EUSERNS_UNAVAILABLE',
+    `${kernelGap ?? usernsWhy(probe)}, and ${what}; pass degraded: true (CLI --degraded) to accept Landlock mode ` +
+      `with these gaps, or ${kernelGap ? 'upgrade the kernel' : 'enable user namespaces'}`,
+    { errno: kernelGap ? -(probe.mountApi ?? 0) : -probe.userns, detail: { gaps: blocking } },
+  );
 }
 
 function requireSeccomp(probe: LinuxProbe): void {
@@ -587,6 +631,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
   requireSeccomp(probe);
   // Gaps the caller opted into while resolving (git: 'allow-init').
   const gaps: string[] = [...(rules.gaps ?? [])];
+  const optedGaps = gaps.length;
   const abi = probe.landlockAbi;
   const net = rules.network.kind;
   if (net === 'proxy' && !input.proxyPort) {
@@ -762,14 +807,6 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     if (abi < 4 && net !== 'full') gaps.push(`Landlock ABI ${abi} has no TCP rules; seccomp alone blocks sockets`);
     if (abi < 6) gaps.push(`Landlock ABI ${abi} has no signal or abstract-socket scoping`);
     if (probe.euid !== 0) gaps.push('the capability bounding set cannot be emptied without privileges (no_new_privs still blocks gaining capabilities)');
-    if (!rules.degraded) {
-      throw new SandboxError(
-        'EUNSUPPORTED_POLICY',
-        `Landlock mode cannot enforce this policy completely: ${gaps.join('; ')}. Pass degraded: true ` +
-          `(CLI --degraded) to run with these gaps listed in the report, or use isolated mode`,
-        { detail: { gaps } },
-      );
-    }
   }
   const isolated = mode === 'isolated';
   if (!isolated && !landlockTeardownHolds(cg)) {
@@ -807,6 +844,10 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
   if (!isolated && !metadataSupervised) {
     gaps.push("inotify instances and watches are not capped: they count against the host uid's limits (no user namespace to lower them in, no seccomp supervisor)");
   }
+  // Landlock mode: the gaps that name a guarantee this policy asks for (not the caller's own
+  // opt-ins from resolution, not the mode's facts) need `degraded`; with none, none is needed.
+  const degradedBy = isolated ? [] : gaps.slice(optedGaps).filter((g) => !LANDLOCK_FACT_GAPS.some((re) => re.test(g)));
+  if (degradedBy.length > 0 && !rules.degraded) throw landlockRefusal(rules, probe, degradedBy);
   const enforcement: EnforcementReport = {
     platform: 'linux',
     sandboxed: true,
@@ -857,6 +898,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       treeTeardown: isolated || landlockTeardownHolds(cg) ? 'enforced' : 'partial',
     },
     gaps,
+    ...(isolated ? {} : { degradedBy }),
     // What binds (mechanisms.processCap/memoryCap say how): RLIMIT_NPROC does not bind uid 0.
     limits: {
       maxProcesses: cg ? cg.pidsMax : nproc && probe.euid !== 0 ? nproc : null,

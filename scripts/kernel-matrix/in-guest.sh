@@ -27,6 +27,9 @@ case "$CONFIG" in
   *) log "unknown config '$CONFIG'"; exit 2 ;;
 esac
 export PSB_MATRIX_CONFIG=$CONFIG PSB_MATRIX_DELEGATE=$DELEGATE
+# A process killed by a core-dumping signal (a crash in the addon, an abort in node) is logged by
+# the kernel, so a runner worker that "exited unexpectedly" says why in the failed row's dmesg.
+sysctl -qw kernel.print-fatal-signals=1 2>/dev/null || true
 
 # One tree per user, outside /tmp (the sandbox hides the host /tmp).
 for u in $USERS; do
@@ -56,9 +59,16 @@ row() { # user rc json
   # runner that printed nothing else is otherwise a mystery once the guest is gone.
   if [ "$verdict" = fail ]; then
     log "$1: rc=$2 json=$([ -s "$3" ] && echo present || echo missing)"
-    dmesg 2>/dev/null | grep -E 'Out of memory|oom-kill|oom_reaper|Killed process|segfault|general protection|traps:|BUG:|blocked for more than' |
+    dmesg 2>/dev/null | grep -E 'Out of memory|oom-kill|oom_reaper|Killed process|segfault|general protection|traps:|BUG:|blocked for more than|(node|MainThread|worker|libuv)[^ ]*: potentially unexpected fatal signal|Code: ' |
       tail -20 | sed 's/^/kernel-matrix-guest: dmesg: /'
     free -m | sed 's/^/kernel-matrix-guest: free: /'
+    # Which file each result came from, and the files that did not finish (a worker that died).
+    [ -s "$3" ] && node -e '
+const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+for (const f of r.testResults) {
+  const by = (s) => f.assertionResults.filter((a) => a.status === s).length;
+  console.log(`kernel-matrix-guest: file ${f.name.replace(/.*\/test\//, "test/")} ${f.status}: ${by("passed")} passed, ${by("failed")} failed, ${by("pending") + by("skipped")} skipped${f.message ? " (" + f.message.split("\n")[0].slice(0, 200) + ")" : ""}`);
+}' "$3" 2>/dev/null
   fi
   printf '\nkernel-matrix: %s %s %s %s\n' "$LABEL" "$1" "$verdict" "$s"
 }

@@ -7,7 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
-import { probe, run, spawn } from '../../lib/index';
+import { probe, run, SandboxError, spawn } from '../../lib/index';
 import type { SandboxPolicy } from '../../lib/policy-types';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
 import { BASE_ENV, hostMounts, makeScene, probeOps, sh, type Scene } from '../helpers/sandbox';
@@ -54,27 +54,48 @@ describe.runIf(caps.linux)('modes and reports', () => {
     );
   });
 
-  it.runIf(caps.landlock)('Landlock mode refuses without degraded, and lists every gap with it', async () => {
+  it.runIf(caps.landlock)('Landlock mode needs degraded exactly for the requested guarantees it cannot hold, and names those', async () => {
     const scene = makeScene('modes-ll');
     try {
       const policy: SandboxPolicy = { mode: 'landlock', filesystem: { write: [scene.ws], denyRead: [`${scene.out}/dir`] } };
-      const err = await run('/bin/true', [], { env: BASE_ENV, policy }).catch((e: unknown) => e);
-      expect(err).toMatchObject({ name: 'SandboxError', code: 'EUNSUPPORTED_POLICY' });
-      expect((err as Error).message).toMatch(/degraded/);
-      // Nothing was spawned (a command that would leave a trace).
-      await run('/bin/sh', ['-c', `touch ${scene.ws}/ran`], { env: BASE_ENV, policy }).catch(() => undefined);
-      expect(fs.existsSync(`${scene.ws}/ran`)).toBe(false);
       const r = await run('/bin/true', [], { env: BASE_ENV, policy: { ...policy, degraded: true } });
       expect(r.enforcement.mode).toBe('landlock');
       expect(r.enforcement.mechanisms).toMatchObject({ landlockAbi: caps.landlockAbi, seccomp: 'filter', noNewPrivs: true });
-      expect(r.enforcement.guarantees.denyRead).not.toBe('enforced');
-      expect(r.enforcement.guarantees.protectedPaths).toBe('not-enforced');
-      const gaps = r.enforcement.gaps.join('\n');
+      const degradedBy = r.enforcement.degradedBy!;
+      expect(Array.isArray(degradedBy)).toBe(true);
+      // Every gap that needed degraded is in the report; the mode's facts (/dev/shm) never need it.
+      for (const g of degradedBy) expect(r.enforcement.gaps).toContain(g);
+      expect(r.enforcement.gaps.join('\n')).toMatch(/\/dev\/shm/);
+      expect(degradedBy.join('\n')).not.toMatch(/\/dev\/shm|\/tmp itself/);
       // Metadata changes are a gap only where no seccomp supervisor carries them out.
       if (caps.connectSupervisor) expect(r.enforcement.mechanisms.metadataSupervisor).toBe('seccomp-user-notif');
-      else expect(gaps).toMatch(/chmod, chown, utime and xattr/);
-      expect(gaps).toMatch(/carve-outs/);
-      expect(gaps).toContain(`${scene.out}/dir`);
+      else expect(degradedBy.join('\n')).toMatch(/chmod, chown, utime and xattr/);
+      // Without degraded: refused naming exactly those gaps, or run with the same report.
+      const plain = await run('/bin/sh', ['-c', `touch ${scene.ws}/ran`], { env: BASE_ENV, policy }).catch((e: unknown) => e);
+      if (degradedBy.length > 0) {
+        expect(plain).toBeInstanceOf(SandboxError);
+        expect((plain as SandboxError).code).toBe('EUNSUPPORTED_POLICY');
+        expect((plain as Error).message).toMatch(/degraded/);
+        for (const g of degradedBy) expect((plain as Error).message).toContain(g);
+        expect((plain as Error).message).not.toMatch(/\/dev\/shm/);
+        expect(fs.existsSync(`${scene.ws}/ran`)).toBe(false); // nothing ran
+      } else {
+        expect(plain).not.toBeInstanceOf(Error);
+        expect(fs.existsSync(`${scene.ws}/ran`)).toBe(true);
+      }
+      // A requested guarantee Landlock mode never holds (a writable root over /proc would hand
+      // the command the host's own /proc files) is refused without degraded, by name, and runs
+      // with it (control).
+      const procPolicy: SandboxPolicy = { mode: 'landlock', filesystem: { write: [scene.ws, '/proc'] } };
+      const err = await run('/bin/sh', ['-c', `touch ${scene.ws}/ran2`], { env: BASE_ENV, policy: procPolicy }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(SandboxError);
+      expect((err as SandboxError).code).toBe('EUNSUPPORTED_POLICY');
+      expect((err as Error).message).toMatch(/a writable root covers \/proc/);
+      expect(fs.existsSync(`${scene.ws}/ran2`)).toBe(false);
+      const ok = await run('/bin/sh', ['-c', `touch ${scene.ws}/ran2`], { env: BASE_ENV, policy: { ...procPolicy, degraded: true } });
+      expect(ok.code).toBe(0);
+      expect(ok.enforcement.degradedBy!.join('\n')).toMatch(/a writable root covers \/proc/);
+      expect(fs.existsSync(`${scene.ws}/ran2`)).toBe(true);
     } finally {
       scene.cleanup();
     }

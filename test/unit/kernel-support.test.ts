@@ -9,7 +9,7 @@ import { describe, expect, it } from 'vitest';
 
 import { probe, SandboxError } from '../../lib/index';
 import type { LinuxProbe } from '../../lib/native';
-import { chooseLinuxMode } from '../../lib/platform/linux-plan';
+import { chooseLinuxMode, landlockRefusal } from '../../lib/platform/linux-plan';
 import type { ResolvedRules } from '../../lib/rules';
 
 type Mode = 'auto' | 'isolated' | 'landlock';
@@ -50,9 +50,17 @@ describe('a kernel too old for isolated mode (5.10: no mount_setattr, no Landloc
   it('a kernel with Landlock but without the mount API (a backport) falls back like a host without user namespaces', () => {
     const p: LinuxProbe = { ...v510, landlockAbi: 1 };
     expect(chooseLinuxMode(rules('auto', true), p)).toBe('landlock');
-    const e = refusal('auto', false, p);
+    // Without degraded too: the planner refuses only for a requested guarantee Landlock mode cannot
+    // hold, and then with the kernel's reason and exactly those gaps.
+    expect(chooseLinuxMode(rules('auto', false), p)).toBe('landlock');
+    const e = landlockRefusal(rules('auto', false), p, ['gap one', 'gap two']);
     expect(e.code).toBe('ENOT_ENFORCED');
-    expect(e.message).toMatch(/degraded: true/);
+    expect(e.message).toMatch(/isolated mode needs Linux 5\.12.*gap one; gap two.*degraded: true.*upgrade the kernel/);
+    // By name, Landlock mode's own refusal code; without user namespaces, theirs.
+    expect(landlockRefusal(rules('landlock', false), p, ['gap one']).code).toBe('EUNSUPPORTED_POLICY');
+    const noUserns = landlockRefusal(rules('auto', false), { ...v61, userns: -1 }, ['gap one']);
+    expect(noUserns.code).toBe('EUSERNS_UNAVAILABLE');
+    expect(noUserns.message).toMatch(/user namespaces are unavailable here \(errno 1\).*gap one.*enable user namespaces/);
     expect(refusal('isolated', false, p).code).toBe('ENOT_ENFORCED');
   });
 
