@@ -245,7 +245,7 @@ export function chooseLinuxMode(rules: ResolvedRules, probe: LinuxProbe): 'isola
         'EUSERNS_UNAVAILABLE',
         apparmorRestrictsUserns()
           ? `isolated mode needs unprivileged user namespaces: ${apparmorHint()}; or use mode 'landlock'`
-          : `isolated mode needs unprivileged user namespaces, which this host refuses (errno ${-probe.userns})${confined()}; ` +
+          : `isolated mode needs unprivileged user namespaces, which this host refuses (errno ${-probe.userns})${apparmorConfined()}; ` +
               `enable them (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces>0, or AppArmor's ` +
               `kernel.apparmor_restrict_unprivileged_userns=0) or use mode 'landlock'`,
         { errno: -probe.userns },
@@ -274,14 +274,16 @@ function usernsWhy(probe: LinuxProbe): string {
   // Under Ubuntu's AppArmor restriction the namespace itself can be made and only its mounts fail
   // (the probe's EPERM): "unavailable (errno 1)" would send the user to the wrong sysctl.
   // Read only on the way to a refusal (the sysctl is a file): never on a spawn that goes ahead.
-  return apparmorRestrictsUserns() ? apparmorHint() : `unprivileged user namespaces are unavailable here (errno ${-probe.userns})${confined()}`;
+  return apparmorRestrictsUserns()
+    ? apparmorHint()
+    : `unprivileged user namespaces are unavailable here (errno ${-probe.userns})${apparmorConfined()}`;
 }
 
 /**
- * A Node confined by an AppArmor profile (a snap, an operator's profile) is named too: there the
- * profile, not a sysctl, is what to change. Read only on the way to a refusal.
+ * A Node confined by an AppArmor profile (a snap, an operator's profile) gets the profile named:
+ * there the profile, not a sysctl, is what to change. Empty when unconfined or without AppArmor.
  */
-function confined(): string {
+function apparmorConfined(): string {
   const label = apparmorConfinement();
   return label === null ? '' : `; ${apparmorConfinedHint(label)}`;
 }
