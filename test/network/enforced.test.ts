@@ -224,15 +224,20 @@ describe.runIf(caps.linux)('managed network enforced by the Linux sandbox', () =
       }
     });
 
-    it.skipIf(skip)('without degraded: true, a proxy policy in this mode is refused (isolated: accepted)', async () => {
+    it.skipIf(skip)('without degraded: true, a proxy policy in this mode runs exactly when every guarantee it asks for holds (isolated: always)', async () => {
+      const opts = { env: BASE_ENV, proxy: { lookup: async () => [] } };
+      const withDegraded = await run('/bin/true', [], { ...opts, policy: { mode, degraded: true, network: { proxy: POLICY } } });
+      const needs = withDegraded.enforcement.degradedBy ?? [];
       let err: unknown;
       try {
-        await run('/bin/true', [], { env: BASE_ENV, policy: { mode, network: { proxy: POLICY } }, proxy: { lookup: async () => [] } });
+        await run('/bin/true', [], { ...opts, policy: { mode, network: { proxy: POLICY } } });
       } catch (e) {
         err = e;
       }
-      if (mode === 'landlock') expect(err).toMatchObject({ name: 'SandboxError', code: expect.stringMatching(/^E[A-Z_]+$/) });
-      else expect(err).toBeUndefined();
+      if (mode === 'landlock' && needs.length > 0) {
+        expect(err).toMatchObject({ name: 'SandboxError', code: expect.stringMatching(/^E[A-Z_]+$/) });
+        for (const g of needs) expect((err as Error).message).toContain(g);
+      } else expect(err).toBeUndefined();
     });
 
     it.skipIf(skip)('curl: allowed works (HTTP and CONNECT), denied gets 403, unlisted names go to the decider', async () => {
