@@ -607,6 +607,9 @@ int FixMode(int fd, int dir, const char* last, mode_t perm) {
 // thread's own cwd, fchdir'ed there), outside the carve-outs, with the command's umask. Abstract
 // and autobound unix names make nothing on disk; AF_INET/AF_INET6 only with network 'full'
 // (otherwise Landlock's own answer, EACCES).
+// DoBind's answer for "let the kernel run it" (procfs way only; see there).
+constexpr long kContinueBind = 1L << 40;
+
 long DoBind(const PathRules& r, const SeccompNotif& n, LazyPidfd* pid, Args* a) {
   const int len = ArgInt(n, 2);
   if (len < static_cast<int>(sizeof(sa_family_t)) || len > static_cast<int>(sizeof(sockaddr_storage))) return -EINVAL;
@@ -614,12 +617,19 @@ long DoBind(const PathRules& r, const SeccompNotif& n, LazyPidfd* pid, Args* a) 
   memset(&ss, 0, sizeof ss);
   if (int e = nargs::ReadMem(n.pid, n.data.args[1], &ss, static_cast<size_t>(len))) return e;
   // The same socket, not an object anchor: binding the copy binds the command's socket. Where a
-  // container's profile refuses pidfd_getfd there is no such copy (task_access.h): EPERM.
-  if (task::Way() != task::Access::kPidfd) return -EPERM;
-  if (pid->fd.fd < 0) pid->fd.Reset(notify::PidfdFor(a->listener, n));
-  if (pid->fd.fd < 0) return -EACCES;
-  Fd sock(task::DupTaskFd(pid->fd.fd, n.pid, ArgInt(n, 0)));
-  if (sock.fd < 0) return static_cast<int>(sock.fd);
+  // container's profile refuses pidfd_getfd there is no such copy (task_access.h): the call is
+  // judged as below and then continued (kContinueBind), the one call this class continues. What
+  // that leaves: the path is resolved again by the kernel, so a command racing its own bind()
+  // can make a socket file (no content: nothing can run it) inside a carve-out; Landlock's
+  // MAKE_SOCK right still keeps it inside the writable roots (docs/security.md).
+  const bool same_socket = task::Way() == task::Access::kPidfd;
+  Fd sock;
+  if (same_socket) {
+    if (pid->fd.fd < 0) pid->fd.Reset(notify::PidfdFor(a->listener, n));
+    if (pid->fd.fd < 0) return -EACCES;
+    sock.Reset(task::DupTaskFd(pid->fd.fd, n.pid, ArgInt(n, 0)));
+    if (sock.fd < 0) return static_cast<int>(sock.fd);
+  }
   std::string path;
   const bool unix_path = ss.ss_family == AF_UNIX && len > static_cast<int>(sizeof(sa_family_t)) &&
                          reinterpret_cast<const sockaddr_un*>(&ss)->sun_path[0] != 0;
@@ -634,12 +644,14 @@ long DoBind(const PathRules& r, const SeccompNotif& n, LazyPidfd* pid, Args* a) 
   if (!lowered.ok()) return -EPERM;
   if (!unix_path) {
     if ((ss.ss_family == AF_INET || ss.ss_family == AF_INET6) && !r.inet_bind) return -EACCES;
+    if (!same_socket) return kContinueBind;  // the kernel's and Landlock's own checks then
     return bind(sock.fd, reinterpret_cast<const sockaddr*>(&ss), static_cast<socklen_t>(len)) == 0 ? 0 : -errno;
   }
   Name nm;
   if (int e = Split(a->base.fd, path, &nm)) return e;
   if (Special(nm) || nm.slash) return -EADDRINUSE;
   if (int e = MayCreate(r, nm)) return e;
+  if (!same_socket) return kContinueBind;
   const int u = CmdUmask(n, a);
   if (u < 0) return u;
   sockaddr_un here;
@@ -911,7 +923,9 @@ bool HandlePaths(int listener, const SeccompNotif& n, const PathRules& rules, bo
   Args a;
   a.listener = listener;
   if (c->op == Op::kBind) {
-    notify::RespondResult(listener, n.id, DoBind(rules, n, &pid, &a));
+    const long rc = DoBind(rules, n, &pid, &a);
+    if (rc == kContinueBind) notify::Continue(listener, n.id);
+    else notify::RespondResult(listener, n.id, rc);
     return true;
   }
   long rc = ReadArgs(*c, n, &pid, &a);

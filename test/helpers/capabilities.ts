@@ -54,6 +54,12 @@ export const caps = {
   metadataSupervisor: features.metadataSupervisor === true,
   /** How the supervisors reach the command: 'pidfd', 'procfs' (a container's seccomp profile), 'none'. */
   supervisorAccess: features.supervisorAccess as 'pidfd' | 'procfs' | 'none' | undefined,
+  /**
+   * Landlock mode's supervisor carries out directory listings (deny-read under readable roots):
+   * not where it takes the procfs way, which cannot hand it the command's open directory; the
+   * names inside a denied directory are then a listed gap.
+   */
+  listSupervised: features.connectSupervisor === true && features.supervisorAccess !== 'procfs',
   /** A system python3 (not a per-user shim that another uid or the sandbox cannot reach). */
   python: hasExecutable('/usr/bin/python3') ? '/usr/bin/python3' : null,
   cc: which('cc'),

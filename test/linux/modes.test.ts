@@ -86,8 +86,8 @@ describe.runIf(caps.linux)('modes and reports', () => {
       else expect(degradedBy.join('\n')).toMatch(/carve-outs/);
       // Deny-read is carved out of the Landlock rules; without the supervisor the names inside a
       // denied directory can still be listed, and that is the gap.
-      expect(r.enforcement.guarantees.denyRead).toBe(caps.connectSupervisor ? 'enforced' : 'partial');
-      if (caps.connectSupervisor) expect(r.enforcement.gaps.join('\n')).not.toContain(`${scene.out}/dir`);
+      expect(r.enforcement.guarantees.denyRead).toBe(caps.listSupervised ? 'enforced' : 'partial');
+      if (caps.listSupervised) expect(r.enforcement.gaps.join('\n')).not.toContain(`${scene.out}/dir`);
       else expect(degradedBy.join('\n')).toContain(`names inside deny-read directories can be listed (not read): ${scene.out}/dir`);
       // Metadata changes are a gap only where no seccomp supervisor carries them out.
       if (caps.connectSupervisor) expect(r.enforcement.mechanisms.metadataSupervisor).toBe('seccomp-user-notif');

@@ -55,6 +55,21 @@ async function rejection(p: Promise<unknown> | (() => unknown)): Promise<Sandbox
 
 const mountsAtStart = caps.linux ? hostMounts() : [];
 
+/** Tasks (threads included) of this process's uid that /proc shows here. */
+function visibleTasksOfUid(): number {
+  const uid = process.getuid!();
+  let n = 0;
+  for (const d of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      if (fs.statSync(`/proc/${d}`).uid === uid) n += fs.readdirSync(`/proc/${d}/task`).length;
+    } catch {
+      /* gone */
+    }
+  }
+  return n;
+}
+
 describe.runIf(caps.linux)('robustness', () => {
   it.runIf(caps.userns && caps.landlock)('ROB-14: both modes at once, interleaved kills, nothing left behind', async () => {
     const scene = makeScene('rob-mixed');
@@ -193,7 +208,11 @@ describe.runIf(caps.linux)('robustness', () => {
         // (isolated) or in the directory itself (Landlock) and sees none of the real entries.
         try {
           const r = await run('/bin/sh', ['-c', 'ls -A .; cat inner.txt'], { cwd: `${scene.out}/dir`, env: BASE_ENV, policy: modePolicy(mode, { filesystem: { denyRead: [`${scene.out}/dir`] } }) });
-          expect(r.stdout).not.toContain('inner');
+          if (!isolated && !caps.listSupervised) {
+            // The names are a listed gap where the supervisor cannot carry out listings; never the contents.
+            expect(r.enforcement.gaps.join('\n')).toMatch(/can be listed \(not read\)/);
+            expect(r.stdout.replace(/^inner\.txt$/m, '')).not.toContain('inner');
+          } else expect(r.stdout).not.toContain('inner');
         } catch (e) {
           expect(e).toBeInstanceOf(SandboxError);
         }
@@ -359,7 +378,17 @@ describe.runIf(caps.linux)('robustness', () => {
       // (Landlock mode's RLIMIT_NPROC counts every process of the uid, the test runner's threads
       // included, so there it may refuse the very first fork.)
       if (isolated || cap.startsWith('cgroup')) expect(peak, `${out} (${cap})`).toBeGreaterThan(0);
-      if (/^RLIMIT_NPROC \d+ \(the uid's/.test(cap)) {
+      const uidWide = /^RLIMIT_NPROC \d+ \(the uid's (\d+) tasks/.exec(cap);
+      // In a pid namespace (a container) the tasks /proc cannot show are counted as the uid's
+      // (linux-quotas.ts): the bound is then looser by as many as are not really the uid's.
+      const hidden = uidWide ? Number(uidWide[1]) - visibleTasksOfUid() : 0;
+      if (cap === 'none') {
+        // A named gap (root where no pids cgroup can be made, e.g. a default container).
+        expect(child.enforcement.gaps.join('\n')).toMatch(/not capped/);
+        console.warn(`[ROB-12] SKIPPING the storm bound: no process cap here, as the report says (${out.trim()})`);
+      } else if (uidWide && hidden > 60 - 16) {
+        console.warn(`[ROB-12] SKIPPING the storm bound: ${cap}, of which about ${hidden} tasks /proc does not show here (a pid namespace), more room than the storm's 60`);
+      } else if (uidWide) {
         // Landlock mode without a cgroup: the bound is uid-wide (the uid's tasks at spawn + 16),
         // so tasks of the uid that end during the storm leave it room beyond 16 (seen as psbtest:
         // 18). It still stops the storm well short of its 60.
@@ -372,7 +401,6 @@ describe.runIf(caps.linux)('robustness', () => {
       if (caps.root) expect(cap).toMatch(/cgroup v[12] pids\.max 16|none/);
       // Landlock mode without a cgroup: the uid's task count at spawn plus the cap.
       else expect(cap).toMatch(/RLIMIT_NPROC 16|cgroup v[12] pids\.max 16|RLIMIT_NPROC \d+ \(the uid's \d+ tasks at spawn \+ 16:/);
-      if (cap === 'none') expect(child.enforcement.gaps.join('\n')).toMatch(/not capped/);
       await expectNoProcess(marker);
       // Control: without the cap all 60 start (polled: the last ones may not have exec'd yet).
       const m2 = uniqueSleep();
