@@ -963,7 +963,10 @@ describe.runIf(caps.linux)('file-system threats', () => {
           expect(h.stdout.trim(), h.stderr).toMatch(/^(name|open) (1|13|38)$/); // EPERM, EACCES, ENOSYS
           if (caps.root) {
             const hc = await py(code, [`${scene.out}/secret.txt`, scene.out], { cwd: scene.ws, policy: null });
-            expect(hc.stdout.trim()).toBe('open ok');
+            // (A container's seccomp profile refuses file handles to every process, this one too.)
+            if (hc.stdout.trim() !== 'open ok' && /^Seccomp:\s+2$/m.test(fs.readFileSync('/proc/self/status', 'utf8'))) {
+              console.warn(`[FS-19] SKIPPING the file-handle control: this test runs under a seccomp filter that refuses it unsandboxed too (${hc.stdout.trim()})`);
+            } else expect(hc.stdout.trim()).toBe('open ok');
           }
         }
         // Control: without the rule the same names read the file.
