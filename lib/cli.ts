@@ -42,7 +42,8 @@ itself starts with '-'. An option's value may follow it (--cwd /tmp) or be joine
   --caches <mode>        private (default: a private copy of ~/.npm, ~/.cache, ~/.cargo ...; nothing
                          written reaches the host's) | host-readonly | host-writable
   --mode <mode>          auto (default) | isolated | landlock
-  --degraded             run even where a guarantee the policy asks for cannot be held (Landlock mode: the report lists it in degradedBy)
+  --degraded             run even where a guarantee the policy asks for cannot be held
+                         (Landlock mode; the report lists it in degradedBy)
   --env <KEY=VALUE>      set a variable, repeatable
   --keep-env             keep every variable (default: drop ones that look like secrets)
   --timeout <seconds>    kill the command and everything it started after this long (exit 137)
