@@ -124,15 +124,19 @@ run_rows() { # the suites once per user, one result line each
     SUITES=${!suites_var}
     run_suites "$u" "$out" | tee "$RES/$u.out"
     rc=${PIPESTATUS[0]}
-    # Under arm64 emulation (TCG) node itself has crashed in V8 (a "Fatal error ... Check failed"
-    # in its inline caches, no frame of ours; a test worker dying the same way reads "Worker exited
-    # unexpectedly"). Such a run says nothing about the sandbox: it is run once more, and says so.
-    if [ "$CONFIG" = arm64 ] && grep -q -E 'Fatal error in|Check failed:|Worker exited unexpectedly' "$RES/$u.out"; then
-      log "$u: the test runner crashed in V8 under emulation (above); running the suites once more"
+    # Under arm64 emulation (TCG) node itself has crashed: in V8 (a "Fatal error ... Check failed"
+    # in its inline caches, no frame of ours), with a segmentation fault at the test runner's
+    # start (no result file yet), or in a test worker ("Worker exited unexpectedly"). Such a run
+    # says nothing about the sandbox: it is run again, at most twice more, and says so.
+    for retry in 1 2; do
+      [ "$CONFIG" = arm64 ] || break
+      grep -q -E 'Fatal error in|Check failed:|Worker exited unexpectedly' "$RES/$u.out" ||
+        { [ "$rc" -ge 128 ] && [ ! -s "$out" ]; } || break
+      log "$u: the test runner crashed under emulation (rc=$rc, above); running the suites again ($retry)"
       rm -f "$out"
       run_suites "$u" "$out" | tee "$RES/$u.out"
       rc=${PIPESTATUS[0]}
-    fi
+    done
     rm -f "$RES/$u.out"
     row "$u" "$rc" "$out"
   done
