@@ -47,11 +47,23 @@ fi
 node -e '
 const fs = require("fs");
 let p = 0, f = 0, s = 0;
+const bad = [];
 for (const file of fs.readdirSync(process.argv[1])) {
   const r = JSON.parse(fs.readFileSync(process.argv[1] + "/" + file, "utf8"));
   p += r.numPassedTests; f += r.numFailedTests; s += r.numPendingTests + (r.numTodoTests || 0);
   if (r.numFailedTestSuites && !r.numFailedTests) f += r.numFailedTestSuites;
+  // Name every failure again at the end: a long run is often read from its tail only.
+  const pass = file.replace(/\.json$/, "");
+  for (const t of r.testResults || []) {
+    const rel = t.name.replace(process.cwd() + "/", "").replace(/^\/var\/tmp\/psb-unpriv\.[^/]+\//, "");
+    const failed = (t.assertionResults || []).filter((a) => a.status === "failed");
+    for (const a of failed) bad.push(`${pass}: ${rel} > ${a.fullName}`);
+    if (t.status === "failed" && !failed.length) bad.push(`${pass}: ${rel}: ${(t.message || "failed").split("\n")[0]}`);
+  }
 }
+for (const line of bad) console.log(`FAILED ${line}`);
+if (process.env.PSB_FAILURES_FILE && bad.length)
+  fs.appendFileSync(process.env.PSB_FAILURES_FILE, bad.map((l) => `npm test: ${l}\n`).join(""));
 console.log(`${p} passed, ${f} failed, ${s} skipped`);
 ' "$RESULTS" || status=1
 rm -rf "$RESULTS"
