@@ -133,12 +133,14 @@ describe.skipIf(skip)('Landlock mode: the connect supervisor', () => {
     // From outside: the other address never accepted a connection.
     expect(inside.hits).toBe(0);
 
-    // Control: unsandboxed, the direct connect and many of the raced ones reach 127.0.0.2:P.
+    // Control: unsandboxed, the direct connect reaches 127.0.0.2:P and the listener counts it.
+    // Usually many raced ones do too, but how many the flipping thread lands is the scheduler's
+    // call: with both CPUs busy it can be none, so only the direct one is counted on.
     const outside = await race(false);
     expect(outside.code).toBe(0);
     expect(outside.lines.direct).toBe('ok');
     expect(outside.lines.proxy).toBe('ok');
-    expect(outside.hits).toBeGreaterThan(1);
+    expect(outside.hits).toBeGreaterThanOrEqual(1);
   });
 
   // test/fixtures/connect_attacks.c: the ways around the supervisor a hostile command would try,
