@@ -13,6 +13,9 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <utility>
+#include <vector>
+
 #include "notify_abi.h"
 
 namespace psb {
@@ -28,18 +31,22 @@ struct ProcRules {
   // since (exits are not seen). Starts at 1 (the command; its own clones all wait for this
   // supervisor).
   uint32_t estimate = 1;
+  // The callers (thread ids) of the clones approved since the last count: at the next count,
+  // those still in the kernel's copy are added to it (supervise_procs.cc, "Overshoot").
+  std::vector<pid_t> approved;
 
   ProcRules() = default;
   ProcRules(const ProcRules&) = delete;
   ProcRules& operator=(const ProcRules&) = delete;
   ProcRules(ProcRules&& o) noexcept
-      : enabled(o.enabled), cap(o.cap), init(o.init), init_pidfd(o.init_pidfd), estimate(o.estimate) {
+      : enabled(o.enabled), cap(o.cap), init(o.init), init_pidfd(o.init_pidfd), estimate(o.estimate), approved(std::move(o.approved)) {
     o.init_pidfd = -1;
   }
   ProcRules& operator=(ProcRules&& o) noexcept {
     if (this != &o) {
       if (init_pidfd >= 0) close(init_pidfd);
       enabled = o.enabled, cap = o.cap, init = o.init, init_pidfd = o.init_pidfd, estimate = o.estimate;
+      approved = std::move(o.approved);
       o.init_pidfd = -1;
     }
     return *this;
