@@ -50,12 +50,6 @@ export interface LinuxNativePlan {
     connectSupervisor?: number;
     /** Landlock mode below ABI 6: signal calls go to the host's signal supervisor (members only). */
     signalSupervisor?: boolean;
-    /**
-     * Landlock mode as root without a pids cgroup (RLIMIT_NPROC never binds uid 0): clone, fork
-     * and vfork go to the host's process counter, which answers EAGAIN once the sandbox has
-     * maxProcesses tasks, threads included (native/linux/supervise_procs.cc).
-     */
-    processSupervisor?: { maxProcesses: number };
     /** inotify: the run's share of the uid's inotify counters, counted as they are created. */
     metadataSupervisor?: {
       writable: string[];

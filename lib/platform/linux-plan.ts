@@ -879,9 +879,6 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
   // which lets them reach the sandbox's own processes only (native/linux/supervise_signals.cc).
   const signalSupervised = mode === 'landlock' && abi < 6 && probe.connectSupervisor === 0;
   if (signalSupervised) native.seccomp!.signalSupervisor = true;
-  // Landlock mode as root without a pids cgroup: RLIMIT_NPROC never binds uid 0, so the same
-  // supervisor counts clone/fork/vfork against the process cap (set below).
-  const procSupervised = mode === 'landlock' && !input.cgroup && probe.euid === 0 && probe.connectSupervisor === 0;
   if (abi >= 1) {
     native.landlock = { net, rules: carve?.rules ?? grants, ...(mode === 'landlock' ? { stdioTerminals: true } : {}) };
     if (net === 'proxy' && !supervised) native.landlock.connectPorts = [input.proxyPort!];
@@ -989,9 +986,6 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       if (input.uidTasks !== undefined) native.rlimitNproc = input.uidTasks + (limits.maxProcesses ?? DEFAULT_MAX_PROCESSES);
       else if (limits.maxProcesses) native.rlimitNproc = limits.maxProcesses;
     }
-    // As root (a default container: no cgroup can be made) the supervisor counts the sandbox's
-    // clones instead and refuses them at the cap (native/linux/supervise_procs.cc).
-    if (procSupervised) native.seccomp!.processSupervisor = { maxProcesses: limits.maxProcesses ?? DEFAULT_MAX_PROCESSES };
     protectPartial = (rules.gaps ?? []).length > 0;
     if (!metadataSupervised) {
       gaps.push(...LANDLOCK_INHERENT_GAPS.map((g) => `${g}; ${noSupervision(probe)}`));
@@ -1064,15 +1058,12 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     gaps.push('setsid daemons may survive teardown: this kernel has no /proc/<pid>/task/<tid>/children (CONFIG_PROC_CHILDREN) and no cgroup v2 group could be made');
   }
   // Which mechanism caps processes. RLIMIT_NPROC never binds uid 0 (the kernel exempts the root
-  // user), so as root a pids cgroup does, or in Landlock mode the supervisor's count.
+  // user), so as root only a pids cgroup does.
   const nproc = native.rlimitNproc;
   const counted = !isolated && !cg && input.uidTasks !== undefined && nproc !== undefined;
-  const supervisedCap = native.seccomp?.processSupervisor?.maxProcesses;
   const processCap = cg
     ? `cgroup ${cg.kind} pids.max ${cg.pidsMax}`
-    : supervisedCap !== undefined
-      ? `supervised ${supervisedCap}: clone/fork counted by the seccomp supervisor (the command and its descendants, threads included; RLIMIT_NPROC does not bind uid 0)`
-      : nproc && probe.euid !== 0
+    : nproc && probe.euid !== 0
       ? `RLIMIT_NPROC ${nproc}${
           isolated
             ? ' (counted in the sandbox user namespace)'
@@ -1081,7 +1072,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
               : " (counts all of the user's processes)"
         }`
       : 'none';
-  if (!cg && probe.euid === 0 && supervisedCap === undefined) {
+  if (!cg && probe.euid === 0) {
     gaps.push('running as root without a usable pids cgroup: RLIMIT_NPROC does not bind uid 0, so the number of processes is not capped');
   }
   const memoryCap = cg?.memoryBytes
@@ -1177,7 +1168,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     ...(isolated ? {} : { degradedBy }),
     // What binds (mechanisms.processCap/memoryCap say how): RLIMIT_NPROC does not bind uid 0.
     limits: {
-      maxProcesses: cg ? cg.pidsMax : (supervisedCap ?? (nproc && probe.euid !== 0 ? (counted ? nproc - input.uidTasks! : nproc) : null)),
+      maxProcesses: cg ? cg.pidsMax : nproc && probe.euid !== 0 ? (counted ? nproc - input.uidTasks! : nproc) : null,
       memoryBytes: cg?.memoryBytes ?? native.rlimitAs ?? null,
       openFiles: native.rlimitNofile ?? null,
     },

@@ -413,18 +413,6 @@ void ParsePlan(Napi::Env env, const Napi::Object& o, LinuxSpawnPlan* out, Superv
       cfg.notify_signals = true;
       plan.seccomp_listener = true;
     }
-    // Landlock mode as root without a pids cgroup: clone/fork/vfork are counted by the host's
-    // process counter against the cap (supervise_procs.cc): RLIMIT_NPROC never binds uid 0.
-    Napi::Value pc = s.Get("processSupervisor");
-    if (pc.IsObject()) {
-      if (plan.mode != LinuxMode::kLandlock) throw Napi::TypeError::New(env, "plan.seccomp.processSupervisor needs Landlock mode");
-      const double cap = GetNumber(pc.As<Napi::Object>(), "maxProcesses", 0);
-      if (!(cap >= 1 && cap <= 4194304)) throw Napi::TypeError::New(env, "plan.seccomp.processSupervisor.maxProcesses must be 1..4194304");
-      supervisor->procs.enabled = true;
-      supervisor->procs.cap = static_cast<uint32_t>(cap);
-      cfg.notify_procs = true;
-      plan.seccomp_listener = true;
-    }
     int r = BuildSeccompFilter(cfg, &plan.seccomp_filter);
     if (r < 0) {
       ThrowSandboxError(env, Status::Sys(ErrorCode::kESECCOMP_INSTALL, "building the seccomp filter failed",
@@ -483,11 +471,6 @@ Napi::Value WatchStarted(Napi::Env env, const LinuxSpawnResult& res, SupervisorC
     if (supervisor.signals.enabled) {
       supervisor.signals.init = res.pid;
       supervisor.signals.init_pidfd = fcntl(res.pidfd, F_DUPFD_CLOEXEC, 0);
-    }
-    // The process cap counts init and its descendants (supervise_procs.cc).
-    if (supervisor.procs.enabled) {
-      supervisor.procs.init = res.pid;
-      supervisor.procs.init_pidfd = fcntl(res.pidfd, F_DUPFD_CLOEXEC, 0);
     }
     // Owned by the supervisor from here on, whatever happens.
     int r = StartSupervisor(env, res.seccomp_listener_fd, std::move(supervisor));

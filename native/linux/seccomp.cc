@@ -63,13 +63,12 @@ int ClauseLength(const Clause& c) {
 // Layout per clause: tests (each either falls through to the next test or jumps to the clause's
 // end), RET action; after the last clause, RET otherwise. All jumps are forward and short.
 int EmitBody(const Rule& r, uint32_t supervise, uint32_t supervise_paths, uint32_t supervise_list, uint32_t signals,
-             uint32_t procs, std::vector<sock_filter>* out) {
-  auto action = [supervise, supervise_paths, supervise_list, signals, procs](uint32_t a) {
+             std::vector<sock_filter>* out) {
+  auto action = [supervise, supervise_paths, supervise_list, signals](uint32_t a) {
     return a == kSupervise         ? supervise
            : a == kSupervisePaths  ? supervise_paths
            : a == kSuperviseList   ? supervise_list
            : a == kSuperviseSignals ? signals
-           : a == kSuperviseProcs   ? procs
                                     : a;
   };
   for (const Clause& c : r.clauses) {
@@ -293,11 +292,6 @@ int BuildSeccompFilterUncached(const SeccompConfig& cfg, std::vector<sock_filter
     return -EINVAL;
   }
   const uint32_t signals = cfg.notify_signals ? kSeccompRetUserNotif : kAllow;
-  if (cfg.notify_procs && mode != kLandlock) {
-    out->clear();
-    return -EINVAL;
-  }
-  const uint32_t procs = cfg.notify_procs ? kSeccompRetUserNotif : kAllow;
   // 3. Rules, as a binary search over their syscall numbers (EmitSearch). Every body ends in
   //    RET, so the accumulator holds nr at every comparison.
   std::vector<Leaf> leaves;
@@ -305,7 +299,7 @@ int BuildSeccompFilterUncached(const SeccompConfig& cfg, std::vector<sock_filter
     const Rule& r = kRules[i];
     if (!Applies(r, net, mode)) continue;
     Leaf leaf{static_cast<uint32_t>(r.nr), {}};
-    if (int rc = EmitBody(r, supervise, supervise_paths, supervise_list, signals, procs, &leaf.body)) {
+    if (int rc = EmitBody(r, supervise, supervise_paths, supervise_list, signals, &leaf.body)) {
       out->clear();
       return rc;
     }
@@ -335,12 +329,12 @@ int BuildSeccompFilter(const SeccompConfig& cfg, std::vector<sock_filter>* out) 
   // duplicates and sorts it: built once per config, then copied.
   const unsigned key = static_cast<unsigned>(cfg.net) | (cfg.isolated ? 4u : 0u) | (cfg.unix_stream_sockets ? 8u : 0u) |
                        (cfg.notify_connect ? 16u : 0u) | (cfg.notify_metadata ? 32u : 0u) | (cfg.notify_paths ? 64u : 0u) |
-                       (cfg.notify_listdir ? 128u : 0u) | (cfg.notify_signals ? 256u : 0u) | (cfg.notify_procs ? 512u : 0u);
+                       (cfg.notify_listdir ? 128u : 0u) | (cfg.notify_signals ? 256u : 0u);
   static std::mutex mu;
-  static std::vector<sock_filter> built[1024];
-  static int result[1024];
-  static bool done[1024];
-  if (key >= 1024) return -EINVAL;
+  static std::vector<sock_filter> built[512];
+  static int result[512];
+  static bool done[512];
+  if (key >= 512) return -EINVAL;
   std::lock_guard<std::mutex> lock(mu);
   if (!done[key]) {
     result[key] = BuildSeccompFilterUncached(cfg, &built[key]);

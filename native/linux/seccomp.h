@@ -135,11 +135,6 @@ struct SeccompConfig {
   // SECCOMP_RET_USER_NOTIF for the host's signal supervisor (supervise_signals.cc), which
   // signals members of the sandbox only.
   bool notify_signals = false;
-  // Landlock mode as root without a pids cgroup (RLIMIT_NPROC never binds uid 0): clone (once
-  // its namespace flags passed), fork and vfork stop in SECCOMP_RET_USER_NOTIF for the host's
-  // process counter (supervise_procs.cc), which refuses them (EAGAIN) at the sandbox's cap.
-  // clone3 already fails ENOSYS (libc falls back to clone).
-  bool notify_procs = false;
 };
 
 // Parent side (may allocate). Replaces *out with the BPF program for cfg.

@@ -79,13 +79,6 @@ constexpr int kNrUselib = __NR_uselib;
 #else
 constexpr int kNrUselib = kSkip;
 #endif
-#ifdef __NR_fork
-constexpr int kNrFork = __NR_fork;  // not on aarch64 (clone only)
-constexpr int kNrVfork = __NR_vfork;
-#else
-constexpr int kNrFork = kSkip;
-constexpr int kNrVfork = kSkip;
-#endif
 
 #ifdef __NR_open
 constexpr int kNrOpen = __NR_open;
@@ -171,9 +164,6 @@ constexpr uint32_t kSuperviseList = 0x00030002u;
 // The same for the signal supervisor (SeccompConfig::notify_signals, supervise_signals.cc):
 // USER_NOTIF when the config has it, else ALLOW (Landlock's signal scope, ABI 6+, holds then).
 constexpr uint32_t kSuperviseSignals = 0x00030003u;
-// The same for the process counter (SeccompConfig::notify_procs, supervise_procs.cc): USER_NOTIF
-// when the config has it (root in Landlock mode without a pids cgroup), else ALLOW.
-constexpr uint32_t kSuperviseProcs = 0x00030004u;
 // fcntl(2) commands that name a process to receive SIGIO/SIGURG (and F_SETSIG's signal) later.
 constexpr uint32_t kFSetOwn = 8u;
 constexpr uint32_t kFSetOwnEx = 15u;
@@ -347,13 +337,9 @@ constexpr Rule kRules[] = {
     // PROC-08, PROC-09, PROC-10: namespaces, the old and new mount API, chroot.
     Deny(__NR_unshare),
     Deny(__NR_setns),
-    // A clone the namespace clause lets through goes to the process counter where it caps the
-    // sandbox (kSuperviseProcs; ALLOW elsewhere): refused clones are never counted.
-    When(__NR_clone, kAnyNet, kAnyMode, kSuperviseProcs, Clause{{AnyBit(0, kCloneNamespaceFlags)}, kEperm}),
+    When(__NR_clone, kAnyNet, kAnyMode, kAllow, Clause{{AnyBit(0, kCloneNamespaceFlags)}, kEperm}),
     // clone_args lives in memory a filter cannot read: make libc fall back to clone().
     Rule{__NR_clone3, kAnyNet, kAnyMode, kEnosys, {}},
-    Rule{kNrFork, kAnyNet, kLandlock, kSuperviseProcs, {}},
-    Rule{kNrVfork, kAnyNet, kLandlock, kSuperviseProcs, {}},
     Deny(__NR_mount),
     Deny(__NR_umount2),
     Deny(__NR_pivot_root),

@@ -80,9 +80,8 @@ void OnEnvTeardown(void* arg) {
   hooked.erase(env);
 }
 
-// The classes of calls (one file each, see the top of the file). No other class claims clone,
-// fork or vfork.
-enum class CallClass { kContinue, kConnect, kMetadata, kPaths, kSignals, kProcs };
+// The classes of calls (one file each, see the top of the file).
+enum class CallClass { kContinue, kConnect, kMetadata, kPaths, kSignals };
 
 CallClass ClassOf(const Supervisor& s, const SeccompNotif& n) {
   const int nr = n.data.nr;
@@ -90,7 +89,6 @@ CallClass ClassOf(const Supervisor& s, const SeccompNotif& n) {
   if (s.config.metadata.enabled && IsMetadataCall(nr, s.config.metadata)) return CallClass::kMetadata;
   if (s.config.paths.enabled && IsPathCall(nr)) return CallClass::kPaths;
   if (s.config.signals.enabled && IsSignalCall(n)) return CallClass::kSignals;
-  if (s.config.procs.enabled && IsProcCall(nr)) return CallClass::kProcs;
   return CallClass::kContinue;
 }
 
@@ -131,8 +129,6 @@ void Dispatch(Supervisor* s, const SeccompNotif& n) {
       return;
     case CallClass::kSignals:
       return HandleSignal(s->listener, n, s->config.signals);
-    case CallClass::kProcs:
-      return HandleProcs(s->listener, n, s->config.procs);
     case CallClass::kContinue:
       return Continue(s->listener, n.id);
   }

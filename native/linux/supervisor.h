@@ -7,8 +7,7 @@
 // are counted against the sandbox's share of the uid's limits (supervisor.cc); write-opens,
 // creates, renames and removals are carried out outside read-only carve-outs only
 // (supervise_paths.cc); below Landlock ABI 6, signals reach members of the sandbox only
-// (supervise_signals.cc); as root without a pids cgroup, clone/fork/vfork are counted against the
-// process cap (supervise_procs.cc).
+// (supervise_signals.cc).
 #pragma once
 
 #include <stdint.h>
@@ -17,7 +16,6 @@
 
 #include "metadata_supervisor.h"
 #include "supervise_paths.h"
-#include "supervise_procs.h"
 #include "supervise_signals.h"
 
 namespace psb {
@@ -29,8 +27,6 @@ struct SupervisorConfig {
   PathRules paths;
   // Landlock mode below ABI 6: signals to members only (supervise_signals.cc).
   SignalRules signals;
-  // Landlock mode as root without a pids cgroup: the process cap (supervise_procs.cc).
-  ProcRules procs;
   // Landlock mode's inotify caps: how many instances (inotify_init*) and watches
   // (inotify_add_watch) the sandbox may create in its lifetime. The kernel counts both per uid,
   // host included, and tells nobody when one is released, so creations are what is counted.
