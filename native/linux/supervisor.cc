@@ -13,7 +13,13 @@
 // us, of which the metadata class's own steps are about 7; on a quiet machine 15-20 us -> about
 // 10 us of wall time. On a heavily oversubscribed machine every wake-up waits for a turn on a CPU
 // and the wall time per call swings (20-60 us either way). SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP
-// (6.6: both wake-ups on the current CPU) was tried and left out: no better there, often worse.
+// (6.6) wakes the supervisor on the command's CPU and the command on the supervisor's, so the
+// pair ping-pongs on one CPU: on this 2-vCPU VM a wake-up of the other, idle vCPU costs 10-35 us
+// (an interrupt to a halted virtual CPU), one on the same CPU about 1 (a bare notify round trip,
+// 20,000 calls, load ≈2: 2.2 us with the flag every time; 2.4-35 us without, by where the
+// scheduler put the two). An earlier try at load 11-15, where every wake-up waits for a turn on
+// a CPU anyway, saw no gain and left it out; measured again at low and middle load it is the
+// largest single cut (docs/performance.md).
 // A call the command makes slow (a chmod that waits for the inode lock its own 1 GiB write
 // holds, a walk through 40 symlinks of 4 kB each) stalls only this sandbox's calls, never the
 // host's loop. The thread never touches napi; the connect class shares only its registry of
@@ -213,6 +219,10 @@ int StartSupervisor(napi_env env, int listener_fd, SupervisorConfig config) noex
   }
   s->listener = listener_fd;
   s->env = env;
+  // Both wake-ups of a call on the CPU of the task that makes them (see the top of the file).
+  // The flag only moves where a woken task runs; a kernel without it (before 6.6) says EINVAL
+  // and the call costs what it did.
+  ioctl(listener_fd, notify::kNotifSetFlags, notify::kNotifFdSyncWakeUp);
   s->config = std::move(config);
   s->stop = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (s->config.proxy_port != 0) s->connect = NewConnectClass(s->config.proxy_port);
