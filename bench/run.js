@@ -180,14 +180,15 @@ async function main() {
  * the host's supervisor, so this is what that round trip costs. Every run's tree is kept until
  * the end: on a journal-less ext4, inode allocation slows for minutes after mass deletions, and
  * the variant measured next would pay for it. BENCH_FILES_RUNS sets the runs per variant
- * (default 3); BENCH_FILES_ONLY runs only this; BENCH_SPAWN_ONLY skips it.
+ * (default 3); BENCH_FILES_ONLY runs only this; BENCH_SPAWN_ONLY skips it. BENCH_FILES_DIR puts
+ * the trees elsewhere than /var/tmp (a tmpfs: no disk, so what is left is the sandbox's cost).
  */
 async function fileHeavyBench(p) {
   if (process.env.BENCH_SPAWN_ONLY || process.platform !== 'linux') return;
   const have = (cmd) => cp.spawnSync('/bin/sh', ['-c', `command -v ${cmd}`]).status === 0;
   if (!have('tar') || !have('git')) return console.log('\nfile-heavy workload: skipped (needs tar and git on PATH)');
   const runs = Number(process.env.BENCH_FILES_RUNS || 3);
-  const root = fs.mkdtempSync(path.join('/var/tmp', 'psb-bench-files-'));
+  const root = fs.mkdtempSync(path.join(process.env.BENCH_FILES_DIR || '/var/tmp', 'psb-bench-files-'));
   const src = path.join(root, 'src');
   for (let d = 0; d < 50; d++) {
     fs.mkdirSync(path.join(src, `d${d}`), { recursive: true });

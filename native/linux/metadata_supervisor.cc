@@ -26,8 +26,10 @@
 // command cannot move an object across a writable root's edge in between (Landlock refuses the
 // rename or link on the outer side).
 // Why the result matches what the command itself could do: steps 2 and 4 run with this thread's
-// effective capabilities cleared (capset on the calling thread only; the permitted set is kept and
-// the effective set restored before returning), and the command has the host's uid and gids but
+// effective capabilities cleared (capset on the calling thread only; the permitted set is kept;
+// they stay cleared for the next path or metadata call and are given back before any other
+// class: nargs::LowerThreadCaps, supervisor.cc; step 1 runs cleared too and is made once more
+// with them when refused, which copies the same arguments), and the command has the host's uid and gids but
 // no capabilities (Landlock mode: no user namespace, every capability dropped). So directory
 // search rights, ownership (chmod, utime with times, user xattrs), group membership (chown) and
 // write access (utime "now") are the kernel's own checks, for the command's credentials.
@@ -62,7 +64,6 @@
 namespace psb {
 namespace {
 
-using nargs::EffectiveCapsCleared;
 using nargs::Fd;
 using nargs::GetFd;
 using nargs::OwnFdPath;
@@ -434,20 +435,26 @@ long Emulate(int listener, const Call& c, const SeccompNotif& n, const MetadataR
   Operands o;
   Start s;
   Fd inotify;  // inotify_add_watch: the command's instance (shared, so the watch is its own)
-  if (int r = ReadOperands(c, n, &o)) return r;
-  if (c.op == Op::kWatch) {
-    // The watch must go on the command's own instance: only a dup of its fd is that (an inotify
-    // fd cannot be reopened through /proc). Without pidfd_getfd (a container's seccomp profile)
-    // every watch under restricted reads is refused: fail closed (docs/security.md).
-    const int dup = task::DupTaskFd(pidfd.fd, n.pid, ArgInt(n, 0));
-    if (dup < 0) return dup == -EBADF ? -EBADF : -EACCES;
-    inotify.Reset(dup);
-  }
-  if (int r = ReadStart(c, n, pidfd.fd, &s)) return r;
+  // Steps 1 to 4 run with the thread's effective capabilities cleared (HandleMetadata); the
+  // copies of step 1 are made once more with them when refused without them.
+  const int read = nargs::ReadWithCapsRetry([&]() -> int {
+    o = Operands();
+    s = Start();
+    inotify.Reset(-1);
+    if (int r = ReadOperands(c, n, &o)) return r;
+    if (c.op == Op::kWatch) {
+      // The watch must go on the command's own instance: only a dup of its fd is that (an inotify
+      // fd cannot be reopened through /proc). Without pidfd_getfd (a container's seccomp profile)
+      // every watch under restricted reads is refused: fail closed (docs/security.md).
+      const int dup = task::DupTaskFd(pidfd.fd, n.pid, ArgInt(n, 0));
+      if (dup < 0) return dup == -EBADF ? -EBADF : -EACCES;
+      inotify.Reset(dup);
+    }
+    return ReadStart(c, n, pidfd.fd, &s);
+  });
+  if (read != 0) return read;
   // Everything read from the command came from the task still waiting in this call.
   if (!notify::IdValid(listener, n.id)) return -ESRCH;
-  EffectiveCapsCleared lowered;
-  if (!lowered.ok()) return -EPERM;
   Fd target;
   if (int r = Resolve(&s, &target)) return r;
   struct stat st;
@@ -469,8 +476,18 @@ bool IsMetadataCall(int nr, const MetadataRules& rules) noexcept {
 bool HandleMetadata(int listener, const SeccompNotif& n, const MetadataRules& rules) noexcept {
   if (!IsMetadataCall(n.data.nr, rules)) return false;
   const Call* c = FindCall(n.data.nr);
+  // The thread's effective capabilities: cleared for a change (and left cleared for the next
+  // call: nargs::LowerThreadCaps), its own for a listing (done on the command's own open
+  // directory, as before).
+  long rc = -EPERM;
+  if (c->op == Op::kListDir || c->op == Op::kListDirOld) {
+    nargs::RaiseThreadCaps();
+    rc = Emulate(listener, *c, n, rules);
+  } else if (nargs::LowerThreadCaps()) {
+    rc = Emulate(listener, *c, n, rules);
+  }
   // Never continued: a continued call would run with whatever the command put in memory by then.
-  notify::RespondResult(listener, n.id, Emulate(listener, *c, n, rules));
+  notify::RespondResult(listener, n.id, rc);
   return true;
 }
 

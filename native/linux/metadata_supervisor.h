@@ -8,8 +8,9 @@
 // Threading: HandleMetadata runs on the sandbox's supervisor thread (supervisor.cc),
 // never on the host's loop: a call the command makes slow (a walk through 40 symlinks of 4 kB
 // each, an inode lock held by its own 2 GiB write) then stalls only that sandbox's supervised calls.
-// It lowers that thread's effective capabilities while it acts and restores them before it
-// returns.
+// It clears that thread's effective capabilities and leaves them cleared for the next path or
+// metadata call (nargs::LowerThreadCaps; the supervisor gives them back before any other class,
+// and a listing runs with them, as before).
 #pragma once
 
 #include <string>

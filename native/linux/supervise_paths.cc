@@ -9,10 +9,14 @@
 // refuses the carve-outs too.) Each call is EMULATED here, never continued:
 //   1. copy its arguments once: path strings (process_vm_readv), its dirfds (pidfd_getfd; or
 //      /proc/<tid>/mem and /proc/<tid>/fd/N where those are refused: task_access.h), its
-//      cwd for a relative path (/proc/<tid>/cwd), the umask for a create (/proc/<tid>/status);
-//      then SECCOMP_IOCTL_NOTIF_ID_VALID checks they came from the task still waiting in the call;
+//      cwd for a relative path (/proc/<tid>/cwd), the umask for a create (/proc/<tid>/status,
+//      a file kept open per task: nargs::Umask); then SECCOMP_IOCTL_NOTIF_ID_VALID checks they
+//      came from the task still waiting in the call. The copies are made with this thread's
+//      effective capabilities cleared, and once more with them if that was refused (a
+//      non-dumpable command: nargs::ReadWithCapsRetry); they are the same copies either way;
 //   2. with this thread's effective capabilities cleared (the command has the host's uid and
-//      gids and no capabilities, so the kernel's own checks answer as for the command), pin the
+//      gids and no capabilities, so the kernel's own checks answer as for the command; cleared
+//      once and left so for the next path or metadata call, supervisor.cc), pin the
 //      PARENT directory of each name with openat2(RESOLVE_NO_MAGICLINKS) (/proc magic links would
 //      resolve against the host; the command's /proc/self/fd/N, /dev/fd/N and /dev/std* are
 //      translated to its fd N first), and look at the last component in that pinned directory;
@@ -81,6 +85,7 @@
 #include <vector>
 
 #include "notify_args.h"
+#include "supervisor_profile.h"
 #include "task_access.h"
 
 namespace psb {
@@ -216,6 +221,7 @@ struct Name {
 
 // Pins the parent of `path` (relative to base, or absolute) and splits off its last component.
 int Split(int base, const std::string& path, Name* out) {
+  PSB_PROF_MARK(kPathsAct);
   if (path.empty()) return -ENOENT;
   size_t end = path.size();
   while (end > 1 && path[end - 1] == '/') --end;
@@ -246,6 +252,7 @@ int Split(int base, const std::string& path, Name* out) {
   out->dir_path = PathOf(fd, st);
   if (out->dir_path.empty()) out->dir_path = "?";
   out->deep = out->dir_path == "?";
+  PSB_PROF_MARK(kPathsPin);
   return 0;
 }
 
@@ -552,9 +559,11 @@ int ReadArgs(const Call& c, const SeccompNotif& n, LazyPidfd* pid, Args* a) {
 // like the other copies to come from the task still waiting in the call.
 int CmdUmask(const SeccompNotif& n, Args* a) {
   if (a->umask >= 0) return a->umask;
+  PSB_PROF_MARK(kPathsAct);
   const int u = nargs::Umask(n.pid);
   if (u < 0) return u;
   if (!notify::IdValid(a->listener, n.id)) return -ESRCH;
+  PSB_PROF_MARK(kPathsUmask);
   a->umask = u;
   return u;
 }
@@ -923,51 +932,62 @@ bool HandlePaths(int listener, const SeccompNotif& n, const PathRules& rules, bo
   Args a;
   a.listener = listener;
   if (c->op == Op::kBind) {
+    // bind copies the command's socket and clears the capabilities itself, as the other
+    // classes do (rare: no reason to make it the thread-wide way).
+    nargs::RaiseThreadCaps();
     const long rc = DoBind(rules, n, &pid, &a);
     if (rc == kContinueBind) notify::Continue(listener, n.id);
     else notify::RespondResult(listener, n.id, rc);
     return true;
   }
-  long rc = ReadArgs(*c, n, &pid, &a);
+  // The thread's effective capabilities are cleared for the whole call, the copies included
+  // (read once more with them only when refused without them: ReadWithCapsRetry), and stay
+  // cleared for the next path or metadata call (LowerThreadCaps).
+  const bool lowered = nargs::LowerThreadCaps();
+  PSB_PROF_MARK(kPathsCaps);
+  long rc = !lowered ? -EPERM : nargs::ReadWithCapsRetry([&] {
+    a = Args();
+    a.listener = listener;
+    return ReadArgs(*c, n, &pid, &a);
+  });
   // Everything read from the command came from the task still waiting in this call.
   if (rc == 0 && !notify::IdValid(listener, n.id)) return true;
+  PSB_PROF_MARK(kPathsRead);
   Fd give;
   if (rc == 0) {
-    EffectiveCapsCleared lowered;
-    if (!lowered.ok()) {
-      rc = -EPERM;
-    } else {
-      switch (c->op) {
-        case Op::kOpen:
-          rc = DoOpen(rules, n, &a, &give);
-          break;
-        case Op::kTruncate:
-          rc = DoTruncate(rules, n, &a);
-          break;
-        case Op::kLink:
-          rc = DoLink(rules, &a);
-          break;
-        case Op::kRename:
-          rc = DoRename(rules, &a);
-          break;
-        case Op::kUnlink:
-          rc = DoUnlink(rules, &a);
-          break;
-        case Op::kMkdir:
-        case Op::kMknod:
-        case Op::kSymlink:
-          rc = DoMake(rules, n, *c, &a);
-          break;
-        case Op::kBind:
-          break;
-      }
+    switch (c->op) {
+      case Op::kOpen:
+        rc = DoOpen(rules, n, &a, &give);
+        break;
+      case Op::kTruncate:
+        rc = DoTruncate(rules, n, &a);
+        break;
+      case Op::kLink:
+        rc = DoLink(rules, &a);
+        break;
+      case Op::kRename:
+        rc = DoRename(rules, &a);
+        break;
+      case Op::kUnlink:
+        rc = DoUnlink(rules, &a);
+        break;
+      case Op::kMkdir:
+      case Op::kMknod:
+      case Op::kSymlink:
+        rc = DoMake(rules, n, *c, &a);
+        break;
+      case Op::kBind:
+        break;
     }
+    PSB_PROF_MARK(kPathsAct);
   }
   if (rc == 0 && give.fd >= 0) {
     AnswerWithFd(listener, n.id, give.fd, (a.flags & O_CLOEXEC) != 0);
+    PSB_PROF_MARK(kPathsAddfd);
     return true;
   }
   notify::RespondResult(listener, n.id, rc);
+  PSB_PROF_MARK(kPathsAnswer);
   return true;
 }
 

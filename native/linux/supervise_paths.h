@@ -9,8 +9,9 @@
 // Threading: HandlePaths runs on the sandbox's supervisor worker thread, never on the host's
 // loop (a path walk the command makes slow stalls only that sandbox's calls). The first call
 // gives that thread a file-system context of its own (unshare(CLONE_FS)) with umask 0, so that the
-// command's umask, not the host's, applies to what it creates. It lowers that thread's effective
-// capabilities while it acts and restores them before it returns.
+// command's umask, not the host's, applies to what it creates. It clears that thread's effective
+// capabilities and leaves them cleared for the next call (nargs::LowerThreadCaps; the supervisor
+// gives them back before a class that uses them).
 #pragma once
 
 #include <stdint.h>

@@ -13,13 +13,21 @@
 // us, of which the metadata class's own steps are about 7; on a quiet machine 15-20 us -> about
 // 10 us of wall time. On a heavily oversubscribed machine every wake-up waits for a turn on a CPU
 // and the wall time per call swings (20-60 us either way). SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP
-// (6.6: both wake-ups on the current CPU) was tried and left out: no better there, often worse.
+// (6.6) wakes the supervisor on the command's CPU and the command on the supervisor's, so the
+// pair ping-pongs on one CPU: on this 2-vCPU VM a wake-up of the other, idle vCPU costs 10-35 us
+// (an interrupt to a halted virtual CPU), one on the same CPU about 1 (a bare notify round trip,
+// 20,000 calls, load ≈2: 2.2 us with the flag every time; 2.4-35 us without, by where the
+// scheduler put the two). An earlier try at load 11-15, where every wake-up waits for a turn on
+// a CPU anyway, saw no gain and left it out; measured again at low and middle load it is the
+// largest single cut (docs/performance.md).
 // A call the command makes slow (a chmod that waits for the inode lock its own 1 GiB write
 // holds, a walk through 40 symlinks of 4 kB each) stalls only this sandbox's calls, never the
 // host's loop. The thread never touches napi; the connect class shares only its registry of
 // proxy peers with the proxy's thread (under a mutex). No signal is delivered to it. Whatever a
-// class does to the thread (the metadata class clears its effective capabilities while it acts)
-// stays on the thread that handles the call, this one.
+// class does to the thread stays on the thread that handles the call, this one: the paths and
+// metadata classes clear its effective capabilities and leave them cleared for the next such
+// call (capset twice per call cost ≈1.2 us on a root host); Dispatch gives them back before any
+// other class, and so does the connect class's poll step.
 //
 // Lifetime: the thread ends when the listener reports POLLHUP (no task of the sandbox, setsid'd
 // or not, holds the filter any more) or when the env that started it is torn down (an env
@@ -49,7 +57,9 @@
 #include <vector>
 
 #include "notify_abi.h"
+#include "notify_args.h"
 #include "supervise_connect.h"
+#include "supervisor_profile.h"
 
 namespace psb {
 namespace {
@@ -117,20 +127,31 @@ bool OverInotifyShare(Supervisor* s, const SeccompNotif& n) {
 // The one dispatch point: each class answers the calls it claims.
 void Dispatch(Supervisor* s, const SeccompNotif& n) {
   if (OverInotifyShare(s, n)) return;
-  switch (ClassOf(*s, n)) {
+  const CallClass cls = ClassOf(*s, n);
+  // The paths and metadata classes leave this thread's effective capabilities cleared between
+  // their calls (nargs::LowerThreadCaps); the classes that may use them get them back first.
+  if (cls == CallClass::kConnect || cls == CallClass::kSignals) nargs::RaiseThreadCaps();
+  switch (cls) {
     case CallClass::kConnect:
-      return HandleConnect(s->connect, s->listener, n);
+      HandleConnect(s->connect, s->listener, n);
+      PSB_PROF_MARK(kOther);
+      return;
     case CallClass::kMetadata:
       HandleMetadata(s->listener, n, s->config.metadata);
+      PSB_PROF_MARK(kMetadata);
       return;
     case CallClass::kPaths:
       // This thread is the sandbox's own: the class may give it a file-system context of its own.
       HandlePaths(s->listener, n, s->config.paths, true);
       return;
     case CallClass::kSignals:
-      return HandleSignal(s->listener, n, s->config.signals);
+      HandleSignal(s->listener, n, s->config.signals);
+      PSB_PROF_MARK(kOther);
+      return;
     case CallClass::kContinue:
-      return Continue(s->listener, n.id);
+      Continue(s->listener, n.id);
+      PSB_PROF_MARK(kOther);
+      return;
   }
 }
 
@@ -153,6 +174,7 @@ void* Main(void* arg) {
   Supervisor* s = static_cast<Supervisor*>(arg);
   pthread_setname_np(pthread_self(), "psb-supervisor");
   struct pollfd fds[2 + kMaxWatched];
+  PSB_PROF_START();
   for (;;) {
     fds[0] = {s->stop, POLLIN, 0};
     fds[1] = {s->listener, POLLIN, 0};
@@ -162,7 +184,10 @@ void* Main(void* arg) {
       break;
     }
     if (fds[0].revents != 0) break;  // the env is torn down
-    if (waiting > 0) ConnectPollDone(s->connect, s->listener, fds + 2, waiting);
+    if (waiting > 0) {
+      nargs::RaiseThreadCaps();
+      ConnectPollDone(s->connect, s->listener, fds + 2, waiting);
+    }
     if ((fds[1].revents & POLLIN) == 0) {
       // POLLHUP: no task uses the filter any more; the sandbox is gone.
       if (fds[1].revents & (POLLHUP | POLLERR | POLLNVAL)) break;
@@ -176,6 +201,8 @@ void* Main(void* arg) {
       if (errno == ENOENT || errno == EINTR) continue;
       break;
     }
+    PSB_PROF_MARK(kWait);
+    PSB_PROF_CALL();
     Dispatch(s, n);
   }
   End(s);
@@ -192,6 +219,10 @@ int StartSupervisor(napi_env env, int listener_fd, SupervisorConfig config) noex
   }
   s->listener = listener_fd;
   s->env = env;
+  // Both wake-ups of a call on the CPU of the task that makes them (see the top of the file).
+  // The flag only moves where a woken task runs; a kernel without it (before 6.6) says EINVAL
+  // and the call costs what it did.
+  ioctl(listener_fd, notify::kNotifSetFlags, notify::kNotifFdSyncWakeUp);
   s->config = std::move(config);
   s->stop = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (s->config.proxy_port != 0) s->connect = NewConnectClass(s->config.proxy_port);
