@@ -164,6 +164,9 @@ constexpr uint32_t kSuperviseList = 0x00030002u;
 // The same for the signal supervisor (SeccompConfig::notify_signals, supervise_signals.cc):
 // USER_NOTIF when the config has it, else ALLOW (Landlock's signal scope, ABI 6+, holds then).
 constexpr uint32_t kSuperviseSignals = 0x00030003u;
+// The same for read-only opens (SeccompConfig::notify_reads, /proc privacy, supervise_reads.cc):
+// USER_NOTIF when the config asks for it, else ALLOW.
+constexpr uint32_t kSuperviseReads = 0x00030004u;
 // fcntl(2) commands that name a process to receive SIGIO/SIGURG (and F_SETSIG's signal) later.
 constexpr uint32_t kFSetOwn = 8u;
 constexpr uint32_t kFSetOwnEx = 15u;
@@ -494,9 +497,11 @@ constexpr Rule kRules[] = {
     // ask for writing, creating or truncating: read-only opens stay in the kernel, unsupervised.
     // openat2 (flags in memory) is ENOSYS above in both modes; libc falls back to openat.
     When(kNrCreat, kAnyNet, kLandlock, kSupervisePaths, Clause{{AnyBit(1, kSetIdBits)}, kEperm}),
-    When(kNrOpen, kAnyNet, kLandlock, kAllow, Clause{{AnyBit(1, kCreateFlags), AnyBit(2, kSetIdBits)}, kEperm},
+    // With /proc privacy (notify_reads) the read-only ones go to the read supervisor instead
+    // (supervise_reads.cc): a filter cannot see which file a path names.
+    When(kNrOpen, kAnyNet, kLandlock, kSuperviseReads, Clause{{AnyBit(1, kCreateFlags), AnyBit(2, kSetIdBits)}, kEperm},
          Clause{{AnyBit(1, kWriteOpenFlags)}, kSupervisePaths}),
-    When(__NR_openat, kAnyNet, kLandlock, kAllow, Clause{{AnyBit(2, kCreateFlags), AnyBit(3, kSetIdBits)}, kEperm},
+    When(__NR_openat, kAnyNet, kLandlock, kSuperviseReads, Clause{{AnyBit(2, kCreateFlags), AnyBit(3, kSetIdBits)}, kEperm},
          Clause{{AnyBit(2, kWriteOpenFlags)}, kSupervisePaths}),
     When(kNrMknod, kAnyNet, kLandlock, kSupervisePaths, Clause{{AnyBit(1, kSetIdBits)}, kEperm}),
     When(__NR_mknodat, kAnyNet, kLandlock, kSupervisePaths, Clause{{AnyBit(2, kSetIdBits)}, kEperm}),

@@ -81,12 +81,14 @@ void OnEnvTeardown(void* arg) {
 }
 
 // The classes of calls (one file each, see the top of the file).
-enum class CallClass { kContinue, kConnect, kMetadata, kPaths, kSignals };
+enum class CallClass { kContinue, kConnect, kMetadata, kPaths, kReads, kSignals };
 
 CallClass ClassOf(const Supervisor& s, const SeccompNotif& n) {
   const int nr = n.data.nr;
   if (nr == __NR_connect && s.connect != nullptr) return CallClass::kConnect;
   if (s.config.metadata.enabled && IsMetadataCall(nr, s.config.metadata)) return CallClass::kMetadata;
+  // Before the path class: it claims every open, the read-only ones are this class's.
+  if (s.config.reads.enabled && IsReadCall(n)) return CallClass::kReads;
   if (s.config.paths.enabled && IsPathCall(nr)) return CallClass::kPaths;
   if (s.config.signals.enabled && IsSignalCall(n)) return CallClass::kSignals;
   return CallClass::kContinue;
@@ -127,6 +129,8 @@ void Dispatch(Supervisor* s, const SeccompNotif& n) {
       // This thread is the sandbox's own: the class may give it a file-system context of its own.
       HandlePaths(s->listener, n, s->config.paths, true);
       return;
+    case CallClass::kReads:
+      return HandleRead(s->listener, n, s->config.reads);
     case CallClass::kSignals:
       return HandleSignal(s->listener, n, s->config.signals);
     case CallClass::kContinue:
