@@ -1,0 +1,245 @@
+/**
+ * Landlock mode's /proc privacy (policy.procPrivacy, issue Q item 3). Landlock mode shares the
+ * host's /proc; with the option every read-only open goes to the supervisor
+ * (native/linux/supervise_reads.cc), which refuses other processes' /proc/<pid> entries (ENOENT)
+ * and the network tables (EACCES), and opens everything else through a thread confined by the
+ * command's own Landlock rules.
+ *
+ * Oracle: a host process started here holds a secret in its argv, and a host listener's port is
+ * in the host's /proc/net/tcp (both checked from outside, and readable inside WITHOUT the option:
+ * the positive control that the probe can see them); with the option neither reaches the
+ * command by any spelling; the command's own /proc entries, ps, node, python, git, bash process
+ * substitution and /etc/mtab still work; Landlock's own denials (deny-read under the workspace,
+ * files outside the readable roots) still hold, with a readable file beside each as control.
+ */
+import { execFileSync, spawn as spawnHost, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+
+import { run } from '../../lib/index';
+import type { SandboxPolicy } from '../../lib/policy-types';
+import { caps, MODES, modePolicy } from '../helpers/capabilities';
+import { BASE_ENV, makeScene, NODE, PYTHON, type Scene } from '../helpers/sandbox';
+
+const landlock = MODES.find((m) => m.name === 'landlock')!;
+const skip =
+  landlock.skip ??
+  (!caps.metadataSupervisor ? 'this kernel has no seccomp user notification with ADDFD: procPrivacy is refused here (tested below)' : undefined) ??
+  (caps.python ? undefined : 'no /usr/bin/python3');
+// eslint-disable-next-line no-console
+if (skip) console.warn(`[landlock-proc] SKIPPING: ${skip}`);
+
+// Opens and reads each path; prints one JSON object {path: "ok:<text>" | errno name}.
+const READ_PY = String.raw`
+import errno, json, sys
+res = {}
+for p in sys.argv[1:]:
+    try:
+        with open(p, 'rb') as f:
+            res[p] = 'ok:' + f.read(65536).decode('latin1')
+    except OSError as e:
+        res[p] = errno.errorcode.get(e.errno, str(e.errno))
+print(json.dumps(res))
+`;
+
+const SECRET = `psb-argv-secret-${process.pid}-${Date.now()}`;
+
+let scene: Scene;
+let host: ChildProcess;
+let server: net.Server;
+let portHex: string;
+
+function policy(extra: SandboxPolicy = {}, on = true): SandboxPolicy {
+  return modePolicy('landlock', { filesystem: { write: [scene.ws] }, ...extra, ...(on ? { procPrivacy: true } : {}) });
+}
+
+async function reads(paths: string[], p: SandboxPolicy = policy()): Promise<Record<string, string>> {
+  const r = await run(PYTHON, ['-c', READ_PY, ...paths], { cwd: scene.ws, env: BASE_ENV, policy: p, timeout: 60_000 });
+  expect(r.code, r.stderr).toBe(0);
+  return JSON.parse(r.stdout) as Record<string, string>;
+}
+
+describe.skipIf(skip)('Landlock mode, procPrivacy', () => {
+  beforeAll(async () => {
+    host = spawnHost(NODE, ['-e', 'setInterval(() => {}, 1e6)', SECRET], { stdio: 'ignore' });
+    server = net.createServer((s) => s.destroy());
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const port = (server.address() as net.AddressInfo).port;
+    portHex = `:${port.toString(16).toUpperCase().padStart(4, '0')}`;
+    // Outside: the secret and the listener are really there to be read.
+    for (let i = 0; i < 100 && !fs.readFileSync(`/proc/${host.pid}/cmdline`, 'latin1').includes(SECRET); i++) {
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(fs.readFileSync(`/proc/${host.pid}/cmdline`, 'latin1')).toContain(SECRET);
+    expect(fs.readFileSync('/proc/net/tcp', 'latin1')).toContain(portHex);
+  });
+  afterAll(async () => {
+    host?.kill('SIGKILL');
+    await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()));
+  });
+  beforeEach(() => {
+    scene = makeScene('proc');
+  });
+  afterEach(() => scene.cleanup());
+
+  it("another process's /proc entries are not readable by any spelling (ENOENT); without the option they are", async () => {
+    const pid = host.pid!;
+    fs.symlinkSync(`/proc/${pid}/cmdline`, path.join(scene.ws, 'link-file'));
+    fs.symlinkSync(`/proc/${pid}`, path.join(scene.ws, 'link-dir'));
+    const paths = [
+      `/proc/${pid}/cmdline`,
+      `/proc/${pid}/status`,
+      `/proc/${pid}/environ`,
+      `/proc/${pid}/task/${pid}/cmdline`,
+      `/proc/${pid}/./cmdline`,
+      `/proc/self/../${pid}/cmdline`,
+      path.join(scene.ws, 'link-file'),
+      path.join(scene.ws, 'link-dir', 'cmdline'),
+    ];
+    // Control: without the option the same probe reads the secret (the gap this closes).
+    const open = await reads(paths.slice(0, 1), policy({}, false));
+    expect(open[paths[0]]).toContain(SECRET);
+    const r = await reads(paths);
+    for (const p of paths) expect(r[p], p).toBe('ENOENT');
+    expect(JSON.stringify(r)).not.toContain(SECRET);
+    // Relative to a cwd inside the host process's directory (chdir itself is not stopped).
+    const rel = await run('/bin/sh', ['-c', `cd /proc/${pid} && cat cmdline; cat ./status; echo rc=$?`], {
+      cwd: scene.ws,
+      env: BASE_ENV,
+      policy: policy(),
+    });
+    expect(rel.stdout).not.toContain(SECRET);
+    expect(rel.stdout).not.toContain('Name:');
+    expect(rel.stderr).toMatch(/No such file or directory/);
+    // The host process is untouched and still holds its secret.
+    expect(fs.readFileSync(`/proc/${pid}/cmdline`, 'latin1')).toContain(SECRET);
+  });
+
+  it("the host's network tables are not readable (EACCES), by /proc/net, /proc/self/net or a pid's net", async () => {
+    const paths = ['/proc/net/tcp', '/proc/net/tcp6', '/proc/net/unix', '/proc/self/net/tcp', '/proc/thread-self/net/tcp'];
+    const open = await reads(['/proc/net/tcp'], policy({}, false));
+    expect(open['/proc/net/tcp']).toContain(portHex);
+    const r = await reads(paths);
+    for (const p of paths) expect(r[p], p).toBe('EACCES');
+    // The command's own pid directory's net too.
+    const own = await run('/bin/sh', ['-c', 'cat /proc/$$/net/tcp; echo rc=$?'], { cwd: scene.ws, env: BASE_ENV, policy: policy() });
+    expect(own.stdout).not.toContain(portHex);
+    expect(own.stdout).toContain('rc=1');
+    expect(fs.readFileSync('/proc/net/tcp', 'latin1')).toContain(portHex);
+  });
+
+  it("the sandbox's own processes stay readable: /proc/self, a child's entries, ps shows the own tree only", async () => {
+    const r = await run(
+      '/bin/bash',
+      ['-c', 'sleep 30 & c=$!; grep ^Name: /proc/self/status; tr "\\0" " " < /proc/$c/cmdline; echo; head -1 /proc/self/maps | cut -c1-3; ls /proc/self/fd | head -1; kill $c'],
+      { cwd: scene.ws, env: BASE_ENV, policy: policy() },
+    );
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toContain('Name:\tgrep');
+    expect(r.stdout).toContain('sleep 30');
+    expect(r.stdout.split('\n')[2]).toMatch(/^[0-9a-f]{3}$/);
+    const ps = fs.existsSync('/usr/bin/ps') || fs.existsSync('/bin/ps');
+    if (!ps) {
+      // eslint-disable-next-line no-console
+      console.warn('[landlock-proc] SKIPPING the ps check: no ps on this host');
+      return;
+    }
+    const list = await run('/bin/sh', ['-c', 'ps -eo pid=,args='], { cwd: scene.ws, env: BASE_ENV, policy: policy() });
+    expect(list.code, list.stderr).toBe(0);
+    expect(list.stdout).toContain('ps -eo');
+    expect(list.stdout).not.toContain(SECRET);
+    expect(list.stdout.split('\n').map((l) => l.trim().split(' ')[0])).not.toContain(String(host.pid));
+    // Control: without the option ps lists the host process with its secret.
+    const all = await run('/bin/sh', ['-c', 'ps -eo pid=,args='], { cwd: scene.ws, env: BASE_ENV, policy: policy({}, false) });
+    expect(all.stdout).toContain(SECRET);
+  });
+
+  it('node, python, git, bash process substitution and /etc/mtab work', async () => {
+    const n = await run(NODE, ['-e', 'console.log(require("fs").readFileSync("/proc/self/status","utf8").split("\\n")[0], 6*7)'], {
+      cwd: scene.ws,
+      env: BASE_ENV,
+      policy: policy(),
+    });
+    expect(n.code, n.stderr).toBe(0);
+    expect(n.stdout).toMatch(/Name:.*\n?.* 42/);
+    const p = await run(PYTHON, ['-c', 'import os; print(len(os.listdir("/proc/self/fd")) > 0, 6*7)'], { cwd: scene.ws, env: BASE_ENV, policy: policy() });
+    expect(p.stdout.trim()).toBe('True 42');
+    const b = await run('/bin/bash', ['-c', 'cat <(echo hi-from-substitution); cat /dev/stdin <<< here; head -1 /etc/mtab | cut -d" " -f3'], {
+      cwd: scene.ws,
+      env: BASE_ENV,
+      policy: policy(),
+    });
+    expect(b.code, b.stderr).toBe(0);
+    expect(b.stdout).toContain('hi-from-substitution');
+    expect(b.stdout).toContain('here');
+    expect(b.stdout.trim().split('\n').pop()).toMatch(/\S+/);
+    if (!caps.git) {
+      // eslint-disable-next-line no-console
+      console.warn('[landlock-proc] SKIPPING the git check: no git on this host');
+      return;
+    }
+    execFileSync('git', ['init', '-q', scene.ws]);
+    fs.writeFileSync(path.join(scene.ws, 'tracked.txt'), 'x');
+    const g = await run(caps.git, ['status', '--porcelain'], { cwd: scene.ws, env: BASE_ENV, policy: policy() });
+    expect(g.code, g.stderr).toBe(0);
+    expect(g.stdout).toContain('tracked.txt');
+  });
+
+  it("Landlock's denials still hold: a deny-read file in the workspace and a file outside the readable roots", async () => {
+    const denied = path.join(scene.ws, 'denied.txt');
+    fs.writeFileSync(denied, 'DENIED-SECRET');
+    fs.writeFileSync(path.join(scene.ws, 'beside.txt'), 'beside');
+    fs.symlinkSync(denied, path.join(scene.ws, 'to-denied'));
+    const p = policy({ filesystem: { write: [scene.ws], denyRead: [denied] } });
+    const r = await reads([denied, path.join(scene.ws, 'to-denied'), path.join(scene.ws, 'beside.txt')], p);
+    expect(r[denied]).toBe('EACCES');
+    expect(r[path.join(scene.ws, 'to-denied')]).toBe('EACCES');
+    expect(r[path.join(scene.ws, 'beside.txt')]).toBe('ok:beside');
+    // Through the command's own fd of the directory too (/proc/self/fd/N/denied.txt).
+    const viaFd = await run(PYTHON, ['-c', `import os\nd=os.open(${JSON.stringify(scene.ws)}, os.O_RDONLY)\ntry:\n  print(open('/proc/self/fd/%d/denied.txt' % d).read())\nexcept OSError as e:\n  print('err', e.errno)`], {
+      cwd: scene.ws,
+      env: BASE_ENV,
+      policy: p,
+    });
+    expect(viaFd.stdout.trim()).toBe('err 13');
+    expect(fs.readFileSync(denied, 'utf8')).toBe('DENIED-SECRET');
+    // Restricted reads: a file outside the readable roots stays unreadable, one inside is read.
+    const outside = path.join(scene.out, 'secret.txt');
+    const q = await reads([outside, path.join(scene.ws, 'beside.txt')], policy({ filesystem: { read: [scene.ws], write: [scene.ws] } }));
+    expect(q[outside]).toBe('EACCES');
+    expect(q[path.join(scene.ws, 'beside.txt')]).toBe('ok:beside');
+  });
+
+  it('the report: /proc private, the /proc gap gone; the default keeps the gap', async () => {
+    const on = await run('/bin/true', [], { cwd: scene.ws, env: BASE_ENV, policy: policy() });
+    expect(on.enforcement.mechanisms.proc).toBe('host-private');
+    expect(on.enforcement.mechanisms.readSupervisor).toBe('seccomp-user-notif');
+    expect(on.enforcement.gaps.join('\n')).not.toMatch(/host processes stay visible in \/proc/);
+    const off = await run('/bin/true', [], { cwd: scene.ws, env: BASE_ENV, policy: policy({}, false) });
+    expect(off.enforcement.mechanisms.proc).toBe('host');
+    expect(off.enforcement.gaps).toContain('host processes stay visible in /proc (command lines, not memory or environment)');
+  });
+
+  it('a deny-read path under /proc is refused with the option, naming both', async () => {
+    await expect(run('/bin/true', [], { cwd: scene.ws, env: BASE_ENV, policy: policy({ filesystem: { write: [scene.ws], denyRead: ['/proc/cpuinfo'] } }) })).rejects.toThrow(
+      /procPrivacy cannot be combined with deny-read paths under \/proc/,
+    );
+  });
+});
+
+describe.skipIf(MODES.find((m) => m.name === 'isolated')!.skip)('isolated mode, procPrivacy', () => {
+  it('is accepted and changes nothing: /proc is the sandbox\'s own already', async () => {
+    const r = await run('/bin/sh', ['-c', 'cat /proc/1/cmdline | tr "\\0" " "'], { env: BASE_ENV, policy: { mode: 'isolated', procPrivacy: true } });
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.enforcement.mechanisms.proc).toBe('fresh');
+    expect(r.enforcement.mechanisms.readSupervisor).toBeUndefined();
+  });
+});
+
+describe('policy validation', () => {
+  it('procPrivacy must be a boolean', async () => {
+    await expect(run('/bin/true', [], { policy: { procPrivacy: 'yes' as unknown as boolean } })).rejects.toThrow(/policy\.procPrivacy/);
+  });
+});
