@@ -296,6 +296,9 @@ constexpr uint32_t kCreateFlags = 0100 | 020000000;   // O_CREAT | __O_TMPFILE
 // An open that can change a file or a directory's entries: O_WRONLY | O_RDWR | O_CREAT | O_TRUNC
 // (O_TMPFILE needs O_WRONLY or O_RDWR). A read-only open never has any of these bits.
 constexpr uint32_t kWriteOpenFlags = 01 | 02 | 0100 | 01000;
+// O_PATH (x86_64 and arm64, the architectures this filter is built for): such an open reads
+// nothing and checks no access; anything later read through the fd is a new open.
+constexpr uint32_t kOpenPath = 010000000;
 constexpr int kMaxTests = 3;
 
 // A clause matches when all of its tests pass (an empty clause never matches).
@@ -499,10 +502,12 @@ constexpr Rule kRules[] = {
     When(kNrCreat, kAnyNet, kLandlock, kSupervisePaths, Clause{{AnyBit(1, kSetIdBits)}, kEperm}),
     // With /proc privacy (notify_reads) the read-only ones go to the read supervisor instead
     // (supervise_reads.cc): a filter cannot see which file a path names.
+    // O_PATH opens stay the kernel's: they open nothing (and SECCOMP_IOCTL_NOTIF_ADDFD cannot
+    // hand an O_PATH fd over); every read through one (openat on it, /proc/self/fd/N) comes here.
     When(kNrOpen, kAnyNet, kLandlock, kSuperviseReads, Clause{{AnyBit(1, kCreateFlags), AnyBit(2, kSetIdBits)}, kEperm},
-         Clause{{AnyBit(1, kWriteOpenFlags)}, kSupervisePaths}),
+         Clause{{AnyBit(1, kWriteOpenFlags)}, kSupervisePaths}, Clause{{AnyBit(1, kOpenPath)}, kAllow}),
     When(__NR_openat, kAnyNet, kLandlock, kSuperviseReads, Clause{{AnyBit(2, kCreateFlags), AnyBit(3, kSetIdBits)}, kEperm},
-         Clause{{AnyBit(2, kWriteOpenFlags)}, kSupervisePaths}),
+         Clause{{AnyBit(2, kWriteOpenFlags)}, kSupervisePaths}, Clause{{AnyBit(2, kOpenPath)}, kAllow}),
     When(kNrMknod, kAnyNet, kLandlock, kSupervisePaths, Clause{{AnyBit(1, kSetIdBits)}, kEperm}),
     When(__NR_mknodat, kAnyNet, kLandlock, kSupervisePaths, Clause{{AnyBit(2, kSetIdBits)}, kEperm}),
     Rule{kNrRename, kAnyNet, kLandlock, kSupervisePaths, {}},

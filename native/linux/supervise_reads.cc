@@ -1,7 +1,10 @@
 // Landlock mode's /proc privacy (see supervise_reads.h for what it hides).
 //
 // What the filter sends here: open and openat whose flags ask for no write, create or truncate
-// (seccomp_table.h, kSuperviseReads; creat always writes; openat2 is ENOSYS). Each open is
+// and are not O_PATH (seccomp_table.h, kSuperviseReads; creat always writes; openat2 is ENOSYS).
+// An O_PATH open stays the kernel's: it reads nothing and checks no access (Landlock's neither),
+// and SECCOMP_IOCTL_NOTIF_ADDFD cannot hand an O_PATH fd over; whatever is read through one later
+// is a new open (openat on it, or /proc/self/fd/N) and comes here. Each open is
 // EMULATED, never continued (a path judged and then continued is resolved again by the kernel,
 // after the command may have changed its memory or swapped a link):
 //   1. copy the arguments once (the path string; the dirfd or the cwd as an O_PATH anchor;
@@ -191,6 +194,7 @@ using notify::SeccompNotif;
 constexpr int kMaxLinks = 40;  // the kernel's MAXSYMLINKS
 constexpr uint32_t kAddfdFlagSend = 2;  // SECCOMP_ADDFD_FLAG_SEND (5.14)
 constexpr int kWriteOpenFlags = O_WRONLY | O_RDWR | O_CREAT | O_TRUNC;
+static_assert(O_PATH == 010000000, "seccomp_table.h's kOpenPath");
 
 #ifdef __NR_open
 constexpr int kNrOpen = __NR_open;
@@ -409,11 +413,6 @@ int OpenResolved(Ctx* c, Fd* obj, int flags, Fd* out) {
     if (int e = JudgeProc(c, obj->fd)) return e;
   }
   if ((flags & O_DIRECTORY) && !S_ISDIR(st.st_mode)) return -ENOTDIR;
-  if (flags & O_PATH) {
-    // Opens nothing (the kernel checks no file access for O_PATH; neither does Landlock).
-    out->Reset(obj->Release());
-    return 0;
-  }
   if (S_ISLNK(st.st_mode)) return -ELOOP;  // O_NOFOLLOW on a link
   // Never our controlling terminal by accident; the rest are the command's own flags.
   int f = (flags & ~(O_NOFOLLOW | O_CLOEXEC | O_CREAT | O_EXCL | O_TRUNC)) | O_NOCTTY | O_CLOEXEC;
@@ -444,7 +443,7 @@ bool IsReadCall(const SeccompNotif& n) noexcept {
   if (nr == __NR_openat) flags = ArgInt(n, 2);
   else if (kNrOpen >= 0 && nr == kNrOpen) flags = ArgInt(n, 1);
   else return false;
-  return (flags & kWriteOpenFlags) == 0;
+  return (flags & (kWriteOpenFlags | O_PATH)) == 0;
 }
 
 void HandleRead(int listener, const SeccompNotif& n, const ReadRules& r) noexcept {

@@ -113,6 +113,17 @@ describe.skipIf(skip)('Landlock mode, procPrivacy', () => {
     expect(rel.stdout).not.toContain(SECRET);
     expect(rel.stdout).not.toContain('Name:');
     expect(rel.stderr).toMatch(/No such file or directory/);
+    // O_PATH opens stay the kernel's (they read nothing): every read through one comes back to
+    // the supervisor, by /proc/self/fd/N and by openat on it.
+    const opath = await run(
+      PYTHON,
+      [
+        '-c',
+        `import os\nres=[]\nfd=os.open('/proc/${pid}', os.O_PATH)\nfor how in (lambda: os.open('/proc/self/fd/%d/cmdline' % fd, os.O_RDONLY), lambda: os.open('cmdline', os.O_RDONLY, dir_fd=fd)):\n  try:\n    f=how(); res.append(os.read(f, 4096).decode('latin1'))\n  except OSError as e:\n    res.append(e.errno)\nprint(res)`,
+      ],
+      { cwd: scene.ws, env: BASE_ENV, policy: policy() },
+    );
+    expect(opath.stdout.trim()).toBe('[2, 2]');
     // The host process is untouched and still holds its secret.
     expect(fs.readFileSync(`/proc/${pid}/cmdline`, 'latin1')).toContain(SECRET);
   });
@@ -154,6 +165,14 @@ describe.skipIf(skip)('Landlock mode, procPrivacy', () => {
     // Control: without the option ps lists the host process with its secret.
     const all = await run('/bin/sh', ['-c', 'ps -eo pid=,args='], { cwd: scene.ws, env: BASE_ENV, policy: policy({}, false) });
     expect(all.stdout).toContain(SECRET);
+  });
+
+  it("an O_PATH fd's /proc/self/fd/N still works for the command (glibc's fchmodat, tar)", async () => {
+    fs.mkdirSync(path.join(scene.ws, 'd'), { mode: 0o700 });
+    const code = "import os\nfd=os.open('d', os.O_PATH|os.O_NOFOLLOW)\nos.chmod('/proc/self/fd/%d' % fd, 0o751)\nprint('ok')";
+    const r = await run(PYTHON, ['-c', code], { cwd: scene.ws, env: BASE_ENV, policy: policy() });
+    expect(r.code, r.stderr).toBe(0);
+    expect(fs.statSync(path.join(scene.ws, 'd')).mode & 0o777).toBe(0o751);
   });
 
   it('node, python, git, bash process substitution and /etc/mtab work', async () => {
