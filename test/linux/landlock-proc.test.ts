@@ -257,7 +257,55 @@ describe.skipIf(MODES.find((m) => m.name === 'isolated')!.skip)('isolated mode, 
   });
 });
 
+// The planner alone, with a made-up probe: where the supervisor cannot run (no seccomp user
+// notification, or neither way to reach the command) the option is refused, even with
+// `degraded`; the 'procfs' way (a container's seccomp profile) holds it. Control: without the
+// option the same probes plan.
+describe.skipIf(process.platform !== 'linux')('procPrivacy in the Landlock-mode plan', () => {
+  const plan = async (connectSupervisor: number, supervisorAccess: 'pidfd' | 'procfs' | 'none', procPrivacy: boolean) => {
+    const { planLinux } = await import('../../lib/platform/linux-plan');
+    const probe = { landlockAbi: 7, seccomp: 0, userns: -1, euid: 1000, connectSupervisor, supervisorAccess };
+    const rules = {
+      readAll: true, readRoots: [], writeRoots: ['/tmp/psb-proc-ws'], readOnly: [], denyRead: [], tmp: 'private',
+      network: { kind: 'none' }, mode: 'landlock', degraded: true, limits: {}, ...(procPrivacy ? { procPrivacy } : {}),
+    } as unknown as Parameters<typeof planLinux>[0]['rules'];
+    return planLinux({ rules, mode: 'landlock', file: '/bin/true', argv: ['true'], env: {}, cwd: '/', probe });
+  };
+
+  it('is refused without the supervisor (ENOSYS, or neither way to reach the command), degraded or not', async () => {
+    for (const [errno, way] of [[-38, 'pidfd'], [-1, 'none']] as const) {
+      const err = await plan(errno, way, true).then(
+        () => null,
+        (e: unknown) => e as { code?: string; message: string },
+      );
+      expect(err?.code).toBe('EUNSUPPORTED_POLICY');
+      expect(err?.message).toMatch(/procPrivacy cannot be held in Landlock mode on this host/);
+      const without = await plan(errno, way, false);
+      expect(without.enforcement.gaps).toContain('host processes stay visible in /proc (command lines, not memory or environment)');
+    }
+  });
+
+  it("is planned with the supervisor, by either way ('pidfd', 'procfs')", async () => {
+    for (const way of ['pidfd', 'procfs'] as const) {
+      const p = await plan(0, way, true);
+      expect(p.native.seccomp!.readSupervisor).toBe(true);
+      expect(p.native.seccomp!.metadataSupervisor).toBeDefined();
+      expect(p.enforcement.mechanisms.proc).toBe('host-private');
+      expect(p.enforcement.gaps.join('\n')).not.toMatch(/\/proc \(command lines/);
+      const off = await plan(0, way, false);
+      expect(off.native.seccomp!.readSupervisor).toBeUndefined();
+    }
+  });
+});
+
 describe('policy validation', () => {
+  it('the CLI flag --proc-privacy sets policy.procPrivacy', async () => {
+    const { parseRunArgs, policyFromArgs } = await import('../../lib/cli');
+    expect(policyFromArgs(parseRunArgs(['--proc-privacy', '--', 'true'], '/'))?.procPrivacy).toBe(true);
+    expect(policyFromArgs(parseRunArgs(['--', 'true'], '/'))?.procPrivacy).toBeUndefined();
+    expect(() => parseRunArgs(['--proc-privacy=1', '--', 'true'], '/')).toThrow(/--proc-privacy/);
+  });
+
   it('procPrivacy must be a boolean', async () => {
     await expect(run('/bin/true', [], { policy: { procPrivacy: 'yes' as unknown as boolean } })).rejects.toThrow(/policy\.procPrivacy/);
   });
