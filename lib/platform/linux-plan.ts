@@ -1159,7 +1159,9 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       ...(supervised ? { connectSupervisor: 'seccomp-user-notif' } : {}),
       ...(metadataSupervised ? { metadataSupervisor: 'seccomp-user-notif' } : {}),
       ...(pathsSupervised ? { pathSupervisor: 'seccomp-user-notif' } : {}),
-      ...(procPrivate ? { readSupervisor: 'seccomp-user-notif' } : {}),
+      // Listing /proc: the sandbox's own pids only where the supervisor carries listings out (it
+      // needs the command's open directory: pidfd_getfd); in the procfs way every pid's name.
+      ...(procPrivate ? { readSupervisor: 'seccomp-user-notif', procListing: listSupervised ? 'sandbox pids only' : 'every pid (names only)' } : {}),
       // Landlock mode's deny-read: how many rules carving took, and the directories whose entries
       // are fixed for the run (README: "deny-read in Landlock mode").
       ...(carve

@@ -447,6 +447,35 @@ int OpenResolved(Ctx* c, Fd* obj, int flags, Fd* out) {
 
 }  // namespace
 
+bool IsProcRootDir(const ReadRules& rules, const struct stat& st) noexcept {
+  return rules.enabled && S_ISDIR(st.st_mode) && st.st_dev == rules.proc_dev && st.st_ino == 1;
+}
+
+long FilterProcListing(int listener, const SeccompNotif& n, const ReadRules& rules, char* buf, long len) noexcept {
+  Ctx c{listener, n, rules};
+  long out = 0;
+  for (long at = 0; at < len;) {
+    uint16_t reclen;
+    memcpy(&reclen, buf + at + 16, 2);  // struct linux_dirent64: ino, off, reclen, type, name
+    if (reclen < 20 || at + reclen > len) return out;
+    const char* name = buf + at + 19;
+    const std::string nm(name, strnlen(name, reclen - 19));
+    bool keep = true;
+    if (AllDigits(nm)) {
+      // The root lists thread-group leaders only: a process id.
+      const long id = strtol(nm.c_str(), nullptr, 10);
+      const pid_t me = c.Tgid();
+      keep = me > 0 && id > 0 && id <= INT32_MAX && (id == me || ProcessIsMember(static_cast<pid_t>(id), rules.members) == 1);
+    }
+    if (keep) {
+      if (out != at) memmove(buf + out, buf + at, reclen);
+      out += reclen;
+    }
+    at += reclen;
+  }
+  return out;
+}
+
 bool IsReadCall(const SeccompNotif& n) noexcept {
   const int nr = n.data.nr;
   int flags;

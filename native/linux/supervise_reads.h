@@ -12,6 +12,7 @@
 // same rules as the command's (StartReadOpener), before the command starts.
 #pragma once
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <memory>
@@ -44,5 +45,13 @@ bool IsReadCall(const notify::SeccompNotif& n) noexcept;
 
 // Answers notification n (IsReadCall).
 void HandleRead(int listener, const notify::SeccompNotif& n, const ReadRules& rules) noexcept;
+
+// Whether a directory (its stat) is the root of the host's /proc, whose listing names every pid.
+bool IsProcRootDir(const ReadRules& rules, const struct stat& st) noexcept;
+
+// A listing of /proc's root (getdents64 records, len bytes at buf) for the command making call
+// n: drops the numbered entries of processes that are not the sandbox's own, in place. Returns
+// the length left (0 when none is left: the caller reads on).
+long FilterProcListing(int listener, const notify::SeccompNotif& n, const ReadRules& rules, char* buf, long len) noexcept;
 
 }  // namespace psb

@@ -123,7 +123,7 @@ void Dispatch(Supervisor* s, const SeccompNotif& n) {
     case CallClass::kConnect:
       return HandleConnect(s->connect, s->listener, n);
     case CallClass::kMetadata:
-      HandleMetadata(s->listener, n, s->config.metadata);
+      HandleMetadata(s->listener, n, s->config.metadata, &s->config.reads);
       return;
     case CallClass::kPaths:
       // This thread is the sandbox's own: the class may give it a file-system context of its own.

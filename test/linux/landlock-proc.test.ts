@@ -151,6 +151,23 @@ describe.skipIf(skip)('Landlock mode, procPrivacy', () => {
     expect(r.stdout).toContain('Name:\tgrep');
     expect(r.stdout).toContain('sleep 30');
     expect(r.stdout.split('\n')[2]).toMatch(/^[0-9a-f]{3}$/);
+    // Listing /proc: the sandbox's own pids only, where the supervisor carries listings out.
+    const ls = await run('/bin/sh', ['-c', 'echo self=$$; ls /proc'], { cwd: scene.ws, env: BASE_ENV, policy: policy() });
+    const names = ls.stdout.split('\n');
+    const self = names[0].replace('self=', '');
+    expect(names).toContain(self);
+    expect(names).toContain('cpuinfo');
+    if (caps.listSupervised) {
+      expect(names).not.toContain(String(host.pid));
+      expect(names).not.toContain(String(process.pid));
+      expect(ls.enforcement.mechanisms.procListing).toBe('sandbox pids only');
+    } else {
+      // eslint-disable-next-line no-console
+      console.warn('[landlock-proc] the supervisor takes the procfs way here: /proc lists every pid (names only)');
+      expect(ls.enforcement.mechanisms.procListing).toBe('every pid (names only)');
+    }
+    const lsAll = await run('/bin/sh', ['-c', 'ls /proc'], { cwd: scene.ws, env: BASE_ENV, policy: policy({}, false) });
+    expect(lsAll.stdout.split('\n')).toContain(String(host.pid));
     const ps = fs.existsSync('/usr/bin/ps') || fs.existsSync('/bin/ps');
     if (!ps) {
       // eslint-disable-next-line no-console
