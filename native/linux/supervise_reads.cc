@@ -49,8 +49,9 @@
 // waits for a writer): a read before any writer came returns end-of-file at once; a read-only
 // open of /dev/tty fails with ENXIO (here it would be the host's terminal); a terminal of the
 // command's stdio opened read-only by its name (/dev/pts/N) fails with EACCES (the opener has
-// no rule for it). Listing /proc still shows every pid (getdents is not filtered), and stat() of
-// /proc/<pid> still answers; what a process runs, its status and its tables are not readable.
+// no rule for it). A listing of /proc's root shows the sandbox's own pids only (the metadata
+// supervisor carries getdents out on the command's own directory and FilterProcListing drops the
+// others; only where pidfd_getfd works); stat() of /proc/<pid> still answers.
 // Kernel features: those of the path supervisor (seccomp user notification with ADDFD, 5.9;
 // openat2 is not needed). Where the supervisor cannot run, the planner refuses the option.
 #include "supervise_reads.h"
