@@ -258,6 +258,14 @@ describe.skipIf(skip)('Landlock mode, procPrivacy', () => {
     expect(off.enforcement.gaps).toContain('host processes stay visible in /proc (command lines, not memory or environment)');
   });
 
+  it('a sandbox prepared ahead for the same shape without the option is never used for one with it', async () => {
+    const p = `/proc/${host.pid}/cmdline`;
+    // Spawns in a row of one shape make the next one's sandbox ahead of time.
+    for (let i = 0; i < 3; i++) expect((await reads([p], policy({}, false)))[p]).toContain(SECRET);
+    const r = await reads([p]);
+    expect(r[p]).toBe('ENOENT');
+  });
+
   it('a deny-read path under /proc is refused with the option, naming both', async () => {
     await expect(run('/bin/true', [], { cwd: scene.ws, env: BASE_ENV, policy: policy({ filesystem: { write: [scene.ws], denyRead: ['/proc/cpuinfo'] } }) })).rejects.toThrow(
       /procPrivacy cannot be combined with deny-read paths under \/proc/,
