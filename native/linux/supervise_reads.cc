@@ -45,8 +45,8 @@
 // command's own Landlock rules grant /proc (a platform read), so nothing Landlock would refuse
 // is given (the planner refuses the option when a deny-read path lies under /proc).
 // What the command sees that differs from the kernel's own open: a FIFO opened for reading
-// without O_NONBLOCK is opened non-blocking and then made blocking (so the supervisor never
-// waits for a writer): a read before any writer came returns end-of-file at once; a read-only
+// without O_NONBLOCK returns when the first writer has written or come and gone, not when it
+// opened (FifoWaiter: the supervisor never waits for a writer itself); a read-only
 // open of /dev/tty fails with ENXIO (here it would be the host's terminal); a terminal of the
 // command's stdio opened read-only by its name (/dev/pts/N) fails with EACCES (the opener has
 // no rule for it). A listing of /proc's root shows the sandbox's own pids only (the metadata
@@ -60,6 +60,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/capability.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -415,7 +416,74 @@ void AnswerWithFd(int listener, uint64_t id, int fd, bool cloexec) {
   notify::RespondResult(listener, id, r);
 }
 
-// Steps 3 and 4: a new fd of ours for the command, or -errno.
+// A FIFO opened for reading without O_NONBLOCK waits for a writer. This thread must not (every
+// other call of the sandbox would wait too), and the command must not get end-of-file before a
+// writer came: the FIFO was opened non-blocking (which lets a writer waiting for a reader go on),
+// and a thread of its own waits until the first writer has written or come and gone (POLLIN or
+// POLLHUP: a reader opened before any writer sees no POLLHUP until one has left), then makes the
+// fd blocking and answers. The open returns then, not when the writer opened: the one difference
+// left. It gives up when the call is gone (the command killed or interrupted): ID_VALID, on a
+// copy of the listener of its own (the supervisor may close its own meanwhile).
+struct FifoWait {
+  int listener, fd;
+  uint64_t id;
+  bool cloexec;
+};
+
+void* FifoWaiter(void* arg) {
+  FifoWait* w = static_cast<FifoWait*>(arg);
+  pthread_setname_np(pthread_self(), "psb-fifo-wait");
+  for (;;) {
+    struct pollfd p = {w->fd, POLLIN, 0};
+    const int r = poll(&p, 1, 250);
+    if (r > 0 || (r < 0 && errno != EINTR)) break;
+    if (!notify::IdValid(w->listener, w->id)) {
+      w->id = 0;
+      break;
+    }
+  }
+  if (w->id != 0) {
+    fcntl(w->fd, F_SETFL, fcntl(w->fd, F_GETFL) & ~O_NONBLOCK);
+    AnswerWithFd(w->listener, w->id, w->fd, w->cloexec);
+  }
+  close(w->fd);
+  close(w->listener);
+  delete w;
+  return nullptr;
+}
+
+// Hands fd (ours) to the waiter thread: true when it took it (it answers the call).
+bool WaitForWriter(int listener, uint64_t id, int fd, bool cloexec) {
+  FifoWait* w = new (std::nothrow) FifoWait{fcntl(listener, F_DUPFD_CLOEXEC, 0), fd, id, cloexec};
+  if (w == nullptr) return false;
+  if (w->listener < 0) {
+    delete w;
+    return false;
+  }
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, 64 * 1024);
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_t t;
+  const int rc = pthread_create(&t, &attr, FifoWaiter, w);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  pthread_attr_destroy(&attr);
+  if (rc != 0) {
+    close(w->listener);
+    delete w;
+    return false;
+  }
+  return true;
+}
+
+// OpenResolved's answer when a waiter thread took the call over.
+constexpr int kAnsweredLater = 1;
+
+// Steps 3 and 4: a new fd of ours for the command, or -errno (kAnsweredLater: a FIFO's waiter
+// answers).
 int OpenResolved(Ctx* c, Fd* obj, int flags, Fd* out) {
   struct stat st;
   if (fstat(obj->fd, &st) != 0) return -errno;
@@ -441,6 +509,9 @@ int OpenResolved(Ctx* c, Fd* obj, int flags, Fd* out) {
     fd = c->r.opener->Open(obj->fd, f);
   }
   if (fd < 0) return fd;
+  if (fifo && WaitForWriter(c->listener, c->n.id, fd, (flags & O_CLOEXEC) != 0)) return kAnsweredLater;
+  // No waiter could be started: the fd as it is, made blocking (a read before a writer came
+  // sees end-of-file).
   if (fifo) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   out->Reset(fd);
   return 0;
@@ -530,6 +601,7 @@ void HandleRead(int listener, const SeccompNotif& n, const ReadRules& r) noexcep
       if (rc == 0) rc = OpenResolved(&c, &obj, flags, &give);
     }
   }
+  if (rc == kAnsweredLater) return;
   if (rc == 0) {
     AnswerWithFd(listener, n.id, give.fd, (flags & O_CLOEXEC) != 0);
     return;

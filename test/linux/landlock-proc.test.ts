@@ -282,6 +282,20 @@ print(json.dumps(res, sort_keys=True))
     expect(off['at /proc/self/fd/N/inner']).toBe('I');
   });
 
+  it('a FIFO opened for reading waits for its writer: the data, or end-of-file once the writer came and went', async () => {
+    // The writer opens only once a reader is there (O_NONBLOCK: ENXIO until then), so the order
+    // is fixed: the reader's open is under way first.
+    const writer = (data: string) =>
+      `import errno, os, time\nwhile True:\n  try:\n    f = os.open('f', os.O_WRONLY | os.O_NONBLOCK); break\n  except OSError as e:\n    assert e.errno == errno.ENXIO\n    time.sleep(0.01)\nos.write(f, b'${data}'); os.close(f)`;
+    const script = `mkfifo f && { ${PYTHON} -c "${writer('late-writer')}" & cat f; wait; echo; ${PYTHON} -c "${writer('')}" & cat f; wait; echo eof-ok; }`;
+    for (const on of [false, true]) {
+      const r = await run('/bin/sh', ['-c', script], { cwd: scene.ws, env: BASE_ENV, policy: policy({}, on), timeout: 60_000 });
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.stdout).toBe('late-writer\neof-ok\n');
+      fs.rmSync(path.join(scene.ws, 'f'));
+    }
+  });
+
   it("Landlock's denials still hold: a deny-read file in the workspace and a file outside the readable roots", async () => {
     const denied = path.join(scene.ws, 'denied.txt');
     fs.writeFileSync(denied, 'DENIED-SECRET');
