@@ -9,7 +9,8 @@
 // Threading: HandleRead runs on the sandbox's supervisor thread and lowers that thread's
 // effective capabilities while it acts. Opens of files that are not procfs go through a second
 // thread of the host, the read opener, which is confined by a Landlock ruleset built from the
-// same rules as the command's (StartReadOpener), before the command starts.
+// same rules as the command's (StartReadOpener), before the command starts. A FIFO opened for
+// reading is handed to a short-lived thread that waits for its writer and answers the call.
 #pragma once
 
 #include <sys/stat.h>

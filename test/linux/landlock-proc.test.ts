@@ -168,6 +168,17 @@ describe.skipIf(skip)('Landlock mode, procPrivacy', () => {
     }
     const lsAll = await run('/bin/sh', ['-c', 'ls /proc'], { cwd: scene.ws, env: BASE_ENV, policy: policy({}, false) });
     expect(lsAll.stdout.split('\n')).toContain(String(host.pid));
+    // A thread that is not its process's leader: /proc/thread-self and /proc/<its tid>.
+    const th = await run(
+      PYTHON,
+      [
+        '-c',
+        'import threading\nout = []\ndef t():\n  tid = threading.get_native_id()\n  out.append(open("/proc/thread-self/stat").read().split(" ")[0] == str(tid))\n  out.append(open("/proc/%d/comm" % tid).read().strip())\n  out.append(open("/proc/self/task/%d/comm" % tid).read().strip())\nth = threading.Thread(target=t); th.start(); th.join()\nprint(out)',
+      ],
+      { cwd: scene.ws, env: BASE_ENV, policy: policy() },
+    );
+    expect(th.code, th.stderr).toBe(0);
+    expect(th.stdout.trim()).toMatch(/^\[True, '[^']+', '[^']+'\]$/);
     const ps = fs.existsSync('/usr/bin/ps') || fs.existsSync('/bin/ps');
     if (!ps) {
       // eslint-disable-next-line no-console
