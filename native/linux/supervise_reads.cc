@@ -234,6 +234,11 @@ bool OnProc(int fd) {
   return fstatfs(fd, &sfs) == 0 && sfs.f_type == PROC_SUPER_MAGIC;
 }
 
+bool OnPipefs(int fd) {
+  struct statfs sfs;
+  return fstatfs(fd, &sfs) == 0 && sfs.f_type == 0x50495045;  // PIPEFS_MAGIC
+}
+
 bool AllDigits(const std::string& s) {
   if (s.empty() || s.size() > 10) return false;
   for (char ch : s) {
@@ -496,7 +501,8 @@ int OpenResolved(Ctx* c, Fd* obj, int flags, Fd* out) {
   // Never our controlling terminal by accident; the rest are the command's own flags.
   int f = (flags & ~(O_NOFOLLOW | O_CLOEXEC | O_CREAT | O_EXCL | O_TRUNC)) | O_NOCTTY | O_CLOEXEC;
   if (S_ISCHR(st.st_mode) && st.st_rdev == makedev(5, 0)) return -ENXIO;  // /dev/tty: the host's here
-  const bool fifo = S_ISFIFO(st.st_mode) && (flags & O_NONBLOCK) == 0;
+  // A named FIFO only: an anonymous pipe (/dev/fd/N of bash's <(...)) never waits for a partner.
+  const bool fifo = S_ISFIFO(st.st_mode) && (flags & O_NONBLOCK) == 0 && !OnPipefs(obj->fd);
   if (fifo) f |= O_NONBLOCK;  // never wait here for a writer
   int fd;
   if (proc) {

@@ -305,6 +305,15 @@ print(json.dumps(res, sort_keys=True))
       expect(r.stdout).toBe('late-writer\neof-ok\n');
       fs.rmSync(path.join(scene.ws, 'f'));
     }
+    // An anonymous pipe never waits: its open returns before any data (the writer writes only
+    // once the reader has made the marker after opening).
+    const pipe = await run(
+      '/bin/bash',
+      ['-c', `${PYTHON} -c "import os; f = os.open('/dev/fd/5', os.O_RDONLY); open('marker', 'w').close(); print(os.read(f, 9).decode().strip())" 5< <(until [ -e marker ]; do sleep 0.01; done; echo late)`],
+      { cwd: scene.ws, env: BASE_ENV, policy: policy(), timeout: 60_000 },
+    );
+    expect(pipe.code, pipe.stderr).toBe(0);
+    expect(pipe.stdout.trim()).toBe('late');
   });
 
   it("Landlock's denials still hold: a deny-read file in the workspace and a file outside the readable roots", async () => {
