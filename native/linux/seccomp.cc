@@ -63,13 +63,14 @@ int ClauseLength(const Clause& c) {
 // Layout per clause: tests (each either falls through to the next test or jumps to the clause's
 // end), RET action; after the last clause, RET otherwise. All jumps are forward and short.
 int EmitBody(const Rule& r, uint32_t supervise, uint32_t supervise_paths, uint32_t supervise_list, uint32_t signals,
-             uint32_t reads, std::vector<sock_filter>* out) {
-  auto action = [supervise, supervise_paths, supervise_list, signals, reads](uint32_t a) {
+             uint32_t reads, uint32_t privacy_deny, std::vector<sock_filter>* out) {
+  auto action = [supervise, supervise_paths, supervise_list, signals, reads, privacy_deny](uint32_t a) {
     return a == kSupervise         ? supervise
            : a == kSupervisePaths  ? supervise_paths
            : a == kSuperviseList   ? supervise_list
            : a == kSuperviseSignals ? signals
            : a == kSuperviseReads   ? reads
+           : a == kPrivacyDeny      ? privacy_deny
                                     : a;
   };
   for (const Clause& c : r.clauses) {
@@ -299,6 +300,7 @@ int BuildSeccompFilterUncached(const SeccompConfig& cfg, std::vector<sock_filter
   }
   const uint32_t signals = cfg.notify_signals ? kSeccompRetUserNotif : kAllow;
   const uint32_t reads = cfg.notify_reads ? kSeccompRetUserNotif : kAllow;
+  const uint32_t privacy_deny = cfg.notify_reads ? kEperm : kAllow;
   // 3. Rules, as a binary search over their syscall numbers (EmitSearch). Every body ends in
   //    RET, so the accumulator holds nr at every comparison.
   std::vector<Leaf> leaves;
@@ -306,7 +308,7 @@ int BuildSeccompFilterUncached(const SeccompConfig& cfg, std::vector<sock_filter
     const Rule& r = kRules[i];
     if (!Applies(r, net, mode)) continue;
     Leaf leaf{static_cast<uint32_t>(r.nr), {}};
-    if (int rc = EmitBody(r, supervise, supervise_paths, supervise_list, signals, reads, &leaf.body)) {
+    if (int rc = EmitBody(r, supervise, supervise_paths, supervise_list, signals, reads, privacy_deny, &leaf.body)) {
       out->clear();
       return rc;
     }

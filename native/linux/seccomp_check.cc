@@ -73,12 +73,14 @@ uint32_t Expected(const SeccompConfig& cfg, const SeccompData& d) {
   const uint32_t supervise_list = cfg.notify_listdir ? kSeccompRetUserNotif : kAllow;
   const uint32_t signals = cfg.notify_signals ? kSeccompRetUserNotif : kAllow;
   const uint32_t reads = cfg.notify_reads ? kSeccompRetUserNotif : kAllow;
+  const uint32_t privacy_deny = cfg.notify_reads ? kEperm : kAllow;
   auto action = [&](uint32_t x) {
     return x == kSupervise         ? supervise
            : x == kSupervisePaths  ? supervise_paths
            : x == kSuperviseList   ? supervise_list
            : x == kSuperviseSignals ? signals
            : x == kSuperviseReads   ? reads
+           : x == kPrivacyDeny      ? privacy_deny
                                     : x;
   };
   for (const Rule& r : kRules) {

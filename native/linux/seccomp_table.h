@@ -167,6 +167,9 @@ constexpr uint32_t kSuperviseSignals = 0x00030003u;
 // The same for read-only opens (SeccompConfig::notify_reads, /proc privacy, supervise_reads.cc):
 // USER_NOTIF when the config asks for it, else ALLOW.
 constexpr uint32_t kSuperviseReads = 0x00030004u;
+// With /proc privacy (notify_reads) EPERM, else ALLOW: what would show the host's tables by
+// another way than /proc (netlink's socket diagnostics, `ss`).
+constexpr uint32_t kPrivacyDeny = 0x00030005u;
 // fcntl(2) commands that name a process to receive SIGIO/SIGURG (and F_SETSIG's signal) later.
 constexpr uint32_t kFSetOwn = 8u;
 constexpr uint32_t kFSetOwnEx = 15u;
@@ -299,6 +302,7 @@ constexpr uint32_t kWriteOpenFlags = 01 | 02 | 0100 | 01000;
 // O_PATH (x86_64 and arm64, the architectures this filter is built for): such an open reads
 // nothing and checks no access; anything later read through the fd is a new open.
 constexpr uint32_t kOpenPath = 010000000;
+constexpr uint32_t kNetlinkSockDiag = 4;  // NETLINK_SOCK_DIAG (NETLINK_INET_DIAG)
 constexpr int kMaxTests = 3;
 
 // A clause matches when all of its tests pass (an empty clause never matches).
@@ -536,6 +540,10 @@ constexpr Rule kRules[] = {
     When(__NR_socket, kNetProxy, kLandlock, kEperm,
          Clause{{In(0, kAll, AF_INET), In(1, kSockTypeMask, SOCK_STREAM), In(2, kAll, 0, IPPROTO_TCP)},
                 kAllow}),
+    // With the network full, Landlock mode shares the host's network namespace: with /proc
+    // privacy, netlink's socket diagnostics (NETLINK_SOCK_DIAG, what `ss` reads instead of
+    // /proc/net) are refused too. (With 'none' and 'proxy' no netlink socket is made at all.)
+    When(__NR_socket, kNetFull, kLandlock, kAllow, Clause{{In(0, kAll, AF_NETLINK), In(2, kAll, kNetlinkSockDiag)}, kPrivacyDeny}),
     // NET-11: a SOCK_DGRAM pair could sendmsg() to any host datagram socket by name.
     When(__NR_socketpair, kNetNone | kNetProxy, kAnyMode, kEperm,
          Clause{{In(0, kAll, AF_UNIX), In(1, kSockTypeMask, SOCK_STREAM, SOCK_SEQPACKET)}, kAllow}),

@@ -139,6 +139,12 @@ describe.skipIf(skip)('Landlock mode, procPrivacy', () => {
     expect(own.stdout).not.toContain(portHex);
     expect(own.stdout).toContain('rc=1');
     expect(fs.readFileSync('/proc/net/tcp', 'latin1')).toContain(portHex);
+    // With the network full, netlink's socket diagnostics (what `ss` reads) are refused too.
+    const diag = 'import socket\ntry:\n  socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 4).close(); print("diag=ok")\nexcept OSError as e:\n  print("diag=%d" % e.errno)\nsocket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0).close(); print("route=ok")';
+    for (const on of [false, true]) {
+      const r = await run(PYTHON, ['-c', diag], { cwd: scene.ws, env: BASE_ENV, policy: policy({ network: 'full' }, on) });
+      expect(r.stdout, r.stderr).toBe(on ? 'diag=1\nroute=ok\n' : 'diag=ok\nroute=ok\n');
+    }
   });
 
   it("the sandbox's own processes stay readable: /proc/self, a child's entries, ps shows the own tree only", async () => {
