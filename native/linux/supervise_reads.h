@@ -4,7 +4,8 @@
 // every read-only open and openat, and the supervisor carries each one out itself: opens of
 // another process's /proc/<pid> entries fail with ENOENT and of the network tables
 // (/proc/net, /proc/<pid>/net) with EACCES; everything else is opened as the command's own
-// Landlock rules allow. See supervise_reads.cc for the rules and why they hold.
+// Landlock rules allow (with the network full the filter also refuses netlink's socket
+// diagnostics, seccomp_table.h kPrivacyDeny). See supervise_reads.cc for the rules and why.
 //
 // Threading: HandleRead runs on the sandbox's supervisor thread and lowers that thread's
 // effective capabilities while it acts. Opens of files that are not procfs go through a second
