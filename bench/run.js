@@ -177,7 +177,8 @@ async function main() {
  * repository, `git add -A`, `git commit`, `git status`, all in one `sh`: unsandboxed
  * (child_process) against isolated mode and Landlock mode, rounds interleaved. In Landlock mode
  * tar's fchown (as root), fchmod and utimensat per file (about 15,000 calls as root) each go to
- * the host's supervisor, so this is what that round trip costs. Every run's tree is kept until
+ * the host's supervisor, so this is what that round trip costs; with procPrivacy every read-only
+ * open goes there too (its own row). Every run's tree is kept until
  * the end: on a journal-less ext4, inode allocation slows for minutes after mass deletions, and
  * the variant measured next would pay for it. BENCH_FILES_RUNS sets the runs per variant
  * (default 3); BENCH_FILES_ONLY runs only this; BENCH_SPAWN_ONLY skips it. BENCH_FILES_DIR puts
@@ -221,12 +222,15 @@ async function fileHeavyBench(p) {
     if (code !== 0) throw new Error(`file-heavy workload, ${what}: exit ${code}`);
   };
   const variants = [['unsandboxed (child_process)', (cwd) => new Promise((res, rej) => cp.spawn('/bin/sh', ['-c', script], { cwd, env, stdio: 'ignore' }).once('error', rej).once('exit', (c) => res(check('unsandboxed', c))))]];
-  const ours = (mode) => async (cwd) => {
-    const policy = { mode, filesystem: { write: [cwd] }, network: 'none', ...(mode === 'landlock' ? { degraded: true } : {}) };
+  const ours = (mode, procPrivacy = false) => async (cwd) => {
+    const policy = { mode, filesystem: { write: [cwd] }, network: 'none', ...(mode === 'landlock' ? { degraded: true } : {}), ...(procPrivacy ? { procPrivacy } : {}) };
     check(mode, (await spawn('/bin/sh', ['-c', script], { cwd, env, stdio: 'ignore', policy }).exited).code);
   };
   if (p.features.isolatedMode) variants.push(['isolated mode', ours('isolated')]);
   if (p.features.landlockMode) variants.push(['landlock mode', ours('landlock')]);
+  // procPrivacy: every read-only open (git reads the index, objects, config...) also goes to
+  // the supervisor, and those of files through its Landlock-confined opener thread.
+  if (p.features.landlockMode && p.features.metadataSupervisor) variants.push(['landlock, procPrivacy', ours('landlock', true)]);
   const times = new Map(variants.map(([n]) => [n, []]));
   try {
     for (let r = 0; r < runs; r++) {

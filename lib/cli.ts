@@ -44,6 +44,8 @@ itself starts with '-'. An option's value may follow it (--cwd /tmp) or be joine
   --mode <mode>          auto (default) | isolated | landlock
   --degraded             run even where a guarantee the policy asks for cannot be held
                          (Landlock mode; the report lists it in degradedBy)
+  --proc-privacy         Landlock mode: hide other processes' /proc entries and /proc/net
+                         (every read-only open then goes through the supervisor: slower)
   --env <KEY=VALUE>      set a variable, repeatable
   --keep-env             keep every variable (default: drop ones that look like secrets)
   --timeout <seconds>    kill the command and everything it started after this long (exit 137)
@@ -159,6 +161,7 @@ interface RunArgs {
   caches?: string;
   mode?: string;
   degraded: boolean;
+  procPrivacy: boolean;
   env: Array<[string, string]>;
   keepEnv: boolean;
   timeout?: number;
@@ -178,17 +181,17 @@ const RUN_VALUE_FLAGS = new Set([
   '--tmp', '--mode', '--caches', '--env', '--timeout', '--json-fd', '--json-file',
 ]);
 /** Options of `run` that take none: `--json=1` is refused, not read as --json. */
-const RUN_BOOLEAN_FLAGS = new Set(['--allow-local', '--degraded', '--keep-env', '--no-sandbox', '--json', '--help']);
+const RUN_BOOLEAN_FLAGS = new Set(['--allow-local', '--degraded', '--proc-privacy', '--keep-env', '--no-sandbox', '--json', '--help']);
 /** Options of `run` that shape the sandbox: meaningless with --no-sandbox. */
 const RUN_POLICY_FLAGS = new Set([
   '--write', '--read', '--deny-read', '--protect', '--network', '--allow-domain', '--deny-domain',
-  '--allow-local', '--tmp', '--mode', '--caches', '--degraded',
+  '--allow-local', '--tmp', '--mode', '--caches', '--degraded', '--proc-privacy',
 ]);
 
 export function parseRunArgs(argv: string[], cwdDefault = process.cwd()): RunArgs {
   const a: RunArgs = {
     cwd: cwdDefault, write: [], read: [], denyRead: [], protect: [], allowDomains: [], denyDomains: [],
-    allowLocal: false, degraded: false, env: [], keepEnv: false, noSandbox: false, json: false, help: false, command: [],
+    allowLocal: false, degraded: false, procPrivacy: false, env: [], keepEnv: false, noSandbox: false, json: false, help: false, command: [],
   };
   /** The policy flags given, in order, for the --no-sandbox check. */
   const policyFlags: string[] = [];
@@ -239,6 +242,7 @@ export function parseRunArgs(argv: string[], cwdDefault = process.cwd()): RunArg
       case '--caches': a.caches = value(f); break;
       case '--mode': a.mode = value(f); break;
       case '--degraded': a.degraded = true; break;
+      case '--proc-privacy': a.procPrivacy = true; break;
       case '--env': {
         const kv = value(f);
         const eq = kv.indexOf('=');
@@ -333,6 +337,7 @@ export function policyFromArgs(a: RunArgs): SandboxPolicy | null {
     network,
     mode: (a.mode ?? 'auto') as 'auto' | 'isolated' | 'landlock',
     degraded: a.degraded,
+    ...(a.procPrivacy ? { procPrivacy: true } : {}),
   };
 }
 
@@ -367,6 +372,9 @@ export function cliMessage(message: string, a: RunArgs): string {
     ['policy.mode', '--mode'],
     ['degraded: true (CLI --degraded)', '--degraded'],
     ['policy.degraded', '--degraded'],
+    ['policy.procPrivacy', '--proc-privacy'],
+    ['Drop procPrivacy', 'Drop --proc-privacy'],
+    ['procPrivacy', '--proc-privacy'],
     ['degraded: true', '--degraded'],
     ["mode 'landlock'", '--mode landlock'],
     ["mode 'isolated'", '--mode isolated'],

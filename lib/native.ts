@@ -50,6 +50,8 @@ export interface LinuxNativePlan {
     connectSupervisor?: number;
     /** Landlock mode below ABI 6: signal calls go to the host's signal supervisor (members only). */
     signalSupervisor?: boolean;
+    /** Landlock mode, procPrivacy: read-only opens go to the read supervisor (supervise_reads.cc). */
+    readSupervisor?: boolean;
     /** inotify: the run's share of the uid's inotify counters, counted as they are created. */
     metadataSupervisor?: {
       writable: string[];

@@ -84,5 +84,13 @@ export interface SandboxPolicy {
   mode?: SandboxMode;
   /** Accept a weaker enforcement and list every gap in the report instead of refusing. */
   degraded?: boolean;
+  /**
+   * Linux Landlock mode: hide other processes' /proc entries and the host's network tables
+   * (/proc/net) from the command. Every read-only open then goes through the seccomp supervisor,
+   * which costs a round trip per open (docs/security.md, docs/performance.md). Isolated mode's
+   * /proc is private already: accepted there, it changes nothing. Refused where the supervisor
+   * cannot run. Default false.
+   */
+  procPrivacy?: boolean;
   limits?: ResourceLimits;
 }

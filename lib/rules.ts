@@ -47,6 +47,8 @@ export interface ResolvedRules {
   network: NetworkRule;
   mode: SandboxMode;
   degraded: boolean;
+  /** Linux Landlock mode: other processes' /proc entries and /proc/net hidden (policy.procPrivacy). */
+  procPrivacy?: boolean;
   limits: ResourceLimits;
   /** Gaps the caller opted into at resolution time (e.g. git: 'allow-init'); every report lists them. */
   gaps?: string[];

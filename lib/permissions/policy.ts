@@ -123,7 +123,7 @@ export function compileNetwork(v: unknown, field = 'policy.network'): NetworkRul
  * anything: relative paths in a policy are an error.
  */
 export function compilePolicy(policy: SandboxPolicy | undefined, _cwd: string): ResolverInput & { caches?: CachesMode } {
-  const p = policy === undefined ? {} : checkObject(policy, 'policy', ['filesystem', 'network', 'mode', 'degraded', 'limits']);
+  const p = policy === undefined ? {} : checkObject(policy, 'policy', ['filesystem', 'network', 'mode', 'degraded', 'procPrivacy', 'limits']);
   const fsField = 'policy.filesystem';
   const f =
     p.filesystem === undefined
@@ -163,6 +163,7 @@ export function compilePolicy(policy: SandboxPolicy | undefined, _cwd: string): 
   const network = compileNetwork(p.network);
   const mode = p.mode === undefined ? 'auto' : checkEnum(p.mode, 'policy.mode', ['auto', 'isolated', 'landlock'] as const);
   const degraded = p.degraded === undefined ? false : checkBool(p.degraded, 'policy.degraded');
+  const procPrivacy = p.procPrivacy === undefined ? false : checkBool(p.procPrivacy, 'policy.procPrivacy');
   const limits: ResolverInput['limits'] = {};
   if (p.limits !== undefined) {
     const l = checkObject(p.limits, 'policy.limits', ['maxProcesses', 'memoryBytes', 'openFiles', 'tmpBytes']);
@@ -173,6 +174,7 @@ export function compilePolicy(policy: SandboxPolicy | undefined, _cwd: string): 
   }
   return {
     root, entries, protect, git, tmp, network, mode, degraded, limits,
+    ...(procPrivacy ? { procPrivacy } : {}),
     ...(protectPresets ? { protectPresets } : {}),
     ...(caches ? { caches } : {}),
   };

@@ -89,6 +89,8 @@ export interface ResolverInput {
   network: NetworkRule;
   mode: SandboxMode;
   degraded: boolean;
+  /** Landlock mode: hide other processes' /proc entries (policy.procPrivacy). */
+  procPrivacy?: boolean;
   limits: ResourceLimits;
 }
 
@@ -802,6 +804,7 @@ export function resolveEntries(input: ResolverInput): ResolvedRules {
     network: input.network,
     mode: input.mode,
     degraded: input.degraded,
+    ...(input.procPrivacy ? { procPrivacy: true } : {}),
     limits: { ...input.limits },
     ...(gaps.length > 0 ? { gaps } : {}),
     ...(input.protectMetadata !== false && (input.protectPresets ?? []).length > 0 ? { protectPresets: [...new Set(input.protectPresets)] } : {}),

@@ -944,6 +944,34 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       devices: DEVICE_RULES,
     };
   }
+  // Landlock mode, procPrivacy: other processes' /proc entries and the host's network tables
+  // hidden. Every read-only open goes to the same supervisor, which resolves the path itself and
+  // opens procfs objects of the sandbox's own processes only, and everything else through a
+  // thread confined by the command's Landlock rules (native/linux/supervise_reads.cc). Isolated
+  // mode's /proc is the sandbox's own already. Without the supervisor it is refused, never a gap.
+  const procPrivate = mode === 'landlock' && rules.procPrivacy === true;
+  if (procPrivate) {
+    if (!metadataSupervised) {
+      throw new SandboxError(
+        'EUNSUPPORTED_POLICY',
+        `procPrivacy cannot be held in Landlock mode on this host: it needs seccomp user notification with ADDFD (Linux 5.9+) ` +
+          `and a way to read the command's memory (errno ${-(probe.connectSupervisor ?? -38)}${noAccess(probe)}). ` +
+          `Drop procPrivacy, or use isolated mode (its /proc is private)`,
+        { detail: { procPrivacy: true } },
+      );
+    }
+    // The supervisor opens procfs objects itself (Landlock's ptrace rule would refuse the
+    // command's own /proc/self/maps to any other domain), relying on /proc being readable.
+    const deniedProc = rules.denyRead.filter((d) => isUnder(d, '/proc'));
+    if (deniedProc.length > 0) {
+      throw new SandboxError(
+        'EUNSUPPORTED_POLICY',
+        `procPrivacy cannot be combined with deny-read paths under /proc (${deniedProc.join(', ')}): drop one of them`,
+        { detail: { procPrivacy: true, denyRead: deniedProc } },
+      );
+    }
+    native.seccomp!.readSupervisor = true;
+  }
   const limits = rules.limits;
   if (limits.memoryBytes) native.rlimitAs = limits.memoryBytes;
   if (limits.openFiles) native.rlimitNofile = limits.openFiles;
@@ -1032,7 +1060,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
           `connections apart only by uid: other processes of this uid can use it too (and are attributed to this sandbox)`,
       );
     }
-    gaps.push('host processes stay visible in /proc (command lines, not memory or environment)');
+    if (!procPrivate) gaps.push('host processes stay visible in /proc (command lines, not memory or environment)');
     if (rules.writeRoots.some((w) => isUnder('/proc', w))) {
       // Landlock then allows writing the host's /proc files, e.g. raising the host's (and init's)
       // oom_score_adj so that the OOM killer picks the host.
@@ -1112,7 +1140,8 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       noNewPrivs: true,
       capabilities: isolated || probe.euid === 0 ? 'all dropped, bounding set empty' : 'none held; bounding set unchanged',
       setsid: true,
-      proc: isolated ? 'fresh' : 'host',
+      // 'host-private': the host's /proc with other processes' entries and /proc/net hidden.
+      proc: isolated ? 'fresh' : procPrivate ? 'host-private' : 'host',
       init: isolated ? 'pid 1 of the sandbox' : 'subreaper',
       tmp: rules.tmp,
       caches: caches.report,
@@ -1130,6 +1159,9 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       ...(supervised ? { connectSupervisor: 'seccomp-user-notif' } : {}),
       ...(metadataSupervised ? { metadataSupervisor: 'seccomp-user-notif' } : {}),
       ...(pathsSupervised ? { pathSupervisor: 'seccomp-user-notif' } : {}),
+      // Listing /proc: the sandbox's own pids only where the supervisor carries listings out (it
+      // needs the command's open directory: pidfd_getfd); in the procfs way every pid's name.
+      ...(procPrivate ? { readSupervisor: 'seccomp-user-notif', procListing: listSupervised ? 'sandbox pids only' : 'every pid (names only)' } : {}),
       // Landlock mode's deny-read: how many rules carving took, and the directories whose entries
       // are fixed for the run (README: "deny-read in Landlock mode").
       ...(carve

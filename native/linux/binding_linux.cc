@@ -405,6 +405,33 @@ void ParsePlan(Napi::Env env, const Napi::Object& o, LinuxSpawnPlan* out, Superv
         supervisor->inotify_watches = static_cast<uint32_t>(GetNumber(iq.As<Napi::Object>(), "watches", 0));
       }
     }
+    // Landlock mode with /proc privacy: read-only opens go to the read supervisor, which hides
+    // other processes' /proc entries and /proc/net (supervise_reads.cc). Its opener thread is
+    // confined now, before the command exists, by the rules the command gets.
+    if (GetBool(s, "readSupervisor", false)) {
+      if (plan.mode != LinuxMode::kLandlock || !metadata.enabled || !plan.landlock) {
+        throw Napi::TypeError::New(env, "plan.seccomp.readSupervisor needs Landlock mode and the metadata supervisor");
+      }
+      struct stat pst;
+      if (stat("/proc", &pst) != 0) {
+        ThrowSandboxError(env, Status::Sys(ErrorCode::kESECCOMP_INSTALL, "procPrivacy: /proc cannot be looked up", "stat", errno));
+      }
+      supervisor->reads.proc_dev = pst.st_dev;
+      int r = StartReadOpener(plan.landlock_plan, &supervisor->reads.opener);
+      if (r < 0) {
+        ThrowSandboxError(env, Status::Sys(ErrorCode::kESECCOMP_INSTALL,
+                                           "procPrivacy: the Landlock-confined opener thread could not be set up", "landlock_restrict_self", -r));
+      }
+      supervisor->reads.enabled = true;
+      cfg.notify_reads = true;
+      // Listings of /proc show the sandbox's own pids only: the listing is carried out on the
+      // command's own open directory, which only pidfd_getfd hands over (task_access.h); in the
+      // procfs way /proc still lists every pid (the planner reports which).
+      if (task::Way() == task::Access::kPidfd) {
+        metadata.list_dirs = true;
+        cfg.notify_listdir = true;
+      }
+    }
     // Landlock mode below ABI 6: signals go through the host's signal supervisor, which lets
     // them reach members of the sandbox only (supervise_signals.cc).
     if (GetBool(s, "signalSupervisor", false)) {
@@ -471,6 +498,10 @@ Napi::Value WatchStarted(Napi::Env env, const LinuxSpawnResult& res, SupervisorC
     if (supervisor.signals.enabled) {
       supervisor.signals.init = res.pid;
       supervisor.signals.init_pidfd = fcntl(res.pidfd, F_DUPFD_CLOEXEC, 0);
+    }
+    if (supervisor.reads.enabled) {
+      supervisor.reads.members.init = res.pid;
+      supervisor.reads.members.init_pidfd = fcntl(res.pidfd, F_DUPFD_CLOEXEC, 0);
     }
     // Owned by the supervisor from here on, whatever happens.
     int r = StartSupervisor(env, res.seccomp_listener_fd, std::move(supervisor));

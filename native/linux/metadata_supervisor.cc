@@ -38,6 +38,7 @@
 // read the command (a non-dumpable command of an unprivileged host, or Yama ptrace_scope >= 2).
 #include "metadata_supervisor.h"
 #include "notify_args.h"
+#include "supervise_reads.h"
 #include "task_access.h"
 
 #include <errno.h>
@@ -199,11 +200,20 @@ struct Operands {
 // description and so its position), into its buffer. The old getdents records are the same size
 // as getdents64's for the same name (both round 20 + the name's length up to 8), so a buffer that
 // holds one holds the other: they are converted in place.
-long ListDir(int fd, const Operands& o, bool old_format, uint32_t tid) {
+// proc: a listing of /proc's root under /proc privacy, filtered to the sandbox's own processes
+// (read on while a whole batch was filtered away, so that an empty answer still means the end).
+long ListDir(int fd, const Operands& o, bool old_format, uint32_t tid, const ReadRules* proc, int listener,
+             const SeccompNotif& n) {
   if (o.count == 0) return -EINVAL;
   std::vector<char> local(static_cast<size_t>(o.count > (1u << 20) ? (1u << 20) : o.count));
-  long got = syscall(__NR_getdents64, fd, local.data(), local.size());
-  if (got < 0) return -errno;
+  long got;
+  for (;;) {
+    got = syscall(__NR_getdents64, fd, local.data(), local.size());
+    if (got < 0) return -errno;
+    if (got == 0 || proc == nullptr) break;
+    got = FilterProcListing(listener, n, *proc, local.data(), got);
+    if (got > 0) break;
+  }
   if (old_format) {
     for (long at = 0; at < got;) {
       char* rec = local.data() + at;
@@ -409,7 +419,7 @@ long Apply(const Call& c, int fd, const struct stat& st, const Operands& o, int 
   return r == 0 ? 0 : -errno;
 }
 
-long Emulate(int listener, const Call& c, const SeccompNotif& n, const MetadataRules& rules) {
+long Emulate(int listener, const Call& c, const SeccompNotif& n, const MetadataRules& rules, const ReadRules* reads) {
   if (c.op == Op::kListDir || c.op == Op::kListDirOld) {
     // The command's own open directory, its position included: only pidfd_getfd gives that (the
     // planner does not ask for listings where the supervisors take the procfs way).
@@ -426,7 +436,8 @@ long Emulate(int listener, const Call& c, const SeccompNotif& n, const MetadataR
     if (S_ISDIR(st.st_mode)) {
       if (int r = CheckRead(dir.fd, st, rules, false)) return r;
     }
-    return ListDir(dir.fd, o, c.op == Op::kListDirOld, n.pid);
+    const ReadRules* proc = reads != nullptr && IsProcRootDir(*reads, st) ? reads : nullptr;
+    return ListDir(dir.fd, o, c.op == Op::kListDirOld, n.pid, proc, listener, n);
   }
   // A pidfd serves pidfd_getfd only: /proc/<tid>/fd needs none (task_access.h).
   const bool procfs = task::Way() == task::Access::kProcfs;
@@ -473,7 +484,7 @@ bool IsMetadataCall(int nr, const MetadataRules& rules) noexcept {
   return (c->op != Op::kListDir && c->op != Op::kListDirOld) || rules.list_dirs;
 }
 
-bool HandleMetadata(int listener, const SeccompNotif& n, const MetadataRules& rules) noexcept {
+bool HandleMetadata(int listener, const SeccompNotif& n, const MetadataRules& rules, const ReadRules* reads) noexcept {
   if (!IsMetadataCall(n.data.nr, rules)) return false;
   const Call* c = FindCall(n.data.nr);
   // The thread's effective capabilities: cleared for a change (and left cleared for the next
@@ -482,9 +493,9 @@ bool HandleMetadata(int listener, const SeccompNotif& n, const MetadataRules& ru
   long rc = -EPERM;
   if (c->op == Op::kListDir || c->op == Op::kListDirOld) {
     nargs::RaiseThreadCaps();
-    rc = Emulate(listener, *c, n, rules);
+    rc = Emulate(listener, *c, n, rules, reads);
   } else if (nargs::LowerThreadCaps()) {
-    rc = Emulate(listener, *c, n, rules);
+    rc = Emulate(listener, *c, n, rules, reads);
   }
   // Never continued: a continued call would run with whatever the command put in memory by then.
   notify::RespondResult(listener, n.id, rc);

@@ -20,6 +20,8 @@
 
 namespace psb {
 
+struct ReadRules;  // supervise_reads.h
+
 struct MetadataRules {
   bool enabled = false;
   // Canonical absolute paths (the plan's writable roots and private TMPDIR).
@@ -41,6 +43,8 @@ struct MetadataRules {
 bool IsMetadataCall(int nr, const MetadataRules& rules) noexcept;
 
 // Answers notification n when it is a metadata call (returns true); false for any other call.
-bool HandleMetadata(int listener, const notify::SeccompNotif& n, const MetadataRules& rules) noexcept;
+// reads (may be null): with /proc privacy, a listing of /proc's root shows the sandbox's own
+// processes only (supervise_reads.h, FilterProcListing).
+bool HandleMetadata(int listener, const notify::SeccompNotif& n, const MetadataRules& rules, const ReadRules* reads = nullptr) noexcept;
 
 }  // namespace psb

@@ -135,6 +135,10 @@ struct SeccompConfig {
   // SECCOMP_RET_USER_NOTIF for the host's signal supervisor (supervise_signals.cc), which
   // signals members of the sandbox only.
   bool notify_signals = false;
+  // Landlock mode with /proc privacy (needs notify_metadata).
+  // Read-only open and openat stop too, for the read supervisor
+  // (supervise_reads.cc), which hides other processes' /proc entries and /proc/net.
+  bool notify_reads = false;
 };
 
 // Parent side (may allocate). Replaces *out with the BPF program for cfg.

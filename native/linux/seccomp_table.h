@@ -164,6 +164,12 @@ constexpr uint32_t kSuperviseList = 0x00030002u;
 // The same for the signal supervisor (SeccompConfig::notify_signals, supervise_signals.cc):
 // USER_NOTIF when the config has it, else ALLOW (Landlock's signal scope, ABI 6+, holds then).
 constexpr uint32_t kSuperviseSignals = 0x00030003u;
+// The same for read-only opens (SeccompConfig::notify_reads, /proc privacy, supervise_reads.cc):
+// USER_NOTIF when the config asks for it, else ALLOW.
+constexpr uint32_t kSuperviseReads = 0x00030004u;
+// With /proc privacy (notify_reads) EPERM, else ALLOW: what would show the host's tables by
+// another way than /proc (netlink's socket diagnostics, `ss`).
+constexpr uint32_t kPrivacyDeny = 0x00030005u;
 // fcntl(2) commands that name a process to receive SIGIO/SIGURG (and F_SETSIG's signal) later.
 constexpr uint32_t kFSetOwn = 8u;
 constexpr uint32_t kFSetOwnEx = 15u;
@@ -293,6 +299,10 @@ constexpr uint32_t kCreateFlags = 0100 | 020000000;   // O_CREAT | __O_TMPFILE
 // An open that can change a file or a directory's entries: O_WRONLY | O_RDWR | O_CREAT | O_TRUNC
 // (O_TMPFILE needs O_WRONLY or O_RDWR). A read-only open never has any of these bits.
 constexpr uint32_t kWriteOpenFlags = 01 | 02 | 0100 | 01000;
+// O_PATH (x86_64 and arm64, the architectures this filter is built for): such an open reads
+// nothing and checks no access; anything later read through the fd is a new open.
+constexpr uint32_t kOpenPath = 010000000;
+constexpr uint32_t kNetlinkSockDiag = 4;  // NETLINK_SOCK_DIAG (NETLINK_INET_DIAG)
 constexpr int kMaxTests = 3;
 
 // A clause matches when all of its tests pass (an empty clause never matches).
@@ -494,10 +504,14 @@ constexpr Rule kRules[] = {
     // ask for writing, creating or truncating: read-only opens stay in the kernel, unsupervised.
     // openat2 (flags in memory) is ENOSYS above in both modes; libc falls back to openat.
     When(kNrCreat, kAnyNet, kLandlock, kSupervisePaths, Clause{{AnyBit(1, kSetIdBits)}, kEperm}),
-    When(kNrOpen, kAnyNet, kLandlock, kAllow, Clause{{AnyBit(1, kCreateFlags), AnyBit(2, kSetIdBits)}, kEperm},
-         Clause{{AnyBit(1, kWriteOpenFlags)}, kSupervisePaths}),
-    When(__NR_openat, kAnyNet, kLandlock, kAllow, Clause{{AnyBit(2, kCreateFlags), AnyBit(3, kSetIdBits)}, kEperm},
-         Clause{{AnyBit(2, kWriteOpenFlags)}, kSupervisePaths}),
+    // With /proc privacy (notify_reads) the read-only ones go to the read supervisor instead
+    // (supervise_reads.cc): a filter cannot see which file a path names.
+    // O_PATH opens stay the kernel's: they open nothing (and SECCOMP_IOCTL_NOTIF_ADDFD cannot
+    // hand an O_PATH fd over); every read through one (openat on it, /proc/self/fd/N) comes here.
+    When(kNrOpen, kAnyNet, kLandlock, kSuperviseReads, Clause{{AnyBit(1, kCreateFlags), AnyBit(2, kSetIdBits)}, kEperm},
+         Clause{{AnyBit(1, kWriteOpenFlags)}, kSupervisePaths}, Clause{{AnyBit(1, kOpenPath)}, kAllow}),
+    When(__NR_openat, kAnyNet, kLandlock, kSuperviseReads, Clause{{AnyBit(2, kCreateFlags), AnyBit(3, kSetIdBits)}, kEperm},
+         Clause{{AnyBit(2, kWriteOpenFlags)}, kSupervisePaths}, Clause{{AnyBit(2, kOpenPath)}, kAllow}),
     When(kNrMknod, kAnyNet, kLandlock, kSupervisePaths, Clause{{AnyBit(1, kSetIdBits)}, kEperm}),
     When(__NR_mknodat, kAnyNet, kLandlock, kSupervisePaths, Clause{{AnyBit(2, kSetIdBits)}, kEperm}),
     Rule{kNrRename, kAnyNet, kLandlock, kSupervisePaths, {}},
@@ -526,6 +540,10 @@ constexpr Rule kRules[] = {
     When(__NR_socket, kNetProxy, kLandlock, kEperm,
          Clause{{In(0, kAll, AF_INET), In(1, kSockTypeMask, SOCK_STREAM), In(2, kAll, 0, IPPROTO_TCP)},
                 kAllow}),
+    // With the network full, Landlock mode shares the host's network namespace: with /proc
+    // privacy, netlink's socket diagnostics (NETLINK_SOCK_DIAG, what `ss` reads instead of
+    // /proc/net) are refused too. (With 'none' and 'proxy' no netlink socket is made at all.)
+    When(__NR_socket, kNetFull, kLandlock, kAllow, Clause{{In(0, kAll, AF_NETLINK), In(2, kAll, kNetlinkSockDiag)}, kPrivacyDeny}),
     // NET-11: a SOCK_DGRAM pair could sendmsg() to any host datagram socket by name.
     When(__NR_socketpair, kNetNone | kNetProxy, kAnyMode, kEperm,
          Clause{{In(0, kAll, AF_UNIX), In(1, kSockTypeMask, SOCK_STREAM, SOCK_SEQPACKET)}, kAllow}),

@@ -502,6 +502,13 @@ void HandleSetOwner(int listener, const SeccompNotif& n) {
 
 }  // namespace
 
+int ProcessIsMember(pid_t tgid, const SignalRules& r) noexcept {
+  if (tgid <= 1 || r.init_pidfd < 0) return 0;
+  Fd pin(static_cast<int>(PidfdOpen(tgid, 0)));
+  if (pin.fd < 0) return errno == ESRCH ? -ESRCH : 0;  // EINVAL: not a thread-group leader
+  return Member(tgid, pin.fd, r);
+}
+
 bool IsSignalCall(const SeccompNotif& n) noexcept {
   const int nr = n.data.nr;
   if (nr == __NR_fcntl) {

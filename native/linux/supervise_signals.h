@@ -41,6 +41,11 @@ struct SignalRules {
   }
 };
 
+// Whether process `tgid` (a thread-group leader) is a member of the sandbox (a strict descendant
+// of r.init; r.init and r.init_pidfd must be set, `enabled` need not be): 1 yes, 0 no (or not
+// decidable: refuse), -ESRCH gone. Pinned and judged as for a signal (see the .cc).
+int ProcessIsMember(pid_t tgid, const SignalRules& r) noexcept;
+
 // Whether HandleSignal answers notification n.
 bool IsSignalCall(const notify::SeccompNotif& n) noexcept;
 

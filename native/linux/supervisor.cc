@@ -91,12 +91,14 @@ void OnEnvTeardown(void* arg) {
 }
 
 // The classes of calls (one file each, see the top of the file).
-enum class CallClass { kContinue, kConnect, kMetadata, kPaths, kSignals };
+enum class CallClass { kContinue, kConnect, kMetadata, kPaths, kReads, kSignals };
 
 CallClass ClassOf(const Supervisor& s, const SeccompNotif& n) {
   const int nr = n.data.nr;
   if (nr == __NR_connect && s.connect != nullptr) return CallClass::kConnect;
   if (s.config.metadata.enabled && IsMetadataCall(nr, s.config.metadata)) return CallClass::kMetadata;
+  // Before the path class: it claims every open, the read-only ones are this class's.
+  if (s.config.reads.enabled && IsReadCall(n)) return CallClass::kReads;
   if (s.config.paths.enabled && IsPathCall(nr)) return CallClass::kPaths;
   if (s.config.signals.enabled && IsSignalCall(n)) return CallClass::kSignals;
   return CallClass::kContinue;
@@ -130,20 +132,23 @@ void Dispatch(Supervisor* s, const SeccompNotif& n) {
   const CallClass cls = ClassOf(*s, n);
   // The paths and metadata classes leave this thread's effective capabilities cleared between
   // their calls (nargs::LowerThreadCaps); the classes that may use them get them back first.
-  if (cls == CallClass::kConnect || cls == CallClass::kSignals) nargs::RaiseThreadCaps();
+  // The reads class clears and restores them itself around each call, from the full set.
+  if (cls == CallClass::kConnect || cls == CallClass::kSignals || cls == CallClass::kReads) nargs::RaiseThreadCaps();
   switch (cls) {
     case CallClass::kConnect:
       HandleConnect(s->connect, s->listener, n);
       PSB_PROF_MARK(kOther);
       return;
     case CallClass::kMetadata:
-      HandleMetadata(s->listener, n, s->config.metadata);
+      HandleMetadata(s->listener, n, s->config.metadata, &s->config.reads);
       PSB_PROF_MARK(kMetadata);
       return;
     case CallClass::kPaths:
       // This thread is the sandbox's own: the class may give it a file-system context of its own.
       HandlePaths(s->listener, n, s->config.paths, true);
       return;
+    case CallClass::kReads:
+      return HandleRead(s->listener, n, s->config.reads);
     case CallClass::kSignals:
       HandleSignal(s->listener, n, s->config.signals);
       PSB_PROF_MARK(kOther);

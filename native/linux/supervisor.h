@@ -16,6 +16,7 @@
 
 #include "metadata_supervisor.h"
 #include "supervise_paths.h"
+#include "supervise_reads.h"
 #include "supervise_signals.h"
 
 namespace psb {
@@ -27,6 +28,8 @@ struct SupervisorConfig {
   PathRules paths;
   // Landlock mode below ABI 6: signals to members only (supervise_signals.cc).
   SignalRules signals;
+  // Landlock mode with /proc privacy: read-only opens (supervise_reads.cc).
+  ReadRules reads;
   // Landlock mode's inotify caps: how many instances (inotify_init*) and watches
   // (inotify_add_watch) the sandbox may create in its lifetime. The kernel counts both per uid,
   // host included, and tells nobody when one is released, so creations are what is counted.

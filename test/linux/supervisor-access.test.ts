@@ -178,6 +178,23 @@ describe.skipIf(skip)('supervisors under a seccomp profile that refuses process_
     expect(out).toMatch(/Tests\s+\d+ passed/);
     expect(out).not.toMatch(/skipped|failed/);
   }, 320_000);
+
+  // procPrivacy (supervise_reads.cc) in the procfs way: the whole suite, listings of /proc
+  // unfiltered there (it says so and checks the report's procListing).
+  it('the procPrivacy suite passes with the host under the filter', () => {
+    const vitest = path.join(ROOT, 'node_modules', 'vitest', 'vitest.mjs');
+    const r = spawnSync(filter, [process.execPath, vitest, 'run', 'test/linux/landlock-proc.test.ts'], {
+      cwd: ROOT,
+      encoding: 'utf8',
+      env: { ...process.env, PSB_SKIP_BUILD: '1', PSB_TEST_WORKERS: '1', NO_COLOR: '1' },
+      timeout: 300_000,
+    });
+    const out = `${r.stdout}\n${r.stderr}`;
+    expect(r.status, out.slice(-4000)).toBe(0);
+    expect(out).toMatch(/Tests\s+\d+ passed/);
+    expect(out).toMatch(/the supervisor takes the procfs way here/);
+    expect(out).not.toMatch(/skipped|failed/);
+  }, 320_000);
 });
 
 // Neither way works (a profile refusing the calls where /proc/<pid>/mem is not readable either):

@@ -48,8 +48,8 @@ describe('addon loading through lib/native.ts', () => {
     // Isolated: 3 network modes x unix sockets on/off; Landlock: x metadata supervisor on/off,
     // plus the connect supervisor with the proxy; with the metadata supervisor, the path
     // supervisor on/off, listings supervised or not (deny-read carved out of readable roots), and
-    // the signal supervisor on/off.
-    expect(r.configs).toBe(86);
+    // the signal supervisor on/off, and read-only opens supervised or not (procPrivacy).
+    expect(r.configs).toBe(150);
     expect(r.cases).toBeGreaterThan(1_000_000);
   });
 

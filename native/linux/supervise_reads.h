@@ -1,0 +1,59 @@
+// Landlock mode's /proc privacy (the `procPrivacy` option): a command in Landlock mode shares the
+// host's /proc, and Landlock's ptrace rule hides only what needs ptrace access (environ, mem,
+// maps, fds). With the option the command's filter (SeccompConfig::notify_reads) also stops
+// every read-only open and openat, and the supervisor carries each one out itself: opens of
+// another process's /proc/<pid> entries fail with ENOENT and of the network tables
+// (/proc/net, /proc/<pid>/net) with EACCES; everything else is opened as the command's own
+// Landlock rules allow (with the network full the filter also refuses netlink's socket
+// diagnostics, seccomp_table.h kPrivacyDeny). See supervise_reads.cc for the rules and why.
+//
+// Threading: HandleRead runs on the sandbox's supervisor thread and lowers that thread's
+// effective capabilities while it acts. Opens of files that are not procfs go through a second
+// thread of the host, the read opener, which is confined by a Landlock ruleset built from the
+// same rules as the command's (StartReadOpener), before the command starts. A FIFO opened for
+// reading is handed to a short-lived thread that waits for its writer and answers the call.
+#pragma once
+
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include <memory>
+
+#include "landlock.h"
+#include "notify_abi.h"
+#include "supervise_signals.h"
+
+namespace psb {
+
+class ReadOpener;
+
+struct ReadRules {
+  bool enabled = false;
+  // Membership (init and init_pidfd, set when the sandbox has started; `enabled` unused).
+  SignalRules members;
+  // The device of the host's /proc (the procfs the command's "/proc" names).
+  dev_t proc_dev = 0;
+  // The Landlock-confined thread that opens what is not procfs.
+  std::shared_ptr<ReadOpener> opener;
+};
+
+// Parent side, before the command starts: a thread of the host that set no_new_privs, dropped
+// its capabilities and restricted itself with a Landlock ruleset built from `plan` (a copy;
+// stdio terminals aside). 0 or -errno (then the option cannot be held: the spawn is refused).
+int StartReadOpener(const LandlockPlan& plan, std::shared_ptr<ReadOpener>* out) noexcept;
+
+// Whether notification n is a read-only open or openat (what the filter sends for notify_reads).
+bool IsReadCall(const notify::SeccompNotif& n) noexcept;
+
+// Answers notification n (IsReadCall).
+void HandleRead(int listener, const notify::SeccompNotif& n, const ReadRules& rules) noexcept;
+
+// Whether a directory (its stat) is the root of the host's /proc, whose listing names every pid.
+bool IsProcRootDir(const ReadRules& rules, const struct stat& st) noexcept;
+
+// A listing of /proc's root (getdents64 records, len bytes at buf) for the command making call
+// n: drops the numbered entries of processes that are not the sandbox's own, in place. Returns
+// the length left (0 when none is left: the caller reads on).
+long FilterProcListing(int listener, const notify::SeccompNotif& n, const ReadRules& rules, char* buf, long len) noexcept;
+
+}  // namespace psb
