@@ -43,8 +43,10 @@ struct Wait {
 
 void MakeBlocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK); }
 
-// The write side's wait: a new fd for a reader that came, -errno, or 0 when the call is gone.
-int OpenForReader(const Wait& w) {
+// The write side's wait: 0 with a new fd in *out once a reader came, -errno, or kGone when the
+// call is gone (the command killed or interrupted while it waited).
+constexpr int kGone = 1;
+int OpenForReader(const Wait& w, int* out) {
   // The thread inherits its creator's credentials (cleared), but says so itself: the open must
   // be checked as the command's, never with the host's capabilities.
   nargs::EffectiveCapsCleared lowered;
@@ -53,10 +55,13 @@ int OpenForReader(const Wait& w) {
   snprintf(proc, sizeof proc, "/proc/self/fd/%d", w.fd);
   for (int delay = 1;; delay = std::min(delay * 2, kPollMs)) {
     const int f = open(proc, w.flags | O_NONBLOCK);
-    if (f >= 0) return f;
+    if (f >= 0) {
+      *out = f;
+      return 0;
+    }
     if (errno != ENXIO) return -errno;
     poll(nullptr, 0, delay);
-    if (!notify::IdValid(w.listener, w.id)) return 0;
+    if (!notify::IdValid(w.listener, w.id)) return kGone;
   }
 }
 
@@ -75,9 +80,8 @@ void* Waiter(void* arg) {
       if (!notify::IdValid(w->listener, w->id)) break;
     }
   } else {
-    const int r = OpenForReader(*w);
-    if (r > 0) give = r;
-    else err = r;
+    const int r = OpenForReader(*w, &give);
+    if (r < 0) err = r;
   }
   // A call that is gone (the command killed while waiting) gets nothing: the fd is closed.
   if (give >= 0 && notify::IdValid(w->listener, w->id)) {
