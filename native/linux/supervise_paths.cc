@@ -49,8 +49,11 @@
 // were at the start, which is what makes the path-prefix judgement of step 3 an object judgement.
 // What the command sees: the kernel's errnos for the calls carried out; EACCES for a refusal (the
 // errno Landlock gives for writes); ELOOP for a path through another /proc magic link.
-// Differences from the kernel's own call, by design: an O_WRONLY open of a FIFO with no reader
-// gets a read-write description instead of blocking the supervisor; /dev/tty is the command's
+// Differences from the kernel's own call, by design: an O_WRONLY open of a named FIFO with no
+// reader waits on a short-lived thread of its own, never this one (answer_later.h: it retries a
+// non-blocking open of the object judged here until a reader is there, then answers), so it
+// returns up to 250 ms after the reader came rather than at once, and fails with EAGAIN when 256
+// such waits are under way in the host already; /dev/tty is the command's
 // controlling terminal (looked up from /proc/<tid>/stat), never the host's; a parent directory
 // with a default ACL gets the umask applied all the same; where unshare(CLONE_FS) is refused (a
 // container's seccomp profile) a create whose mode the host's umask narrowed is widened by a chmod
@@ -70,7 +73,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/stat.h>
@@ -79,11 +81,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstddef>
 #include <string>
 #include <vector>
 
+#include "answer_later.h"
 #include "notify_args.h"
 #include "supervisor_profile.h"
 #include "task_access.h"
@@ -101,6 +103,8 @@ using nargs::StartAt;
 using nargs::Under;
 using notify::ArgInt;
 using notify::SeccompNotif;
+using later::AnswerWithFd;
+using later::kAnsweredLater;
 using Id = PathRules::Id;
 
 enum class Op : uint8_t { kOpen, kMkdir, kMknod, kUnlink, kRename, kLink, kSymlink, kTruncate, kBind };
@@ -163,7 +167,6 @@ const Call* FindCall(int nr) {
 }
 
 constexpr uint64_t kResolveNoMagiclinks = 0x02;
-constexpr uint32_t kAddfdFlagSend = 2;  // SECCOMP_ADDFD_FLAG_SEND (5.14)
 constexpr int kMaxLinks = 40;           // the kernel's MAXSYMLINKS
 
 int Openat2(int dirfd, const char* path, uint64_t flags) {
@@ -360,8 +363,9 @@ int MayWrite(const PathRules& r, const SeccompNotif& n, const struct stat& st, c
   return StdioTerminal(n.pid, st) ? 0 : -EACCES;
 }
 
-// Opens the pinned object x (O_PATH) for the command's flags. Returns a new fd or -errno.
-int Reopen(const SeccompNotif& n, int x, const struct stat& st, int flags) {
+// Opens the pinned object x (O_PATH) for the command's flags: 0 with a new fd in *out, -errno,
+// or kAnsweredLater (a FIFO's waiter took x over and answers the call).
+int Reopen(int listener, const SeccompNotif& n, Fd* x, const struct stat& st, int flags, Fd* out) {
   int f = (flags & ~(O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC)) | O_NOCTTY | O_CLOEXEC;
   if ((flags & O_TMPFILE) == O_TMPFILE) f &= ~O_TMPFILE;
   char proc[64];
@@ -371,21 +375,34 @@ int Reopen(const SeccompNotif& n, int x, const struct stat& st, int flags) {
     if (tty == 0) return -ENXIO;
     if (major(tty) < 136 || major(tty) > 143) return -ENXIO;  // only a pty the sandbox was given
     snprintf(proc, sizeof proc, "/dev/pts/%u", minor(tty));
-    int fd = open(proc, f);
-    return fd >= 0 ? fd : -errno;
+    const int fd = open(proc, f);
+    if (fd < 0) return -errno;
+    out->Reset(fd);
+    return 0;
   }
-  snprintf(proc, sizeof proc, "/proc/self/fd/%d", x);
+  snprintf(proc, sizeof proc, "/proc/self/fd/%d", x->fd);
   if (S_ISFIFO(st.st_mode) && (flags & O_NONBLOCK) == 0) {
-    // A blocking open would stall this thread until a reader came; without one, a read-write
-    // description (which never blocks) stands in for the write-only one.
+    // A blocking open would stall this thread until a partner came. Non-blocking first: it
+    // succeeds where the blocking one would return at once (read-write never waits; a write-only
+    // one finds a reader there). A write-only one without a reader (ENXIO) waits for one on a
+    // thread of its own, on the object judged here (no name is resolved again), and that thread
+    // answers (answer_later.h). A read-only one (here only with O_CREAT or O_TRUNC) is opened
+    // at once: a read before a writer came sees end-of-file.
     int fd = open(proc, f | O_NONBLOCK);
-    if (fd < 0 && errno == ENXIO) fd = open(proc, (f & ~O_ACCMODE) | O_RDWR | O_NONBLOCK);
+    if (fd < 0 && errno == ENXIO && (f & O_ACCMODE) == O_WRONLY) {
+      if (!later::WaitForReader(listener, n.id, x->fd, f, (flags & O_CLOEXEC) != 0)) return -EAGAIN;
+      x->Release();
+      return kAnsweredLater;
+    }
     if (fd < 0) return -errno;
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-    return fd;
+    out->Reset(fd);
+    return 0;
   }
-  int fd = open(proc, f);
-  return fd >= 0 ? fd : -errno;
+  const int fd = open(proc, f);
+  if (fd < 0) return -errno;
+  out->Reset(fd);
+  return 0;
 }
 
 // What an open, a truncate or a link source resolves to: an existing object (x) or, for a
@@ -454,33 +471,6 @@ int ResolveForWrite(Fd* own, Fd* base, std::string path, int flags, bool follow,
     t->name = std::move(nm);
     return 0;
   }
-}
-
-// The command's fd (ADDFD) for our fd, with the answer: SEND does both at once (5.14+); before
-// it, the fd number ADDFD returns is sent as the call's result.
-void AnswerWithFd(int listener, uint64_t id, int fd, bool cloexec) {
-  static std::atomic<bool> no_send{false};
-  notify::SeccompNotifAddfd a;
-  memset(&a, 0, sizeof a);
-  a.id = id;
-  a.srcfd = static_cast<uint32_t>(fd);
-  a.newfd_flags = cloexec ? O_CLOEXEC : 0;
-  if (!no_send.load(std::memory_order_relaxed)) {
-    a.flags = kAddfdFlagSend;
-    if (ioctl(listener, notify::kNotifAddfd, &a) >= 0) return;
-    if (errno != EINVAL) {
-      if (errno != ENOENT) notify::Respond(listener, id, -errno);
-      return;
-    }
-    no_send.store(true, std::memory_order_relaxed);
-    a.flags = 0;
-  }
-  const int r = ioctl(listener, notify::kNotifAddfd, &a);
-  if (r < 0) {
-    if (errno != ENOENT) notify::Respond(listener, id, -errno);
-    return;
-  }
-  notify::RespondResult(listener, id, r);
 }
 
 // A pidfd for the calling task, made only when a call names an fd of its own (a dirfd, or
@@ -690,7 +680,8 @@ long DoBind(const PathRules& r, const SeccompNotif& n, LazyPidfd* pid, Args* a) 
 
 
 
-// An open (open, openat, creat). Returns a new fd of ours in *out, or -errno.
+// An open (open, openat, creat). Returns 0 with a new fd of ours in *out, -errno, or
+// kAnsweredLater (Reopen: a FIFO's waiter answers).
 int DoOpen(const PathRules& r, const SeccompNotif& n, Args* a, Fd* out) {
   const int flags = a->flags;
   if ((flags & O_TMPFILE) == O_TMPFILE) {
@@ -732,10 +723,7 @@ int DoOpen(const PathRules& r, const SeccompNotif& n, Args* a, Fd* out) {
     return 0;
   }
   if (int e = MayWrite(r, n, t.st, t.path, t.name.dir.fd >= 0 ? &t.name : nullptr)) return e;
-  const int fd = Reopen(n, t.x.fd, t.st, flags);
-  if (fd < 0) return fd;
-  out->Reset(fd);
-  return 0;
+  return Reopen(a->listener, n, &t.x, t.st, flags, out);
 }
 
 long DoTruncate(const PathRules& r, const SeccompNotif& n, Args* a) {
@@ -981,6 +969,7 @@ bool HandlePaths(int listener, const SeccompNotif& n, const PathRules& rules, bo
     }
     PSB_PROF_MARK(kPathsAct);
   }
+  if (c->op == Op::kOpen && rc == kAnsweredLater) return true;
   if (rc == 0 && give.fd >= 0) {
     AnswerWithFd(listener, n.id, give.fd, (a.flags & O_CLOEXEC) != 0);
     PSB_PROF_MARK(kPathsAddfd);

@@ -11,7 +11,8 @@
 // gives that thread a file-system context of its own (unshare(CLONE_FS)) with umask 0, so that the
 // command's umask, not the host's, applies to what it creates. It clears that thread's effective
 // capabilities and leaves them cleared for the next call (nargs::LowerThreadCaps; the supervisor
-// gives them back before a class that uses them).
+// gives them back before a class that uses them). A named FIFO opened write-only with no reader
+// is handed to a short-lived thread that waits for a reader and answers the call (answer_later.h).
 #pragma once
 
 #include <stdint.h>

@@ -46,7 +46,7 @@
 // is given (the planner refuses the option when a deny-read path lies under /proc).
 // What the command sees that differs from the kernel's own open: a FIFO opened for reading
 // without O_NONBLOCK returns when the first writer has written or come and gone, not when it
-// opened (FifoWaiter: the supervisor never waits for a writer itself); a read-only
+// opened (later::WaitForWriter: the supervisor never waits for a writer itself); a read-only
 // open of /dev/tty fails with ENXIO (here it would be the host's terminal); a terminal of the
 // command's stdio opened read-only by its name (/dev/pts/N) fails with EACCES (the opener has
 // no rule for it). A listing of /proc's root shows the sandbox's own pids only (the metadata
@@ -60,13 +60,11 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/capability.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -74,12 +72,12 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "answer_later.h"
 #include "notify_args.h"
 #include "task_access.h"
 
@@ -192,9 +190,10 @@ using nargs::EffectiveCapsCleared;
 using nargs::Fd;
 using notify::ArgInt;
 using notify::SeccompNotif;
+using later::AnswerWithFd;
+using later::kAnsweredLater;
 
 constexpr int kMaxLinks = 40;  // the kernel's MAXSYMLINKS
-constexpr uint32_t kAddfdFlagSend = 2;  // SECCOMP_ADDFD_FLAG_SEND (5.14)
 constexpr int kWriteOpenFlags = O_WRONLY | O_RDWR | O_CREAT | O_TRUNC;
 static_assert(O_PATH == 010000000, "seccomp_table.h's kOpenPath");
 
@@ -395,100 +394,8 @@ int Resolve(Ctx* c, int base, const std::string& path, bool follow_last, Fd* out
   return 0;
 }
 
-// The command's fd (ADDFD) for our fd, with the answer (as supervise_paths.cc's AnswerWithFd).
-void AnswerWithFd(int listener, uint64_t id, int fd, bool cloexec) {
-  static std::atomic<bool> no_send{false};
-  notify::SeccompNotifAddfd a;
-  memset(&a, 0, sizeof a);
-  a.id = id;
-  a.srcfd = static_cast<uint32_t>(fd);
-  a.newfd_flags = cloexec ? O_CLOEXEC : 0;
-  if (!no_send.load(std::memory_order_relaxed)) {
-    a.flags = kAddfdFlagSend;
-    if (ioctl(listener, notify::kNotifAddfd, &a) >= 0) return;
-    if (errno != EINVAL) {
-      if (errno != ENOENT) notify::Respond(listener, id, -errno);
-      return;
-    }
-    no_send.store(true, std::memory_order_relaxed);
-    a.flags = 0;
-  }
-  const int r = ioctl(listener, notify::kNotifAddfd, &a);
-  if (r < 0) {
-    if (errno != ENOENT) notify::Respond(listener, id, -errno);
-    return;
-  }
-  notify::RespondResult(listener, id, r);
-}
-
-// A FIFO opened for reading without O_NONBLOCK waits for a writer. This thread must not (every
-// other call of the sandbox would wait too), and the command must not get end-of-file before a
-// writer came: the FIFO was opened non-blocking (which lets a writer waiting for a reader go on),
-// and a thread of its own waits until the first writer has written or come and gone (POLLIN or
-// POLLHUP: a reader opened before any writer sees no POLLHUP until one has left), then makes the
-// fd blocking and answers. The open returns then, not when the writer opened: the one difference
-// left. It gives up when the call is gone (the command killed or interrupted): ID_VALID, on a
-// copy of the listener of its own (the supervisor may close its own meanwhile).
-struct FifoWait {
-  int listener, fd;
-  uint64_t id;
-  bool cloexec;
-};
-
-void* FifoWaiter(void* arg) {
-  FifoWait* w = static_cast<FifoWait*>(arg);
-  pthread_setname_np(pthread_self(), "psb-fifo-wait");
-  for (;;) {
-    struct pollfd p = {w->fd, POLLIN, 0};
-    const int r = poll(&p, 1, 250);
-    if (r > 0 || (r < 0 && errno != EINTR)) break;
-    if (!notify::IdValid(w->listener, w->id)) {
-      w->id = 0;
-      break;
-    }
-  }
-  if (w->id != 0) {
-    fcntl(w->fd, F_SETFL, fcntl(w->fd, F_GETFL) & ~O_NONBLOCK);
-    AnswerWithFd(w->listener, w->id, w->fd, w->cloexec);
-  }
-  close(w->fd);
-  close(w->listener);
-  delete w;
-  return nullptr;
-}
-
-// Hands fd (ours) to the waiter thread: true when it took it (it answers the call).
-bool WaitForWriter(int listener, uint64_t id, int fd, bool cloexec) {
-  FifoWait* w = new (std::nothrow) FifoWait{fcntl(listener, F_DUPFD_CLOEXEC, 0), fd, id, cloexec};
-  if (w == nullptr) return false;
-  if (w->listener < 0) {
-    delete w;
-    return false;
-  }
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_attr_setstacksize(&attr, 64 * 1024);
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  pthread_t t;
-  const int rc = pthread_create(&t, &attr, FifoWaiter, w);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  pthread_attr_destroy(&attr);
-  if (rc != 0) {
-    close(w->listener);
-    delete w;
-    return false;
-  }
-  return true;
-}
-
-// OpenResolved's answer when a waiter thread took the call over.
-constexpr int kAnsweredLater = 1;
-
 // Steps 3 and 4: a new fd of ours for the command, or -errno (kAnsweredLater: a FIFO's waiter
-// answers).
+// answers, later::WaitForWriter: it never waits for a writer here).
 int OpenResolved(Ctx* c, Fd* obj, int flags, Fd* out) {
   struct stat st;
   if (fstat(obj->fd, &st) != 0) return -errno;
@@ -515,7 +422,7 @@ int OpenResolved(Ctx* c, Fd* obj, int flags, Fd* out) {
     fd = c->r.opener->Open(obj->fd, f);
   }
   if (fd < 0) return fd;
-  if (fifo && WaitForWriter(c->listener, c->n.id, fd, (flags & O_CLOEXEC) != 0)) return kAnsweredLater;
+  if (fifo && later::WaitForWriter(c->listener, c->n.id, fd, (flags & O_CLOEXEC) != 0)) return kAnsweredLater;
   // No waiter could be started: the fd as it is, made blocking (a read before a writer came
   // sees end-of-file).
   if (fifo) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
