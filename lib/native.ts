@@ -161,6 +161,8 @@ export interface NativeBinding {
   admitProxyPeer?(proxyPort: number, peerPort: number, supervised: boolean): boolean;
   lockPlaceholder?(path: string): number;
   releasePlaceholder?(fd: number, path: string, remove: boolean): boolean;
+  /** Removes an empty 0555 directory or empty 0444 file at `path`, never through a link on the way; 0 or -errno. */
+  removeLookalike?(path: string): number;
   /** Whether systemd marked the cgroup directory delegated (trusted.delegate or user.delegate xattr). */
   cgroupDelegated?(dir: string): boolean;
   /** Tasks /proc shows for real uid `uid` (mine) and for every uid (visible). */

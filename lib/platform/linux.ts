@@ -221,7 +221,10 @@ function placeholderBusy(p: string): SandboxError {
  * it holds a shared lock, which excludes an exclusive one. Only a command that sees it holds it so
  * (an attack on the host's other spawns), so it is removed like any unused placeholder; the plan
  * then finds the path missing and this run's own init makes a fresh placeholder, locked after the
- * spawn. Removal without the lock is safe: rmdir takes only an empty directory, unlink only a name.
+ * spawn. Removal without the lock is safe (native.removeLookalike): it takes only what still looks
+ * like a placeholder, and looks it up without following a link on the way (the command holding
+ * the lock can swap a directory it may write on the way for a link to anywhere: removing by path
+ * would then delete the file of that name there, outside the sandbox).
  */
 function claimPlaceholders(native: NativeBinding, paths: string[]): HeldPlaceholder[] {
   const held: HeldPlaceholder[] = [];
@@ -230,7 +233,7 @@ function claimPlaceholders(native: NativeBinding, paths: string[]): HeldPlacehol
       if (!looksLikePlaceholder(p)) continue;
       let fd = native.lockPlaceholder!(p);
       if (fd === -EWOULDBLOCK) {
-        removeLookalike(p);
+        native.removeLookalike!(p); // gone already, no longer a lookalike, or a link on the way: the next look decides
         if (!looksLikePlaceholder(p)) continue; // gone: the plan makes a fresh one
         fd = native.lockPlaceholder!(p); // a new lookalike appeared at once (a racing command)
         if (fd === -EWOULDBLOCK) throw placeholderBusy(p);
@@ -242,15 +245,6 @@ function claimPlaceholders(native: NativeBinding, paths: string[]): HeldPlacehol
     throw e;
   }
   return held;
-}
-
-function removeLookalike(p: string): void {
-  try {
-    if (fs.lstatSync(p).isDirectory()) fs.rmdirSync(p);
-    else fs.unlinkSync(p);
-  } catch {
-    // gone already, or no longer empty: the next look decides
-  }
 }
 
 function releasePlaceholders(native: NativeBinding, held: HeldPlaceholder[]): void {

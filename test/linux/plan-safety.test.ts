@@ -11,10 +11,12 @@
  */
 import { execFileSync, spawn as spawnHost } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
 import { run } from '../../lib/index';
+import { loadNative } from '../../lib/native';
 import type { SandboxPolicy } from '../../lib/policy-types';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
 import { BASE_ENV, eventually, expectUnchanged, hostScript, makeScene, NODE, probeOps, snapshot, type Scene } from '../helpers/sandbox';
@@ -184,6 +186,64 @@ describe.runIf(caps.linux)('planning never blocks the host or reads unbounded da
       // Positive control: without the hostile lock the same second run works the same way.
       const ok = await run('/bin/sh', ['-c', attempt], { cwd: scene.ws, env: BASE_ENV, policy: pol });
       expect(ok.stdout).toMatch(/^hook=[1-9]\d*\nother=0\n$/);
+    });
+
+    // Such a lookalike is removed without its lock (above). The command holding the lock can also
+    // swap a directory on the way (one it may write) for a link to anywhere between the host's
+    // look and that removal: a removal by path then deleted the file of that name at the link's
+    // target, outside the sandbox. The swap is made where a racing command would have to make it,
+    // at the moment the host's lock attempt fails (the addon's lockPlaceholder, wrapped here).
+    it.skipIf(skip)('a lookalike is never removed through a link a command put on its way', async () => {
+      const elsewhere = path.join(scene.out, 'elsewhere');
+      fs.mkdirSync(elsewhere);
+      const userFile = path.join(elsewhere, 'hook.sh');
+      fs.writeFileSync(userFile, 'the user file\n');
+      const tools = path.join(scene.ws, 'tools');
+      const hook = path.join(tools, 'hook.sh');
+      const lookalike = () => {
+        fs.mkdirSync(tools);
+        fs.writeFileSync(hook, '');
+        fs.chmodSync(hook, 0o444);
+      };
+      const pol = modePolicy(mode, { filesystem: { write: [scene.ws], protect: [hook] } });
+      const native = loadNative();
+      const lock = native.lockPlaceholder!;
+      let swap = true;
+      let held = 0;
+      // The first lock attempt of each run finds the lookalike held (LOCK_EX) by a command; the
+      // run's own placeholder, locked after its spawn, is not.
+      native.lockPlaceholder = (p: string) => {
+        if (p !== hook || held > 0) return lock.call(native, p);
+        held++;
+        if (swap) {
+          fs.renameSync(tools, `${tools}.real`);
+          fs.symlinkSync(elsewhere, tools);
+        }
+        return -os.constants.errno.EWOULDBLOCK;
+      };
+      try {
+        lookalike();
+        // Whether this spawn runs through the swapped tree is not the point; the file outside is.
+        await run('/bin/true', [], { cwd: scene.ws, env: BASE_ENV, policy: pol }).catch(() => null);
+        expect(held).toBeGreaterThan(0);
+        expect(fs.lstatSync(tools).isSymbolicLink()).toBe(true);
+        expect(fs.readFileSync(userFile, 'utf8')).toBe('the user file\n');
+        // Positive control: with nothing swapped, the held lookalike is removed and the run works.
+        fs.unlinkSync(tools);
+        fs.rmSync(`${tools}.real`, { recursive: true, force: true });
+        lookalike();
+        const ino = fs.lstatSync(hook).ino;
+        swap = false;
+        held = 0;
+        const r = await run('/bin/sh', ['-c', 'echo pwned > tools/hook.sh 2>/dev/null; echo hook=$?'], { cwd: scene.ws, env: BASE_ENV, policy: pol });
+        expect(held).toBeGreaterThan(0);
+        expect(r.code).toBe(0);
+        const after = fs.lstatSync(hook, { throwIfNoEntry: false });
+        expect(after === undefined || after.ino !== ino, 'the held lookalike was not removed').toBe(true);
+        if (mode === 'isolated' || caps.metadataSupervisor) expect(r.stdout).toMatch(/^hook=[1-9]/);
+      } finally {
+        native.lockPlaceholder = lock;
+      }
     });
   });
 });
