@@ -269,7 +269,8 @@ export function chooseLinuxMode(rules: ResolvedRules, probe: LinuxProbe): 'isola
     if (procGap) {
       throw new SandboxError(
         'ENOT_ENFORCED',
-        `isolated mode cannot run here: ${procGap}; use mode 'landlock' (or 'auto', which picks it here)`,
+        `isolated mode cannot run here: ${procGap}; use mode 'landlock' (or 'auto', which picks it here), ` +
+          `or run the container without masked paths over /proc (Podman: --security-opt unmask=ALL)`,
         { errno: -probe.procfs!, detail: { procfs: probe.procfs } },
       );
     }
@@ -353,7 +354,7 @@ export function landlockRefusal(rules: ResolvedRules, probe: LinuxProbe, blockin
     return new SandboxError(
       'ENOT_ENFORCED',
       `${procGap}, and ${what}; pass degraded: true (CLI --degraded) to accept Landlock mode with these gaps, ` +
-        `or run where nothing is mounted over parts of /proc (a container without masked paths)`,
+        `or run the container without masked paths over /proc (Podman: --security-opt unmask=ALL)`,
       { errno: -probe.procfs!, detail: { gaps: blocking, procfs: probe.procfs } },
     );
   }
