@@ -123,6 +123,11 @@ export interface LinuxProbe {
   supervisorAccess?: 'pidfd' | 'procfs' | 'none';
   /** 0 when user+mount+pid+net namespaces work, else -errno. */
   userns: number;
+  /**
+   * 0 when a fresh procfs (isolated mode's /proc) can be mounted in those namespaces, else -errno
+   * (-EPERM under masked paths over /proc: rootless containers). Absent from older addons.
+   */
+  procfs?: number;
   /** 0 when the kernel has mount_setattr (Linux 5.12), which isolated mode's mount tree needs, else -errno. Absent from older addons. */
   mountApi?: number;
   euid: number;

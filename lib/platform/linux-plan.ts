@@ -226,8 +226,23 @@ export function isolatedKernelGap(probe: LinuxProbe): string | undefined {
   );
 }
 
+/**
+ * Why isolated mode would have no /proc here, or undefined. The kernel mounts a fresh procfs only
+ * where the one already visible is not partly covered; a container runtime's masked paths over
+ * /proc (rootless Podman) cover it, and the mount is refused (the probe tries it). Isolated mode
+ * without /proc is refused, never run: auto mode picks Landlock mode instead.
+ */
+export function isolatedProcGap(probe: LinuxProbe): string | undefined {
+  if (probe.userns !== 0 || probe.procfs === undefined || probe.procfs === 0) return undefined;
+  return (
+    `procfs cannot be mounted in a nested pid namespace here (errno ${-probe.procfs}: masked paths over /proc, ` +
+    `as in rootless containers); isolated mode would have no /proc`
+  );
+}
+
 export function chooseLinuxMode(rules: ResolvedRules, probe: LinuxProbe): 'isolated' | 'landlock' {
   const kernelGap = probe.userns === 0 ? isolatedKernelGap(probe) : undefined;
+  const procGap = kernelGap ? undefined : isolatedProcGap(probe);
   if (kernelGap && (rules.mode === 'isolated' || (rules.mode !== 'landlock' && probe.landlockAbi < 1))) {
     // Too old for isolated mode, and (unless asked for by name) for Landlock (5.13) as well: nothing
     // here can sandbox, so no way out but a newer kernel is worth naming.
@@ -251,11 +266,27 @@ export function chooseLinuxMode(rules: ResolvedRules, probe: LinuxProbe): 'isola
         { errno: -probe.userns },
       );
     }
+    if (procGap) {
+      throw new SandboxError(
+        'ENOT_ENFORCED',
+        `isolated mode cannot run here: ${procGap}; use mode 'landlock' (or 'auto', which picks it here), ` +
+          `or run the container without masked paths over /proc (Podman: --security-opt unmask=ALL)`,
+        { errno: -probe.procfs!, detail: { procfs: probe.procfs } },
+      );
+    }
     return 'isolated';
   }
   if (rules.mode === 'landlock') return 'landlock';
-  if (probe.userns === 0 && !kernelGap) return 'isolated';
+  if (probe.userns === 0 && !kernelGap && !procGap) return 'isolated';
   if (probe.landlockAbi < 1) {
+    if (procGap) {
+      throw new SandboxError(
+        'ENOT_ENFORCED',
+        `${procGap}, and the fallback, Landlock mode, needs Landlock (Linux 5.13+ with ` +
+          `CONFIG_SECURITY_LANDLOCK and landlock in the lsm= list); nothing can sandbox here`,
+        { errno: -probe.procfs!, detail: { procfs: probe.procfs } },
+      );
+    }
     throw new SandboxError(
       'EUSERNS_UNAVAILABLE',
       `${usernsWhy(probe)}, and the fallback, Landlock mode, needs Landlock (Linux 5.13+ with ` +
@@ -318,6 +349,15 @@ export function landlockRefusal(rules: ResolvedRules, probe: LinuxProbe, blockin
     );
   }
   const kernelGap = probe.userns === 0 ? isolatedKernelGap(probe) : undefined;
+  const procGap = kernelGap ? undefined : isolatedProcGap(probe);
+  if (procGap) {
+    return new SandboxError(
+      'ENOT_ENFORCED',
+      `${procGap}, and ${what}; pass degraded: true (CLI --degraded) to accept Landlock mode with these gaps, ` +
+        `or run the container without masked paths over /proc (Podman: --security-opt unmask=ALL)`,
+      { errno: -probe.procfs!, detail: { gaps: blocking, procfs: probe.procfs } },
+    );
+  }
   return new SandboxError(
     kernelGap ? 'ENOT_ENFORCED' : 'EUSERNS_UNAVAILABLE',
     `${kernelGap ?? usernsWhy(probe)}, and ${what}; pass degraded: true (CLI --degraded) to accept Landlock mode ` +
@@ -1142,6 +1182,8 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       setsid: true,
       // 'host-private': the host's /proc with other processes' entries and /proc/net hidden.
       proc: isolated ? 'fresh' : procPrivate ? 'host-private' : 'host',
+      // Auto mode's choice, where isolated mode was out of reach for /proc alone (rootless containers).
+      ...(!isolated && rules.mode === 'auto' && isolatedProcGap(probe) ? { isolatedModeUnavailable: isolatedProcGap(probe) } : {}),
       init: isolated ? 'pid 1 of the sandbox' : 'subreaper',
       tmp: rules.tmp,
       caches: caches.report,

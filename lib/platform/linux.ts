@@ -15,7 +15,7 @@ import { SandboxError } from '../errors';
 import type { LinuxNativePlan, LinuxProbe, LinuxStdio, NativeBinding } from '../native';
 import { ManagedProxy } from '../network';
 import { createSandboxCgroup, type SandboxCgroup } from './linux-cgroup';
-import { chooseLinuxMode, DEFAULT_MAX_PROCESSES, DEFAULT_TMP_BYTES, planLinux, setProxyPort } from './linux-plan';
+import { chooseLinuxMode, DEFAULT_MAX_PROCESSES, isolatedProcGap, DEFAULT_TMP_BYTES, planLinux, setProxyPort } from './linux-plan';
 import { type QuotaShare, takeQuotaShare, uidTaskCount } from './linux-quotas';
 import { planKey, scheduleSpare, type Spare, type SpareResources, SpareSlot } from './linux-spare';
 
@@ -429,6 +429,7 @@ export function createLinuxBackend(native: NativeBinding): Backend {
         defaultMode = null;
       }
       if (p.seccomp !== 0) defaultMode = null;
+      const procGap = (p.mountApi ?? 0) === 0 ? isolatedProcGap(p) : undefined;
       return {
         platform: 'linux',
         arch: process.arch,
@@ -441,7 +442,11 @@ export function createLinuxBackend(native: NativeBinding): Backend {
           userNamespaces: p.userns === 0,
           userNamespacesErrno: p.userns === 0 ? undefined : -p.userns,
           euid: p.euid,
-          isolatedMode: p.userns === 0 && p.seccomp === 0 && (p.mountApi ?? 0) === 0,
+          isolatedMode: p.userns === 0 && p.seccomp === 0 && (p.mountApi ?? 0) === 0 && !procGap,
+          // A fresh procfs mounts in the namespaces (false under masked paths over /proc: rootless
+          // containers); why isolated mode is out of reach then.
+          procfs: p.procfs === undefined ? undefined : p.procfs === 0,
+          ...(procGap ? { isolatedModeUnavailable: procGap } : {}),
           // isolated mode's setup calls (Linux 5.12); false on older kernels (isolatedKernelGap).
           mountApi: (p.mountApi ?? 0) === 0,
           landlockMode: p.landlockAbi >= 1 && p.seccomp === 0,

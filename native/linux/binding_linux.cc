@@ -866,7 +866,10 @@ Napi::Value Probe(const Napi::CallbackInfo& info) {
   // How the supervisors reach the command: "pidfd", "procfs" (a container's profile refuses
   // process_vm_readv and pidfd_getfd) or "none".
   o.Set("supervisorAccess", Napi::String::New(env, task::WayName()));
-  o.Set("userns", Napi::Number::New(env, ProbeUserNamespaces(true)));
+  int procfs = -ECHILD;
+  o.Set("userns", Napi::Number::New(env, ProbeUserNamespaces(true, &procfs)));
+  // 0 when isolated mode's fresh /proc can be mounted (only meaningful when userns is 0).
+  o.Set("procfs", Napi::Number::New(env, procfs));
   o.Set("mountApi", Napi::Number::New(env, MountApiSupported()));
   o.Set("euid", Napi::Number::New(env, geteuid()));
   struct utsname u;

@@ -86,7 +86,7 @@ enum Stage : int32_t {
 };
 
 enum NoteBits : int32_t {
-  kNoteProcMasked = 1,  // a fresh /proc could not be mounted; an empty one masks it
+  kNoteUnused1 = 1,     // was: a fresh /proc could not be mounted (now a spawn failure)
   kNoteNoDevpts = 2,    // /dev/pts could not be mounted
   kNoteHostSys = 4,     // a namespace sysfs could not be mounted; the host's /sys stays (read-only)
 };

@@ -171,6 +171,10 @@ Status ReportToStatus(const LinuxSpawnPlan& plan, const ChildReport& r) {
       if (r.index >= 0 && static_cast<size_t>(r.index) < plan.mounts.size()) {
         const MountOp& op = plan.mounts[r.index];
         what = std::string("mount step '") + MountKindName(op.kind) + "' on " + op.path;
+        if (op.kind == MountOpKind::kProc && err == EPERM) {
+          hint = " (the kernel refuses a fresh procfs here: the host's /proc has mounts over parts of it, as a rootless "
+                 "container's masked paths are; use mode 'landlock' or 'auto', which picks it here)";
+        }
       } else {
         what = "making / private";
       }
@@ -661,6 +665,7 @@ namespace {
 struct ProbeArgs {
   char uid_map[48];
   char gid_map[48];
+  long procfs;  // written by the child (CLONE_VM): the fresh procfs mount's result
 };
 int ProbeInChild(void* argp) {
   ProbeArgs* a = static_cast<ProbeArgs*>(argp);
@@ -669,12 +674,19 @@ int ProbeInChild(void* argp) {
   if (r == 0) r = WriteFileInChild("/proc/self/gid_map", a->gid_map);
   if (r == 0) r = Sys(__NR_mount, 0, "/", 0, MS_REC | MS_PRIVATE, 0);
   if (r == 0) r = Sys(__NR_mount, "tmpfs", "/tmp", "tmpfs", 0, "size=4k");
+  // Isolated mode's /proc, as init mounts it (pid 1 of a new pid namespace, in its own mount
+  // namespace: nothing outside sees it). The kernel refuses it (EPERM) where the /proc we see has
+  // locked mounts over its files, as a container runtime's masked paths are in a rootless
+  // container: a procfs may only be mounted where one is already fully visible. Separate from
+  // the result above: user namespaces work there, isolated mode would just have no /proc.
+  if (r == 0) a->procfs = Sys(__NR_mount, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, 0);
   ExitInChild(r < 0 ? static_cast<int>(-r) : 0);
 }
 }  // namespace
 
-int ProbeUserNamespaces(bool with_net) noexcept {
+int ProbeUserNamespaces(bool with_net, int* procfs) noexcept {
   ProbeArgs args;
+  args.procfs = -ECHILD;  // not reached: the namespace itself failed
   snprintf(args.uid_map, sizeof args.uid_map, "%u %u 1\n", geteuid(), geteuid());
   snprintf(args.gid_map, sizeof args.gid_map, "%u %u 1\n", getegid(), getegid());
   Stack stack;
@@ -691,6 +703,7 @@ int ProbeUserNamespaces(bool with_net) noexcept {
   int st = 0;
   while (waitpid(pid, &st, __WALL) < 0 && errno == EINTR) {
   }
+  if (procfs != nullptr) *procfs = static_cast<int>(args.procfs);
   if (WIFEXITED(st)) return -WEXITSTATUS(st);
   return -ECHILD;
 }

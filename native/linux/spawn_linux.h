@@ -171,7 +171,8 @@ Status GoSpare(LinuxSpare* spare, SpareGo& go, LinuxSpawnResult* out, bool* used
 void DiscardSpare(LinuxSpare* spare) noexcept;
 
 // Probes used by probe(): can this process create the namespaces isolated mode needs?
-// Returns 0 or -errno from the attempt.
-int ProbeUserNamespaces(bool with_net) noexcept;
+// Returns 0 or -errno from the attempt; *procfs gets 0 or -errno from mounting a fresh procfs in
+// them (-ECHILD when the namespaces themselves failed).
+int ProbeUserNamespaces(bool with_net, int* procfs = nullptr) noexcept;
 
 }  // namespace psb

@@ -306,13 +306,12 @@ long RunMountOpInChild(ChildArgs* a, size_t i) {
       // namespace) that the command lacks. So /proc/1 (the host's argv, environ, oom files, all
       // acting on the shared mm) does not exist for it, at the cost of one mount option instead
       // of a dozen masks. Without Landlock the masks below are used (and tested) instead.
+      // A refusal fails the spawn (EMOUNT_SETUP naming /proc): no fallback. An empty /proc in its
+      // place ran commands that silently lacked /proc/self (rootless containers, where the probe
+      // now steers auto mode to Landlock mode before this point).
       r = Sys(__NR_mount, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
               a->hide_init ? "hidepid=ptraceable" : nullptr);
-      if (r < 0) {
-        a->notes |= kNoteProcMasked;
-        return Sys(__NR_mount, "tmpfs", "/proc", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                   "mode=555,size=4k");
-      }
+      if (r < 0) return r;
       return SetUpProcInChild(a);
     case MountOpKind::kDev:
       return SetupDevInChild(a);

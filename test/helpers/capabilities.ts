@@ -81,7 +81,9 @@ export const MODES: ModeCase[] = [
       ? 'not Linux'
       : caps.userns
         ? undefined
-        : `isolated mode needs unprivileged user namespaces and seccomp (userns errno ${String(caps.userNamespacesErrno)})`,
+        : typeof features.isolatedModeUnavailable === 'string'
+          ? features.isolatedModeUnavailable
+          : `isolated mode needs unprivileged user namespaces and seccomp (userns errno ${String(caps.userNamespacesErrno)})`,
   },
   {
     name: 'landlock',
