@@ -444,8 +444,9 @@ export function createLinuxBackend(native: NativeBinding): Backend {
           euid: p.euid,
           isolatedMode: p.userns === 0 && p.seccomp === 0 && (p.mountApi ?? 0) === 0 && !procGap,
           // A fresh procfs mounts in the namespaces (false under masked paths over /proc: rootless
-          // containers); why isolated mode is out of reach then.
-          procfs: p.procfs === undefined ? undefined : p.procfs === 0,
+          // containers); why isolated mode is out of reach then. Unknown (undefined) where no user
+          // namespace can be made: the probe never gets as far as the mount.
+          procfs: p.userns !== 0 || p.procfs === undefined ? undefined : p.procfs === 0,
           ...(procGap ? { isolatedModeUnavailable: procGap } : {}),
           // isolated mode's setup calls (Linux 5.12); false on older kernels (isolatedKernelGap).
           mountApi: (p.mountApi ?? 0) === 0,
