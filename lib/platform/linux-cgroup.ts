@@ -169,6 +169,29 @@ function readText(p: string): string {
   }
 }
 
+/**
+ * What names of a host's leftovers carry besides its pid: its pid namespace. A pid says whether a
+ * host is alive only in the namespace it was taken in: a host in another pid namespace sharing
+ * this cgroup tree or /tmp (a container's, an `unshare --pid` one) sees other hosts' pids as
+ * absent (ESRCH) and would remove their live groups and TMPDIRs. So a sweep judges only names
+ * made in its own pid namespace (`n<inode>`), and leaves other namespaces' names to them. Names
+ * without the tag (older versions) are judged by pid as before.
+ */
+export const PIDNS_TAG: string = (() => {
+  try {
+    const m = /^pid:\[(\d+)\]$/.exec(fs.readlinkSync('/proc/self/ns/pid'));
+    return m ? `n${m[1]}` : 'n0';
+  } catch {
+    return 'n0';
+  }
+})();
+
+/** Whether a leftover named `<pid>-<rest>` (its prefix taken off) is this pid namespace's to judge. */
+export function ownPidNamespace(rest: string): boolean {
+  const tag = rest.split('-')[1] ?? '';
+  return !/^n\d+$/.test(tag) || tag === PIDNS_TAG;
+}
+
 function alive(pid: number): boolean {
   try {
     process.kill(pid, 0);
@@ -251,7 +274,7 @@ function sweep(parent: string): void {
   }
   for (const n of names) {
     const pid = Number(n.slice(PREFIX.length).split('-')[0]);
-    if (!Number.isInteger(pid) || pid <= 0 || pid === process.pid || alive(pid)) continue;
+    if (!Number.isInteger(pid) || pid <= 0 || pid === process.pid || !ownPidNamespace(n.slice(PREFIX.length)) || alive(pid)) continue;
     removeGroup(path.join(parent, n));
   }
 }
@@ -545,8 +568,8 @@ export function createSandboxCgroup(req: CgroupRequest): SandboxCgroup | null {
     if (reused) return reused;
   }
   // Worker threads load their own copy of this module: the thread id and a random tag keep names
-  // apart; the pid comes first, for the sweep.
-  const name = `${PREFIX}${process.pid}-${threadId}-${++counter}${crypto.randomBytes(3).toString('hex')}`;
+  // apart; the pid and its namespace come first, for the sweep.
+  const name = `${PREFIX}${process.pid}-${PIDNS_TAG}-${threadId}-${++counter}${crypto.randomBytes(3).toString('hex')}`;
   if (h.v2 && !unusable.has('v2')) {
     const made = createV2(h.v2, name, req);
     if (made) return made;

@@ -14,7 +14,7 @@ import { unsandboxedReport } from '../backend';
 import { SandboxError } from '../errors';
 import type { LinuxNativePlan, LinuxProbe, LinuxStdio, NativeBinding } from '../native';
 import { ManagedProxy } from '../network';
-import { createSandboxCgroup, type SandboxCgroup } from './linux-cgroup';
+import { createSandboxCgroup, ownPidNamespace, PIDNS_TAG, type SandboxCgroup } from './linux-cgroup';
 import { chooseLinuxMode, DEFAULT_MAX_PROCESSES, isolatedProcGap, DEFAULT_TMP_BYTES, planLinux, setProxyPort } from './linux-plan';
 import { type QuotaShare, takeQuotaShare, uidTaskCount } from './linux-quotas';
 import { planKey, scheduleSpare, type Spare, type SpareResources, SpareSlot } from './linux-spare';
@@ -257,7 +257,7 @@ let staleTmpSwept = false;
 /** Landlock mode's private TMPDIR for one run. */
 function makeTmpDir(native: NativeBinding): string {
   sweepStaleTmpDirs(native);
-  return fs.mkdtempSync(path.join(os.tmpdir(), `${TMP_PREFIX}${process.pid}-`));
+  return fs.mkdtempSync(path.join(os.tmpdir(), `${TMP_PREFIX}${process.pid}-${PIDNS_TAG}-`));
 }
 
 /**
@@ -278,7 +278,8 @@ function sweepStaleTmpDirs(native: NativeBinding): void {
   }
   for (const n of names) {
     const pid = Number(n.slice(TMP_PREFIX.length).split('-')[0]);
-    if (!Number.isInteger(pid) || pid <= 0 || pid === process.pid) continue;
+    // Another pid namespace's host cannot be judged by its pid here (linux-cgroup.ts PIDNS_TAG).
+    if (!Number.isInteger(pid) || pid <= 0 || pid === process.pid || !ownPidNamespace(n.slice(TMP_PREFIX.length))) continue;
     const dir = path.join(os.tmpdir(), n);
     try {
       if (fs.lstatSync(dir).uid !== uid) continue;

@@ -37,7 +37,7 @@ function procCgroup(pid: number): string {
 
 /** The v2 group directory of a process (from outside), if it sits in one of ours. */
 function sandboxGroupOf(pid: number): string | undefined {
-  const m = /^0::(.*\/psb-\d+-[0-9a-f-]+)$/m.exec(procCgroup(pid));
+  const m = /^0::(.*\/psb-\d+-n\d+-[0-9a-f-]+)$/m.exec(procCgroup(pid));
   return m ? path.join('/sys/fs/cgroup', m[1]!) : undefined;
 }
 
@@ -220,7 +220,7 @@ describe.runIf(caps.linux)(`kernel matrix${CONFIG ? ` (${CONFIG}, uid ${process.
       expect(r.enforcement.gaps.join('\n')).toMatch(/without a memory cgroup/);
     }
     // The command ran in a psb- group below this host's unit, not in the unit itself.
-    expect(r.stdout).toMatch(/^0::\/.*\.(service|scope)\/psb-\d+-[0-9a-f-]+$/m);
+    expect(r.stdout).toMatch(/^0::\/.*\.(service|scope)\/psb-\d+-n\d+-[0-9a-f-]+$/m);
   });
 
   // (Where nothing can sandbox, the first test checks the refusal.)
@@ -242,7 +242,7 @@ describe.runIf(caps.linux)(`kernel matrix${CONFIG ? ` (${CONFIG}, uid ${process.
       // RLIMIT_NPROC does not bind uid 0: root makes <cgroup2>/process-sandbox, beside systemd's
       // slices, and the sandbox's group goes below it (linux-cgroup.ts rootOwnParent).
       expect(out.m.processCap).toMatch(/^cgroup v2 pids\.max 4096$/);
-      expect(out.cg).toMatch(/^0::\/process-sandbox\/psb-\d+-[0-9a-f-]+$/m);
+      expect(out.cg).toMatch(/^0::\/process-sandbox\/psb-\d+-n\d+-[0-9a-f-]+$/m);
       expect(out.gaps.join('\n')).not.toMatch(/not capped/);
       return;
     }

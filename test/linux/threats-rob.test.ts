@@ -415,12 +415,12 @@ describe.runIf(caps.linux)('robustness', () => {
       if (cap.startsWith('cgroup')) {
         expect(cap).toMatch(/pids\.max 4096$/);
         // From inside: the command sits in a psb- group of the pids hierarchy (v1) or of the unified one.
-        expect(r.stdout).toMatch(/(pids|^0:):[^\n]*\/psb-\d+-[0-9a-f-]+$/m);
+        expect(r.stdout).toMatch(/(pids|^0:):[^\n]*\/psb-\d+-n\d+-[0-9a-f-]+$/m);
       } else {
         expect(r.enforcement.gaps.join('\n')).toMatch(/RLIMIT_NPROC does not bind uid 0/);
       }
       // Outside: after the run the group is gone or empty (an emptied pids group is kept for reuse).
-      const m = /^\d+:(?:pids)?:(.*\/psb-\d+-[0-9a-f-]+)$/m.exec(r.stdout);
+      const m = /^\d+:(?:pids)?:(.*\/psb-\d+-n\d+-[0-9a-f-]+)$/m.exec(r.stdout);
       if (m) {
         const dirs = ['/sys/fs/cgroup/pids', '/sys/fs/cgroup/unified', '/sys/fs/cgroup'].map((d) => path.join(d, m[1]!));
         const empty = () => dirs.every((d) => !fs.existsSync(d) || fs.readFileSync(path.join(d, 'cgroup.procs'), 'utf8').trim() === '');
@@ -625,6 +625,34 @@ describe.runIf(caps.linux)('robustness', () => {
         expect(host.stdout).not.toMatch(/WARNING/);
         expect(fs.existsSync(dir)).toBe(false);
         expect(fs.readdirSync(hostTmp)).toEqual([]);
+      } finally {
+        scene.cleanup();
+      }
+    });
+
+    // A pid says whether a host lives only in its own pid namespace: a host in another one (a
+    // container sharing /tmp, `unshare --pid`) must not remove this one's live TMPDIRs because it
+    // cannot see their pid, nor this one another's. Names carry the namespace (n<inode>).
+    it("the sweep leaves another pid namespace's TMPDIR alone and removes its own namespace's", () => {
+      const scene = makeScene('rob15ns');
+      try {
+        const hostTmp = path.join(scene.root, 'tmp');
+        fs.mkdirSync(hostTmp, { mode: 0o700 });
+        const dead = spawnSync('/bin/true').pid!;
+        const ns = /^pid:\[(\d+)\]$/.exec(fs.readlinkSync('/proc/self/ns/pid'))![1]!;
+        const other = path.join(hostTmp, `process-sandbox-tmp-${dead}-n${Number(ns) + 1}-live`);
+        const own = path.join(hostTmp, `process-sandbox-tmp-${dead}-n${ns}-stale`);
+        for (const d of [other, own]) {
+          fs.mkdirSync(d, { mode: 0o700 });
+          fs.writeFileSync(path.join(d, 'f'), 'x');
+        }
+        const host = nextHost(scene, hostTmp);
+        expect(host.stdout, host.stderr).toMatch(/^CODE 0$/m);
+        // Checked on disk: the other namespace's is untouched, our own dead host's is gone.
+        expect(fs.readFileSync(path.join(other, 'f'), 'utf8')).toBe('x');
+        expect(fs.existsSync(own)).toBe(false);
+        // And the new host's own TMPDIR names carry its namespace (removed after its run).
+        expect(fs.readdirSync(hostTmp).sort()).toEqual([path.basename(other)]);
       } finally {
         scene.cleanup();
       }
