@@ -480,10 +480,12 @@ describe.runIf(caps.linux)('robustness', () => {
       const uidLimit = /^RLIMIT_NPROC (\d+) \(the uid's/.exec(how);
       if (uidLimit) {
         // Landlock mode without a cgroup: the uid's count at spawn plus the cap. What the uid's
-        // other processes release meanwhile is room for the bomb; the uid as a whole stays under.
-        // (+20: a scan of every process of the uid races the bomb's exits and retried forks; an
-        // uncapped bomb is thousands past it within the run.)
-        expect(uidPeak, how).toBeLessThanOrEqual(Number(uidLimit[1]) + 20);
+        // other processes release meanwhile is room for the bomb, so the bomb alone stays under
+        // the limit. The uid as a whole does not have to: the suite's other workers run as the
+        // same uid and are not under this limit (seen: 356 against 335 + 20 as psbtest). (+20: a
+        // scan races the bomb's exits and retried forks; an uncapped bomb is thousands past it
+        // within the run.)
+        expect(peak, `${how}; the uid's peak ${uidPeak}`).toBeLessThanOrEqual(Number(uidLimit[1]) + 20);
       } else {
         expect(peak, how).toBeLessThanOrEqual(cap + 2);
       }
