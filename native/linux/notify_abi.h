@@ -107,37 +107,58 @@ inline uint32_t ThreadGroup(uint32_t tid) {
 // kept pidfd names the task holding its id, whatever it was when opened: once that task has
 // exited, the pidfd polls readable (the id is only reused after that), and it is opened afresh.
 // Per thread: each supervisor has a thread of its own; closed when the thread ends.
-struct PidfdCache {
+// A small ring of fds kept per task id by a supervisor's thread (pidfds below; status files in
+// notify_args.cc): the oldest is closed when a new one needs its slot; all close with the thread.
+struct TidFdRing {
   static constexpr int kSize = 16;
   struct Entry {
     uint32_t tid = 0;
     int fd = -1;
   } e[kSize];
   int next = 0;
-  ~PidfdCache() {
+  TidFdRing() = default;
+  TidFdRing(const TidFdRing&) = delete;
+  TidFdRing& operator=(const TidFdRing&) = delete;
+  ~TidFdRing() {
     for (Entry& x : e) {
       if (x.fd >= 0) close(x.fd);
     }
   }
+  // The entry kept for tid, or nullptr.
+  Entry* Find(uint32_t tid) {
+    for (Entry& x : e) {
+      if (x.fd >= 0 && x.tid == tid) return &x;
+    }
+    return nullptr;
+  }
+  // Closes an entry whose task is gone (its id names another task now, or none).
+  static void Drop(Entry* x) {
+    close(x->fd);
+    x->fd = -1;
+  }
+  // Keeps fd (owned from now on) for tid.
+  void Put(uint32_t tid, int fd) {
+    Entry& x = e[next];
+    next = (next + 1) % kSize;
+    if (x.fd >= 0) close(x.fd);
+    x = {tid, fd};
+  }
+};
+
+struct PidfdCache {
+  TidFdRing ring;
   // A new fd (the caller closes it) naming the live task `tid`, or -1.
   int Get(uint32_t tid) {
-    for (Entry& x : e) {
-      if (x.fd < 0 || x.tid != tid) continue;
-      struct pollfd p = {x.fd, POLLIN, 0};
-      if (poll(&p, 1, 0) == 0) return fcntl(x.fd, F_DUPFD_CLOEXEC, 0);
-      close(x.fd);  // that task has exited: tid names another one now, or none
-      x.fd = -1;
-      return -1;
-    }
+    TidFdRing::Entry* x = ring.Find(tid);
+    if (x == nullptr) return -1;
+    struct pollfd p = {x->fd, POLLIN, 0};
+    if (poll(&p, 1, 0) == 0) return fcntl(x->fd, F_DUPFD_CLOEXEC, 0);
+    TidFdRing::Drop(x);  // that task has exited
     return -1;
   }
   void Put(uint32_t tid, int fd) {
     int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-    if (copy < 0) return;
-    Entry& x = e[next];
-    next = (next + 1) % kSize;
-    if (x.fd >= 0) close(x.fd);
-    x = {tid, copy};
+    if (copy >= 0) ring.Put(tid, copy);
   }
 };
 inline thread_local PidfdCache pidfd_cache;

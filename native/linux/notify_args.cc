@@ -90,29 +90,16 @@ namespace {
 // thread that takes over its group leader's id by exec takes its struct pid too, so the kept
 // file reads it. Per thread (each supervisor has one of its own); closed when it ends.
 struct StatusFiles {
-  static constexpr int kSize = 16;
-  struct Entry {
-    uint32_t tid = 0;
-    int fd = -1;
-  } e[kSize];
-  int next = 0;
-  ~StatusFiles() {
-    for (Entry& x : e) {
-      if (x.fd >= 0) close(x.fd);
-    }
-  }
+  notify::TidFdRing ring;
   // Reads the start of task tid's status into buf (NUL-terminated); its length, or -1.
   ssize_t Read(uint32_t tid, char* buf, size_t size) {
-    for (Entry& x : e) {
-      if (x.fd < 0 || x.tid != tid) continue;
-      const ssize_t n = pread(x.fd, buf, size - 1, 0);
+    if (notify::TidFdRing::Entry* x = ring.Find(tid)) {
+      const ssize_t n = pread(x->fd, buf, size - 1, 0);
       if (n > 0) {
         buf[n] = 0;
         return n;
       }
-      close(x.fd);  // that task is gone: the id names another one now, or none
-      x.fd = -1;
-      break;
+      notify::TidFdRing::Drop(x);  // that task is gone: the id names another one now, or none
     }
     char path[64];
     snprintf(path, sizeof path, "/proc/%u/status", tid);
@@ -124,10 +111,7 @@ struct StatusFiles {
       return -1;
     }
     buf[n] = 0;
-    Entry& x = e[next];
-    next = (next + 1) % kSize;
-    if (x.fd >= 0) close(x.fd);
-    x = {tid, fd};
+    ring.Put(tid, fd);
     return n;
   }
 };
