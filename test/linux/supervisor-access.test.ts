@@ -161,39 +161,35 @@ describe.skipIf(skip)('supervisors under a seccomp profile that refuses process_
     expect(fs.statSync(path.join(ws, 'in')).mode & 0o777).toBe(0o600);
   });
 
+  // Runs one test file whole with the host under the filter: every test passes, none skips or
+  // fails. Returns its output.
+  const suiteUnderFilter = (file: string): string => {
+    const vitest = path.join(ROOT, 'node_modules', 'vitest', 'vitest.mjs');
+    const r = spawnSync(filter, [process.execPath, vitest, 'run', file], {
+      cwd: ROOT,
+      encoding: 'utf8',
+      env: { ...process.env, PSB_SKIP_BUILD: '1', PSB_TEST_WORKERS: '1', NO_COLOR: '1' },
+      timeout: 300_000,
+    });
+    const out = `${r.stdout}\n${r.stderr}`;
+    expect(r.status, out.slice(-4000)).toBe(0);
+    expect(out).toMatch(/Tests\s+\d+ passed/);
+    expect(out).not.toMatch(/skipped|failed/);
+    return out;
+  };
+
   // The connect supervisor's procfs way (a socket cannot be reopened through /proc: its
   // protocol, state and flags are read from outside) runs its whole suite under the filter:
   // 127.0.0.2 on the proxy port gets nothing, racing threads, swapped sockets, EISCONN, a flood.
   it('the connect supervisor suite passes with the host under the filter', () => {
     if (!caps.connectSupervisor) return expect.fail('connect supervisor missing although metadata supervision works');
-    const vitest = path.join(ROOT, 'node_modules', 'vitest', 'vitest.mjs');
-    const r = spawnSync(filter, [process.execPath, vitest, 'run', 'test/linux/connect-supervisor.test.ts'], {
-      cwd: ROOT,
-      encoding: 'utf8',
-      env: { ...process.env, PSB_SKIP_BUILD: '1', PSB_TEST_WORKERS: '1', NO_COLOR: '1' },
-      timeout: 300_000,
-    });
-    const out = `${r.stdout}\n${r.stderr}`;
-    expect(r.status, out.slice(-4000)).toBe(0);
-    expect(out).toMatch(/Tests\s+\d+ passed/);
-    expect(out).not.toMatch(/skipped|failed/);
+    suiteUnderFilter('test/linux/connect-supervisor.test.ts');
   }, 320_000);
 
   // procPrivacy (supervise_reads.cc) in the procfs way: the whole suite, listings of /proc
   // unfiltered there (it says so and checks the report's procListing).
   it('the procPrivacy suite passes with the host under the filter', () => {
-    const vitest = path.join(ROOT, 'node_modules', 'vitest', 'vitest.mjs');
-    const r = spawnSync(filter, [process.execPath, vitest, 'run', 'test/linux/landlock-proc.test.ts'], {
-      cwd: ROOT,
-      encoding: 'utf8',
-      env: { ...process.env, PSB_SKIP_BUILD: '1', PSB_TEST_WORKERS: '1', NO_COLOR: '1' },
-      timeout: 300_000,
-    });
-    const out = `${r.stdout}\n${r.stderr}`;
-    expect(r.status, out.slice(-4000)).toBe(0);
-    expect(out).toMatch(/Tests\s+\d+ passed/);
-    expect(out).toMatch(/the supervisor takes the procfs way here/);
-    expect(out).not.toMatch(/skipped|failed/);
+    expect(suiteUnderFilter('test/linux/landlock-proc.test.ts')).toMatch(/the supervisor takes the procfs way here/);
   }, 320_000);
 });
 
