@@ -79,6 +79,8 @@ export interface LinuxNativePlan {
   };
   proxyPort?: number;
   rlimitNproc?: number;
+  /** Landlock mode as root without a pids cgroup: init traces the tree and caps its tasks here. */
+  traceProcessCap?: number;
   rlimitAs?: number;
   rlimitNofile?: number;
   rlimitSigpending?: number;
@@ -130,6 +132,12 @@ export interface LinuxProbe {
   procfs?: number;
   /** 0 when the kernel has mount_setattr (Linux 5.12), which isolated mode's mount tree needs, else -errno. Absent from older addons. */
   mountApi?: number;
+  /**
+   * 0 when init can trace the command (Landlock mode's process cap as root without a cgroup), else
+   * -errno (a container's seccomp profile, Yama's ptrace_scope, a host that is not dumpable).
+   * Absent from older addons.
+   */
+  processTracing?: number;
   euid: number;
   kernel?: string;
   machine?: string;

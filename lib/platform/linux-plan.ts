@@ -1054,6 +1054,9 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       if (input.uidTasks !== undefined) native.rlimitNproc = input.uidTasks + (limits.maxProcesses ?? DEFAULT_MAX_PROCESSES);
       else if (limits.maxProcesses) native.rlimitNproc = limits.maxProcesses;
     }
+    // As root RLIMIT_NPROC never binds: init traces the tree and counts its tasks instead
+    // (native/linux/spawn_trace.cc), where it can trace the command at all.
+    if (!cg && probe.euid === 0 && probe.processTracing === 0) native.traceProcessCap = limits.maxProcesses ?? DEFAULT_MAX_PROCESSES;
     protectPartial = (rules.gaps ?? []).length > 0;
     if (!metadataSupervised) {
       gaps.push(...LANDLOCK_INHERENT_GAPS.map((g) => `${g}; ${noSupervision(probe)}`));
@@ -1129,9 +1132,12 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
   // user), so as root only a pids cgroup does.
   const nproc = native.rlimitNproc;
   const counted = !isolated && !cg && input.uidTasks !== undefined && nproc !== undefined;
+  const traced = native.traceProcessCap;
   const processCap = cg
     ? `cgroup ${cg.kind} pids.max ${cg.pidsMax}`
-    : nproc && probe.euid !== 0
+    : traced
+      ? `traced by init: ${traced} tasks, threads included (creations past them fail EAGAIN)`
+      : nproc && probe.euid !== 0
       ? `RLIMIT_NPROC ${nproc}${
           isolated
             ? ' (counted in the sandbox user namespace)'
@@ -1140,8 +1146,11 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
               : " (counts all of the user's processes)"
         }`
       : 'none';
-  if (!cg && probe.euid === 0) {
-    gaps.push('running as root without a usable pids cgroup: RLIMIT_NPROC does not bind uid 0, so the number of processes is not capped');
+  if (!cg && probe.euid === 0 && !traced) {
+    gaps.push(
+      'running as root without a usable pids cgroup: RLIMIT_NPROC does not bind uid 0, so the number of processes is not capped' +
+        (isolated ? '' : ` (init cannot trace the command here to count them: errno ${-(probe.processTracing ?? -38)})`),
+    );
   }
   const memoryCap = cg?.memoryBytes
     ? `cgroup ${cg.kind} memory ${cg.memoryBytes} bytes for the whole sandbox (tmpfs included), RLIMIT_AS per process`
@@ -1242,7 +1251,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     ...(isolated ? {} : { degradedBy }),
     // What binds (mechanisms.processCap/memoryCap say how): RLIMIT_NPROC does not bind uid 0.
     limits: {
-      maxProcesses: cg ? cg.pidsMax : nproc && probe.euid !== 0 ? (counted ? nproc - input.uidTasks! : nproc) : null,
+      maxProcesses: cg ? cg.pidsMax : traced ? traced : nproc && probe.euid !== 0 ? (counted ? nproc - input.uidTasks! : nproc) : null,
       memoryBytes: cg?.memoryBytes ?? native.rlimitAs ?? null,
       openFiles: native.rlimitNofile ?? null,
     },

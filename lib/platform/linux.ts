@@ -458,6 +458,8 @@ export function createLinuxBackend(native: NativeBinding): Backend {
           metadataSupervisor: p.landlockAbi >= 1 && p.seccomp === 0 && p.connectSupervisor === 0,
           // How the supervisors reach the command (native/linux/task_access.h).
           supervisorAccess: p.supervisorAccess,
+          // init can trace the command: Landlock mode's process cap as root without a cgroup.
+          processTracing: p.processTracing === 0,
         },
       };
     },

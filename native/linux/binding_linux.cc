@@ -303,6 +303,11 @@ void ParsePlan(Napi::Env env, const Napi::Object& o, LinuxSpawnPlan* out, Superv
   plan.new_net = GetBool(o, "newNet", true);
   plan.proxy_port = static_cast<uint16_t>(GetNumber(o, "proxyPort", 0));
   plan.rlimit_nproc = static_cast<uint64_t>(GetNumber(o, "rlimitNproc", 0));
+  // Landlock mode as root without a pids cgroup: init traces the tree and counts (spawn_trace.cc).
+  plan.trace_process_cap = static_cast<uint32_t>(GetNumber(o, "traceProcessCap", 0));
+  if (plan.trace_process_cap != 0 && (plan.mode != LinuxMode::kLandlock || !o.Get("seccomp").IsObject())) {
+    throw Napi::TypeError::New(env, "plan.traceProcessCap needs Landlock mode and a seccomp filter");
+  }
   plan.rlimit_as = static_cast<uint64_t>(GetNumber(o, "rlimitAs", 0));
   plan.rlimit_nofile = static_cast<uint64_t>(GetNumber(o, "rlimitNofile", 0));
   plan.rlimit_sigpending = static_cast<uint64_t>(GetNumber(o, "rlimitSigpending", 0));
@@ -355,6 +360,7 @@ void ParsePlan(Napi::Env env, const Napi::Object& o, LinuxSpawnPlan* out, Superv
     cfg.net = net == "full" ? SeccompNet::kFull : net == "proxy" ? SeccompNet::kProxy : SeccompNet::kNone;
     cfg.isolated = plan.mode == LinuxMode::kIsolated;
     cfg.unix_stream_sockets = GetBool(s, "unixSockets", false);
+    cfg.trace_forks = plan.trace_process_cap != 0;
     // Landlock mode with the proxy: connect() goes through the host's supervisor, which hands
     // over connections to 127.0.0.1:<connectSupervisor> only (supervise_connect.cc).
     connect_port = static_cast<uint16_t>(GetNumber(s, "connectSupervisor", 0));
@@ -871,6 +877,8 @@ Napi::Value Probe(const Napi::CallbackInfo& info) {
   // 0 when isolated mode's fresh /proc can be mounted (only meaningful when userns is 0).
   o.Set("procfs", Napi::Number::New(env, procfs));
   o.Set("mountApi", Napi::Number::New(env, MountApiSupported()));
+  // 0 when init can trace the command (Landlock mode's process cap as root without a cgroup).
+  o.Set("processTracing", Napi::Number::New(env, ProcessTracingSupported()));
   o.Set("euid", Napi::Number::New(env, geteuid()));
   struct utsname u;
   if (uname(&u) == 0) {

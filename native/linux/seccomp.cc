@@ -62,17 +62,8 @@ int ClauseLength(const Clause& c) {
 // Emits one rule body, entered with the syscall number matched; every path ends in a RET.
 // Layout per clause: tests (each either falls through to the next test or jumps to the clause's
 // end), RET action; after the last clause, RET otherwise. All jumps are forward and short.
-int EmitBody(const Rule& r, uint32_t supervise, uint32_t supervise_paths, uint32_t supervise_list, uint32_t signals,
-             uint32_t reads, uint32_t privacy_deny, std::vector<sock_filter>* out) {
-  auto action = [supervise, supervise_paths, supervise_list, signals, reads, privacy_deny](uint32_t a) {
-    return a == kSupervise         ? supervise
-           : a == kSupervisePaths  ? supervise_paths
-           : a == kSuperviseList   ? supervise_list
-           : a == kSuperviseSignals ? signals
-           : a == kSuperviseReads   ? reads
-           : a == kPrivacyDeny      ? privacy_deny
-                                    : a;
-  };
+int EmitBody(const Rule& r, const SeccompConfig& cfg, std::vector<sock_filter>* out) {
+  auto action = [&cfg](uint32_t a) { return ResolveAction(cfg, a); };
   for (const Clause& c : r.clauses) {
     int ntests = ClauseTestCount(c);
     if (ntests == 0) continue;
@@ -286,9 +277,6 @@ int BuildSeccompFilterUncached(const SeccompConfig& cfg, std::vector<sock_filter
     out->clear();
     return -EINVAL;
   }
-  const uint32_t supervise = cfg.notify_metadata ? kSeccompRetUserNotif : kAllow;
-  const uint32_t supervise_paths = cfg.notify_paths ? kSeccompRetUserNotif : kAllow;
-  const uint32_t supervise_list = cfg.notify_listdir ? kSeccompRetUserNotif : kAllow;
   // Read-only opens share the metadata supervisor's listener too, in Landlock mode only.
   if (cfg.notify_reads && (mode != kLandlock || !cfg.notify_metadata)) {
     out->clear();
@@ -298,9 +286,11 @@ int BuildSeccompFilterUncached(const SeccompConfig& cfg, std::vector<sock_filter
     out->clear();
     return -EINVAL;
   }
-  const uint32_t signals = cfg.notify_signals ? kSeccompRetUserNotif : kAllow;
-  const uint32_t reads = cfg.notify_reads ? kSeccompRetUserNotif : kAllow;
-  const uint32_t privacy_deny = cfg.notify_reads ? kEperm : kAllow;
+  // The traced process cap: init (Landlock mode's) is the tracer.
+  if (cfg.trace_forks && mode != kLandlock) {
+    out->clear();
+    return -EINVAL;
+  }
   // 3. Rules, as a binary search over their syscall numbers (EmitSearch). Every body ends in
   //    RET, so the accumulator holds nr at every comparison.
   std::vector<Leaf> leaves;
@@ -308,7 +298,7 @@ int BuildSeccompFilterUncached(const SeccompConfig& cfg, std::vector<sock_filter
     const Rule& r = kRules[i];
     if (!Applies(r, net, mode)) continue;
     Leaf leaf{static_cast<uint32_t>(r.nr), {}};
-    if (int rc = EmitBody(r, supervise, supervise_paths, supervise_list, signals, reads, privacy_deny, &leaf.body)) {
+    if (int rc = EmitBody(r, cfg, &leaf.body)) {
       out->clear();
       return rc;
     }
@@ -338,12 +328,13 @@ int BuildSeccompFilter(const SeccompConfig& cfg, std::vector<sock_filter>* out) 
   // duplicates and sorts it: built once per config, then copied.
   const unsigned key = static_cast<unsigned>(cfg.net) | (cfg.isolated ? 4u : 0u) | (cfg.unix_stream_sockets ? 8u : 0u) |
                        (cfg.notify_connect ? 16u : 0u) | (cfg.notify_metadata ? 32u : 0u) | (cfg.notify_paths ? 64u : 0u) |
-                       (cfg.notify_listdir ? 128u : 0u) | (cfg.notify_signals ? 256u : 0u) | (cfg.notify_reads ? 512u : 0u);
+                       (cfg.notify_listdir ? 128u : 0u) | (cfg.notify_signals ? 256u : 0u) | (cfg.notify_reads ? 512u : 0u) |
+                       (cfg.trace_forks ? 1024u : 0u);
   static std::mutex mu;
-  static std::vector<sock_filter> built[1024];
-  static int result[1024];
-  static bool done[1024];
-  if (key >= 1024) return -EINVAL;
+  static std::vector<sock_filter> built[kSeccompConfigs];
+  static int result[kSeccompConfigs];
+  static bool done[kSeccompConfigs];
+  if (key >= kSeccompConfigs) return -EINVAL;
   std::lock_guard<std::mutex> lock(mu);
   if (!done[key]) {
     result[key] = BuildSeccompFilterUncached(cfg, &built[key]);

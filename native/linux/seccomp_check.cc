@@ -68,21 +68,7 @@ uint32_t Expected(const SeccompConfig& cfg, const SeccompData& d) {
   if (cfg.notify_connect && nr == static_cast<uint32_t>(__NR_connect)) {
     return (low(2) & 0xfffffff0u) != 0 ? kSeccompRetUserNotif : kAllow;
   }
-  const uint32_t supervise = cfg.notify_metadata ? kSeccompRetUserNotif : kAllow;
-  const uint32_t supervise_paths = cfg.notify_paths ? kSeccompRetUserNotif : kAllow;
-  const uint32_t supervise_list = cfg.notify_listdir ? kSeccompRetUserNotif : kAllow;
-  const uint32_t signals = cfg.notify_signals ? kSeccompRetUserNotif : kAllow;
-  const uint32_t reads = cfg.notify_reads ? kSeccompRetUserNotif : kAllow;
-  const uint32_t privacy_deny = cfg.notify_reads ? kEperm : kAllow;
-  auto action = [&](uint32_t x) {
-    return x == kSupervise         ? supervise
-           : x == kSupervisePaths  ? supervise_paths
-           : x == kSuperviseList   ? supervise_list
-           : x == kSuperviseSignals ? signals
-           : x == kSuperviseReads   ? reads
-           : x == kPrivacyDeny      ? privacy_deny
-                                    : x;
-  };
+  auto action = [&cfg](uint32_t x) { return ResolveAction(cfg, x); };
   for (const Rule& r : kRules) {
     if (!Applies(r, net, mode) || static_cast<uint32_t>(r.nr) != nr) continue;
     for (const Clause& c : r.clauses) {
@@ -129,7 +115,7 @@ int SeccompSelfCheck(long* cases, int* configs, char* first, size_t first_len) n
     seed ^= seed << 17;
     return seed;
   };
-  for (unsigned key = 0; key < 1024; ++key) {
+  for (unsigned key = 0; key < kSeccompConfigs; ++key) {
     SeccompConfig cfg;
     const unsigned net = key & 3;
     if (net > 2) continue;
@@ -142,6 +128,7 @@ int SeccompSelfCheck(long* cases, int* configs, char* first, size_t first_len) n
     cfg.notify_listdir = (key & 128) != 0;
     cfg.notify_signals = (key & 256) != 0;
     cfg.notify_reads = (key & 512) != 0;
+    cfg.trace_forks = (key & 1024) != 0;
     std::vector<sock_filter> prog;
     if (BuildSeccompFilter(cfg, &prog) != 0) continue;  // a config the builder refuses
     ++built;

@@ -38,6 +38,7 @@ constexpr uint32_t kSeccompRetKillProcess = 0x80000000u;
 constexpr uint32_t kSeccompRetErrno = 0x00050000u;
 constexpr uint32_t kSeccompRetAllow = 0x7fff0000u;
 constexpr uint32_t kSeccompRetUserNotif = 0x7fc00000u;
+constexpr uint32_t kSeccompRetTrace = 0x7ff00000u;
 constexpr unsigned kSeccompFilterFlagNewListener = 1u << 3;
 // SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV (5.19): once the supervisor has received a notification,
 // only a fatal signal interrupts the waiting call.
@@ -117,6 +118,13 @@ constexpr int kNrLink = kSkip;
 constexpr int kNrSymlink = kSkip;
 constexpr int kNrGetdents = kSkip;
 #endif
+#ifdef __NR_fork
+constexpr int kNrFork = __NR_fork;  // x86_64 only: aarch64 forks through clone
+constexpr int kNrVfork = __NR_vfork;
+#else
+constexpr int kNrFork = kSkip;
+constexpr int kNrVfork = kSkip;
+#endif
 #ifdef __NR_renameat
 constexpr int kNrRenameat = __NR_renameat;  // not on aarch64 (renameat2 only)
 #else
@@ -137,6 +145,10 @@ constexpr uint32_t kCloneNamespaceFlags = 0x00020000u /* CLONE_NEWNS */ |
                                           0x10000000u /* CLONE_NEWUSER */ |
                                           0x20000000u /* CLONE_NEWPID */ |
                                           0x40000000u /* CLONE_NEWNET */ | kCloneNewTime;
+// CLONE_UNTRACED: a child the tracer cannot follow. Only the kernel's own threads need it; under
+// the traced process cap (spawn_trace.cc) it would make a child the count never sees. Refused in
+// every mode.
+constexpr uint32_t kCloneUntraced = 0x00800000u;
 
 constexpr uint32_t kPerLinux = 0x0000u;
 constexpr uint32_t kPerLinux32 = 0x0008u;
@@ -170,6 +182,10 @@ constexpr uint32_t kSuperviseReads = 0x00030004u;
 // With /proc privacy (notify_reads) EPERM, else ALLOW: what would show the host's tables by
 // another way than /proc (netlink's socket diagnostics, `ss`).
 constexpr uint32_t kPrivacyDeny = 0x00030005u;
+// Process creation (clone, fork, vfork) with the traced process cap (SeccompConfig::trace_forks,
+// spawn_trace.cc): SECCOMP_RET_TRACE, so that init counts it before it happens; else ALLOW.
+// Without a tracer RET_TRACE fails the call (ENOSYS): a process that escaped the trace cannot fork.
+constexpr uint32_t kTraceForks = 0x00030006u;
 // fcntl(2) commands that name a process to receive SIGIO/SIGURG (and F_SETSIG's signal) later.
 constexpr uint32_t kFSetOwn = 8u;
 constexpr uint32_t kFSetOwnEx = 15u;
@@ -347,7 +363,9 @@ constexpr Rule kRules[] = {
     // PROC-08, PROC-09, PROC-10: namespaces, the old and new mount API, chroot.
     Deny(__NR_unshare),
     Deny(__NR_setns),
-    When(__NR_clone, kAnyNet, kAnyMode, kAllow, Clause{{AnyBit(0, kCloneNamespaceFlags)}, kEperm}),
+    When(__NR_clone, kAnyNet, kAnyMode, kTraceForks, Clause{{AnyBit(0, kCloneNamespaceFlags | kCloneUntraced)}, kEperm}),
+    Rule{kNrFork, kAnyNet, kAnyMode, kTraceForks, {}},
+    Rule{kNrVfork, kAnyNet, kAnyMode, kTraceForks, {}},
     // clone_args lives in memory a filter cannot read: make libc fall back to clone().
     Rule{__NR_clone3, kAnyNet, kAnyMode, kEnosys, {}},
     Deny(__NR_mount),
@@ -607,6 +625,25 @@ inline uint8_t NetBit(SeccompNet net) {
 
 inline bool Applies(const Rule& r, uint8_t net, uint8_t mode) {
   return r.nr != kSkip && (r.nets & net) != 0 && (r.modes & mode) != 0;
+}
+
+// Every SeccompConfig has a key below this (BuildSeccompFilter's cache, the self-check's sweep).
+constexpr unsigned kSeccompConfigs = 2048;
+
+// A table action as this config makes it: the placeholder actions (kSupervise...) become a real
+// return value, USER_NOTIF/TRACE/EPERM when the config has the mechanism, else ALLOW.
+inline uint32_t ResolveAction(const SeccompConfig& cfg, uint32_t a) {
+  auto on = [a](bool yes, uint32_t when) { return yes ? when : kAllow; };
+  switch (a) {
+    case kSupervise: return on(cfg.notify_metadata, kSeccompRetUserNotif);
+    case kSupervisePaths: return on(cfg.notify_paths, kSeccompRetUserNotif);
+    case kSuperviseList: return on(cfg.notify_listdir, kSeccompRetUserNotif);
+    case kSuperviseSignals: return on(cfg.notify_signals, kSeccompRetUserNotif);
+    case kSuperviseReads: return on(cfg.notify_reads, kSeccompRetUserNotif);
+    case kPrivacyDeny: return on(cfg.notify_reads, kEperm);
+    case kTraceForks: return on(cfg.trace_forks, kSeccompRetTrace);
+    default: return a;
+  }
 }
 
 inline int ClauseTestCount(const Clause& c) {

@@ -1,6 +1,7 @@
 // The command's own setup, after clone(CLONE_VM|CLONE_VFORK) from the parent (plain/Landlock) or
 // from init (isolated), up to execve: cgroups, session, stdio, fds, limits, capabilities, cwd,
 // Landlock, seccomp.
+#include <linux/futex.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -154,6 +155,16 @@ int CommandInChild(void* argp) {
   // and a clone copies its parent's table, so a second pass would be 62 syscalls that change nothing.
   if (p.mode == LinuxMode::kPlain) ResetSignalsInChild();
   long r;
+  // The traced process cap (spawn_trace.cc): init seizes us first, so that nothing of ours runs
+  // untraced; and we are no vfork child then, so init writes our oom_score_adj (below).
+  const bool traced = p.mode == LinuxMode::kLandlock && p.trace_process_cap != 0;
+  if (traced) {
+    uint32_t go;
+    while ((go = __atomic_load_n(&a->trace_go, __ATOMIC_ACQUIRE)) == 0) {
+      Sys(__NR_futex, &a->trace_go, FUTEX_WAIT_PRIVATE, 0, 0, 0, 0);
+    }
+    if (go != 1) FailInChild(a, kStageTrace, 0, a->trace_err);
+  }
   // Join the sandbox's cgroups first, so that everything the command does is counted there.
   // Writing "0" moves the writer only: we are still a vfork child sharing the host's memory, and
   // a memory cgroup charges an mm to its owner (the host), so init and the host stay outside.
@@ -163,7 +174,7 @@ int CommandInChild(void* argp) {
   }
   const bool spare = a->spare_ctrl >= 0;
   long oom_fd = -1;
-  if (p.mode != LinuxMode::kPlain) {
+  if (p.mode != LinuxMode::kPlain && !traced) {
     // The OOM killer takes the command, never init or the host (init shares the host's mm; a
     // victim's mm dies with every process sharing it). The kernel copies a new oom_score_adj to
     // every process sharing the writer's mm, except when the writer is a vfork child, as we are

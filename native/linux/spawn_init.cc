@@ -195,6 +195,12 @@ void KillTreeInChild(pid_t cmd) {
   // wait loop needs onto init's own stack first.
   const int status_fd = a->status_fd;
   const bool group = p.setsid;
+  TraceCount trace;  // 16 KiB of init's 256 KiB stack, used only when traced
+  trace.cap = static_cast<int32_t>(p.trace_process_cap);
+  trace.tasks = 1;
+  trace.inflight = 0;
+  trace.zombies = 0;
+  const bool traced = !isolated && trace.cap > 0;
   pid_t cmd;
   if (a->spare_init_ctrl >= 0) {
     // Isolated and prepared ahead: init must stay free to take the go, so a helper makes the
@@ -202,10 +208,25 @@ void KillTreeInChild(pid_t cmd) {
     if (clone(HelperInChild, a->helper_stack_top, CLONE_VM | SIGCHLD, a) < 0) FailInChild(a, kStageCommandClone, 1, -EAGAIN);
     ParkInitInChild(a);
     cmd = __atomic_load_n(&a->spare_cmd_pid, __ATOMIC_SEQ_CST);  // written at its clone, long before the go
+  } else if (traced) {
+    // The traced process cap (spawn_trace.cc): not a vfork child, so that init can seize it
+    // before it runs anything of its own; init waits for its exec instead.
+    a->trace_go = 0;
+    cmd = clone(CommandInChild, a->cmd_stack_top, CLONE_VM | SIGCHLD, a);
   } else {
     cmd = clone(CommandInChild, a->cmd_stack_top, CLONE_VM | CLONE_VFORK | SIGCHLD, a);
   }
   if (cmd <= 0) FailInChild(a, kStageCommandClone, 0, -EAGAIN);
+  int early_status = 0;
+  bool exited_early = false;
+  if (traced) {
+    long r = StartTracedCommandInChild(a, cmd, &trace, &early_status);
+    if (r < 0) {
+      Sys(__NR_kill, cmd, SIGKILL);
+      FailInChild(a, kStageTrace, 1, r);
+    }
+    exited_early = r == 1;  // it failed before its execve (and said why on err_fd)
+  }
   // The command has its own copies now. init keeps only the status pipe, so the command's stdio
   // reaches EOF exactly when the sandbox's last holder of it is gone.
   for (int i = 0; i < a->nstdio; ++i) Sys(__NR_close, a->stdio_fds[i]);
@@ -236,20 +257,27 @@ void KillTreeInChild(pid_t cmd) {
       KillTreeInChild(cmd);
     }
   };
+  auto finish = [&](int st) {
+    teardown();
+    int32_t status = st;
+    Sys(__NR_write, status_fd, &status, sizeof status);
+    ExitInChild(0);
+  };
+  if (exited_early) finish(early_status);
   for (;;) {
     siginfo_t si;
     long sig = Sys(__NR_rt_sigtimedwait, &set, &si, 0, 8);
     if (sig == SIGCHLD) {
       for (;;) {
         int st = 0;
-        long pid = Sys(__NR_wait4, -1, &st, WNOHANG | __WALL, 0);
+        long pid = traced ? WaitTracedInChild(&trace, &st) : Sys(__NR_wait4, -1, &st, WNOHANG | __WALL, 0);
         if (pid <= 0) break;
-        if (pid == cmd) {
-          teardown();
-          int32_t status = st;
-          Sys(__NR_write, status_fd, &status, sizeof status);
-          ExitInChild(0);
+        // Only tracees stop here (no WUNTRACED): the traced process cap's round trips.
+        if (WIFSTOPPED(st)) {
+          if (traced) OnTraceStopInChild(&trace, static_cast<pid_t>(pid), st);
+          continue;
         }
+        if (pid == cmd) finish(st);
       }
     } else if (sig == kParentDiedSignal || sig == kKillTreeSignal) {
       // Killing the sandbox: the command is killed with the rest, and reported as such.

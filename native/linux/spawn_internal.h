@@ -83,6 +83,7 @@ enum Stage : int32_t {
   kStageCgroup,
   kStageMaskFs,
   kStageQuota,
+  kStageTrace,
 };
 
 enum NoteBits : int32_t {
@@ -156,6 +157,10 @@ struct ChildArgs {
   const uint8_t* deferred;
   const uint8_t* check_ids;
   uint64_t* mount_ids;
+  // The traced process cap (plan.trace_process_cap): the command waits on trace_go (a futex
+  // word) until init has seized it: 1 go on, 2 init could not (trace_err: -errno).
+  uint32_t trace_go;
+  int32_t trace_err;
 };
 
 // Entries of spawn_mounts.cc's /proc/1 mask table (one prepared mask file each).
@@ -165,6 +170,23 @@ extern const int kProcMaskCount;
 // Real-time signals nothing else sends it; both start the same teardown.
 constexpr int kParentDiedSignal = 36;  // SIGRTMIN + 2 (glibc keeps 32 and 33 for itself)
 constexpr int kKillTreeSignal = 37;
+
+// The traced process cap (spawn_trace.cc), init's side. StartTracedCommandInChild seizes the
+// command (cloned sharing memory but not as a vfork child, waiting on a->trace_go), lets it go and
+// waits until it has exec'd: 0, or 1 when it exited first (*status), or -errno (it was killed).
+// OnTraceStopInChild handles one ptrace stop of the tree; TraceCount is init's whole state.
+// WaitTracedInChild is init's wait4(-1, WNOHANG) while tracing: it keeps the count of exits.
+constexpr int kTraceZombies = 4096;
+struct TraceCount {
+  int32_t cap;
+  int32_t tasks;     // the tree's live tasks (threads too)
+  int32_t inflight;  // creations let through whose outcome has not been seen yet
+  int32_t zombies;   // exited processes their parent has not reaped yet: zombie_fds[0..zombies)
+  int zombie_fds[kTraceZombies];  // their /proc/<pid>/stat, opened while they were zombies
+};
+long StartTracedCommandInChild(ChildArgs* a, pid_t cmd, TraceCount* c, int* status);
+void OnTraceStopInChild(TraceCount* c, pid_t tid, int status);
+long WaitTracedInChild(TraceCount* c, int* status);
 
 // ---- child-side helpers shared by the stages: raw syscalls only ---------------------------
 

@@ -111,6 +111,7 @@ const char* StageName(int32_t stage) {
     case kStageCgroup: return "joining the sandbox's cgroup";
     case kStageMaskFs: return "preparing init's mask files";
     case kStageQuota: return "lowering the user namespace's inotify limits";
+    case kStageTrace: return "tracing the command for the process cap (ptrace)";
     default: return "sandbox setup";
   }
 }

@@ -99,6 +99,9 @@ struct LinuxSpawnPlan {
   uint16_t proxy_port = 0;
   // Resource limits for the command (0 = leave unchanged).
   uint64_t rlimit_nproc = 0, rlimit_as = 0, rlimit_nofile = 0;
+  // Landlock mode as root without a pids cgroup (RLIMIT_NPROC does not bind uid 0): init traces
+  // the tree and fails task creation past this many tasks with EAGAIN (spawn_trace.cc). 0 = off.
+  uint32_t trace_process_cap = 0;
   // Per-uid kernel quotas the command could exhaust for every process of its uid (0 = unchanged).
   uint64_t rlimit_sigpending = 0, rlimit_msgqueue = 0;
   // Isolated: init lowers these in the sandbox's own user namespace (/proc/sys/user/*), -1 = keep
@@ -174,5 +177,9 @@ void DiscardSpare(LinuxSpare* spare) noexcept;
 // Returns 0 or -errno from the attempt; *procfs gets 0 or -errno from mounting a fresh procfs in
 // them (-ECHILD when the namespaces themselves failed).
 int ProbeUserNamespaces(bool with_net, int* procfs = nullptr) noexcept;
+// Can init trace the command (the traced process cap, spawn_trace.cc)? Tried for real: a child
+// sharing our memory, seized as init seizes the command. 0 or -errno (a container's seccomp
+// profile, Yama's ptrace_scope 2 or 3, a host process that is not dumpable).
+int ProcessTracingSupported() noexcept;
 
 }  // namespace psb

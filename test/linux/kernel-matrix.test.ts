@@ -168,7 +168,9 @@ describe.runIf(caps.linux)(`kernel matrix${CONFIG ? ` (${CONFIG}, uid ${process.
       expect(child.enforcement.gaps.join('\n')).toMatch(/not capped/);
       expect(peak).toBe(80);
     } else {
-      expect(capName).toMatch(new RegExp(`cgroup v[12] pids\\.max ${cap}|RLIMIT_NPROC ${cap}|RLIMIT_NPROC \\d+ \\(the uid's \\d+ tasks at spawn \\+ ${cap}:`));
+      expect(capName).toMatch(
+        new RegExp(`cgroup v[12] pids\\.max ${cap}|RLIMIT_NPROC ${cap}|RLIMIT_NPROC \\d+ \\(the uid's \\d+ tasks at spawn \\+ ${cap}:|traced by init: ${cap} tasks`),
+      );
       // Landlock mode without a cgroup: the bound is uid-wide (the uid's count at spawn plus the
       // cap), so tasks of the uid that end meanwhile leave the storm room beyond `cap`.
       const uidWide = /^RLIMIT_NPROC (\d+) \(the uid's/.exec(capName);

@@ -4,21 +4,24 @@
  * read-only).
  *
  * Unprivileged, Landlock mode's cap is RLIMIT_NPROC over the uid's task count: a bounded storm
- * stops short of its attempts, counted from outside. As root nothing binds (RLIMIT_NPROC exempts
- * uid 0), so the report must say so and the run needs `degraded`: checked both ways.
+ * stops short of its attempts, counted from outside. As root RLIMIT_NPROC never binds (the kernel
+ * exempts uid 0): init traces the tree and counts its tasks (native/linux/spawn_trace.cc), which
+ * must cap a storm, count threads, give ended tasks' places back, keep job control working and
+ * refuse a child it could not follow.
  *
  * And whatever caps processes must leave forks alone: a fork that waits in a seccomp user
  * notification fails EINTR when a signal lands first, which dash (Debian's /bin/sh) turns into
- * "Cannot fork" (supervise_procs.cc in this branch's history tried that). Command substitutions
- * with pipelines in a loop, the pattern that failed every time then, must run through.
+ * "Cannot fork" (supervise_procs.cc in this branch's history tried that); a ptrace stop does not
+ * withdraw it. Command substitutions with pipelines in a loop, the pattern that failed every time
+ * then, must run through (as root, under the traced cap).
  */
 import { spawnSync } from 'node:child_process';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 
-import { run, SandboxError } from '../../lib/index';
+import { run } from '../../lib/index';
 import type { SandboxPolicy } from '../../lib/policy-types';
 import { caps } from '../helpers/capabilities';
-import { BASE_ENV, expectNoProcess, killAll, sh, startForkStorm, uniqueSleep } from '../helpers/sandbox';
+import { BASE_ENV, expectNoProcess, killAll, PYTHON, sh, startForkStorm, uniqueSleep } from '../helpers/sandbox';
 
 const skip = !caps.linux ? 'not Linux' : !caps.landlock ? 'Landlock mode needs Landlock and seccomp' : undefined;
 // eslint-disable-next-line no-console
@@ -40,31 +43,77 @@ describe.skipIf(skip)('the process cap without a pids cgroup (PSB_CGROUP=off)', 
     for (const m of markers.splice(0)) killAll(m);
   });
 
-  it.skipIf(!caps.root)('as root: nothing caps processes, the report says so, and the run needs degraded', async () => {
-    let refused: unknown;
-    await run('/bin/true', [], { env: BASE_ENV, policy: landlock() }).catch((e: unknown) => (refused = e));
-    expect(refused).toBeInstanceOf(SandboxError);
-    expect((refused as SandboxError).code).toBe('EUNSUPPORTED_POLICY');
-    expect((refused as SandboxError).message).toMatch(/RLIMIT_NPROC does not bind uid 0, so the number of processes is not capped/);
-    const r = await run('/bin/true', [], { env: BASE_ENV, policy: landlock({ degraded: true }) });
-    expect(r.code).toBe(0);
-    expect(r.enforcement.mechanisms.processCap).toBe('none');
-    expect(r.enforcement.limits.maxProcesses).toBeNull();
-    expect(r.enforcement.gaps.join('\n')).toMatch(/RLIMIT_NPROC does not bind uid 0/);
-    // Control: with a group (this host can make one) the same policy needs no degraded.
-    delete process.env.PSB_CGROUP;
-    try {
-      const withGroup = await run('/bin/true', [], { env: BASE_ENV, policy: landlock() }).catch((e: unknown) => e);
-      if (withGroup instanceof Error) {
-        // eslint-disable-next-line no-console
-        console.warn(`[process-cap-no-cgroup] SKIPPING the cgroup control: this host makes no group either (${withGroup.message.slice(0, 200)})`);
-      } else {
-        expect(withGroup.enforcement.mechanisms.processCap).toMatch(/^cgroup v[12] pids\.max 4096$/);
-      }
-    } finally {
-      process.env.PSB_CGROUP = 'off';
-    }
-  });
+  it.skipIf(!caps.root)('as root: init traces the tree and caps its tasks, a bounded storm counted from outside; no degraded needed', async () => {
+    const marker = uniqueSleep();
+    markers.push(marker);
+    const { child, out, peak } = await startForkStorm(60, marker, { env: BASE_ENV, policy: landlock({ limits: { maxProcesses: 16 } }) });
+    const cap = child.enforcement.mechanisms.processCap as string;
+    const gaps = child.enforcement.gaps.join('\n');
+    const limit = child.enforcement.limits.maxProcesses;
+    child.stdin!.end();
+    await child.exited;
+    expect(cap).toBe('traced by init: 16 tasks, threads included (creations past them fail EAGAIN)');
+    expect(limit).toBe(16);
+    expect(gaps).not.toMatch(/capped/);
+    // python itself is one of the 16: at most 15 sleepers, and the rest of the 60 refused.
+    expect(out(), cap).toMatch(/started ([1-9]|1[0-5]) failed (4[5-9]|5[0-9])/);
+    expect(peak, out()).toBeGreaterThan(0);
+    expect(peak, out()).toBeLessThanOrEqual(15);
+    await expectNoProcess(marker);
+    // Control: the same storm under a cap above it runs whole.
+    const free = uniqueSleep();
+    markers.push(free);
+    const ctl = await startForkStorm(20, free, { env: BASE_ENV, policy: landlock({ limits: { maxProcesses: 64 } }) });
+    ctl.child.stdin!.end();
+    await ctl.child.exited;
+    expect(ctl.out()).toMatch(/started 20 failed 0/);
+    expect(ctl.peak).toBe(20);
+  }, 120_000);
+
+  it.skipIf(!caps.root || !caps.python)('as root: threads count too, and ended tasks give their place back', async () => {
+    const threads =
+      'import threading, time\nev = threading.Event()\nn = 0\ntry:\n  for i in range(40):\n    threading.Thread(target=ev.wait).start(); n += 1\n' +
+      'except RuntimeError as e:\n  print("refused", e)\nprint("threads", n)\nev.set()';
+    const capped = await run(PYTHON, ['-c', threads], { env: BASE_ENV, policy: landlock({ limits: { maxProcesses: 16 } }) });
+    expect(capped.stdout).toMatch(/refused can't start new thread/);
+    expect(capped.stdout).toMatch(/^threads 15$/m);
+    const ctl = await run(PYTHON, ['-c', threads], { env: BASE_ENV, policy: landlock({ limits: { maxProcesses: 64 } }) });
+    expect([ctl.stdout, ctl.code]).toEqual(['threads 40\n', 0]);
+    // 300 children one after another under a cap of 3 (the shell, one child, one to spare): each
+    // exit is counted, or the fourth fork would fail.
+    const serial = await sh('i=0; while [ $i -lt 300 ]; do /bin/true || exit 9; i=$((i+1)); done; echo $i', {
+      policy: landlock({ limits: { maxProcesses: 3 } }),
+    });
+    expect([serial.stdout, serial.stderr, serial.code]).toEqual(['300\n', '', 0]);
+    // A process that has exited keeps its pid until its parent reaps it: zombies count (else a
+    // parent that never reaps could take every pid of the host).
+    const zombies = (reap: boolean) =>
+      `import os, time\nok = 0\ntry:\n  for i in range(40):\n    p = os.fork()\n    if p == 0: os._exit(0)\n    ok += 1\n` +
+      `    ${reap ? 'os.waitpid(p, 0)' : 'time.sleep(0.01)'}\nexcept OSError as e:\n  print("refused", e.errno)\nprint("forked", ok)`;
+    const unreaped = await run(PYTHON, ['-c', zombies(false)], { env: BASE_ENV, policy: landlock({ limits: { maxProcesses: 16 } }) });
+    expect(unreaped.stdout).toBe('refused 11\nforked 15\n');
+    const reaped = await run(PYTHON, ['-c', zombies(true)], { env: BASE_ENV, policy: landlock({ limits: { maxProcesses: 16 } }) });
+    expect(reaped.stdout).toBe('forked 40\n');
+  }, 120_000);
+
+  it.skipIf(!caps.root || !caps.python)('as root: job control still works, and a child the tracer could not follow is refused', async () => {
+    const jobs = await sh(
+      'sleep 30 & p=$!; kill -STOP $p; sleep 0.3; s1=$(grep "^State" /proc/$p/status); kill -CONT $p; sleep 0.3; ' +
+        's2=$(grep "^State" /proc/$p/status); kill $p; wait $p; echo "rc=$? $s1 / $s2"',
+      { policy: landlock({ limits: { maxProcesses: 16 } }) },
+    );
+    // A stopped tracee shows "t (tracing stop)" where an untraced one shows "T (stopped)".
+    expect(jobs.stdout).toMatch(/^rc=143 State:\s+[tT] \((tracing stop|stopped)\) \/ State:\s+S \(sleeping\)\n$/);
+    const nr = process.arch === 'arm64' ? 220 : 56;
+    const untraced =
+      `import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n` +
+      `r = libc.syscall(${nr}, 0x00800000 | 17, 0, 0, 0, 0)\nif r == 0: os._exit(0)\nprint(r, os.strerror(ctypes.get_errno()))`;
+    const refused = await run(PYTHON, ['-c', untraced], { env: BASE_ENV, policy: landlock({ limits: { maxProcesses: 16 } }) });
+    expect(refused.stdout).toBe('-1 Operation not permitted\n');
+    // Control: the same call without CLONE_UNTRACED makes a child.
+    const plain = await run(PYTHON, ['-c', untraced.replace('0x00800000 | 17', '17')], { env: BASE_ENV, policy: landlock({ limits: { maxProcesses: 16 } }) });
+    expect(plain.stdout).toMatch(/^[1-9]\d* /);
+  }, 60_000);
 
   it.skipIf(caps.root)('unprivileged: RLIMIT_NPROC over the uid\'s count caps a bounded storm, counted from outside', async () => {
     const marker = uniqueSleep();

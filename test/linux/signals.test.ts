@@ -263,9 +263,9 @@ describe.runIf(caps.linux)('PROC-06: signals reach the sandbox\'s own processes 
 // The plan alone (no spawn): which mechanism holds PROC-06 in Landlock mode on each kernel, and
 // what the report says, including the process cap without a cgroup.
 describe('PROC-06 and the process cap in a Landlock-mode plan', () => {
-  const plan = async (landlockAbi: number, connectSupervisor: number, uidTasks?: number, euid = 1000) => {
+  const plan = async (landlockAbi: number, connectSupervisor: number, uidTasks?: number, euid = 1000, processTracing?: number) => {
     const { planLinux } = await import('../../lib/platform/linux-plan');
-    const probe = { landlockAbi, seccomp: 0, userns: -1, euid, connectSupervisor };
+    const probe = { landlockAbi, seccomp: 0, userns: -1, euid, connectSupervisor, processTracing };
     const rules = {
       readAll: true, readRoots: [], writeRoots: ['/srv/ws'], readOnly: [], denyRead: [],
       tmp: 'none', network: { kind: 'none' }, mode: 'landlock', degraded: true, limits: {},
@@ -291,7 +291,7 @@ describe('PROC-06 and the process cap in a Landlock-mode plan', () => {
     expect(none.enforcement.gaps.join('\n')).toMatch(/no signal scoping .*processes outside the sandbox can be signalled/);
   });
 
-  it('without a cgroup: RLIMIT_NPROC is the uid\'s count plus the cap; as root the report says nothing binds', async () => {
+  it('without a cgroup: RLIMIT_NPROC is the uid\'s count plus the cap; as root init traces and counts, or the report says nothing binds', async () => {
     const p = await plan(7, 0, 123);
     expect(p.native.rlimitNproc).toBe(123 + 4096);
     expect(p.enforcement.mechanisms.processCap).toBe("RLIMIT_NPROC 4219 (the uid's 123 tasks at spawn + 4096: counts all of the user's processes)");
@@ -299,8 +299,17 @@ describe('PROC-06 and the process cap in a Landlock-mode plan', () => {
     const uncounted = await plan(7, 0, undefined);
     expect(uncounted.native.rlimitNproc).toBeUndefined();
     expect(uncounted.enforcement.gaps.join('\n')).toMatch(/no process cap: this uid's processes could not be counted/);
-    const root = await plan(7, 0, undefined, 0);
-    expect(root.enforcement.mechanisms.processCap).toBe('none');
-    expect(root.enforcement.gaps.join('\n')).toMatch(/RLIMIT_NPROC does not bind uid 0, so the number of processes is not capped/);
+    const root = await plan(7, 0, undefined, 0, 0);
+    expect(root.native.traceProcessCap).toBe(4096);
+    expect(root.native.rlimitNproc).toBeUndefined();
+    expect(root.enforcement.mechanisms.processCap).toBe('traced by init: 4096 tasks, threads included (creations past them fail EAGAIN)');
+    expect(root.enforcement.limits.maxProcesses).toBe(4096);
+    expect(root.enforcement.gaps.join('\n')).not.toMatch(/capped/);
+    const untraceable = await plan(7, 0, undefined, 0, -1);
+    expect(untraceable.native.traceProcessCap).toBeUndefined();
+    expect(untraceable.enforcement.mechanisms.processCap).toBe('none');
+    expect(untraceable.enforcement.gaps.join('\n')).toMatch(
+      /RLIMIT_NPROC does not bind uid 0, so the number of processes is not capped \(init cannot trace the command here to count them: errno 1\)/,
+    );
   });
 });

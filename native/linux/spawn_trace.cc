@@ -1,0 +1,285 @@
+// The traced process cap: Landlock mode's cap on the sandbox's tasks where nothing else binds.
+//
+// Why. A pids cgroup caps a sandbox's tasks; unprivileged, RLIMIT_NPROC over the uid's count does.
+// As root neither may exist: RLIMIT_NPROC never binds uid 0 (the kernel exempts the root user,
+// whatever its capabilities), and a default container's cgroup file system is read-only. Landlock
+// mode has no pid namespace either. So init counts: it traces the whole tree (ptrace), the filter
+// stops every task creation (clone, fork, vfork; clone3 is ENOSYS, CLONE_UNTRACED is refused) in
+// SECCOMP_RET_TRACE, and init fails those past the cap with EAGAIN, as pids.max does.
+//
+// Why a tracer and not the seccomp supervisor. A call waiting in a user notification is withdrawn
+// by any signal that lands before the supervisor takes it, and fails EINTR where the handler lacks
+// SA_RESTART (a plain fork is restarted whatever the handler says); dash then says "Cannot fork".
+// A call held in a ptrace stop is not withdrawn (bench/fork-stop-signals.c).
+//
+// How it counts. tasks: the tree's live tasks, threads included (pids.max and RLIMIT_NPROC count
+// them too). +1 at each creation event (PTRACE_EVENT_FORK/VFORK/CLONE, reported in the creator
+// before its call returns; with auto-attach every new task is a tracee from its first
+// instruction); -1 at each death init is told of (a tracer hears of every tracee's death, child or
+// not, threads too with __WALL), and at an exec that made another thread the leader (its old tid
+// vanishes unreported). But a process that has exited holds its pid until its parent reaps it,
+// and pids.max and RLIMIT_NPROC count it until then (else a command that never reaps could take
+// every pid of the host: pid_max is 32768 on small machines). A parent other than init reaps
+// without telling init, so init keeps each exited process's /proc/<pid>/stat open (opened before
+// init's own wait lets the parent reap it, so the pid cannot have been reused) and counts it as a
+// zombie until reading it fails (ESRCH: reaped). A creation is judged at its seccomp stop:
+// refused when tasks + zombies + inflight reach the cap (the zombies are re-checked first), where
+// inflight counts creations let through whose event (success) or failed return (a syscall-exit
+// stop) init has not seen yet, so concurrent creations cannot overshoot together.
+//
+// Why the command is not a vfork child here. init seizes it before it runs anything of its own
+// (it waits on a futex word), which init could not do asleep in vfork; init then waits for its
+// exec stop instead. Until execve it shares memory with init and the host, as before. The one
+// thing only a vfork child may do then is write its oom_score_adj (the kernel copies a new value to
+// every process sharing the mm, the host included): init writes it at the exec stop instead.
+//
+// What the tracer changes for the command. Its tasks show init as TracerPid, and nothing else can
+// trace them (ptrace is refused in the sandbox anyway). Every signal to a member passes through
+// init (a signal-delivery stop, re-injected unchanged); job-control stops stay stops
+// (PTRACE_LISTEN). PTRACE_O_EXITKILL: if init dies, every tracee is killed.
+//
+// Limits. A task killed by SIGKILL between its seccomp stop and the event leaves inflight one too
+// high for the rest of the run (the cap binds a task earlier); so does a zombie beyond the
+// kTraceZombies init can follow at once (only with a cap above that). Without procfs zombies are
+// not counted. Every creation and signal costs a round trip through init (a few microseconds).
+//
+// Child-side functions make raw syscalls only (init shares the host's memory); the probe at the
+// end runs on the host.
+#include <elf.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/ptrace.h>
+#include <sys/uio.h>
+#include <sys/user.h>
+#include <sys/wait.h>
+
+#include <memory>
+#include <new>
+
+#include "spawn_internal.h"
+
+namespace psb {
+namespace spawn_internal {
+namespace {
+
+constexpr long kTraceOptions = PTRACE_O_TRACESYSGOOD | PTRACE_O_TRACEFORK | PTRACE_O_TRACEVFORK | PTRACE_O_TRACECLONE |
+                               PTRACE_O_TRACEEXEC | PTRACE_O_TRACESECCOMP | PTRACE_O_EXITKILL;
+
+// Makes the creation `tid` is stopped in fail with `err` (negative) without running it: the
+// syscall number becomes -1 (skipped), the return value err.
+long FailCallInChild(pid_t tid, long err) {
+  struct user_regs_struct regs;
+  struct iovec io = {&regs, sizeof regs};
+  long r = Sys(__NR_ptrace, PTRACE_GETREGSET, tid, NT_PRSTATUS, &io);
+  if (r < 0) return r;
+#if defined(__x86_64__)
+  regs.orig_rax = static_cast<unsigned long long>(-1LL);
+  regs.rax = static_cast<unsigned long long>(err);
+  return Sys(__NR_ptrace, PTRACE_SETREGSET, tid, NT_PRSTATUS, &io);
+#elif defined(__aarch64__)
+  regs.regs[0] = static_cast<unsigned long long>(err);
+  r = Sys(__NR_ptrace, PTRACE_SETREGSET, tid, NT_PRSTATUS, &io);
+  if (r < 0) return r;
+  int nr = -1;
+  struct iovec nio = {&nr, sizeof nr};
+  return Sys(__NR_ptrace, PTRACE_SETREGSET, tid, NT_ARM_SYSTEM_CALL, &nio);
+#else
+#error "the traced process cap knows x86_64 and aarch64 registers only"
+#endif
+}
+
+// The creation `tid` returned from failed (a syscall-exit stop with a negative result)?
+bool FailedReturnInChild(pid_t tid) {
+  struct __ptrace_syscall_info info;
+  long r = Sys(__NR_ptrace, PTRACE_GET_SYSCALL_INFO, tid, sizeof info, &info);
+  return r > 0 && info.op == PTRACE_SYSCALL_INFO_EXIT && info.exit.is_error != 0;
+}
+
+// "/proc/<pid>/<leaf>", by hand (no snprintf after clone).
+void ProcPathInChild(pid_t pid, const char* leaf, char* out) {
+  char num[24];
+  int n = 0;
+  for (long v = pid; v > 0; v /= 10) num[n++] = static_cast<char>('0' + v % 10);
+  int len = 0;
+  for (const char* c = "/proc/"; *c; ++c) out[len++] = *c;
+  while (n > 0) out[len++] = num[--n];
+  out[len++] = '/';
+  for (const char* c = leaf; *c; ++c) out[len++] = *c;
+  out[len] = 0;
+}
+
+// Forgets the zombies their parents have reaped since: their stat file no longer reads.
+void SweepZombiesInChild(TraceCount* c) {
+  char byte;
+  for (int i = 0; i < c->zombies;) {
+    if (Sys(__NR_pread64, c->zombie_fds[i], &byte, 1, 0) >= 0) {
+      ++i;
+      continue;
+    }
+    Sys(__NR_close, c->zombie_fds[i]);
+    c->zombie_fds[i] = c->zombie_fds[--c->zombies];
+  }
+}
+
+void ReleaseCommandInChild(ChildArgs* a, uint32_t go) {
+  __atomic_store_n(&a->trace_go, go, __ATOMIC_RELEASE);
+  Sys(__NR_futex, &a->trace_go, FUTEX_WAKE_PRIVATE, 1, 0, 0, 0);
+}
+
+}  // namespace
+
+long StartTracedCommandInChild(ChildArgs* a, pid_t cmd, TraceCount* c, int* status) {
+  long r = Sys(__NR_ptrace, PTRACE_SEIZE, cmd, 0, kTraceOptions);
+  if (r < 0) {
+    // The command reports it (kStageTrace) and exits; its exit is ours to report as usual.
+    a->trace_err = static_cast<int32_t>(r);
+    ReleaseCommandInChild(a, 2);
+  } else {
+    ReleaseCommandInChild(a, 1);
+  }
+  for (;;) {
+    int st = 0;
+    r = Sys(__NR_wait4, cmd, &st, __WALL, 0);
+    if (r == -EINTR) continue;
+    if (r < 0) return r;
+    if (!WIFSTOPPED(st)) {
+      *status = st;
+      return 1;
+    }
+    if ((st >> 16) == PTRACE_EVENT_EXEC) {
+      // The new program has not run an instruction yet: make it the OOM killer's first choice
+      // now (see the top). No procfs (ENOENT) only loses the preference.
+      char path[64];
+      ProcPathInChild(cmd, "oom_score_adj", path);
+      r = WriteFileInChild(path, "1000");
+      if (r < 0 && r != -ENOENT) {
+        Sys(__NR_kill, cmd, SIGKILL);
+        FailInChild(a, kStageOomScore, 1, r);
+      }
+      OnTraceStopInChild(c, cmd, st);
+      return 0;
+    }
+    OnTraceStopInChild(c, cmd, st);
+  }
+}
+
+void OnTraceStopInChild(TraceCount* c, pid_t tid, int st) {
+  const int sig = (st >> 8) & 0xff;
+  const int event = (st >> 16) & 0xff;
+  long req = PTRACE_CONT;
+  long data = 0;
+  switch (event) {
+    case PTRACE_EVENT_SECCOMP:  // only creations stop here (kTraceForks)
+      if (c->zombies > 0 && c->tasks + c->zombies + c->inflight >= c->cap) SweepZombiesInChild(c);
+      if (c->tasks + c->zombies + c->inflight >= c->cap) {
+        long r = FailCallInChild(tid, -EAGAIN);
+        // Never let a creation past the cap run: a task whose registers cannot be set dies.
+        if (r < 0 && r != -ESRCH) Sys(__NR_kill, tid, SIGKILL);
+      } else {
+        ++c->inflight;
+        req = PTRACE_SYSCALL;  // its return stops too, unless the event comes first (below)
+      }
+      break;
+    case PTRACE_EVENT_FORK:
+    case PTRACE_EVENT_VFORK:
+    case PTRACE_EVENT_CLONE:
+      // It happened; PTRACE_CONT drops the syscall-exit stop asked for above.
+      if (c->inflight > 0) --c->inflight;
+      ++c->tasks;
+      break;
+    case PTRACE_EVENT_EXEC: {
+      unsigned long old = 0;
+      if (Sys(__NR_ptrace, PTRACE_GETEVENTMSG, tid, 0, &old) == 0 && static_cast<pid_t>(old) != tid) --c->tasks;
+      break;
+    }
+    case PTRACE_EVENT_STOP:
+      // A group stop (job control) stays one until SIGCONT; anything else (a new task's first stop,
+      // the end of a group stop) goes on.
+      if (sig == SIGSTOP || sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU) req = PTRACE_LISTEN;
+      break;
+    case 0:
+      if (sig == (SIGTRAP | 0x80)) {
+        // A creation let through returns without its event: it failed.
+        if (FailedReturnInChild(tid) && c->inflight > 0) --c->inflight;
+      } else {
+        data = sig;  // a signal on its way: delivered unchanged
+      }
+      break;
+    default:
+      break;
+  }
+  Sys(__NR_ptrace, req, tid, 0, data);
+}
+
+long WaitTracedInChild(TraceCount* c, int* status) {
+  // Look first (WNOWAIT): for an exit, open its stat file while its pid still names it.
+  siginfo_t si;
+  memset(&si, 0, sizeof si);
+  long r = Sys(__NR_waitid, P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT | __WALL, 0);
+  if (r < 0 || si.si_pid <= 0) return r < 0 ? r : 0;
+  const pid_t pid = si.si_pid;
+  long fd = -1;
+  if (si.si_code == CLD_EXITED || si.si_code == CLD_KILLED || si.si_code == CLD_DUMPED) {
+    char path[64];
+    ProcPathInChild(pid, "stat", path);
+    fd = Sys(__NR_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
+  }
+  r = Sys(__NR_wait4, pid, status, WNOHANG | __WALL, 0);
+  if (r <= 0 || WIFSTOPPED(*status)) {
+    if (fd >= 0) Sys(__NR_close, fd);
+    return r;
+  }
+  --c->tasks;
+  // Reaped by that wait (init's own child), released at exit (a thread; a parent that ignores
+  // SIGCHLD) or already gone: nothing holds a pid. Else a zombie until its parent reaps it.
+  char byte;
+  if (fd < 0) return r;
+  if (Sys(__NR_pread64, fd, &byte, 1, 0) < 0) {
+    Sys(__NR_close, fd);
+    return r;
+  }
+  if (c->zombies == kTraceZombies) SweepZombiesInChild(c);
+  if (c->zombies == kTraceZombies) {
+    ++c->tasks;  // cannot follow it: counted for the rest of the run (see the top)
+    Sys(__NR_close, fd);
+  } else {
+    c->zombie_fds[c->zombies++] = static_cast<int>(fd);
+  }
+  return r;
+}
+
+}  // namespace spawn_internal
+
+namespace {
+
+int ProbeTraceeInChild(void* arg) {
+  uint32_t* go = static_cast<uint32_t*>(arg);
+  while (__atomic_load_n(go, __ATOMIC_ACQUIRE) == 0) Sys(__NR_futex, go, FUTEX_WAIT_PRIVATE, 0, 0, 0, 0);
+  spawn_internal::ExitInChild(0);
+}
+
+}  // namespace
+
+int ProcessTracingSupported() noexcept {
+  constexpr size_t kStack = 16 * 1024;
+  std::unique_ptr<char[]> stack(new (std::nothrow) char[kStack]);
+  if (!stack) return -ENOMEM;
+  char* top = reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(stack.get() + kStack) & ~uintptr_t{15});
+  uint32_t go = 0;
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pid_t pid = clone(ProbeTraceeInChild, top, CLONE_VM | SIGCHLD, &go);
+  int e = errno;
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (pid < 0) return -e;
+  long r = Sys(__NR_ptrace, PTRACE_SEIZE, pid, 0, PTRACE_O_EXITKILL);
+  __atomic_store_n(&go, 1, __ATOMIC_RELEASE);
+  Sys(__NR_futex, &go, FUTEX_WAKE_PRIVATE, 1, 0, 0, 0);
+  int st = 0;
+  while (waitpid(pid, &st, __WALL) < 0 && errno == EINTR) {
+  }
+  return r < 0 ? static_cast<int>(r) : 0;
+}
+
+}  // namespace psb
