@@ -186,7 +186,9 @@ function eventShape(c: Client, processId: string) {
   const seqs = ev.map((e) => e.params!.seq as number);
   return {
     seqIncreasing: seqs.every((s, i) => i === 0 || s > seqs[i - 1]!),
-    firstSeq: seqs[0],
+    // The lowest, not the first delivered: the reference sometimes delivers out of order
+    // (seqIncreasing false, then 2 came first); ours is held to strict order by seqIncreasing.
+    firstSeq: Math.min(...seqs),
     lastIsClosed: ev[ev.length - 1]?.method === 'process/closed',
     exitedCount: ev.filter((e) => e.method === 'process/exited').length,
     closedSeqIsMax: (ev.find((e) => e.method === 'process/closed')?.params?.seq as number) === Math.max(...seqs),
