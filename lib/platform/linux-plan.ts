@@ -1055,8 +1055,9 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       else if (limits.maxProcesses) native.rlimitNproc = limits.maxProcesses;
     }
     // As root RLIMIT_NPROC never binds: init traces the tree and counts its tasks instead
-    // (native/linux/spawn_trace.cc), where it can trace the command at all.
-    if (!cg && probe.euid === 0 && probe.processTracing === 0) native.traceProcessCap = limits.maxProcesses ?? DEFAULT_MAX_PROCESSES;
+    // (native/linux/spawn_trace.cc), where it can trace the command at all; so too for a user
+    // whose tasks /proc cannot count (hidepid) and who set no limit.
+    if (!cg && !native.rlimitNproc && probe.processTracing === 0) native.traceProcessCap = limits.maxProcesses ?? DEFAULT_MAX_PROCESSES;
     protectPartial = (rules.gaps ?? []).length > 0;
     if (!metadataSupervised) {
       gaps.push(...LANDLOCK_INHERENT_GAPS.map((g) => `${g}; ${noSupervision(probe)}`));
@@ -1110,7 +1111,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       gaps.push("a writable root covers /proc: the host's own /proc files (oom_score_adj among them) are writable");
     }
     gaps.push("POSIX shared memory and semaphores (/dev/shm) are unavailable: the host's would be shared");
-    if (!native.rlimitNproc && !cg && probe.euid !== 0) {
+    if (!native.rlimitNproc && !native.traceProcessCap && !cg && probe.euid !== 0) {
       gaps.push("no process cap: this uid's processes could not be counted in /proc, and RLIMIT_NPROC counts all of them (set limits.maxProcesses)");
     }
     // Before ABI 3 truncation is not a Landlock right: truncate(2) and open(O_RDONLY|O_TRUNC) of any

@@ -299,6 +299,12 @@ describe('PROC-06 and the process cap in a Landlock-mode plan', () => {
     const uncounted = await plan(7, 0, undefined);
     expect(uncounted.native.rlimitNproc).toBeUndefined();
     expect(uncounted.enforcement.gaps.join('\n')).toMatch(/no process cap: this uid's processes could not be counted/);
+    // Where init can trace the command, it counts instead.
+    const tracedUser = await plan(7, 0, undefined, 1000, 0);
+    expect(tracedUser.native.rlimitNproc).toBeUndefined();
+    expect(tracedUser.native.traceProcessCap).toBe(4096);
+    expect(tracedUser.enforcement.gaps.join('\n')).not.toMatch(/process cap|capped/);
+    expect((await plan(7, 0, 123, 1000, 0)).native.traceProcessCap).toBeUndefined();  // RLIMIT_NPROC binds then
     const root = await plan(7, 0, undefined, 0, 0);
     expect(root.native.traceProcessCap).toBe(4096);
     expect(root.native.rlimitNproc).toBeUndefined();
