@@ -133,8 +133,6 @@ bool Start(int listener, uint64_t id, int fd, int flags, bool cloexec) {
 
 void AnswerWithFd(int listener, uint64_t id, int fd, bool cloexec) {
   static std::atomic<bool> no_send{false};
-  // From here on this thread touches only the call's own fds (supervisor.cc, "Threading").
-  if (notify::before_blocking_answer != nullptr) notify::before_blocking_answer();
   notify::SeccompNotifAddfd a;
   memset(&a, 0, sizeof a);
   a.id = id;

@@ -163,11 +163,6 @@ struct PidfdCache {
 };
 inline thread_local PidfdCache pidfd_cache;
 
-// Called on a supervisor thread right before an answer that blocks until the command has taken
-// it (an fd given with SECCOMP_IOCTL_NOTIF_ADDFD): supervisor.cc lets another of the sandbox's
-// supervisor threads take the next call meanwhile. nullptr elsewhere (the waiter threads).
-inline thread_local void (*before_blocking_answer)() = nullptr;
-
 // A pidfd for the notifying task, checked afterwards to still name the task that made call `id`
 // (no pid reuse in between). -1 when none can be had or the call is gone.
 inline int PidfdFor(int listener, const SeccompNotif& n) {

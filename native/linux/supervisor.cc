@@ -5,15 +5,7 @@
 // answer (notify_abi.h has the shared steps); each class's rules are in its own file.
 //
 // Threading: each sandbox's supervisor is a thread of its own that blocks in poll() on the
-// listener and answers every call inline; a second one joins the first time a call is answered
-// with an fd, and the two take turns (Supervisor::turn: one waits for, takes and judges a call
-// at a time; the classes keep their per-thread state thread_local). Why: SECCOMP_IOCTL_NOTIF_ADDFD
-// returns only once the command has taken the fd, two wake-ups that often land on the other CPU,
-// and the command's next call used to wait for the second of them; now the other thread already
-// waits for it (LetFollowerIn gives up the turn right before that ioctl, after which the thread
-// touches only the call's own fds). The file-heavy workload on a tmpfs, Landlock mode against
-// isolated mode, two builds interleaved twice at load ≈2: 3.68x and 3.89x one thread, 3.23x and
-// 3.27x two (docs/performance.md). The command waits in each supervised call until it is
+// listener and answers every call inline. The command waits in each supervised call until it is
 // answered, so what a call costs is the round trip command -> supervisor -> command plus the
 // class's own work. That round trip used to go through the host's loop (uv_poll woke the JS
 // thread, which queued the call for a worker thread): one more wake-up per call, and a wait for
@@ -82,42 +74,7 @@ struct Supervisor {
   napi_env env = nullptr;
   SupervisorConfig config;
   ConnectClass* connect = nullptr;  // with a proxy port
-  // The loop's turn (see "Threading" at the top): held while a thread waits for, takes and
-  // judges a call; given up only for an answer that blocks (LetFollowerIn).
-  std::mutex turn;
-  int threads = 1;         // under turn
-  bool follower = false;   // under turn: the second thread was started (or tried)
-  bool ending = false;     // under turn
 };
-
-void* Main(void* arg);
-
-// This thread's supervisor and its hold on the turn, for LetFollowerIn.
-thread_local Supervisor* t_supervisor = nullptr;
-thread_local std::unique_lock<std::mutex>* t_turn = nullptr;
-
-// notify::before_blocking_answer on a supervisor thread: an fd is about to be given with ADDFD,
-// whose ioctl returns only once the command has taken it (two wake-ups, often of the other CPU).
-// The next call the command makes need not wait for this thread's return: the sandbox's second
-// supervisor thread (started the first time) takes the turn and waits for it meanwhile.
-void LetFollowerIn() {
-  Supervisor* s = t_supervisor;
-  if (s == nullptr || t_turn == nullptr || !t_turn->owns_lock()) return;
-  if (!s->follower) {
-    s->follower = true;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, 512 * 1024);
-    pthread_t t;
-    // This thread's mask (every signal blocked) is the new one's, and so are its capabilities:
-    // the whole set, as every supervisor thread starts (the classes keep theirs per thread).
-    nargs::RaiseThreadCaps();
-    if (pthread_create(&t, &attr, Main, s) == 0) ++s->threads;
-    pthread_attr_destroy(&attr);
-  }
-  t_turn->unlock();
-}
 
 // The supervisors alive, for the env cleanup hook; a thread leaves it before freeing itself.
 std::mutex live_mu;
@@ -223,12 +180,7 @@ void* Main(void* arg) {
   pthread_setname_np(pthread_self(), "psb-supervisor");
   struct pollfd fds[2 + kMaxWatched];
   PSB_PROF_START();
-  t_supervisor = s;
-  notify::before_blocking_answer = LetFollowerIn;
   for (;;) {
-    std::unique_lock<std::mutex> turn(s->turn);
-    t_turn = &turn;
-    if (s->ending) break;
     fds[0] = {s->stop, POLLIN, 0};
     fds[1] = {s->listener, POLLIN, 0};
     const size_t waiting = s->connect != nullptr ? ConnectPollFds(s->connect, fds + 2, kMaxWatched) : 0;
@@ -258,15 +210,7 @@ void* Main(void* arg) {
     PSB_PROF_CALL();
     Dispatch(s, n);
   }
-  t_turn = nullptr;
-  // Whichever thread saw the end says so; the last one out ends the supervisor.
-  bool last;
-  {
-    std::lock_guard<std::mutex> g(s->turn);
-    s->ending = true;
-    last = --s->threads == 0;
-  }
-  if (last) End(s);
+  End(s);
   return nullptr;
 }
 
