@@ -94,6 +94,17 @@ describe.skipIf(skip)('the process cap without a pids cgroup (PSB_CGROUP=off)', 
     expect(unreaped.stdout).toBe('refused 11\nforked 15\n');
     const reaped = await run(PYTHON, ['-c', zombies(true)], { env: BASE_ENV, policy: landlock({ limits: { maxProcesses: 16 } }) });
     expect(reaped.stdout).toBe('forked 40\n');
+    // An exec ends every other thread, and from a thread other than the leader it takes the
+    // leader's task id (one task vanishes unreported): 5 tasks before, exactly 1 after, so the
+    // new program may make 9 children under a cap of 10, from either thread.
+    const forker = "import os, time\\nn = 0\\ntry:\\n  for i in range(20):\\n    if os.fork() == 0:\\n      time.sleep(2); os._exit(0)\\n    n += 1\\nexcept OSError:\\n  pass\\nprint('forked', n, flush=True)";
+    const execFrom = (thread: boolean) =>
+      `import threading, os, time\nev = threading.Event()\nfor i in range(4): threading.Thread(target=ev.wait).start()\n` +
+      `def go(): os.execv('${PYTHON}', ['python3', '-c', "${forker}"])\n${thread ? 'threading.Thread(target=go).start()' : 'go()'}\ntime.sleep(5)`;
+    for (const thread of [true, false]) {
+      const r = await run(PYTHON, ['-c', execFrom(thread)], { env: BASE_ENV, policy: landlock({ limits: { maxProcesses: 10 } }) });
+      expect(r.stdout, `exec from ${thread ? 'a thread' : 'the leader'}: ${r.stderr}`).toBe('forked 9\n');
+    }
   }, 120_000);
 
   it.skipIf(!caps.root || !caps.python)('as root: job control still works, and a child the tracer could not follow is refused', async () => {
