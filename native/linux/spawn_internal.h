@@ -181,8 +181,9 @@ struct TraceCount {
   int32_t cap;
   int32_t tasks;     // the tree's live tasks (threads too)
   int32_t inflight;  // creations let through whose outcome has not been seen yet
-  int32_t zombies;   // exited processes their parent has not reaped yet: zombie_fds[0..zombies)
-  int zombie_fds[kTraceZombies];  // their /proc/<pid>/stat, opened while they were zombies
+  int32_t zombies;   // exited processes their parent has not reaped yet: zombie_*[0..zombies)
+  int zombie_fds[kTraceZombies];    // their /proc/<pid>/stat, opened while they were zombies
+  pid_t zombie_pids[kTraceZombies]; // and their pids
 };
 long StartTracedCommandInChild(ChildArgs* a, pid_t cmd, TraceCount* c, int* status);
 void OnTraceStopInChild(TraceCount* c, pid_t tid, int status);

@@ -22,7 +22,8 @@
 // every pid of the host: pid_max is 32768 on small machines). A parent other than init reaps
 // without telling init, so init keeps each exited process's /proc/<pid>/stat open (opened before
 // init's own wait lets the parent reap it, so the pid cannot have been reused) and counts it as a
-// zombie until reading it fails (ESRCH: reaped). A creation is judged at its seccomp stop:
+// zombie until reading it fails (ESRCH: reaped; one whose parent died first is re-parented to
+// init and reaped there, and is not counted out twice). A creation is judged at its seccomp stop:
 // refused when tasks + zombies + inflight reach the cap (the zombies are re-checked first), where
 // inflight counts creations let through whose event (success) or failed return (a syscall-exit
 // stop) init has not seen yet, so concurrent creations cannot overshoot together.
@@ -108,6 +109,13 @@ void ProcPathInChild(pid_t pid, const char* leaf, char* out) {
   out[len] = 0;
 }
 
+void ForgetZombieInChild(TraceCount* c, int i) {
+  Sys(__NR_close, c->zombie_fds[i]);
+  --c->zombies;
+  c->zombie_fds[i] = c->zombie_fds[c->zombies];
+  c->zombie_pids[i] = c->zombie_pids[c->zombies];
+}
+
 // Forgets the zombies their parents have reaped since: their stat file no longer reads.
 void SweepZombiesInChild(TraceCount* c) {
   char byte;
@@ -116,8 +124,7 @@ void SweepZombiesInChild(TraceCount* c) {
       ++i;
       continue;
     }
-    Sys(__NR_close, c->zombie_fds[i]);
-    c->zombie_fds[i] = c->zombie_fds[--c->zombies];
+    ForgetZombieInChild(c, i);
   }
 }
 
@@ -212,7 +219,8 @@ void OnTraceStopInChild(TraceCount* c, pid_t tid, int st) {
 }
 
 long WaitTracedInChild(TraceCount* c, int* status) {
-  // Look first (WNOWAIT): for an exit, open its stat file while its pid still names it.
+  // Look first (WNOWAIT): for an exit, open its stat file while its pid still names it (once our
+  // wait has taken the report, its parent may reap it and the pid may be reused).
   siginfo_t si;
   memset(&si, 0, sizeof si);
   long r = Sys(__NR_waitid, P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT | __WALL, 0);
@@ -224,15 +232,34 @@ long WaitTracedInChild(TraceCount* c, int* status) {
     ProcPathInChild(pid, "stat", path);
     fd = Sys(__NR_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
   }
+  // A zombie counted out already whose parent died without reaping it: re-parented to init (the
+  // subreaper) and reaped here, no longer traced. Counting it out again would let every such
+  // orphan free a place it never held. (An entry for this pid whose file no longer reads was
+  // another process, reaped since: the pid was reused.)
+  char byte;
+  int known = -1;
+  for (int i = 0; i < c->zombies && fd >= 0; ++i) {
+    if (c->zombie_pids[i] != pid) continue;
+    if (Sys(__NR_pread64, c->zombie_fds[i], &byte, 1, 0) >= 0) {
+      known = i;
+    } else {
+      ForgetZombieInChild(c, i);
+    }
+    break;
+  }
   r = Sys(__NR_wait4, pid, status, WNOHANG | __WALL, 0);
   if (r <= 0 || WIFSTOPPED(*status)) {
     if (fd >= 0) Sys(__NR_close, fd);
     return r;
   }
+  if (known >= 0) {
+    ForgetZombieInChild(c, known);
+    Sys(__NR_close, fd);
+    return r;
+  }
   --c->tasks;
   // Reaped by that wait (init's own child), released at exit (a thread; a parent that ignores
   // SIGCHLD) or already gone: nothing holds a pid. Else a zombie until its parent reaps it.
-  char byte;
   if (fd < 0) return r;
   if (Sys(__NR_pread64, fd, &byte, 1, 0) < 0) {
     Sys(__NR_close, fd);
@@ -243,7 +270,8 @@ long WaitTracedInChild(TraceCount* c, int* status) {
     ++c->tasks;  // cannot follow it: counted for the rest of the run (see the top)
     Sys(__NR_close, fd);
   } else {
-    c->zombie_fds[c->zombies++] = static_cast<int>(fd);
+    c->zombie_fds[c->zombies] = static_cast<int>(fd);
+    c->zombie_pids[c->zombies++] = pid;
   }
   return r;
 }

@@ -94,6 +94,14 @@ describe.skipIf(skip)('the process cap without a pids cgroup (PSB_CGROUP=off)', 
     expect(unreaped.stdout).toBe('refused 11\nforked 15\n');
     const reaped = await run(PYTHON, ['-c', zombies(true)], { env: BASE_ENV, policy: landlock({ limits: { maxProcesses: 16 } }) });
     expect(reaped.stdout).toBe('forked 40\n');
+    // A zombie whose parent exits without reaping it is re-parented to init and reaped there:
+    // it must not free a place twice. 40 such orphans, then the cap still holds at 15 children.
+    const orphans =
+      `import os, time\nfor i in range(40):\n  a = os.fork()\n  if a == 0:\n    if os.fork() == 0: os._exit(0)\n    time.sleep(0.02); os._exit(0)\n` +
+      `  os.waitpid(a, 0)\ntime.sleep(0.3)\nn = 0\ntry:\n  for i in range(40):\n    if os.fork() == 0:\n      time.sleep(2); os._exit(0)\n    n += 1\n` +
+      `except OSError:\n  pass\nprint('forked', n)`;
+    const afterOrphans = await run(PYTHON, ['-c', orphans], { env: BASE_ENV, policy: landlock({ limits: { maxProcesses: 16 } }) });
+    expect([afterOrphans.stdout, afterOrphans.stderr]).toEqual(['forked 15\n', '']);
     // An exec ends every other thread, and from a thread other than the leader it takes the
     // leader's task id (one task vanishes unreported): 5 tasks before, exactly 1 after, so the
     // new program may make 9 children under a cap of 10, from either thread.
