@@ -389,3 +389,18 @@ export async function autoWithoutDegraded(script: string, policy: SandboxPolicy,
   expect(fs.existsSync(trace)).toBe(true);
   return plain as RunResult<string>;
 }
+
+/** Tasks (threads included) of this process's uid that /proc shows here. */
+export function visibleTasksOfUid(): number {
+  const uid = process.getuid!();
+  let n = 0;
+  for (const d of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      if (fs.statSync(`/proc/${d}`).uid === uid) n += fs.readdirSync(`/proc/${d}/task`).length;
+    } catch {
+      /* gone */
+    }
+  }
+  return n;
+}

@@ -21,7 +21,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { run } from '../../lib/index';
 import type { SandboxPolicy } from '../../lib/policy-types';
 import { caps } from '../helpers/capabilities';
-import { BASE_ENV, expectNoProcess, killAll, PYTHON, sh, startForkStorm, uniqueSleep } from '../helpers/sandbox';
+import { BASE_ENV, expectNoProcess, killAll, PYTHON, sh, startForkStorm, uniqueSleep, visibleTasksOfUid } from '../helpers/sandbox';
 
 const skip = !caps.linux ? 'not Linux' : !caps.landlock ? 'Landlock mode needs Landlock and seccomp' : undefined;
 // eslint-disable-next-line no-console
@@ -142,9 +142,16 @@ describe.skipIf(skip)('the process cap without a pids cgroup (PSB_CGROUP=off)', 
     child.stdin!.end();
     await child.exited;
     expect(cap).toMatch(/^RLIMIT_NPROC \d+ \(the uid's \d+ tasks at spawn \+ 16:/);
-    // The bound is uid-wide (threats-rob.test.ts ROB-12 says why it is looser than 16).
-    expect(out(), cap).toMatch(/failed [1-9]/);
-    expect(peak, `${out()} (${cap})`).toBeLessThan(60);
+    // In a pid namespace (a container) the uid's tasks /proc cannot show are counted as the
+    // uid's: the bound is looser by as many as are not really its (threats-rob.test.ts ROB-12).
+    const hidden = Number(/the uid's (\d+) tasks/.exec(cap)![1]) - visibleTasksOfUid();
+    if (hidden > 60 - 16) {
+      console.warn(`[process-cap-no-cgroup] SKIPPING the storm bound: ${cap}, of which about ${hidden} tasks /proc does not show here (a pid namespace), more room than the storm's 60`);
+    } else {
+      // The bound is uid-wide (threats-rob.test.ts ROB-12 says why it is looser than 16).
+      expect(out(), cap).toMatch(/failed [1-9]/);
+      expect(peak, `${out()} (${cap})`).toBeLessThan(60);
+    }
     await expectNoProcess(marker);
     expect(spawnSync('/bin/true').status).toBe(0);
   }, 60_000);

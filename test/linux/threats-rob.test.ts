@@ -30,6 +30,7 @@ import {
   snapshot,
   startForkStorm,
   expectUnchanged,
+  visibleTasksOfUid,
   uniqueSleep,
   type Scene,
 } from '../helpers/sandbox';
@@ -54,21 +55,6 @@ async function rejection(p: Promise<unknown> | (() => unknown)): Promise<Sandbox
 }
 
 const mountsAtStart = caps.linux ? hostMounts() : [];
-
-/** Tasks (threads included) of this process's uid that /proc shows here. */
-function visibleTasksOfUid(): number {
-  const uid = process.getuid!();
-  let n = 0;
-  for (const d of fs.readdirSync('/proc')) {
-    if (!/^\d+$/.test(d)) continue;
-    try {
-      if (fs.statSync(`/proc/${d}`).uid === uid) n += fs.readdirSync(`/proc/${d}/task`).length;
-    } catch {
-      /* gone */
-    }
-  }
-  return n;
-}
 
 describe.runIf(caps.linux)('robustness', () => {
   it.runIf(caps.userns && caps.landlock)('ROB-14: both modes at once, interleaved kills, nothing left behind', async () => {
