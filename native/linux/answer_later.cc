@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -129,6 +130,18 @@ bool Start(int listener, uint64_t id, int fd, int flags, bool cloexec) {
   return true;
 }
 
+// Whether our copy of `fd` must be gone before the command runs again: a regular file open for
+// writing that can be executed. ADDFD with SEND wakes the command with the fd while this thread
+// still holds the same open file, until its own wake-up; a command that writes such a file, closes
+// it and executes it at once (cp of a binary, a linker's output) would meet ETXTBSY if this
+// thread is slow to run (a loaded host). Other files lose nothing by our copy's few microseconds
+// more (the FIFO opens here are read-only or never regular files).
+bool MustDropFirst(int fd) {
+  const int fl = fcntl(fd, F_GETFL);
+  struct stat st;
+  return fl >= 0 && (fl & O_ACCMODE) != O_RDONLY && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0111) != 0;
+}
+
 }  // namespace
 
 void AnswerWithFd(int listener, uint64_t id, int fd, bool cloexec) {
@@ -138,6 +151,19 @@ void AnswerWithFd(int listener, uint64_t id, int fd, bool cloexec) {
   a.id = id;
   a.srcfd = static_cast<uint32_t>(fd);
   a.newfd_flags = cloexec ? O_CLOEXEC : 0;
+  if (MustDropFirst(fd)) {
+    // Two steps: the fd goes in (the command takes it and keeps waiting), our reference goes
+    // (the caller's fd number now names /dev/null, which it closes as before), then the answer.
+    static const int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    const int r = ioctl(listener, notify::kNotifAddfd, &a);
+    if (r < 0) {
+      if (errno != ENOENT) notify::Respond(listener, id, -errno);
+      return;
+    }
+    if (null_fd >= 0) dup3(null_fd, fd, O_CLOEXEC);
+    notify::RespondResult(listener, id, r);
+    return;
+  }
   if (!no_send.load(std::memory_order_relaxed)) {
     a.flags = kAddfdFlagSend;
     if (ioctl(listener, notify::kNotifAddfd, &a) >= 0) return;

@@ -39,7 +39,9 @@
 //   4. carry the call out on the pinned parent (openat, mkdirat, renameat2 ... with the last
 //      component only) and answer with its result; an open's fd goes into the command with
 //      SECCOMP_IOCTL_NOTIF_ADDFD (SECCOMP_ADDFD_FLAG_SEND where the kernel has it, 5.14+, so the
-//      fd and the answer arrive together). A create gets the command's umask, not the host's.
+//      fd and the answer arrive together; for a file that can be executed, the fd first, then
+//      our copy is dropped, then the answer: answer_later.cc, MustDropFirst). A create gets the
+//      command's umask, not the host's.
 // Why that is TOCTOU-safe: nothing the command can change after step 1 (its memory, its fd
 // table, its cwd) is read again; the name acted on in step 4 is one component in the directory
 // pinned in step 2; and what a name in that directory refers to can only change through calls
