@@ -1,6 +1,6 @@
-// The command's own setup, after clone(CLONE_VM|CLONE_VFORK) from the parent (plain/Landlock) or
-// from init (isolated), up to execve: cgroups, session, stdio, fds, limits, capabilities, cwd,
-// Landlock, seccomp.
+// The command's own setup, after clone(CLONE_VM|CLONE_VFORK) from the parent (plain) or from init
+// (both sandbox modes; without CLONE_VFORK under the traced process cap, spawn_trace.cc), up to
+// execve: cgroups, session, stdio, fds, limits, capabilities, cwd, Landlock, seccomp.
 #include <linux/futex.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>

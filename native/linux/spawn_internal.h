@@ -4,6 +4,7 @@
 //   spawn_mounts.cc   isolated mode's mount tree (MountOp steps, /dev, /proc and its masks)
 //   spawn_netns.cc    network namespaces: the shared empty one, lo, the proxy listener
 //   spawn_command.cc  the command's own setup between clone and execve
+//   spawn_trace.cc    Landlock mode's traced process cap: init as the tree's tracer
 // Child-side functions carry the InChild suffix and make raw syscalls only (raw_syscall.h).
 #pragma once
 
