@@ -110,6 +110,25 @@ async function main() {
   if (p.features.landlockMode) {
     variants.push(['ours, landlock mode', oursSpawn(policy('landlock'), ws)]);
     variants.push(['ours, landlock, network proxy', oursSpawn(policy('landlock', viaProxy), ws, proxy)]);
+    // As root where no pids cgroup can be made (a default container; PSB_CGROUP=off, read at each
+    // spawn, emulates it): init traces the tree and counts (native/linux/spawn_trace.cc). The
+    // second workload forks three times inside, through init each time.
+    if (p.features.euid === 0 && p.features.processTracing) {
+      const traced = oursSpawn(policy('landlock'), ws);
+      variants.push([
+        'ours, landlock, traced cap',
+        (file, args) => {
+          const saved = process.env.PSB_CGROUP;
+          process.env.PSB_CGROUP = 'off';
+          try {
+            return traced(file, args);
+          } finally {
+            if (saved === undefined) delete process.env.PSB_CGROUP;
+            else process.env.PSB_CGROUP = saved;
+          }
+        },
+      ]);
+    }
   }
   // A workspace shaped like a checkout (250 directories three levels deep, a nested repository):
   // what the planner walks on every spawn (nested repositories, resolve.ts), cached between spawns.
