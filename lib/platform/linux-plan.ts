@@ -1039,6 +1039,9 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     native.newNet = net !== 'full';
     if (net === 'proxy') native.proxyPort = input.proxyPort;
     native.rlimitNproc = limits.maxProcesses ?? DEFAULT_MAX_PROCESSES;
+    // As root the sandbox's uid 0 is the host's, which RLIMIT_NPROC never binds: without a pids
+    // cgroup init traces the tree and counts (native/linux/spawn_trace.cc), as in Landlock mode.
+    if (!cg && probe.euid === 0 && probe.processTracing === 0) native.traceProcessCap = native.rlimitNproc;
     native.shmData = `mode=1777,${tmpfsSizes(limits.tmpBytes).shm}`;
     ghosts = m.ghosts;
     gaps.push(...m.protectGaps, ...m.denyGaps);
@@ -1150,7 +1153,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
   if (!cg && probe.euid === 0 && !traced) {
     gaps.push(
       'running as root without a usable pids cgroup: RLIMIT_NPROC does not bind uid 0, so the number of processes is not capped' +
-        (isolated ? '' : ` (init cannot trace the command here to count them: errno ${-(probe.processTracing ?? -38)})`),
+        ` (init cannot trace the command here to count them: errno ${-(probe.processTracing ?? -38)})`,
     );
   }
   const memoryCap = cg?.memoryBytes

@@ -596,6 +596,9 @@ export function createLinuxBackend(native: NativeBinding): Backend {
             // A plan that binds placeholders another run holds (claimed above) is no plan for a
             // later sandbox: they go when that run ends. The next spawn plans without them.
             if (held.length > 0 || !spares.wants(key) || basePlan === undefined) return;
+            // Isolated with the traced process cap: the spare's helper-made command cannot be
+            // seized by init before it runs (native PrepareSpare refuses it too).
+            if (mode === 'isolated' && basePlan.traceProcessCap) return;
             const base = { plan: basePlan, tmpDir, cgroup: JSON.stringify(cgroupInfo(cgroup)) };
             // Once this run's exit has been delivered: the JS side of the preparation then runs
             // between runs (in the pause before the next one, or during the next command when

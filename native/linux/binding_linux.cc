@@ -303,10 +303,10 @@ void ParsePlan(Napi::Env env, const Napi::Object& o, LinuxSpawnPlan* out, Superv
   plan.new_net = GetBool(o, "newNet", true);
   plan.proxy_port = static_cast<uint16_t>(GetNumber(o, "proxyPort", 0));
   plan.rlimit_nproc = static_cast<uint64_t>(GetNumber(o, "rlimitNproc", 0));
-  // Landlock mode as root without a pids cgroup: init traces the tree and counts (spawn_trace.cc).
+  // Root without a pids cgroup: init traces the tree and counts (spawn_trace.cc).
   plan.trace_process_cap = static_cast<uint32_t>(GetNumber(o, "traceProcessCap", 0));
-  if (plan.trace_process_cap != 0 && (plan.mode != LinuxMode::kLandlock || !o.Get("seccomp").IsObject())) {
-    throw Napi::TypeError::New(env, "plan.traceProcessCap needs Landlock mode and a seccomp filter");
+  if (plan.trace_process_cap != 0 && (plan.mode == LinuxMode::kPlain || !o.Get("seccomp").IsObject())) {
+    throw Napi::TypeError::New(env, "plan.traceProcessCap needs a sandbox mode and a seccomp filter");
   }
   plan.rlimit_as = static_cast<uint64_t>(GetNumber(o, "rlimitAs", 0));
   plan.rlimit_nofile = static_cast<uint64_t>(GetNumber(o, "rlimitNofile", 0));

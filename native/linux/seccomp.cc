@@ -286,11 +286,6 @@ int BuildSeccompFilterUncached(const SeccompConfig& cfg, std::vector<sock_filter
     out->clear();
     return -EINVAL;
   }
-  // The traced process cap: init (Landlock mode's) is the tracer.
-  if (cfg.trace_forks && mode != kLandlock) {
-    out->clear();
-    return -EINVAL;
-  }
   // 3. Rules, as a binary search over their syscall numbers (EmitSearch). Every body ends in
   //    RET, so the accumulator holds nr at every comparison.
   std::vector<Leaf> leaves;

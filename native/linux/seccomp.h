@@ -139,7 +139,7 @@ struct SeccompConfig {
   // Read-only open and openat stop too, for the read supervisor
   // (supervise_reads.cc), which hides other processes' /proc entries and /proc/net.
   bool notify_reads = false;
-  // Landlock mode, root without a pids cgroup: clone, fork and vfork stop in SECCOMP_RET_TRACE
+  // Root without a pids cgroup (either mode): clone, fork and vfork stop in SECCOMP_RET_TRACE
   // for init, the tree's tracer, which counts the sandbox's tasks and fails creations past the
   // cap with EAGAIN (spawn_trace.cc). Without a tracer the kernel fails them (ENOSYS).
   bool trace_forks = false;

@@ -157,7 +157,7 @@ int CommandInChild(void* argp) {
   long r;
   // The traced process cap (spawn_trace.cc): init seizes us first, so that nothing of ours runs
   // untraced; and we are no vfork child then, so init writes our oom_score_adj (below).
-  const bool traced = p.mode == LinuxMode::kLandlock && p.trace_process_cap != 0;
+  const bool traced = p.mode != LinuxMode::kPlain && p.trace_process_cap != 0;
   if (traced) {
     uint32_t go;
     while ((go = __atomic_load_n(&a->trace_go, __ATOMIC_ACQUIRE)) == 0) {

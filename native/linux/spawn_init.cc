@@ -200,7 +200,8 @@ void KillTreeInChild(pid_t cmd) {
   trace.tasks = 1;
   trace.inflight = 0;
   trace.zombies = 0;
-  const bool traced = !isolated && trace.cap > 0;
+  // Never with a helper-made command (prepared ahead, isolated): PrepareSpare refuses that plan.
+  const bool traced = trace.cap > 0 && a->spare_init_ctrl < 0;
   pid_t cmd;
   if (a->spare_init_ctrl >= 0) {
     // Isolated and prepared ahead: init must stay free to take the go, so a helper makes the

@@ -58,9 +58,10 @@ Status PrepareSpare(LinuxSpawnPlan&& plan, LinuxSpare** out) noexcept {
   // A terminal only inside an isolated sandbox (init makes it; a host pty's slave is stdio).
   const bool ns_pty = isolated && plan.pty_cols != 0 && plan.ctty;
   if (plan.mode == LinuxMode::kPlain || (plan.ctty && !ns_pty) || (plan.pty_cols != 0 && !ns_pty) || !plan.seccomp ||
-      !plan.stdio.empty() || (!isolated && !plan.landlock)) {
+      !plan.stdio.empty() || (!isolated && !plan.landlock) || (isolated && plan.trace_process_cap != 0)) {
     return Status::Error(ErrorCode::kEINVALID_ARGUMENT,
-                         "internal: a sandbox prepared ahead needs a sandbox mode, no stdio, and no terminal but one inside an isolated sandbox");
+                         "internal: a sandbox prepared ahead needs a sandbox mode, no stdio, no terminal but one inside an isolated sandbox, "
+                         "and, isolated, no traced process cap (its helper makes the command)");
   }
   std::unique_ptr<LinuxSpare> s(new LinuxSpare());
   s->plan = std::move(plan);

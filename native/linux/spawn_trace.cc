@@ -1,9 +1,9 @@
-// The traced process cap: Landlock mode's cap on the sandbox's tasks where nothing else binds.
+// The traced process cap: the cap on a sandbox's tasks where nothing else binds (either mode).
 //
 // Why. A pids cgroup caps a sandbox's tasks; unprivileged, RLIMIT_NPROC over the uid's count does.
 // As root neither may exist: RLIMIT_NPROC never binds uid 0 (the kernel exempts the root user,
-// whatever its capabilities), and a default container's cgroup file system is read-only. Landlock
-// mode has no pid namespace either. So init counts: it traces the whole tree (ptrace), the filter
+// whatever its capabilities; isolated mode's uid 0 is the host's), and a default container's
+// cgroup file system is read-only. So init counts: it traces the whole tree (ptrace), the filter
 // stops every task creation (clone, fork, vfork; clone3 is ENOSYS, CLONE_UNTRACED is refused) in
 // SECCOMP_RET_TRACE, and init fails those past the cap with EAGAIN, as pids.max does.
 //

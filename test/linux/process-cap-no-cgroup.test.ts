@@ -20,7 +20,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 
 import { run } from '../../lib/index';
 import type { SandboxPolicy } from '../../lib/policy-types';
-import { caps } from '../helpers/capabilities';
+import { caps, MODES } from '../helpers/capabilities';
 import { BASE_ENV, expectNoProcess, killAll, PYTHON, sh, startForkStorm, uniqueSleep, visibleTasksOfUid } from '../helpers/sandbox';
 
 const skip = !caps.linux ? 'not Linux' : !caps.landlock ? 'Landlock mode needs Landlock and seccomp' : undefined;
@@ -133,6 +133,34 @@ describe.skipIf(skip)('the process cap without a pids cgroup (PSB_CGROUP=off)', 
     const plain = await run(PYTHON, ['-c', untraced.replace('0x00800000 | 17', '17')], { env: BASE_ENV, policy: landlock({ limits: { maxProcesses: 16 } }) });
     expect(plain.stdout).toMatch(/^[1-9]\d* /);
   }, 60_000);
+
+  const isolatedSkip = MODES.find((m) => m.name === 'isolated')!.skip;
+  it.skipIf(!caps.root || !caps.python || isolatedSkip)('as root in isolated mode too: the sandbox\'s uid 0 is the host\'s, so init traces and counts there as well', async () => {
+    const iso = (limits: SandboxPolicy['limits']): SandboxPolicy => ({ mode: 'isolated', filesystem: { read: 'all', write: [] }, limits });
+    const marker = uniqueSleep();
+    markers.push(marker);
+    const { child, out, peak } = await startForkStorm(60, marker, { env: BASE_ENV, policy: iso({ maxProcesses: 16 }) });
+    const cap = child.enforcement.mechanisms.processCap as string;
+    const gaps = child.enforcement.gaps.join('\n');
+    child.stdin!.end();
+    await child.exited;
+    expect(cap).toBe('traced by init: 16 tasks, threads included (creations past them fail EAGAIN)');
+    expect(gaps).not.toMatch(/capped/);
+    expect(out(), cap).toMatch(/started ([1-9]|1[0-5]) failed (4[5-9]|5[0-9])/);
+    expect(peak, out()).toBeGreaterThan(0);
+    expect(peak, out()).toBeLessThanOrEqual(15);
+    await expectNoProcess(marker);
+    // Zombies, orphaned ones and serial children count as in Landlock mode (the same init code).
+    const orphans =
+      `import os, time\nfor i in range(40):\n  a = os.fork()\n  if a == 0:\n    if os.fork() == 0: os._exit(0)\n    time.sleep(0.02); os._exit(0)\n` +
+      `  os.waitpid(a, 0)\ntime.sleep(0.3)\nn = 0\ntry:\n  for i in range(40):\n    if os.fork() == 0:\n      time.sleep(2); os._exit(0)\n    n += 1\n` +
+      `except OSError:\n  pass\nprint('forked', n)`;
+    const r = await run(PYTHON, ['-c', orphans], { env: BASE_ENV, policy: iso({ maxProcesses: 16 }) });
+    expect([r.stdout, r.stderr]).toEqual(['forked 15\n', '']);
+    // Control: a cap above the storm lets it run whole.
+    const ctl = await run(PYTHON, ['-c', orphans], { env: BASE_ENV, policy: iso({ maxProcesses: 200 }) });
+    expect([ctl.stdout, ctl.stderr]).toEqual(['forked 40\n', '']);
+  }, 120_000);
 
   it.skipIf(caps.root)('unprivileged: RLIMIT_NPROC over the uid\'s count caps a bounded storm, counted from outside', async () => {
     const marker = uniqueSleep();
