@@ -143,17 +143,9 @@ void KillTreeInChild(pid_t cmd) {
   char buf[4096];
   long self = Sys(__NR_getpid);
   // "/proc/<pid>/task/<pid>/children": built by hand, no snprintf after clone.
-  char num[24];
-  int n = 0;
-  for (long v = self; v > 0; v /= 10) num[n++] = static_cast<char>('0' + v % 10);
-  int len = 0;
-  const char* pre = "/proc/";
-  for (const char* c = pre; *c; ++c) path[len++] = *c;
-  for (int i = n - 1; i >= 0; --i) path[len++] = num[i];
-  for (const char* c = "/task/"; *c; ++c) path[len++] = *c;
-  for (int i = n - 1; i >= 0; --i) path[len++] = num[i];
-  for (const char* c = "/children"; *c; ++c) path[len++] = *c;
-  path[len] = 0;
+  char* e = AppendDecimalInChild(AppendInChild(path, "/proc/"), static_cast<uint64_t>(self));
+  e = AppendDecimalInChild(AppendInChild(e, "/task/"), static_cast<uint64_t>(self));
+  *AppendInChild(e, "/children") = 0;
   // Never block on a child we may not have killed (one re-parented to us between reading the
   // list and waiting): poll with WNOHANG, re-reading and re-killing until none is left.
   for (int round = 0;; ++round) {
@@ -195,7 +187,7 @@ void KillTreeInChild(pid_t cmd) {
   // wait loop needs onto init's own stack first.
   const int status_fd = a->status_fd;
   const bool group = p.setsid;
-  TraceCount trace;  // 16 KiB of init's 256 KiB stack, used only when traced
+  TraceCount trace;  // 32 KiB of init's 256 KiB stack, touched only when traced
   trace.cap = static_cast<int32_t>(p.trace_process_cap);
   trace.tasks = 1;
   trace.inflight = 0;

@@ -192,6 +192,24 @@ long WaitTracedInChild(TraceCount* c, int* status);
 
 // ---- child-side helpers shared by the stages: raw syscalls only ---------------------------
 
+// Appends v in decimal at out (no snprintf after clone); returns the end (not terminated).
+inline char* AppendDecimalInChild(char* out, uint64_t v) {
+  char rev[20];
+  int n = 0;
+  do {
+    rev[n++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v > 0);
+  while (n > 0) *out++ = rev[--n];
+  return out;
+}
+
+// Appends the string s at out; returns the end (not terminated).
+inline char* AppendInChild(char* out, const char* s) {
+  while (*s) *out++ = *s++;
+  return out;
+}
+
 [[noreturn]] inline void ExitInChild(int code) {
   for (;;) Sys(__NR_exit_group, code);
 }

@@ -150,14 +150,7 @@ long SetupDevInChild(ChildArgs* a) {
 // Writes a decimal number to a file (no snprintf after clone).
 long WriteNumberInChild(const char* path, uint64_t v) {
   char buf[24];
-  int n = 0;
-  char rev[24];
-  do {
-    rev[n++] = static_cast<char>('0' + v % 10);
-    v /= 10;
-  } while (v > 0);
-  for (int i = 0; i < n; ++i) buf[i] = rev[n - 1 - i];
-  buf[n] = 0;
+  *AppendDecimalInChild(buf, v) = 0;
   return WriteFileInChild(path, buf);
 }
 

@@ -98,15 +98,8 @@ bool FailedReturnInChild(pid_t tid) {
 
 // "/proc/<pid>/<leaf>", by hand (no snprintf after clone).
 void ProcPathInChild(pid_t pid, const char* leaf, char* out) {
-  char num[24];
-  int n = 0;
-  for (long v = pid; v > 0; v /= 10) num[n++] = static_cast<char>('0' + v % 10);
-  int len = 0;
-  for (const char* c = "/proc/"; *c; ++c) out[len++] = *c;
-  while (n > 0) out[len++] = num[--n];
-  out[len++] = '/';
-  for (const char* c = leaf; *c; ++c) out[len++] = *c;
-  out[len] = 0;
+  char* e = AppendDecimalInChild(AppendInChild(out, "/proc/"), static_cast<uint64_t>(pid));
+  *AppendInChild(AppendInChild(e, "/"), leaf) = 0;
 }
 
 void ForgetZombieInChild(TraceCount* c, int i) {
