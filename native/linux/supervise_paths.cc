@@ -336,20 +336,9 @@ dev_t ControllingTty(uint32_t tid) {
   return static_cast<dev_t>(tty);
 }
 
-// Whether st is one of the terminals on the command's fds 0-2 (Landlock grants those by inode).
-bool StdioTerminal(uint32_t tid, const struct stat& st) {
-  for (int i = 0; i < 3; ++i) {
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%u/fd/%d", tid, i);
-    struct stat s;
-    if (stat(path, &s) == 0 && S_ISCHR(s.st_mode) && s.st_dev == st.st_dev && s.st_ino == st.st_ino) return true;
-  }
-  return false;
-}
-
 // May the existing object x (st) be opened for writing or truncated? `path` is where it was
 // reached (its parent's path and name; or its own path for an fd the command named). 0 or -EACCES.
-int MayWrite(const PathRules& r, const SeccompNotif& n, const struct stat& st, const std::string& path, const Name* parent) {
+int MayWrite(const PathRules& r, const struct stat& st, const std::string& path, const Name* parent) {
   if (Has(r.carveout_ids, st)) return -EACCES;
   if (parent != nullptr && parent->deep) {
     const Where w = Locate(r, *parent);
@@ -362,24 +351,29 @@ int MayWrite(const PathRules& r, const SeccompNotif& n, const struct stat& st, c
   if (S_ISDIR(st.st_mode)) return 0;  // the open itself fails (EISDIR)
   if (!S_ISCHR(st.st_mode)) return -EACCES;
   if (Has(r.devices, st) || st.st_rdev == makedev(5, 0)) return 0;
-  return StdioTerminal(n.pid, st) ? 0 : -EACCES;
+  // A terminal the command had on fds 0-2 when it started, never by what its fds 0-2 are now.
+  return Has(r.terminals, st) ? 0 : -EACCES;
 }
 
 // Opens the pinned object x (O_PATH) for the command's flags: 0 with a new fd in *out, -errno,
 // or kAnsweredLater (a FIFO's waiter took x over and answers the call).
-int Reopen(int listener, const SeccompNotif& n, Fd* x, const struct stat& st, int flags, Fd* out) {
+int Reopen(const PathRules& r, int listener, const SeccompNotif& n, Fd* x, const struct stat& st, int flags, Fd* out) {
   int f = (flags & ~(O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC)) | O_NOCTTY | O_CLOEXEC;
   if ((flags & O_TMPFILE) == O_TMPFILE) f &= ~O_TMPFILE;
   char proc[64];
   if (S_ISCHR(st.st_mode) && st.st_rdev == makedev(5, 0)) {
-    // /dev/tty opened here would be the HOST's terminal: the command's own instead.
+    // /dev/tty opened here would be the HOST's terminal: the command's own instead, and only a
+    // pty it was given at spawn (its controlling terminal is its own state now, so the terminal
+    // reached is judged against that fixed set, as any other terminal is).
     const dev_t tty = ControllingTty(n.pid);
     if (tty == 0) return -ENXIO;
-    if (major(tty) < 136 || major(tty) > 143) return -ENXIO;  // only a pty the sandbox was given
+    if (major(tty) < 136 || major(tty) > 143) return -ENXIO;
     snprintf(proc, sizeof proc, "/dev/pts/%u", minor(tty));
-    const int fd = open(proc, f);
-    if (fd < 0) return -errno;
-    out->Reset(fd);
+    Fd fd(open(proc, f));
+    if (fd.fd < 0) return -errno;
+    struct stat t;
+    if (fstat(fd.fd, &t) != 0 || !S_ISCHR(t.st_mode) || t.st_rdev != tty || !Has(r.terminals, t)) return -ENXIO;
+    out->Reset(fd.Release());
     return 0;
   }
   snprintf(proc, sizeof proc, "/proc/self/fd/%d", x->fd);
@@ -724,14 +718,14 @@ int DoOpen(const PathRules& r, const SeccompNotif& n, Args* a, Fd* out) {
     out->Reset(fd);
     return 0;
   }
-  if (int e = MayWrite(r, n, t.st, t.path, t.name.dir.fd >= 0 ? &t.name : nullptr)) return e;
-  return Reopen(a->listener, n, &t.x, t.st, flags, out);
+  if (int e = MayWrite(r, t.st, t.path, t.name.dir.fd >= 0 ? &t.name : nullptr)) return e;
+  return Reopen(r, a->listener, n, &t.x, t.st, flags, out);
 }
 
-long DoTruncate(const PathRules& r, const SeccompNotif& n, Args* a) {
+long DoTruncate(const PathRules& r, Args* a) {
   Target t;
   if (int e = ResolveForWrite(&a->own, &a->base, a->path, O_WRONLY, true, &t)) return e;
-  if (int e = MayWrite(r, n, t.st, t.path, t.name.dir.fd >= 0 ? &t.name : nullptr)) return e;
+  if (int e = MayWrite(r, t.st, t.path, t.name.dir.fd >= 0 ? &t.name : nullptr)) return e;
   if (S_ISDIR(t.st.st_mode)) return -EISDIR;
   char proc[64];
   snprintf(proc, sizeof proc, "/proc/self/fd/%d", t.x.fd);
@@ -908,6 +902,15 @@ PathRules BuildPathRules(const std::vector<std::string>& writable, const std::ve
   return r;
 }
 
+void RecordStdioTerminals(PathRules* r, const std::vector<int>& stdio) {
+  for (size_t i = 0; i < stdio.size() && i < 3; ++i) {
+    struct stat st;
+    if (stdio[i] < 0 || fstat(stdio[i], &st) != 0 || !S_ISCHR(st.st_mode)) continue;
+    if (!isatty(stdio[i])) continue;  // TCGETS answers: a terminal, what landlock.cc grants
+    r->terminals.push_back(PathRules::Id{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)});
+  }
+}
+
 bool IsPathCall(int nr) noexcept { return FindCall(nr) != nullptr; }
 
 bool HandlePaths(int listener, const SeccompNotif& n, const PathRules& rules, bool own_thread) noexcept {
@@ -950,7 +953,7 @@ bool HandlePaths(int listener, const SeccompNotif& n, const PathRules& rules, bo
         rc = DoOpen(rules, n, &a, &give);
         break;
       case Op::kTruncate:
-        rc = DoTruncate(rules, n, &a);
+        rc = DoTruncate(rules, &a);
         break;
       case Op::kLink:
         rc = DoLink(rules, &a);
