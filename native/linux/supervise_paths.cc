@@ -27,7 +27,9 @@
 //      parents to the first writable root or carve-out, by (dev, ino) (WalkUp). The rules:
 //        - writable roots: the parent must lie in one (the supervisor is not confined by the
 //          command's Landlock domain, so it enforces that domain's write rules itself); opening
-//          for writing outside them is allowed only for the device files Landlock grants;
+//          for writing outside them is allowed only for the device files Landlock grants (its
+//          terminals: the ones on its fds 0-2 when it was spawned, recorded on the host then;
+//          never what its fds 0-2 are at the call, where an O_PATH fd of any device can be put);
 //        - inside a carve-out (at or below it, unless a deeper writable root): nothing is
 //          created, opened for writing, truncated, removed, renamed into or out of, or linked;
 //        - a carve-out's own object, by (dev, ino): never opened for writing or linked, by any
@@ -56,7 +58,8 @@
 // non-blocking open of the object judged here until a reader is there, then answers), so it
 // returns up to 250 ms after the reader came rather than at once, and fails with EAGAIN when 256
 // such waits are under way in the host already; /dev/tty is the command's
-// controlling terminal (looked up from /proc/<tid>/stat), never the host's; a parent directory
+// controlling terminal (looked up from /proc/<tid>/stat), never the host's, and only when that is
+// one of the terminals it was spawned with (else ENXIO, as for no terminal); a parent directory
 // with a default ACL gets the umask applied all the same; where unshare(CLONE_FS) is refused (a
 // container's seccomp profile) a create whose mode the host's umask narrowed is widened by a chmod
 // right after (OwnFsContext), so the object has the narrower mode for a moment.
@@ -369,10 +372,14 @@ int Reopen(const PathRules& r, int listener, const SeccompNotif& n, Fd* x, const
     if (tty == 0) return -ENXIO;
     if (major(tty) < 136 || major(tty) > 143) return -ENXIO;
     snprintf(proc, sizeof proc, "/dev/pts/%u", minor(tty));
+    // Judged before the open (no other terminal is opened here at all) and again after it (the
+    // name may have changed hands in between).
+    auto ours = [&](const struct stat& t) { return S_ISCHR(t.st_mode) && t.st_rdev == tty && Has(r.terminals, t); };
+    struct stat t;
+    if (stat(proc, &t) != 0 || !ours(t)) return -ENXIO;
     Fd fd(open(proc, f));
     if (fd.fd < 0) return -errno;
-    struct stat t;
-    if (fstat(fd.fd, &t) != 0 || !S_ISCHR(t.st_mode) || t.st_rdev != tty || !Has(r.terminals, t)) return -ENXIO;
+    if (fstat(fd.fd, &t) != 0 || !ours(t)) return -ENXIO;
     out->Reset(fd.Release());
     return 0;
   }
