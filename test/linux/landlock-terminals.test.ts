@@ -236,3 +236,75 @@ describe.runIf(caps.linux)('/dev/kmsg put on fd 2 by the command', () => {
     expect((await py(KMSG_READ, [], { cwd: scene.ws, policy: null })).stdout).not.toContain(m);
   });
 });
+
+// A terminal index freed while the sandbox runs goes to the next terminal made (the user's next
+// tab), with the same device and inode numbers: the terminal the command was spawned with must
+// not stand for that one.
+const PTY_AGAIN = `
+import os, sys
+want = sys.argv[1]
+for _ in range(64):
+    m, s = os.openpty()
+    if os.ttyname(s) == want:
+        break
+    os.close(m); os.close(s)
+else:
+    print('busy', flush=True)
+    sys.exit(0)
+print('got', flush=True)
+sys.stdin.readline()
+os.write(s, b'END-OUT')
+out = b''
+while b'END-OUT' not in out:
+    out += os.read(m, 4096)
+print(out.decode('latin1'), flush=True)
+`;
+
+describe.runIf(caps.linux)('a terminal index given to another terminal during the run (Landlock mode)', () => {
+  const s = MODES.find((m) => m.name === 'landlock')!.skip ?? landlockSkip ?? (caps.python ? undefined : 'no system python3');
+  it.skipIf(s)(`the command spawned with it cannot open the new terminal by that name${s ? ` (skipped: ${s})` : ''}`, async (ctx) => {
+    const first = new HostTerminal();
+    const path = await first.open();
+    const m = marker();
+    const ready = `${scene.ws}/ready-${m}`;
+    const go = `${scene.ws}/go-${m}`;
+    // The command lets go of its terminal, waits for the host, then opens the name again.
+    const script = `
+import os, sys
+os.closerange(0, 3)
+open(${JSON.stringify(ready)}, 'w').close()
+while not os.path.exists(${JSON.stringify(go)}):
+    os.sched_yield()
+try:
+    fd = os.open(${JSON.stringify(path)}, os.O_RDWR | os.O_NOCTTY)
+    os.write(fd, b${JSON.stringify(m)})
+    r = 'rw-open'
+except OSError as e:
+    r = 'rw-errno %d' % e.errno
+with open(${JSON.stringify(go)}, 'w') as f:
+    f.write(r)
+`;
+    const slave = fs.openSync(path, 'r+');
+    const p = spawn(PYTHON, ['-c', script], { stdio: [slave, slave, slave], policy: policyFor('landlock'), cwd: scene.ws, env: BASE_ENV });
+    const closed = new Promise<[number | null, string | null]>((r) => p.on('close', (c, sig) => r([c, sig])));
+    fs.closeSync(slave);
+    while (!fs.existsSync(ready)) await new Promise((r) => setTimeout(r, 20));
+    await first.finish(); // the helper exits: the terminal is gone, its index free
+    const again = spawnHost(PYTHON, ['-c', PTY_AGAIN, path]);
+    const lines = readline.createInterface({ input: again.stdout })[Symbol.asyncIterator]();
+    const got = (await lines.next()).value as string;
+    if (got !== 'got') {
+      fs.writeFileSync(go, '');
+      await closed;
+      again.kill();
+      ctx.skip(`another process took ${path} before the test could make a terminal there again`);
+    }
+    fs.writeFileSync(go, '');
+    expect(await closed).toEqual([0, null]);
+    again.stdin.write('\n');
+    const out = (await lines.next()).value as string;
+    expect(p.enforcement.mechanisms.pathSupervisor).toBe('seccomp-user-notif');
+    expect(fs.readFileSync(go, 'utf8')).toMatch(/^rw-errno \d+$/);
+    expect(out).toBe('END-OUT');
+  });
+});
