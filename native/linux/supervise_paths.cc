@@ -339,6 +339,16 @@ dev_t ControllingTty(uint32_t tid) {
   return static_cast<dev_t>(tty);
 }
 
+// The terminal the command was spawned with that has these numbers (dev 0, ino 0: any with that
+// rdev), or null.
+const PathRules::Terminal* HeldTerminal(const PathRules& r, dev_t dev, ino_t ino, dev_t rdev) {
+  for (const PathRules::Terminal& t : r.terminals) {
+    if (t.rdev != rdev) continue;
+    if ((dev == 0 && ino == 0) || (t.id.dev == dev && t.id.ino == ino)) return &t;
+  }
+  return nullptr;
+}
+
 // May the existing object x (st) be opened for writing or truncated? `path` is where it was
 // reached (its parent's path and name; or its own path for an fd the command named). 0 or -EACCES.
 int MayWrite(const PathRules& r, const struct stat& st, const std::string& path, const Name* parent) {
@@ -354,8 +364,9 @@ int MayWrite(const PathRules& r, const struct stat& st, const std::string& path,
   if (S_ISDIR(st.st_mode)) return 0;  // the open itself fails (EISDIR)
   if (!S_ISCHR(st.st_mode)) return -EACCES;
   if (Has(r.devices, st) || st.st_rdev == makedev(5, 0)) return 0;
-  // A terminal the command had on fds 0-2 when it started, never by what its fds 0-2 are now.
-  return Has(r.terminals, st) ? 0 : -EACCES;
+  // A terminal the command had on fds 0-2 when it started, never by what its fds 0-2 are now
+  // (Reopen opens the held one).
+  return HeldTerminal(r, st.st_dev, st.st_ino, st.st_rdev) != nullptr ? 0 : -EACCES;
 }
 
 // Opens the pinned object x (O_PATH) for the command's flags: 0 with a new fd in *out, -errno,
@@ -364,24 +375,22 @@ int Reopen(const PathRules& r, int listener, const SeccompNotif& n, Fd* x, const
   int f = (flags & ~(O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC)) | O_NOCTTY | O_CLOEXEC;
   if ((flags & O_TMPFILE) == O_TMPFILE) f &= ~O_TMPFILE;
   char proc[64];
-  if (S_ISCHR(st.st_mode) && st.st_rdev == makedev(5, 0)) {
-    // /dev/tty opened here would be the HOST's terminal: the command's own instead, and only a
-    // pty it was given at spawn (its controlling terminal is its own state now, so the terminal
-    // reached is judged against that fixed set, as any other terminal is).
-    const dev_t tty = ControllingTty(n.pid);
-    if (tty == 0) return -ENXIO;
-    if (major(tty) < 136 || major(tty) > 143) return -ENXIO;
-    snprintf(proc, sizeof proc, "/dev/pts/%u", minor(tty));
-    // Judged before the open (no other terminal is opened here at all) and again after it (the
-    // name may have changed hands in between).
-    auto ours = [&](const struct stat& t) { return S_ISCHR(t.st_mode) && t.st_rdev == tty && Has(r.terminals, t); };
-    struct stat t;
-    if (stat(proc, &t) != 0 || !ours(t)) return -ENXIO;
-    Fd fd(open(proc, f));
-    if (fd.fd < 0) return -errno;
-    if (fstat(fd.fd, &t) != 0 || !ours(t)) return -ENXIO;
-    out->Reset(fd.Release());
-    return 0;
+  if (S_ISCHR(st.st_mode)) {
+    // A terminal: the one the command was spawned with, held since (a name of the same numbers
+    // may be another terminal now). /dev/tty opened here would be the HOST's terminal: the
+    // command's controlling terminal instead, and only when it is one of those.
+    const bool tty = st.st_rdev == makedev(5, 0);
+    const dev_t ctty = tty ? ControllingTty(n.pid) : 0;
+    if (tty && ctty == 0) return -ENXIO;
+    const PathRules::Terminal* t = tty ? HeldTerminal(r, 0, 0, ctty) : HeldTerminal(r, st.st_dev, st.st_ino, st.st_rdev);
+    if (tty && t == nullptr) return -ENXIO;
+    if (t != nullptr) {
+      snprintf(proc, sizeof proc, "/proc/self/fd/%d", *t->held);
+      const int fd = open(proc, f);
+      if (fd < 0) return -errno;
+      out->Reset(fd);
+      return 0;
+    }
   }
   snprintf(proc, sizeof proc, "/proc/self/fd/%d", x->fd);
   if (S_ISFIFO(st.st_mode) && (flags & O_NONBLOCK) == 0) {
@@ -914,7 +923,16 @@ void RecordStdioTerminals(PathRules* r, const std::vector<int>& stdio) {
     struct stat st;
     if (stdio[i] < 0 || fstat(stdio[i], &st) != 0 || !S_ISCHR(st.st_mode)) continue;
     if (!isatty(stdio[i])) continue;  // TCGETS answers: a terminal, what landlock.cc grants
-    r->terminals.push_back(PathRules::Id{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)});
+    if (HeldTerminal(*r, st.st_dev, st.st_ino, st.st_rdev) != nullptr) continue;  // fds 1, 2: the same
+    char proc[64];
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", stdio[i]);
+    const int fd = open(proc, O_PATH | O_CLOEXEC);  // this object, not a name's
+    if (fd < 0) continue;  // not held: not granted (the command still has it on its fds)
+    std::shared_ptr<const int> held(new int(fd), [](const int* p) {
+      close(*p);
+      delete p;
+    });
+    r->terminals.push_back({{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)}, static_cast<uint64_t>(st.st_rdev), held});
   }
 }
 
