@@ -300,9 +300,10 @@ with open(${JSON.stringify(go)}, 'w') as f:
       ctx.skip(`another process took ${path} before the test could make a terminal there again`);
     }
     fs.writeFileSync(go, '');
-    expect(await closed).toEqual([0, null]);
+    const exit = await closed;
     again.stdin.write('\n');
     const out = (await lines.next()).value as string;
+    expect(exit).toEqual([0, null]);
     expect(p.enforcement.mechanisms.pathSupervisor).toBe('seccomp-user-notif');
     expect(fs.readFileSync(go, 'utf8')).toMatch(/^rw-errno \d+$/);
     expect(out).toBe('END-OUT');
