@@ -561,6 +561,11 @@ Napi::Value Spawn(const Napi::CallbackInfo& info) {
   ParsePlan(env, o, &plan, &supervisor);
   StdioEnds ends;
   ParseStdio(env, GetArray(o, "stdio"), &plan.stdio, &ends);
+  // The terminals the command starts with on fds 0-2: the ones its Landlock rules grant, and the
+  // only ones the path supervisor opens for writing (never by its fd table at the time of a call).
+  if (supervisor.paths.enabled && plan.landlock && plan.landlock_plan.stdio_terminals) {
+    RecordStdioTerminals(&supervisor.paths, plan.stdio);
+  }
   LinuxSpawnResult res;
   Status s = SpawnLinux(plan, &res);
   if (!s.ok()) ThrowSandboxError(env, s);

@@ -66,6 +66,9 @@ Status PrepareSpare(LinuxSpawnPlan&& plan, LinuxSpare** out) noexcept {
   std::unique_ptr<LinuxSpare> s(new LinuxSpare());
   s->plan = std::move(plan);
   s->launch.spare = true;
+  // Its Landlock rules are made now, before its stdio arrives with the go (which holds no
+  // terminal: the caller checks): nothing on its fds 0-2 at this point is granted by inode.
+  s->plan.landlock_plan.stdio_terminals = false;
   Status st = LaunchLinux(s->plan, &s->launch, &s->res);
   if (!st.ok()) {
     s->res = LinuxSpawnResult();  // nothing is left running after a failed launch

@@ -27,7 +27,9 @@
 //      parents to the first writable root or carve-out, by (dev, ino) (WalkUp). The rules:
 //        - writable roots: the parent must lie in one (the supervisor is not confined by the
 //          command's Landlock domain, so it enforces that domain's write rules itself); opening
-//          for writing outside them is allowed only for the device files Landlock grants;
+//          for writing outside them is allowed only for the device files Landlock grants (its
+//          terminals: the ones on its fds 0-2 when it was spawned, recorded on the host then;
+//          never what its fds 0-2 are at the call, where an O_PATH fd of any device can be put);
 //        - inside a carve-out (at or below it, unless a deeper writable root): nothing is
 //          created, opened for writing, truncated, removed, renamed into or out of, or linked;
 //        - a carve-out's own object, by (dev, ino): never opened for writing or linked, by any
@@ -56,7 +58,8 @@
 // non-blocking open of the object judged here until a reader is there, then answers), so it
 // returns up to 250 ms after the reader came rather than at once, and fails with EAGAIN when 256
 // such waits are under way in the host already; /dev/tty is the command's
-// controlling terminal (looked up from /proc/<tid>/stat), never the host's; a parent directory
+// controlling terminal (looked up from /proc/<tid>/stat), never the host's, and only when that is
+// one of the terminals it was spawned with (else ENXIO, as for no terminal); a parent directory
 // with a default ACL gets the umask applied all the same; where unshare(CLONE_FS) is refused (a
 // container's seccomp profile) a create whose mode the host's umask narrowed is widened by a chmod
 // right after (OwnFsContext), so the object has the narrower mode for a moment.
@@ -336,20 +339,19 @@ dev_t ControllingTty(uint32_t tid) {
   return static_cast<dev_t>(tty);
 }
 
-// Whether st is one of the terminals on the command's fds 0-2 (Landlock grants those by inode).
-bool StdioTerminal(uint32_t tid, const struct stat& st) {
-  for (int i = 0; i < 3; ++i) {
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%u/fd/%d", tid, i);
-    struct stat s;
-    if (stat(path, &s) == 0 && S_ISCHR(s.st_mode) && s.st_dev == st.st_dev && s.st_ino == st.st_ino) return true;
+// The terminal the command was spawned with that has these numbers (dev 0, ino 0: any with that
+// rdev), or null.
+const PathRules::Terminal* HeldTerminal(const PathRules& r, dev_t dev, ino_t ino, dev_t rdev) {
+  for (const PathRules::Terminal& t : r.terminals) {
+    if (t.rdev != rdev) continue;
+    if ((dev == 0 && ino == 0) || (t.id.dev == dev && t.id.ino == ino)) return &t;
   }
-  return false;
+  return nullptr;
 }
 
 // May the existing object x (st) be opened for writing or truncated? `path` is where it was
 // reached (its parent's path and name; or its own path for an fd the command named). 0 or -EACCES.
-int MayWrite(const PathRules& r, const SeccompNotif& n, const struct stat& st, const std::string& path, const Name* parent) {
+int MayWrite(const PathRules& r, const struct stat& st, const std::string& path, const Name* parent) {
   if (Has(r.carveout_ids, st)) return -EACCES;
   if (parent != nullptr && parent->deep) {
     const Where w = Locate(r, *parent);
@@ -362,25 +364,33 @@ int MayWrite(const PathRules& r, const SeccompNotif& n, const struct stat& st, c
   if (S_ISDIR(st.st_mode)) return 0;  // the open itself fails (EISDIR)
   if (!S_ISCHR(st.st_mode)) return -EACCES;
   if (Has(r.devices, st) || st.st_rdev == makedev(5, 0)) return 0;
-  return StdioTerminal(n.pid, st) ? 0 : -EACCES;
+  // A terminal the command had on fds 0-2 when it started, never by what its fds 0-2 are now
+  // (Reopen opens the held one).
+  return HeldTerminal(r, st.st_dev, st.st_ino, st.st_rdev) != nullptr ? 0 : -EACCES;
 }
 
 // Opens the pinned object x (O_PATH) for the command's flags: 0 with a new fd in *out, -errno,
 // or kAnsweredLater (a FIFO's waiter took x over and answers the call).
-int Reopen(int listener, const SeccompNotif& n, Fd* x, const struct stat& st, int flags, Fd* out) {
+int Reopen(const PathRules& r, int listener, const SeccompNotif& n, Fd* x, const struct stat& st, int flags, Fd* out) {
   int f = (flags & ~(O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC)) | O_NOCTTY | O_CLOEXEC;
   if ((flags & O_TMPFILE) == O_TMPFILE) f &= ~O_TMPFILE;
   char proc[64];
-  if (S_ISCHR(st.st_mode) && st.st_rdev == makedev(5, 0)) {
-    // /dev/tty opened here would be the HOST's terminal: the command's own instead.
-    const dev_t tty = ControllingTty(n.pid);
-    if (tty == 0) return -ENXIO;
-    if (major(tty) < 136 || major(tty) > 143) return -ENXIO;  // only a pty the sandbox was given
-    snprintf(proc, sizeof proc, "/dev/pts/%u", minor(tty));
-    const int fd = open(proc, f);
-    if (fd < 0) return -errno;
-    out->Reset(fd);
-    return 0;
+  if (S_ISCHR(st.st_mode)) {
+    // A terminal: the one the command was spawned with, held since (a name of the same numbers
+    // may be another terminal now). /dev/tty opened here would be the HOST's terminal: the
+    // command's controlling terminal instead, and only when it is one of those.
+    const bool tty = st.st_rdev == makedev(5, 0);
+    const dev_t ctty = tty ? ControllingTty(n.pid) : 0;
+    if (tty && ctty == 0) return -ENXIO;
+    const PathRules::Terminal* t = tty ? HeldTerminal(r, 0, 0, ctty) : HeldTerminal(r, st.st_dev, st.st_ino, st.st_rdev);
+    if (tty && t == nullptr) return -ENXIO;
+    if (t != nullptr) {
+      snprintf(proc, sizeof proc, "/proc/self/fd/%d", *t->held);
+      const int fd = open(proc, f);
+      if (fd < 0) return -errno;
+      out->Reset(fd);
+      return 0;
+    }
   }
   snprintf(proc, sizeof proc, "/proc/self/fd/%d", x->fd);
   if (S_ISFIFO(st.st_mode) && (flags & O_NONBLOCK) == 0) {
@@ -724,14 +734,14 @@ int DoOpen(const PathRules& r, const SeccompNotif& n, Args* a, Fd* out) {
     out->Reset(fd);
     return 0;
   }
-  if (int e = MayWrite(r, n, t.st, t.path, t.name.dir.fd >= 0 ? &t.name : nullptr)) return e;
-  return Reopen(a->listener, n, &t.x, t.st, flags, out);
+  if (int e = MayWrite(r, t.st, t.path, t.name.dir.fd >= 0 ? &t.name : nullptr)) return e;
+  return Reopen(r, a->listener, n, &t.x, t.st, flags, out);
 }
 
-long DoTruncate(const PathRules& r, const SeccompNotif& n, Args* a) {
+long DoTruncate(const PathRules& r, Args* a) {
   Target t;
   if (int e = ResolveForWrite(&a->own, &a->base, a->path, O_WRONLY, true, &t)) return e;
-  if (int e = MayWrite(r, n, t.st, t.path, t.name.dir.fd >= 0 ? &t.name : nullptr)) return e;
+  if (int e = MayWrite(r, t.st, t.path, t.name.dir.fd >= 0 ? &t.name : nullptr)) return e;
   if (S_ISDIR(t.st.st_mode)) return -EISDIR;
   char proc[64];
   snprintf(proc, sizeof proc, "/proc/self/fd/%d", t.x.fd);
@@ -908,6 +918,24 @@ PathRules BuildPathRules(const std::vector<std::string>& writable, const std::ve
   return r;
 }
 
+void RecordStdioTerminals(PathRules* r, const std::vector<int>& stdio) {
+  for (size_t i = 0; i < stdio.size() && i < 3; ++i) {
+    struct stat st;
+    if (stdio[i] < 0 || fstat(stdio[i], &st) != 0 || !S_ISCHR(st.st_mode)) continue;
+    if (!isatty(stdio[i])) continue;  // TCGETS answers: a terminal, what landlock.cc grants
+    if (HeldTerminal(*r, st.st_dev, st.st_ino, st.st_rdev) != nullptr) continue;  // fds 1, 2: the same
+    char proc[64];
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", stdio[i]);
+    const int fd = open(proc, O_PATH | O_CLOEXEC);  // this object, not a name's
+    if (fd < 0) continue;  // not held: not granted (the command still has it on its fds)
+    std::shared_ptr<const int> held(new int(fd), [](const int* p) {
+      close(*p);
+      delete p;
+    });
+    r->terminals.push_back({{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)}, static_cast<uint64_t>(st.st_rdev), held});
+  }
+}
+
 bool IsPathCall(int nr) noexcept { return FindCall(nr) != nullptr; }
 
 bool HandlePaths(int listener, const SeccompNotif& n, const PathRules& rules, bool own_thread) noexcept {
@@ -950,7 +978,7 @@ bool HandlePaths(int listener, const SeccompNotif& n, const PathRules& rules, bo
         rc = DoOpen(rules, n, &a, &give);
         break;
       case Op::kTruncate:
-        rc = DoTruncate(rules, n, &a);
+        rc = DoTruncate(rules, &a);
         break;
       case Op::kLink:
         rc = DoLink(rules, &a);

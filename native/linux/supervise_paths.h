@@ -17,6 +17,7 @@
 
 #include <stdint.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,19 @@ struct PathRules {
   // for writing (/dev/null, /dev/zero, /dev/full); /dev/tty and its stdio terminals are handled
   // apart (their meaning depends on who opens them).
   std::vector<Id> devices;
+  // The terminals on the command's fds 0-2 when it was spawned: the ones its Landlock rules grant
+  // (landlock.h stdio_terminals). Fixed at spawn (RecordStdioTerminals), never read from the
+  // command's fd table later: an O_PATH fd of any device can be put on fd 0-2 without a right to
+  // open it. Each is held (O_PATH, which keeps no terminal open) and a write-open of one opens
+  // the held object, never the name's: a pty index freed during the run goes to the next
+  // terminal made, with the same device and inode numbers, and the held one then fails (EIO).
+  // /dev/tty reaches the controlling terminal only when it is one of these.
+  struct Terminal {
+    Id id;
+    uint64_t rdev;
+    std::shared_ptr<const int> held;  // closed with the last copy of the rules
+  };
+  std::vector<Terminal> terminals;
   // bind(): whether an AF_INET/AF_INET6 bind is the command's to make (network 'full'); else
   // it is refused as Landlock refuses it (EACCES). Unix sockets are bound like any create.
   bool inet_bind = false;
@@ -66,6 +80,11 @@ struct PathRules {
 // are the planner's readOnly and presentOnly lists; `devices` the device files Landlock grants.
 PathRules BuildPathRules(const std::vector<std::string>& writable, const std::vector<std::string>& carveouts,
                          const std::vector<std::string>& present_only, const std::vector<std::string>& devices);
+
+// Records the terminals among the host fds the command gets as fds 0-2 (stdio[i], -1: /dev/null):
+// character devices that answer TCGETS, as the command's Landlock rule picks them. Called on the
+// host before the spawn; a sandbox prepared ahead gets no stdio terminal (its caller checks).
+void RecordStdioTerminals(PathRules* r, const std::vector<int>& stdio);
 
 // Whether syscall nr is one the path supervisor answers.
 bool IsPathCall(int nr) noexcept;
