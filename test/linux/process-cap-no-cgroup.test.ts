@@ -110,6 +110,16 @@ describe.skipIf(skip)('the process cap without a pids cgroup (PSB_CGROUP=off)', 
     expect(unreaped.stdout).toBe('refused 11\nforked 15\n');
     const reaped = await run(PYTHON, ['-c', zombies(true)], { env: BASE_ENV, policy: landlock({ limits: { maxProcesses: 16 } }) });
     expect(reaped.stdout).toBe('forked 40\n');
+    // Zombies are told apart by the start time in /proc/<pid>/stat, after a name (comm) that may
+    // hold spaces and parentheses: 12 children named so stay unreaped (with python, 13 of 16),
+    // then are reaped, and all 15 places are free again.
+    const oddName =
+      `import ctypes, os, time\nctypes.CDLL(None).prctl(15, b"a) 1 2 (b) 3", 0, 0, 0)\nkids = []\n` +
+      `for i in range(12):\n  p = os.fork()\n  if p == 0: os._exit(0)\n  kids.append(p)\ntime.sleep(0.3)\n` +
+      `for p in kids: os.waitpid(p, 0)\nn = 0\ntry:\n  for i in range(40):\n    if os.fork() == 0:\n      time.sleep(2); os._exit(0)\n    n += 1\n` +
+      `except OSError:\n  pass\nprint('forked', n)`;
+    const named = await run(PYTHON, ['-c', oddName], { env: BASE_ENV, policy: landlock({ limits: { maxProcesses: 16 } }) });
+    expect([named.stdout, named.stderr]).toEqual(['forked 15\n', '']);
     // A zombie whose parent exits without reaping it is re-parented to init and reaped there:
     // it must not free a place twice. 40 such orphans, then the cap still holds at 15 children.
     const orphans =
