@@ -212,17 +212,19 @@ child.exited.then(() => process.exit(0), (e) => { console.error(String(e)); proc
     const unreaped =
       'import os, sys\nok = 0\ntry:\n  for i in range(100):\n    if os.fork() == 0: os._exit(0)\n    ok += 1\n' +
       'except OSError as e:\n  print("refused", e.errno)\nprint("forked", ok, flush=True)\nsys.stdin.read()';
-    // Zombie children of the sandboxed python, read from the host's /proc.
-    const zombiesOf = (marker: string): number => {
+    // Children of the sandboxed python and how many of them are zombies, read from the host's /proc.
+    const childrenOf = (marker: string): { children: number; zombies: number } => {
       const py = pidsWith(marker).filter((p) => fs.readFileSync(`/proc/${p}/cmdline`, 'utf8').startsWith(`${PYTHON}\0`));
       expect(py, 'the sandboxed python, seen from outside').toHaveLength(1);
-      let n = 0;
+      const n = { children: 0, zombies: 0 };
       for (const d of fs.readdirSync('/proc')) {
         if (!/^\d+$/.test(d)) continue;
         try {
           const stat = fs.readFileSync(`/proc/${d}/stat`, 'utf8');
           const [state, ppid] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-          if (state === 'Z' && Number(ppid) === py[0]) n++;
+          if (Number(ppid) !== py[0]) continue;
+          n.children++;
+          if (state === 'Z') n.zombies++;
         } catch {
           /* gone */
         }
@@ -241,7 +243,13 @@ child.exited.then(() => process.exit(0), (e) => { console.error(String(e)); proc
       child.stderr.on('data', (b: Buffer) => (out += b.toString()));
       const done = new Promise<number | null>((resolve) => child.on('close', resolve));
       expect(await eventually(() => out.includes('forked'), 60_000), out).toBe(true);
-      const zombies = zombiesOf(marker);
+      // The last child may still be on its way out when python prints: wait until all are zombies.
+      await eventually(() => {
+        const n = childrenOf(marker);
+        return n.children === n.zombies;
+      });
+      const { children, zombies } = childrenOf(marker);
+      expect(children, 'every child of python has exited').toBe(zombies);
       child.stdin.end();
       expect(await done, out).toBe(0);
       return { out, zombies };
