@@ -36,9 +36,9 @@
 // pidfds or /proc/<pid> directory fds: fds too). pid and start time keep no fd: one is open only
 // while a stat line is read. A start time names one process for good; a pid reused within the
 // same clock tick (10 ms) reads as the old zombie still there, which only counts one too many
-// until that process is gone as well. A task whose stat line cannot be read for anything but "no
-// such pid" (EMFILE, ENFILE, ENOMEM) stays counted for the rest of the run: the count errs high,
-// never low.
+// until that process is gone as well. A stat line that cannot be read for anything but "no such
+// pid" (EMFILE, ENFILE, ENOMEM) keeps the task counted: at its exit, for the rest of the run; at a
+// re-check, until a later one says it is gone. The count errs high, never low.
 //
 // Why the command is not a vfork child here. init seizes it before it runs anything of its own
 // (it waits on a futex word), which init could not do asleep in vfork; init then waits for its
@@ -290,16 +290,15 @@ long WaitTracedInChild(TraceCount* c, int* status) {
   // it. Without procfs (ENOENT) zombies are not counted (see the top).
   if (!exited || start == -ENOENT || start == -ESRCH) return r;
   if (start >= 0) {
-    const int64_t now = StartTimeInChild(pid);
-    if (now == -ENOENT || now == -ESRCH || (now >= 0 && now != start)) return r;
+    if (c->zombies == kTraceZombies) SweepZombiesInChild(c);
+    if (c->zombies < kTraceZombies) {
+      c->zombie_starts[c->zombies] = start;
+      c->zombie_pids[c->zombies++] = pid;
+      if (!ZombieStillThereInChild(c, c->zombies - 1)) ForgetZombieInChild(c, c->zombies - 1);
+      return r;
+    }
   }
-  if (start >= 0 && c->zombies == kTraceZombies) SweepZombiesInChild(c);
-  if (start < 0 || c->zombies == kTraceZombies) {
-    ++c->tasks;  // cannot follow it: counted for the rest of the run (see the top)
-  } else {
-    c->zombie_starts[c->zombies] = start;
-    c->zombie_pids[c->zombies++] = pid;
-  }
+  ++c->tasks;  // cannot follow it (no room, or its stat line unread): counted for the rest of the run
   return r;
 }
 
