@@ -187,7 +187,7 @@ void KillTreeInChild(pid_t cmd) {
   // wait loop needs onto init's own stack first.
   const int status_fd = a->status_fd;
   const bool group = p.setsid;
-  TraceCount trace;  // 32 KiB of init's 256 KiB stack, touched only when traced
+  TraceCount trace;  // 48 KiB of init's 256 KiB stack, touched only when traced
   trace.cap = static_cast<int32_t>(p.trace_process_cap);
   trace.tasks = 1;
   trace.inflight = 0;

@@ -183,8 +183,8 @@ struct TraceCount {
   int32_t tasks;     // the tree's live tasks (threads too)
   int32_t inflight;  // creations let through whose outcome has not been seen yet
   int32_t zombies;   // exited processes their parent has not reaped yet: zombie_*[0..zombies)
-  int zombie_fds[kTraceZombies];    // their /proc/<pid>/stat, opened while they were zombies
-  pid_t zombie_pids[kTraceZombies]; // and their pids
+  pid_t zombie_pids[kTraceZombies];     // their pids
+  int64_t zombie_starts[kTraceZombies]; // and start times (field 22 of /proc/<pid>/stat)
 };
 long StartTracedCommandInChild(ChildArgs* a, pid_t cmd, TraceCount* c, int* status);
 void OnTraceStopInChild(TraceCount* c, pid_t tid, int status);

@@ -20,13 +20,25 @@
 // vanishes unreported). But a process that has exited holds its pid until its parent reaps it,
 // and pids.max and RLIMIT_NPROC count it until then (else a command that never reaps could take
 // every pid of the host: pid_max is 32768 on small machines). A parent other than init reaps
-// without telling init, so init keeps each exited process's /proc/<pid>/stat open (opened before
-// init's own wait lets the parent reap it, so the pid cannot have been reused) and counts it as a
-// zombie until reading it fails (ESRCH: reaped; one whose parent died first is re-parented to
-// init and reaped there, and is not counted out twice). A creation is judged at its seccomp stop:
+// without telling init, so init notes each exited process's pid and start time (field 22 of
+// /proc/<pid>/stat, read before init's own wait lets the parent reap it, so the pid cannot have
+// been reused) and counts it as a zombie until /proc/<pid> is gone or shows another start time
+// (reaped; one whose parent died first is re-parented to init and reaped there, and is not
+// counted out twice). A creation is judged at its seccomp stop:
 // refused when tasks + zombies + inflight reach the cap (the zombies are re-checked first), where
 // inflight counts creations let through whose event (success) or failed return (a syscall-exit
 // stop) init has not seen yet, so concurrent creations cannot overshoot together.
+//
+// Why pid and start time, not an open fd per zombie. An fd per zombie tied the count to init's
+// RLIMIT_NOFILE (inherited from the host): where the hard limit is below the cap (ulimit -n 1024,
+// systemd's LimitNOFILE=1024, docker --ulimit nofile=1024) every zombie past it was counted out
+// while its pid stayed taken, and raising the soft limit to the hard one cannot help there (nor
+// pidfds or /proc/<pid> directory fds: fds too). pid and start time keep no fd: one is open only
+// while a stat line is read. A start time names one process for good; a pid reused within the
+// same clock tick (10 ms) reads as the old zombie still there, which only counts one too many
+// until that process is gone as well. A stat line that cannot be read for anything but "no such
+// pid" (EMFILE, ENFILE, ENOMEM) keeps the task counted: at its exit, for the rest of the run; at a
+// re-check, until a later one says it is gone. The count errs high, never low.
 //
 // Why the command is not a vfork child here. init seizes it before it runs anything of its own
 // (it waits on a futex word), which init could not do asleep in vfork; init then waits for its
@@ -41,8 +53,9 @@
 //
 // Limits. A task killed by SIGKILL between its seccomp stop and the event leaves inflight one too
 // high for the rest of the run (the cap binds a task earlier); so does a zombie beyond the
-// kTraceZombies init can follow at once (only with a cap above that). Without procfs zombies are
-// not counted. Every creation and signal costs a round trip through init (a few microseconds).
+// kTraceZombies init can follow at once (only with a cap above that), and one whose stat line
+// could not be read (above). Without procfs (ENOENT) zombies are not counted. Every creation and
+// signal costs a round trip through init (a few microseconds).
 //
 // Child-side functions make raw syscalls only (init shares the host's memory); the probe at the
 // end runs on the host.
@@ -102,18 +115,48 @@ void ProcPathInChild(pid_t pid, const char* leaf, char* out) {
   *AppendInChild(AppendInChild(e, "/"), leaf) = 0;
 }
 
+// The start time of task `pid` (field 22 of /proc/<pid>/stat, clock ticks since boot), or
+// -errno: -ENOENT or -ESRCH when no task has that pid now, anything else when it could not be read
+// (-EMFILE, -ENFILE, -ENOMEM; -EIO for a line it could not parse).
+int64_t StartTimeInChild(pid_t pid) {
+  char path[64];
+  ProcPathInChild(pid, "stat", path);
+  long fd = Sys(__NR_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return fd;
+  // The line up to field 22 is at most ~450 bytes: pid, comm (16 bytes at most), 19 numbers.
+  char buf[512];
+  long n = Sys(__NR_read, fd, buf, sizeof buf);
+  Sys(__NR_close, fd);
+  if (n < 0) return n;
+  // comm (field 2) may hold spaces and ')': fields are counted from the last ')'.
+  long i = n;
+  while (i > 0 && buf[i - 1] != ')') --i;
+  if (i == 0) return -EIO;
+  for (int spaces = 0; i < n && spaces < 20; ++i) spaces += buf[i] == ' ';
+  int64_t t = 0;
+  long digits = 0;
+  for (; i < n && buf[i] >= '0' && buf[i] <= '9' && digits < 19; ++i, ++digits) t = t * 10 + (buf[i] - '0');
+  return digits > 0 && i < n && buf[i] == ' ' ? t : -EIO;
+}
+
+// Whether zombie entry i is still that process: -ENOENT/-ESRCH (reaped) or another start time
+// (reaped, its pid reused) say no; a read that failed otherwise says yes (it stays counted).
+bool ZombieStillThereInChild(const TraceCount* c, int i) {
+  int64_t t = StartTimeInChild(c->zombie_pids[i]);
+  if (t == -ENOENT || t == -ESRCH) return false;
+  return t < 0 || t == c->zombie_starts[i];
+}
+
 void ForgetZombieInChild(TraceCount* c, int i) {
-  Sys(__NR_close, c->zombie_fds[i]);
   --c->zombies;
-  c->zombie_fds[i] = c->zombie_fds[c->zombies];
+  c->zombie_starts[i] = c->zombie_starts[c->zombies];
   c->zombie_pids[i] = c->zombie_pids[c->zombies];
 }
 
-// Forgets the zombies their parents have reaped since: their stat file no longer reads.
+// Forgets the zombies their parents have reaped since.
 void SweepZombiesInChild(TraceCount* c) {
-  char byte;
   for (int i = 0; i < c->zombies;) {
-    if (Sys(__NR_pread64, c->zombie_fds[i], &byte, 1, 0) >= 0) {
+    if (ZombieStillThereInChild(c, i)) {
       ++i;
       continue;
     }
@@ -212,28 +255,23 @@ void OnTraceStopInChild(TraceCount* c, pid_t tid, int st) {
 }
 
 long WaitTracedInChild(TraceCount* c, int* status) {
-  // Look first (WNOWAIT): for an exit, open its stat file while its pid still names it (once our
+  // Look first (WNOWAIT): for an exit, read its start time while its pid still names it (once our
   // wait has taken the report, its parent may reap it and the pid may be reused).
   siginfo_t si;
   memset(&si, 0, sizeof si);
   long r = Sys(__NR_waitid, P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT | __WALL, 0);
   if (r < 0 || si.si_pid <= 0) return r < 0 ? r : 0;
   const pid_t pid = si.si_pid;
-  long fd = -1;
-  if (si.si_code == CLD_EXITED || si.si_code == CLD_KILLED || si.si_code == CLD_DUMPED) {
-    char path[64];
-    ProcPathInChild(pid, "stat", path);
-    fd = Sys(__NR_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
-  }
+  const bool exited = si.si_code == CLD_EXITED || si.si_code == CLD_KILLED || si.si_code == CLD_DUMPED;
+  const int64_t start = exited ? StartTimeInChild(pid) : -ENOENT;
   // A zombie counted out already whose parent died without reaping it: re-parented to init (the
   // subreaper) and reaped here, no longer traced. Counting it out again would let every such
-  // orphan free a place it never held. (An entry for this pid whose file no longer reads was
+  // orphan free a place it never held. (An entry for this pid with another start time was
   // another process, reaped since: the pid was reused.)
-  char byte;
   int known = -1;
-  for (int i = 0; i < c->zombies && fd >= 0; ++i) {
+  for (int i = 0; i < c->zombies && start >= 0; ++i) {
     if (c->zombie_pids[i] != pid) continue;
-    if (Sys(__NR_pread64, c->zombie_fds[i], &byte, 1, 0) >= 0) {
+    if (c->zombie_starts[i] == start) {
       known = i;
     } else {
       ForgetZombieInChild(c, i);
@@ -241,31 +279,26 @@ long WaitTracedInChild(TraceCount* c, int* status) {
     break;
   }
   r = Sys(__NR_wait4, pid, status, WNOHANG | __WALL, 0);
-  if (r <= 0 || WIFSTOPPED(*status)) {
-    if (fd >= 0) Sys(__NR_close, fd);
-    return r;
-  }
+  if (r <= 0 || WIFSTOPPED(*status)) return r;
   if (known >= 0) {
     ForgetZombieInChild(c, known);
-    Sys(__NR_close, fd);
     return r;
   }
   --c->tasks;
   // Reaped by that wait (init's own child), released at exit (a thread; a parent that ignores
-  // SIGCHLD) or already gone: nothing holds a pid. Else a zombie until its parent reaps it.
-  if (fd < 0) return r;
-  if (Sys(__NR_pread64, fd, &byte, 1, 0) < 0) {
-    Sys(__NR_close, fd);
-    return r;
+  // SIGCHLD) or gone before we looked: nothing holds a pid. Else a zombie until its parent reaps
+  // it. Without procfs (ENOENT) zombies are not counted (see the top).
+  if (!exited || start == -ENOENT || start == -ESRCH) return r;
+  if (start >= 0) {
+    if (c->zombies == kTraceZombies) SweepZombiesInChild(c);
+    if (c->zombies < kTraceZombies) {
+      c->zombie_starts[c->zombies] = start;
+      c->zombie_pids[c->zombies++] = pid;
+      if (!ZombieStillThereInChild(c, c->zombies - 1)) ForgetZombieInChild(c, c->zombies - 1);
+      return r;
+    }
   }
-  if (c->zombies == kTraceZombies) SweepZombiesInChild(c);
-  if (c->zombies == kTraceZombies) {
-    ++c->tasks;  // cannot follow it: counted for the rest of the run (see the top)
-    Sys(__NR_close, fd);
-  } else {
-    c->zombie_fds[c->zombies] = static_cast<int>(fd);
-    c->zombie_pids[c->zombies++] = pid;
-  }
+  ++c->tasks;  // cannot follow it (no room, or its stat line unread): counted for the rest of the run
   return r;
 }
 

@@ -15,13 +15,29 @@
  * withdraw it. Command substitutions with pipelines in a loop, the pattern that failed every time
  * then, must run through (as root, under the traced cap).
  */
-import { spawnSync } from 'node:child_process';
+import { spawn as spawnHost, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 
 import { run } from '../../lib/index';
 import type { SandboxPolicy } from '../../lib/policy-types';
 import { caps, MODES } from '../helpers/capabilities';
-import { BASE_ENV, expectNoProcess, killAll, PYTHON, sh, startForkStorm, uniqueSleep, visibleTasksOfUid } from '../helpers/sandbox';
+import {
+  BASE_ENV,
+  eventually,
+  expectNoProcess,
+  hostScript,
+  killAll,
+  NODE,
+  pidsWith,
+  PYTHON,
+  sh,
+  startForkStorm,
+  uniqueSleep,
+  visibleTasksOfUid,
+} from '../helpers/sandbox';
 
 const skip = !caps.linux ? 'not Linux' : !caps.landlock ? 'Landlock mode needs Landlock and seccomp' : undefined;
 // eslint-disable-next-line no-console
@@ -94,6 +110,16 @@ describe.skipIf(skip)('the process cap without a pids cgroup (PSB_CGROUP=off)', 
     expect(unreaped.stdout).toBe('refused 11\nforked 15\n');
     const reaped = await run(PYTHON, ['-c', zombies(true)], { env: BASE_ENV, policy: landlock({ limits: { maxProcesses: 16 } }) });
     expect(reaped.stdout).toBe('forked 40\n');
+    // Zombies are told apart by the start time in /proc/<pid>/stat, after a name (comm) that may
+    // hold spaces and parentheses: 12 children named so stay unreaped (with python, 13 of 16),
+    // then are reaped, and all 15 places are free again.
+    const oddName =
+      `import ctypes, os, time\nctypes.CDLL(None).prctl(15, b"a) 1 2 (b) 3", 0, 0, 0)\nkids = []\n` +
+      `for i in range(12):\n  p = os.fork()\n  if p == 0: os._exit(0)\n  kids.append(p)\ntime.sleep(0.3)\n` +
+      `for p in kids: os.waitpid(p, 0)\nn = 0\ntry:\n  for i in range(40):\n    if os.fork() == 0:\n      time.sleep(2); os._exit(0)\n    n += 1\n` +
+      `except OSError:\n  pass\nprint('forked', n)`;
+    const named = await run(PYTHON, ['-c', oddName], { env: BASE_ENV, policy: landlock({ limits: { maxProcesses: 16 } }) });
+    expect([named.stdout, named.stderr]).toEqual(['forked 15\n', '']);
     // A zombie whose parent exits without reaping it is re-parented to init and reaped there:
     // it must not free a place twice. 40 such orphans, then the cap still holds at 15 children.
     const orphans =
@@ -161,6 +187,86 @@ describe.skipIf(skip)('the process cap without a pids cgroup (PSB_CGROUP=off)', 
     const ctl = await run(PYTHON, ['-c', orphans], { env: BASE_ENV, policy: iso({ maxProcesses: 200 }) });
     expect([ctl.stdout, ctl.stderr]).toEqual(['forked 40\n', '']);
   }, 120_000);
+
+  // init follows each zombie through /proc; a host whose hard RLIMIT_NOFILE is below the cap
+  // (ulimit -n 1024, systemd's LimitNOFILE=1024, docker --ulimit nofile=1024) must not make it
+  // lose any. The sandbox runs from a node process started under `ulimit -n 64` (soft and hard),
+  // which init inherits; python makes 100 children that exit at once and are never reaped.
+  describe.skipIf(!caps.root || !caps.python)('as root with an fd limit below the cap', () => {
+    let dir = '';
+    let host = '';
+    beforeAll(() => {
+      dir = fs.mkdtempSync(path.join(os.tmpdir(), 'psb-nofile-'));
+      host = hostScript(
+        dir,
+        'nofile-host.js',
+        `const [py, code, marker, policy] = process.argv.slice(2);
+const child = lib.spawn(py, ['-c', code, marker], { env: ${JSON.stringify(BASE_ENV)}, policy: JSON.parse(policy) });
+child.stdout.pipe(process.stdout);
+child.stderr.pipe(process.stderr);
+process.stdin.pipe(child.stdin);
+child.exited.then(() => process.exit(0), (e) => { console.error(String(e)); process.exit(3); });`,
+      );
+    });
+    afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
+    const unreaped =
+      'import os, sys\nok = 0\ntry:\n  for i in range(100):\n    if os.fork() == 0: os._exit(0)\n    ok += 1\n' +
+      'except OSError as e:\n  print("refused", e.errno)\nprint("forked", ok, flush=True)\nsys.stdin.read()';
+    // Children of the sandboxed python and how many of them are zombies, read from the host's /proc.
+    const childrenOf = (marker: string): { children: number; zombies: number } => {
+      const py = pidsWith(marker).filter((p) => fs.readFileSync(`/proc/${p}/cmdline`, 'utf8').startsWith(`${PYTHON}\0`));
+      expect(py, 'the sandboxed python, seen from outside').toHaveLength(1);
+      const n = { children: 0, zombies: 0 };
+      for (const d of fs.readdirSync('/proc')) {
+        if (!/^\d+$/.test(d)) continue;
+        try {
+          const stat = fs.readFileSync(`/proc/${d}/stat`, 'utf8');
+          const [state, ppid] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+          if (Number(ppid) !== py[0]) continue;
+          n.children++;
+          if (state === 'Z') n.zombies++;
+        } catch {
+          /* gone */
+        }
+      }
+      return n;
+    };
+    // Runs the python under `cap` from the low-limit host; its output and the zombies outside.
+    const unreapedUnder = async (mode: (typeof MODES)[number]['name'], cap: number): Promise<{ out: string; zombies: number }> => {
+      const marker = uniqueSleep();
+      markers.push(marker);
+      const policy: SandboxPolicy = { mode, filesystem: { read: 'all', write: [] }, limits: { maxProcesses: cap } };
+      const args = ['-c', 'ulimit -n 64 && exec "$@"', 'sh', NODE, host, PYTHON, unreaped, marker, JSON.stringify(policy)];
+      const child = spawnHost('/bin/sh', args, { env: { ...process.env, PSB_CGROUP: 'off' } });
+      let out = '';
+      child.stdout.on('data', (b: Buffer) => (out += b.toString()));
+      child.stderr.on('data', (b: Buffer) => (out += b.toString()));
+      const done = new Promise<number | null>((resolve) => child.on('close', resolve));
+      expect(await eventually(() => out.includes('forked'), 60_000), out).toBe(true);
+      // The last child may still be on its way out when python prints: wait until all are zombies.
+      await eventually(() => {
+        const n = childrenOf(marker);
+        return n.children === n.zombies;
+      });
+      const { children, zombies } = childrenOf(marker);
+      expect(children, 'every child of python has exited').toBe(zombies);
+      child.stdin.end();
+      expect(await done, out).toBe(0);
+      return { out, zombies };
+    };
+    for (const m of MODES) {
+      it.skipIf(m.skip)(`${m.name} mode: a cap of 80 holds over 100 unreaped children; a cap of 200 lets them all fork`, async () => {
+        // python is one of the 80: at most 79 children, all of them still zombies.
+        const capped = await unreapedUnder(m.name, 80);
+        expect(capped.out).toBe('refused 11\nforked 79\n');
+        expect(capped.zombies, 'zombies seen from outside').toBe(79);
+        // Control: the same fd limit under a cap above the 100.
+        const free = await unreapedUnder(m.name, 200);
+        expect(free.out).toBe('forked 100\n');
+        expect(free.zombies, 'zombies seen from outside').toBe(100);
+      }, 180_000);
+    }
+  });
 
   it.skipIf(caps.root)('unprivileged: RLIMIT_NPROC over the uid\'s count caps a bounded storm, counted from outside', async () => {
     const marker = uniqueSleep();
