@@ -810,7 +810,8 @@ export function setProxyPort(plan: Omit<LinuxNativePlan, 'stdio'>, port: number)
 }
 
 export function planLinux(original: LinuxPlanInput): LinuxPlan {
-  // The user's tool caches (filesystem.caches, linux-caches.ts): overlays, env or writable roots.
+  // The user's tool caches (filesystem.caches, linux-caches.ts): overlays or env ('host-writable'
+  // caches are writable roots already, resolved with their carve-outs: resolvePolicy).
   const caches = planCaches({
     rules: original.rules,
     mode: original.mode,
@@ -818,13 +819,11 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     tmpfsData: tmpfsSizes(original.rules.limits.tmpBytes).tmp,
     landlockTmpDir: original.landlockTmpDir,
   });
-  const cacheRoots = caches.writeRoots.filter((w) => !original.rules.writeRoots.includes(w));
-  const withCaches = cacheRoots.length > 0 ? { ...original, rules: { ...original.rules, writeRoots: [...original.rules.writeRoots, ...cacheRoots] } } : original;
   // tmp 'host': the host's /tmp is simply one more writable root.
   const input =
-    withCaches.rules.tmp === 'host' && !withCaches.rules.writeRoots.includes('/tmp')
-      ? { ...withCaches, rules: { ...withCaches.rules, writeRoots: [...withCaches.rules.writeRoots, '/tmp'] } }
-      : withCaches;
+    original.rules.tmp === 'host' && !original.rules.writeRoots.includes('/tmp')
+      ? { ...original, rules: { ...original.rules, writeRoots: [...original.rules.writeRoots, '/tmp'] } }
+      : original;
   const { rules, probe, mode } = input;
   requireSeccomp(probe);
   // Gaps the caller opted into while resolving (git: 'allow-init').
