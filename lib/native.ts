@@ -33,6 +33,13 @@ export interface LinuxNativePlan {
     connectPorts?: number[];
     /** Landlock mode: device rights for the terminals on fds 0-2, by inode (landlock.h). */
     stdioTerminals?: boolean;
+    /**
+     * Not read by the addon. The host's temp dir, when only the other runs' TMPDIRs are carved
+     * out of it (linux-plan.ts tmpShield): its per-entry read rules follow whatever the host
+     * and other programs create there, so a prepared sandbox's are compared without them
+     * (linux-spare.ts planKey).
+     */
+    volatileUnder?: string;
   };
   /** unixSockets: allow socket(AF_UNIX, SOCK_STREAM|SOCK_SEQPACKET) whatever `net` says. */
   /**

@@ -955,6 +955,10 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
   if (signalSupervised) native.seccomp!.signalSupervisor = true;
   if (abi >= 1) {
     native.landlock = { net, rules: carve?.rules ?? grants, ...(mode === 'landlock' ? { stdioTerminals: true } : {}) };
+    // The temp dir's entries are carved for the shield alone (no deny-read path of the policy's
+    // there): a prepared sandbox may hold an older set of them (linux-spare.ts planKey).
+    const tmpHome = shieldDir && carve ? path.dirname(shieldDir.dir) : undefined;
+    if (tmpHome && !rules.denyRead.some((d) => isUnder(d, tmpHome))) native.landlock.volatileUnder = tmpHome;
     if (net === 'proxy' && !supervised) native.landlock.connectPorts = [input.proxyPort!];
   }
   // What the supervisor treats as deny-read: the policy's, and the other runs' TMPDIRs. Listings

@@ -19,6 +19,7 @@
  *
  * One spare per thread; discarded when unused for 30 s, and at exit.
  */
+import * as path from 'node:path';
 import type { LinuxNativePlan, NativeBinding } from '../native';
 import type { SandboxCgroup } from './linux-cgroup';
 import type { QuotaShare } from './linux-quotas';
@@ -56,7 +57,16 @@ export function planKey(plan: Omit<LinuxNativePlan, 'stdio'>): string {
   // that moves between any two spawns; the spare keeps the one taken when it was made (the cap
   // itself is in the rules, which the spare's key holds).
   if (plan.mode === 'landlock') Object.assign(go, { rlimitNproc: undefined });
-  return JSON.stringify({ ...plan, ...go });
+  // The read rules on the entries of the host's temp dir (tmpShield's carving): files others make
+  // and remove there all the time would discard nearly every spare. A spare's older set is no
+  // wider than a fresh one: an entry made since has no rule in it (unreadable, as for an entry
+  // made during a run), and one gone since cannot have become another run's TMPDIR (those are
+  // made by mkdtemp in the denied directory, never moved there).
+  const ll = plan.landlock;
+  const landlock = ll?.volatileUnder
+    ? { ...ll, rules: ll.rules.filter((r) => !(r.exact && r.access === 'read' && path.dirname(r.path) === ll.volatileUnder)) }
+    : ll;
+  return JSON.stringify({ ...plan, ...go, landlock });
 }
 
 const stats = { prepared: 0, ready: 0, used: 0, discarded: 0 };
