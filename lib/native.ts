@@ -28,18 +28,15 @@ export interface LinuxNativePlan {
   landlock?: {
     net: 'none' | 'proxy' | 'full';
     scopeSignals?: boolean;
-    /** exact: opened without following links; gone or swapped for a link: no rule (landlock.h). */
-    rules: Array<{ path: string; access: 'read' | 'write' | 'device' | 'list'; exact?: boolean }>;
+    /**
+     * exact: opened without following links; gone or swapped for a link: no rule (landlock.h).
+     * volatile: a prepared sandbox does not check that the path still names the inode its rule
+     * was made for (the entries of the host's temp dir, linux-plan.ts tmpShield).
+     */
+    rules: Array<{ path: string; access: 'read' | 'write' | 'device' | 'list'; exact?: boolean; volatile?: boolean }>;
     connectPorts?: number[];
     /** Landlock mode: device rights for the terminals on fds 0-2, by inode (landlock.h). */
     stdioTerminals?: boolean;
-    /**
-     * Not read by the addon. The host's temp dir, when only the other runs' TMPDIRs are carved
-     * out of it (linux-plan.ts tmpShield): its per-entry read rules follow whatever the host
-     * and other programs create there, so a prepared sandbox's are compared without them
-     * (linux-spare.ts planKey).
-     */
-    volatileUnder?: string;
   };
   /** unixSockets: allow socket(AF_UNIX, SOCK_STREAM|SOCK_SEQPACKET) whatever `net` says. */
   /**

@@ -955,10 +955,12 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
   if (signalSupervised) native.seccomp!.signalSupervisor = true;
   if (abi >= 1) {
     native.landlock = { net, rules: carve?.rules ?? grants, ...(mode === 'landlock' ? { stdioTerminals: true } : {}) };
-    // The temp dir's entries are carved for the shield alone (no deny-read path of the policy's
+    // The temp dir's entries, carved for the shield alone (no deny-read path of the policy's
     // there): a prepared sandbox may hold an older set of them (linux-spare.ts planKey).
     const tmpHome = shieldDir && carve ? path.dirname(shieldDir.dir) : undefined;
-    if (tmpHome && !rules.denyRead.some((d) => isUnder(d, tmpHome))) native.landlock.volatileUnder = tmpHome;
+    if (tmpHome && !rules.denyRead.some((d) => isUnder(d, tmpHome))) {
+      for (const r of native.landlock.rules) if (r.exact && r.access === 'read' && path.dirname(r.path) === tmpHome) r.volatile = true;
+    }
     if (net === 'proxy' && !supervised) native.landlock.connectPorts = [input.proxyPort!];
   }
   // What the supervisor treats as deny-read: the policy's, and the other runs' TMPDIRs. Listings
@@ -1250,7 +1252,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       ...(!isolated && rules.mode === 'auto' && isolatedProcGap(probe) ? { isolatedModeUnavailable: isolatedProcGap(probe) } : {}),
       init: isolated ? 'pid 1 of the sandbox' : 'subreaper',
       // Landlock mode's TMPDIR is private only when other runs of this uid cannot read it (tmpShield).
-      tmp: mode === 'landlock' && tmpGap ? `${rules.tmp}: readable by other Landlock-mode sandboxes of this user` : rules.tmp,
+      tmp: mode === 'landlock' && tmpGap ? 'per-run TMPDIR, readable by other Landlock-mode sandboxes of this user' : rules.tmp,
       caches:
         mode === 'landlock' && tmpGap
           ? Object.fromEntries(Object.entries(caches.report).map(([k, v]) => [k, v.replace('(private, cold', '(in the TMPDIR, which is not private: see gaps; cold')]))

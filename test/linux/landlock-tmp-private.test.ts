@@ -11,6 +11,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
+import { TMP_PARENT_PREFIX } from '../../lib/platform/linux-plan';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
 import { eventually, makeScene, sh, type Scene } from '../helpers/sandbox';
 
@@ -92,4 +93,32 @@ describe.runIf(caps.linux)('Landlock mode: the TMPDIR is private among sandboxes
     }
     expect(b1.enforcement.gaps.join('\n')).toMatch(/names in other Landlock-mode sandboxes' TMPDIRs of this user \(.*\) can be listed, not read/);
   }, 240_000);
+
+  // The directory for TMPDIRs is the user's own, mode 0700; one that is not (made first by someone
+  // else, or opened up) is not used, and then nothing may call the TMPDIR private.
+  it('where that directory cannot be trusted, the TMPDIR is made beside it and the report says it is not private', async () => {
+    const hostTmp = path.join(scene.root, 'host-tmp');
+    fs.mkdirSync(hostTmp, { mode: 0o700 });
+    const parent = path.join(hostTmp, `${TMP_PARENT_PREFIX}${process.getuid?.() ?? 0}`);
+    fs.mkdirSync(parent);
+    fs.chmodSync(parent, 0o755);
+    const saved = process.env.TMPDIR;
+    process.env.TMPDIR = hostTmp; // os.tmpdir() of the host process
+    let r: Awaited<ReturnType<typeof sh>>;
+    try {
+      r = await sh('echo "$TMPDIR"', { cwd: scene.ws, policy: modePolicy('landlock', { filesystem: { write: [scene.ws] } }) });
+    } finally {
+      if (saved === undefined) delete process.env.TMPDIR;
+      else process.env.TMPDIR = saved;
+    }
+    expect(path.dirname(r.stdout.trim()), r.stderr).toBe(hostTmp);
+    expect(fs.readdirSync(parent)).toEqual([]);
+    expect(r.enforcement.mechanisms.tmp).toBe('per-run TMPDIR, readable by other Landlock-mode sandboxes of this user');
+    expect(r.enforcement.gaps.join('\n')).toContain(
+      `the TMPDIR (and the private caches in it) is readable by other Landlock-mode sandboxes of this user: it was made in ${hostTmp}`,
+    );
+    const caches = Object.values(r.enforcement.mechanisms.caches as Record<string, string>).join('\n');
+    expect(caches).not.toContain('(private');
+    expect(caches).toContain('in the TMPDIR, which is not private');
+  });
 });
