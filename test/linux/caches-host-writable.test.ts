@@ -6,7 +6,7 @@
  * before anything runs. Inside the cache roots the carve-outs of any writable root hold (.git
  * hooks and config, .codex ...). Positive controls: the host's own caches stay writable.
  */
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -70,6 +70,26 @@ describe.runIf(caps.linux).each(MODES)("caches 'host-writable' ($name mode)", ({
     const report = r.enforcement.mechanisms.caches as Record<string, string>;
     expect(report['xdg-cache']).toBe(`host ${path.join(home, '.cache')}, writable (protected paths inside it stay read-only)`);
     expect(report.npm).toMatch(/^host .*\.npm, writable/);
+  });
+
+  it("the CLI: --env XDG_CACHE_HOME=<another repository> does not make it writable; the CLI's own caches are", (ctx) => {
+    const cli = path.resolve(__dirname, '..', '..', 'dist', 'cli.js');
+    if (!fs.existsSync(cli)) ctx.skip('dist/cli.js is not built (npm run build:ts)');
+    const hook = path.join(repo, '.git', 'hooks', 'pre-commit');
+    const before = snapshot(repo);
+    const script = [`echo x > "${hook}" && echo HOOK-WRITTEN`, `echo ok > "${home}/.cache/own" && echo CACHE-WRITTEN`, 'true'].join('\n');
+    const flags = ['--mode', mode, ...(mode === 'landlock' ? ['--degraded'] : []), '--cwd', scene.ws, '--write', scene.ws, '--caches', 'host-writable'];
+    const res = spawnSync(process.execPath, [cli, 'run', ...flags, '--env', `XDG_CACHE_HOME=${repo}`, '--', '/bin/sh', '-c', script], {
+      encoding: 'utf8',
+      env: { PATH: BASE_ENV.PATH!, HOME: home }, // the CLI's own environment: its caches are under this HOME
+      timeout: 60_000,
+    });
+    expect(res.status, res.stderr).toBe(0);
+    expect(res.stdout).not.toContain('HOOK-WRITTEN');
+    expect(fs.existsSync(hook)).toBe(false);
+    expectUnchanged(before, snapshot(repo), 'the other repository');
+    expect(res.stdout).toContain('CACHE-WRITTEN');
+    expect(fs.readFileSync(path.join(home, '.cache', 'own'), 'utf8')).toBe('ok\n');
   });
 
   it("a command's XDG_CACHE_HOME=$HOME does not make the home writable (~/.ssh/authorized_keys unchanged)", async () => {
