@@ -28,8 +28,12 @@ export interface LinuxNativePlan {
   landlock?: {
     net: 'none' | 'proxy' | 'full';
     scopeSignals?: boolean;
-    /** exact: opened without following links; gone or swapped for a link: no rule (landlock.h). */
-    rules: Array<{ path: string; access: 'read' | 'write' | 'device' | 'list'; exact?: boolean }>;
+    /**
+     * exact: opened without following links; gone or swapped for a link: no rule (landlock.h).
+     * volatile: a prepared sandbox does not check that the path still names the inode its rule
+     * was made for (the entries of the host's temp dir, linux-plan.ts tmpShield).
+     */
+    rules: Array<{ path: string; access: 'read' | 'write' | 'device' | 'list'; exact?: boolean; volatile?: boolean }>;
     connectPorts?: number[];
     /** Landlock mode: device rights for the terminals on fds 0-2, by inode (landlock.h). */
     stdioTerminals?: boolean;

@@ -4,6 +4,8 @@
  */
 import type { SandboxPolicy } from '../policy-types';
 import type { ResolvedRules } from '../rules';
+import { hostWritableCaches } from '../platform/linux-caches';
+import { realpathOrNull } from './canonical';
 import { compilePolicy } from './policy';
 import { resolveEntries } from './resolve';
 
@@ -31,8 +33,16 @@ export { SANDBOX_TYPES } from './sandbox-type';
  */
 export function resolvePolicy(policy: SandboxPolicy | undefined, cwd: string): ResolvedRules {
   const input = compilePolicy(policy, cwd);
+  // 'host-writable' caches (Linux): the host's cache directories become writable roots here, so
+  // that they get the carve-outs of any root. Taken from the host process's environment only.
+  if (input.caches === 'host-writable' && process.platform === 'linux') {
+    const writeRoots = input.entries.filter((e) => e.access === 'write').map((e) => realpathOrNull(e.path) ?? e.path);
+    for (const { site, real } of hostWritableCaches(writeRoots)) {
+      input.entries.push({ path: real, access: 'write', missing: 'skip', source: `policy.filesystem.caches (${site.name}: ${site.path})` });
+    }
+  }
   const rules = resolveEntries(input);
-  // filesystem.caches is for the platform planners only: the resolver has nothing to do with it.
+  // The planners read filesystem.caches for the rest (overlays, env, the report).
   return input.caches ? { ...rules, caches: input.caches } : rules;
 }
 

@@ -14,9 +14,10 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import { SandboxError } from '../errors';
 import type { LinuxMountOp } from '../native';
 import type { CachesMode } from '../policy-types';
-import { isWithin } from '../permissions/canonical';
+import { isStrictlyWithin, isWithin, realpathOrNull } from '../permissions/canonical';
 import type { ResolvedRules } from '../rules';
 
 /** Mirrors MountKind in linux-plan.ts (native/linux/spawn_linux.h MountOpKind). */
@@ -75,6 +76,56 @@ export function cacheSites(env: Record<string, string>, home = nonEmpty(env.HOME
   return sites;
 }
 
+/**
+ * The caches of the host process itself: its own environment, else the fixed defaults under its
+ * home. 'host-writable' takes its directories from here, never from the command's environment,
+ * which the caller of spawn() (or the CLI's --env) may fill with anything: XDG_CACHE_HOME naming
+ * another repository or $HOME would otherwise become a writable root.
+ */
+export function hostCacheSites(): CacheSite[] {
+  const env: Record<string, string> = {};
+  for (const [k, v] of Object.entries(process.env)) if (v !== undefined) env[k] = v;
+  return cacheSites(env);
+}
+
+/** A writable cache root `real` would expose (it is /, a home, or holds one or a writable root), or null. */
+function tooWideCache(real: string, writeRoots: string[]): string | null {
+  if (real === '/') return 'the filesystem root';
+  const homes = [process.env.HOME, os.homedir()].filter((h): h is string => h !== undefined && path.isAbsolute(h));
+  for (const h of homes.map((x) => realpathOrNull(x) ?? path.normalize(x))) {
+    if (isWithin(h, real)) return h === real ? `the home directory` : `an ancestor of the home directory ${h}`;
+  }
+  const w = writeRoots.find((r) => isStrictlyWithin(r, real));
+  return w === undefined ? null : `an ancestor of the writable root ${w}`;
+}
+
+/**
+ * 'host-writable': the host's existing cache directories (real paths), to be resolved as writable
+ * roots like any other, so that the carve-outs of every root (.git hooks and config, .codex ...)
+ * are planned inside them too. Refused (nothing runs) when one is /, the home directory, or an
+ * ancestor of either or of a writable root (`writeRoots`, canonical): that would make the
+ * user's start-up files, keys or workspaces writable under the name of a cache.
+ */
+export function hostWritableCaches(writeRoots: string[]): Array<{ site: CacheSite; real: string }> {
+  const out: Array<{ site: CacheSite; real: string }> = [];
+  for (const site of hostCacheSites()) {
+    const real = realDir(site.path);
+    if (real === null) continue;
+    const why = tooWideCache(real, writeRoots);
+    if (why !== null) {
+      const moved = site.envVar ? `the host's ${site.envVar} (or HOME)` : `the host's HOME`;
+      throw new SandboxError(
+        'EUNSUPPORTED_POLICY',
+        `policy.filesystem.caches 'host-writable': the ${site.name} cache ${site.path} is ${why}, which a cache ` +
+          `may not make writable; point ${moved} at the cache's own directory, or use caches 'private' or 'host-readonly'`,
+        { detail: { field: 'policy.filesystem.caches', cache: site.name, path: site.path, reason: why } },
+      );
+    }
+    out.push({ site, real });
+  }
+  return out;
+}
+
 export interface CachePlan {
   /** Isolated mode: steps appended before /proc is mounted. */
   mounts: LinuxMountOp[];
@@ -84,8 +135,6 @@ export interface CachePlan {
   landlockWrites: string[];
   /** Variables set for the command. */
   env: Record<string, string>;
-  /** 'host-writable': existing host caches added to the writable roots. */
-  writeRoots: string[];
   /** mechanisms.caches */
   report: Record<string, string>;
 }
@@ -145,18 +194,24 @@ export interface CachePlanInput {
 export function planCaches(input: CachePlanInput): CachePlan {
   const { rules, mode } = input;
   const caches: CachesMode = rules.caches ?? 'private';
-  const plan: CachePlan = { mounts: [], slots: 0, landlockWrites: [], env: {}, writeRoots: [], report: {} };
+  const plan: CachePlan = { mounts: [], slots: 0, landlockWrites: [], env: {}, report: {} };
+  if (caches === 'host-writable') {
+    // The resolver made them writable roots (hostWritableCaches, with their carve-outs); the plan
+    // adds none, so a cache that was not one then stays read-only.
+    for (const s of hostCacheSites()) {
+      const real = realDir(s.path);
+      const writable = real !== null && rules.writeRoots.some((w) => isWithin(real, w));
+      plan.report[s.name] = writable
+        ? `host ${s.path}, writable (protected paths inside it stay read-only)`
+        : real
+          ? `host ${s.path}, read-only (not a writable root of this policy)`
+          : `absent (${s.path} is not created on the host)`;
+    }
+    return plan;
+  }
   const sites = cacheSites(input.env);
   if (caches === 'host-readonly') {
     for (const s of sites) plan.report[s.name] = `host ${s.path}, read-only`;
-    return plan;
-  }
-  if (caches === 'host-writable') {
-    for (const s of sites) {
-      const real = realDir(s.path);
-      if (real) plan.writeRoots.push(real);
-      plan.report[s.name] = real ? `host ${s.path}, writable` : `absent (${s.path} is not created on the host)`;
-    }
     return plan;
   }
   // 'private'. Where a redirected cache goes: the run's private temp dir, if it has one.

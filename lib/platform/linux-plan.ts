@@ -569,6 +569,31 @@ export function carveDenied(rules: LandlockRule[], deny: string[], nestedRoots: 
   return { rules: merged, chainDirs, unlisted };
 }
 
+/** Prefix of the directory (one per uid, 0700) Landlock mode's TMPDIRs are made in (linux.ts tmpParent). */
+export const TMP_PARENT_PREFIX = 'process-sandbox-u';
+
+/**
+ * Landlock mode: every TMPDIR of this uid lives in one directory (linux.ts tmpParent), which the
+ * grants (read everything, or a read root over /tmp) would let the command read: other runs'
+ * temp files and private caches, and those of runs that start later. That directory is denied
+ * like a deny-read path (carveDenied; this run's own TMPDIR, a grant nested in it, stays), and a
+ * directory made there later has no rule either. Returns the directory, or why it cannot be
+ * denied (a listed gap), or null when nothing the command may read covers it.
+ */
+function tmpShield(input: LinuxPlanInput, grants: LandlockRule[]): { dir: string; own: string } | { gap: string } | null {
+  const tmp = input.landlockTmpDir;
+  if (input.mode !== 'landlock' || !tmp) return null;
+  const own = realpathOrNull(tmp) ?? tmp;
+  const parent = path.dirname(own);
+  const exposed = grants.some((r) => (r.access === 'read' || r.access === 'write') && isUnder(parent, realpathOrNull(r.path) ?? r.path));
+  if (!exposed) return null;
+  if (!path.basename(parent).startsWith(TMP_PARENT_PREFIX)) {
+    return { gap: `it was made in ${parent}, not in a directory of this user's own (which could not be made or was not trusted)` };
+  }
+  const w = input.rules.writeRoots.find((r) => isUnder(parent, r));
+  return w === undefined ? { dir: parent, own } : { gap: `their directory ${parent} lies in the writable root ${w}` };
+}
+
 /** Mount steps for isolated mode, in execution order. */
 export interface MountPlan {
   mounts: LinuxMountOp[];
@@ -810,7 +835,8 @@ export function setProxyPort(plan: Omit<LinuxNativePlan, 'stdio'>, port: number)
 }
 
 export function planLinux(original: LinuxPlanInput): LinuxPlan {
-  // The user's tool caches (filesystem.caches, linux-caches.ts): overlays, env or writable roots.
+  // The user's tool caches (filesystem.caches, linux-caches.ts): overlays or env ('host-writable'
+  // caches are writable roots already, resolved with their carve-outs: resolvePolicy).
   const caches = planCaches({
     rules: original.rules,
     mode: original.mode,
@@ -818,13 +844,11 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     tmpfsData: tmpfsSizes(original.rules.limits.tmpBytes).tmp,
     landlockTmpDir: original.landlockTmpDir,
   });
-  const cacheRoots = caches.writeRoots.filter((w) => !original.rules.writeRoots.includes(w));
-  const withCaches = cacheRoots.length > 0 ? { ...original, rules: { ...original.rules, writeRoots: [...original.rules.writeRoots, ...cacheRoots] } } : original;
   // tmp 'host': the host's /tmp is simply one more writable root.
   const input =
-    withCaches.rules.tmp === 'host' && !withCaches.rules.writeRoots.includes('/tmp')
-      ? { ...withCaches, rules: { ...withCaches.rules, writeRoots: [...withCaches.rules.writeRoots, '/tmp'] } }
-      : withCaches;
+    original.rules.tmp === 'host' && !original.rules.writeRoots.includes('/tmp')
+      ? { ...original, rules: { ...original.rules, writeRoots: [...original.rules.writeRoots, '/tmp'] } }
+      : original;
   const { rules, probe, mode } = input;
   requireSeccomp(probe);
   // Gaps the caller opted into while resolving (git: 'allow-init').
@@ -906,9 +930,19 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
   // isolated mode masks them with mounts instead (planMounts).
   let carve: DenyCarve | undefined;
   let carveGap: string | undefined;
-  if (abi >= 1 && mode === 'landlock' && rules.denyRead.length > 0) {
-    const c = carveDenied(grants, rules.denyRead, new Set([...rules.readRoots, ...rules.writeRoots]));
-    if (c.rules.length <= DENY_CARVE_MAX_RULES) carve = c;
+  // Other Landlock-mode runs' TMPDIRs (tmpShield): one more denied path, carved the same way.
+  const shield = abi >= 1 ? tmpShield(input, grants) : null;
+  let shieldDir = shield && 'dir' in shield ? shield : undefined;
+  let tmpGap = shield && 'gap' in shield ? shield.gap : undefined;
+  if (abi >= 1 && mode === 'landlock' && (rules.denyRead.length > 0 || shieldDir)) {
+    const nested = new Set([...rules.readRoots, ...rules.writeRoots, ...(shieldDir ? [shieldDir.own] : [])]);
+    let c = carveDenied(grants, shieldDir ? [...rules.denyRead, shieldDir.dir] : rules.denyRead, nested);
+    if (c.rules.length > DENY_CARVE_MAX_RULES && shieldDir) {
+      tmpGap = `carving ${shieldDir.dir} out takes ${c.rules.length} Landlock rules, one per entry beside it, more than ${DENY_CARVE_MAX_RULES}`;
+      shieldDir = undefined;
+      c = carveDenied(grants, rules.denyRead, nested);
+    }
+    if (c.rules.length <= DENY_CARVE_MAX_RULES) carve = rules.denyRead.length > 0 || shieldDir ? c : undefined;
     else {
       carveGap =
         `deny-read under readable roots is not enforced: ${rules.denyRead.join(', ')} (carving them out takes ` +
@@ -921,8 +955,19 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
   if (signalSupervised) native.seccomp!.signalSupervisor = true;
   if (abi >= 1) {
     native.landlock = { net, rules: carve?.rules ?? grants, ...(mode === 'landlock' ? { stdioTerminals: true } : {}) };
+    // The temp dir's entries, carved for the shield alone (no deny-read path of the policy's
+    // there): a prepared sandbox may hold an older set of them (linux-spare.ts planKey).
+    const tmpHome = shieldDir && carve ? path.dirname(shieldDir.dir) : undefined;
+    if (tmpHome && !rules.denyRead.some((d) => isUnder(d, tmpHome))) {
+      for (const r of native.landlock.rules) if (r.exact && r.access === 'read' && path.dirname(r.path) === tmpHome) r.volatile = true;
+    }
     if (net === 'proxy' && !supervised) native.landlock.connectPorts = [input.proxyPort!];
   }
+  // What the supervisor treats as deny-read: the policy's, and the other runs' TMPDIRs. Listings
+  // go through it (one round trip per getdents64, docs/performance.md) only for a policy's
+  // deny-read path; the TMPDIRs' names alone do not cost every run that (a listed gap).
+  const denied = shieldDir ? [...rules.denyRead, shieldDir.dir] : rules.denyRead;
+  const listDenied = listSupervised && rules.denyRead.length > 0;
   if (metadataSupervised) {
     native.seccomp!.metadataSupervisor = {
       writable: [...rules.writeRoots, ...(input.landlockTmpDir ? [realpathOrNull(input.landlockTmpDir) ?? input.landlockTmpDir] : [])],
@@ -944,8 +989,8 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
           ? {
               // Everything, and the roots nested in denied paths (most specific wins).
               readable: ['/', ...rules.readRoots, ...rules.writeRoots, ...(input.landlockTmpDir ? [realpathOrNull(input.landlockTmpDir) ?? input.landlockTmpDir] : [])],
-              denyRead: rules.denyRead,
-              ...(listSupervised ? { listDirs: true } : {}),
+              denyRead: denied,
+              ...(listDenied ? { listDirs: true } : {}),
             }
           : {}
         : {
@@ -961,8 +1006,8 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
                   .filter((p): p is string => p !== null),
               ),
             ],
-            denyRead: rules.denyRead,
-            ...(carve && listSupervised ? { listDirs: true } : {}),
+            denyRead: denied,
+            ...(carve && listDenied ? { listDirs: true } : {}),
           }),
     };
   }
@@ -1091,6 +1136,14 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       }
     }
     if (rules.tmp === 'private') gaps.push('/tmp itself stays read-only; the private temp dir is TMPDIR only');
+    if (tmpGap) {
+      gaps.push(`the TMPDIR (and the private caches in it) is readable by other Landlock-mode sandboxes of this user: ${tmpGap}`);
+    } else if (shieldDir && !listDenied) {
+      gaps.push(
+        `the names in other Landlock-mode sandboxes' TMPDIRs of this user (${shieldDir.dir}) can be listed, not read (listings ` +
+          `are supervised only with a deny-read path in the policy${listSupervised ? '' : ', and not on this host'})`,
+      );
+    }
     if (net === 'proxy' && !supervised) {
       gaps.push(
         `TCP connects to other hosts on the proxy's port ${input.proxyPort} are not blocked: any IPv4 address on that port ` +
@@ -1198,8 +1251,12 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       // Auto mode's choice, where isolated mode was out of reach for /proc alone (rootless containers).
       ...(!isolated && rules.mode === 'auto' && isolatedProcGap(probe) ? { isolatedModeUnavailable: isolatedProcGap(probe) } : {}),
       init: isolated ? 'pid 1 of the sandbox' : 'subreaper',
-      tmp: rules.tmp,
-      caches: caches.report,
+      // Landlock mode's TMPDIR is private only when other runs of this uid cannot read it (tmpShield).
+      tmp: mode === 'landlock' && tmpGap ? 'per-run TMPDIR, readable by other Landlock-mode sandboxes of this user' : rules.tmp,
+      caches:
+        mode === 'landlock' && tmpGap
+          ? Object.fromEntries(Object.entries(caches.report).map(([k, v]) => [k, v.replace('(private, cold', '(in the TMPDIR, which is not private: see gaps; cold')]))
+          : caches.report,
       // Restricted reads: what is readable besides the listed roots (README, "Restricted reads").
       ...(rules.readAll
         ? {}

@@ -56,7 +56,15 @@ export function planKey(plan: Omit<LinuxNativePlan, 'stdio'>): string {
   // that moves between any two spawns; the spare keeps the one taken when it was made (the cap
   // itself is in the rules, which the spare's key holds).
   if (plan.mode === 'landlock') Object.assign(go, { rlimitNproc: undefined });
-  return JSON.stringify({ ...plan, ...go });
+  // The rules on the entries of the host's temp dir (tmpShield's carving): files others make and
+  // remove there all the time would discard nearly every spare. A spare's older set is no wider
+  // than a fresh one: an entry made since has no rule in it (unreadable, as for an entry made
+  // during a run), and an entry gone since cannot have become another run's TMPDIR (those are
+  // made by mkdtemp in the denied directory, never moved there). The addon skips their identity
+  // check likewise (spawn_spare.cc).
+  const ll = plan.landlock;
+  const landlock = ll?.rules.some((r) => r.volatile) ? { ...ll, rules: ll.rules.filter((r) => !r.volatile) } : ll;
+  return JSON.stringify({ ...plan, ...go, landlock });
 }
 
 const stats = { prepared: 0, ready: 0, used: 0, discarded: 0 };

@@ -14,8 +14,9 @@ import { unsandboxedReport } from '../backend';
 import { SandboxError } from '../errors';
 import type { LinuxNativePlan, LinuxProbe, LinuxStdio, NativeBinding } from '../native';
 import { ManagedProxy } from '../network';
+import { lstatOrNull } from '../permissions/canonical';
 import { createSandboxCgroup, ownPidNamespace, PIDNS_TAG, type SandboxCgroup } from './linux-cgroup';
-import { chooseLinuxMode, DEFAULT_MAX_PROCESSES, isolatedProcGap, DEFAULT_TMP_BYTES, planLinux, setProxyPort } from './linux-plan';
+import { chooseLinuxMode, DEFAULT_MAX_PROCESSES, isolatedProcGap, DEFAULT_TMP_BYTES, planLinux, setProxyPort, TMP_PARENT_PREFIX } from './linux-plan';
 import { type QuotaShare, takeQuotaShare, uidTaskCount } from './linux-quotas';
 import { planKey, scheduleSpare, type Spare, type SpareResources, SpareSlot } from './linux-spare';
 
@@ -254,10 +255,30 @@ function releasePlaceholders(native: NativeBinding, held: HeldPlaceholder[]): vo
 const TMP_PREFIX = 'process-sandbox-tmp-';
 let staleTmpSwept = false;
 
+/**
+ * The directory all of this uid's Landlock-mode TMPDIRs are made in (0700, the uid's own). The
+ * planner denies reads of it but for the run's own TMPDIR (linux-plan.ts tmpShield), so that
+ * another Landlock-mode sandbox of the same uid cannot read this one's temp files and private
+ * caches, nor those of a run that starts later. null when it cannot be trusted (another uid
+ * made the name first, a link, a group- or world-open mode): the TMPDIR is then made in the
+ * host's temp dir as before, and the report lists the gap.
+ */
+function tmpParent(): string | null {
+  const uid = process.getuid?.() ?? 0;
+  const dir = path.join(os.tmpdir(), `${TMP_PARENT_PREFIX}${uid}`);
+  try {
+    fs.mkdirSync(dir, { mode: 0o700 });
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'EEXIST') return null;
+  }
+  const st = lstatOrNull(dir);
+  return st !== null && st.isDirectory() && st.uid === uid && (st.mode & 0o077) === 0 ? dir : null;
+}
+
 /** Landlock mode's private TMPDIR for one run. */
 function makeTmpDir(native: NativeBinding): string {
   sweepStaleTmpDirs(native);
-  return fs.mkdtempSync(path.join(os.tmpdir(), `${TMP_PREFIX}${process.pid}-${PIDNS_TAG}-`));
+  return fs.mkdtempSync(path.join(tmpParent() ?? os.tmpdir(), `${TMP_PREFIX}${process.pid}-${PIDNS_TAG}-`));
 }
 
 /**
@@ -270,17 +291,22 @@ function sweepStaleTmpDirs(native: NativeBinding): void {
   if (staleTmpSwept) return;
   staleTmpSwept = true;
   const uid = process.getuid?.();
-  let names: string[] = [];
-  try {
-    names = fs.readdirSync(os.tmpdir()).filter((n) => n.startsWith(TMP_PREFIX));
-  } catch {
-    return;
+  // This uid's parent (tmpParent), and the host's temp dir itself (older versions, and runs whose
+  // parent could not be trusted).
+  const parents = [os.tmpdir(), path.join(os.tmpdir(), `${TMP_PARENT_PREFIX}${uid ?? 0}`)];
+  const found: Array<[string, string]> = [];
+  for (const parent of parents) {
+    try {
+      for (const n of fs.readdirSync(parent)) if (n.startsWith(TMP_PREFIX)) found.push([parent, n]);
+    } catch {
+      // absent or unreadable: nothing of ours to sweep there
+    }
   }
-  for (const n of names) {
+  for (const [parent, n] of found) {
     const pid = Number(n.slice(TMP_PREFIX.length).split('-')[0]);
     // Another pid namespace's host cannot be judged by its pid here (linux-cgroup.ts PIDNS_TAG).
     if (!Number.isInteger(pid) || pid <= 0 || pid === process.pid || !ownPidNamespace(n.slice(TMP_PREFIX.length))) continue;
-    const dir = path.join(os.tmpdir(), n);
+    const dir = path.join(parent, n);
     try {
       if (fs.lstatSync(dir).uid !== uid) continue;
       process.kill(pid, 0);

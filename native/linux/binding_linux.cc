@@ -256,7 +256,9 @@ void FillLandlock(Napi::Env env, const Napi::Object& o, LandlockPlan* ll) {
     if (access == "device") {
       bits |= landlock::kFsWriteFile | (abi >= 5 ? landlock::kFsIoctlDev : 0) | (abi >= 3 ? landlock::kFsTruncate : 0);
     }
-    ll->AddPath(GetString(r, "path"), bits, GetBool(r, "exact", false) ? LandlockPlan::kPathExact : 0);
+    const uint8_t flags = (GetBool(r, "exact", false) ? LandlockPlan::kPathExact : 0) |
+                          (GetBool(r, "volatile", false) ? LandlockPlan::kPathVolatile : 0);
+    ll->AddPath(GetString(r, "path"), bits, flags);
   }
   ll->stdio_terminals = GetBool(o, "stdioTerminals", false);
   Napi::Value ports = o.Get("connectPorts");

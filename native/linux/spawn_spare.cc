@@ -113,6 +113,7 @@ bool SpareStillValid(const LinuxSpare* s) noexcept {
   const bool isolated = s->plan.mode == LinuxMode::kIsolated;
   for (size_t i = 0; i < s->launch.landlock_ids.size() / 2; ++i) {
     if (isolated && (PrivateInIsolated(ll.c_paths[i]) || OverlaidInIsolated(s->plan, ll.c_paths[i]))) continue;
+    if (i < ll.path_flags.size() && (ll.path_flags[i] & LandlockPlan::kPathVolatile) != 0) continue;
     if (!SameIdentity(ll.c_paths[i], &s->launch.landlock_ids[2 * i])) return false;
   }
   for (size_t i = 0; i < s->launch.check_ids.size(); ++i) {

@@ -26,6 +26,7 @@ import { planCaches } from '../../lib/platform/linux-caches';
 import type { ResolvedRules } from '../../lib/rules';
 import type { CachesMode, SandboxPolicy } from '../../lib/policy-types';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
+import { withHostCacheEnv } from '../helpers/host-env';
 import { NODE, SYS_PATH, eventually, expectUnchanged, makeScene, sh, snapshot, type Scene } from '../helpers/sandbox';
 import { clearSpares, spareStats } from '../../lib/platform/linux-spare';
 
@@ -148,14 +149,22 @@ describe.runIf(caps.linux)('filesystem.caches: the plan', () => {
     expect(p.env.npm_config_cache).toBe('/tmp/.process-sandbox-caches/npm');
   });
 
-  it('Landlock mode moves every cache into the run\'s TMPDIR; host-readonly and host-writable change nothing or grant', () => {
+  it('Landlock mode moves every cache into the run\'s TMPDIR; host-readonly changes nothing, host-writable reports what the resolver granted', () => {
     const l = planCaches({ rules: rulesWith({}), mode: 'landlock', env: { HOME: tmpHome }, tmpfsData: '', landlockTmpDir: '/tmp/run-x' });
     expect(l.mounts).toEqual([]);
     expect(l.env).toMatchObject({ npm_config_cache: '/tmp/run-x/caches/npm', XDG_CACHE_HOME: '/tmp/run-x/caches/xdg-cache', CARGO_HOME: '/tmp/run-x/caches/cargo' });
     const ro = planCaches({ rules: rulesWith({ caches: 'host-readonly' }), mode: 'isolated', env: { HOME: tmpHome }, tmpfsData: '' });
-    expect([ro.mounts, ro.env, ro.writeRoots]).toEqual([[], {}, []]);
-    const rw = planCaches({ rules: rulesWith({ caches: 'host-writable' }), mode: 'isolated', env: { HOME: tmpHome }, tmpfsData: '' });
-    expect(rw.writeRoots.sort()).toEqual([path.join(tmpHome, '.cache'), path.join(tmpHome, '.npm')]);
+    expect([ro.mounts, ro.env]).toEqual([[], {}]);
+    // 'host-writable': the host process's caches (its HOME here), made writable roots by the
+    // resolver; the command's environment names none of them.
+    withHostCacheEnv({ HOME: tmpHome }, () => {
+      const rules = resolvePolicy({ filesystem: { caches: 'host-writable' } }, '/');
+      expect(rules.writeRoots).toEqual([path.join(tmpHome, '.cache'), path.join(tmpHome, '.npm')]);
+      const rw = planCaches({ rules, mode: 'isolated', env: { HOME: '/nonexistent', XDG_CACHE_HOME: '/' }, tmpfsData: '' });
+      expect([rw.mounts, rw.env]).toEqual([[], {}]);
+      expect(rw.report.npm).toBe(`host ${path.join(tmpHome, '.npm')}, writable (protected paths inside it stay read-only)`);
+      expect(rw.report.cargo).toMatch(/^absent /);
+    });
   });
 });
 
@@ -382,11 +391,14 @@ describe.runIf(caps.linux)('tool caches in the default sandbox', () => {
 
     it("caches 'host-writable': the install writes the host's ~/.npm, and the outside check sees it", async (ctx) => {
       skipUnless('npm', ctx);
-      await runTool('npm-rw', 'npm install --no-save is-number >&2\nnpm config get cache', { caches: 'host-writable', files: PACKAGE_JSON }, (res) => {
-        expect(res.r.stdout, res.r.stderr).toContain('rc=0');
-        expect(res.changed.some((p) => p.startsWith(path.join(home, '.npm')))).toBe(true);
-        expect((res.r.enforcement.mechanisms.caches as Record<string, string>).npm).toMatch(/writable/);
-      });
+      // The caches are the host process's: its HOME is the test's home for this run.
+      await withHostCacheEnv({ HOME: home }, () =>
+        runTool('npm-rw', 'npm install --no-save is-number >&2\nnpm config get cache', { caches: 'host-writable', files: PACKAGE_JSON }, (res) => {
+          expect(res.r.stdout, res.r.stderr).toContain('rc=0');
+          expect(res.changed.some((p) => p.startsWith(path.join(home, '.npm')))).toBe(true);
+          expect((res.r.enforcement.mechanisms.caches as Record<string, string>).npm).toMatch(/writable/);
+        }),
+      );
     }, 240_000);
 
     // pnpm and yarn 1 through corepack, the same steps. In isolated mode is-number is a hit from

@@ -14,6 +14,7 @@ import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, test } from 'vitest';
 
 import { run, spawn } from '../../lib/index';
+import { TMP_PARENT_PREFIX } from '../../lib/platform/linux-plan';
 import { clearSpares, setSpareIdleMs, sparesSettled, spareStats } from '../../lib/platform/linux-spare';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
 import { BASE_ENV, DIST_INDEX, eventually, makeScene, PYTHON, sh, type Scene } from '../helpers/sandbox';
@@ -103,9 +104,11 @@ async function loopbackServer(): Promise<{ hits: string[]; server: http.Server; 
   return { hits, server, port: (server.address() as AddressInfo).port };
 }
 
-/** This process's Landlock-mode TMPDIRs that exist now. */
+/** This process's Landlock-mode TMPDIRs that exist now (in this uid's directory for them, or the host's temp dir). */
 function ourTmpDirs(pid = process.pid): string[] {
-  return fs.readdirSync(os.tmpdir()).filter((n) => n.startsWith(`process-sandbox-tmp-${pid}-`));
+  const list = (d: string) => (fs.existsSync(d) ? fs.readdirSync(d) : []);
+  const parent = path.join(os.tmpdir(), `${TMP_PARENT_PREFIX}${process.getuid?.() ?? 0}`);
+  return [...list(os.tmpdir()), ...list(parent)].filter((n) => n.startsWith(`process-sandbox-tmp-${pid}-`));
 }
 
 describe.each(MODES)('$name mode: a sandbox prepared ahead', ({ name: mode, skip }) => {
