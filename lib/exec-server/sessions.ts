@@ -10,6 +10,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { INVALID_REQUEST, RpcError } from './decode';
+import { limitOf } from './limits';
 import { ProcessTable, type TableAttachment } from './process-sessions';
 import type { ExecServerOptions, SpawnPreparedFn } from './types';
 
@@ -30,7 +31,9 @@ export class SessionRegistry {
 
   attach(resumeSessionId: string | undefined, to: TableAttachment): Session {
     if (resumeSessionId === undefined) {
-      const s: Session = { id: randomUUID(), processes: new ProcessTable(this.options), attached: true };
+      const max = limitOf(this.options, 'maxSessions');
+      if (this.sessions.size >= max) throw new RpcError(INVALID_REQUEST, `too many sessions on this server (at most ${max}, detached ones included)`);
+      const s: Session = { id: randomUUID(), processes: new ProcessTable(this.options, () => this.live()), attached: true };
       this.sessions.set(s.id, s);
       s.processes.attach(to);
       return s;
@@ -63,6 +66,13 @@ export class SessionRegistry {
   /** Ends every session (the server closes), killing every process. */
   async shutdown(): Promise<void> {
     await Promise.all([...this.sessions.values()].map((s) => this.end(s)));
+  }
+
+  /** Processes starting or running in every session (the server-wide cap counts these). */
+  live(): number {
+    let n = 0;
+    for (const s of this.sessions.values()) n += s.processes.live();
+    return n;
   }
 
   /** Every running process of every session (tests, diagnostics). */
