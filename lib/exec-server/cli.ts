@@ -66,7 +66,8 @@ export const EXEC_SERVER_USAGE = `Usage:
                                    loopback)
   Bounds (a request past one is refused with -32600; a connection past one gets HTTP 503):
     --max-server-processes <n>     processes starting or running in the whole server, every
-                                   session together (default ${DEFAULT_LIMITS.maxServerProcesses})
+                                   session and the sandboxed fs helpers together (default
+                                   ${DEFAULT_LIMITS.maxServerProcesses})
     --max-session-processes <n>    the same per session (default ${DEFAULT_LIMITS.maxProcesses})
     --max-sessions <n>             sessions, detached ones waiting for a resume included
                                    (default ${DEFAULT_LIMITS.maxSessions})

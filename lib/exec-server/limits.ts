@@ -5,6 +5,7 @@
  * opening more sessions, so every bound that a client can multiply is also bounded server-wide.
  */
 import { SandboxError } from '../errors';
+import { INVALID_REQUEST, RpcError } from './decode';
 import type { ExecServerOptions } from './types';
 
 export const DEFAULT_LIMITS = {
@@ -25,6 +26,11 @@ export const LIMIT_FLAGS: Record<LimitName, string> = {
   maxConnections: '--max-connections',
   maxConnectionsPerPeer: '--max-connections-per-peer',
 };
+
+/** The refusal past --max-server-processes (process/start and the sandboxed fs helpers alike). */
+export function tooManyServerProcesses(max: number): RpcError {
+  return new RpcError(INVALID_REQUEST, `too many processes on this server (at most ${max} starting or running)`);
+}
 
 /** The bound in force for `name`. */
 export function limitOf(o: ExecServerOptions, name: LimitName): number {

@@ -26,7 +26,7 @@ import {
   invalidParams,
   RpcError,
 } from './decode';
-import { limitOf } from './limits';
+import { limitOf, tooManyServerProcesses } from './limits';
 import { checkPreparedFloor, checkSandboxFloor, defaultSandboxFor } from './sandbox-floor';
 import { Deferred, type ConnectionSink, type ExecServerOptions, type SpawnPreparedFn } from './types';
 
@@ -99,7 +99,7 @@ export class ProcessTable {
 
   constructor(
     private readonly options: ExecServerOptions & { spawnPrepared: SpawnPreparedFn },
-    /** Processes starting or running in the whole server (every session's live()). */
+    /** Processes starting or running in the whole server (every session's, and its sandboxed fs helpers). */
     private readonly serverLive?: () => number,
   ) {
     this.retainBytes = options.retainBytes ?? RETAIN_BYTES;
@@ -203,9 +203,7 @@ export class ProcessTable {
     const max = limitOf(this.options, 'maxProcesses');
     if (this.live() >= max) throw new RpcError(INVALID_REQUEST, `too many processes on this connection (at most ${max} starting or running)`);
     const serverMax = limitOf(this.options, 'maxServerProcesses');
-    if ((this.serverLive ?? (() => this.live()))() >= serverMax) {
-      throw new RpcError(INVALID_REQUEST, `too many processes on this server (at most ${serverMax} starting or running)`);
-    }
+    if ((this.serverLive ?? (() => this.live()))() >= serverMax) throw tooManyServerProcesses(serverMax);
     const foreign = foreignHostMessage(p.cwd, process.platform);
     if (foreign) throw invalidParams(`cwd URI \`${p.cwd}\` is not valid on this exec-server host: ${foreign}`);
     const proc: Proc = {

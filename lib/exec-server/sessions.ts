@@ -10,7 +10,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { INVALID_REQUEST, RpcError } from './decode';
-import { limitOf } from './limits';
+import { limitOf, tooManyServerProcesses } from './limits';
 import { ProcessTable, type TableAttachment } from './process-sessions';
 import type { ExecServerOptions, SpawnPreparedFn } from './types';
 
@@ -26,6 +26,8 @@ export interface Session {
 
 export class SessionRegistry {
   private readonly sessions = new Map<string, Session>();
+  /** Sandboxed fs helpers running (reserveHelper). */
+  private helpers = 0;
 
   constructor(private readonly options: ExecServerOptions & { spawnPrepared: SpawnPreparedFn }) {}
 
@@ -68,9 +70,25 @@ export class SessionRegistry {
     await Promise.all([...this.sessions.values()].map((s) => this.end(s)));
   }
 
-  /** Processes starting or running in every session (the server-wide cap counts these). */
+  /**
+   * Takes a server-wide process slot for a sandboxed fs helper (fs/open's handle, a one-shot fs
+   * call, capabilities/discoverV2): it holds a process as a session's command does. Returns the
+   * release (idempotent).
+   */
+  reserveHelper(): () => void {
+    const max = limitOf(this.options, 'maxServerProcesses');
+    if (this.live() >= max) throw tooManyServerProcesses(max);
+    this.helpers++;
+    let held = true;
+    return () => {
+      if (held) this.helpers--;
+      held = false;
+    };
+  }
+
+  /** Processes starting or running: every session's, and the fs helpers (the server-wide cap counts these). */
   live(): number {
-    let n = 0;
+    let n = this.helpers;
     for (const s of this.sessions.values()) n += s.processes.live();
     return n;
   }

@@ -101,4 +101,6 @@ export interface MethodContext {
   /** Called once when a congested transport can take more. */
   onDrain(cb: () => void): void;
   closed(): boolean;
+  /** Takes a server-wide process slot for a sandboxed fs helper (sessions.ts reserveHelper). */
+  reserveProcess(): () => void;
 }

@@ -121,6 +121,38 @@ describe.skipIf(!caps.linux || !caps.userns)(
       // The server is gone: so are its processes.
       for (const k of [2, 3, 7]) await poll(() => pidsWith(mark(k)).length === 0, `sleeper ${k} gone`, 20_000);
     });
+
+    it('a sandboxed fs/open handle holds a helper process: it counts toward --max-server-processes, and its fs/close frees the slot', async () => {
+      const srv = await startWsServer('ours', [...UNAUTH, '--max-server-processes', '2']);
+      const a = await session(srv.url);
+      const mark = (k: number) => `1000.${k}${process.pid}`;
+      fs.writeFileSync(path.join(scene.ws, 'file.txt'), 'data');
+      const open = (handleId: string) => a.request('fs/open', { handleId, path: uri(path.join(scene.ws, 'file.txt')), mode: 'read', sandbox: workspaceWrite(scene.ws) });
+      try {
+        expect((await open('h1')).error).toBeUndefined();
+        expect((await a.request('process/start', sleeper(mark(11)))).error).toBeUndefined();
+        await poll(() => pidsWith(mark(11)).length >= 1, 'sleeper 11 running');
+        const full = 'too many processes on this server (at most 2 starting or running)';
+        expect((await open('h2')).error).toEqual({ code: -32600, message: full });
+        expect((await a.request('process/start', sleeper(mark(12)))).error).toEqual({ code: -32600, message: full });
+        expect(pidsWith(mark(12))).toEqual([]);
+        // The handle still works; closing it frees its slot.
+        expect((await a.request('fs/readBlock', { handleId: 'h1', offset: 0, len: 4 })).error).toBeUndefined();
+        expect((await a.request('fs/close', { handleId: 'h1' })).error).toBeUndefined();
+        let again: Message | undefined;
+        for (let i = 0; i < 200; i++) {
+          again = await a.request('process/start', sleeper(mark(13)));
+          if (!again.error) break;
+          await new Promise((r) => setTimeout(r, 50)); // the helper's exit is seen a moment after fs/close
+        }
+        expect(again!.error).toBeUndefined();
+        await poll(() => pidsWith(mark(13)).length >= 1, 'sleeper 13 running');
+      } finally {
+        a.ws.close();
+        await srv.stop();
+      }
+      for (const k of [11, 13]) await poll(() => pidsWith(mark(k)).length === 0, `sleeper ${k} gone`, 20_000);
+    });
   },
 );
 
