@@ -6,9 +6,12 @@
 import type { CachesMode, ProxyPolicy, SandboxMode, TmpMode, ResourceLimits } from './policy-types';
 
 export type NetworkRule =
-  | { kind: 'none'; unixSockets?: UnixSocketRule }
+  | { kind: 'none'; unixSockets?: UnixSocketRule; unixSocketsRefused?: string[] }
   | { kind: 'full' }
-  | { kind: 'proxy'; proxy: Required<Pick<ProxyPolicy, 'allow'>> & ProxyPolicy; unixSockets?: UnixSocketRule };
+  | { kind: 'proxy'; proxy: Required<Pick<ProxyPolicy, 'allow'>> & ProxyPolicy; unixSockets?: UnixSocketRule; unixSocketsRefused?: string[] };
+// unixSocketsRefused: socket paths a Codex managed network listed (allowUnixSockets) that stay
+// unreachable, as in Codex on Linux, where a managed network keeps AF_UNIX refused whatever the
+// list says; the report names them. Never a grant.
 
 /**
  * Opt-in protection presets. 'startup-files': files and directories that shells, editors, git

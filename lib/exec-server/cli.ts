@@ -8,6 +8,7 @@
 import { SandboxError } from '../errors';
 import { createExecServer } from '../index';
 import type { ExecServer, ExecServerTransport } from './index';
+import { DEFAULT_LIMITS, LIMIT_FLAGS, type LimitName } from './limits';
 import { wsAuthFromFlags, type WsAuthFlags } from './ws-auth';
 
 export const EXEC_SERVER_USAGE = `Usage:
@@ -63,6 +64,16 @@ export const EXEC_SERVER_USAGE = `Usage:
                                    run commands as this one, sandboxed only (implies
                                    --require-sandbox and its bounds; never allowed off
                                    loopback)
+  Bounds (a request past one is refused with -32600; a connection past one gets HTTP 503):
+    --max-server-processes <n>     processes starting or running in the whole server, every
+                                   session and the sandboxed fs helpers together (default
+                                   ${DEFAULT_LIMITS.maxServerProcesses})
+    --max-session-processes <n>    the same per session (default ${DEFAULT_LIMITS.maxProcesses})
+    --max-sessions <n>             sessions, detached ones waiting for a resume included
+                                   (default ${DEFAULT_LIMITS.maxSessions})
+    --max-connections <n>          WebSocket connections at once (default ${DEFAULT_LIMITS.maxConnections})
+    --max-connections-per-peer <n> WebSocket connections from one address (default
+                                   ${DEFAULT_LIMITS.maxConnectionsPerPeer}; on loopback every local user is one address)
   http/request (made by the server through its managed proxy; by default every host is denied):
     --http-allow-domain <pattern>  allow this domain (repeatable; *.example.com, **.example.com)
     --http-deny-domain <pattern>   deny this domain even when allowed (repeatable)
@@ -78,6 +89,13 @@ const AUTH_FLAGS: Record<string, keyof WsAuthFlags> = {
   '--ws-audience': 'wsAudience',
   '--ws-max-clock-skew-seconds': 'wsMaxClockSkewSeconds',
 };
+
+const LIMIT_BY_FLAG: Record<string, LimitName> = Object.fromEntries(Object.entries(LIMIT_FLAGS).map(([k, f]) => [f, k as LimitName]));
+
+function positiveInteger(flag: string, v: string): number {
+  if (!/^[1-9]\d{0,8}$/.test(v)) throw new SandboxError('EINVALID_ARGUMENT', `${flag} must be a positive integer, got ${v}`);
+  return Number(v);
+}
 
 function parseListen(v: string): { kind: 'stdio' } | { kind: 'ws'; host: string; port: number } {
   if (v === 'stdio' || v === 'stdio://') return { kind: 'stdio' };
@@ -124,6 +142,7 @@ async function startFromFlags(argv: string[]): Promise<ExecServer | 'help'> {
   const floorRead: string[] = [];
   let defaultSandbox: string | undefined;
   let floorAllowNetwork = false;
+  const limits: Partial<Record<LimitName, number>> = {};
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
     const eq = arg.startsWith('--') ? arg.indexOf('=') : -1;
@@ -155,6 +174,7 @@ async function startFromFlags(argv: string[]): Promise<ExecServer | 'help'> {
     else if (a === '--floor-write') floorWrite.push(value());
     else if (a === '--floor-read') floorRead.push(value());
     else if (a === '--floor-allow-network') floorAllowNetwork = true;
+    else if (a in LIMIT_BY_FLAG) limits[LIMIT_BY_FLAG[a]!] = positiveInteger(a, value());
     else if (a === '--default-sandbox') {
       if (defaultSandbox !== undefined) throw new SandboxError('EINVALID_ARGUMENT', `${a} may be given only once`);
       defaultSandbox = value();
@@ -183,6 +203,7 @@ async function startFromFlags(argv: string[]): Promise<ExecServer | 'help'> {
   }
   const server = await createExecServer({
     transport,
+    ...limits,
     ...(requireSandbox ? { requireSandbox: true } : {}),
     ...(floorWrite.length ? { floorWrite } : {}),
     ...(floorRead.length ? { floorRead } : {}),

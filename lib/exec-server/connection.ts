@@ -74,6 +74,7 @@ export class ExecConnection {
       notify: (method, params) => this.emit({ method, params }),
       onDrain: (cb) => this.sink.onDrain(cb),
       closed: () => this.closedConn,
+      reserveProcess: () => this.registry.reserveHelper(),
     };
     this.handles = new FileHandles(this.ctx);
     this.watches = new MissingWatches(this.ctx);

@@ -50,6 +50,7 @@ export function fsRunner(ctx: MethodContext, method: string): FsRunner {
     // The largest answer is a readFile at the cap, in base64, in JSON.
     maxOutputBytes: Math.ceil((MAX_READ_FILE_BYTES * 4) / 3) + 1024 * 1024,
     floor: (prepared) => checkPreparedFloor(ctx.options, method, prepared),
+    reserve: () => ctx.reserveProcess(),
   };
 }
 

@@ -383,6 +383,12 @@ export interface FsRunner {
   maxOutputBytes: number;
   /** The sandbox floor on the prepared helper (sandbox-floor.ts checkPreparedFloor); throws to refuse. */
   floor?: (prepared: PreparedExecRequest) => void;
+  /**
+   * Takes one of the server's process slots for the helper (it is a process the client holds,
+   * counted by --max-server-processes); throws the server's refusal when none is left. Returns
+   * the slot's release.
+   */
+  reserve?: () => () => void;
 }
 
 /**
@@ -390,6 +396,19 @@ export interface FsRunner {
  * process/start with that context is, so the kernel bounds what it can touch.
  */
 export async function spawnSandboxedHelper(program: string, sandbox: FileSystemSandboxContext, runner: FsRunner): Promise<SandboxedProcess> {
+  const release = runner.reserve?.() ?? (() => {});
+  try {
+    const child = await prepareAndSpawnHelper(program, sandbox, runner);
+    child.once('exit', release);
+    child.once('close', release);
+    return child;
+  } catch (e) {
+    release();
+    throw e;
+  }
+}
+
+async function prepareAndSpawnHelper(program: string, sandbox: FileSystemSandboxContext, runner: FsRunner): Promise<SandboxedProcess> {
   let prepared: PreparedExecRequest;
   try {
     prepared = await prepareExecRequest(

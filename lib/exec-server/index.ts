@@ -12,6 +12,7 @@ import type { Readable, Writable } from 'node:stream';
 import { SandboxError } from '../errors';
 import { ManagedProxy } from '../network';
 import { ExecConnection } from './connection';
+import { validateLimits } from './limits';
 import { validateFloorOptions } from './sandbox-floor';
 import type { ConnectionSink, ExecServerOptions } from './types';
 import type { ExecServer } from './server';
@@ -20,6 +21,7 @@ export type { ExecServer } from './server';
 import { wsServer, type WsTransportOptions } from './ws-transport';
 
 export type { WsAuth } from './ws-auth';
+export { DEFAULT_LIMITS } from './limits';
 export type { WsTransportOptions } from './ws-transport';
 export { ExecConnection, RETAIN_BYTES, RETAIN_CHUNKS, type ExecServerOptions, type ConnectionSink } from './connection';
 
@@ -51,6 +53,7 @@ export async function createExecServer(options: CreateExecServerOptions): Promis
       throw new SandboxError('EINVALID_ARGUMENT', `httpPolicy: ${(e as Error).message}`);
     }
   }
+  validateLimits(options);
   const max = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
   const t = options.transport;
   if (t.kind === 'stdio') {

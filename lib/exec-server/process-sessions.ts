@@ -26,6 +26,7 @@ import {
   invalidParams,
   RpcError,
 } from './decode';
+import { limitOf, tooManyServerProcesses } from './limits';
 import { checkPreparedFloor, checkSandboxFloor, defaultSandboxFor } from './sandbox-floor';
 import { Deferred, type ConnectionSink, type ExecServerOptions, type SpawnPreparedFn } from './types';
 
@@ -96,7 +97,11 @@ export class ProcessTable {
   private readonly retainChunks: number;
   private readonly spawnFn: SpawnPreparedFn;
 
-  constructor(private readonly options: ExecServerOptions & { spawnPrepared: SpawnPreparedFn }) {
+  constructor(
+    private readonly options: ExecServerOptions & { spawnPrepared: SpawnPreparedFn },
+    /** Processes starting or running in the whole server (every session's, and its sandboxed fs helpers). */
+    private readonly serverLive?: () => number,
+  ) {
     this.retainBytes = options.retainBytes ?? RETAIN_BYTES;
     this.retainChunks = options.retainChunks ?? RETAIN_CHUNKS;
     this.spawnFn = options.spawnPrepared;
@@ -130,6 +135,13 @@ export class ProcessTable {
       }
     }
     await Promise.all(waits);
+  }
+
+  /** Processes starting or running (what the caps count). */
+  live(): number {
+    let n = 0;
+    for (const p of this.procs.values()) if (p.state !== 'exited') n++;
+    return n;
   }
 
   /** The OS pids of the processes still running (for tests and diagnostics). */
@@ -186,9 +198,12 @@ export class ProcessTable {
     }
     checkSandboxFloor(this.options, 'process/start', p.sandbox, p.enforceManagedNetwork ?? false);
     if (this.procs.has(p.processId)) throw new RpcError(INVALID_REQUEST, `process ${p.processId} already exists`);
-    const live = [...this.procs.values()].filter((x) => x.state !== 'exited').length;
-    const max = this.options.maxProcesses ?? 1024;
-    if (live >= max) throw new RpcError(INVALID_REQUEST, `too many processes on this connection (at most ${max} starting or running)`);
+    // Both checks and the insert below happen with no await between them, so concurrent starts
+    // on other connections cannot pass the server-wide cap together.
+    const max = limitOf(this.options, 'maxProcesses');
+    if (this.live() >= max) throw new RpcError(INVALID_REQUEST, `too many processes on this connection (at most ${max} starting or running)`);
+    const serverMax = limitOf(this.options, 'maxServerProcesses');
+    if ((this.serverLive ?? (() => this.live()))() >= serverMax) throw tooManyServerProcesses(serverMax);
     const foreign = foreignHostMessage(p.cwd, process.platform);
     if (foreign) throw invalidParams(`cwd URI \`${p.cwd}\` is not valid on this exec-server host: ${foreign}`);
     const proc: Proc = {

@@ -10,6 +10,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { INVALID_REQUEST, RpcError } from './decode';
+import { limitOf, tooManyServerProcesses } from './limits';
 import { ProcessTable, type TableAttachment } from './process-sessions';
 import type { ExecServerOptions, SpawnPreparedFn } from './types';
 
@@ -25,12 +26,16 @@ export interface Session {
 
 export class SessionRegistry {
   private readonly sessions = new Map<string, Session>();
+  /** Sandboxed fs helpers running (reserveHelper). */
+  private helpers = 0;
 
   constructor(private readonly options: ExecServerOptions & { spawnPrepared: SpawnPreparedFn }) {}
 
   attach(resumeSessionId: string | undefined, to: TableAttachment): Session {
     if (resumeSessionId === undefined) {
-      const s: Session = { id: randomUUID(), processes: new ProcessTable(this.options), attached: true };
+      const max = limitOf(this.options, 'maxSessions');
+      if (this.sessions.size >= max) throw new RpcError(INVALID_REQUEST, `too many sessions on this server (at most ${max}, detached ones included)`);
+      const s: Session = { id: randomUUID(), processes: new ProcessTable(this.options, () => this.live()), attached: true };
       this.sessions.set(s.id, s);
       s.processes.attach(to);
       return s;
@@ -63,6 +68,29 @@ export class SessionRegistry {
   /** Ends every session (the server closes), killing every process. */
   async shutdown(): Promise<void> {
     await Promise.all([...this.sessions.values()].map((s) => this.end(s)));
+  }
+
+  /**
+   * Takes a server-wide process slot for a sandboxed fs helper (fs/open's handle, a one-shot fs
+   * call, capabilities/discoverV2): it holds a process as a session's command does. Returns the
+   * release (idempotent).
+   */
+  reserveHelper(): () => void {
+    const max = limitOf(this.options, 'maxServerProcesses');
+    if (this.live() >= max) throw tooManyServerProcesses(max);
+    this.helpers++;
+    let held = true;
+    return () => {
+      if (held) this.helpers--;
+      held = false;
+    };
+  }
+
+  /** Processes starting or running: every session's, and the fs helpers (the server-wide cap counts these). */
+  live(): number {
+    let n = this.helpers;
+    for (const s of this.sessions.values()) n += s.processes.live();
+    return n;
   }
 
   /** Every running process of every session (tests, diagnostics). */

@@ -18,6 +18,21 @@ export interface ExecServerOptions {
   retainChunks?: number;
   /** Processes starting or running at once in one session (default 1024). */
   maxProcesses?: number;
+  /**
+   * Processes starting or running at once in the whole server, every session (attached or
+   * detached) together (`--max-server-processes`, default 1024): a client cannot pass the
+   * per-session cap by opening more sessions.
+   */
+  maxServerProcesses?: number;
+  /** Sessions at once in the server, detached ones included (`--max-sessions`, default 64). */
+  maxSessions?: number;
+  /** WebSocket connections at once (`--max-connections`, default 64). */
+  maxConnections?: number;
+  /**
+   * WebSocket connections at once from one peer address (`--max-connections-per-peer`, default
+   * 16). On a loopback listener every local user is the same peer (127.0.0.1 or ::1).
+   */
+  maxConnectionsPerPeer?: number;
   /** Open fs/open handles per connection (default 64). */
   maxFileHandles?: number;
   /** How long a session's processes outlive its connection, waiting for a resume (default 30 s, as the reference). */
@@ -86,4 +101,6 @@ export interface MethodContext {
   /** Called once when a congested transport can take more. */
   onDrain(cb: () => void): void;
   closed(): boolean;
+  /** Takes a server-wide process slot for a sandboxed fs helper (sessions.ts reserveHelper). */
+  reserveProcess(): () => void;
 }

@@ -17,6 +17,7 @@ import * as http from 'node:http';
 import type { Duplex } from 'node:stream';
 import { SandboxError } from '../errors';
 import { ExecConnection } from './connection';
+import { limitOf } from './limits';
 import { SessionRegistry } from './sessions';
 import { validateFloorOptions } from './sandbox-floor';
 import type { ConnectionSink, ExecServerOptions, SpawnPreparedFn } from './types';
@@ -85,6 +86,7 @@ export async function wsServer(t: WsTransportOptions, opts: ExecServerOptions, m
   const hosts = parseAllowHosts(t.allowHosts ?? []);
   const { WebSocketServer } = require('ws') as typeof import('ws');
   const conns = new Set<ExecConnection>();
+  const peers = new ConnectionCount(limitOf(options, 'maxConnections'), limitOf(options, 'maxConnectionsPerPeer'));
   // Sessions outlive their connection (a client may resume one): they belong to the server.
   const sessions = new SessionRegistry(options as ExecServerOptions & { spawnPrepared: SpawnPreparedFn });
   const wss = new WebSocketServer({
@@ -106,6 +108,8 @@ export async function wsServer(t: WsTransportOptions, opts: ExecServerOptions, m
     if (!originsAllowed(req.headers, origins)) return refuse(socket, 403, 'Forbidden');
     const refusal = check?.(req.headers) ?? null;
     if (refusal) return refuse(socket, refusal.status, 'Unauthorized', refusal.message);
+    const full = peers.admit(req.socket.remoteAddress ?? '', socket);
+    if (full) return refuse(socket, 503, 'Service Unavailable', full);
     wss.handleUpgrade(req, socket, head, (ws) => wss.emit('connection', ws, req));
   });
   const listeningPort = (): number => {
@@ -185,6 +189,38 @@ export async function wsServer(t: WsTransportOptions, opts: ExecServerOptions, m
       resolveDone();
     },
   };
+}
+
+/**
+ * Open WebSocket connections, in all and per peer address. A connection counts from its
+ * admission at the upgrade until its socket closes, so upgrades in progress count too.
+ */
+class ConnectionCount {
+  private total = 0;
+  private readonly byPeer = new Map<string, number>();
+
+  constructor(
+    private readonly max: number,
+    private readonly perPeer: number,
+  ) {}
+
+  /** Counts `socket` in, until it closes; or returns why it is refused (nothing counted). */
+  admit(address: string, socket: Duplex): string | null {
+    // An IPv4 client of a dual-stack listener shows as ::ffff:a.b.c.d: one peer either way.
+    const peer = address.replace(/^::ffff:(?=\d+\.)/, '');
+    const mine = this.byPeer.get(peer) ?? 0;
+    if (this.total >= this.max) return `too many connections to this exec-server (at most ${this.max})`;
+    if (mine >= this.perPeer) return `too many connections from ${peer} (at most ${this.perPeer} per peer address)`;
+    this.total++;
+    this.byPeer.set(peer, mine + 1);
+    socket.once('close', () => {
+      this.total--;
+      const n = (this.byPeer.get(peer) ?? 1) - 1;
+      if (n === 0) this.byPeer.delete(peer);
+      else this.byPeer.set(peer, n);
+    });
+    return null;
+  }
 }
 
 function pathOf(req: http.IncomingMessage): string {

@@ -387,6 +387,8 @@ export function profileToResolverInput(profile: PermissionProfile, ctx: ProfileR
     mode: ctx.mode ?? 'auto',
     degraded: ctx.degraded ?? false,
     limits: {},
+    // Codex orders write and deny on one path by precedence (deny wins) and runs the profile.
+    equalWriteDeny: 'deny',
   } as const;
   const networkOf = (n: NetworkPermission): NetworkRule => ctx.network ?? (n === 'enabled' ? { kind: 'full' } : { kind: 'none' });
   if (profile.type === 'disabled') {

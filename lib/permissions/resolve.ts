@@ -7,7 +7,8 @@
  * - For any path, the most specific entry containing it decides its access.
  * - For equally specific entries (same canonical path), deny beats read and write beats read;
  *   write and deny on one path is a contradiction and refused (EINVALID_POLICY), as is a
- *   `protect` entry equal to a writable root.
+ *   `protect` entry equal to a writable root. Codex profiles (equalWriteDeny: 'deny') resolve
+ *   it as Codex does: deny beats write.
  * - A `root` access covers everything that no entry covers.
  *
  * Mapping onto ResolvedRules:
@@ -92,6 +93,12 @@ export interface ResolverInput {
   /** Landlock mode: hide other processes' /proc entries (policy.procPrivacy). */
   procPrivacy?: boolean;
   limits: ResourceLimits;
+  /**
+   * Write and deny on one path: 'refuse' (default: the ergonomic policy, where it is a mistake to
+   * fix) or 'deny' (Codex's profiles: ties go deny > write > read, and Codex runs such a profile
+   * with the path denied, neither readable nor writable).
+   */
+  equalWriteDeny?: 'refuse' | 'deny';
 }
 
 const PRECEDENCE: Record<Access, number> = { read: 0, write: 1, deny: 2 };
@@ -622,7 +629,7 @@ export function resolveEntries(input: ResolverInput): ResolvedRules {
     const c = canonicalizeEntry(e);
     if (c === null) continue;
     const prev = byPath.get(c.path);
-    if (prev !== undefined && prev.access !== c.access && prev.access !== 'read' && c.access !== 'read') {
+    if (prev !== undefined && prev.access !== c.access && prev.access !== 'read' && c.access !== 'read' && input.equalWriteDeny !== 'deny') {
       // Equally specific write and deny: deny would win and the root would be neither writable
       // nor readable, which nobody asks for on purpose. Refuse instead of guessing.
       const [w, d] = prev.access === 'write' ? [prev, c] : [c, prev];

@@ -888,6 +888,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
   // unix-connect right. So 'all' is enforced exactly; a list is refused unless degraded, and then
   // every pathname socket the command can see is connectable.
   const unix = rules.network.kind === 'full' ? undefined : rules.network.unixSockets;
+  const refusedUnix = rules.network.kind === 'full' ? undefined : rules.network.unixSocketsRefused;
   let unixPartial = false;
   if (unix !== undefined && (unix === 'all' || unix.length > 0)) {
     native.seccomp!.unixSockets = true;
@@ -1285,6 +1286,9 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       ...(isolated ? { tmpfs: tmpfsSizes(limits.tmpBytes) } : {}),
       oomScoreAdj: 1000,
       ...(native.seccomp!.unixSockets ? { unixSockets: unix === 'all' ? 'all' : `any visible (asked: ${(unix as string[]).join(', ')})` } : {}),
+      ...(!native.seccomp!.unixSockets && refusedUnix?.length
+        ? { unixSockets: `refused (asked: ${refusedUnix.join(', ')}; a managed network keeps AF_UNIX sockets refused, as Codex on Linux)` }
+        : {}),
     },
     guarantees: {
       filesystemRead: rules.readAll ? 'not-requested' : watchGap ? 'partial' : 'enforced',

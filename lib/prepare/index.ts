@@ -461,13 +461,18 @@ async function prepareChecked(
   // it can and refuses the rest unless degraded.
   const mn = (net.managedNetwork ?? {}) as ManagedNetworkSandboxContext;
   let unixSockets: UnixSocketRule | undefined;
+  let unixRefused: string[] | undefined;
   if (mn.dangerouslyAllowAllUnixSockets === true) {
     unixSockets = 'all';
   } else if (mn.allowUnixSockets !== undefined && mn.allowUnixSockets !== null) {
     if (!Array.isArray(mn.allowUnixSockets) || mn.allowUnixSockets.some((p) => typeof p !== 'string' || p.includes('\0') || !(path.posix.isAbsolute(p) || path.win32.isAbsolute(p)))) {
       throw invalidParams('managedNetwork.allowUnixSockets must be an array of absolute paths');
     }
-    if (mn.allowUnixSockets.length > 0) unixSockets = [...mn.allowUnixSockets];
+    // Codex on Linux runs such a request and keeps AF_UNIX refused (its managed-network seccomp
+    // mode refuses unix socket(); only dangerouslyAllowAllUnixSockets lifts that): the list is
+    // not a grant there, and the report names what was not granted. Elsewhere it is one.
+    if (mn.allowUnixSockets.length > 0 && platform === 'linux') unixRefused = [...mn.allowUnixSockets];
+    else if (mn.allowUnixSockets.length > 0) unixSockets = [...mn.allowUnixSockets];
   }
   let rules: ResolvedRules;
   try {
@@ -490,6 +495,7 @@ async function prepareChecked(
       }),
     );
     if (unixSockets !== undefined && rules.network.kind !== 'full') rules = { ...rules, network: { ...rules.network, unixSockets } };
+    if (unixRefused !== undefined && rules.network.kind !== 'full') rules = { ...rules, network: { ...rules.network, unixSocketsRefused: unixRefused } };
   } catch (err) {
     if (err instanceof SandboxError) {
       throw invalidParams(`failed to prepare process sandbox: ${err.message}`, { cause: err.code });

@@ -138,6 +138,9 @@ struct ChildArgs {
   int nmasks;
   int ndeny;      // mask_fds[0..ndeny) for kMaskFile, in order; the rest for kProcMasks
   int next_mask;  // next deny-read mask
+  // The last placeholder step found its name uncreatable (UncreatableInChild): nothing was made
+  // or bound, and the deny-read mask right after it has nothing to mask.
+  bool ghost_unheld;
   // The command will be Landlocked: the fresh procfs hides init instead of masking its files.
   bool hide_init;
   const char* shm_data;

@@ -226,6 +226,16 @@ bool VanishedInChild(const char* path) {
   return Sys(__NR_newfstatat, AT_FDCWD, path, &st, AT_SYMLINK_NOFOLLOW) == -ENOENT;
 }
 
+// A placeholder holds a missing protected (or deny-read) name so that the command cannot create
+// it. When init itself cannot create the name (EACCES: a directory another user owns, whose owner
+// is not mapped into the sandbox's user namespace, so init's capabilities do not apply to it, as
+// with a root host and a workspace an unprivileged user owns; EROFS: a read-only mount), the command cannot
+// either: it runs with init's uid, gid and groups, no capabilities, under Landlock and seccomp,
+// in this same mount tree. There is then nothing to hold, and the step is skipped instead of
+// failing the spawn. (Whoever owns the directory can still create the name from outside; so
+// could they with a placeholder, by removing it on the host.)
+bool UncreatableInChild(long r) { return r == -EACCES || r == -EROFS; }
+
 // MountOp.arg of Pin and BindRo steps: the path may vanish between planning and now (VANISH_OK
 // in lib/platform/linux-plan.ts, which explains why skipping these, and only these, is safe).
 constexpr int kVanishOk = 1;
@@ -260,6 +270,8 @@ long RunMountOpInChild(ChildArgs* a, size_t i) {
       // Exact modes regardless of the umask: 0555/0444 is how hosts recognise a placeholder
       // (lib/platform/linux.ts) to remove it later.
       r = Sys(__NR_mkdirat, AT_FDCWD, path, 0555);
+      a->ghost_unheld = UncreatableInChild(r);
+      if (a->ghost_unheld) return 0;
       if (r < 0 && r != -EEXIST) return r;
       if (r == 0) Sys(__NR_fchmodat, AT_FDCWD, path, 0555);
       [[fallthrough]];
@@ -270,6 +282,8 @@ long RunMountOpInChild(ChildArgs* a, size_t i) {
       return SetAttrInChild(path, kAtRecursive, kMountAttrRdonly, 0);
     case MountOpKind::kGhostFile: {
       long fd = Sys(__NR_openat, AT_FDCWD, path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0444);
+      a->ghost_unheld = UncreatableInChild(fd);
+      if (a->ghost_unheld) return 0;
       if (fd < 0 && fd != -EEXIST) return fd;
       if (fd >= 0) {
         Sys(__NR_fchmod, fd, 0444);  // only a file we created
@@ -284,6 +298,9 @@ long RunMountOpInChild(ChildArgs* a, size_t i) {
       if (r == -ENOENT && op.arg == kVanishOk && VanishedInChild(path)) return 0;
       return r;
     case MountOpKind::kMaskDir:
+      // The deny-read placeholder just before it was uncreatable: the name does not exist and
+      // cannot be made, so there is nothing to mask.
+      if (a->ghost_unheld && i > 0 && a->plan->mounts[i - 1].kind == MountOpKind::kGhostDir && a->plan->mounts[i - 1].path == op.path) return 0;
       return Sys(__NR_mount, "tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
                  "mode=000,size=4k,nr_inodes=2");
     case MountOpKind::kMaskFile:

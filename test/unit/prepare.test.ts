@@ -97,8 +97,8 @@ describe('golden ExecParams shapes are accepted', () => {
     expect(prepared.managedNetwork).toEqual(params.managedNetwork);
     expect(prepared.rules?.writeRoots).toContain(ws);
     // A prepared managed network is proxy-only: fail closed to no direct network. Its unix socket
-    // grant is carried along (on Linux the planner refuses a list unless degraded).
-    expect(prepared.rules?.network).toEqual({ kind: 'none', unixSockets: ['/tmp/agent.sock'] });
+    // list is not a grant on Linux (Codex keeps AF_UNIX refused there); the report names it.
+    expect(prepared.rules?.network).toEqual({ kind: 'none', unixSocketsRefused: ['/tmp/agent.sock'] });
   });
 
   it('windows mxc golden parses and hits the MXC gate off Windows', async () => {
@@ -353,12 +353,15 @@ describe('managed network preparation', () => {
     expect(await rpcFailure(proxyParams(), fail(new Error('boom')))).toEqual({ code: -32603, message: 'failed to build executor network proxy: boom' });
   });
 
-  it('managedNetwork unix socket grants reach the rules (the planner enforces or refuses them)', async () => {
+  it('managedNetwork unix socket grants reach the rules: all sockets, or on Linux a list kept refused as Codex does', async () => {
     const params = golden<ExecParams>('exec-params-workspace-write.json');
     const text = JSON.stringify(params).split('file:///work/project').join(pathToFileUri(ws));
     const withUnix = (mn: Record<string, unknown>) => ({ ...(JSON.parse(text) as ExecParams), managedNetwork: mn }) as ExecParams;
     const list = await prepareExecRequest(withUnix({ allowUnixSockets: ['/run/docker.sock'] }), { platform: 'linux' });
-    expect(list.rules?.network).toEqual({ kind: 'none', unixSockets: ['/run/docker.sock'] });
+    // Codex on Linux keeps AF_UNIX refused under a managed network whatever the list says.
+    expect(list.rules?.network).toEqual({ kind: 'none', unixSocketsRefused: ['/run/docker.sock'] });
+    const mac = await prepareExecRequest(withUnix({ allowUnixSockets: ['/run/docker.sock'] }), { platform: 'darwin' });
+    expect(mac.rules?.network).toEqual({ kind: 'none', unixSockets: ['/run/docker.sock'] });
     const all = await prepareExecRequest(withUnix({ dangerouslyAllowAllUnixSockets: true }), { platform: 'linux' });
     expect(all.rules?.network).toEqual({ kind: 'none', unixSockets: 'all' });
     expect(await rpcFailure(withUnix({ allowUnixSockets: ['relative.sock'] }), { platform: 'linux' })).toEqual({
