@@ -367,7 +367,7 @@ int MayWrite(const PathRules& r, const SeccompNotif& n, const struct stat& st, c
 
 // Opens the pinned object x (O_PATH) for the command's flags: 0 with a new fd in *out, -errno,
 // or kAnsweredLater (a FIFO's waiter took x over and answers the call).
-int Reopen(int listener, const SeccompNotif& n, Fd* x, const struct stat& st, int flags, Fd* out) {
+int Reopen(const PathRules& r, int listener, const SeccompNotif& n, Fd* x, const struct stat& st, int flags, Fd* out) {
   int f = (flags & ~(O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC)) | O_NOCTTY | O_CLOEXEC;
   if ((flags & O_TMPFILE) == O_TMPFILE) f &= ~O_TMPFILE;
   char proc[64];
@@ -392,7 +392,7 @@ int Reopen(int listener, const SeccompNotif& n, Fd* x, const struct stat& st, in
     // at once: a read before a writer came sees end-of-file.
     int fd = open(proc, f | O_NONBLOCK);
     if (fd < 0 && errno == ENXIO && (f & O_ACCMODE) == O_WRONLY) {
-      if (!later::WaitForReader(listener, n.id, x->fd, f, (flags & O_CLOEXEC) != 0)) return -EAGAIN;
+      if (!later::WaitForReader(r.fifo_waiters, listener, n.id, x->fd, f, (flags & O_CLOEXEC) != 0)) return -EAGAIN;
       x->Release();
       return kAnsweredLater;
     }
@@ -725,7 +725,7 @@ int DoOpen(const PathRules& r, const SeccompNotif& n, Args* a, Fd* out) {
     return 0;
   }
   if (int e = MayWrite(r, n, t.st, t.path, t.name.dir.fd >= 0 ? &t.name : nullptr)) return e;
-  return Reopen(a->listener, n, &t.x, t.st, flags, out);
+  return Reopen(r, a->listener, n, &t.x, t.st, flags, out);
 }
 
 long DoTruncate(const PathRules& r, const SeccompNotif& n, Args* a) {
