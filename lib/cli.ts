@@ -16,7 +16,7 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { SandboxError, exitStatusForError } from './errors';
+import { isTimerMs, MAX_TIMER_MS, SandboxError, exitStatusForError } from './errors';
 import { probe, spawn, type AuditEvent, type SandboxPolicy } from './index';
 import { withoutSecretEnv } from './permissions';
 import { apparmorProfile } from './platform/linux-apparmor';
@@ -48,7 +48,8 @@ itself starts with '-'. An option's value may follow it (--cwd /tmp) or be joine
                          (every read-only open then goes through the supervisor: slower)
   --env <KEY=VALUE>      set a variable, repeatable
   --keep-env             keep every variable (default: drop ones that look like secrets)
-  --timeout <seconds>    kill the command and everything it started after this long (exit 137)
+  --timeout <seconds>    kill the command and everything it started after this long (exit 137;
+                         at most 2147483, about 24.8 days)
   --no-sandbox           run without a sandbox
   --json                 print a JSON result (exit info + enforcement report) as the last line of stderr
   --json-fd <n>          write the JSON result to file descriptor n instead (e.g. 3>result.json)
@@ -253,7 +254,7 @@ export function parseRunArgs(argv: string[], cwdDefault = process.cwd()): RunArg
       case '--keep-env': a.keepEnv = true; break;
       case '--timeout': {
         const t = Number(value(f));
-        if (!(t > 0)) throw new UsageError('--timeout expects a positive number of seconds');
+        if (!isTimerMs(t * 1000)) throw new UsageError(`--timeout expects a positive number of seconds, at most ${Math.floor(MAX_TIMER_MS / 1000)} (about 24.8 days: Node's timer limit)`);
         a.timeout = t;
         break;
       }

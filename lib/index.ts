@@ -13,7 +13,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { unsandboxedReport, type Backend, type BackendSpawnRequest, type EnforcementReport, type ProbeReport, type SpawnNetworkOptions, type StdioSpec } from './backend';
 import { SandboxedProcess, type ExitResult } from './child';
-import { SandboxError } from './errors';
+import { isTimerMs, MAX_TIMER_MS, SandboxError } from './errors';
 import { tryLoadNative, loadNative } from './native';
 import { isLikelySandboxDenied, resolvePolicy, withoutSecretEnv } from './permissions';
 import type { SandboxPolicy } from './policy-types';
@@ -81,7 +81,7 @@ export type StdioOption = StdioSpec | NodeJS.ReadableStream | NodeJS.WritableStr
 
 export interface RunOptions extends SpawnOptions {
   input?: string | Buffer;
-  /** Milliseconds; then the tree is stopped (`killSignal`, `forceKillAfter`). */
+  /** Milliseconds (at most 2^31 - 1, Node's timer limit); then the tree is stopped (`killSignal`, `forceKillAfter`). */
   timeout?: number;
   /** Aborting stops the tree the same way a timeout does. */
   signal?: AbortSignal;
@@ -474,9 +474,9 @@ export function run(command: string, args?: readonly string[], options: RunOptio
     let child: SandboxedProcess;
     try {
       for (const k of Object.keys(options ?? {})) if (!RUN_KEYS.has(k)) unknownOption(k, RUN_KEYS);
-      if (timeout !== undefined && !(Number.isFinite(timeout) && timeout > 0)) bad('options.timeout must be a positive number of milliseconds');
+      if (timeout !== undefined && !isTimerMs(timeout)) bad(`options.timeout must be a positive number of milliseconds, at most ${MAX_TIMER_MS} (about 24.8 days: Node's timer limit), got ${String(timeout)}`);
       if (!(Number.isFinite(maxBuffer) && maxBuffer > 0)) bad('options.maxBuffer must be a positive number');
-      if (!(Number.isFinite(forceKillAfter) && forceKillAfter >= 0)) bad('options.forceKillAfter must be a number of milliseconds, 0 or more');
+      if (forceKillAfter !== 0 && !isTimerMs(forceKillAfter)) bad(`options.forceKillAfter must be a number of milliseconds, 0 to ${MAX_TIMER_MS} (Node's timer limit)`);
       if (typeof killSignal === 'string' ? !(killSignal in os.constants.signals) : !(Number.isInteger(killSignal) && killSignal > 0)) {
         bad(`options.killSignal must be a signal name or number, got ${String(killSignal)}`);
       }
