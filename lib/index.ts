@@ -20,6 +20,7 @@ import type { SandboxPolicy } from './policy-types';
 import type { ResolvedRules } from './rules';
 import type { PreparedExecRequest } from './prepare';
 import { createExecServer as createExecServerWith, type CreateExecServerOptions, type ExecServer } from './exec-server';
+import { nodeFetchNote } from './network/env';
 import { interceptionEnv, wireInterception } from './network/interception-spawn';
 import { createDarwinBackend } from './platform/darwin';
 import { createLinuxBackend } from './platform/linux';
@@ -35,6 +36,7 @@ export {
   ManagedProxy,
   InterceptionCa,
   CUSTOM_CA_ENV_KEYS,
+  nodeFetchPreloadPath,
   type AuditEvent,
   type Decider,
   type ManagedProxyOptions,
@@ -361,9 +363,9 @@ function notStartedReport(rules: ResolvedRules | null): EnforcementReport {
 /**
  * The report as every backend gives it, made uniform: `filesystemRead: 'all'` when reads were
  * not restricted at all, and `limits` (the per-process limits applied; null = none) when the
- * backend did not fill them in itself.
+ * backend did not fill them in itself; a proxied run's note on Node's fetch (nodeFetchNote).
  */
-function finishReport(report: EnforcementReport, rules: ResolvedRules | null): EnforcementReport {
+function finishReport(report: EnforcementReport, rules: ResolvedRules | null, env: Readonly<Record<string, string>>): EnforcementReport {
   if (rules && report.sandboxed && rules.readAll && rules.denyRead.length === 0 && report.guarantees.filesystemRead === 'not-requested') {
     report.guarantees.filesystemRead = 'all';
   }
@@ -371,12 +373,14 @@ function finishReport(report: EnforcementReport, rules: ResolvedRules | null): E
     const l = rules?.limits ?? {};
     report.limits = { maxProcesses: l.maxProcesses ?? null, memoryBytes: l.memoryBytes ?? null, openFiles: l.openFiles ?? null };
   }
+  const note = rules?.network.kind === 'proxy' && report.sandboxed ? nodeFetchNote(env) : null;
+  if (note) report.notes = [...(report.notes ?? []), note];
   return report;
 }
 
 function start(req: BackendSpawnRequest): SandboxedProcess {
   const proc = backend().spawn(req);
-  finishReport(proc.enforcement, req.rules);
+  finishReport(proc.enforcement, req.rules, req.env);
   return new SandboxedProcess(proc);
 }
 
