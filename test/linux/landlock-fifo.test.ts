@@ -166,13 +166,15 @@ describe.runIf(caps.linux)('named FIFOs opened for writing', () => {
           a.once('close', () => reject(new Error(`the first sandbox ended before it was full: ${out} ${stderr}`)));
         });
         expect(full).toBe('FULL EAGAIN\n');
+        // Checked from outside: the first sandbox holds its share (kMaxWaitersPerSandbox), no more.
+        // Counted before the second runs (its own waiters end just after they answer), and polled:
+        // a waiter names its thread as it starts, which may come just after its open was taken.
+        await expect.poll(() => hostThreads().filter((t) => t === 'psb-fifo-write').length, { timeout: 5_000 }).toBe(64);
         const pp = { ...policy, procPrivacy: true }; // the read side's waiter too
         const b = await sh('mkfifo f; (echo x > f &); cat f; echo done', { cwd: `${ws}/b`, policy: pp, timeout: HANG });
         expect(b.timedOut, b.stderr).toBe(false);
         expect(b.stdout).toBe('x\ndone\n');
         expect(b.code).toBe(0);
-        // Checked from outside: the first sandbox holds its share (kMaxWaitersPerSandbox), no more.
-        expect(hostThreads().filter((t) => t === 'psb-fifo-write').length).toBe(64);
       } finally {
         a.kill('SIGKILL');
         await a.exited.catch(() => undefined);
