@@ -86,6 +86,11 @@ export interface EnforcementReport {
    * the policy when the backend does not report them itself; `gaps` says where one is not enforced.
    */
   limits?: { maxProcesses: number | null; memoryBytes: number | null; openFiles: number | null };
+  /**
+   * Advice for this run that is neither a guarantee nor a gap: what a command may trip over that
+   * the sandbox is right to refuse (e.g. a proxied run's note on Node's fetch). Absent: none.
+   */
+  notes?: string[];
 }
 
 export interface ExitInfo {

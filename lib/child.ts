@@ -118,14 +118,19 @@ export class SandboxedProcess extends EventEmitter {
       this.enforcement = f.enforcement;
       this.isPty = false;
       this.hasExited = true;
-      this.exited = Promise.reject(f.error);
+      // `exited` rejects in the same tick that emits 'error', never before: its handlers run as
+      // microtasks after that tick. A promise rejected here would reach them first wherever the
+      // caller itself runs in a microtask (an ES module's top level, any code after an await).
+      this.exited = new Promise<ExitResult>((_resolve, reject) => {
+        process.nextTick(() => {
+          reject(f.error);
+          this.stdin?.destroy();
+          this.emit('error', f.error);
+          this.emit('close', null, null);
+        });
+      });
       // Whoever awaits `exited` sees the rejection; nobody awaiting it must not crash the host.
       this.exited.catch(() => {});
-      process.nextTick(() => {
-        this.stdin?.destroy();
-        this.emit('error', f.error);
-        this.emit('close', null, null);
-      });
       return;
     }
     this.pidValue = proc.pid;
@@ -142,6 +147,15 @@ export class SandboxedProcess extends EventEmitter {
       .filter((s): s is Readable | Writable => s !== null && s !== this.stdin)
       .map((s) => new Promise<void>((resolve) => (s.destroyed ? resolve() : s.once('close', () => resolve()))));
 
+    // A failed deferred start rejects proc.exited with proc.started: `exited` waits until the
+    // start has settled and, if it failed, for the tick that emits 'error' (below) before it
+    // rejects, as for a command that could not be started.
+    let errorEmitted: Promise<void> | null = null;
+    const afterError = async (e: unknown): Promise<never> => {
+      await proc.started?.catch(() => undefined);
+      await errorEmitted;
+      throw e;
+    };
     this.exited = proc.exited.then((info) => {
       const result: ExitResult = { ...info, durationMs: performance.now() - started };
       this.hasExited = true;
@@ -153,7 +167,7 @@ export class SandboxedProcess extends EventEmitter {
         this.emit('close', info.code, info.signal);
       });
       return result;
-    });
+    }, afterError);
     if (proc.started === undefined) {
       process.nextTick(() => this.emit('spawn'));
       return;
@@ -172,10 +186,13 @@ export class SandboxedProcess extends EventEmitter {
         const error = err instanceof SandboxError ? err : new SandboxError('ESPAWN', `the command could not be started: ${String((err as Error)?.message ?? err)}`, { cause: err });
         // Emitted outside the promise chain: with no 'error' listener it is an uncaught exception,
         // as for child_process.
-        process.nextTick(() => {
-          this.stdin?.destroy();
-          this.emit('error', error);
-          void Promise.all(streamsClosed).then(() => this.emit('close', null, null));
+        errorEmitted = new Promise<void>((resolve) => {
+          process.nextTick(() => {
+            resolve();
+            this.stdin?.destroy();
+            this.emit('error', error);
+            void Promise.all(streamsClosed).then(() => this.emit('close', null, null));
+          });
         });
       },
     );

@@ -16,10 +16,10 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { SandboxError, exitStatusForError } from './errors';
+import { isTimerMs, MAX_TIMER_MS, SandboxError, exitStatusForError } from './errors';
 import { probe, spawn, type AuditEvent, type SandboxPolicy } from './index';
 import { withoutSecretEnv } from './permissions';
-import { apparmorProfile } from './platform/linux-apparmor';
+import { apparmorProfile, WIDE_GRANT } from './platform/linux-apparmor';
 
 const RUN_USAGE = `Usage: process-sandbox run [options] [--] <command> [args...]
 
@@ -48,7 +48,8 @@ itself starts with '-'. An option's value may follow it (--cwd /tmp) or be joine
                          (every read-only open then goes through the supervisor: slower)
   --env <KEY=VALUE>      set a variable, repeatable
   --keep-env             keep every variable (default: drop ones that look like secrets)
-  --timeout <seconds>    kill the command and everything it started after this long (exit 137)
+  --timeout <seconds>    kill the command and everything it started after this long (exit 137;
+                         at most 2147483, about 24.8 days)
   --no-sandbox           run without a sandbox
   --json                 print a JSON result (exit info + enforcement report) as the last line of stderr
   --json-fd <n>          write the JSON result to file descriptor n instead (e.g. 3>result.json)
@@ -67,7 +68,9 @@ const APPARMOR_USAGE = `Usage: process-sandbox apparmor-profile [--node <path>]
 
 Prints an AppArmor profile that lets the Node binary in use (or <path>) create user namespaces,
 so isolated mode works where kernel.apparmor_restrict_unprivileged_userns=1 (Ubuntu 23.10 and
-later). Its first lines say how to install it. It grants that right to every script the binary runs.
+later). Its first lines say how to install it.
+${WIDE_GRANT.join('\n')}
+  Example: process-sandbox apparmor-profile --node /opt/myapp/bin/node
 Where AppArmor's parser predates the userns rule (no /etc/apparmor.d/abi/4.0: AppArmor 3, as in
 Debian 12), the profile leaves the rule out: it is then an unconfined profile for the binary.
   --node <path>          the Node binary to write it for (default: this one, symlinks resolved)
@@ -88,7 +91,7 @@ const COMMANDS: Record<string, Subcommand> = {
   run: { summary: 'run a command inside the sandbox', usage: RUN_USAGE, main: (argv) => cmdRun(argv) },
   probe: { summary: 'report what this host can enforce', usage: PROBE_USAGE, main: (argv) => cmdProbe(argv) },
   'apparmor-profile': {
-    summary: "print an AppArmor profile that lets this Node binary use user namespaces (Ubuntu's restriction)",
+    summary: "print an AppArmor profile that lets a Node binary, and all it runs, use user namespaces (see its --help)",
     usage: APPARMOR_USAGE,
     main: (argv) => cmdApparmorProfile(argv),
   },
@@ -253,7 +256,7 @@ export function parseRunArgs(argv: string[], cwdDefault = process.cwd()): RunArg
       case '--keep-env': a.keepEnv = true; break;
       case '--timeout': {
         const t = Number(value(f));
-        if (!(t > 0)) throw new UsageError('--timeout expects a positive number of seconds');
+        if (!isTimerMs(t * 1000)) throw new UsageError(`--timeout expects a positive number of seconds, at most ${Math.floor(MAX_TIMER_MS / 1000)} (about 24.8 days: Node's timer limit)`);
         a.timeout = t;
         break;
       }

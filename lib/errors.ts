@@ -74,6 +74,19 @@ export class SandboxError extends Error {
   }
 }
 
+/**
+ * Node's longest timer: 2^31 - 1 ms (about 24.8 days). setTimeout with more fires after 1 ms (a
+ * TimeoutOverflowWarning), which for a timeout means the command is killed at once, so every
+ * timeout option is refused past it rather than chained: no command is meant to be stopped that
+ * far ahead, and a refusal names the limit where a chain would hide it.
+ */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** Whether `ms` is a timer length Node honours: a finite number above 0, at most MAX_TIMER_MS. */
+export function isTimerMs(ms: unknown): ms is number {
+  return typeof ms === 'number' && Number.isFinite(ms) && ms > 0 && ms <= MAX_TIMER_MS;
+}
+
 /** The CLI's exit status for an error raised before or while the command started. */
 export function exitStatusForError(err: unknown): number {
   if (err instanceof SandboxError) {

@@ -13,13 +13,14 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { unsandboxedReport, type Backend, type BackendSpawnRequest, type EnforcementReport, type ProbeReport, type SpawnNetworkOptions, type StdioSpec } from './backend';
 import { SandboxedProcess, type ExitResult } from './child';
-import { SandboxError } from './errors';
+import { isTimerMs, MAX_TIMER_MS, SandboxError } from './errors';
 import { tryLoadNative, loadNative } from './native';
 import { isLikelySandboxDenied, resolvePolicy, withoutSecretEnv } from './permissions';
 import type { SandboxPolicy } from './policy-types';
 import type { ResolvedRules } from './rules';
 import type { PreparedExecRequest } from './prepare';
 import { createExecServer as createExecServerWith, type CreateExecServerOptions, type ExecServer } from './exec-server';
+import { nodeFetchNote } from './network/env';
 import { interceptionEnv, wireInterception } from './network/interception-spawn';
 import { createDarwinBackend } from './platform/darwin';
 import { createLinuxBackend } from './platform/linux';
@@ -35,6 +36,7 @@ export {
   ManagedProxy,
   InterceptionCa,
   CUSTOM_CA_ENV_KEYS,
+  nodeFetchPreloadPath,
   type AuditEvent,
   type Decider,
   type ManagedProxyOptions,
@@ -81,7 +83,7 @@ export type StdioOption = StdioSpec | NodeJS.ReadableStream | NodeJS.WritableStr
 
 export interface RunOptions extends SpawnOptions {
   input?: string | Buffer;
-  /** Milliseconds; then the tree is stopped (`killSignal`, `forceKillAfter`). */
+  /** Milliseconds (at most 2^31 - 1, Node's timer limit); then the tree is stopped (`killSignal`, `forceKillAfter`). */
   timeout?: number;
   /** Aborting stops the tree the same way a timeout does. */
   signal?: AbortSignal;
@@ -361,9 +363,9 @@ function notStartedReport(rules: ResolvedRules | null): EnforcementReport {
 /**
  * The report as every backend gives it, made uniform: `filesystemRead: 'all'` when reads were
  * not restricted at all, and `limits` (the per-process limits applied; null = none) when the
- * backend did not fill them in itself.
+ * backend did not fill them in itself; a proxied run's note on Node's fetch (nodeFetchNote).
  */
-function finishReport(report: EnforcementReport, rules: ResolvedRules | null): EnforcementReport {
+function finishReport(report: EnforcementReport, rules: ResolvedRules | null, env: Readonly<Record<string, string>>): EnforcementReport {
   if (rules && report.sandboxed && rules.readAll && rules.denyRead.length === 0 && report.guarantees.filesystemRead === 'not-requested') {
     report.guarantees.filesystemRead = 'all';
   }
@@ -371,12 +373,14 @@ function finishReport(report: EnforcementReport, rules: ResolvedRules | null): E
     const l = rules?.limits ?? {};
     report.limits = { maxProcesses: l.maxProcesses ?? null, memoryBytes: l.memoryBytes ?? null, openFiles: l.openFiles ?? null };
   }
+  const note = rules?.network.kind === 'proxy' && report.sandboxed ? nodeFetchNote(env) : null;
+  if (note) report.notes = [...(report.notes ?? []), note];
   return report;
 }
 
 function start(req: BackendSpawnRequest): SandboxedProcess {
   const proc = backend().spawn(req);
-  finishReport(proc.enforcement, req.rules);
+  finishReport(proc.enforcement, req.rules, req.env);
   return new SandboxedProcess(proc);
 }
 
@@ -474,9 +478,9 @@ export function run(command: string, args?: readonly string[], options: RunOptio
     let child: SandboxedProcess;
     try {
       for (const k of Object.keys(options ?? {})) if (!RUN_KEYS.has(k)) unknownOption(k, RUN_KEYS);
-      if (timeout !== undefined && !(Number.isFinite(timeout) && timeout > 0)) bad('options.timeout must be a positive number of milliseconds');
+      if (timeout !== undefined && !isTimerMs(timeout)) bad(`options.timeout must be a positive number of milliseconds, at most ${MAX_TIMER_MS} (about 24.8 days: Node's timer limit), got ${String(timeout)}`);
       if (!(Number.isFinite(maxBuffer) && maxBuffer > 0)) bad('options.maxBuffer must be a positive number');
-      if (!(Number.isFinite(forceKillAfter) && forceKillAfter >= 0)) bad('options.forceKillAfter must be a number of milliseconds, 0 or more');
+      if (forceKillAfter !== 0 && !isTimerMs(forceKillAfter)) bad(`options.forceKillAfter must be a number of milliseconds, 0 to ${MAX_TIMER_MS} (Node's timer limit)`);
       if (typeof killSignal === 'string' ? !(killSignal in os.constants.signals) : !(Number.isInteger(killSignal) && killSignal > 0)) {
         bad(`options.killSignal must be a signal name or number, got ${String(killSignal)}`);
       }

@@ -17,6 +17,7 @@ import * as fs from 'node:fs';
 import * as net from 'node:net';
 import * as tls from 'node:tls';
 import { ManagedProxy, type Attachment, type AuditEvent, type ProxyPolicyConfig } from '../network';
+import { MAX_TIMER_MS } from '../errors';
 import type { MethodContext } from './types';
 import { decodeBase64, decodeStruct, decodeVariant, INVALID_REQUEST, invalidParams, RpcError } from './decode';
 import { Deferred } from './types';
@@ -113,7 +114,9 @@ export class HttpRequests {
       url,
       headers,
       body,
-      timeoutMs: (p.timeoutMs as number | null | undefined) ?? null,
+      // The protocol's u64: past Node's timer limit (about 24.8 days) setTimeout would fire at
+      // once, so a longer timeout waits that long instead (no request is meant to outlast it).
+      timeoutMs: p.timeoutMs === undefined || p.timeoutMs === null ? null : Math.min(p.timeoutMs as number, MAX_TIMER_MS),
       follow,
       requestId: p.requestId as string,
       stream: p.streamResponse === true,

@@ -87,6 +87,22 @@ export function nodeFetchPreloadPath(): string {
 }
 
 /**
+ * The report's note for a proxied run (null when env's NODE_OPTIONS already has the preload):
+ * an older Node's fetch goes around the proxy, and the sandbox refuses that connect with a bare
+ * errno that does not say why.
+ */
+export function nodeFetchNote(env: Readonly<Record<string, string>>): string | null {
+  const preload = nodeFetchPreloadPath();
+  if ((env.NODE_OPTIONS ?? '').includes(preload)) return null;
+  return (
+    "Node's built-in fetch uses the proxy only in Node 22.21+ and 24+ (NODE_USE_ENV_PROXY=1 is set); " +
+    'an older Node ignores HTTP(S)_PROXY and its fetch fails to connect (EACCES, ECONNREFUSED or a DNS error). ' +
+    `To route it through the proxy, set env.NODE_OPTIONS to '--require ${preload}' ` +
+    "(nodeFetchPreloadPath() from 'process-sandbox')"
+  );
+}
+
+/**
  * Returns a new env: `baseEnv` minus every caller-supplied proxy variable, plus ours for `port`.
  * HTTP and SOCKS5 share the port (the proxy sniffs the first byte).
  */

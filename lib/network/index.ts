@@ -32,6 +32,7 @@ export {
 export {
   buildProxyEnv,
   isProxyEnvKey,
+  nodeFetchNote,
   nodeFetchPreloadPath,
   HTTP_PROXY_URL_KEYS,
   SOCKS_PROXY_URL_KEYS,

@@ -7,9 +7,13 @@
  * grants `userns`; Node has none. `process-sandbox apparmor-profile` prints such a profile for the
  * Node binary in use, and refusals name the sysctl and that command instead of a bare errno.
  *
- * What the profile grants: every program run by that Node binary (not only this package) may make
- * user namespaces with capabilities inside them, as on a host without the restriction. It is the
- * trade Ubuntu makes for bwrap and Chrome; an operator who will not make it keeps Landlock mode.
+ * What the profile grants: every program run by that Node binary (not only this package), for
+ * every local user, may make user namespaces with capabilities inside them, as on a host without
+ * the restriction. On a shared /usr/bin/node that reopens host-wide what Ubuntu's restriction
+ * closed, so the header and the help say so first and recommend a binary only the application
+ * runs (an Electron app's executable, a Node copy at a path of the application's own, `--node`).
+ * It is the trade Ubuntu makes for bwrap and Chrome; an operator who will not make it keeps
+ * Landlock mode.
  */
 import * as fs from 'node:fs';
 
@@ -87,6 +91,17 @@ export function apparmorConfinedHint(label: string): string {
 }
 
 /**
+ * What the profile opens, said before anything else about it (the profile's header, the help):
+ * the right goes with the binary, not with this package.
+ */
+export const WIDE_GRANT = [
+  'WARNING: every program this binary runs, for every user of this host, gets the same right:',
+  "for that binary, the profile undoes Ubuntu's restriction host-wide. Attach it to a binary only",
+  "your application runs (an Electron app's own executable, or a copy of Node at a path only the",
+  'application uses: --node /opt/myapp/bin/node), not to a Node shared by the host (/usr/bin/node).',
+];
+
+/**
  * The profile text for `binary` (a real path: AppArmor attaches by the executable's path after
  * symlinks), with the commands that install it as comments at its top, so the whole output can be
  * piped into the file it names. `userns`: whether the parser knows the rule (see above).
@@ -101,7 +116,8 @@ export function apparmorProfile(binary: string, userns = apparmorParserKnowsUser
     `# AppArmor profile: lets ${binary} create user namespaces with capabilities inside them,`,
     "# so process-sandbox's isolated mode works under kernel.apparmor_restrict_unprivileged_userns=1",
     '# (Ubuntu 23.10 and later). It confines nothing else (flags=(unconfined)), as the profiles',
-    '# Ubuntu ships for bwrap and browsers. Every script this Node binary runs gets the same right.',
+    '# Ubuntu ships for bwrap and browsers.',
+    ...WIDE_GRANT.map((l) => `# ${l}`),
     ...(userns
       ? []
       : [

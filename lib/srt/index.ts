@@ -16,7 +16,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import type { Readable, Writable } from 'node:stream';
-import { SandboxError } from '../errors';
+import { isTimerMs, MAX_TIMER_MS, SandboxError } from '../errors';
 import { ManagedProxy, probe } from '../index';
 import { toPolicy, validateConfig, type SandboxRuntimeConfig } from './config';
 import { missDecider, spawnMapped, srtLookup, statusOf, violationLine, type SandboxAskCallback } from './runtime';
@@ -279,6 +279,9 @@ export const SandboxManager = {
 
   /** Runs `command` in our sandbox from this process: no wrapper process, no shell of the caller's. */
   async spawnSandboxed(command: string, options: SpawnSandboxedOptions = {}): Promise<SandboxedProcess> {
+    if (options.timeoutMs !== undefined && !isTimerMs(options.timeoutMs)) {
+      throw new SandboxError('EINVALID_ARGUMENT', `timeoutMs must be a positive number of milliseconds, at most ${MAX_TIMER_MS} (Node's timer limit), got ${String(options.timeoutMs)}`);
+    }
     const cfg = merged(options.customConfig);
     const cwd = options.cwd ?? process.cwd();
     const mapped = toPolicy(validateConfig(cfg), cwd);

@@ -22,6 +22,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <memory>
+#include <new>
 
 #include "notify_abi.h"
 #include "notify_args.h"
@@ -35,12 +37,34 @@ constexpr uint32_t kAddfdFlagSend = 2;  // SECCOMP_ADDFD_FLAG_SEND (5.14)
 std::atomic<int> g_waiters{0};
 
 struct Wait {
+  std::shared_ptr<Share> share;  // the sandbox's count, released when the waiter ends
   int listener;  // a copy of our own: the supervisor may close its listener meanwhile
   int fd;        // read: the FIFO (O_NONBLOCK); write: the pinned object (O_PATH)
   uint64_t id;
   int flags;     // write: the open's flags; -1: read side
   bool cloexec;
 };
+
+// Takes one place in the sandbox's share, then one in the host's; false (nothing taken) when
+// either is full. The share first: a sandbox at its own limit never touches the host's count.
+bool Enter(Share* share) {
+  if (share == nullptr) return false;
+  if (share->waiters.fetch_add(1, std::memory_order_relaxed) >= kMaxWaitersPerSandbox) {
+    share->waiters.fetch_sub(1, std::memory_order_relaxed);
+    return false;
+  }
+  if (g_waiters.fetch_add(1, std::memory_order_relaxed) >= kMaxWaiters) {
+    g_waiters.fetch_sub(1, std::memory_order_relaxed);
+    share->waiters.fetch_sub(1, std::memory_order_relaxed);
+    return false;
+  }
+  return true;
+}
+
+void Leave(Share* share) {
+  g_waiters.fetch_sub(1, std::memory_order_relaxed);
+  share->waiters.fetch_sub(1, std::memory_order_relaxed);
+}
 
 void MakeBlocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK); }
 
@@ -94,20 +118,17 @@ void* Waiter(void* arg) {
   if (give >= 0 && give != w->fd) close(give);
   close(w->fd);
   close(w->listener);
+  Leave(w->share.get());
   delete w;
-  g_waiters.fetch_sub(1, std::memory_order_relaxed);
   return nullptr;
 }
 
-bool Start(int listener, uint64_t id, int fd, int flags, bool cloexec) {
-  if (g_waiters.fetch_add(1, std::memory_order_relaxed) >= kMaxWaiters) {
-    g_waiters.fetch_sub(1, std::memory_order_relaxed);
-    return false;
-  }
-  Wait* w = new (std::nothrow) Wait{fcntl(listener, F_DUPFD_CLOEXEC, 0), fd, id, flags, cloexec};
+bool Start(const std::shared_ptr<Share>& share, int listener, uint64_t id, int fd, int flags, bool cloexec) {
+  if (!Enter(share.get())) return false;
+  Wait* w = new (std::nothrow) Wait{share, fcntl(listener, F_DUPFD_CLOEXEC, 0), fd, id, flags, cloexec};
   if (w == nullptr || w->listener < 0) {
     if (w != nullptr) delete w;
-    g_waiters.fetch_sub(1, std::memory_order_relaxed);
+    Leave(share.get());
     return false;
   }
   pthread_attr_t attr;
@@ -124,7 +145,7 @@ bool Start(int listener, uint64_t id, int fd, int flags, bool cloexec) {
   if (rc != 0) {
     close(w->listener);
     delete w;
-    g_waiters.fetch_sub(1, std::memory_order_relaxed);
+    Leave(share.get());
     return false;
   }
   return true;
@@ -182,10 +203,16 @@ void AnswerWithFd(int listener, uint64_t id, int fd, bool cloexec) {
   notify::RespondResult(listener, id, r);
 }
 
-bool WaitForWriter(int listener, uint64_t id, int fd, bool cloexec) { return Start(listener, id, fd, -1, cloexec); }
+std::shared_ptr<Share> NewShare() noexcept {
+  return std::shared_ptr<Share>(new (std::nothrow) Share());
+}
 
-bool WaitForReader(int listener, uint64_t id, int obj, int flags, bool cloexec) {
-  return Start(listener, id, obj, flags & ~O_NONBLOCK, cloexec);
+bool WaitForWriter(const std::shared_ptr<Share>& share, int listener, uint64_t id, int fd, bool cloexec) {
+  return Start(share, listener, id, fd, -1, cloexec);
+}
+
+bool WaitForReader(const std::shared_ptr<Share>& share, int listener, uint64_t id, int obj, int flags, bool cloexec) {
+  return Start(share, listener, id, obj, flags & ~O_NONBLOCK, cloexec);
 }
 
 }  // namespace later

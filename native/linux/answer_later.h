@@ -9,17 +9,35 @@
 // sandbox's supervisor, which may be freed meanwhile, and it never calls into Node. It ends when
 // its partner came (it answers) or when the call is gone (SECCOMP_IOCTL_NOTIF_ID_VALID fails: the
 // command was killed or interrupted; it closes its fds and answers nothing), checked at least
-// every kPollMs, so no waiter outlives the command's call by more than that. At most kMaxWaiters
-// run at once in the host; past that a call is not waited for (see each Wait*).
+// every kPollMs, so no waiter outlives the command's call by more than that.
+//
+// Limits: each is a host thread, so their number is bounded twice. A sandbox has a Share of its
+// own (kMaxWaitersPerSandbox at once), which its supervisor makes and passes to both classes: a
+// command that parks writers on FIFOs nobody reads exhausts its own share, never another
+// sandbox's. kMaxWaiters bounds all sandboxes of the host together, and is several shares wide,
+// so one sandbox alone never takes it. Past either, a call is not waited for (see each Wait*).
 #pragma once
 
 #include <stdint.h>
+
+#include <atomic>
+#include <memory>
 
 namespace psb {
 namespace later {
 
 constexpr int kPollMs = 250;
-constexpr int kMaxWaiters = 256;
+constexpr int kMaxWaiters = 512;
+constexpr int kMaxWaitersPerSandbox = 64;
+
+// One sandbox's count of running waiters. Each waiter holds a reference: the supervisor that made
+// it may be freed (the command gone) while its waiters still notice that.
+struct Share {
+  std::atomic<int> waiters{0};
+};
+
+// A new share, or null without memory (then no waiter is started for that sandbox).
+std::shared_ptr<Share> NewShare() noexcept;
 
 // A supervisor step's answer when a waiter took the call over (it answers, not the caller).
 constexpr int kAnsweredLater = 1;
@@ -32,8 +50,8 @@ void AnswerWithFd(int listener, uint64_t id, int fd, bool cloexec);
 // Read side: fd (ours, taken) is a named FIFO opened O_RDONLY|O_NONBLOCK. A waiter answers with it,
 // made blocking, once the first writer has written or come and gone (POLLIN or POLLHUP: a reader
 // opened before any writer sees no POLLHUP until one has left). True when a waiter took it; false
-// (fd still the caller's): none could be started.
-bool WaitForWriter(int listener, uint64_t id, int fd, bool cloexec);
+// (fd still the caller's): none could be started (the share or the host's limit is reached).
+bool WaitForWriter(const std::shared_ptr<Share>& share, int listener, uint64_t id, int fd, bool cloexec);
 
 // Write side: obj (ours, taken) is the pinned FIFO (O_PATH) the supervisor judged writable; flags
 // the command's open flags (O_WRONLY, no O_NONBLOCK), with which a non-blocking open found no
@@ -41,7 +59,7 @@ bool WaitForWriter(int listener, uint64_t id, int fd, bool cloexec);
 // and O_NONBLOCK until a reader is there, with this thread's effective capabilities cleared (the
 // command's own permission check), and answers with the fd made blocking, or with the open's
 // errno. True when a waiter took it; false (obj still the caller's): none could be started.
-bool WaitForReader(int listener, uint64_t id, int obj, int flags, bool cloexec);
+bool WaitForReader(const std::shared_ptr<Share>& share, int listener, uint64_t id, int obj, int flags, bool cloexec);
 
 }  // namespace later
 }  // namespace psb

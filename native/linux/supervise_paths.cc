@@ -402,7 +402,7 @@ int Reopen(const PathRules& r, int listener, const SeccompNotif& n, Fd* x, const
     // at once: a read before a writer came sees end-of-file.
     int fd = open(proc, f | O_NONBLOCK);
     if (fd < 0 && errno == ENXIO && (f & O_ACCMODE) == O_WRONLY) {
-      if (!later::WaitForReader(listener, n.id, x->fd, f, (flags & O_CLOEXEC) != 0)) return -EAGAIN;
+      if (!later::WaitForReader(r.fifo_waiters, listener, n.id, x->fd, f, (flags & O_CLOEXEC) != 0)) return -EAGAIN;
       x->Release();
       return kAnsweredLater;
     }

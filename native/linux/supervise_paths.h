@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "answer_later.h"
 #include "notify_abi.h"
 
 namespace psb {
@@ -73,6 +74,8 @@ struct PathRules {
   // What the rules were built from (BuildPathRules' arguments): a sandbox prepared ahead
   // rebuilds them when it is used, so that they describe the tree as the command starts.
   std::vector<std::string> carveouts_in, present_only_in, devices_in;
+  // The sandbox's share of FIFO waiters (answer_later.h), set by its supervisor; null: none.
+  std::shared_ptr<later::Share> fifo_waiters;
 };
 
 // Builds the rules on the host before the command starts: looks up every carve-out (and the

@@ -422,7 +422,7 @@ int OpenResolved(Ctx* c, Fd* obj, int flags, Fd* out) {
     fd = c->r.opener->Open(obj->fd, f);
   }
   if (fd < 0) return fd;
-  if (fifo && later::WaitForWriter(c->listener, c->n.id, fd, (flags & O_CLOEXEC) != 0)) return kAnsweredLater;
+  if (fifo && later::WaitForWriter(c->r.fifo_waiters, c->listener, c->n.id, fd, (flags & O_CLOEXEC) != 0)) return kAnsweredLater;
   // No waiter could be started: the fd as it is, made blocking (a read before a writer came
   // sees end-of-file).
   if (fifo) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);

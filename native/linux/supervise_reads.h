@@ -19,6 +19,7 @@
 
 #include <memory>
 
+#include "answer_later.h"
 #include "landlock.h"
 #include "notify_abi.h"
 #include "supervise_signals.h"
@@ -35,6 +36,8 @@ struct ReadRules {
   dev_t proc_dev = 0;
   // The Landlock-confined thread that opens what is not procfs.
   std::shared_ptr<ReadOpener> opener;
+  // The sandbox's share of FIFO waiters (answer_later.h), the path class's too; null: none.
+  std::shared_ptr<later::Share> fifo_waiters;
 };
 
 // Parent side, before the command starts: a thread of the host that set no_new_privs, dropped

@@ -56,6 +56,7 @@
 #include <utility>
 #include <vector>
 
+#include "answer_later.h"
 #include "notify_abi.h"
 #include "notify_args.h"
 #include "supervise_connect.h"
@@ -229,6 +230,9 @@ int StartSupervisor(napi_env env, int listener_fd, SupervisorConfig config) noex
   // and the call costs what it did.
   ioctl(listener_fd, notify::kNotifSetFlags, notify::kNotifFdSyncWakeUp);
   s->config = std::move(config);
+  // One share of FIFO waiters for the sandbox, both classes' (answer_later.h): a new one per
+  // supervisor, so what one sandbox parks never counts against another.
+  s->config.paths.fifo_waiters = s->config.reads.fifo_waiters = later::NewShare();
   s->stop = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (s->config.proxy_port != 0) s->connect = NewConnectClass(s->config.proxy_port);
   if (s->stop < 0 || (s->config.proxy_port != 0 && s->connect == nullptr)) {

@@ -509,6 +509,20 @@ describe.skipIf(!defaultIsolated)('run flags (sandboxed)', () => {
     expect(ok).toMatchObject({ status: 0, stderr: 'fine\n' });
   });
 
+  it("a --timeout past Node's timer limit is refused (125) before anything runs; the limit itself is taken", () => {
+    // 2147484 s is past 2^31 - 1 ms: Node's setTimeout would fire at once and kill the command.
+    const marker = path.join(dir, 'timer-marker');
+    for (const t of ['2147484', '2147483.648', 'Infinity']) {
+      const r = cli(['run', '--timeout', t, '--', 'sh', '-c', 'touch "$1"', 'sh', marker], { cwd: dir });
+      expect(r.status, r.stderr).toBe(125);
+      expect(r.stderr).toMatch(/^process-sandbox: --timeout expects a positive number of seconds, at most 2147483 \(about 24\.8 days: Node's timer limit\)\n/);
+      expect(fs.existsSync(marker), 'nothing may run').toBe(false);
+    }
+    const ok = cli(['run', '--timeout', '2147483', '--', 'sh', '-c', 'sleep 1; touch "$1"; echo done', 'sh', marker], { cwd: dir });
+    expect(ok).toMatchObject({ status: 0, stdout: 'done\n' });
+    expect(fs.existsSync(marker)).toBe(true);
+  });
+
   it('TERM sent to the CLI reaches the command; the CLI exits 143', async () => {
     const child = cpSpawn(process.execPath, [CLI, 'run', '--', 'sh', '-c', 'echo ready; exec sleep 60'], { cwd: dir, env: baseEnv(), stdio: ['ignore', 'pipe', 'inherit'] });
     await new Promise<void>((r) => child.stdout!.once('data', () => r()));

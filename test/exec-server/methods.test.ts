@@ -233,6 +233,22 @@ describe.skipIf(!caps.linux)('exec-server: http/request goes through the managed
     }
   });
 
+  it("a timeoutMs past Node's timer limit (2^31 - 1 ms) waits that long, not 1 ms: the request is fetched", async () => {
+    const t = await target();
+    const c = await peer({ httpPolicy: { allow: ['127.0.0.1'], allowLocal: true } });
+    try {
+      for (const [i, timeoutMs] of [2 ** 31 - 1, 2 ** 31 + 1000, Number.MAX_SAFE_INTEGER].entries()) {
+        const r = await c.request('http/request', { method: 'GET', url: `http://127.0.0.1:${t.port}/t${i}`, requestId: `t${i}`, timeoutMs });
+        expect(r.error, `timeoutMs ${timeoutMs}`).toBeUndefined();
+        expect(Buffer.from(r.result?.bodyBase64 as string, 'base64').toString()).toBe(`hello GET /t${i}`);
+      }
+      expect(t.hits()).toBe(3);
+    } finally {
+      await c.close();
+      await t.close();
+    }
+  });
+
   it('https through the policy: a server whose CA is named by CODEX_CA_CERTIFICATE is fetched; without it, or for a host its certificate does not name, the TLS check refuses and the target got no request', async () => {
     const ca = InterceptionCa.create({ dir: scene.out });
     // The certificate names "localhost" only (a DNS name, no IP address).

@@ -10,9 +10,10 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
+import { spawn } from '../../lib/index';
 import type { SandboxPolicy } from '../../lib/policy-types';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
-import { makeScene, py, sh, type Scene } from '../helpers/sandbox';
+import { BASE_ENV, makeScene, PYTHON, py, sh, type Scene } from '../helpers/sandbox';
 
 const landlockSkip = caps.metadataSupervisor
   ? undefined
@@ -129,6 +130,57 @@ describe.runIf(caps.linux)('named FIFOs opened for writing', () => {
       await expect.poll(() => hostThreads().length, { timeout: 5_000 }).toBeLessThanOrEqual(before.length);
       const later = await sh('echo alive', { cwd: ws, policy, timeout: HANG });
       expect(later.stdout).toBe('alive\n');
+    });
+
+    it.skipIf(s || mode !== 'landlock')("one sandbox's parked writers take its own share of waiters, never another's (Landlock mode)", async () => {
+      // The first sandbox parks writers on FIFOs nobody reads (one thread each, blocked in its
+      // open) until an open fails: its share of the host's waiters is used up. It holds them
+      // while the second runs the everyday pipeline, which needs a waiter of its own.
+      const park = [
+        'import errno, os, sys, threading',
+        'failed = []; done = threading.Event()',
+        'def writer(p):',
+        '    try:',
+        '        os.open(p, os.O_WRONLY)',
+        '    except OSError as e:',
+        '        failed.append(e.errno); done.set()',
+        'for i in range(1000):',
+        '    if done.is_set(): break',
+        '    os.mkfifo(f"p{i}"); threading.Thread(target=writer, args=(f"p{i}",), daemon=True).start()',
+        'done.wait()',
+        'print("FULL", errno.errorcode[failed[0]], flush=True)',
+        'sys.stdin.read()',
+      ].join('\n');
+      fs.mkdirSync(`${ws}/a`);
+      fs.mkdirSync(`${ws}/b`);
+      const a = spawn(PYTHON, ['-c', park], { cwd: `${ws}/a`, env: BASE_ENV, policy, stdio: ['pipe', 'pipe', 'pipe'] });
+      let stderr = '';
+      a.stderr!.on('data', (b: Buffer) => (stderr += b.toString()));
+      try {
+        const full = await new Promise<string>((resolve, reject) => {
+          let out = '';
+          a.stdout!.on('data', (b: Buffer) => {
+            out += b.toString();
+            if (out.includes('\n')) resolve(out);
+          });
+          a.once('close', () => reject(new Error(`the first sandbox ended before it was full: ${out} ${stderr}`)));
+        });
+        expect(full).toBe('FULL EAGAIN\n');
+        // Checked from outside: the first sandbox holds its share (kMaxWaitersPerSandbox), no more.
+        // Counted before the second runs (its own waiters end just after they answer), and polled:
+        // a waiter names its thread as it starts, which may come just after its open was taken.
+        await expect.poll(() => hostThreads().filter((t) => t === 'psb-fifo-write').length, { timeout: 5_000 }).toBe(64);
+        const pp = { ...policy, procPrivacy: true }; // the read side's waiter too
+        const b = await sh('mkfifo f; (echo x > f &); cat f; echo done', { cwd: `${ws}/b`, policy: pp, timeout: HANG });
+        expect(b.timedOut, b.stderr).toBe(false);
+        expect(b.stdout).toBe('x\ndone\n');
+        expect(b.code).toBe(0);
+      } finally {
+        a.kill('SIGKILL');
+        await a.exited.catch(() => undefined);
+      }
+      // The first sandbox's waiters notice their calls are gone and end.
+      await expect.poll(() => hostThreads().filter((t) => t.startsWith('psb-fifo')), { timeout: 5_000 }).toEqual([]);
     });
 
     it.skipIf(s || mode !== 'landlock')('a FIFO inside a carve-out is refused before any wait (Landlock mode)', async () => {

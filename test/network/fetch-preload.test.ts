@@ -144,8 +144,50 @@ describe.skipIf(!havePreload)('fetch preload (unsandboxed client, managed proxy)
   });
 });
 
+describe('nodeFetchPreloadPath() is part of the public API', () => {
+  const DIST = path.resolve(__dirname, '..', '..', 'dist');
+  const built = fs.existsSync(path.join(DIST, 'index.mjs'));
+  if (!built) console.warn(`SKIPPING the built-package export cases: ${DIST}/index.mjs is missing (npm run build:ts)`);
+  const PRINT = 'console.log(typeof nodeFetchPreloadPath === "function" ? nodeFetchPreloadPath() : "missing")';
+  it.skipIf(!built).each([
+    ['ES module', ['--input-type=module', '-e', `import { nodeFetchPreloadPath } from ${JSON.stringify(path.join(DIST, 'index.mjs'))};${PRINT}`]],
+    ['CommonJS', ['-e', `const { nodeFetchPreloadPath } = require(${JSON.stringify(path.join(DIST, 'index.js'))});${PRINT}`]],
+  ])('%s: the package entry exports it, naming the built preload', (_name, args) => {
+    const out = execFileSync(process.execPath, args, { encoding: 'utf8' }).trim();
+    expect(out).toBe(path.join(DIST, 'network', 'fetch-preload.js'));
+    expect(fs.existsSync(out)).toBe(true);
+  });
+});
+
 describe.runIf(caps.linux && havePreload)('fetch preload inside the sandbox', () => {
   describe.each(MODES)('$name mode', ({ name: mode, skip }) => {
+    it.skipIf(skip)("without the preload the report says how to route Node's fetch through the proxy; with it, it says nothing", async () => {
+      const url = `http://allowed.test:${web.port}/no-preload`;
+      const before = web.requests.length;
+      const r = await runWithProxy(mode, { allow: ['allowed.test'], allowLocal: true }, process.execPath, ['-e', FETCH, url], { env: BASE_ENV });
+      expect(r.code, r.stderr).toBe(0);
+      const note = (r.enforcement.notes ?? []).find((n) => n.startsWith("Node's built-in fetch"));
+      expect(note).toBe(
+        "Node's built-in fetch uses the proxy only in Node 22.21+ and 24+ (NODE_USE_ENV_PROXY=1 is set); an older Node ignores HTTP(S)_PROXY " +
+          `and its fetch fails to connect (EACCES, ECONNREFUSED or a DNS error). To route it through the proxy, set env.NODE_OPTIONS to '--require ${PRELOAD}' ` +
+          "(nodeFetchPreloadPath() from 'process-sandbox')",
+      );
+      if (nodeHonoursEnvProxy()) {
+        console.warn("[fetch-preload] this Node honours NODE_USE_ENV_PROXY: its fetch works without the preload; the failing half is not shown");
+      } else {
+        // What the note is for: this Node's fetch went around the proxy and was refused.
+        expect(JSON.parse(r.stdout.trim()).error).toBeDefined();
+        expect(web.requests.length).toBe(before);
+      }
+      // Following the note: the same fetch works, and the report has nothing more to say.
+      const ok = await runWithProxy(mode, { allow: ['allowed.test'], allowLocal: true }, process.execPath, ['-e', FETCH, url], {
+        env: { ...BASE_ENV, NODE_OPTIONS: `--require ${PRELOAD}` },
+      });
+      expect(JSON.parse(ok.stdout.trim()).status, ok.stderr).toBe(200);
+      expect(ok.enforcement.notes ?? []).toEqual([]);
+      expect(web.requests.length).toBe(before + 1);
+    });
+
     it.skipIf(skip)('node fetch reaches an allowed name only through the proxy', async () => {
       const env = { ...BASE_ENV, NODE_OPTIONS: `--require ${PRELOAD}` };
       const before = web.requests.length;

@@ -119,6 +119,23 @@ describe.skipIf(oursMissing !== null)(`SandboxManager (ours)${oursMissing ? ` (S
     expect(SandboxManager.getSandboxViolationStore().getViolationsForCommand('sp-2')).toEqual([]);
   });
 
+  it("spawnSandboxed refuses a timeoutMs past Node's timer limit before anything runs; the limit itself is taken", async () => {
+    await SandboxManager.initialize(base({ allowWrite: [scene.ws] }));
+    const marker = path.join(scene.ws, 'timer-marker');
+    for (const timeoutMs of [2 ** 31, 2 ** 31 + 1000, 0]) {
+      await expect(spawnSandboxed(`touch ${marker}`, { cwd: scene.ws, timeoutMs })).rejects.toMatchObject({
+        code: 'EINVALID_ARGUMENT',
+        message: expect.stringMatching(/^timeoutMs must be a positive number of milliseconds, at most 2147483647 \(Node's timer limit\), got \d+$/),
+      });
+      expect(fs.existsSync(marker)).toBe(false);
+    }
+    const p = await spawnSandboxed(`sleep 1; touch ${marker}`, { cwd: scene.ws, timeoutMs: 2 ** 31 - 1 });
+    p.stdout!.resume();
+    p.stderr!.resume();
+    expect(await p.wait()).toEqual({ exitCode: 0, timedOut: false });
+    expect(fs.existsSync(marker)).toBe(true);
+  });
+
   it('spawnSandboxed timeoutMs stops the tree and says so', async () => {
     await SandboxManager.initialize(base());
     const p = await spawnSandboxed('sleep 600', { timeoutMs: 200 });

@@ -34,6 +34,10 @@ const child = spawn('sh', ['-c', 'echo'], { stdio: 'pipe' });
 child.on('exit', (code: number | null) => void code);
 // @ts-expect-error an unknown option is rejected
 spawn('true', [], { notAnOption: 1 });
+const preload: string = nodeFetchPreloadPath();
+void preload;
+const notes: string[] | undefined = child.enforcement.notes;
+void notes;
 const err = new SandboxError('EINVALID_ARGUMENT', 'x');
 const code: SandboxErrorCode = err.code;
 // @ts-expect-error codes are a closed union
@@ -41,7 +45,7 @@ const bogus: SandboxErrorCode = 'ENOPE';
 void code; void bogus;
 `;
 
-const ESM = `import { run, spawn, SandboxError, type EnforcementReport, type SandboxErrorCode } from 'process-sandbox';
+const ESM = `import { run, spawn, SandboxError, nodeFetchPreloadPath, type EnforcementReport, type SandboxErrorCode } from 'process-sandbox';
 import ps from 'process-sandbox';
 ${BODY}
 void ps.probe();
@@ -51,7 +55,7 @@ export {};
 `;
 
 const CJS_REQUIRE = `import ps = require('process-sandbox');
-import { run, spawn, SandboxError, type EnforcementReport, type SandboxErrorCode } from 'process-sandbox';
+import { run, spawn, SandboxError, nodeFetchPreloadPath, type EnforcementReport, type SandboxErrorCode } from 'process-sandbox';
 ${BODY}
 void ps.probe();
 // @ts-expect-error no such member

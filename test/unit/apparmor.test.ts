@@ -50,6 +50,20 @@ describe('apparmor-profile', () => {
     }
   });
 
+  it("says plainly, in the header of both variants, that every program the binary runs gets the right, and where to attach it instead", () => {
+    for (const userns of [true, false]) {
+      const header = apparmorProfile('/usr/bin/node', userns)
+        .split('\n')
+        .filter((l) => l.startsWith('#'))
+        .join('\n');
+      expect(header).toContain('# WARNING: every program this binary runs, for every user of this host, gets the same right:');
+      expect(header).toMatch(/undoes Ubuntu's restriction host-wide/);
+      expect(header).toMatch(/an Electron app's own executable, or a copy of Node at a path only the\n# application uses: --node \/opt\/myapp\/bin\/node\), not to a Node shared by the host/);
+      // Before the install steps: read before anything is installed.
+      expect(header.indexOf('WARNING')).toBeLessThan(header.indexOf('# Install'));
+    }
+  });
+
   it('refuses a path AppArmor would read differently (relative, spaces, rule syntax)', () => {
     for (const bad of ['node', '/opt/my node/bin/node', '/opt/x,y/node', '/opt/{a}/node']) {
       expect(() => apparmorProfile(bad), bad).toThrow(/must be absolute/);
@@ -67,6 +81,16 @@ describe('apparmor-profile', () => {
     expect(bad.status).toBe(125);
     expect(bad.stdout).toBe('');
     expect(bad.stderr).toMatch(/--node \/nonexistent\/node: ENOENT/);
+  });
+
+  it('the help gives the same warning and shows --node with an application-owned path; the top-level help points at it', () => {
+    const help = spawnSync(process.execPath, [CLI, 'apparmor-profile', '--help'], { encoding: 'utf8' });
+    expect(help.status).toBe(0);
+    expect(help.stdout).toContain('WARNING: every program this binary runs, for every user of this host, gets the same right');
+    expect(help.stdout).toContain('  Example: process-sandbox apparmor-profile --node /opt/myapp/bin/node\n');
+    expect(help.stdout).toMatch(/^ {2}--node <path> {10}the Node binary to write it for/m);
+    const top = spawnSync(process.execPath, [CLI, '--help'], { encoding: 'utf8' });
+    expect(top.stdout).toMatch(/apparmor-profile +print an AppArmor profile that lets a Node binary, and all it runs, use user namespaces \(see its --help\)/);
   });
 });
 

@@ -4,6 +4,9 @@
  * the start, stdin queued before it, kill() before it, a failed start. The Windows backend itself
  * is checked under wine (test/win32/deferred.wine.js).
  */
+import { spawnSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
 import { Readable, Writable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
 import type { BackendProcess, EnforcementReport, ExitInfo } from '../../lib/backend';
@@ -184,6 +187,18 @@ describe('SandboxedProcess: deferred start', () => {
     expect(child.kill()).toBe(false);
   });
 
+  it("a failed start seen from a microtask (an ES module's top level, code after an await): 'error' before exited rejects", async () => {
+    await Promise.resolve(); // from here on this test runs in a microtask, as an ES module does
+    const f = fakeDeferred();
+    const child = new SandboxedProcess(f.proc);
+    const order: string[] = [];
+    child.on('error', () => order.push('error'));
+    const watched = child.exited.catch(() => order.push('exited'));
+    f.fail(new SandboxError('EACL_EDIT', 'denied'));
+    await watched;
+    expect(order).toEqual(['error', 'exited']);
+  });
+
   it('an unconsumed, empty output stream still closes (as a socket at EOF does)', async () => {
     const f = fakeDeferred();
     const child = new SandboxedProcess(f.proc);
@@ -205,5 +220,38 @@ describe('SandboxedProcess: deferred start', () => {
     expect(real.stdin.join('').length).toBe(big.length);
     f.exit({ code: 0, signal: null });
     await child.exited;
+  });
+});
+
+describe('a command that could not be started: the order of what the caller sees', () => {
+  const report: EnforcementReport = unsandboxedReport('linux');
+  it("'error', then 'close', then exited rejects, also when the caller runs in a microtask", async () => {
+    await Promise.resolve(); // a microtask from here on, as an ES module's top level
+    const err = new SandboxError('ENOT_FOUND', 'command not found: nope');
+    const child = SandboxedProcess.failed(err, ['pipe', 'pipe', 'pipe'], report);
+    const order: string[] = [];
+    child.on('error', (e) => order.push(`error:${e === err}`));
+    child.on('close', () => order.push('close'));
+    await child.exited.catch((e: unknown) => order.push(`exited:${e === err}`));
+    expect(order).toEqual(['error:true', 'close', 'exited:true']);
+  });
+
+  // The same through the built package, as an ES module and as CommonJS imports it.
+  const DIST = path.resolve(__dirname, '..', '..', 'dist');
+  const built = fs.existsSync(path.join(DIST, 'index.mjs'));
+  // eslint-disable-next-line no-console
+  if (!built) console.warn(`SKIPPING the built-package order cases: ${DIST}/index.mjs is missing (npm run build:ts)`);
+  const BODY = `
+const order = [];
+const c = spawn('no-such-command-psb', [], { policy: null });
+c.on('error', (e) => order.push('error:' + e.code));
+c.exited.catch((e) => order.push('exited:' + e.code)).then(() => console.log(order.join(' ')));`;
+  it.skipIf(!built).each([
+    ['ES module', ['--input-type=module', '-e', `import { spawn } from ${JSON.stringify(path.join(DIST, 'index.mjs'))};${BODY}`]],
+    ['CommonJS', ['-e', `const { spawn } = require(${JSON.stringify(path.join(DIST, 'index.js'))});${BODY}`]],
+  ])('%s', (_name, args) => {
+    const r = spawnSync(process.execPath, args, { encoding: 'utf8', timeout: 30_000 });
+    expect(r.stderr).toBe('');
+    expect(r.stdout).toBe('error:ENOT_FOUND exited:ENOT_FOUND\n');
   });
 });

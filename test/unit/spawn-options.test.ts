@@ -134,3 +134,31 @@ describe('child_process spellings get what to use instead', () => {
     expect(r.stdout).toBe('named\n');
   });
 });
+
+describe("run()'s timers past Node's limit (2^31 - 1 ms) are refused before anything starts", () => {
+  // setTimeout with more fires after 1 ms: the command would be killed as it starts.
+  it.each([
+    ['timeout', 2 ** 31, /^options\.timeout must be a positive number of milliseconds, at most 2147483647 \(about 24\.8 days: Node's timer limit\), got 2147483648$/],
+    ['timeout', 2 ** 31 + 1000, /^options\.timeout must be .* got 2147484648$/],
+    ['timeout', Infinity, /^options\.timeout must be .* got Infinity$/],
+    ['forceKillAfter', 2 ** 31, /^options\.forceKillAfter must be a number of milliseconds, 0 to 2147483647 \(Node's timer limit\)$/],
+  ])('run({ %s: %d })', async (key, value, message) => {
+    const marker = path.join(dir, `timer-${key}-${value}`);
+    const p = run('/bin/sh', ['-c', 'touch "$1"; sleep 1; touch "$1.late"', 'sh', marker], { cwd: dir, policy: null, [key]: value });
+    await expect(p).rejects.toMatchObject({ code: 'EINVALID_ARGUMENT', message: expect.stringMatching(message) });
+    expect(fs.existsSync(marker), 'nothing may run').toBe(false);
+  });
+
+  it('the limit itself is taken: the command runs to its end', async () => {
+    const marker = path.join(dir, 'timer-max');
+    const r = await run('/bin/sh', ['-c', 'sleep 1; touch "$1"; echo done', 'sh', marker], {
+      cwd: dir,
+      policy: null,
+      timeout: 2 ** 31 - 1,
+      killSignal: 'SIGTERM',
+      forceKillAfter: 2 ** 31 - 1,
+    });
+    expect(r).toMatchObject({ code: 0, timedOut: false, stdout: 'done\n' });
+    expect(fs.existsSync(marker)).toBe(true);
+  });
+});
