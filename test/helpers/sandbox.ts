@@ -161,15 +161,7 @@ export function expectUnchanged(before: Map<string, Entry>, after: Map<string, E
   expect(Object.fromEntries(after), what).toEqual(Object.fromEntries(before));
 }
 
-/** The host's own mount table, without the per-line mount ids that never repeat. */
-export function hostMounts(): string[] {
-  return fs
-    .readFileSync('/proc/self/mountinfo', 'utf8')
-    .split('\n')
-    .filter(Boolean)
-    .map((l) => l.split(' ').slice(4).join(' '))
-    .sort();
-}
+export { expectNoMountLeak, hostMounts, mountsOfOurs } from './mounts';
 
 // ---- running things ---------------------------------------------------------------------------
 

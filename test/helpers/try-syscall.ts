@@ -93,3 +93,26 @@ export function parseTrySyscall(stdout: string): TrySyscallResult | null {
   const reached = detail?.startsWith('reached:') ?? false;
   return { probe, ok: true, errno: reached ? detail!.slice('reached:'.length) : null, reached };
 }
+
+/**
+ * How a sandboxed `int 0x80` (the i386 syscall gate of an x86_64 kernel) may end, given how the
+ * same call ended unsandboxed on this host: `hostSignal` is the signal that killed the
+ * unsandboxed run (a name such as 'SIGSEGV'), null when the call ran there.
+ *
+ * Where the gate works, the sandbox's filter must kill the call by its arch check: SIGSYS only.
+ * A kernel without IA32 emulation (built without CONFIG_IA32_EMULATION, or booted with
+ * ia32_emulation=0) faults every int 0x80 with SIGSEGV before any syscall entry, sandboxed or
+ * not; the filter never sees it. There the sandboxed call must still not run: SIGSEGV or SIGSYS
+ * (callers also check that its effect did not happen). Any other unsandboxed outcome is
+ * unexplained: it throws rather than guess what to expect.
+ */
+export function int80Outcomes(hostSignal: string | null): { signals: string[]; why: string } {
+  if (hostSignal === null) return { signals: ['SIGSYS'], why: 'int 0x80 runs unsandboxed here: the filter kills it (SIGSYS)' };
+  if (hostSignal === 'SIGSEGV') {
+    return {
+      signals: ['SIGSEGV', 'SIGSYS'],
+      why: 'int 0x80 faults (SIGSEGV) even unsandboxed here: this kernel has no i386 entry (IA32 emulation off); sandboxed it must not run either',
+    };
+  }
+  throw new Error(`int 0x80 unsandboxed ended with ${hostSignal}, neither running nor the SIGSEGV of a kernel without IA32 emulation`);
+}

@@ -40,9 +40,12 @@ describe('the install hook (scripts/install.js)', () => {
     if (work) fs.rmSync(work, { recursive: true, force: true });
   });
 
-  const hook = (env: Record<string, string> = {}) => {
+  /** Runs the hook as npm does, or (`platform` given) its install() as if on that platform. */
+  const hook = (env: Record<string, string> = {}, platform?: string) => {
     fs.rmSync(path.join(work, 'calls'), { force: true });
-    const r = spawnSync(process.execPath, [path.join(pkg, 'scripts', 'install.js')], {
+    const script = path.join(pkg, 'scripts', 'install.js');
+    const argv = platform ? ['-e', `process.exitCode = require(${JSON.stringify(script)}).install({ platform: ${JSON.stringify(platform)} })`] : [script];
+    const r = spawnSync(process.execPath, argv, {
       cwd: pkg,
       encoding: 'utf8',
       env: { PATH: process.env.PATH ?? '', npm_config_node_gyp: fake, ...env },
@@ -74,6 +77,67 @@ describe('the install hook (scripts/install.js)', () => {
     expect(r.stderr).toContain('make: Entering directory');
     expect(r.stderr).toContain('CXX(target)');
     expect(r.stderr).toMatch(/building the addon failed \(node-gyp exited with 3\)/);
+  });
+
+  it('macOS with no prebuild: nothing is compiled, one note says why, and the install succeeds', () => {
+    const r = hook({}, 'darwin');
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.calls).toBe('');
+    expect(r.stderr).toMatch(/^process-sandbox: no prebuilt addon for macOS; not compiling it: the macOS sandbox \(Seatbelt.*does not use it\n$/);
+    // Control: the same hook as Linux compiles.
+    expect(hook({}, 'linux').calls).toBe('rebuild --loglevel=warn\n');
+  });
+
+  it('macOS with --build-from-source: a failed build is shown but does not fail the install (it does on Linux)', () => {
+    const r = hook({ npm_config_build_from_source: 'true', FAKE_STATUS: '3' }, 'darwin');
+    expect(r.calls).toBe('rebuild --loglevel=warn\n');
+    expect(r.stderr).toContain('CXX(target)');
+    expect(r.stderr).toMatch(/building the addon failed \(node-gyp exited with 3\); macOS does not need it/);
+    expect(r.status).toBe(0);
+    expect(hook({ npm_config_build_from_source: 'true', FAKE_STATUS: '3' }, 'linux').status).toBe(1);
+  });
+
+  it('a current build/Release (newer than binding.gyp and every native source, and loads): nothing is built; anything newer or unloadable builds', () => {
+    const built = path.join(ROOT, 'build', 'Release', 'process_sandbox.node');
+    if (!fs.existsSync(built)) throw new Error(`no ${built}: global-setup builds it`);
+    const out = path.join(pkg, 'build', 'Release', 'process_sandbox.node');
+    const src = path.join(pkg, 'native', 'linux', 'x.cc');
+    const gyp = path.join(pkg, 'binding.gyp');
+    fs.mkdirSync(path.dirname(out), { recursive: true });
+    fs.mkdirSync(path.dirname(src), { recursive: true });
+    fs.copyFileSync(built, out);
+    fs.writeFileSync(src, '// source\n');
+    fs.writeFileSync(gyp, '{}\n');
+    const now = Date.now() / 1000;
+    const age = (f: string, s: number) => fs.utimesSync(f, now - s, now - s);
+    try {
+      age(src, 100);
+      age(gyp, 100);
+      age(out, 50);
+      const r = hook();
+      expect(r.status, r.stderr).toBe(0);
+      expect(r.calls).toBe('');
+      expect(r.stdout + r.stderr).toBe('');
+      // A native source edited after the build.
+      age(src, 10);
+      expect(hook().calls).toBe('rebuild --loglevel=warn\n');
+      age(src, 100);
+      // binding.gyp edited after the build.
+      age(gyp, 10);
+      expect(hook().calls).toBe('rebuild --loglevel=warn\n');
+      age(gyp, 100);
+      expect(hook().calls).toBe('');
+      // A current-looking file that is not a loadable addon.
+      fs.writeFileSync(out, 'not an addon');
+      age(out, 50);
+      expect(hook().calls).toBe('rebuild --loglevel=warn\n');
+      // --build-from-source builds a current tree anyway.
+      fs.copyFileSync(built, out);
+      age(out, 50);
+      expect(hook({ npm_config_build_from_source: 'true' }).calls).toBe('rebuild --loglevel=warn\n');
+    } finally {
+      for (const d of ['build', 'native', 'binding.gyp']) fs.rmSync(path.join(pkg, d), { recursive: true, force: true });
+    }
   });
 
   it('a prebuild that loads: nothing is built and nothing printed (positive control: the real build of this tree)', () => {

@@ -290,7 +290,7 @@ except FileNotFoundError: print('hidden')
       } finally {
         scene.cleanup();
       }
-    });
+    }, 300_000);
 
     it.skipIf(skip)("HS-06: two network: 'none' sandboxes cannot meet through abstract unix names", async () => {
       const name = `psb-hs06-${process.pid}-${Date.now()}`;

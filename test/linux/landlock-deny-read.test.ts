@@ -19,7 +19,7 @@ import { spawn } from '../../lib/index';
 import { carveDenied, DENY_CARVE_MAX_RULES, planLinux } from '../../lib/platform/linux-plan';
 import type { SandboxPolicy } from '../../lib/policy-types';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
-import { BASE_ENV, hostMounts, makeScene, NODE, probeOps, py, PYTHON, sh, type Scene } from '../helpers/sandbox';
+import { BASE_ENV, expectNoMountLeak, hostMounts, makeScene, NODE, probeOps, py, PYTHON, sh, type Scene } from '../helpers/sandbox';
 
 const SECRET = 'SSH-PRIVATE-KEY';
 
@@ -73,7 +73,7 @@ describe.each(MODES)('deny-read under readable roots, $name mode', ({ name: mode
   afterEach(() => {
     if (skip) return;
     scene.cleanup();
-    expect(hostMounts()).toEqual(mounts);
+    expectNoMountLeak(mounts, [scene.root]);
   });
   const pol = (p: SandboxPolicy['filesystem']) => modePolicy(mode, { filesystem: p });
 

@@ -10,7 +10,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { probe, run, SandboxError, spawn } from '../../lib/index';
 import type { SandboxPolicy } from '../../lib/policy-types';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
-import { autoWithoutDegraded, BASE_ENV, hostMounts, makeScene, probeOps, sh, type Scene } from '../helpers/sandbox';
+import { autoWithoutDegraded, BASE_ENV, expectNoMountLeak, hostMounts, makeScene, probeOps, sh, type Scene } from '../helpers/sandbox';
 
 describe.runIf(caps.linux)('modes and reports', () => {
   it('probe() answers without spawning and agrees with the capabilities', () => {
@@ -160,7 +160,7 @@ describe.runIf(caps.linux)('modes and reports', () => {
     });
     afterEach(() => {
       scene.cleanup();
-      expect(hostMounts()).toEqual(mounts);
+      expectNoMountLeak(mounts, [scene.root]);
     });
 
     it.skipIf(skip)('spawn() and run() report the same mode; network full is reported as not requested', async () => {

@@ -22,7 +22,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { run, spawn as sandboxSpawn } from '../../lib/index';
 import type { SandboxPolicy } from '../../lib/policy-types';
 import { caps, MODES, modePolicy, type LinuxMode } from '../helpers/capabilities';
-import { parseTrySyscall, trySyscallPath, TRY_SYSCALL_EXIT } from '../helpers/try-syscall';
+import { int80Outcomes, parseTrySyscall, trySyscallPath, TRY_SYSCALL_EXIT } from '../helpers/try-syscall';
 
 const isLinux = process.platform === 'linux';
 const isX64 = process.arch === 'x64';
@@ -460,12 +460,16 @@ describe.runIf(isLinux)('seccomp filter', () => {
           expect(r.result).toBeNull();
         });
 
-        it.skipIf(!isX64)('NET-08/PROC-14: an int 0x80 (i386) syscall kills the process', async (ctx) => {
+        // The control decides what to expect: where the kernel has no i386 entry, int 0x80
+        // faults with SIGSEGV unsandboxed too, and the filter never sees it (int80Outcomes).
+        it.skipIf(!isX64)('NET-08/PROC-14: an int 0x80 (i386) syscall kills the process (SIGSYS; SIGSEGV too where it faults unsandboxed)', async () => {
           const c = await control(['int80']);
-          if (c.signal === 'SIGSEGV') ctx.skip('int 0x80 faults before syscall entry on this host');
-          expect(c.signal, 'control').toBeNull();
+          const expected = int80Outcomes(c.signal);
+          // eslint-disable-next-line no-console
+          if (c.signal !== null) console.warn(`[seccomp] ${expected.why}`);
+          else expectAllowed(c, 'control');
           const r = await probe(policy, ['int80']);
-          expect(r.signal).toBe('SIGSYS');
+          expect(expected.signals, `${expected.why}; got ${r.signal}`).toContain(r.signal);
           expect(r.result).toBeNull();
         });
 

@@ -20,6 +20,7 @@ import {
   BASE_ENV,
   eventually,
   expectNoProcess,
+  expectNoMountLeak,
   hostMounts,
   hostScript,
   killAll,
@@ -81,7 +82,7 @@ describe.runIf(caps.linux)('robustness', () => {
       });
       await expectNoProcess(marker);
       expect(fs.readdirSync(scene.ws)).toEqual([]);
-      expect(hostMounts()).toEqual(mounts);
+      expectNoMountLeak(mounts, [scene.root]);
     } finally {
       scene.cleanup();
     }
@@ -103,7 +104,7 @@ describe.runIf(caps.linux)('robustness', () => {
       // checked by name in the tests that kill: other suites create their own concurrently.)
       try {
         expect(fs.readdirSync(scene.ws).filter((n) => ['.codex', '.agents'].includes(n))).toEqual([]);
-        expect(hostMounts()).toEqual(mountsAtStart);
+        expectNoMountLeak(mountsAtStart, [scene.root]);
       } finally {
         scene.cleanup();
       }

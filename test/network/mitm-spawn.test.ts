@@ -473,7 +473,9 @@ const modePolicy = (p) => ({ ...p, mode, ...(mode === 'landlock' ? { degraded: t
       try {
         const outText = execFileSync('unshare', ['--mount', '--propagation', 'private', process.execPath, script, scene.out, alias, scene.ws, mode], {
           encoding: 'utf8',
-          timeout: 60_000,
+          // A host process that transpiles the library and runs two sandboxes: 37 s with both
+          // CPUs busy on a shared host.
+          timeout: 150_000,
         });
         expect(JSON.parse(outText)).toEqual({
           aliased: { code: 'EPROXY_CONFIG', conflict: 'writable' },
@@ -487,7 +489,7 @@ const modePolicy = (p) => ({ ...p, mode, ...(mode === 'landlock' ? { degraded: t
       } finally {
         scene.cleanup();
       }
-    }, 60_000);
+    }, 180_000);
 
     it.skipIf(skip)('the sandbox cannot write the CA files, link them, or read the host process; files or directories changed after creation (chmod from a Landlock-mode sandbox, a swapped bundle) refuse the next run; control: untouched, it runs', async () => {
       const scene = makeScene('mitm-tamper');
