@@ -8,7 +8,6 @@ import * as path from 'node:path';
 import type { EnforcementReport } from '../backend';
 import { SandboxError } from '../errors';
 import type { LinuxMountOp, LinuxNativePlan, LinuxProbe } from '../native';
-import { STARTUP_FILES } from '../permissions/resolve';
 import { cachedWalk } from '../permissions/walk-cache';
 import type { ResolvedRules } from '../rules';
 import { apparmorConfinedHint, apparmorConfinement, apparmorHint, apparmorRestrictsUserns } from './linux-apparmor';
@@ -156,17 +155,20 @@ export interface LinuxPlan {
   ghosts: string[];
 }
 
-/** Protected names that are files (placeholders are created as empty read-only files). */
-const FILE_PLACEHOLDER_NAMES = new Set(['config', 'config.worktree', 'commondir', ...STARTUP_FILES]);
+/**
+ * Protected names that are directories (a missing one is held by an empty read-only directory):
+ * git's and the agents' metadata directories and the 'startup-files' editor and agent folders.
+ */
+const DIR_PLACEHOLDER_NAMES = new Set(['.git', 'hooks', 'modules', '.codex', '.agents', '.aws', '.claude', '.vscode', '.idea', 'commands', 'agents']);
 
 /**
- * A missing protected path is held by an empty placeholder of the right kind: `config`,
- * `config.worktree`, `x.cfg` and the listed start-up files are files; `.git`, `.codex`, `.agents`,
- * `hooks` are directories.
+ * A missing protected path is held by an empty placeholder of the right kind: the directory names
+ * above are directories, every other name (`config`, `.mcp.json`, start-up files, a `protect` or
+ * srt `denyWrite` entry) a file. A write to a name held by a directory fails with EISDIR ("Is a
+ * directory"), which does not read as a refusal; on a read-only file it is EROFS.
  */
 export function placeholderIsFile(p: string): boolean {
-  const base = path.basename(p);
-  return FILE_PLACEHOLDER_NAMES.has(base) || /^[^.].*\.[a-z0-9]+$/i.test(base);
+  return !DIR_PLACEHOLDER_NAMES.has(path.basename(p));
 }
 
 function realpathOrNull(p: string): string | null {
