@@ -12,6 +12,7 @@ import { cachedWalk } from '../permissions/walk-cache';
 import type { ResolvedRules } from '../rules';
 import { apparmorConfinedHint, apparmorConfinement, apparmorHint, apparmorRestrictsUserns } from './linux-apparmor';
 import { planCaches } from './linux-caches';
+import { gitExcludeViews } from './linux-git-view';
 
 /** Mirrors native/linux/spawn_linux.h MountOpKind (append only). */
 export const MountKind = {
@@ -34,6 +35,7 @@ export const MountKind = {
   ClearReadOnly: 16,
   Sys: 17,
   Overlay: 18,
+  ViewFile: 19,
 } as const;
 
 /** MountOp.arg of a Pin or BindRo step whose path may have vanished since planning (planMounts). */
@@ -760,6 +762,8 @@ export function planMounts(input: LinuxPlanInput): MountPlan {
     });
     mounts.push({ kind: MountKind.SetReadOnly, path: d });
   }
+  // Git inside must not take the placeholders for the command's files (linux-git-view.ts).
+  mounts.push(...gitExcludeViews(ghosts, rules.denyRead, MountKind.ViewFile));
   mounts.push({ kind: MountKind.Proc, path: '/proc' });
   if (rules.network.kind !== 'full') mounts.push({ kind: MountKind.Sys, path: '/sys' });
   // Isolated mode builds its own /dev, which would silently cover a writable root there. The
