@@ -50,8 +50,9 @@
 // wrong answer, and the paths of the carve-outs and of every directory above them stay what they
 // were at the start, which is what makes the path-prefix judgement of step 3 an object judgement.
 // What the command sees: the kernel's errnos for the calls carried out; EROFS for a name that
-// cannot be made because it is protected (a held name, a name inside a carve-out), EACCES for
-// any other refusal (the errno Landlock gives for writes); ELOOP for a path through another /proc magic link.
+// cannot be made because it is protected (a held name, a name inside a carve-out); EACCES for
+// any other refusal (the errno Landlock gives for writes); ELOOP for a path through another /proc
+// magic link.
 // Differences from the kernel's own call, by design: an O_WRONLY open of a named FIFO with no
 // reader waits on a short-lived thread of its own, never this one (answer_later.h: it retries a
 // non-blocking open of the object judged here until a reader is there, then answers), so it
