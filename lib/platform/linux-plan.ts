@@ -8,11 +8,11 @@ import * as path from 'node:path';
 import type { EnforcementReport } from '../backend';
 import { SandboxError } from '../errors';
 import type { LinuxMountOp, LinuxNativePlan, LinuxProbe } from '../native';
-import { STARTUP_FILES } from '../permissions/resolve';
 import { cachedWalk } from '../permissions/walk-cache';
 import type { ResolvedRules } from '../rules';
 import { apparmorConfinedHint, apparmorConfinement, apparmorHint, apparmorRestrictsUserns } from './linux-apparmor';
 import { planCaches } from './linux-caches';
+import { gitExcludeViews } from './linux-git-view';
 
 /** Mirrors native/linux/spawn_linux.h MountOpKind (append only). */
 export const MountKind = {
@@ -35,6 +35,7 @@ export const MountKind = {
   ClearReadOnly: 16,
   Sys: 17,
   Overlay: 18,
+  ViewFile: 19,
 } as const;
 
 /** MountOp.arg of a Pin or BindRo step whose path may have vanished since planning (planMounts). */
@@ -156,17 +157,20 @@ export interface LinuxPlan {
   ghosts: string[];
 }
 
-/** Protected names that are files (placeholders are created as empty read-only files). */
-const FILE_PLACEHOLDER_NAMES = new Set(['config', 'config.worktree', 'commondir', ...STARTUP_FILES]);
+/**
+ * Protected names that are directories (a missing one is held by an empty read-only directory):
+ * git's and the agents' metadata directories and the 'startup-files' editor and agent folders.
+ */
+const DIR_PLACEHOLDER_NAMES = new Set(['.git', 'hooks', 'modules', '.codex', '.agents', '.aws', '.claude', '.vscode', '.idea', 'commands', 'agents']);
 
 /**
- * A missing protected path is held by an empty placeholder of the right kind: `config`,
- * `config.worktree`, `x.cfg` and the listed start-up files are files; `.git`, `.codex`, `.agents`,
- * `hooks` are directories.
+ * A missing protected path is held by an empty placeholder of the right kind: the directory names
+ * above are directories, every other name (`config`, `.mcp.json`, start-up files, a `protect` or
+ * srt `denyWrite` entry) a file. A write to a name held by a directory fails with EISDIR ("Is a
+ * directory"), which does not read as a refusal; on a read-only file it is EROFS.
  */
 export function placeholderIsFile(p: string): boolean {
-  const base = path.basename(p);
-  return FILE_PLACEHOLDER_NAMES.has(base) || /^[^.].*\.[a-z0-9]+$/i.test(base);
+  return !DIR_PLACEHOLDER_NAMES.has(path.basename(p));
 }
 
 function realpathOrNull(p: string): string | null {
@@ -783,6 +787,8 @@ export function planMounts(input: LinuxPlanInput): MountPlan {
     });
     mounts.push({ kind: MountKind.SetReadOnly, path: d });
   }
+  // Git inside must not take the placeholders for the command's files (linux-git-view.ts).
+  mounts.push(...gitExcludeViews(ghosts, rules.denyRead, MountKind.ViewFile));
   mounts.push({ kind: MountKind.Proc, path: '/proc' });
   if (rules.network.kind !== 'full') mounts.push({ kind: MountKind.Sys, path: '/sys' });
   // Isolated mode builds its own /dev, which would silently cover a writable root there. The

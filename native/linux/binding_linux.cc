@@ -335,7 +335,7 @@ void ParsePlan(Napi::Env env, const Napi::Object& o, LinuxSpawnPlan* out, Superv
       Napi::Object m = GetObjectAt(mounts, i, "plan.mounts");
       MountOp op;
       double kind = GetNumber(m, "kind", -1);
-      if (kind < 0 || kind > static_cast<double>(MountOpKind::kOverlay)) {
+      if (kind < 0 || kind > static_cast<double>(MountOpKind::kViewFile)) {
         throw Napi::TypeError::New(env, "Expected plan.mounts[].kind to be a known mount step");
       }
       op.kind = static_cast<MountOpKind>(static_cast<int>(kind));

@@ -137,6 +137,7 @@ const char* MountKindName(MountOpKind k) {
     case MountOpKind::kClearReadOnly: return "writable";
     case MountOpKind::kSys: return "sysfs";
     case MountOpKind::kOverlay: return "cache overlay";
+    case MountOpKind::kViewFile: return "file view";
   }
   return "mount";
 }
@@ -251,6 +252,7 @@ void PlanDeferredSteps(const LinuxSpawnPlan& plan, Launch* L) {
       case MountOpKind::kBindRo:
       case MountOpKind::kPin:
       case MountOpKind::kMaskFile:
+      case MountOpKind::kViewFile:
         L->check_ids[i] = 1;
         break;
       default:

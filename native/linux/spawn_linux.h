@@ -58,6 +58,8 @@ enum class MountOpKind : uint8_t {
   kSys,            // read-only sysfs of the command's own network namespace at /sys (kept if impossible)
   kOverlay,        // overlayfs at path, options `data` (lowerdir/upperdir/workdir planned in TS): a
                    // tool cache whose host copy is the read-only lower layer (lib/platform/linux-caches.ts)
+  kViewFile,       // a read-only file holding `data`, made in a tmpfs of init's, bound over the existing
+                   // file at path: the sandbox's own view of it (a repository's .git/info/exclude)
   // Values are part of the TS contract (lib/platform/linux.ts MountKind): append only.
 };
 

@@ -236,6 +236,35 @@ bool VanishedInChild(const char* path) {
 // could they with a placeholder, by removing it on the host.)
 bool UncreatableInChild(long r) { return r == -EACCES || r == -EROFS; }
 
+// A read-only file holding `data`, put over the existing file at `path`: the sandbox's own view
+// of it (a repository's .git/info/exclude that also names the run's placeholders, planMounts in
+// lib/platform/linux-plan.ts). The file is made in a tmpfs mounted over /proc for a moment, as
+// the masks' are (kProc comes later), and cloned detached: nothing is written on the host.
+static long ViewFileInChild(const char* path, const char* data) {
+  long r = Sys(__NR_mount, "tmpfs", "/proc", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=1m,nr_inodes=4");
+  if (r < 0) return r;
+  long fd = Sys(__NR_openat, AT_FDCWD, "/proc/view", O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0444);
+  r = fd < 0 ? fd : 0;
+  if (fd >= 0) {
+    size_t len = 0;
+    while (data[len] != 0) ++len;
+    for (size_t off = 0; off < len && r == 0;) {
+      long w = Sys(__NR_write, fd, data + off, len - off);
+      if (w <= 0) r = w < 0 ? w : -EIO;
+      else off += static_cast<size_t>(w);
+    }
+    if (r == 0) r = Sys(__NR_fchmod, fd, 0444);  // exact, whatever the umask
+    Sys(__NR_close, fd);
+  }
+  long tree = r < 0 ? r : Sys(__NR_open_tree, AT_FDCWD, "/proc/view", kOpenTreeClone | kOpenTreeCloexec);
+  long u = Sys(__NR_umount2, "/proc", MNT_DETACH);
+  if (tree < 0) return tree;
+  r = u < 0 ? u : Sys(__NR_move_mount, tree, "", AT_FDCWD, path, kMoveMountFEmptyPath);
+  Sys(__NR_close, tree);
+  if (r < 0) return r;
+  return SetAttrInChild(path, 0, kMountAttrRdonly, 0);
+}
+
 // MountOp.arg of Pin and BindRo steps: the path may vanish between planning and now (VANISH_OK
 // in lib/platform/linux-plan.ts, which explains why skipping these, and only these, is safe).
 constexpr int kVanishOk = 1;
@@ -293,6 +322,8 @@ long RunMountOpInChild(ChildArgs* a, size_t i) {
       if (r < 0) return r;
       return SetAttrInChild(path, kAtRecursive, kMountAttrRdonly, 0);
     }
+    case MountOpKind::kViewFile:
+      return ViewFileInChild(path, a->mount_data[i]);
     case MountOpKind::kPin:
       r = BindInChild(path);
       if (r == -ENOENT && op.arg == kVanishOk && VanishedInChild(path)) return 0;

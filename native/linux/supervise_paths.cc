@@ -51,8 +51,10 @@
 // linking one is refused), so a check that a name is not a pinned object cannot be raced into a
 // wrong answer, and the paths of the carve-outs and of every directory above them stay what they
 // were at the start, which is what makes the path-prefix judgement of step 3 an object judgement.
-// What the command sees: the kernel's errnos for the calls carried out; EACCES for a refusal (the
-// errno Landlock gives for writes); ELOOP for a path through another /proc magic link.
+// What the command sees: the kernel's errnos for the calls carried out; EROFS for a name that
+// cannot be made because it is protected (a held name, a name inside a carve-out); EACCES for
+// any other refusal (the errno Landlock gives for writes); ELOOP for a path through another /proc
+// magic link.
 // Differences from the kernel's own call, by design: an O_WRONLY open of a named FIFO with no
 // reader waits on a short-lived thread of its own, never this one (answer_later.h: it retries a
 // non-blocking open of the object judged here until a reader is there, then answers), so it
@@ -295,9 +297,9 @@ Where Locate(const PathRules& r, const Name& n) {
   return InCarveout(r, n.dir_path) ? Where::kCarveout : Where::kWritable;
 }
 
-// May the name (n.dir, n.last) be made? 0 or -EACCES. With `exists_fails`, a name that exists
-// already gets the kernel's EEXIST first (mkdir of an existing .git/hooks is EEXIST, which tools
-// ignore, as in isolated mode).
+// May the name (n.dir, n.last) be made? 0, -EACCES or -EROFS. With `exists_fails`, a name that
+// exists already gets the kernel's EEXIST first (mkdir of an existing .git/hooks is EEXIST, which
+// tools ignore, as in isolated mode).
 int MayCreate(const PathRules& r, const Name& n, bool exists_fails = false) {
   struct stat st;
   if (exists_fails && fstatat(n.dir.fd, n.last.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) return -EEXIST;
@@ -305,7 +307,10 @@ int MayCreate(const PathRules& r, const Name& n, bool exists_fails = false) {
   // (Held names and carve-outs have paths the planner wrote: never below a path too long to read.)
   if (n.deep) return 0;
   const std::string p = Join(n.dir_path, n.last);
-  if (Held(r, p) || InCarveout(r, p)) return -EACCES;
+  // A protected name (held while missing, or inside a carve-out) is read-only, not forbidden:
+  // EROFS, as isolated mode's read-only mounts answer and as srt reports it, so that the user,
+  // and a model reading stderr, sees "Read-only file system" rather than "Permission denied".
+  if (Held(r, p) || InCarveout(r, p)) return -EROFS;
   return 0;
 }
 
