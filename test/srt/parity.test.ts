@@ -11,7 +11,7 @@ import * as fs from 'node:fs';
 import * as net from 'node:net';
 import * as path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { probe, SandboxError } from '../../lib/index';
+import { ManagedProxy, probe, SandboxError } from '../../lib/index';
 import { MAX_SETTINGS_BYTES } from '../../lib/srt/cli';
 import { SandboxManager, spawnSandboxed, SRT_REFUSED_CALLS } from '../../lib/srt/index';
 import { makeScene, type Scene } from '../helpers/sandbox';
@@ -346,4 +346,35 @@ describe.skipIf(noSandbox !== null)('tool proxy settings, git over ssh, and name
       }
     }, 120_000);
   }
+});
+
+describe("the proxy's resolver learns the port it serves", () => {
+  it('lookup(host, port) gets the port of the CONNECT (what a port-scoped literal is judged by)', async () => {
+    const server = await recorder('hello');
+    const calls: Array<[string, number | undefined]> = [];
+    const proxy = await ManagedProxy.start({
+      policy: { allow: ['named.example'], allowLocal: true },
+      lookup: async (host, port) => {
+        calls.push([host, port]);
+        return [{ address: '127.0.0.1', family: 4 }];
+      },
+    });
+    try {
+      const a = await proxy.attach('lookup-port');
+      const sock = net.connect(a.port, '127.0.0.1');
+      let answer = '';
+      sock.on('data', (d) => (answer += d.toString('latin1')));
+      sock.write(`CONNECT named.example:${server.port} HTTP/1.1\r\nHost: named.example:${server.port}\r\n\r\n`);
+      await new Promise<void>((r) => sock.on('data', () => answer.includes('\r\n\r\n') && r()));
+      expect(answer).toMatch(/^HTTP\/1\.1 200/);
+      sock.write('ping');
+      await new Promise<void>((r) => sock.on('data', () => answer.endsWith('hello') && r()));
+      sock.destroy();
+      expect(calls).toEqual([['named.example', server.port]]);
+      expect(server.got).toEqual(['ping']);
+    } finally {
+      await proxy.close();
+      await server.close();
+    }
+  });
 });
