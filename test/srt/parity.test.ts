@@ -66,6 +66,33 @@ async function freePort(): Promise<number> {
   return p;
 }
 
+const SRT_CLI = path.join(ROOT, 'node_modules', '@anthropic-ai', 'sandbox-runtime', 'dist', 'cli.js');
+const srtWhy = (() => {
+  if (!fs.existsSync(SRT_CLI)) return 'the pinned @anthropic-ai/sandbox-runtime is not installed';
+  const tools = ['bwrap', 'socat', 'rg', 'curl'].filter((t) => spawnSync('/bin/sh', ['-c', `command -v ${t}`]).status !== 0);
+  return tools.length ? `missing ${tools.join(', ')} (apt-get install -y --no-install-recommends bubblewrap socat ripgrep curl)` : null;
+})();
+if (srtWhy) console.warn(`SKIPPING the side-by-side cases with the real srt: ${srtWhy}`);
+
+/** `srt` (the real one) or `process-sandbox srt` with a settings file, without blocking the event loop. */
+function srtSide(which: 'srt' | 'ours', settings: object, command: string, cwd: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const file = path.join(cwd, `settings-${which}-${Math.random().toString(36).slice(2)}.json`);
+  fs.writeFileSync(file, JSON.stringify(settings));
+  const argv = [...(which === 'srt' ? [SRT_CLI] : [CLI, 'srt']), '--settings', file, '-c', command];
+  // A home outside the writable root: srt makes a writable root's .gitconfig unreadable, and git
+  // stops at that.
+  const home = path.join(path.dirname(cwd), 'home');
+  fs.mkdirSync(home, { recursive: true });
+  return new Promise((resolve) => {
+    const c = cpSpawn(process.execPath, argv, { cwd, env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: home, LANG: 'C.UTF-8' }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    c.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
+    c.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+    c.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
 describe("srt's SandboxManager surface", () => {
   afterEach(async () => SandboxManager.reset());
 
@@ -319,6 +346,46 @@ describe.skipIf(noSandbox !== null)('tool proxy settings, git over ssh, and name
     const text = fs.readFileSync(HOSTS, 'utf8');
     if (text.includes(hostsLine)) fs.writeFileSync(HOSTS, text.split('\n').filter((l) => l !== hostsLine).join('\n'));
   });
+  it.skipIf(srtWhy !== null)('side by side with srt: both reach the /etc/hosts name through 127.0.0.1:<port>, neither with the literal on another port', async (ctx) => {
+    if (hostsWhy) {
+      console.warn(`SKIPPING the side-by-side /etc/hosts case: ${hostsWhy}`);
+      ctx.skip();
+      return;
+    }
+    const server = await recorder('HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok');
+    const other = await freePort();
+    try {
+      const curl = `curl -s -m 20 -o /dev/null -w '%{http_code}' --noproxy '' -x "$HTTP_PROXY" http://${hostsName}:${server.port}/x`;
+      const net = (allowed: string[]) => ({ network: { allowedDomains: allowed, deniedDomains: [] }, filesystem: { denyRead: [], allowWrite: [], denyWrite: [] } });
+      for (const which of ['srt', 'ours'] as const) {
+        const no = await srtSide(which, net([hostsName, `127.0.0.1:${other}`]), curl, scene.ws);
+        expect(no.stdout, `${which}: ${no.stderr}`).not.toBe('200');
+        const yes = await srtSide(which, net([hostsName, `127.0.0.1:${server.port}`]), curl, scene.ws);
+        expect(yes.stdout, `${which}: ${yes.stderr}`).toBe('200');
+      }
+      expect(server.got.length).toBe(2);
+    } finally {
+      await server.close();
+    }
+  }, 180_000);
+
+  it.skipIf(srtWhy !== null || gitSsh.length > 0)('side by side with srt: git over ssh reaches an allowed host through each one\'s proxy', async () => {
+    const server = await recorder('SSH-2.0-fake\r\n');
+    try {
+      const cmd = `git ls-remote ssh://git@127.0.0.1:${server.port}/repo.git </dev/null`;
+      const settings = { network: { allowedDomains: [`127.0.0.1:${server.port}`], deniedDomains: [] }, filesystem: { denyRead: [], allowWrite: [scene.ws], denyWrite: [] } };
+      for (const which of ['srt', 'ours'] as const) {
+        const before = server.got.length;
+        const r = await srtSide(which, settings, cmd, scene.ws);
+        expect(r.code, `${which}: ${r.stderr}`).not.toBe(0);
+        expect(server.got.length, `${which}: ${r.stderr}`).toBe(before + 1);
+        expect(server.got[before]).toMatch(/^SSH-2\.0-/);
+      }
+    } finally {
+      await server.close();
+    }
+  }, 180_000);
+
   for (const mode of MODES) {
     it(`[${mode}] an allowed name that resolves to 127.0.0.1 is reached when 127.0.0.1:<port> is allowed, on that port only`, async (ctx) => {
       if (hostsWhy) {
