@@ -120,7 +120,8 @@ function loadSettings(inline: string | undefined, named: string | undefined): un
   return raw;
 }
 
-export async function srtMain(argv: string[]): Promise<number> {
+export async function srtMain(args: string[]): Promise<number> {
+  const argv = [...args];
   let settings: string | undefined;
   let inline: string | undefined;
   let resolveFrom: string | undefined;
@@ -154,7 +155,15 @@ export async function srtMain(argv: string[]): Promise<number> {
       else if (a.startsWith('--settings=')) settings = a.slice(11);
       else if (a === '-c') cmd = value(a);
       else if (a === '-d' || a === '--debug') process.env.SRT_DEBUG = 'true';
-      else if (a === '--control-fd') return fail('--control-fd is not supported by process-sandbox srt; restart the command to change its settings');
+      // Short options run together, as srt's parser takes them: `-sFILE`, `-cCMD`, `-dc CMD`. Never
+      // ignored as unknown: a settings file spelled so must not give way to the default one.
+      else if (/^-[sc]./.test(a)) {
+        if (a[1] === 's') settings = a.slice(2);
+        else cmd = a.slice(2);
+      } else if (/^-d[^-]/.test(a)) {
+        process.env.SRT_DEBUG = 'true';
+        argv[i--] = `-${a.slice(2)}`;
+      } else if (a === '--control-fd' || a.startsWith('--control-fd=')) return fail('--control-fd is not supported by process-sandbox srt; restart the command to change its settings');
       // Internal: what SandboxManager.wrapWithSandbox passes (settings inline, so no file exists
       // that a sandboxed command could rewrite; the directory relative paths were meant from).
       else if (a === '--settings-inline') inline = value(a);

@@ -254,6 +254,23 @@ describe('the srt command line', () => {
     expect(r.status, r.stderr).toBe(0);
     expect(fs.readFileSync(marker(), 'utf8')).toBe('ran\n');
     fs.rmSync(marker());
+    // Short options run together are srt's options, never unknown ones: the file named so is used
+    // (here an invalid one, so nothing runs), and --control-fd=N is refused as --control-fd is.
+    const bad = path.join(scene.root, 'bad-joined.json');
+    fs.writeFileSync(bad, '{"network":{"allowedDomains":5}}');
+    for (const args of [[`-s${bad}`, '-c', `echo ran > ${marker()}`], [`-ds${bad}`, `-cecho ran > ${marker()}`]]) {
+      const j = cli(args);
+      expect(j.status, args.join(' ')).toBe(1);
+      expect(j.stderr).toContain(`Error: ${bad} does not hold a valid config`);
+    }
+    const fd = cli(['--settings', good, '--control-fd=5', '-c', `echo ran > ${marker()}`]);
+    expect(fd.status).toBe(1);
+    expect(fd.stderr).toMatch(/^Error: --control-fd is not supported/);
+    expect(fs.existsSync(marker())).toBe(false);
+    const joined = cli([`-s${good}`, `-cecho ran > ${marker()}`]);
+    expect(joined.status, joined.stderr).toBe(0);
+    expect(fs.readFileSync(marker(), 'utf8')).toBe('ran\n');
+    fs.rmSync(marker());
     // srt: `srt --foo=bar echo a` runs the command `--foo=bar echo a` (bash refuses the option: 2).
     const w = cli(['--settings', good, '--foo=bar', 'echo', 'a']);
     expect(w.status).toBe(2);
