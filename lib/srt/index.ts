@@ -390,6 +390,16 @@ export const SandboxManager = {
     // Settled on 'close' (the command exited and its stdout and stderr have ended), as Node's
     // 'close': `exited` alone can come first, while output is still in the pipe.
     const streamsEnded = new Promise<void>((resolve) => child.once('close', () => resolve()));
+    // As Node's child_process does on exit: a stream nobody reads (no 'data' or 'readable'
+    // listener, never paused or piped) is drained, so 'close' comes without a reader.
+    child.exited.then(
+      () => {
+        for (const st of [child.stdout, child.stderr]) {
+          if (st && st.readableFlowing === null && st.listenerCount('data') === 0 && st.listenerCount('readable') === 0) st.resume();
+        }
+      },
+      () => {},
+    );
     const done = Promise.all([child.exited, streamsEnded]).then(([r]) => ({ exitCode: statusOf(r.code, r.signal), timedOut }));
     done.finally(() => timer && clearTimeout(timer)).catch(() => {});
     // A command that could not start is reported as srt reports it: the promise rejects.

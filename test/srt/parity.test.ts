@@ -162,6 +162,14 @@ describe.skipIf(noSandbox !== null)('spawnSandboxed wait() and the output', () =
   });
 
   for (const mode of MODES) {
+    it(`[${mode}] wait() settles when nobody reads the output too (drained on exit, as Node's child_process does)`, async () => {
+      await SandboxManager.initialize(cfg(mode));
+      const p = await spawnSandboxed('echo out; echo err >&2; exit 4');
+      // A hang guard, not a timing assertion: without the drain, wait() never settles.
+      const r = await Promise.race([p.wait(), new Promise((res) => setTimeout(() => res('wait() never settled'), 60_000))]);
+      expect(r).toEqual({ exitCode: 4, timedOut: false });
+    }, 120_000);
+
     it(`[${mode}] wait() settles only after stdout and stderr have ended: 40 runs, each output complete`, async () => {
       await SandboxManager.initialize(cfg(mode));
       const expected = Array.from({ length: 300 }, (_, i) => `line ${i + 1}\n`).join('');
