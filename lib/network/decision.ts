@@ -188,7 +188,7 @@ export async function decide(
     addresses = [{ address: host, family: net.isIPv6(host) ? 6 : 4 }];
   } else {
     try {
-      addresses = (await ctx.lookup(host)).filter((a) => net.isIP(a.address) !== 0);
+      addresses = (await ctx.lookup(host, port)).filter((a) => net.isIP(a.address) !== 0);
     } catch {
       addresses = [];
     }

@@ -47,7 +47,8 @@ export interface DeciderRequest {
 
 export type Decider = (req: DeciderRequest) => Promise<{ decision: 'allow' | 'deny'; reason?: string }>;
 
-export type LookupFn = (host: string) => Promise<Array<{ address: string; family: 4 | 6 }>>;
+/** A resolver for the proxy: `port` is the one the request will dial (a resolver may judge by it). */
+export type LookupFn = (host: string, port?: number) => Promise<Array<{ address: string; family: 4 | 6 }>>;
 
 export interface ManagedProxyOptions {
   policy: ProxyPolicyConfig;

@@ -10,7 +10,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { SandboxError } from '../errors';
-import { toPolicy, validateConfig, type SandboxRuntimeConfig } from './config';
+import { networkRestrictionOf, toPolicy, validateConfig, type SandboxRuntimeConfig } from './config';
 import { spawnMapped, statusOf } from './runtime';
 
 export const SRT_USAGE = `Usage: process-sandbox srt [options] [command...]
@@ -19,8 +19,11 @@ Runs a command in the sandbox under sandbox-runtime (srt) settings: a drop-in fo
 
   -s, --settings <path>  settings file (default: ~/.srt-settings.json; absent = no network, no writes)
   -c <command>           run a command string (like sh -c), no escaping applied
-  -d, --debug            accepted for compatibility
+  -d, --debug            debug lines on stderr (as SRT_DEBUG=1 does), and SRT_DEBUG=true for the command
+  -V, --version          print the version
   -h, --help             print this help
+
+Unknown options are ignored, as srt ignores them (without -c they become part of the command).
 
 Without -c, the command and its arguments are quoted and run by bash. See docs/srt.md.
 `;
@@ -42,14 +45,91 @@ function fail(message: string, ...more: string[]): number {
 }
 
 const FILE_RULES = "this file's rules (its denyRead, allowRead and credential entries included)";
+const REFUSING = `Refusing to run with the built-in defaults, which would drop ${FILE_RULES}.`;
 
-export async function srtMain(argv: string[]): Promise<number> {
+/** A settings file is read whole; srt's are a few KiB. */
+export const MAX_SETTINGS_BYTES = 1 << 20;
+
+/** srt's debug line (`[SandboxDebug] ...` on stderr), shown when SRT_DEBUG is set. */
+function debug(line: string): void {
+  if (process.env.SRT_DEBUG) process.stderr.write(`[SandboxDebug] ${line}\n`);
+}
+
+/**
+ * The settings file's text, or undefined when it does not exist. Opened non-blocking (a FIFO
+ * with no writer does not hang us), then it must be a regular file no larger than
+ * MAX_SETTINGS_BYTES (`/dev/zero` or a huge file is refused rather than read without end).
+ */
+function readSettingsFile(where: string): string | undefined {
+  let fd: number;
+  try {
+    fd = fs.openSync(where, fs.constants.O_RDONLY | fs.constants.O_NONBLOCK | fs.constants.O_NOCTTY);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw new SettingsFail(`${where} could not be read (${(e as NodeJS.ErrnoException).code ?? String(e)}).`);
+  }
+  try {
+    const st = fs.fstatSync(fd);
+    if (!st.isFile()) throw new SettingsFail(`${where} is not a regular file.`);
+    if (st.size > MAX_SETTINGS_BYTES) throw new SettingsFail(`${where} is larger than ${MAX_SETTINGS_BYTES} bytes.`);
+    // One byte more than the cap: a file that grew after fstat is refused too.
+    const buf = Buffer.alloc(MAX_SETTINGS_BYTES + 1);
+    let n = 0;
+    for (let got = -1; got !== 0 && n < buf.length; n += got) got = fs.readSync(fd, buf, n, buf.length - n, null);
+    if (n > MAX_SETTINGS_BYTES) throw new SettingsFail(`${where} is larger than ${MAX_SETTINGS_BYTES} bytes.`);
+    return buf.subarray(0, n).toString('utf8');
+  } catch (e) {
+    if (e instanceof SettingsFail) throw e;
+    throw new SettingsFail(`${where} could not be read (${(e as NodeJS.ErrnoException).code ?? String(e)}).`);
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+/** The raw settings from `--settings-inline`, FILE, or ~/.srt-settings.json (srt's defaults when absent). */
+function loadSettings(inline: string | undefined, named: string | undefined): unknown {
+  if (inline !== undefined) {
+    try {
+      return JSON.parse(Buffer.from(inline, 'base64').toString('utf8'));
+    } catch {
+      throw new SettingsFail('the inline settings are not valid base64 JSON');
+    }
+  }
+  const where = named ?? path.join(os.homedir(), '.srt-settings.json');
+  const text = readSettingsFile(where);
+  if (text === undefined) {
+    // A file the caller named must exist; the default one may be absent.
+    if (named !== undefined) throw new SettingsFail(`${where} does not exist.`, 'Refusing to run with the built-in defaults, which would drop the rules --settings asked for.');
+    debug(`No config found at ${where}, using default config`);
+    return DEFAULT_CONFIG;
+  }
+  if (text.trim() === '') throw new SettingsFail(`${where} is empty. Delete it, or put a config in it.`);
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch (e) {
+    throw new SettingsFail(`${where} is not valid JSON: ${(e as Error).message}`);
+  }
+  try {
+    validateConfig(raw);
+  } catch (e) {
+    const issues = (e as SandboxError).detail?.issues;
+    if (e instanceof SandboxError && Array.isArray(issues)) throw new SettingsFail(`${where} does not hold a valid config — ${issues.join('; ')}`);
+    throw e;
+  }
+  return raw;
+}
+
+export async function srtMain(args: string[]): Promise<number> {
+  const argv = [...args];
   let settings: string | undefined;
   let inline: string | undefined;
   let resolveFrom: string | undefined;
   let eventsPath: string | undefined;
   let shell: string | undefined;
   let cmd: string | undefined;
+  // srt ignores options it does not know; without -c they are words of the command, as there.
+  const unknown: string[] = [];
   let i = 0;
   const value = (name: string): string => {
     const v = argv[++i];
@@ -67,55 +147,45 @@ export async function srtMain(argv: string[]): Promise<number> {
         process.stdout.write(SRT_USAGE);
         return 0;
       }
+      if (a === '-V' || a === '--version') {
+        process.stdout.write(`${packageVersion()}\n`);
+        return 0;
+      }
       if (a === '-s' || a === '--settings') settings = value(a);
       else if (a.startsWith('--settings=')) settings = a.slice(11);
       else if (a === '-c') cmd = value(a);
-      else if (a === '-d' || a === '--debug') continue;
-      else if (a === '--control-fd') return fail('--control-fd is not supported by process-sandbox srt; restart the command to change its settings');
+      else if (a === '-d' || a === '--debug') process.env.SRT_DEBUG = 'true';
+      // Short options run together, as srt's parser takes them: `-sFILE`, `-cCMD`, `-dc CMD`. Never
+      // ignored as unknown: a settings file spelled so must not give way to the default one.
+      else if (/^-[sc]./.test(a)) {
+        if (a[1] === 's') settings = a.slice(2);
+        else cmd = a.slice(2);
+      } else if (/^-d[^-]/.test(a)) {
+        process.env.SRT_DEBUG = 'true';
+        argv[i--] = `-${a.slice(2)}`;
+      } else if (a === '--control-fd' || a.startsWith('--control-fd=')) return fail('--control-fd is not supported by process-sandbox srt; restart the command to change its settings');
       // Internal: what SandboxManager.wrapWithSandbox passes (settings inline, so no file exists
       // that a sandboxed command could rewrite; the directory relative paths were meant from).
       else if (a === '--settings-inline') inline = value(a);
       else if (a === '--resolve-from') resolveFrom = value(a);
       else if (a === '--violations-file') eventsPath = value(a);
       else if (a === '--shell') shell = value(a);
-      else if (a.startsWith('-')) throw new UsageFail(`unknown option '${a}'`);
+      else if (a.startsWith('-') && a !== '-') unknown.push(a);
       else break;
     }
   } catch (e) {
     if (e instanceof UsageFail) return fail(e.message);
     throw e;
   }
-  const rest = argv.slice(i);
+  const rest = [...unknown, ...argv.slice(i)];
+  for (const a of unknown) debug(`Ignoring unknown option ${a}`);
 
   let raw: unknown;
-  const where = settings ?? path.join(os.homedir(), '.srt-settings.json');
-  if (inline !== undefined) {
-    try {
-      raw = JSON.parse(Buffer.from(inline, 'base64').toString('utf8'));
-    } catch {
-      return fail('the inline settings are not valid base64 JSON');
-    }
-  } else {
-    let text: string | undefined;
-    try {
-      text = fs.readFileSync(where, 'utf8');
-    } catch (e) {
-      const code = (e as NodeJS.ErrnoException).code;
-      if (code !== 'ENOENT') return fail(`${where} could not be read (${code ?? String(e)}).`, `Refusing to run with the built-in defaults, which would drop ${FILE_RULES}.`);
-      // A file the caller named must exist; the default one may be absent.
-      if (settings !== undefined) return fail(`${where} does not exist.`, 'Refusing to run with the built-in defaults, which would drop the rules --settings asked for.');
-    }
-    if (text !== undefined && text.trim() === '') {
-      return fail(`${where} is empty. Delete it, or put a config in it.`, `Refusing to run with the built-in defaults, which would drop ${FILE_RULES}.`);
-    }
-    if (text === undefined) raw = DEFAULT_CONFIG;
-    else {
-      try {
-        raw = JSON.parse(text);
-      } catch (e) {
-        return fail(`${where} is not valid JSON: ${(e as Error).message}`, `Refusing to run with the built-in defaults, which would drop ${FILE_RULES}.`);
-      }
-    }
+  try {
+    raw = loadSettings(inline, settings);
+  } catch (e) {
+    if (e instanceof SettingsFail) return fail(e.message, e.refusing);
+    throw e;
   }
 
   let command: string;
@@ -123,9 +193,13 @@ export async function srtMain(argv: string[]): Promise<number> {
   else if (rest.length > 0) command = rest.map(quoteArg).join(' ');
   else return fail('No command specified. Use -c <command> or provide command arguments.');
 
+  debug('Initializing sandbox...');
+  debug(cmd !== undefined ? `Command string mode (-c): ${command}` : `Original command: ${command}`);
   let mapped;
   try {
-    mapped = toPolicy(validateConfig(raw), resolveFrom ?? process.cwd());
+    const cfg = validateConfig(raw);
+    debug(JSON.stringify(networkRestrictionOf(cfg), null, 2));
+    mapped = toPolicy(cfg, resolveFrom ?? process.cwd());
   } catch (e) {
     if (e instanceof SandboxError) return fail(e.message);
     throw e;
@@ -198,3 +272,19 @@ export async function srtMain(argv: string[]): Promise<number> {
 }
 
 class UsageFail extends Error {}
+
+/** Settings that cannot be used: `Error: <message>` and the line naming what a fall-back would drop. */
+class SettingsFail extends Error {
+  constructor(message: string, readonly refusing = REFUSING) {
+    super(message);
+  }
+}
+
+function packageVersion(): string {
+  // dist/srt/cli.js and lib/srt/cli.ts are both two levels below the package root.
+  try {
+    return (JSON.parse(fs.readFileSync(path.join(__dirname, '..', '..', 'package.json'), 'utf8')) as { version: string }).version;
+  } catch {
+    return 'unknown';
+  }
+}

@@ -335,8 +335,18 @@ export interface MappedConfig {
   refusedLiterals: Array<{ bytes: number[]; bits: number }>;
   /** IP literals listed in allowedDomains without a port: a name may resolve to those. */
   allowedLiterals: number[][];
+  /** IP literals listed with a port (`127.0.0.1:3000`): a name may resolve to those for that port. */
+  allowedLiteralPorts: Array<{ bytes: number[]; port: number }>;
   /** The ask callback may be consulted (no strictAllowlist). */
   askAllowed: boolean;
+  /** The resolved paths, for srt's getFsReadConfig / getFsWriteConfig. */
+  paths: { denyRead: string[]; allowRead: string[]; allowWrite: string[]; denyWrite: string[] };
+}
+
+/** srt's getNetworkRestrictionConfig: an empty allow list is kept (it means "nothing allowed"). */
+export function networkRestrictionOf(cfg: SandboxRuntimeConfig): { allowedHosts?: string[]; deniedHosts?: string[] } {
+  const denied = cfg.network.deniedDomains;
+  return { allowedHosts: cfg.network.allowedDomains, ...(denied.length > 0 ? { deniedHosts: denied } : {}) };
 }
 
 /** srt's NO_PROXY: local traffic is not sent to the proxy (it meets the sandbox's own loopback). */
@@ -400,10 +410,12 @@ export function toPolicy(cfg: SandboxRuntimeConfig, cwd: string): MappedConfig {
   }
   const deniedRanges = [...(n.deniedResolvedAddresses ?? []).map((r) => parseRange(r)!), ...refusedLiterals];
   const allowedLiterals: number[][] = [];
+  const allowedLiteralPorts: Array<{ bytes: number[]; port: number }> = [];
   for (const e of allow) {
     const { host, port } = splitPort(e);
     const b = ipBytes(host);
     if (b && port === undefined) allowedLiterals.push(b);
+    else if (b && port !== undefined) allowedLiteralPorts.push({ bytes: b, port });
   }
   // Unix sockets: srt on Linux cannot filter by path and ignores allowUnixSockets (creation stays
   // blocked); allowAllUnixSockets lifts the block. Elsewhere the list is the allowed paths.
@@ -526,7 +538,8 @@ export function toPolicy(cfg: SandboxRuntimeConfig, cwd: string): MappedConfig {
     ...(cfg.processSandbox?.degraded ? { degraded: true } : {}),
     ...(cfg.processSandbox?.mode ? { mode: cfg.processSandbox.mode } : {}),
   };
-  return { policy, unsetEnv, noProxy: SRT_NO_PROXY, deniedRanges, refusedLiterals, allowedLiterals, askAllowed: n.strictAllowlist !== true };
+  const paths = { denyRead, allowRead, allowWrite: write, denyWrite: denies };
+  return { policy, unsetEnv, noProxy: SRT_NO_PROXY, deniedRanges, refusedLiterals, allowedLiterals, askAllowed: n.strictAllowlist !== true, paths, allowedLiteralPorts };
 }
 
 /** Entries a read-deny pattern may visit before it is refused rather than walked further. */

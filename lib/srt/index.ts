@@ -18,7 +18,7 @@ import * as path from 'node:path';
 import type { Readable, Writable } from 'node:stream';
 import { isTimerMs, MAX_TIMER_MS, SandboxError } from '../errors';
 import { ManagedProxy, probe } from '../index';
-import { toPolicy, validateConfig, type SandboxRuntimeConfig } from './config';
+import { networkRestrictionOf, toPolicy, validateConfig, type MappedConfig, type SandboxRuntimeConfig } from './config';
 import { missDecider, spawnMapped, srtLookup, statusOf, violationLine, type SandboxAskCallback } from './runtime';
 import { KEY_LENGTH, SandboxViolationStore, shouldIgnore, type SandboxViolationEvent } from './violations';
 
@@ -181,6 +181,27 @@ function argvFor(command: string, binShell: string | undefined, custom: Partial<
   ];
 }
 
+/**
+ * srt's SandboxManager calls that have nothing to stand on here: each throws, naming itself and
+ * what to do instead (docs/srt.md "Refused by name"). Listed so the surface test can tell a refusal
+ * from an omission.
+ */
+export const SRT_REFUSED_CALLS: Readonly<Record<string, string>> = {
+  registerCommandNetworkLists:
+    "a wrapped command's proxy runs in its own process, out of this manager's reach; give that command's extra hosts as customConfig.network.allowedDomains (wrapWithSandbox's third argument)",
+  getSentinelRegistry: 'credential masking (credentials mode "mask") is not offered',
+  getAwsPairRegistry: 'credential masking (credentials.awsPairs) is not offered',
+  getMaskedFileStore: 'credential masking (credentials.files mode "mask") is not offered',
+};
+
+function refusedCall(name: keyof typeof SRT_REFUSED_CALLS): never {
+  throw new SandboxError('EUNSUPPORTED_POLICY', `srt call SandboxManager.${name} is not supported by process-sandbox: ${SRT_REFUSED_CALLS[name]}`);
+}
+
+function mappedPaths(): MappedConfig['paths'] | undefined {
+  return config ? toPolicy(config, process.cwd()).paths : undefined;
+}
+
 export const SandboxManager = {
   askCallbackDenyReason: true as const,
 
@@ -252,6 +273,70 @@ export const SandboxManager = {
     return [];
   },
 
+  // ---- srt's other getters: what this manager enforces, in srt's shapes ----
+  /** The read denies (patterns expanded to what exists now) and the paths re-opened inside them. */
+  getFsReadConfig(): { denyOnly: string[]; allowWithinDeny: string[] } {
+    const p = mappedPaths();
+    return { denyOnly: p?.denyRead ?? [], allowWithinDeny: p?.allowRead ?? [] };
+  },
+  /** The writable roots and the paths kept read-only in them (the mandatory deny set on top). */
+  getFsWriteConfig(): { allowOnly: string[]; denyWithinAllow: string[] } {
+    const p = mappedPaths();
+    return { allowOnly: p?.allowWrite ?? [], denyWithinAllow: p?.denyWrite ?? [] };
+  },
+  /** As srt: `{}` before initialize. */
+  getNetworkRestrictionConfig(): { allowedHosts?: string[]; deniedHosts?: string[] } {
+    return config ? networkRestrictionOf(config) : {};
+  },
+  getAllowMachLookup(): string[] | undefined {
+    return config?.network.allowMachLookup;
+  },
+  getEnableWeakerNestedSandbox(): boolean | undefined {
+    return config?.enableWeakerNestedSandbox;
+  },
+  /** The host listener takes no credential (srt answers undefined too when its proxy has none). */
+  getProxyAuthToken(): string | undefined {
+    return undefined;
+  },
+  /** No socat bridges exist: each command's proxy listens inside its own sandbox. */
+  getLinuxHttpSocketPath(): string | undefined {
+    return undefined;
+  },
+  getLinuxSocksSocketPath(): string | undefined {
+    return undefined;
+  },
+  /** Neither of srt's Windows backends (mxc, srt-win) is used. */
+  getWindowsBackend(): undefined {
+    return undefined;
+  },
+  /** No TLS is terminated (`mitmProxy` and `tlsTerminate` are refused). */
+  getMitmCA(): undefined {
+    return undefined;
+  },
+  getWindowsProfileRead(): undefined {
+    return undefined;
+  },
+  getWindowsProfileReadWarnings(): never[] {
+    return [];
+  },
+  getWindowsProfileReadRefresh(): undefined {
+    return undefined;
+  },
+  registerCommandNetworkLists(_commandId: string, _lists: { allowedDomains?: string[] }): never {
+    return refusedCall('registerCommandNetworkLists');
+  },
+  /** A no-op, as srt's is for an id with no list (none can be registered here). */
+  unregisterCommandNetworkLists(_commandId: string): void {},
+  getSentinelRegistry(): never {
+    return refusedCall('getSentinelRegistry');
+  },
+  getAwsPairRegistry(): never {
+    return refusedCall('getAwsPairRegistry');
+  },
+  getMaskedFileStore(): never {
+    return refusedCall('getMaskedFileStore');
+  },
+
   async wrapWithSandbox(
     command: string,
     binShell?: string,
@@ -305,12 +390,20 @@ export const SandboxManager = {
             child.kill('SIGKILL');
           }, options.timeoutMs)
         : undefined;
-    const done = child.exited.then(
-      (r) => ({ exitCode: statusOf(r.code, r.signal), timedOut }),
-      (err: unknown) => {
-        throw err;
+    // Settled on 'close' (the command exited and its stdout and stderr have ended), as Node's
+    // 'close': `exited` alone can come first, while output is still in the pipe.
+    const streamsEnded = new Promise<void>((resolve) => child.once('close', () => resolve()));
+    // As Node's child_process does on exit: a stream nobody reads (no 'data' or 'readable'
+    // listener, never paused or piped) is drained, so 'close' comes without a reader.
+    child.exited.then(
+      () => {
+        for (const st of [child.stdout, child.stderr]) {
+          if (st && st.readableFlowing === null && st.listenerCount('data') === 0 && st.listenerCount('readable') === 0) st.resume();
+        }
       },
+      () => {},
     );
+    const done = Promise.all([child.exited, streamsEnded]).then(([r]) => ({ exitCode: statusOf(r.code, r.signal), timedOut }));
     done.finally(() => timer && clearTimeout(timer)).catch(() => {});
     // A command that could not start is reported as srt reports it: the promise rejects.
     await new Promise<void>((resolve, reject) => {

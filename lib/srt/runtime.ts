@@ -3,6 +3,8 @@
  * resolved-address rule and ask callback, and the spawn of one command under mapped settings.
  */
 import * as dns from 'node:dns';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
 import * as os from 'node:os';
 import { isIP } from 'node:net';
 import { spawn as psbSpawn, type SandboxedProcess as PsbProcess, type SpawnOptions } from '../index';
@@ -37,18 +39,22 @@ function embedded(b: number[]): number[] {
   return b;
 }
 
+type AddressRules = Pick<MappedConfig, 'deniedRanges' | 'allowedLiterals'> & Partial<Pick<MappedConfig, 'allowedLiteralPorts'>>;
+
 /**
- * Whether an allowed name may be dialed at `address`: not into srt's denied set (loopback,
- * link-local, multicast, unspecified, cloud metadata, this host's own addresses, deniedDomains IP
- * literals, deniedResolvedAddresses), unless that literal is itself allow-listed (without a port:
- * the resolver does not learn the port, so a port-scoped literal does not open its name).
+ * Whether an allowed name may be dialed at `address` (on `port`): not into srt's denied set
+ * (loopback, link-local, multicast, unspecified, cloud metadata, this host's own addresses,
+ * deniedDomains IP literals, deniedResolvedAddresses), unless that literal is itself allow-listed,
+ * without a port or with this one (`127.0.0.1:3000` opens a name to 127.0.0.1 on port 3000 only,
+ * as srt's per-port rule sets do).
  */
-export function addressAllowed(address: string, m: Pick<MappedConfig, 'deniedRanges' | 'allowedLiterals'>): boolean {
+export function addressAllowed(address: string, m: AddressRules, port?: number): boolean {
   const raw = ipBytes(address);
   if (!raw) return false;
   const b = embedded(raw);
   const eq = (x: number[]) => x.length === b.length && x.every((v, i) => v === b[i]);
   if (m.allowedLiterals.some(eq)) return true;
+  if (port !== undefined && m.allowedLiteralPorts?.some((l) => l.port === port && eq(l.bytes))) return true;
   if (BUILTIN_DENIED.some((r) => inRange(b, r))) return false;
   if (m.deniedRanges.some((r) => inRange(b, r))) return false;
   if (ownAddresses().some(eq)) return false;
@@ -56,8 +62,9 @@ export function addressAllowed(address: string, m: Pick<MappedConfig, 'deniedRan
 }
 
 /** The proxy's resolver under srt's rule: names answer only with addresses that pass. */
-export function srtLookup(m: Pick<MappedConfig, 'deniedRanges' | 'allowedLiterals' | 'refusedLiterals'>, resolve: (host: string) => Promise<Array<{ address: string; family: number }>> = (h) => dns.promises.lookup(h, { all: true, verbatim: true })) {
-  return async (host: string): Promise<Array<{ address: string; family: 4 | 6 }>> => {
+export function srtLookup(m: AddressRules & Pick<MappedConfig, 'refusedLiterals'>, resolve: (host: string) => Promise<Array<{ address: string; family: number }>> = (h) => dns.promises.lookup(h, { all: true, verbatim: true })) {
+  // dns.lookup (getaddrinfo): /etc/hosts and nsswitch count, as for srt and for any client.
+  return async (host: string, port?: number): Promise<Array<{ address: string; family: 4 | 6 }>> => {
     // srt: `localhost` and names under `.localhost` are loopback, and may reach it once listed
     // (an IP literal in deniedDomains still refuses it).
     if (host === 'localhost' || host.endsWith('.localhost')) {
@@ -67,7 +74,7 @@ export function srtLookup(m: Pick<MappedConfig, 'deniedRanges' | 'allowedLiteral
     }
     const answers = await resolve(host);
     return answers
-      .filter((a) => addressAllowed(a.address, m))
+      .filter((a) => addressAllowed(a.address, m, port))
       .map((a) => ({ address: a.address, family: a.family === 6 ? 6 : 4 }));
   };
 }
@@ -122,17 +129,51 @@ export interface RunMapped {
 }
 
 /**
- * Starts `binShell -c command` (bash by default, as srt) in our sandbox under mapped settings.
- * srt's NO_PROXY is set by `env` inside the sandbox, after our proxy variables: local names and
- * private ranges are not sent to the proxy (they meet the sandbox's own loopback), as with srt.
+ * What runs first inside the sandbox, where the proxy's port is known (`$HTTP_PROXY`): srt's
+ * NO_PROXY (local names and private ranges meet the sandbox's own loopback, as with srt), then
+ * the tool-specific proxy settings srt sets (gRPC, rsync, gcloud, the JVM's system properties; our
+ * proxy takes no credential, so the JVM needs no agent) and `GIT_SSH_COMMAND`, which tunnels ssh
+ * through the proxy with ssh-connect.js. `$1` NO_PROXY, `$2` the ProxyCommand prefix (empty: no
+ * GIT_SSH_COMMAND), then the command's argv, exec'd (the pid stays the command's).
  */
+const PROLOGUE = [
+  'export NO_PROXY="$1" no_proxy="$1"',
+  'case ${HTTP_PROXY-} in http://127.0.0.1:[0-9]*)',
+  '  p=${HTTP_PROXY##*:}',
+  '  export GRPC_PROXY="$HTTP_PROXY" grpc_proxy="$HTTP_PROXY" RSYNC_PROXY="127.0.0.1:$p"',
+  '  export CLOUDSDK_PROXY_TYPE=http CLOUDSDK_PROXY_ADDRESS=127.0.0.1 CLOUDSDK_PROXY_PORT="$p"',
+  '  export JAVA_TOOL_OPTIONS="${JAVA_TOOL_OPTIONS:+$JAVA_TOOL_OPTIONS }-Dhttp.proxyHost=127.0.0.1 -Dhttp.proxyPort=$p -Dhttps.proxyHost=127.0.0.1 -Dhttps.proxyPort=$p"',
+  '  if [ -n "$2" ]; then export GIT_SSH_COMMAND="ssh -o ControlMaster=no -o ControlPath=none -o \'ProxyCommand=$2 127.0.0.1 $p %h %p\'"; fi',
+  'esac',
+  'shift 2',
+  'exec "$@"',
+].join('\n');
+
+/** The built ssh-connect.js (dist/srt), from the sources (tests) too. */
+function sshConnectPath(): string {
+  const sibling = path.join(__dirname, 'ssh-connect.js');
+  return fs.existsSync(sibling) ? sibling : path.join(__dirname, '..', '..', 'dist', 'srt', 'ssh-connect.js');
+}
+
+/**
+ * ssh's ProxyCommand up to its arguments: Node (Electron's binary acts as Node with
+ * ELECTRON_RUN_AS_NODE) running ssh-connect.js. Empty when a path would need quoting inside
+ * GIT_SSH_COMMAND's own quotes: then git over ssh is not tunnelled (and is refused, not opened).
+ */
+export function sshProxyCommand(): string {
+  const parts = [process.execPath, sshConnectPath()];
+  if (!parts.every((p) => /^[A-Za-z0-9_@%+=:,./-]+$/.test(p))) return '';
+  return `env ELECTRON_RUN_AS_NODE=1 ${parts.join(' ')}`;
+}
+
+/** Starts `binShell -c command` (bash by default, as srt) in our sandbox under mapped settings. */
 export function spawnMapped(o: RunMapped): PsbProcess {
   const env: Record<string, string | undefined> = { ...o.env };
   for (const k of o.mapped.unsetEnv) delete env[k];
   env.SANDBOX_RUNTIME = '1';
   const shell = o.binShell ?? 'bash';
   const decider = missDecider(o.ask, o.mapped);
-  return psbSpawn('env', [`NO_PROXY=${o.mapped.noProxy}`, `no_proxy=${o.mapped.noProxy}`, shell, '-c', o.command], {
+  return psbSpawn('/bin/sh', ['-c', PROLOGUE, 'srt-env', o.mapped.noProxy, sshProxyCommand(), shell, '-c', o.command], {
     cwd: o.cwd,
     env,
     stdio: o.stdio,

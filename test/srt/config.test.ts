@@ -164,8 +164,11 @@ describe("srt's resolved-address rule, as our proxy's resolver", () => {
   it('... unless that IP literal is itself allow-listed', async () => {
     expect(await names(lookup(['*.corp.example', '127.0.0.1']), 'loop.corp.example')).toEqual(['127.0.0.1']);
   });
-  it('DELIBERATE DIFFERENCE: a literal listed with a port does not open a name (the resolver does not learn the port)', async () => {
-    expect(await names(lookup(['*.corp.example', '127.0.0.1:3000']), 'loop.corp.example')).toEqual([]);
+  it('a literal listed with a port opens a name to it on that port only, as srt\'s per-port rules do', async () => {
+    const l = lookup(['*.corp.example', '127.0.0.1:3000']);
+    expect((await l('loop.corp.example', 3000)).map((a) => a.address)).toEqual(['127.0.0.1']);
+    expect((await l('loop.corp.example', 3001)).map((a) => a.address)).toEqual([]);
+    expect(await names(l, 'loop.corp.example')).toEqual([]);
   });
   it('private ranges pass, as with srt, unless deniedResolvedAddresses lists them', async () => {
     expect(await names(lookup(['*.corp.example']), 'intranet.corp.example')).toEqual(['10.1.2.3']);
