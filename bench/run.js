@@ -92,6 +92,7 @@ async function main() {
   const p = probe();
   if (process.env.BENCH_NPM_ONLY) return npmInstallBench(p); // only the npm install rows
   if (process.env.BENCH_FILES_ONLY) return fileHeavyBench(p); // only the file-heavy rows
+  if (process.env.BENCH_SRT_ONLY) return require('./srt').srtBench(); // only the srt drop-in rows
   const ws = fs.mkdtempSync(path.join(os.tmpdir(), 'psb-bench-'));
   const policy = (mode, network = 'none') => ({ mode, filesystem: { write: [ws] }, network, ...(mode === 'landlock' ? { degraded: true } : {}) });
   const proxy = ManagedProxy.create({ policy: { allow: ['example.com'] }, closeWithLastProcess: false });
@@ -184,6 +185,7 @@ async function main() {
   fs.rmSync(tree, { recursive: true, force: true });
   await fileHeavyBench(p);
   await npmInstallBench(p);
+  await require('./srt').srtBench();
   if (process.env.BENCH_SPAWN_ONLY) return;
   if (fs.existsSync(path.join(__dirname, 'proxy.js'))) {
     console.log('');

@@ -20,6 +20,7 @@ import { isTimerMs, MAX_TIMER_MS, SandboxError, exitStatusForError } from './err
 import { probe, spawn, type AuditEvent, type SandboxPolicy } from './index';
 import { withoutSecretEnv } from './permissions';
 import { apparmorProfile, WIDE_GRANT } from './platform/linux-apparmor';
+import { restoreElectronRunAsNode } from './srt/electron-env';
 
 const RUN_USAGE = `Usage: process-sandbox run [options] [--] <command> [args...]
 
@@ -637,6 +638,9 @@ export async function main(argv: string[]): Promise<number> {
 }
 
 if (require.main === module) {
+  // Started by a line that ran process.execPath as Node (lib/srt/electron-env.ts): the commands we
+  // run get ELECTRON_RUN_AS_NODE as the caller had it.
+  restoreElectronRunAsNode(process.env);
   main(process.argv.slice(2)).then(
     (status) => { process.exitCode = status; },
     (e) => { process.exitCode = fail((e as Error).stack ?? String(e), 125); },

@@ -19,13 +19,15 @@ import { isLikelySandboxDenied, resolvePolicy, withoutSecretEnv } from './permis
 import type { SandboxPolicy } from './policy-types';
 import type { ResolvedRules } from './rules';
 import type { PreparedExecRequest } from './prepare';
-import { createExecServer as createExecServerWith, type CreateExecServerOptions, type ExecServer } from './exec-server';
+import type { CreateExecServerOptions, ExecServer } from './exec-server';
+import type { ExecParams, PrepareRuntime } from './prepare';
 import { nodeFetchNote } from './network/env';
 import { interceptionEnv, wireInterception } from './network/interception-spawn';
-import { createDarwinBackend } from './platform/darwin';
 import { createLinuxBackend } from './platform/linux';
-import { launchWithChildProcess } from './platform/posix-launcher';
-import { createWin32Backend } from './platform/win32';
+
+// Loaded on first use, not with the package: a process that never serves Codex or prepares Codex
+// requests, or runs on another platform, never loads that code (the exec-server pulls in ws).
+// Every command the srt drop-in runs through its CLI starts a Node that loads this file.
 
 export { SandboxError, ERROR_CODES, type SandboxErrorCode } from './errors';
 export { SandboxedProcess, type ExitResult, type SandboxedProcessEvents } from './child';
@@ -43,7 +45,12 @@ export {
   type InterceptionOptions,
   type CredentialRule,
 } from './network';
-export { prepareExecRequest, type ExecParams, type PrepareRuntime, type PreparedExecRequest } from './prepare';
+export type { ExecParams, PrepareRuntime, PreparedExecRequest } from './prepare';
+
+/** Prepares a Codex-shaped exec request (lib/prepare): URIs, the permission profile, the sandbox type, the network. */
+export function prepareExecRequest(params: ExecParams, runtime?: PrepareRuntime): Promise<PreparedExecRequest> {
+  return import('./prepare').then((m) => m.prepareExecRequest(params, runtime));
+}
 export type { CreateExecServerOptions, ExecServer, ExecServerTransport, WsAuth } from './exec-server';
 
 export interface SpawnOptions {
@@ -163,8 +170,14 @@ let backendCache: Backend | undefined;
 function backend(): Backend {
   if (backendCache) return backendCache;
   if (process.platform === 'linux') backendCache = createLinuxBackend(loadNative());
-  else if (process.platform === 'win32') backendCache = createWin32Backend(loadNative() as unknown as Parameters<typeof createWin32Backend>[0]);
-  else if (process.platform === 'darwin') backendCache = createDarwinBackend(launchWithChildProcess, (req) => ({ arg0Customized: req.arg0Customized === true }));
+  else if (process.platform === 'win32') {
+    const { createWin32Backend } = require('./platform/win32') as typeof import('./platform/win32');
+    backendCache = createWin32Backend(loadNative() as unknown as Parameters<typeof createWin32Backend>[0]);
+  } else if (process.platform === 'darwin') {
+    const { createDarwinBackend } = require('./platform/darwin') as typeof import('./platform/darwin');
+    const { launchWithChildProcess } = require('./platform/posix-launcher') as typeof import('./platform/posix-launcher');
+    backendCache = createDarwinBackend(launchWithChildProcess, (req) => ({ arg0Customized: req.arg0Customized === true }));
+  }
   else throw new SandboxError('EPLATFORM_UNSUPPORTED', `no sandbox backend exists for platform ${process.platform}`);
   return backendCache;
 }
@@ -628,5 +641,5 @@ export function probe(): ProbeReport {
  * The spawn is passed in, so lib/exec-server never imports this file.
  */
 export function createExecServer(options: CreateExecServerOptions): Promise<ExecServer> {
-  return createExecServerWith({ spawnPrepared, ...options });
+  return import('./exec-server').then((m) => m.createExecServer({ spawnPrepared, ...options }));
 }

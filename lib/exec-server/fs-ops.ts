@@ -416,7 +416,9 @@ async function prepareAndSpawnHelper(program: string, sandbox: FileSystemSandbox
         processId: 'fs-helper',
         argv: [process.execPath, '--no-warnings', '-e', program],
         cwd: sandbox.cwd ?? 'file:///',
-        env: {},
+        // In Electron's main process or a VS Code extension host, execPath is the application:
+        // it runs as Node only with this (Node ignores it). The helper starts no other program.
+        env: { ELECTRON_RUN_AS_NODE: '1' },
         tty: false,
         pipeStdin: true,
         sandbox,

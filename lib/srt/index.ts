@@ -20,6 +20,8 @@ import { isTimerMs, MAX_TIMER_MS, SandboxError } from '../errors';
 import { ManagedProxy, probe } from '../index';
 import { networkRestrictionOf, toPolicy, validateConfig, type MappedConfig, type SandboxRuntimeConfig } from './config';
 import { missDecider, spawnMapped, srtLookup, statusOf, violationLine, type SandboxAskCallback } from './runtime';
+import { AttachServer } from './attach';
+import { ELECTRON_AS_NODE_SAVED, UNSET } from './electron-env';
 import { KEY_LENGTH, SandboxViolationStore, shouldIgnore, type SandboxViolationEvent } from './violations';
 
 export type {
@@ -83,6 +85,10 @@ let ask: SandboxAskCallback | undefined;
 let hostProxy: { proxy: ManagedProxy; port: number; detach: () => Promise<void> } | undefined;
 let stateDir: string | undefined;
 const wrapped: Wrapped[] = [];
+// The fast line's host side (lib/srt/attach.ts), made with the state directory; null: unavailable.
+let attach: AttachServer | null | undefined;
+// What the last argvFor mapped, for the fast line's command (one mapping per wrap).
+let lastWrap: { command: string; binShell?: string; mapped: MappedConfig; key: string; commandText: string } | undefined;
 const store = new SandboxViolationStore();
 
 function requireConfig(): SandboxRuntimeConfig {
@@ -155,7 +161,7 @@ function argvFor(command: string, binShell: string | undefined, custom: Partial<
   const cfg = merged(custom);
   const cwd = process.cwd();
   // Validated and mapped now, so a setting we refuse throws here, as srt's wrap throws.
-  toPolicy(validateConfig(cfg), cwd);
+  const mapped = toPolicy(validateConfig(cfg), cwd);
   const inline = Buffer.from(JSON.stringify(cfg)).toString('base64');
   if (inline.length > MAX_INLINE) {
     throw new SandboxError('EINVALID_POLICY', `srt settings are too large to pass on a command line (${inline.length} bytes encoded, at most ${MAX_INLINE})`);
@@ -164,7 +170,9 @@ function argvFor(command: string, binShell: string | undefined, custom: Partial<
   const eventsFile = path.join(stateDir, `events-${wrapped.length}-${process.pid}.log`);
   fs.writeFileSync(eventsFile, '', { mode: 0o600, flag: 'wx' });
   const key = options?.commandId ? options.commandId : command;
-  wrapped.push({ key, commandText: options?.commandText ?? command, eventsFile, offset: 0 });
+  const commandText = options?.commandText ?? command;
+  wrapped.push({ key, commandText, eventsFile, offset: 0 });
+  lastWrap = { command, binShell, mapped, key, commandText };
   return [
     process.execPath,
     cliPath(),
@@ -345,9 +353,7 @@ export const SandboxManager = {
     options?: WrapWithSandboxOptions,
   ): Promise<string> {
     if (abortSignal?.aborted) throw new SandboxError('EABORTED', 'wrapWithSandbox was aborted');
-    const argv = argvFor(command, binShell, customConfig, options);
-    // `exec`: the caller's shell is replaced, so its pid and signals are the CLI's.
-    return `exec ${argv.map(shellQuote).join(' ')}`;
+    return wrappedLine(argvFor(command, binShell, customConfig, options));
   },
 
   async wrapWithSandboxArgv(
@@ -359,7 +365,8 @@ export const SandboxManager = {
     options?: WrapWithSandboxOptions,
   ): Promise<{ argv: string[]; env: NodeJS.ProcessEnv }> {
     if (abortSignal?.aborted) throw new SandboxError('EABORTED', 'wrapWithSandboxArgv was aborted');
-    return { argv: argvFor(command, binShell, customConfig, options), env: { ...process.env } };
+    const line = wrappedLine(argvFor(command, binShell, customConfig, options));
+    return { argv: ['/bin/sh', '-c', line], env: { ...process.env } };
   },
 
   /** Runs `command` in our sandbox from this process: no wrapper process, no shell of the caller's. */
@@ -463,6 +470,9 @@ export const SandboxManager = {
     config = undefined;
     ask = undefined;
     wrapped.length = 0;
+    attach?.close();
+    attach = undefined;
+    lastWrap = undefined;
     if (stateDir) {
       fs.rmSync(stateDir, { recursive: true, force: true });
       stateDir = undefined;
@@ -473,6 +483,28 @@ export const SandboxManager = {
     }
   },
 };
+
+/**
+ * The line for the CLI argv just built: the host-attached line where this host can serve it
+ * (lib/srt/attach.ts: no Node start per command), with the CLI line as its fallback. The CLI line
+ * runs process.execPath as Node also where that is an Electron app (ELECTRON_RUN_AS_NODE, which
+ * the CLI puts back as the caller had it before the command sees its environment).
+ */
+function wrappedLine(argv: string[]): string {
+  const [exe, ...args] = argv;
+  // `exec`: the caller's shell is replaced, so its pid and signals are the CLI's.
+  const cli = `exec env "${ELECTRON_AS_NODE_SAVED}=\${ELECTRON_RUN_AS_NODE-${UNSET}}" ELECTRON_RUN_AS_NODE=1 ${[exe!, ...args].map(shellQuote).join(' ')}`;
+  if (attach === undefined) attach = (stateDir && AttachServer.create(stateDir)) || null;
+  const w = lastWrap!;
+  if (!attach) return cli;
+  return attach.wrap(
+    {
+      start: (stdio, cwd, env) =>
+        spawnMapped({ command: w.command, binShell: w.binShell, cwd, env, stdio, mapped: w.mapped, ask, onDeny: (l) => addViolation(l, w.key, w.commandText) }),
+    },
+    cli,
+  );
+}
 
 /** srt's spawnSandboxed as a function of its own: our fast path. */
 export function spawnSandboxed(command: string, options?: SpawnSandboxedOptions): Promise<SandboxedProcess> {

@@ -33,6 +33,7 @@
 #include "relay.h"
 #include "seccomp.h"
 #include "spawn_linux.h"
+#include "stdio_adopt.h"
 #include "syscall_numbers.h"
 #include "tree_walk.h"
 
@@ -1159,6 +1160,7 @@ void InitPlatform(Napi::Env env, Napi::Object exports) {
   exports.Set("seccompSelfCheck", Napi::Function::New(env, SeccompSelfCheckJs, "seccompSelfCheck"));
   RegisterPty(env, exports);
   RegisterTreeWalk(env, exports);
+  RegisterStdioAdopt(env, exports);
   InitRelay(env, exports);
 }
 

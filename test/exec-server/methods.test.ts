@@ -185,6 +185,24 @@ describe.skipIf(!caps.linux || !caps.userns)(`exec-server: sandboxed fs/walk and
       await c.close();
     }
   });
+  it('in a host whose execPath is an Electron-like application, the sandboxed fs helper still runs as Node', async () => {
+    // A stand-in for Electron's executable: Node only with ELECTRON_RUN_AS_NODE=1, else it exits.
+    const starts = path.join(root, 'starts.log');
+    const fake = path.join(root, 'fake-electron');
+    fs.writeFileSync(fake, `#!/bin/sh\necho start >> '${starts}'\n[ "$ELECTRON_RUN_AS_NODE" = 1 ] && exec '${process.execPath}' "$@"\nexit 42\n`, { mode: 0o755 });
+    const real = process.execPath;
+    process.execPath = fake;
+    const c = await peer();
+    try {
+      const r = await c.request('fs/walk', { path: uri(root), options: opts, sandbox: denyingSandbox(root, denied) });
+      expect(r.error).toBeUndefined();
+      expect(((r.result?.entries as Array<{ path: string }>) ?? []).map((e) => e.path)).toContain(uri(path.join(root, 'mine')));
+      expect(fs.readFileSync(starts, 'utf8')).toMatch(/^start\n/); // the helper did start the application
+    } finally {
+      process.execPath = real;
+      await c.close();
+    }
+  });
 });
 
 describe.skipIf(!caps.linux)('exec-server: http/request goes through the managed proxy', () => {

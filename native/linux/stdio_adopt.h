@@ -1,0 +1,7 @@
+#pragma once
+#include <napi.h>
+
+namespace psb {
+// Adds adoptChildStdio/pidfdExit to the Linux binding's exports (see stdio_adopt.cc).
+void RegisterStdioAdopt(Napi::Env env, Napi::Object exports);
+}  // namespace psb
