@@ -336,6 +336,11 @@ const LANDLOCK_FACT_GAPS: RegExp[] = [
   // command lines and status of host processes are readable; their environment, memory, maps
   // and fds are not (Landlock's ptrace rule). Reported, with processIsolation 'partial'.
   /^host processes stay visible in \/proc \(command lines, not memory or environment\)$/,
+  // No policy field asks for privacy from the user's other sandboxes; the TMPDIR is private from
+  // everything else. Reported (and mechanisms.tmp says so when it is readable), never refused:
+  // before the per-user shield directory it was readable with nothing said.
+  /^the TMPDIR \(and the private caches in it\) is readable by other Landlock-mode sandboxes of this user: /,
+  /^the names in other Landlock-mode sandboxes' TMPDIRs of this user \(/,
 ];
 
 /**
