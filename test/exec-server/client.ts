@@ -252,6 +252,41 @@ export function wsAttempt(url: string, headers: Record<string, string>, startPar
  * Codex's workspace-write `sandbox` context: read everything, write the project roots (`root`),
  * plus any extra permission entries (a `deny`, say).
  */
+/** Polls `get` every 20 ms until it gives a value (not undefined or false); throws after `ms`. */
+export async function poll<T>(get: () => T | undefined | false, what: string, ms = 60_000): Promise<T> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = get();
+    if (v !== undefined && v !== false) return v;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/**
+ * A WebSocket connection to an exec-server (`options` as ws takes them: headers, localAddress),
+ * its messages as they arrive, `opened` (rejects with `HTTP <status>` on a refused upgrade), and
+ * `request(method, params)` resolving with the response of that id.
+ */
+export function wsConnection(url: string, options: Record<string, unknown> = {}) {
+  const WebSocket = require('ws') as typeof import('ws');
+  const ws = new WebSocket(url, options);
+  const messages: Message[] = [];
+  ws.on('message', (d) => messages.push(JSON.parse(d.toString()) as Message));
+  const opened = new Promise<void>((resolve, reject) => {
+    ws.once('open', () => resolve());
+    ws.once('unexpected-response', (_req, res) => reject(new Error(`HTTP ${res.statusCode}`)));
+    ws.once('error', reject);
+  });
+  let id = 1;
+  const request = async (method: string, params?: unknown) => {
+    const n = id++;
+    ws.send(JSON.stringify({ id: n, method, params }));
+    return poll(() => messages.find((m) => m.id === n), `response #${n} (${method})`);
+  };
+  return { ws, messages, opened, request };
+}
+
 export function workspaceWrite(root: string, extraEntries: object[] = []) {
   const uri = (p: string) => 'file://' + p;
   return {

@@ -20,39 +20,18 @@ import WebSocket from 'ws';
 
 import { caps } from '../helpers/capabilities';
 import { makeScene } from '../helpers/sandbox';
-import { OUR_CLI, pidsWith, startWsServer, workspaceWrite, wsAttempt, type Message } from './client';
+import { OUR_CLI, pidsWith, poll, startWsServer, workspaceWrite, wsAttempt, wsConnection, type Message } from './client';
 
 const scene = makeScene('exec-limits');
 afterAll(() => scene.cleanup());
 const uri = (p: string) => 'file://' + p;
 const UNAUTH = ['--listen', 'ws://127.0.0.1:0', '--ws-dangerously-allow-unauthenticated', '--floor-write', scene.ws];
 
-async function poll<T>(get: () => T | undefined | false, what: string, ms = 60_000): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = get();
-    if (v !== undefined && v !== false) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
 
 /** One open WebSocket connection (from `localAddress` when given), initialized. */
 async function session(url: string, localAddress?: string) {
-  const ws = new WebSocket(url, localAddress ? { localAddress } : {});
-  const messages: Message[] = [];
-  ws.on('message', (d) => messages.push(JSON.parse(d.toString()) as Message));
-  await new Promise<void>((resolve, reject) => {
-    ws.once('open', () => resolve());
-    ws.once('unexpected-response', (_q, r) => reject(new Error(`HTTP ${r.statusCode}`)));
-    ws.once('error', reject);
-  });
-  let id = 1;
-  const request = async (method: string, params?: unknown) => {
-    const n = id++;
-    ws.send(JSON.stringify({ id: n, method, params }));
-    return poll(() => messages.find((m) => m.id === n), `response #${n} (${method})`);
-  };
+  const { ws, messages, opened, request } = wsConnection(url, localAddress ? { localAddress } : {});
+  await opened;
   const init = await request('initialize', { clientName: 'limits' });
   if (!init.error) ws.send('{"method":"initialized"}');
   return { ws, request, init, closed: new Promise<void>((r) => ws.once('close', () => r())) };

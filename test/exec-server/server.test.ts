@@ -15,7 +15,7 @@ import { createExecServer, spawnPrepared } from '../../lib';
 import { ExecConnection, RETAIN_BYTES, type ExecServer } from '../../lib/exec-server';
 import { caps } from '../helpers/capabilities';
 import { makeScene } from '../helpers/sandbox';
-import { b64, pidsWith, type Message } from './client';
+import { b64, pidsWith, poll, wsConnection, type Message } from './client';
 
 const scene = makeScene('exec-srv');
 afterAll(() => scene.cleanup());
@@ -30,15 +30,6 @@ const start = (processId: string, argv: string[], extra: Record<string, unknown>
   ...extra,
 });
 
-async function poll<T>(get: () => T | undefined | false, what: string, ms = 60_000): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = get();
-    if (v !== undefined && v !== false) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
 
 /** An in-process client over the stdio transport (PassThrough pipes). */
 class StdioPeer {
@@ -253,21 +244,7 @@ describe.skipIf(!caps.linux)('exec-server: WebSocket transport', () => {
   const AUTH = { Authorization: 'Bearer a-capability-token-0123456789' };
 
   function connect(port: number, headers: Record<string, string> = AUTH) {
-    const ws = new WebSocket(`ws://127.0.0.1:${port}`, { headers });
-    const messages: Message[] = [];
-    ws.on('message', (d) => messages.push(JSON.parse(d.toString()) as Message));
-    const opened = new Promise<void>((resolve, reject) => {
-      ws.once('open', () => resolve());
-      ws.once('unexpected-response', (_req, res) => reject(new Error(`HTTP ${res.statusCode}`)));
-      ws.once('error', reject);
-    });
-    let id = 1;
-    const request = async (method: string, params?: unknown) => {
-      const n = id++;
-      ws.send(JSON.stringify({ id: n, method, params }));
-      return poll(() => messages.find((m) => m.id === n), `ws response #${n}`);
-    };
-    return { ws, messages, opened, request };
+    return wsConnection(`ws://127.0.0.1:${port}`, { headers });
   }
 
   it('one message per text frame: initialize, start a process, get its output; bad frames do not kill the connection', async () => {
