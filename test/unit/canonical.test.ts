@@ -1,12 +1,12 @@
 /**
- * isWithin / isStrictlyWithin (lib/permissions/canonical.ts): the planner asks them for every
+ * isWithin / isStrictlyWithin (lib/paths.ts): the planner asks them for every
  * pair of rules on every spawn, so normalised paths take a string comparison; anything else goes
  * through path.relative. Both must agree with the path module's own answer.
  */
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 
-import { isStrictlyWithin, isWithin } from '../../lib/permissions/canonical';
+import { isStrictlyWithin, isWithin } from '../../lib/paths';
 
 /** The meaning, spelled with path.relative: equal, or below without climbing out. */
 function reference(child: string, parent: string): boolean {
