@@ -8,22 +8,26 @@ import * as path from 'node:path';
 /** An absolute path with no empty, `.` or `..` component and no trailing slash (but `/`). */
 const NORMALISED = /^\/(?:(?!\.\.?(?:\/|$))[^/]+(?:\/(?!\.\.?(?:\/|$))[^/]+)*)?$/;
 
-/** True when `child` equals `parent` or lies below it (both absolute, normalised). */
-export function isWithin(child: string, parent: string): boolean {
+/**
+ * True when `child` equals `parent` or lies below it (both absolute). `p` is the path module whose
+ * rules a path that is not normalised is compared by: the host's (tests pass path.win32).
+ */
+export function isWithin(child: string, parent: string, p: path.PlatformPath = path): boolean {
   if (child === parent) return true;
   // The planner calls this for every pair of rules, per spawn: compare strings where both are
   // normalised already (path.relative resolves both on every call), else fall back to it.
   if (NORMALISED.test(child) && NORMALISED.test(parent)) {
     return parent === '/' || (child.startsWith(parent) && child.charCodeAt(parent.length) === 47 /* '/' */);
   }
-  // A name that merely begins with dots ('..cache') is inside: only '..' itself climbs out.
-  const rel = path.relative(parent, child);
-  return rel !== '' && rel !== '..' && !rel.startsWith('../') && !path.isAbsolute(rel);
+  // A name that merely begins with dots ('..cache') is inside: only '..' itself climbs out, with
+  // the separator path.relative writes ('\\' on Windows).
+  const rel = p.relative(parent, child);
+  return rel !== '' && rel !== '..' && !rel.startsWith('../') && !rel.startsWith('..' + p.sep) && !p.isAbsolute(rel);
 }
 
 /** True when `child` lies strictly below `parent`. */
-export function isStrictlyWithin(child: string, parent: string): boolean {
-  return child !== parent && isWithin(child, parent);
+export function isStrictlyWithin(child: string, parent: string, p: path.PlatformPath = path): boolean {
+  return child !== parent && isWithin(child, parent, p);
 }
 
 /** A Windows path as Windows compares it: `\` separators, no trailing one, lower case. */

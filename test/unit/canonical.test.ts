@@ -34,6 +34,19 @@ describe('isWithin', () => {
     expect(isWithin('/ws/./a', '/ws')).toBe(true);
   });
 
+  it('Windows paths (path.win32, the path module on Windows): a sibling on the same drive is not inside', () => {
+    const w = path.win32;
+    // path.win32.relative writes '..\\etc' here, which must read as climbing out.
+    expect(isWithin('C:\\etc', 'C:\\ws', w)).toBe(false);
+    expect(isWithin('C:\\ws\\.codex', 'C:\\ws\\.git', w)).toBe(false);
+    expect(isWithin('D:\\ws\\a', 'C:\\ws', w)).toBe(false);
+    // Positive controls: below, equal, another spelling of the same drive and case.
+    expect(isWithin('C:\\ws\\a\\b', 'C:\\ws', w)).toBe(true);
+    expect(isWithin('C:\\ws', 'C:\\ws', w)).toBe(true);
+    expect(isWithin('c:\\WS\\a', 'C:\\ws', w)).toBe(true);
+    expect(isWithin('C:\\ws\\..cache', 'C:\\ws', w)).toBe(true);
+  });
+
   it('agrees with path.relative on 200000 random pairs, normalised or not', () => {
     const parts = ['a', 'b', 'ab', '..', '.', '...', '..a', 'a..', '', 'x y', 'é'];
     let seed = 42;
