@@ -33,7 +33,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { SandboxError } from '../errors';
-import { isWithin } from '../permissions/canonical';
+import { isWithin } from '../paths';
 import { parsePermissionProfile } from '../permissions/profile';
 import { fileUriToPath, flavorOf, pathToFileUri } from '../permissions/uri';
 import type { FileSystemSandboxContext, PreparedExecRequest } from '../prepare';

@@ -22,15 +22,11 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 
 import { SandboxError } from '../errors';
+import { isWithin } from '../paths';
 import type { SpawnNetworkOptions } from '../backend';
 import type { ResolvedRules } from '../rules';
 import { InterceptionCa } from './mitm';
 import { ManagedProxy } from './proxy';
-
-function inside(p: string, root: string): boolean {
-  if (root === '/') return true;
-  return p === root || p.startsWith(root.endsWith('/') ? root : `${root}/`);
-}
 
 function caError(message: string, detail: Record<string, unknown>): SandboxError {
   return new SandboxError('EPROXY_CONFIG', message, { detail });
@@ -50,9 +46,9 @@ export function checkCaDirForRules(caDir: string, rules: ResolvedRules, platform
     throw caError(`the interception CA directory ${caDir} does not exist (was the CA disposed?)`, { caDir, conflict: 'missing' });
   }
   for (const w of rules.writeRoots) {
-    if (inside(dir, w) || inside(w, dir)) {
+    if (isWithin(dir, w) || isWithin(w, dir)) {
       throw caError(
-        `the interception CA directory ${dir} is ${inside(dir, w) ? 'inside' : 'around'} the writable root ${w}: the sandbox could replace the certificate it trusts; ${FIX}`,
+        `the interception CA directory ${dir} is ${isWithin(dir, w) ? 'inside' : 'around'} the writable root ${w}: the sandbox could replace the certificate it trusts; ${FIX}`,
         { caDir: dir, conflict: 'writable', root: w },
       );
     }
@@ -93,18 +89,18 @@ export function checkCaDirForRules(caDir: string, rules: ResolvedRules, platform
   }
   if (platform === 'linux') {
     for (const t of ['/tmp', '/dev/shm']) {
-      if (!inside(dir, t)) continue;
+      if (!isWithin(dir, t)) continue;
       if (t === '/tmp' && rules.tmp === 'none') continue;
       const why = t === '/tmp' && rules.tmp === 'host' ? 'writable by the sandbox (tmp: host)' : 'private inside the sandbox (isolated mode mounts its own)';
       throw caError(`the interception CA directory ${dir} is under ${t}, which is ${why}; ${FIX}`, { caDir: dir, conflict: t === '/tmp' && rules.tmp === 'host' ? 'writable' : 'private-tmp', root: t });
     }
   }
   for (const d of rules.denyRead) {
-    if (inside(dir, d) || inside(d, dir)) {
-      throw caError(`the interception CA directory ${dir} is ${inside(dir, d) ? 'under' : 'around'} the deny-read path ${d}, so the sandbox could not read it; ${FIX}`, { caDir: dir, conflict: 'unreadable', root: d });
+    if (isWithin(dir, d) || isWithin(d, dir)) {
+      throw caError(`the interception CA directory ${dir} is ${isWithin(dir, d) ? 'under' : 'around'} the deny-read path ${d}, so the sandbox could not read it; ${FIX}`, { caDir: dir, conflict: 'unreadable', root: d });
     }
   }
-  if (rules.readAll || rules.readRoots.some((r) => inside(dir, r))) return rules;
+  if (rules.readAll || rules.readRoots.some((r) => isWithin(dir, r))) return rules;
   return { ...rules, readRoots: [...rules.readRoots, dir] };
 }
 

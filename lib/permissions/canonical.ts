@@ -40,27 +40,6 @@ export function canonicalizeMaybeMissing(p: string): string {
   }
 }
 
-/** An absolute path with no empty, `.` or `..` component and no trailing slash (but `/`). */
-const NORMALISED = /^\/(?:(?!\.\.?(?:\/|$))[^/]+(?:\/(?!\.\.?(?:\/|$))[^/]+)*)?$/;
-
-/** True when `child` equals `parent` or lies below it (both absolute, normalised). */
-export function isWithin(child: string, parent: string): boolean {
-  if (child === parent) return true;
-  // The planner calls this for every pair of rules, per spawn: compare strings where both are
-  // normalised already (path.relative resolves both on every call), else fall back to it.
-  if (NORMALISED.test(child) && NORMALISED.test(parent)) {
-    return parent === '/' || (child.startsWith(parent) && child.charCodeAt(parent.length) === 47 /* '/' */);
-  }
-  // A name that merely begins with dots ('..cache') is inside: only '..' itself climbs out.
-  const rel = path.relative(parent, child);
-  return rel !== '' && rel !== '..' && !rel.startsWith('../') && !path.isAbsolute(rel);
-}
-
-/** True when `child` lies strictly below `parent`. */
-export function isStrictlyWithin(child: string, parent: string): boolean {
-  return child !== parent && isWithin(child, parent);
-}
-
 export function lstatOrNull(p: string): fs.Stats | null {
   try {
     // A missing path is the common answer: no exception for it (~4 us each, many per spawn).

@@ -5,7 +5,8 @@
  */
 import * as path from 'node:path';
 import type { NetworkRule } from '../rules';
-import { isWithin, lstatOrNull, realpathOrNull } from './canonical';
+import { isWithin } from '../paths';
+import { lstatOrNull, realpathOrNull } from './canonical';
 import { expandGlob, type GlobLimits } from './glob';
 import { protectedMetadataFor, type Access, type GitProtection, type ProtectPreset, type ResolverEntry, type ResolverInput } from './resolve';
 import { fileUriToPath, FileUriError, looksLikeUri, pathToFileUri, type PathFlavor } from './uri';

@@ -31,10 +31,9 @@ import { SandboxError } from '../errors';
 import type { NetworkRule, ProtectPreset, ResolvedRules } from '../rules';
 import type { ResourceLimits, SandboxMode, TmpMode } from '../policy-types';
 import { cachedWalk } from './walk-cache';
+import { isStrictlyWithin, isWithin } from '../paths';
 import {
   canonicalizeMaybeMissing,
-  isStrictlyWithin,
-  isWithin,
   lstatOrNull,
   readTextOrNull,
   realpathOrNull,

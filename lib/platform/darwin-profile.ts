@@ -24,6 +24,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { SandboxError } from '../errors';
+import { isWithin } from '../paths';
 import type { ResolvedRules } from '../rules';
 import { STARTUP_DIRS, STARTUP_FILES } from '../permissions/resolve';
 import { readSbpl, referencedParams, type SbplNode } from './darwin-sbpl';
@@ -117,6 +118,14 @@ const TOP_LEVEL_ALIASES: ReadonlyArray<readonly [string, string]> = [
   ['/etc', '/private/etc'],
 ];
 
+/** `s` (a path or a glob) with a leading /tmp, /var or /etc component spelled as its /private target. */
+function unaliased(s: string): string {
+  for (const [alias, target] of TOP_LEVEL_ALIASES) {
+    if (s === alias || s.startsWith(alias + '/')) return target + s.slice(alias.length);
+  }
+  return s;
+}
+
 function invalidPath(p: string, why: string): SandboxError {
   return new SandboxError('EINVALID_POLICY', `Seatbelt: path ${JSON.stringify(p)} ${why}`, {
     detail: { path: p },
@@ -134,17 +143,9 @@ export function normaliseDarwinPath(p: string): string {
   const parts = p.split('/').filter((c) => c !== '');
   if (parts.some((c) => c === '.' || c === '..')) throw invalidPath(p, 'contains . or .. components');
   const s = '/' + parts.join('/');
-  for (const [alias, target] of TOP_LEVEL_ALIASES) {
-    if (s === alias || s.startsWith(alias + '/')) return target + s.slice(alias.length);
-  }
-  return s;
+  return unaliased(s);
 }
 
-/** true when `child` is `parent` or lies below it. */
-export function isWithin(child: string, parent: string): boolean {
-  if (parent === '/') return true;
-  return child === parent || child.startsWith(parent + '/');
-}
 
 function uniq(paths: string[]): string[] {
   return [...new Set(paths)];
@@ -366,10 +367,7 @@ function normaliseGlob(glob: string): string {
   if (!glob.startsWith('/')) throw invalidPath(glob, 'is not an absolute glob');
   let s = glob.replace(/\/{2,}/g, '/');
   if (s.length > 1) s = s.replace(/\/+$/, '');
-  for (const [alias, target] of TOP_LEVEL_ALIASES) {
-    if (s === alias || s.startsWith(alias + '/')) return target + s.slice(alias.length);
-  }
-  return s;
+  return unaliased(s);
 }
 
 /**

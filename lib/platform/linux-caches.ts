@@ -17,7 +17,8 @@ import * as path from 'node:path';
 import { SandboxError } from '../errors';
 import type { LinuxMountOp } from '../native';
 import type { CachesMode } from '../policy-types';
-import { isStrictlyWithin, isWithin, realpathOrNull } from '../permissions/canonical';
+import { isStrictlyWithin, isWithin } from '../paths';
+import { realpathOrNull } from '../permissions/canonical';
 import type { ResolvedRules } from '../rules';
 
 /** Mirrors MountKind in linux-plan.ts (native/linux/spawn_linux.h MountOpKind). */

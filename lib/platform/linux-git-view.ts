@@ -12,19 +12,12 @@ import fs from 'node:fs';
 import path from 'node:path';
 
 import type { LinuxMountOp } from '../native';
+import { isWithin } from '../paths';
+import { lstatOrNull } from '../permissions/canonical';
 
 /** A view larger than this is not made (the native step writes it into a 1 MiB tmpfs). */
 const MAX_VIEW_BYTES = 512 * 1024;
 
-const isUnder = (p: string, root: string): boolean => p === root || p.startsWith(root === '/' ? '/' : `${root}/`);
-
-function lstatOrNull(p: string): fs.Stats | null {
-  try {
-    return fs.lstatSync(p);
-  } catch {
-    return null;
-  }
-}
 
 function readOrNull(p: string): string | null {
   try {
@@ -85,7 +78,7 @@ export function gitExcludeViews(ghosts: string[], denyRead: string[], viewKind: 
   }
   const ops: LinuxMountOp[] = [];
   for (const [exclude, lines] of byExclude) {
-    if (!lstatOrNull(exclude)?.isFile() || denyRead.some((d) => isUnder(exclude, d))) continue;
+    if (!lstatOrNull(exclude)?.isFile() || denyRead.some((d) => isWithin(exclude, d))) continue;
     const own = readOrNull(exclude);
     if (own === null || own.includes('\0')) continue;
     const data =

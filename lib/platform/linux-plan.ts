@@ -8,6 +8,8 @@ import * as path from 'node:path';
 import type { EnforcementReport } from '../backend';
 import { SandboxError } from '../errors';
 import type { LinuxMountOp, LinuxNativePlan, LinuxProbe } from '../native';
+import { isWithin } from '../paths';
+import { lstatOrNull } from '../permissions/canonical';
 import { cachedWalk } from '../permissions/walk-cache';
 import type { ResolvedRules } from '../rules';
 import { apparmorConfinedHint, apparmorConfinement, apparmorHint, apparmorRestrictsUserns } from './linux-apparmor';
@@ -181,17 +183,6 @@ function realpathOrNull(p: string): string | null {
   }
 }
 
-const isUnder = (p: string, root: string): boolean =>
-  p === root || p.startsWith(root.endsWith('/') ? root : root + '/');
-
-function lstatOrNull(p: string): fs.Stats | null {
-  try {
-    // A missing path is the common answer: no exception for it (~4 us each, many per spawn).
-    return fs.lstatSync(p, { throwIfNoEntry: false }) ?? null;
-  } catch {
-    return null;
-  }
-}
 
 /** Gaps Landlock mode always has (DESIGN.md: refused unless degraded). */
 export const LANDLOCK_INHERENT_GAPS = [
@@ -549,9 +540,9 @@ export function carveDenied(rules: LandlockRule[], deny: string[], nestedRoots: 
     const real = realpathOrNull(r.path) ?? r.path;
     // Inside a denied path: dropped, unless it is the user's own root nested there, which is
     // then carved like any other (a deny-read path can lie inside it in turn).
-    const over = deny.find((d) => isUnder(real, d));
+    const over = deny.find((d) => isWithin(real, d));
     if (over !== undefined && (real === over || !nestedRoots.has(real))) continue;
-    const inside = deny.filter((d) => d !== real && isUnder(d, real));
+    const inside = deny.filter((d) => d !== real && isWithin(d, real));
     if (inside.length === 0 || !lstatOrNull(real)?.isDirectory()) {
       out.push(r);
       continue;
@@ -594,12 +585,12 @@ function tmpShield(input: LinuxPlanInput, grants: LandlockRule[]): { dir: string
   if (input.mode !== 'landlock' || !tmp) return null;
   const own = realpathOrNull(tmp) ?? tmp;
   const parent = path.dirname(own);
-  const exposed = grants.some((r) => (r.access === 'read' || r.access === 'write') && isUnder(parent, realpathOrNull(r.path) ?? r.path));
+  const exposed = grants.some((r) => (r.access === 'read' || r.access === 'write') && isWithin(parent, realpathOrNull(r.path) ?? r.path));
   if (!exposed) return null;
   if (!path.basename(parent).startsWith(TMP_PARENT_PREFIX)) {
     return { gap: `it was made in ${parent}, not in a directory of this user's own (which could not be made or was not trusted)` };
   }
-  const w = input.rules.writeRoots.find((r) => isUnder(parent, r));
+  const w = input.rules.writeRoots.find((r) => isWithin(parent, r));
   return w === undefined ? { dir: parent, own } : { gap: `their directory ${parent} lies in the writable root ${w}` };
 }
 
@@ -628,8 +619,8 @@ export function planMounts(input: LinuxPlanInput): MountPlan {
     const exposures: string[] = [];
     const candidates = [...rules.writeRoots, cwd, ...(rules.readAll ? [] : rules.readRoots)];
     for (const p of [...new Set(candidates)].sort()) {
-      if (p === '/tmp' || !isUnder(p, '/tmp')) continue;
-      if (exposures.some((e) => isUnder(p, e))) continue;
+      if (p === '/tmp' || !isWithin(p, '/tmp')) continue;
+      if (exposures.some((e) => isWithin(p, e))) continue;
       exposures.push(p);
     }
     exposures.forEach((p, slot) => mounts.push({ kind: MountKind.TmpClone, path: p, arg: slot }));
@@ -658,7 +649,7 @@ export function planMounts(input: LinuxPlanInput): MountPlan {
   // Read-only areas applied so far (a symlinked carve-out counts as its target).
   const readOnlyAreas: string[] = [];
   const alreadyReadOnly = (p: string): boolean =>
-    readOnlyAreas.some((ro) => isUnder(p, ro) && !writeRoots.some((w) => isUnder(p, w) && w !== ro && isUnder(w, ro)));
+    readOnlyAreas.some((ro) => isWithin(p, ro) && !writeRoots.some((w) => isWithin(p, w) && w !== ro && isWithin(w, ro)));
   type Step = { path: string; write: boolean };
   const steps: Step[] = [
     ...writeRoots.map((w) => ({ path: w, write: true })),
@@ -688,7 +679,7 @@ export function planMounts(input: LinuxPlanInput): MountPlan {
       if (lstatOrNull(step.path)) mounts.push({ kind: MountKind.BindRw, path: step.path });
       continue;
     }
-    const root = writeRoots.filter((w) => isUnder(step.path, w)).sort((a, b) => b.length - a.length)[0];
+    const root = writeRoots.filter((w) => isWithin(step.path, w)).sort((a, b) => b.length - a.length)[0];
     if (!root || step.path === root) continue;
     let p = step.path;
     let st = lstatOrNull(p);
@@ -718,7 +709,7 @@ export function planMounts(input: LinuxPlanInput): MountPlan {
     // Under a read-only area with no writable root in between, a missing path cannot be created
     // (and an existing one is read-only already): nothing to do.
     if (!st && alreadyReadOnly(p)) continue;
-    for (let dir = path.dirname(p); dir !== root && isUnder(dir, root); dir = path.dirname(dir)) {
+    for (let dir = path.dirname(p); dir !== root && isWithin(dir, root); dir = path.dirname(dir)) {
       if (pinned.has(dir)) continue;
       pinned.add(dir);
       mounts.push({ kind: MountKind.Pin, path: dir, arg: VANISH_OK });
@@ -758,7 +749,7 @@ export function planMounts(input: LinuxPlanInput): MountPlan {
     if (!st) {
       // Missing at start: inside a writable root it could be created and then read, so an empty
       // placeholder holds the name under an unreadable mask for the run (removed afterwards).
-      const inWritable = writeRoots.some((w) => isUnder(d, w) && d !== w);
+      const inWritable = writeRoots.some((w) => isWithin(d, w) && d !== w);
       if (inWritable && alreadyReadOnly(d)) continue; // uncreatable there: nothing to hold
       if (inWritable && lstatOrNull(path.dirname(d))?.isDirectory()) {
         mounts.push({ kind: MountKind.GhostDir, path: d });
@@ -770,7 +761,7 @@ export function planMounts(input: LinuxPlanInput): MountPlan {
       }
       continue;
     }
-    const nested = st.isDirectory() ? writeRoots.filter((w) => w !== d && isUnder(w, d)) : [];
+    const nested = st.isDirectory() ? writeRoots.filter((w) => w !== d && isWithin(w, d)) : [];
     if (nested.length === 0) {
       mounts.push({ kind: st.isDirectory() ? MountKind.MaskDir : MountKind.MaskFile, path: d });
       continue;
@@ -799,10 +790,10 @@ export function planMounts(input: LinuxPlanInput): MountPlan {
   // Isolated mode builds its own /dev, which would silently cover a writable root there. The
   // host's /dev/shm (or a directory in it) asked for as a writable root is carried over onto the
   // new /dev/shm, like the /tmp exposures; any other /dev path cannot be, and is refused.
-  const devRoots = writeRoots.filter((w) => isUnder(w, '/dev') && lstatOrNull(w));
+  const devRoots = writeRoots.filter((w) => isWithin(w, '/dev') && lstatOrNull(w));
   const shmSlots: Array<{ path: string; slot: number }> = [];
   for (const w of devRoots) {
-    if (!isUnder(w, '/dev/shm')) {
+    if (!isWithin(w, '/dev/shm')) {
       throw new SandboxError(
         'EUNSUPPORTED_POLICY',
         `the writable root ${w} is in /dev, which isolated mode replaces with its own minimal /dev; only /dev/shm ` +
@@ -810,7 +801,7 @@ export function planMounts(input: LinuxPlanInput): MountPlan {
         { detail: { path: w } },
       );
     }
-    if (shmSlots.some((e) => isUnder(w, e.path))) continue;
+    if (shmSlots.some((e) => isWithin(w, e.path))) continue;
     const slot = tmpSlots++;
     mounts.push({ kind: MountKind.TmpClone, path: w, arg: slot });
     shmSlots.push({ path: w, slot });
@@ -970,7 +961,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     // The temp dir's entries, carved for the shield alone (no deny-read path of the policy's
     // there): a prepared sandbox may hold an older set of them (linux-spare.ts planKey).
     const tmpHome = shieldDir && carve ? path.dirname(shieldDir.dir) : undefined;
-    if (tmpHome && !rules.denyRead.some((d) => isUnder(d, tmpHome))) {
+    if (tmpHome && !rules.denyRead.some((d) => isWithin(d, tmpHome))) {
       for (const r of native.landlock.rules) if (r.exact && r.access === 'read' && path.dirname(r.path) === tmpHome) r.volatile = true;
     }
     if (net === 'proxy' && !supervised) native.landlock.connectPorts = [input.proxyPort!];
@@ -1030,7 +1021,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
   // The supervisor is not confined by the command's Landlock domain: a deny-read path inside a
   // writable root is one more carve-out to it (never created, opened for writing, which could
   // also read it, renamed, linked or removed), or it would undo the deny-read carving below.
-  const deniedInWritable = rules.denyRead.filter((d) => rules.writeRoots.some((w) => isUnder(d, w)));
+  const deniedInWritable = rules.denyRead.filter((d) => rules.writeRoots.some((w) => isWithin(d, w)));
   // Before Landlock ABI 3 truncation is not a Landlock right: the same supervisor then carries
   // out truncate(2) and O_TRUNC opens too (only inside the writable roots), carve-outs or not.
   const pathsSupervised = metadataSupervised && mode === 'landlock' && (rules.readOnly.length > 0 || abi < 3);
@@ -1059,7 +1050,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     }
     // The supervisor opens procfs objects itself (Landlock's ptrace rule would refuse the
     // command's own /proc/self/maps to any other domain), relying on /proc being readable.
-    const deniedProc = rules.denyRead.filter((d) => isUnder(d, '/proc'));
+    const deniedProc = rules.denyRead.filter((d) => isWithin(d, '/proc'));
     if (deniedProc.length > 0) {
       throw new SandboxError(
         'EUNSUPPORTED_POLICY',
@@ -1135,7 +1126,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       gaps.push(carveGap);
       denyPartial = true;
     } else if (carve && !listSupervised) {
-      const dirs = rules.denyRead.filter((d) => lstatOrNull(d)?.isDirectory() && carve!.chainDirs.some((c) => isUnder(d, c)));
+      const dirs = rules.denyRead.filter((d) => lstatOrNull(d)?.isDirectory() && carve!.chainDirs.some((c) => isWithin(d, c)));
       if (dirs.length > 0) {
         gaps.push(
           `the names inside deny-read directories can be listed (not read): ${dirs.join(', ')} (Landlock's list right on the ` +
@@ -1173,7 +1164,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       );
     }
     if (!procPrivate) gaps.push('host processes stay visible in /proc (command lines, not memory or environment)');
-    if (rules.writeRoots.some((w) => isUnder('/proc', w))) {
+    if (rules.writeRoots.some((w) => isWithin('/proc', w))) {
       // Landlock then allows writing the host's /proc files, e.g. raising the host's (and init's)
       // oom_score_adj so that the OOM killer picks the host.
       gaps.push("a writable root covers /proc: the host's own /proc files (oom_score_adj among them) are writable");
@@ -1276,7 +1267,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
             platformReads: [
               ...platformReads(mode),
               ...(mode === 'landlock' ? DEVICE_READS : []),
-              ...(rules.readRoots.some((r) => isUnder(input.file, r)) ? [] : [input.file]),
+              ...(rules.readRoots.some((r) => isWithin(input.file, r)) ? [] : [input.file]),
             ],
           }),
       network: net === 'proxy' ? `proxy only (127.0.0.1:${input.proxyPort}${isolated ? ' inside the namespace' : ''})` : net,

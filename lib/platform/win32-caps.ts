@@ -9,6 +9,7 @@ import * as crypto from 'node:crypto';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import { winKey } from '../paths';
 
 interface CapFile {
   version: 1;
@@ -57,7 +58,7 @@ export class CapabilityStore {
     const data = this.load();
     let dirty = false;
     const out = roots.map((root) => {
-      const key = root.replace(/\//g, '\\').replace(/\\+$/, '').toLowerCase();
+      const key = winKey(root);
       let sid = data.roots[key];
       if (typeof sid !== 'string' || !SID_RE.test(sid)) {
         sid = randomCapabilitySid();

@@ -8,6 +8,7 @@ import * as path from 'node:path';
 import { SandboxError } from '../errors';
 import type { EnforcementReport, Guarantee } from '../backend';
 import { unsandboxedReport as unsandboxedReportFor } from '../backend';
+import { isWithinWin32, winKey } from '../paths';
 import type { ResolvedRules } from '../rules';
 
 export type WindowsSandboxLevel = 'disabled' | 'restricted-token' | 'elevated' | 'mxc';
@@ -123,22 +124,11 @@ export function placeholderType(p: string): 'dir' | 'file' {
 function ancestorsBelow(root: string, inner: string): string[] {
   const out: string[] = [];
   let cur = path.win32.dirname(inner);
-  while (winKey(cur) !== winKey(root) && isWithin(root, cur) && cur !== path.win32.dirname(cur)) {
+  while (winKey(cur) !== winKey(root) && isWithinWin32(cur, root) && cur !== path.win32.dirname(cur)) {
     out.push(cur);
     cur = path.win32.dirname(cur);
   }
   return out;
-}
-
-function winKey(p: string): string {
-  return p.replace(/\//g, '\\').replace(/\\+$/, '').toLowerCase();
-}
-
-/** `inner` equals `root` or lies below it (Windows paths, case-insensitive). */
-export function isWithin(root: string, inner: string): boolean {
-  const r = winKey(root);
-  const i = winKey(inner);
-  return i === r || i.startsWith(r.endsWith('\\') ? r : r + '\\');
 }
 
 export function planWindowsSandbox(rules: ResolvedRules, ctx: PlanContext): WindowsPlan {
@@ -226,7 +216,7 @@ export function planWindowsSandbox(rules: ResolvedRules, ctx: PlanContext): Wind
   for (const r of writeRoots) addTo(denyDelete, r, r);
   const linkGaps: string[] = [];
   for (const p of rules.readOnly) {
-    const roots = writeRoots.filter((r) => isWithin(r, p) && winKey(r) !== winKey(p));
+    const roots = writeRoots.filter((r) => isWithinWin32(p, r) && winKey(r) !== winKey(p));
     if (roots.length === 0) continue; // not under a writable root: already read-only
     let target = p;
     if (ctx.exists(p)) {

@@ -14,6 +14,8 @@ import * as path from 'node:path';
 import { isIP } from 'node:net';
 import { SandboxError } from '../errors';
 import { patternProblem } from '../network/matcher';
+import { isWithin } from '../paths';
+import { lstatOrNull } from '../permissions/canonical';
 import type { SandboxPolicy } from '../policy-types';
 
 /** `denyRead` / `allowRead` / `allowWrite` / `denyWrite` entry: a spelling, or a path marked literal. */
@@ -311,13 +313,6 @@ function real(p: string): string {
   }
 }
 
-function lstatOrNull(p: string): fs.Stats | null {
-  try {
-    return fs.lstatSync(p);
-  } catch {
-    return null;
-  }
-}
 
 function entryPath(e: FilesystemPathEntry): { path: string; literal: boolean } {
   return typeof e === 'string' ? { path: e, literal: false } : { path: e.path, literal: true };
@@ -436,7 +431,6 @@ export function toPolicy(cfg: SandboxRuntimeConfig, cwd: string): MappedConfig {
     if (fs.existsSync(abs)) write.push(real(abs));
   }
   const protect: string[] = [];
-  const under = (p: string, d: string) => p === d || p.startsWith(d === '/' ? '/' : `${d}/`);
   const denies: string[] = [];
   for (const e of f.denyWrite) {
     const { path: p0, literal } = entryPath(e);
@@ -446,11 +440,11 @@ export function toPolicy(cfg: SandboxRuntimeConfig, cwd: string): MappedConfig {
   }
   // denyWrite wins over allowWrite (srt): a writable root at or below a denied path is dropped,
   // and a denied path inside a remaining root is kept read-only there.
-  const kept = write.filter((w) => !denies.some((d) => under(w, d)));
+  const kept = write.filter((w) => !denies.some((d) => isWithin(w, d)));
   write.splice(0, write.length, ...kept);
   for (const d of denies) {
     // A deny outside every writable root is already read-only.
-    if (write.some((w) => under(d, w))) protect.push(d);
+    if (write.some((w) => isWithin(d, w))) protect.push(d);
   }
   const denyRead: string[] = [];
   for (const e of [...f.denyRead, ...(cfg.credentials?.files ?? []).map((c) => credFile(c))]) {
@@ -479,7 +473,6 @@ export function toPolicy(cfg: SandboxRuntimeConfig, cwd: string): MappedConfig {
   // but the ones on the way to a re-opened path (or a writable root), level by level. This is a
   // snapshot taken when the command starts, as srt's own glob expansion is: what appears in the
   // denied directory afterwards is not hidden (docs/srt.md).
-  const within = (p: string, d: string) => p === d || p.startsWith(d === '/' ? '/' : `${d}/`);
   const deniedEffective: string[] = [];
   let carved = 0;
   const carve = (dir: string, keep: string[]): string[] => {
@@ -496,7 +489,7 @@ export function toPolicy(cfg: SandboxRuntimeConfig, cwd: string): MappedConfig {
     const out: string[] = [];
     for (const name of names) {
       const child = path.join(dir, name);
-      const inner = keep.filter((k) => within(k, child));
+      const inner = keep.filter((k) => isWithin(k, child));
       if (inner.length === 0) out.push(child);
       else out.push(...carve(child, inner));
     }
@@ -505,12 +498,12 @@ export function toPolicy(cfg: SandboxRuntimeConfig, cwd: string): MappedConfig {
     return out;
   };
   for (const d of denyRead) {
-    const reopened = allowRead.filter((a) => within(a, d));
+    const reopened = allowRead.filter((a) => isWithin(a, d));
     if (reopened.length === 0) {
       deniedEffective.push(d);
       continue;
     }
-    deniedEffective.push(...carve(d, [...reopened, ...write.filter((w) => within(w, d))]));
+    deniedEffective.push(...carve(d, [...reopened, ...write.filter((w) => isWithin(w, d))]));
   }
   // A more specific deny inside a re-opened path stays denied: it is its own entry above.
   const filesystem: NonNullable<SandboxPolicy['filesystem']> = {

@@ -29,6 +29,7 @@
 #include "task_access.h"
 #include "dir_watch.h"
 #include "landlock.h"
+#include "proc_fields.h"
 #include "pty_linux.h"
 #include "relay.h"
 #include "seccomp.h"
@@ -693,16 +694,9 @@ SpareRecord* SpareArg(const Napi::CallbackInfo& info) {
 // The host's umask, without changing it (umask(2) can only set it: another thread could create a
 // file in between). -1 when it cannot be read.
 int ReadUmask() {
-  int fd = open("/proc/thread-self/status", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
   char buf[2048];
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0) return -1;
-  buf[n] = 0;
-  const char* u = strstr(buf, "\nUmask:");
-  if (u == nullptr) return -1;
-  return static_cast<int>(strtol(u + 8, nullptr, 8));
+  if (!procfs::ReadSmall("/proc/thread-self/status", buf, sizeof buf)) return -1;
+  return static_cast<int>(procfs::KeyNumber(buf, "Umask", 8, -1));
 }
 
 // native.spawnSpare(spare, { file, argv, envp, cwd, stdio, ptyCols?, ptyRows? }, onExit): the

@@ -13,6 +13,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "proc_fields.h"
 #include "syscall_numbers.h"
 
 namespace psb {
@@ -87,17 +88,10 @@ inline bool IdValid(int listener, uint64_t id) { return ioctl(listener, kNotifId
 // The thread group of task `tid` (before PIDFD_THREAD, a pidfd names a whole process; its fd
 // table is the one the thread uses). 0 when unknown.
 inline uint32_t ThreadGroup(uint32_t tid) {
-  char path[64];
+  char path[64], buf[1024];
   snprintf(path, sizeof path, "/proc/%u/status", tid);
-  int f = open(path, O_RDONLY | O_CLOEXEC);
-  if (f < 0) return 0;
-  char buf[1024];
-  ssize_t n = read(f, buf, sizeof buf - 1);
-  close(f);
-  if (n <= 0) return 0;
-  buf[n] = 0;
-  const char* t = strstr(buf, "\nTgid:");
-  return t == nullptr ? 0 : static_cast<uint32_t>(strtoul(t + 6, nullptr, 10));
+  if (!procfs::ReadSmall(path, buf, sizeof buf)) return 0;
+  return static_cast<uint32_t>(procfs::KeyNumber(buf, "Tgid", 10, 0));
 }
 
 // The pidfds a supervisor's thread opened for its command's threads, kept for the next calls:

@@ -10,6 +10,7 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 
+#include "proc_fields.h"
 #include "task_access.h"
 
 namespace psb {
@@ -122,9 +123,9 @@ thread_local StatusFiles status_files;
 int Umask(uint32_t tid) {
   char buf[512];  // "Umask:" is the second line
   if (status_files.Read(tid, buf, sizeof buf) <= 0) return -EACCES;
-  const char* u = strstr(buf, "\nUmask:");
-  if (u == nullptr) return -EACCES;
-  return static_cast<int>(strtoul(u + 7, nullptr, 8) & 0777);
+  const long u = procfs::KeyNumber(buf, "Umask", 8, -1);
+  if (u < 0) return -EACCES;
+  return static_cast<int>(u & 0777);
 }
 
 EffectiveCapsCleared::EffectiveCapsCleared() {

@@ -28,6 +28,7 @@
 #include <string>
 
 #include "../js_error.h"
+#include "proc_fields.h"
 #include "syscall_numbers.h"
 
 #ifndef __NR_pidfd_send_signal
@@ -44,23 +45,10 @@ namespace {
   ThrowSandboxError(env, Status::Sys(ErrorCode::kESPAWN, std::string("could not take over the wrapped line's stdio: ") + op + " failed", op, err));
 }
 
-// The parent pid of pid from /proc/<pid>/stat (after the command name, which may hold anything
-// but the last ')'), or -1.
+// The parent pid of pid from /proc/<pid>/stat, or -1.
 long ParentOf(int pid) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%d/stat", pid);
-  const int f = open(path, O_RDONLY | O_CLOEXEC);
-  if (f < 0) return -1;
-  char buf[1024];
-  const ssize_t len = read(f, buf, sizeof buf - 1);
-  close(f);
-  if (len <= 0) return -1;
-  buf[len] = 0;
-  const char* p = strrchr(buf, ')');
-  char state = 0;
-  long ppid = -1;
-  if (p == nullptr || sscanf(p + 1, " %c %ld", &state, &ppid) != 2) return -1;
-  return ppid;
+  procfs::StatFields st;
+  return procfs::ReadStat(pid, &st) >= 2 ? st.ppid : -1;
 }
 
 Napi::Value AdoptChildStdio(const Napi::CallbackInfo& info) {

@@ -67,6 +67,7 @@
 #include <vector>
 
 #include "notify_abi.h"
+#include "proc_fields.h"
 #include "task_access.h"
 
 namespace psb {
@@ -172,21 +173,18 @@ struct ConnectClass {
 
 namespace {
 
+// The fd's flags (/proc/<tid>/fdinfo/<fd>), or -1.
+long ChildFdFlags(uint32_t tid, int fd) {
+  char path[64], buf[256];
+  snprintf(path, sizeof path, "/proc/%u/fdinfo/%d", tid, fd);
+  if (!procfs::ReadSmall(path, buf, sizeof buf)) return -1;
+  return procfs::KeyNumber(buf, "flags", 8, -1);
+}
+
 // Whether the command's fd `fd` is close-on-exec (from /proc/<tid>/fdinfo; false if unknown).
 bool ChildFdCloexec(uint32_t tid, int fd) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%u/fdinfo/%d", tid, fd);
-  int f = open(path, O_RDONLY | O_CLOEXEC);
-  if (f < 0) return false;
-  char buf[256];
-  ssize_t n = read(f, buf, sizeof buf - 1);
-  close(f);
-  if (n <= 0) return false;
-  buf[n] = 0;
-  const char* flags = strstr(buf, "flags:");
-  if (flags == nullptr) return false;
-  unsigned long v = strtoul(flags + 6, nullptr, 8);
-  return (v & O_CLOEXEC) != 0;
+  const long v = ChildFdFlags(tid, fd);
+  return v >= 0 && (v & O_CLOEXEC) != 0;
 }
 
 // Options a client commonly sets before connect(); the replacement socket carries them over.
@@ -234,21 +232,6 @@ bool SocketFactsFromDup(int pidfd, uint32_t tid, int child_fd, SocketFacts* f) {
   const int fl = fcntl(copy, F_GETFL);
   f->nonblocking = fl >= 0 && (fl & O_NONBLOCK) != 0;
   return true;
-}
-
-// The fd's flags (/proc/<tid>/fdinfo/<fd>), or -1.
-long ChildFdFlags(uint32_t tid, int fd) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%u/fdinfo/%d", tid, fd);
-  int f = open(path, O_RDONLY | O_CLOEXEC);
-  if (f < 0) return -1;
-  char buf[256];
-  ssize_t n = read(f, buf, sizeof buf - 1);
-  close(f);
-  if (n <= 0) return -1;
-  buf[n] = 0;
-  const char* flags = strstr(buf, "flags:");
-  return flags == nullptr ? -1 : static_cast<long>(strtoul(flags + 6, nullptr, 8));
 }
 
 // The TCP state of the IPv4 socket with sockfs inode `ino` in task tid's network namespace: the

@@ -94,6 +94,7 @@
 
 #include "answer_later.h"
 #include "notify_args.h"
+#include "proc_fields.h"
 #include "supervisor_profile.h"
 #include "task_access.h"
 
@@ -326,22 +327,8 @@ int MayRemove(const PathRules& r, const Name& n) {
 
 // The command's controlling terminal's device number (0: none), from /proc/<tid>/stat.
 dev_t ControllingTty(uint32_t tid) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%u/stat", tid);
-  Fd f(open(path, O_RDONLY | O_CLOEXEC));
-  if (f.fd < 0) return 0;
-  char buf[1024];
-  ssize_t len = read(f.fd, buf, sizeof buf - 1);
-  if (len <= 0) return 0;
-  buf[len] = 0;
-  const char* p = strrchr(buf, ')');  // the command name may hold anything but this
-  if (p == nullptr) return 0;
-  // Fields after the name: state ppid pgrp session tty_nr.
-  unsigned long tty = 0;
-  char state = 0;
-  int ppid = 0, pgrp = 0, session = 0;
-  if (sscanf(p + 1, " %c %d %d %d %lu", &state, &ppid, &pgrp, &session, &tty) != 5) return 0;
-  return static_cast<dev_t>(tty);
+  procfs::StatFields st;
+  return procfs::ReadStat(tid, &st) == 5 ? static_cast<dev_t>(st.tty_nr) : 0;
 }
 
 // The terminal the command was spawned with that has these numbers (dev 0, ino 0: any with that

@@ -55,6 +55,7 @@
 #include "supervise_signals.h"
 
 #include "notify_args.h"
+#include "proc_fields.h"
 #include "task_access.h"
 
 #include <dirent.h>
@@ -117,29 +118,12 @@ long SendAs(int pidfd, int sig, siginfo_t* info, unsigned flags) {
   return PidfdSend(pidfd, sig, info, flags);
 }
 
-// Reads a whole small /proc file; false when it cannot be read (the task is gone).
-bool ReadSmall(const char* path, char* buf, size_t size) {
-  int f = open(path, O_RDONLY | O_CLOEXEC);
-  if (f < 0) return false;
-  ssize_t n = read(f, buf, size - 1);
-  close(f);
-  if (n <= 0) return false;
-  buf[n] = 0;
-  return true;
-}
-
-// Parent and process group of task `pid`, from /proc/<pid>/stat (after the comm's last ')').
+// Parent and process group of task `pid`, from /proc/<pid>/stat; false when the task is gone.
 bool ReadStat(pid_t pid, pid_t* ppid, pid_t* pgid) {
-  char path[64], buf[1024];
-  snprintf(path, sizeof path, "/proc/%d/stat", pid);
-  if (!ReadSmall(path, buf, sizeof buf)) return false;
-  const char* p = strrchr(buf, ')');
-  if (p == nullptr) return false;
-  char state = 0;
-  int pp = 0, pg = 0;
-  if (sscanf(p + 1, " %c %d %d", &state, &pp, &pg) != 3) return false;
-  *ppid = pp;
-  *pgid = pg;
+  procfs::StatFields st;
+  if (procfs::ReadStat(pid, &st) < 3) return false;
+  *ppid = static_cast<pid_t>(st.ppid);
+  *pgid = static_cast<pid_t>(st.pgrp);
   return true;
 }
 
@@ -408,12 +392,13 @@ void HandleSigqueue(int listener, const SeccompNotif& n, const SignalRules& r) {
 bool PidfdTarget(int fd, pid_t* pid, bool* thread) {
   char path[64], buf[1024];
   snprintf(path, sizeof path, "/proc/self/fdinfo/%d", fd);
-  if (!ReadSmall(path, buf, sizeof buf)) return false;
-  const char* p = strstr(buf, "\nPid:");
-  const char* f = strstr(buf, "flags:");
-  if (p == nullptr || f == nullptr) return false;
-  *pid = static_cast<pid_t>(strtol(p + 5, nullptr, 10));
-  *thread = (strtoul(f + 6, nullptr, 8) & notify::kPidfdThread) != 0;
+  if (!procfs::ReadSmall(path, buf, sizeof buf)) return false;
+  // A value no line can hold marks a missing key ("Pid:" is -1 for a process that is gone).
+  const long p = procfs::KeyNumber(buf, "Pid", 10, LONG_MIN);
+  const long f = procfs::KeyNumber(buf, "flags", 8, LONG_MIN);
+  if (p == LONG_MIN || f == LONG_MIN) return false;
+  *pid = static_cast<pid_t>(p);
+  *thread = (static_cast<unsigned long>(f) & notify::kPidfdThread) != 0;
   return true;
 }
 

@@ -13,21 +13,12 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
 import type { SandboxPolicy } from '../../lib/policy-types';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
+import { DENIED, expectDenied } from '../helpers/denied';
+import { git } from '../helpers/git';
 import { BASE_ENV, expectUnchanged, makeScene, probeOps, py, sh, snapshot, type Entry, type Scene } from '../helpers/sandbox';
 
-const DENIED = ['EROFS', 'EACCES', 'EPERM', 'EXDEV', 'EBUSY', 'ENOTEMPTY', 'EISDIR', 'EEXIST', 'ELOOP'];
-
-function expectDenied(results: string[], ops: unknown[][], what: string): void {
-  results.forEach((r, i) => expect(DENIED, `${what}: ${JSON.stringify(ops[i])} got ${r}`).toContain(r));
-}
-
-function git(cwd: string, ...args: string[]): string {
-  return execFileSync('git', ['-c', 'user.name=t', '-c', 'user.email=t@example.com', '-c', 'init.defaultBranch=main', ...args], {
-    cwd,
-    encoding: 'utf8',
-    env: { PATH: BASE_ENV.PATH, HOME: cwd, GIT_CONFIG_NOSYSTEM: '1' },
-  });
-}
+// Moving, removing or replacing a carve-out may also fail on what stands in the way.
+const CARVE_DENIED = [...DENIED, 'ENOTEMPTY', 'EISDIR', 'EEXIST', 'ELOOP'];
 
 const GIT_ENV = (ws: string) => ({
   ...BASE_ENV,
@@ -109,7 +100,7 @@ describe.runIf(caps.linux)('read-only carve-outs inside a writable root', () => 
         ['rename', `${ws}/sub`, `${ws}/sub-old`],
         ['rename', `${ws}/sub/.git`, `${ws}/sub/git-old`],
       ];
-      expectDenied(await probeOps(ops, { cwd: ws, policy }), ops, 'moving or deleting a carve-out or a parent');
+      expectDenied(await probeOps(ops, { cwd: ws, policy }), 'moving or deleting a carve-out or a parent', CARVE_DENIED, ops);
       // The whole attack in one go, as a shell would run it.
       const r = await sh(
         'mv .git g2; mkdir -p .git/hooks; echo "#!/bin/sh" > .git/hooks/pre-commit; rm -rf .git/hooks; mkdir .git/hooks; ' +
@@ -144,7 +135,7 @@ describe.runIf(caps.linux)('read-only carve-outs inside a writable root', () => 
         ['append', `${ws}/sub/.git/config`, '\n[core]\n\tfsmonitor = /var/tmp/evil\n'],
         ['write', `${ws}/.codex/config.toml`, 'evil = 1'],
       ];
-      expectDenied(await probeOps(ops, { cwd: ws, policy }), ops, 'config tampering');
+      expectDenied(await probeOps(ops, { cwd: ws, policy }), 'config tampering', CARVE_DENIED, ops);
       const r = await sh(
         'git config core.hooksPath /var/tmp; echo a=$?; git config --local core.fsmonitor /var/tmp/x; echo b=$?; ' +
           'git -C sub config core.hooksPath /var/tmp; echo c=$?',
@@ -180,7 +171,7 @@ describe.runIf(caps.linux)('read-only carve-outs inside a writable root', () => 
         ['write', `${ws}/.codex/new.toml`, 'x'],
         ['copy', `${ws}/a.txt`, `${ws}/.git/hooks/pre-rebase`],
       ];
-      expectDenied(await probeOps(ops, { cwd: ws, policy }), ops, 'planting a hook');
+      expectDenied(await probeOps(ops, { cwd: ws, policy }), 'planting a hook', CARVE_DENIED, ops);
       expectCarveoutsUnchanged('hooks');
       expect(fs.existsSync(`${ws}/.git/hooks/post-merge`)).toBe(false);
     });
@@ -197,7 +188,7 @@ describe.runIf(caps.linux)('read-only carve-outs inside a writable root', () => 
         ['chmod', `${ws}/.git/config`, '666'],
         ['chmod', `${ws}/.git/hooks`, '777'],
       ];
-      expectDenied(await probeOps(ops, { cwd: ws, policy }), ops, 'mkdir/link/symlink/truncate');
+      expectDenied(await probeOps(ops, { cwd: ws, policy }), 'mkdir/link/symlink/truncate', CARVE_DENIED, ops);
       // Calls node does not make, and other spellings: python's dir_fd (openat on a dirfd),
       // mkfifo/mknod, os.truncate, a read-only fd reopened for writing through /dev/fd and
       // /proc/self/fd, and O_TMPFILE then linkat into the carve-out.
@@ -231,7 +222,7 @@ print('RES ' + json.dumps(res))
       const line = r.stdout.split('\n').find((l) => l.startsWith('RES '));
       expect(line, r.stderr).toBeDefined();
       const res = JSON.parse(line!.slice(4)) as Record<string, string>;
-      for (const [k, v] of Object.entries(res)) expect(DENIED, `${k} got ${v}`).toContain(v);
+      for (const [k, v] of Object.entries(res)) expect(CARVE_DENIED, `${k} got ${v}`).toContain(v);
       expect(Object.keys(res)).toHaveLength(10);
       expectCarveoutsUnchanged('other calls');
       expect(fs.existsSync(`${ws}/config-alias`)).toBe(false);
@@ -304,7 +295,7 @@ print('OK %d' % ok)
         ['utimes', `${ws}/.codex/config.toml`],
       ];
       const degraded = { ...policy, degraded: true };
-      expectDenied(await probeOps(ops, { cwd: ws, policy: degraded }), ops, 'symlinked carve-out');
+      expectDenied(await probeOps(ops, { cwd: ws, policy: degraded }), 'symlinked carve-out', CARVE_DENIED, ops);
       expectUnchanged(realBefore, snapshot(`${ws}/real`), 'the link target');
       if (mode === 'isolated') {
         // A mount cannot hold the link itself: that is the gap the report names.
@@ -312,7 +303,7 @@ print('OK %d' % ok)
         expect(r.enforcement.gaps.join('\n')).toContain(`the protected symlink ${ws}/.codex can be replaced`);
       } else {
         const link = [['unlink', `${ws}/.codex`], ['rename', `${ws}/a.txt`, `${ws}/.codex`]];
-        expectDenied(await probeOps(link, { cwd: ws, policy: degraded }), link, 'replacing the link');
+        expectDenied(await probeOps(link, { cwd: ws, policy: degraded }), 'replacing the link', CARVE_DENIED, link);
       }
       expect(fs.readlinkSync(`${ws}/.codex`)).toBe('real');
     });
@@ -346,7 +337,7 @@ print(' '.join(res))
         const r = await py(deep, [`${ws}/.codex`, 'walk'], { cwd: ws, policy });
         const got = r.stdout.trim().split(' ');
         expect(got, r.stderr).toHaveLength(3);
-        for (const g of got) expect(DENIED.concat('ENOENT'), r.stdout).toContain(g);
+        for (const g of got) expect(CARVE_DENIED.concat('ENOENT'), r.stdout).toContain(g);
         expect(got[0]).not.toBe('ENOENT');
         const ctl = await py(deep, [ws, 'make'], { cwd: ws, policy });
         expect(ctl.stdout.trim(), ctl.stderr).toBe('ok ok ok');
@@ -373,7 +364,7 @@ print(b('.git/hooks/pre-commit'), b('.codex/sock'), b('sub/.git/hooks/post-check
       const r = await py(code, [], { cwd: ws, policy: { ...policy, network: 'full' } });
       const got = r.stdout.trim().split(' ');
       expect(got, r.stderr).toHaveLength(5);
-      for (const g of got.slice(0, 3)) expect(DENIED, r.stdout).toContain(g);
+      for (const g of got.slice(0, 3)) expect(CARVE_DENIED, r.stdout).toContain(g);
       expect(got.slice(3)).toEqual(['ok', '0o700']);
       expectCarveoutsUnchanged('unix sockets');
     });

@@ -10,13 +10,13 @@
  *     init fails on it, and the spawn is planned once more, which holds the name with a
  *     placeholder; nothing unprotected is ever creatable there.
  */
-import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 
 import { run } from '../../lib/index';
 import { MountKind, VANISH_OK } from '../../lib/platform/linux-plan';
 import { MODES, modePolicy } from '../helpers/capabilities';
+import { git } from '../helpers/git';
 import { BASE_ENV, makeScene, NODE, PROBE, type Scene } from '../helpers/sandbox';
 
 /** Removed after the next plan is made (then cleared). */
@@ -34,10 +34,6 @@ vi.mock('../../lib/platform/linux-plan', async (importOriginal) => {
     }
   });
 });
-
-function git(cwd: string, ...args: string[]): void {
-  execFileSync('git', ['-c', 'init.defaultBranch=main', ...args], { cwd, env: { PATH: BASE_ENV.PATH, HOME: cwd, GIT_CONFIG_NOSYSTEM: '1' } });
-}
 
 const isolated = MODES.find((m) => m.name === 'isolated')!;
 

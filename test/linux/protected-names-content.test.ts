@@ -6,16 +6,17 @@
  * so do tar and `npm pack` in Landlock mode, which holds the names without placeholders. A write
  * to such a name is refused as a read-only file system, in both modes.
  */
-import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
 import type { SandboxPolicy } from '../../lib/policy-types';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
+import { DENIED, expectDenied } from '../helpers/denied';
+import { git } from '../helpers/git';
 import { BASE_ENV, expectUnchanged, makeScene, probeOps, sh, snapshot, type Scene } from '../helpers/sandbox';
 
 // (ENOENT: node's recursive mkdir reports the refused parent's absence.)
-const DENIED = ['EROFS', 'EACCES', 'EPERM', 'EXDEV', 'EBUSY', 'EEXIST', 'ENOTDIR', 'ENOENT'];
+const NAMES_DENIED = [...DENIED, 'EEXIST', 'ENOTDIR', 'ENOENT'];
 
 const GIT_ENV = (home: string) => ({
   ...BASE_ENV,
@@ -26,10 +27,6 @@ const GIT_ENV = (home: string) => ({
   GIT_COMMITTER_NAME: 'a',
   GIT_COMMITTER_EMAIL: 'a@b',
 });
-
-function git(cwd: string, home: string, ...args: string[]): string {
-  return execFileSync('git', ['-c', 'init.defaultBranch=main', ...args], { cwd, encoding: 'utf8', env: GIT_ENV(home) });
-}
 
 const landlockSkip = caps.metadataSupervisor
   ? undefined
@@ -66,11 +63,11 @@ describe.runIf(caps.linux)('missing protected names are held without becoming wo
       ws = scene.ws;
       cache = `${scene.root}/cache`;
       fs.mkdirSync(cache);
-      git(ws, scene.root, 'init', '-q');
+      git({ cwd: ws, home: scene.root }, 'init', '-q');
       fs.writeFileSync(`${ws}/a.txt`, 'a\n');
       fs.writeFileSync(`${ws}/package.json`, JSON.stringify({ name: 'tiny', version: '1.0.0' }));
-      git(ws, scene.root, 'add', '-A');
-      git(ws, scene.root, 'commit', '-qm', 'init');
+      git({ cwd: ws, home: scene.root }, 'add', '-A');
+      git({ cwd: ws, home: scene.root }, 'commit', '-qm', 'init');
       // srt's shape: the start-up files preset, plus a denyWrite name that does not exist yet.
       policy = modePolicy(mode, {
         filesystem: { write: [ws, cache], protectPresets: ['startup-files'], protect: [`${ws}/.deny.cfg`, `${ws}/.env`] },
@@ -102,8 +99,8 @@ describe.runIf(caps.linux)('missing protected names are held without becoming wo
       expect(s.commit).toEqual(['mine.txt']);
       // The outside: the commit is there, the host's tree has nothing left over or missing, and
       // its exclude file is as it was.
-      expect(git(ws, scene.root, 'log', '--format=%s')).toBe('mine\ninit\n');
-      expect(git(ws, scene.root, 'status', '--porcelain', '--untracked-files=all')).toBe('');
+      expect(git({ cwd: ws, home: scene.root }, 'log', '--format=%s')).toBe('mine\ninit\n');
+      expect(git({ cwd: ws, home: scene.root }, 'status', '--porcelain', '--untracked-files=all')).toBe('');
       expect(fs.readdirSync(ws).sort()).toEqual(['.git', 'a.txt', 'ignored.log', 'mine.txt', 'package.json']);
       expectUnchanged(exclude, snapshot(`${ws}/.git/info`), 'the host\'s .git/info');
     });
@@ -122,7 +119,7 @@ describe.runIf(caps.linux)('missing protected names are held without becoming wo
       expect(s.tar).toEqual(['./', './a.txt', './mine.txt', './package.json']);
       expect(s.pack).toEqual(['a.txt', 'mine.txt', 'package.json']);
       expect(s.ls).toEqual(['.git', 'a.txt', 'mine.txt', 'package.json']);
-      expect(git(ws, scene.root, 'status', '--porcelain', '--untracked-files=all')).toBe('?? mine.txt\n');
+      expect(git({ cwd: ws, home: scene.root }, 'status', '--porcelain', '--untracked-files=all')).toBe('?? mine.txt\n');
     });
 
     it.skipIf(modeSkip)('the protected names still cannot be made; an ordinary new file can', async () => {
@@ -137,7 +134,7 @@ describe.runIf(caps.linux)('missing protected names are held without becoming wo
         ['write', `${ws}/ordinary.txt`, 'fine'],
       ];
       const r = await probeOps(ops, { cwd: ws, policy });
-      r.slice(0, -1).forEach((e, i) => expect(DENIED, `${JSON.stringify(ops[i])} got ${e}`).toContain(e));
+      expectDenied(r.slice(0, -1), 'protected names', NAMES_DENIED, ops);
       expect(r.at(-1)).toBe('ok');
       expect(fs.readFileSync(`${ws}/ordinary.txt`, 'utf8')).toBe('fine');
       for (const p of ['.git/hooks/x', '.gitmodules', '.mcp.json', '.bashrc', '.deny.cfg', '.codex', '.claude']) {

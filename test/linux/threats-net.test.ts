@@ -20,10 +20,10 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { run } from '../../lib/index';
 import type { SandboxPolicy } from '../../lib/policy-types';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
+import { NET_DENIED } from '../helpers/denied';
 import { BASE_ENV, eventually, makeScene, probeOps, py, PYTHON, syscallProbe, type Scene } from '../helpers/sandbox';
 import { parseTrySyscall } from '../helpers/try-syscall';
 
-const NET_DENIED = ['EPERM', 'EACCES', 'ECONNREFUSED', 'ENETUNREACH', 'EHOSTUNREACH', 'EADDRNOTAVAIL', 'ENOENT', 'EAFNOSUPPORT'];
 
 class Host {
   scene!: Scene;

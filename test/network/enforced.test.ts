@@ -26,11 +26,11 @@ import { run, spawn } from '../../lib/index';
 import type { AuditEvent } from '../../lib/network';
 import { modePolicy } from '../helpers/capabilities';
 import { caps, MODES } from '../helpers/capabilities';
+import { NET_DENIED } from '../helpers/denied';
 import { eventually, makeScene, NODE, PROBE, PYTHON, type Scene } from '../helpers/sandbox';
 import { BASE_ENV, brief, lookup, NODE_CLIENT, nodeHonoursEnvProxy, parseResult, PY_CLIENT, runWithProxy } from './enforced-helpers';
 import { httpViaProxy, startHttpServer, type CountingHttpServer } from './helpers';
 
-const NET_DENIED = ['EPERM', 'EACCES', 'ECONNREFUSED', 'ENETUNREACH', 'EHOSTUNREACH', 'EADDRNOTAVAIL', 'ENOENT', 'EAFNOSUPPORT'];
 
 /** allowed.test → web; denied.test → denied; ask-yes.test → yes; ask-no.test → no. */
 let web: CountingHttpServer;

@@ -1,12 +1,12 @@
 /**
- * isWithin / isStrictlyWithin (lib/permissions/canonical.ts): the planner asks them for every
+ * isWithin / isStrictlyWithin (lib/paths.ts): the planner asks them for every
  * pair of rules on every spawn, so normalised paths take a string comparison; anything else goes
  * through path.relative. Both must agree with the path module's own answer.
  */
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 
-import { isStrictlyWithin, isWithin } from '../../lib/permissions/canonical';
+import { isStrictlyWithin, isWithin } from '../../lib/paths';
 
 /** The meaning, spelled with path.relative: equal, or below without climbing out. */
 function reference(child: string, parent: string): boolean {
@@ -32,6 +32,19 @@ describe('isWithin', () => {
     expect(isWithin('/ws/../etc', '/ws')).toBe(false);
     expect(isWithin('/ws/a/../../etc', '/ws')).toBe(false);
     expect(isWithin('/ws/./a', '/ws')).toBe(true);
+  });
+
+  it('Windows paths (path.win32, the path module on Windows): a sibling on the same drive is not inside', () => {
+    const w = path.win32;
+    // path.win32.relative writes '..\\etc' here, which must read as climbing out.
+    expect(isWithin('C:\\etc', 'C:\\ws', w)).toBe(false);
+    expect(isWithin('C:\\ws\\.codex', 'C:\\ws\\.git', w)).toBe(false);
+    expect(isWithin('D:\\ws\\a', 'C:\\ws', w)).toBe(false);
+    // Positive controls: below, equal, another spelling of the same drive and case.
+    expect(isWithin('C:\\ws\\a\\b', 'C:\\ws', w)).toBe(true);
+    expect(isWithin('C:\\ws', 'C:\\ws', w)).toBe(true);
+    expect(isWithin('c:\\WS\\a', 'C:\\ws', w)).toBe(true);
+    expect(isWithin('C:\\ws\\..cache', 'C:\\ws', w)).toBe(true);
   });
 
   it('agrees with path.relative on 200000 random pairs, normalised or not', () => {

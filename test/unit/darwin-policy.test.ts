@@ -12,8 +12,8 @@ import {
   platformReadRules,
   startupAncestorsRegex,
   startupFilesRegex,
-  isWithin,
 } from '../../lib/platform/darwin-profile';
+import { isWithin } from '../../lib/paths';
 import { planDarwinSpawn } from '../../lib/platform/darwin';
 import { resolvePolicy } from '../../lib/permissions';
 import type { BackendSpawnRequest } from '../../lib/backend';

@@ -1,21 +1,16 @@
 // Which repository's info/exclude a run's placeholders are added to, and how their names are
 // written there (lib/platform/linux-git-view.ts). Real repositories in a scratch directory.
-import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
 import { gitExcludeViews } from '../../lib/platform/linux-git-view';
+import { git as gitAt } from '../helpers/git';
 
 const KIND = 19;
 let dir: string;
-const git = (cwd: string, ...args: string[]) =>
-  execFileSync('git', ['-c', 'init.defaultBranch=main', '-c', 'user.name=t', '-c', 'user.email=t@t', ...args], {
-    cwd,
-    encoding: 'utf8',
-    env: { PATH: process.env.PATH, HOME: dir, GIT_CONFIG_NOSYSTEM: '1' },
-  });
+const git = (cwd: string, ...args: string[]) => gitAt({ cwd, home: dir }, ...args);
 const lines = (data: string | undefined) => (data ?? '').split('\n').filter((l) => l !== '' && !l.startsWith('#'));
 
 beforeEach(() => {

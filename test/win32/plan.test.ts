@@ -10,7 +10,6 @@ import {
   buildCommandLine,
   isBatchFile,
   DEAD_PROXY_ENV,
-  isWithin,
   mapWindowsSandboxLevel,
   mergeEnvCaseInsensitive,
   planWindowsSandbox,
@@ -18,6 +17,7 @@ import {
   unsandboxedReport,
 } from '../../lib/platform/win32-plan';
 import { CapabilityStore, defaultStateDir, randomCapabilitySid } from '../../lib/platform/win32-caps';
+import { isWithinWin32 } from '../../lib/paths';
 import { makeRules } from '../helpers/rules';
 
 const rules = (over: Partial<ResolvedRules> = {}): ResolvedRules => makeRules({ network: { kind: 'full' }, ...over });
@@ -219,10 +219,10 @@ describe('command lines and env', () => {
     ]);
   });
 
-  it('isWithin compares Windows paths case-insensitively and on component boundaries', () => {
-    expect(isWithin('C:\\Work', 'c:\\work\\x')).toBe(true);
-    expect(isWithin('C:\\Work', 'C:\\Work')).toBe(true);
-    expect(isWithin('C:\\Work', 'C:\\Workshop')).toBe(false);
+  it('isWithinWin32 compares Windows paths case-insensitively and on component boundaries', () => {
+    expect(isWithinWin32('c:\\work\\x', 'C:\\Work')).toBe(true);
+    expect(isWithinWin32('C:\\Work', 'C:\\Work')).toBe(true);
+    expect(isWithinWin32('C:\\Workshop', 'C:\\Work')).toBe(false);
   });
 
   it('the unsandboxed report says so', () => {

@@ -1,0 +1,17 @@
+/**
+ * Running git on the host to set up a test's repositories: no system config, HOME a directory of
+ * the test's own (the cwd unless given), a fixed identity and branch name. Returns its stdout.
+ *
+ *   git(ws, 'init', '-q');
+ *   git({ cwd: ws, home: scene.root }, 'status', '--porcelain');
+ */
+import { execFileSync } from 'node:child_process';
+
+export function git(where: string | { cwd: string; home: string }, ...args: string[]): string {
+  const { cwd, home } = typeof where === 'string' ? { cwd: where, home: where } : where;
+  return execFileSync('git', ['-c', 'user.name=t', '-c', 'user.email=t@example.com', '-c', 'init.defaultBranch=main', ...args], {
+    cwd,
+    encoding: 'utf8',
+    env: { PATH: process.env.PATH, HOME: home, GIT_CONFIG_NOSYSTEM: '1' },
+  });
+}
