@@ -16,7 +16,7 @@ import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
 import { run } from '../../lib/index';
-import { loadNative } from '../../lib/native';
+import { loadLinuxNative } from '../../lib/native';
 import type { SandboxPolicy } from '../../lib/policy-types';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
 import { BASE_ENV, eventually, expectUnchanged, hostScript, makeScene, NODE, probeOps, snapshot, type Scene } from '../helpers/sandbox';
@@ -206,8 +206,8 @@ describe.runIf(caps.linux)('planning never blocks the host or reads unbounded da
         fs.chmodSync(hook, 0o444);
       };
       const pol = modePolicy(mode, { filesystem: { write: [scene.ws], protect: [hook] } });
-      const native = loadNative();
-      const lock = native.lockPlaceholder!;
+      const native = loadLinuxNative();
+      const lock = native.lockPlaceholder;
       let swap = true;
       let held = 0;
       // The first lock attempt of each run finds the lookalike held (LOCK_EX) by a command; the
