@@ -1,5 +1,5 @@
 /**
- * The CLI contract of issue 2, driven exactly as a user would: `node dist/cli.js run [options] --
+ * The CLI contract, driven exactly as a user would: `node dist/cli.js run [options] --
  * <command>` and `node dist/cli.js probe [--json]`, as real processes. dist/ is built by
  * test/helpers/global-setup.ts.
  *

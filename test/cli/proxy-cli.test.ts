@@ -1,5 +1,5 @@
 /**
- * The CLI's managed network (issue 6): `process-sandbox run --allow-domain <host> [--deny-domain h]
+ * The CLI's managed network: `process-sandbox run --allow-domain <host> [--deny-domain h]
  * [--allow-local] --json -- cmd`, driven as a user would, in both Linux modes.
  *
  * The CLI resolves names with the system resolver, so the only name used is `localhost` (read from

@@ -1,5 +1,5 @@
 /**
- * Host safety (issue #10): what runs inside must never harm the Node host or defeat init.
+ * Host safety: what runs inside must never harm the Node host or defeat init.
  *
  *   HS-01 limits, priorities, scheduling and I/O priority of other processes (host, init)
  *   HS-02 OOM preference: the command 1000, init's (= the host's) oom_score_adj out of reach
