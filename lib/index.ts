@@ -14,7 +14,7 @@ import * as path from 'node:path';
 import { unsandboxedReport, type Backend, type BackendSpawnRequest, type EnforcementReport, type ProbeReport, type SpawnNetworkOptions, type StdioSpec } from './backend';
 import { SandboxedProcess, type ExitResult } from './child';
 import { isTimerMs, MAX_TIMER_MS, SandboxError } from './errors';
-import { tryLoadNative, loadNative } from './native';
+import { tryLoadNative, loadLinuxNative, loadWin32Native } from './native';
 import { isLikelySandboxDenied, resolvePolicy, withoutSecretEnv } from './permissions';
 import type { SandboxPolicy } from './policy-types';
 import type { ResolvedRules } from './rules';
@@ -169,10 +169,10 @@ let backendCache: Backend | undefined;
 
 function backend(): Backend {
   if (backendCache) return backendCache;
-  if (process.platform === 'linux') backendCache = createLinuxBackend(loadNative());
+  if (process.platform === 'linux') backendCache = createLinuxBackend(loadLinuxNative());
   else if (process.platform === 'win32') {
     const { createWin32Backend } = require('./platform/win32') as typeof import('./platform/win32');
-    backendCache = createWin32Backend(loadNative() as unknown as Parameters<typeof createWin32Backend>[0]);
+    backendCache = createWin32Backend(loadWin32Native());
   } else if (process.platform === 'darwin') {
     const { createDarwinBackend } = require('./platform/darwin') as typeof import('./platform/darwin');
     const { launchWithChildProcess } = require('./platform/posix-launcher') as typeof import('./platform/posix-launcher');

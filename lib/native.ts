@@ -5,6 +5,8 @@
  */
 import * as path from 'node:path';
 import { ERROR_CODES, SandboxError } from './errors';
+import type { NativeRelay } from './network/relay';
+import type { Win32Native } from './platform/win32';
 
 export type LinuxMountOp = { kind: number; path: string; data?: string; arg?: number };
 export type LinuxStdio = number | 'in' | 'out';
@@ -147,70 +149,99 @@ export interface LinuxProbe {
   machine?: string;
 }
 
-export interface NativeBinding {
-  platform: string;
+/** What every build of the addon exports, whatever the system. */
+interface NativeCommon {
   errorCodes: string[];
   setErrorClass(cls: typeof SandboxError): void;
-  // Linux
-  spawn?(plan: LinuxNativePlan, onExit: (code: number | null, signal: number | null) => void): LinuxSpawnResult;
+}
+
+/**
+ * The Linux addon (native/linux/binding_linux.cc and the files it registers). Every member is
+ * required: the Linux build exports all of them unconditionally. loadLinuxNative() checks
+ * `platform` once and returns this type. The few callers that still test for a member before use
+ * (openPty, prepareSpare, measureTree, the relay, srt attach) keep doing so, so that an addon built
+ * from older sources degrades as it always did.
+ */
+export interface LinuxNative extends NativeCommon, NativeRelay {
+  platform: 'linux';
+  spawn(plan: LinuxNativePlan, onExit: (code: number | null, signal: number | null) => void): LinuxSpawnResult;
   /** Sandboxes prepared ahead, both modes (lib/platform/linux-spare.ts). */
-  prepareSpare?(plan: Omit<LinuxNativePlan, 'stdio'>, done: (err: Error | null) => void): object;
+  prepareSpare(plan: Omit<LinuxNativePlan, 'stdio'>, done: (err: Error | null) => void): object;
   /** ptyCols/ptyRows: the size of a spare's own terminal (isolated mode), set before the go. */
-  spawnSpare?(
+  spawnSpare(
     spare: object,
     req: { file: string; argv: string[]; envp: string[]; cwd: string; stdio: LinuxStdio[]; ptyCols?: number; ptyRows?: number },
     onExit: (code: number | null, signal: number | null) => void,
   ): LinuxSpawnResult | null;
-  discardSpare?(spare: object): void;
-  discardSpareAsync?(spare: object, done: () => void): void;
-  kill?(handle: object, signal: number): number;
+  discardSpare(spare: object): void;
+  discardSpareAsync(spare: object, done: () => void): void;
+  kill(handle: object, signal: number): number;
   /** Whether the exit watch of `handle` keeps the event loop alive. */
-  setRef?(handle: object, on: boolean): void;
-  probe?(): LinuxProbe | Record<string, unknown>;
-  listenLoopback?(): { fd: number; port: number };
+  setRef(handle: object, on: boolean): void;
+  probe(): LinuxProbe;
+  listenLoopback(): { fd: number; port: number };
   /** Accepts and closes every connection queued on a listener: how many, or -errno. */
-  dropQueuedConnections?(fd: number): number;
+  dropQueuedConnections(fd: number): number;
   /**
    * Landlock mode: whether the connection the host listener on 127.0.0.1:proxyPort accepted from
    * 127.0.0.1:peerPort is the sandbox's own (supervised: a socket the connect supervisor made for
    * this port, used up by the call; otherwise: a socket of this process's uid).
    */
-  admitProxyPeer?(proxyPort: number, peerPort: number, supervised: boolean): boolean;
-  lockPlaceholder?(path: string): number;
-  releasePlaceholder?(fd: number, path: string, remove: boolean): boolean;
+  admitProxyPeer(proxyPort: number, peerPort: number, supervised: boolean): boolean;
+  lockPlaceholder(path: string): number;
+  releasePlaceholder(fd: number, path: string, remove: boolean): boolean;
   /** Removes an empty 0555 directory or empty 0444 file at `path`, never through a link on the way; 0 or -errno. */
-  removeLookalike?(path: string): number;
+  removeLookalike(path: string): number;
   /** Whether systemd marked the cgroup directory delegated (trusted.delegate or user.delegate xattr). */
-  cgroupDelegated?(dir: string): boolean;
+  cgroupDelegated(dir: string): boolean;
   /** Tasks /proc shows for real uid `uid` (mine) and for every uid (visible). */
-  uidTaskCount?(uid: number): { mine: number; visible: number } | undefined;
+  uidTaskCount(uid: number): { mine: number; visible: number } | undefined;
   /** Closes an fd on the libuv thread pool (the freeing of an unlinked inode stays off the JS thread). */
-  closeOnPool?(fd: number): void;
+  closeOnPool(fd: number): void;
   /**
    * Removes `name` in `parent` and everything below it without following a symlink, fixing the
    * modes of the uid's own directories first (native/linux/tree_walk.h). Never throws for the tree.
    */
-  removeTree?(parent: string, name: string): { left: number; errno: number; error: string; path: string };
+  removeTree(parent: string, name: string): { left: number; errno: number; error: string; path: string };
   /** removeTree on the thread pool, with a second pass when the first left something. */
-  removeTreeAsync?(parent: string, name: string, done: (r: { left: number; errno: number; error: string; path: string }) => void): void;
+  removeTreeAsync(parent: string, name: string, done: (r: { left: number; errno: number; error: string; path: string }) => void): void;
   /** Measures a tree on the thread pool; stops once past either limit (native/linux/tree_walk.h). */
-  measureTree?(path: string, maxInodes: number, maxBytes: number, done: (u: { bytes: number; inodes: number; unlisted: number; cutShort: boolean }) => void): void;
+  measureTree(path: string, maxInodes: number, maxBytes: number, done: (u: { bytes: number; inodes: number; unlisted: number; cutShort: boolean }) => void): void;
   /** Directory watches for the planner's caches (native/linux/dir_watch.h). */
-  dirWatchOpen?(): { fd: number; mountFd: number };
-  dirWatchAdd?(fd: number, dir: string): number;
-  dirWatchRemove?(fd: number, wd: number): void;
+  dirWatchOpen(): { fd: number; mountFd: number };
+  dirWatchAdd(fd: number, dir: string): number;
+  dirWatchRemove(fd: number, wd: number): void;
   /** [wd, name, wd, name, ...] of the events since the last poll ('' = the directory itself), or null: consider everything changed. */
-  dirWatchPoll?(fd: number, mountFd: number): Array<number | string> | null;
+  dirWatchPoll(fd: number, mountFd: number): Array<number | string> | null;
   /** Test hook: every seccomp program checked against the rule table (native/linux/seccomp_check.cc). */
-  seccompSelfCheck?(): { mismatches: number; cases: number; configs: number; first: string };
+  seccompSelfCheck(): { mismatches: number; cases: number; configs: number; first: string };
   /** A pseudo-terminal pair (both close-on-exec) with the given window size. */
-  openPty?(cols: number, rows: number): { master: number; slave: number; name: string };
-  resizePty?(fd: number, cols: number, rows: number): void;
+  openPty(cols: number, rows: number): { master: number; slave: number; name: string };
+  resizePty(fd: number, cols: number, rows: number): void;
   /** A new fd for the slave of a pty master (TIOCGPTPEER). */
-  ptyPeer?(master: number): number;
-  // Windows and macOS functions are typed by their backends (lib/platform/win32.ts, darwin.ts).
-  [key: string]: unknown;
+  ptyPeer(master: number): number;
+  /** srt wrap-attach (lib/srt/attach.ts, native/linux/stdio_adopt.cc): a pidfd for `pid` and copies of its fds `fds`. */
+  adoptChildStdio(pid: number, fds: number[]): { pidfd: number; fds: number[] };
+  /** The exit of the child behind `pidfd` (peeked, not reaped), or null while it runs. */
+  pidfdExit(pidfd: number): { code: number | null; signal: number | null } | null;
+  /** mkfifo 0600 (Node has none); EEXIST is an error. */
+  makeFifo(path: string): void;
 }
+
+export type { Win32Native };
+
+/** The Windows addon (native/win/binding_win.cc): the members are typed by the backend (Win32Native). */
+export interface Win32Binding extends NativeCommon, Win32Native {
+  platform: 'win32';
+}
+
+/** The macOS addon loads only so probe() can report it (Seatbelt needs no native code). */
+export interface DarwinBinding extends NativeCommon {
+  platform: 'darwin';
+}
+
+/** The addon as loaded: `platform` says which system's surface it has. */
+export type NativeBinding = LinuxNative | Win32Binding | DarwinBinding;
 
 let cached: NativeBinding | undefined;
 let loadFailure: SandboxError | undefined;
@@ -279,6 +310,27 @@ export function loadNative(): NativeBinding {
   }
   binding.setErrorClass(SandboxError);
   cached = binding;
+  return binding;
+}
+
+/** The addon built for another system than the one asked for (a build copied across hosts). */
+function wrongPlatform(binding: NativeBinding, want: string): SandboxError {
+  return new SandboxError('EPLATFORM_UNSUPPORTED', `the loaded process-sandbox addon is built for ${binding.platform}, not ${want}: reinstall process-sandbox on this host`, {
+    detail: { addonPlatform: binding.platform, wanted: want },
+  });
+}
+
+/** loadNative(), typed as the Linux addon; EPLATFORM_UNSUPPORTED if the addon is another system's. */
+export function loadLinuxNative(): LinuxNative {
+  const binding = loadNative();
+  if (binding.platform !== 'linux') throw wrongPlatform(binding, 'linux');
+  return binding;
+}
+
+/** loadNative(), typed as the Windows addon; EPLATFORM_UNSUPPORTED if the addon is another system's. */
+export function loadWin32Native(): Win32Binding {
+  const binding = loadNative();
+  if (binding.platform !== 'win32') throw wrongPlatform(binding, 'win32');
   return binding;
 }
 

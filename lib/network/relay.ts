@@ -43,9 +43,8 @@ export function nativeRelay(): NativeRelay | null {
   if (cached !== undefined) return cached;
   cached = null;
   if (process.platform !== 'linux') return cached;
-  const { binding } = tryLoadNative();
-  const b = binding as unknown as Partial<NativeRelay> | undefined;
-  if (b && typeof b.relay === 'function' && typeof b.relayStart === 'function' && typeof b.relayClose === 'function') cached = b as NativeRelay;
+  const { binding: b } = tryLoadNative();
+  if (b?.platform === 'linux' && typeof b.relay === 'function' && typeof b.relayStart === 'function' && typeof b.relayClose === 'function') cached = b;
   return cached;
 }
 

@@ -30,7 +30,7 @@
  */
 import * as fs from 'node:fs';
 
-import { tryLoadNative, type NativeBinding } from '../native';
+import { tryLoadNative, type LinuxNative } from '../native';
 
 export const MAX_WATCHES = 4096;
 let budget = MAX_WATCHES;
@@ -58,7 +58,7 @@ interface Entry {
 }
 
 interface Watcher {
-  native: NativeBinding;
+  native: LinuxNative;
   fd: number;
   mountFd: number;
 }
@@ -74,7 +74,8 @@ function getWatcher(): Watcher | null {
   if (watcher !== undefined) return watcher;
   watcher = null;
   if (process.platform !== 'linux') return null;
-  const native = tryLoadNative().binding;
+  const { binding } = tryLoadNative();
+  const native = binding?.platform === 'linux' ? binding : undefined;
   if (!native?.dirWatchOpen) return null;
   const { fd, mountFd } = native.dirWatchOpen();
   if (fd < 0 || mountFd < 0) return null;
@@ -101,7 +102,7 @@ function drop(key: string, w: Watcher): void {
     u?.delete(key);
     if (u && u.size === 0) {
       users.delete(wd);
-      w.native.dirWatchRemove!(w.fd, wd);
+      w.native.dirWatchRemove(w.fd, wd);
     }
   }
 }
@@ -131,7 +132,7 @@ function dropTouched(w: Watcher, events: Array<number | string> | null): void {
 
 /** Drains pending events and drops every cached walk they touch. */
 function sync(w: Watcher): void {
-  dropTouched(w, w.native.dirWatchPoll!(w.fd, w.mountFd));
+  dropTouched(w, w.native.dirWatchPoll(w.fd, w.mountFd));
 }
 
 function watchedCount(): number {
@@ -178,10 +179,10 @@ export function cachedWalk(
   }
   const wds: number[] = [];
   const undo = () => {
-    for (const wd of wds) if (!users.has(wd)) w.native.dirWatchRemove!(w.fd, wd);
+    for (const wd of wds) if (!users.has(wd)) w.native.dirWatchRemove(w.fd, wd);
   };
   for (const dir of first.dirs) {
-    const wd = w.native.dirWatchAdd!(w.fd, dir);
+    const wd = w.native.dirWatchAdd(w.fd, dir);
     if (wd < 0) {
       undo();
       return plain(first);
@@ -192,7 +193,7 @@ export function cachedWalk(
   // An event on a directory this walk watches (earlier ones were drained by sync()), or a
   // different second walk, and the walk is not trusted to stay as it is. Events on other
   // directories (other walks', or removed watches' IN_IGNORED) are not about this one.
-  const changed = w.native.dirWatchPoll!(w.fd, w.mountFd);
+  const changed = w.native.dirWatchPoll(w.fd, w.mountFd);
   const mine = new Set(wds);
   const rootWd = wds[0]!; // first.dirs[0] is the root
   let touched = false;

@@ -30,7 +30,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { threadId } from 'node:worker_threads';
 
-import { loadNative } from '../native';
+import { loadLinuxNative } from '../native';
 
 export interface CgroupRequest {
   pidsMax: number;
@@ -343,7 +343,7 @@ function delegationOf(unit: string): { controllers?: Set<string> } | null {
     return { controllers: list ? new Set(list.split(/\s+/)) : undefined };
   }
   try {
-    return loadNative().cgroupDelegated?.(unit) === true ? {} : null;
+    return loadLinuxNative().cgroupDelegated?.(unit) === true ? {} : null;
   } catch {
     return null;
   }

@@ -876,13 +876,14 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
         : 'restricting reads to listed roots needs Landlock (Linux 5.13+, CONFIG_SECURITY_LANDLOCK)',
     );
   }
+  const seccomp: NonNullable<LinuxNativePlan['seccomp']> = { net };
   const native: Omit<LinuxNativePlan, 'stdio'> = {
     mode,
     file: input.file,
     argv: input.argv,
     envp: Object.entries({ ...input.env, ...caches.env }).map(([k, v]) => `${k}=${v}`),
     cwd: input.cwd,
-    seccomp: { net },
+    seccomp,
   };
   // network.unixSockets. What this kernel can enforce: creating unix sockets or not (seccomp).
   // Which socket a connect() reaches cannot be checked: seccomp cannot read the path, a read-only
@@ -893,7 +894,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
   const refusedUnix = rules.network.kind === 'full' ? undefined : rules.network.unixSocketsRefused;
   let unixPartial = false;
   if (unix !== undefined && (unix === 'all' || unix.length > 0)) {
-    native.seccomp!.unixSockets = true;
+    seccomp.unixSockets = true;
     if (unix !== 'all') {
       const gap =
         `network.unixSockets is not enforced as an allow list: any pathname unix socket the command can see is ` +
@@ -918,7 +919,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
   // that it made itself (native/linux/supervise_connect.cc). Without it, the port rule and the
   // gap stay (Landlock mode is degraded-only anyway).
   const supervised = mode === 'landlock' && net === 'proxy' && probe.connectSupervisor === 0;
-  if (supervised) native.seccomp!.connectSupervisor = input.proxyPort!;
+  if (supervised) seccomp.connectSupervisor = input.proxyPort!;
   // Landlock mode: Landlock has no right for chmod, chown, utime or xattr changes. The same
   // supervisor carries those out itself, on the object it resolved, inside the writable roots
   // and outside the protected paths only (native/linux/metadata_supervisor.cc); without it they
@@ -955,7 +956,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
   // Landlock mode below ABI 6 (no LANDLOCK_SCOPE_SIGNAL): signals go to the same supervisor,
   // which lets them reach the sandbox's own processes only (native/linux/supervise_signals.cc).
   const signalSupervised = mode === 'landlock' && abi < 6 && probe.connectSupervisor === 0;
-  if (signalSupervised) native.seccomp!.signalSupervisor = true;
+  if (signalSupervised) seccomp.signalSupervisor = true;
   if (abi >= 1) {
     native.landlock = { net, rules: carve?.rules ?? grants, ...(mode === 'landlock' ? { stdioTerminals: true } : {}) };
     // The temp dir's entries, carved for the shield alone (no deny-read path of the policy's
@@ -972,7 +973,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
   const denied = shieldDir ? [...rules.denyRead, shieldDir.dir] : rules.denyRead;
   const listDenied = listSupervised && rules.denyRead.length > 0;
   if (metadataSupervised) {
-    native.seccomp!.metadataSupervisor = {
+    seccomp.metadataSupervisor = {
       writable: [...rules.writeRoots, ...(input.landlockTmpDir ? [realpathOrNull(input.landlockTmpDir) ?? input.landlockTmpDir] : [])],
       // A carve-out reached through a symlink (.codex -> real, a link on the way to
       // core.hooksPath) by its target too: the supervisor judges the object it resolved.
@@ -1026,7 +1027,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
   // out truncate(2) and O_TRUNC opens too (only inside the writable roots), carve-outs or not.
   const pathsSupervised = metadataSupervised && mode === 'landlock' && (rules.readOnly.length > 0 || abi < 3);
   if (pathsSupervised) {
-    native.seccomp!.pathSupervisor = {
+    seccomp.pathSupervisor = {
       carveOuts: [...new Set([...rules.readOnly, ...deniedInWritable])],
       presentOnly: [...(rules.presentOnly ?? [])],
       devices: DEVICE_RULES,
@@ -1058,7 +1059,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
         { detail: { procPrivacy: true, denyRead: deniedProc } },
       );
     }
-    native.seccomp!.readSupervisor = true;
+    seccomp.readSupervisor = true;
   }
   const limits = rules.limits;
   if (limits.memoryBytes) native.rlimitAs = limits.memoryBytes;
@@ -1287,8 +1288,8 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       memoryCap,
       ...(isolated ? { tmpfs: tmpfsSizes(limits.tmpBytes) } : {}),
       oomScoreAdj: 1000,
-      ...(native.seccomp!.unixSockets ? { unixSockets: unix === 'all' ? 'all' : `any visible (asked: ${(unix as string[]).join(', ')})` } : {}),
-      ...(!native.seccomp!.unixSockets && refusedUnix?.length
+      ...(seccomp.unixSockets ? { unixSockets: unix === 'all' ? 'all' : `any visible (asked: ${(unix as string[]).join(', ')})` } : {}),
+      ...(!seccomp.unixSockets && refusedUnix?.length
         ? { unixSockets: `refused (asked: ${refusedUnix.join(', ')}; a managed network keeps AF_UNIX sockets refused, as Codex on Linux)` }
         : {}),
     },

@@ -22,7 +22,7 @@
  */
 import fs from 'node:fs';
 
-import { loadNative } from '../native';
+import { loadLinuxNative } from '../native';
 
 import { DEFAULT_MSGQUEUE_BYTES, DEFAULT_SIGPENDING } from './linux-plan';
 
@@ -145,7 +145,7 @@ export function takeQuotaShare(mode: 'isolated' | 'landlock'): QuotaShare | null
  * limit is never below what the uid already runs, only looser. Undefined when /proc cannot be read.
  */
 export function uidTaskCount(uid: number): number | undefined {
-  const c = loadNative().uidTaskCount?.(uid);
+  const c = loadLinuxNative().uidTaskCount?.(uid);
   if (c === undefined) return undefined;
   let total = 0;
   try {

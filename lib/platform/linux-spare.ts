@@ -19,7 +19,7 @@
  *
  * One spare per thread; discarded when unused for 30 s, and at exit.
  */
-import type { LinuxNativePlan, NativeBinding } from '../native';
+import type { LinuxNative, LinuxNativePlan } from '../native';
 import type { SandboxCgroup } from './linux-cgroup';
 import type { QuotaShare } from './linux-quotas';
 
@@ -109,7 +109,7 @@ export class SpareSlot {
   readonly stats = stats;
 
   constructor(
-    private readonly native: NativeBinding,
+    private readonly native: LinuxNative,
     private readonly release: (r: SpareResources, atExit: boolean) => void,
   ) {
     slots.add(this);
@@ -149,7 +149,7 @@ export class SpareSlot {
     this.clear();
     let spare: Spare | undefined;
     pending++;
-    const handle = this.native.prepareSpare!(plan, (err) => {
+    const handle = this.native.prepareSpare(plan, (err) => {
       pending--;
       if (!err) {
         this.failures = 0;
@@ -186,7 +186,7 @@ export class SpareSlot {
       this.native.discardSpareAsync(s.handle, () => this.release(s.resources, false));
       return;
     }
-    this.native.discardSpare!(s.handle);
+    this.native.discardSpare(s.handle);
     this.release(s.resources, how === 'exit');
   }
 

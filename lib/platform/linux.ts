@@ -12,7 +12,7 @@ import type { Readable, Writable } from 'node:stream';
 import type { Backend, BackendProcess, BackendSpawnRequest, EnforcementReport, ExitInfo, ProbeReport } from '../backend';
 import { unsandboxedReport } from '../backend';
 import { SandboxError } from '../errors';
-import type { LinuxNativePlan, LinuxProbe, LinuxStdio, NativeBinding } from '../native';
+import type { LinuxNative, LinuxNativePlan, LinuxProbe, LinuxStdio } from '../native';
 import { ManagedProxy } from '../network';
 import { lstatOrNull } from '../permissions/canonical';
 import { createSandboxCgroup, ownPidNamespace, PIDNS_TAG, type SandboxCgroup } from './linux-cgroup';
@@ -47,7 +47,7 @@ export function signalName(n: number): NodeJS.Signals | null {
  * directory fds, never follows a symlink (it never changes a symlink's target's mode) and gives
  * the uid's own unreadable directories 0700 first; a second pass retries what the first left.
  */
-function removeTmpDir(native: NativeBinding, dir: string): string | null {
+function removeTmpDir(native: LinuxNative, dir: string): string | null {
   let fd: number | undefined;
   try {
     fd = fs.openSync(dir, fs.constants.O_RDONLY | fs.constants.O_DIRECTORY | fs.constants.O_NOFOLLOW);
@@ -60,7 +60,7 @@ function removeTmpDir(native: NativeBinding, dir: string): string | null {
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code !== 'ENOENT') left = removeTree(native, dir);
   }
-  if (fd !== undefined) native.closeOnPool!(fd);
+  if (fd !== undefined) native.closeOnPool(fd);
   return left;
 }
 
@@ -68,10 +68,10 @@ type Removal = { left: number; error: string; path: string };
 const leftText = (dir: string, r: Removal): string | null =>
   r.left === 0 ? null : `${dir}: ${r.left} entr${r.left === 1 ? 'y' : 'ies'} could not be removed (first: ${r.path || '.'}: ${r.error})`;
 
-function removeTree(native: NativeBinding, dir: string): string | null {
+function removeTree(native: LinuxNative, dir: string): string | null {
   try {
-    let r = native.removeTree!(path.dirname(dir), path.basename(dir));
-    if (r.left > 0) r = native.removeTree!(path.dirname(dir), path.basename(dir));
+    let r = native.removeTree(path.dirname(dir), path.basename(dir));
+    if (r.left > 0) r = native.removeTree(path.dirname(dir), path.basename(dir));
     return leftText(dir, r);
   } catch (e) {
     return `${dir}: ${String((e as Error)?.message ?? e)}`;
@@ -82,7 +82,7 @@ function removeTree(native: NativeBinding, dir: string): string | null {
  * removeTmpDir for the exit path: a tree the command filled (thousands of files take most of a
  * second) is removed on the thread pool; the exit is still delivered only once it is gone.
  */
-function removeTmpDirAfterRun(native: NativeBinding, dir: string): Promise<string | null> {
+function removeTmpDirAfterRun(native: LinuxNative, dir: string): Promise<string | null> {
   if (!native.removeTreeAsync) return Promise.resolve(removeTmpDir(native, dir));
   // The common case as in removeTmpDir: one rmdir, the inode freed on the pool.
   let fd: number | undefined;
@@ -98,11 +98,11 @@ function removeTmpDirAfterRun(native: NativeBinding, dir: string): Promise<strin
   } catch (e) {
     gone = (e as NodeJS.ErrnoException).code === 'ENOENT';
   }
-  if (fd !== undefined) native.closeOnPool!(fd);
+  if (fd !== undefined) native.closeOnPool(fd);
   if (gone) return Promise.resolve(null);
   return new Promise((resolve) => {
     try {
-      native.removeTreeAsync!(path.dirname(dir), path.basename(dir), (r) => resolve(leftText(dir, r)));
+      native.removeTreeAsync(path.dirname(dir), path.basename(dir), (r) => resolve(leftText(dir, r)));
     } catch (e) {
       resolve(`${dir}: ${String((e as Error)?.message ?? e)}`);
     }
@@ -159,9 +159,9 @@ function proxyPortOf(plan: Omit<LinuxNativePlan, 'stdio'>): number | undefined {
  * The proxy's port for a sandbox. Isolated mode: any port, since the namespace is empty and no
  * other sandbox shares it. Landlock mode: a host listener on 127.0.0.1, which the proxy serves.
  */
-function proxyPortFor(native: NativeBinding, mode: 'isolated' | 'landlock'): { port: number; hostListenerFd?: number } {
+function proxyPortFor(native: LinuxNative, mode: 'isolated' | 'landlock'): { port: number; hostListenerFd?: number } {
   if (mode === 'isolated') return { port: 20000 + crypto.randomInt(40000) };
-  const l = native.listenLoopback!();
+  const l = native.listenLoopback();
   return { port: l.port, hostListenerFd: l.fd };
 }
 
@@ -189,11 +189,11 @@ const isTerminal = (s: LinuxStdio): boolean => typeof s === 'number' && s >= 0 &
  * could race for it) cannot be relied on, since its holder's run could remove it mid-run and the
  * command could then create the path for real. The caller stops the command (fail closed).
  */
-function lockPlaceholders(native: NativeBinding, paths: string[]): HeldPlaceholder[] {
+function lockPlaceholders(native: LinuxNative, paths: string[]): HeldPlaceholder[] {
   const held: HeldPlaceholder[] = [];
   for (const p of paths) {
     if (!looksLikePlaceholder(p, true)) continue;
-    const fd = native.lockPlaceholder!(p);
+    const fd = native.lockPlaceholder(p);
     if (fd >= 0) {
       held.push({ path: p, fd });
     } else if (fd === -EWOULDBLOCK) {
@@ -227,16 +227,16 @@ function placeholderBusy(p: string): SandboxError {
  * the lock can swap a directory it may write on the way for a link to anywhere: removing by path
  * would then delete the file of that name there, outside the sandbox).
  */
-function claimPlaceholders(native: NativeBinding, paths: string[]): HeldPlaceholder[] {
+function claimPlaceholders(native: LinuxNative, paths: string[]): HeldPlaceholder[] {
   const held: HeldPlaceholder[] = [];
   try {
     for (const p of paths) {
       if (!looksLikePlaceholder(p)) continue;
-      let fd = native.lockPlaceholder!(p);
+      let fd = native.lockPlaceholder(p);
       if (fd === -EWOULDBLOCK) {
-        native.removeLookalike!(p); // gone already, no longer a lookalike, or a link on the way: the next look decides
+        native.removeLookalike(p); // gone already, no longer a lookalike, or a link on the way: the next look decides
         if (!looksLikePlaceholder(p)) continue; // gone: the plan makes a fresh one
-        fd = native.lockPlaceholder!(p); // a new lookalike appeared at once (a racing command)
+        fd = native.lockPlaceholder(p); // a new lookalike appeared at once (a racing command)
         if (fd === -EWOULDBLOCK) throw placeholderBusy(p);
       }
       if (fd >= 0) held.push({ path: p, fd });
@@ -248,8 +248,8 @@ function claimPlaceholders(native: NativeBinding, paths: string[]): HeldPlacehol
   return held;
 }
 
-function releasePlaceholders(native: NativeBinding, held: HeldPlaceholder[]): void {
-  for (const h of held) native.releasePlaceholder!(h.fd, h.path, looksLikePlaceholder(h.path, true));
+function releasePlaceholders(native: LinuxNative, held: HeldPlaceholder[]): void {
+  for (const h of held) native.releasePlaceholder(h.fd, h.path, looksLikePlaceholder(h.path, true));
 }
 
 const TMP_PREFIX = 'process-sandbox-tmp-';
@@ -276,7 +276,7 @@ function tmpParent(): string | null {
 }
 
 /** Landlock mode's private TMPDIR for one run. */
-function makeTmpDir(native: NativeBinding): string {
+function makeTmpDir(native: LinuxNative): string {
   sweepStaleTmpDirs(native);
   return fs.mkdtempSync(path.join(tmpParent() ?? os.tmpdir(), `${TMP_PREFIX}${process.pid}-${PIDNS_TAG}-`));
 }
@@ -287,7 +287,7 @@ function makeTmpDir(native: NativeBinding): string {
  * It never fails the spawn: what it cannot remove (an entry the uid may not delete) is skipped
  * with a process warning, and the next host process tries again.
  */
-function sweepStaleTmpDirs(native: NativeBinding): void {
+function sweepStaleTmpDirs(native: LinuxNative): void {
   if (staleTmpSwept) return;
   staleTmpSwept = true;
   const uid = process.getuid?.();
@@ -332,7 +332,7 @@ const tmpEntryLimit = (maxBytes: number): number => Math.max(1024, Math.floor(ma
  * inode count isolated mode's tmpfs would have (one per 4 KiB, at least 1024). A check, not a
  * bound: between two checks a command can write what the disk takes in that time. Returns stop().
  */
-function watchTmpDir(native: NativeBinding, dir: string, maxBytes: number, onOver: (message: string) => void): () => void {
+function watchTmpDir(native: LinuxNative, dir: string, maxBytes: number, onOver: (message: string) => void): () => void {
   const maxInodes = tmpEntryLimit(maxBytes);
   let stopped = false;
   let timer: NodeJS.Timeout | undefined;
@@ -343,7 +343,7 @@ function watchTmpDir(native: NativeBinding, dir: string, maxBytes: number, onOve
   const check = () => {
     const t0 = performance.now();
     try {
-      native.measureTree!(dir, maxInodes, maxBytes, (u) => {
+      native.measureTree(dir, maxInodes, maxBytes, (u) => {
         if (stopped) return;
         if (u.bytes > maxBytes || u.inodes > maxInodes) {
           stopped = true;
@@ -429,9 +429,9 @@ function withNativeFacts(report: EnforcementReport, res: { landlockAbi: number; 
   return { ...report, mechanisms };
 }
 
-export function createLinuxBackend(native: NativeBinding): Backend {
+export function createLinuxBackend(native: LinuxNative): Backend {
   let probed: LinuxProbe | undefined;
-  const linuxProbe = (): LinuxProbe => (probed ??= native.probe!() as LinuxProbe);
+  const linuxProbe = (): LinuxProbe => (probed ??= native.probe());
   const releaseResources = (r: SpareResources, atExit = false) => {
     r.cgroup?.closeFds();
     r.cgroup?.remove(!atExit);
@@ -613,7 +613,7 @@ export function createLinuxBackend(native: NativeBinding): Backend {
         // A spawn can be served by a spare made ahead unless it has a host pty (Landlock mode),
         // and in Landlock mode a terminal on stdio (its rule is made from the fd). A terminal made
         // inside an isolated sandbox is made with the spare, and is part of its shape.
-        if (!pty && native.prepareSpare && (mode === 'isolated' || !stdio.some(isTerminal))) {
+        if (!pty && typeof native.prepareSpare === 'function' && (mode === 'isolated' || !stdio.some(isTerminal))) {
           const key = `${req.cwd}\0${nsPty ? 'pty' : ''}\0${JSON.stringify(rules)}`;
           if (!noSpare) spare = spares.take(key);
           // Its resources are this run's from here: released with the run, or on any failure.
@@ -700,7 +700,7 @@ export function createLinuxBackend(native: NativeBinding): Backend {
           ghosts = p.ghosts;
         } catch (e) {
           if (spare) {
-            native.discardSpare!(spare.handle);
+            native.discardSpare(spare.handle);
             spares.stats.discarded++;
           }
           releasePlaceholders(native, held);
@@ -765,12 +765,12 @@ export function createLinuxBackend(native: NativeBinding): Backend {
           // Landlock mode with the proxy: the spare's listener on 127.0.0.1 waited where anything
           // local could connect to it. What queued before the command can connect is dropped, not
           // served as this run's (a listener that cannot be drained is not used).
-          const drained = hostListenerFd === undefined || native.dropQueuedConnections!(hostListenerFd) >= 0;
+          const drained = hostListenerFd === undefined || native.dropQueuedConnections(hostListenerFd) >= 0;
           const sameShape = drained && spare.planKey === planKey(plan);
-          if (!sameShape) native.discardSpare!(spare.handle);
+          if (!sameShape) native.discardSpare(spare.handle);
           // With its own terminal, fds 0-2 are its slave: the go brings none, only the size.
           const go = nsPty ? { stdio: [], ptyCols: nsPty.cols, ptyRows: nsPty.rows } : { stdio };
-          const got = sameShape ? native.spawnSpare!(spare.handle, { file, argv, envp, cwd, ...go }, onExit) : null;
+          const got = sameShape ? native.spawnSpare(spare.handle, { file, argv, envp, cwd, ...go }, onExit) : null;
           if (got === null) {
             spares.stats.discarded++;
             releasePlaceholders(native, held);
@@ -781,7 +781,7 @@ export function createLinuxBackend(native: NativeBinding): Backend {
           spares.stats.used++;
           res = got;
         } else {
-          res = native.spawn!({ ...plan, stdio }, onExit);
+          res = native.spawn({ ...plan, stdio }, onExit);
         }
       } catch (e) {
         if (pty) fs.closeSync(pty.master);
@@ -808,7 +808,7 @@ export function createLinuxBackend(native: NativeBinding): Backend {
       try {
         held.push(...lockPlaceholders(native, ghosts));
       } catch {
-        native.kill!(res.handle, 9);
+        native.kill(res.handle, 9);
       }
       if (proxy) {
         const fd = res.listenerFd ?? hostListenerFd;
@@ -819,12 +819,12 @@ export function createLinuxBackend(native: NativeBinding): Backend {
         const hostPort = res.listenerFd === undefined && hostListenerFd !== undefined ? proxyPortOf(plan) : undefined;
         const admit =
           hostPort !== undefined
-            ? (s: net.Socket) => s.remoteAddress === '127.0.0.1' && native.admitProxyPeer!(hostPort, s.remotePort ?? 0, !!plan.seccomp?.connectSupervisor)
+            ? (s: net.Socket) => s.remoteAddress === '127.0.0.1' && native.admitProxyPeer(hostPort, s.remotePort ?? 0, !!plan.seccomp?.connectSupervisor)
             : undefined;
         attachment = proxy.attach(processId, { fd, admit }).catch(() => {
           // Without its proxy the command has no network at all; stop it rather than leave it hanging.
           if (fd !== undefined) fs.closeSync(fd);
-          native.kill!(handle0, 9);
+          native.kill(handle0, 9);
           return null;
         });
       }
@@ -840,7 +840,7 @@ export function createLinuxBackend(native: NativeBinding): Backend {
         stdio: streams,
         kill: (signal) => {
           const n = signalNumber(signal);
-          const ok = native.kill!(handle, n) === 0;
+          const ok = native.kill(handle, n) === 0;
           // v2: cgroup.kill reaches every process of the group at once, wherever it went.
           if (ok && n === 9 && cgroup?.kind === 'v2') cgroup.killAll();
           return ok;
@@ -851,21 +851,21 @@ export function createLinuxBackend(native: NativeBinding): Backend {
       };
       const master = pty ? pty.master : nsPty ? res.ptyFd : undefined;
       if (nsPty && master === undefined) {
-        native.kill!(handle, 9);
+        native.kill(handle, 9);
         throw new SandboxError('ESPAWN', 'the sandbox did not hand over its pseudo-terminal');
       }
       if (nsPty && master !== undefined) {
         // As for a host pty: hold a slave until the command exits, so its last output is read.
-        const peer = native.ptyPeer!(master);
+        const peer = native.ptyPeer(master);
         void exited.finally(() => fs.closeSync(peer));
       }
       if (master !== undefined) {
         const stream = ptyStream(master);
         out.stdio = [null, stream, null];
-        out.pty = { stream, resize: (cols, rows) => native.resizePty!(master, cols, rows) };
+        out.pty = { stream, resize: (cols, rows) => native.resizePty(master, cols, rows) };
         out.enforcement = { ...out.enforcement, mechanisms: { ...out.enforcement.mechanisms, pty: true } };
       }
-      if (tmpDir && native.measureTree) {
+      if (tmpDir && typeof native.measureTree === 'function') {
         stopTmpWatch = watchTmpDir(native, tmpDir, tmpLimit, (message) => {
           limitExceeded = { limit: 'tmpBytes', message };
           out.kill('SIGKILL');
@@ -881,7 +881,7 @@ interface OpenedPty {
   slave: number;
 }
 
-function openPty(native: NativeBinding, size: { cols: number; rows: number }): OpenedPty {
+function openPty(native: LinuxNative, size: { cols: number; rows: number }): OpenedPty {
   if (!native.openPty) throw new SandboxError('EPLATFORM_UNSUPPORTED', 'this build of the addon has no pseudo-terminal support');
   const { master, slave } = native.openPty(size.cols, size.rows);
   return { master, slave };

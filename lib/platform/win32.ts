@@ -671,7 +671,7 @@ export function createWin32Backend(native: Win32Native | null | undefined, optio
       base.addonError = 'the Windows half of the native addon is not loaded';
       return base;
     }
-    const n = native as Win32Native;
+    const n = requireNative(); // addonLoaded: it returns the binding
     const features: Record<string, unknown> = { wine: wine(), stateDir };
     const attempt = (key: string, fn: () => unknown) => {
       try {

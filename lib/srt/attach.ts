@@ -33,7 +33,7 @@ import { randomBytes } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as net from 'node:net';
 import * as path from 'node:path';
-import { loadNative, type NativeBinding } from '../native';
+import { loadLinuxNative, type LinuxNative } from '../native';
 import { statusOf } from './runtime';
 import type { SandboxedProcess as PsbProcess } from '../index';
 
@@ -50,12 +50,6 @@ interface Entry {
   /** Set once the host has started the command (a second "run" is ignored). */
   running?: { child: PsbProcess; pidfd: number; forwarded?: NodeJS.Signals; poll: NodeJS.Timeout };
 }
-
-type AttachNative = NativeBinding & {
-  adoptChildStdio(pid: number, fds: number[]): { pidfd: number; fds: number[] };
-  pidfdExit(pidfd: number): { code: number | null; signal: number | null } | null;
-  makeFifo(path: string): void;
-};
 
 /**
  * Where the line keeps its own stdio while it talks to the host: a shell moves fds 0-2 around for
@@ -77,10 +71,10 @@ function takeTimeoutS(): string {
   return String(Number.isFinite(v) && v >= 0.1 && v <= 60 ? v : 1);
 }
 
-function nativeAttach(): AttachNative | undefined {
+function nativeAttach(): LinuxNative | undefined {
   if (process.platform !== 'linux') return undefined;
   try {
-    const n = loadNative() as AttachNative;
+    const n = loadLinuxNative();
     return typeof n.adoptChildStdio === 'function' && typeof n.makeFifo === 'function' ? n : undefined;
   } catch {
     return undefined;
@@ -98,7 +92,7 @@ export class AttachServer {
 
   private constructor(
     private readonly dir: string,
-    private readonly native: AttachNative,
+    private readonly native: LinuxNative,
   ) {
     const req = path.join(dir, 'req');
     native.makeFifo(req);

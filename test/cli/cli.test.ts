@@ -1,5 +1,5 @@
 /**
- * The CLI contract of issue 2, driven exactly as a user would: `node dist/cli.js run [options] --
+ * The CLI contract, driven exactly as a user would: `node dist/cli.js run [options] --
  * <command>` and `node dist/cli.js probe [--json]`, as real processes. dist/ is built by
  * test/helpers/global-setup.ts.
  *
@@ -162,12 +162,12 @@ describe('exit statuses', () => {
     [['run', '--json-fd', 'x', '--', 'true'], /--json-fd/],
     [['run', '--json-fd', '3', '--json-file', '/dev/null', '--', 'true'], /mutually exclusive/],
     [['probe', '--bogus'], /unknown option: --bogus/],
-    // A boolean flag given a value is refused, not read as the flag (issue R).
+    // A boolean flag given a value is refused, not read as the flag.
     [['run', '--json=1', '--', 'true'], /^process-sandbox: --json takes no value, got --json=1 \(drop the '=1'\)$/],
     [['run', '--no-sandbox=yes', '--', 'true'], /--no-sandbox takes no value/],
     [['run', '--cwd=', '--', 'true'], /--cwd= needs a value/],
     [['run', '--bogus=1', '--', 'true'], /unknown option: --bogus$/],
-    // Contradictions are refused, saying what to drop (issue R).
+    // Contradictions are refused, saying what to drop.
     [['run', '--no-sandbox', '--write', '/tmp', '--', 'true'], /--no-sandbox runs the command unrestricted, so --write would be ignored: drop --no-sandbox or --write$/],
     [['run', '--deny-read', '/etc', '--no-sandbox', '--', 'true'], /--no-sandbox .* so --deny-read would be ignored/],
     [['run', '--no-sandbox', '--write', '/tmp', '--deny-read', '/etc', '--', 'true'], /so --write, --deny-read would be ignored: drop --no-sandbox or those options$/],
@@ -231,7 +231,7 @@ describe('exit statuses', () => {
     expect(parseRunArgs(['--env=A=b=c', '--', 'true'], '/').env).toEqual([['A', 'b=c']]);
   });
 
-  it('--cwd=DIR runs the command there (issue R: it was "unknown option: --cwd=/tmp")', () => {
+  it('--cwd=DIR runs the command there (not "unknown option: --cwd=/tmp")', () => {
     const sub = fixtureDir('psb-cli-cwdeq-');
     try {
       const r = cli(['run', '--no-sandbox', `--cwd=${sub}`, '--', 'pwd'], { cwd: dir });

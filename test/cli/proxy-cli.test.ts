@@ -1,5 +1,5 @@
 /**
- * The CLI's managed network (issue 6): `process-sandbox run --allow-domain <host> [--deny-domain h]
+ * The CLI's managed network: `process-sandbox run --allow-domain <host> [--deny-domain h]
  * [--allow-local] --json -- cmd`, driven as a user would, in both Linux modes.
  *
  * The CLI resolves names with the system resolver, so the only name used is `localhost` (read from
@@ -110,7 +110,7 @@ describe.runIf(caps.linux)('CLI managed network (--allow-domain, --deny-domain, 
       expect(connections).toBe(before);
     });
 
-    it.skipIf(skip)('--allow-domain=localhost:<port> reaches that port only; another port is refused (issue R: host:port never matched)', async () => {
+    it.skipIf(skip)('--allow-domain=localhost:<port> reaches that port only; another port is refused (host:port once never matched)', async () => {
       const before = connections;
       const r = await cli(['run', ...modeArgs, `--allow-domain=localhost:${port}`, '--allow-local', '--json', ...curl(`/${mode}/port`)]);
       expect(r.status, r.stderr).toBe(0);
@@ -161,7 +161,7 @@ describe.runIf(caps.linux)('CLI managed network (--allow-domain, --deny-domain, 
     }
   });
 
-  it('--deny-domain or --allow-local alone do not switch the proxy on: refused, saying what they need (issue R), and nothing connects', async () => {
+  it('--deny-domain or --allow-local alone do not switch the proxy on: refused, saying what they need, and nothing connects', async () => {
     const before = connections;
     for (const flags of [['--allow-local'], ['--deny-domain', 'example.com']]) {
       const r = await cli(['run', ...flags, '--json', '--', 'curl', '-sS', '-m', '5', `http://localhost:${port}/no-proxy`]);

@@ -1,9 +1,9 @@
 /**
- * Every bad-input case of issue 2 throws a SandboxError (EINVALID_ARGUMENT, or EINVALID_POLICY for
- * the policy) and starts nothing. "Nothing started" is checked from outside: the command would be
- * `sleep <unique marker>`, and no process with that argument may appear. The positive control runs
- * the same command with valid input and does find it. Instantiated by bad-input.test.ts and
- * bad-input-sandboxed.test.ts.
+ * Every bad-input case of the API contract throws a SandboxError (EINVALID_ARGUMENT, or
+ * EINVALID_POLICY for the policy) and starts nothing. "Nothing started" is checked from outside:
+ * the command would be `sleep <unique marker>`, and no process with that argument may appear.
+ * The positive control runs the same command with valid input and does find it. Instantiated by
+ * bad-input.test.ts and bad-input-sandboxed.test.ts.
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';

@@ -1,5 +1,5 @@
 /**
- * The spawn()/run() contract of issue 2, written once and instantiated per run mode by
+ * The spawn()/run() contract, written once and instantiated per run mode by
  * spawn.test.ts (policy: null) and spawn-sandboxed.test.ts (the default policy).
  */
 import { execFileSync, spawnSync } from 'node:child_process';

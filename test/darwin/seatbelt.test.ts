@@ -201,7 +201,7 @@ describe.runIf(onMac)('Seatbelt end to end (macOS only; skipped on other hosts)'
     });
   });
 
-  describe.skipIf(!usable)('issue #10 policy features', () => {
+  describe.skipIf(!usable)('protected names, start-up files, unix sockets and restricted reads', () => {
     it('missing .git/.aws cannot be created, in any case (no placeholder on the host); control: another name can', () => {
       const fresh = path.join(base, 'fresh');
       fs.mkdirSync(fresh);

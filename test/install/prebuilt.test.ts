@@ -54,7 +54,7 @@ for (const t of ['linux-arm64', 'win32-x64']) {
 /**
  * The README's promise for each Linux prebuild (glibc, and libstdc++ as GLIBCXX_x.y.z) against
  * what a binary's version needs say. A binary that needs more than the README states fails, so a
- * toolchain upgrade cannot raise the floor unnoticed (issue R: the README said 2.33, the binaries
+ * toolchain upgrade cannot raise the floor unnoticed (the README once said 2.33 while the binaries
  * needed 2.34).
  */
 function checkFloors(file: string, target: string): void {

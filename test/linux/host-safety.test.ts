@@ -1,5 +1,5 @@
 /**
- * Host safety (issue #10): what runs inside must never harm the Node host or defeat init.
+ * Host safety: what runs inside must never harm the Node host or defeat init.
  *
  *   HS-01 limits, priorities, scheduling and I/O priority of other processes (host, init)
  *   HS-02 OOM preference: the command 1000, init's (= the host's) oom_score_adj out of reach
@@ -420,10 +420,10 @@ describe.runIf(caps.linux && caps.root && fs.existsSync('/sys/fs/cgroup/pids/cgr
 describe.runIf(caps.linux && caps.userns)('isolated mode without Landlock (masks alone)', () => {
   it("HS-10: init's identity and host-acting /proc files stay masked and /proc/sys read-only when Landlock is not applied", async () => {
     // The same plan the backend makes, with its Landlock part removed (as on a kernel without it).
-    const { loadNative } = await import('../../lib/native');
+    const { loadLinuxNative } = await import('../../lib/native');
     const { planLinux } = await import('../../lib/platform/linux-plan');
-    const native = loadNative();
-    const probe = native.probe!() as Parameters<typeof planLinux>[0]['probe'];
+    const native = loadLinuxNative();
+    const probe = native.probe();
     const rules = {
       readAll: true, readRoots: [], writeRoots: ['/'], readOnly: [], denyRead: [], tmp: 'private', network: { kind: 'none' },
       mode: 'isolated', degraded: false, limits: {},
@@ -439,7 +439,7 @@ describe.runIf(caps.linux && caps.userns)('isolated mode without Landlock (masks
     const out = path.join(fs.mkdtempSync('/var/tmp/psb-hs10-'), 'out');
     const fd = fs.openSync(out, 'w');
     const exit = await new Promise<number | null>((resolve) => {
-      native.spawn!({ ...p.native, stdio: [-1, fd, fd] }, (code) => resolve(code));
+      native.spawn({ ...p.native, stdio: [-1, fd, fd] }, (code) => resolve(code));
     });
     fs.closeSync(fd);
     const text = fs.readFileSync(out, 'utf8');

@@ -1,5 +1,5 @@
 /**
- * Read-only carve-outs inside a writable root (threats.md Round 4, issue Q item 1), attacked in
+ * Read-only carve-outs inside a writable root (a class outside testing found), attacked in
  * BOTH Linux modes: isolated mode holds them with read-only binds and placeholders, Landlock mode
  * with the path supervisor (native/linux/supervise_paths.cc). Every attack checks the outside:
  * the carve-outs are byte-identical afterwards (snapshot: contents, modes, owners, times, links)

@@ -1,5 +1,5 @@
 /**
- * deny-read under readable roots, in both Linux modes (issue Q item 2). Isolated mode masks a
+ * deny-read under readable roots, in both Linux modes. Isolated mode masks a
  * denied path with a mount; Landlock mode carves it out of the Landlock rules (every entry beside
  * it granted by inode, the directories above it list-only) and the supervisor refuses listings of
  * it (lib/platform/linux-plan.ts carveDenied, native/linux/metadata_supervisor.cc kListDir).

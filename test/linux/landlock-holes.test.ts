@@ -1,5 +1,5 @@
 /**
- * Holes outside testing found in Landlock mode and between concurrent sandboxes (issue P), in
+ * Holes outside testing found in Landlock mode and between concurrent sandboxes, in
  * both Linux modes wherever the mechanism exists there:
  *   - terminals: another session's /dev/pts/N is neither read nor written (checked at that
  *     terminal's master and slave, from outside), while the command's own terminal reopens by name;
@@ -176,7 +176,7 @@ for t in ts: t.join()
 print('RACE', ok)
 `;
 
-describe.runIf(caps.linux)('issue P: Landlock-mode holes and shared counters', () => {
+describe.runIf(caps.linux)('Landlock-mode holes and shared counters', () => {
   describe.each(MODES)('$name mode', ({ name: mode, skip }) => {
     let scene: Scene;
     let policy: SandboxPolicy;
@@ -492,7 +492,7 @@ print('SLOW', n[0], n[1])
 
 // The plan alone (no spawn): what an older kernel's Landlock mode lists, and that the supervisor's
 // paths are the plan's roots.
-describe('issue P: Landlock-mode plan', () => {
+describe('Landlock-mode plan', () => {
   const plan = async (landlockAbi: number, connectSupervisor: number | undefined) => {
     const { planLinux } = await import('../../lib/platform/linux-plan');
     const probe = { landlockAbi, seccomp: 0, userns: -1, euid: 1000, connectSupervisor };

@@ -1,5 +1,5 @@
 /**
- * Landlock mode's /proc privacy (policy.procPrivacy, issue Q item 3). Landlock mode shares the
+ * Landlock mode's /proc privacy (policy.procPrivacy). Landlock mode shares the
  * host's /proc; with the option every read-only open goes to the supervisor
  * (native/linux/supervise_reads.cc), which refuses other processes' /proc/<pid> entries (ENOENT)
  * and the network tables (EACCES), and opens everything else through a thread confined by the

@@ -1,6 +1,6 @@
 /**
- * The host must never block or read unbounded data while planning a spawn (issue #10, host
- * safety). Planning reads git config files and includes from the workspace, which the sandboxed
+ * The host must never block or read unbounded data while planning a spawn (host safety).
+ * Planning reads git config files and includes from the workspace, which the sandboxed
  * command writes, and takes locks on placeholders, which the command can see.
  *
  * Each attack runs in a separate host process (a hostile workspace could freeze or exhaust the
@@ -16,7 +16,7 @@ import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
 import { run } from '../../lib/index';
-import { loadNative } from '../../lib/native';
+import { loadLinuxNative } from '../../lib/native';
 import type { SandboxPolicy } from '../../lib/policy-types';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
 import { BASE_ENV, eventually, expectUnchanged, hostScript, makeScene, NODE, probeOps, snapshot, type Scene } from '../helpers/sandbox';
@@ -135,7 +135,7 @@ describe.runIf(caps.linux)('planning never blocks the host or reads unbounded da
     // our placeholders (an empty 0444 file at a path another run protects), the next plan for this
     // workspace must not wait for that lock on the JS thread, and must not fail: the held lookalike
     // is relied on by no run (one that did would hold a shared lock), so it is replaced by this
-    // run's own placeholder. issue 21 item 4: spawn() threw ESPAWN synchronously here.
+    // run's own placeholder. The regression: spawn() threw ESPAWN synchronously here.
     it.skipIf(skip || !caps.python)('a placeholder held locked by a running command neither freezes nor fails the host\'s next spawn', async () => {
       const hook = `${scene.ws}/tools/hook.sh`; // protected by the second run only
       const pol = modePolicy(mode, { filesystem: { write: [scene.ws], protect: [hook] } });
@@ -206,8 +206,8 @@ describe.runIf(caps.linux)('planning never blocks the host or reads unbounded da
         fs.chmodSync(hook, 0o444);
       };
       const pol = modePolicy(mode, { filesystem: { write: [scene.ws], protect: [hook] } });
-      const native = loadNative();
-      const lock = native.lockPlaceholder!;
+      const native = loadLinuxNative();
+      const lock = native.lockPlaceholder;
       let swap = true;
       let held = 0;
       // The first lock attempt of each run finds the lookalike held (LOCK_EX) by a command; the

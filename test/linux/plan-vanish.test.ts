@@ -1,5 +1,5 @@
 /**
- * A directory the planner saw can vanish before init mounts (issue R: prepare-e2e failed with
+ * A directory the planner saw can vanish before init mounts (a spawn once failed with
  * "mount step 'pin' ... ENOENT" when another test's scratch tree under a writable /tmp was removed
  * in between). Deterministic here: planLinux is wrapped so that a chosen directory is removed
  * right after the plan is made, before the addon runs it.

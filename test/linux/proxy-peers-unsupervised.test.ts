@@ -8,7 +8,7 @@
 import * as http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 
-import { loadNative } from '../../lib/native';
+import { loadLinuxNative } from '../../lib/native';
 import { modePolicy } from '../helpers/capabilities';
 import { landlockProxyMissing, otherUser, runHost, runsOk } from '../helpers/host';
 import { BASE_ENV, eventually, makeScene, type Scene } from '../helpers/sandbox';
@@ -27,8 +27,8 @@ function curlVia(proxyPort: number, url: string, as?: { uid: number; gid: number
 }
 
 describe.skipIf(skip)('Landlock mode without the connect supervisor: the proxy admits by uid', () => {
-  const native = loadNative();
-  const realProbe = native.probe!;
+  const native = loadLinuxNative();
+  const realProbe = native.probe;
   let lib: typeof import('../../lib/index');
   let network: typeof import('../../lib/network');
   let scene: Scene;
@@ -38,7 +38,7 @@ describe.skipIf(skip)('Landlock mode without the connect supervisor: the proxy a
   beforeAll(async () => {
     // A backend probes once, on first use (the helpers' import made one already): the library
     // is loaded afresh after the addon's probe is patched, so that its backend sees no supervisor.
-    native.probe = () => ({ ...(realProbe.call(native) as Record<string, unknown>), connectSupervisor: -95 });
+    native.probe = () => ({ ...realProbe.call(native), connectSupervisor: -95 });
     vi.resetModules();
     lib = await import('../../lib/index');
     network = await import('../../lib/network');

@@ -241,8 +241,8 @@ describe.skipIf(skip)('Landlock mode: the proxy serves the sandbox only', () => 
 describe.skipIf(process.platform !== 'linux')('native.admitProxyPeer', () => {
   /** The verdicts for the next connection to a fresh listener, made by `connect`. */
   async function verdicts(connect: (port: number) => void | Promise<unknown>): Promise<{ byUid: boolean; supervised: boolean; gone: boolean }> {
-    const { loadNative } = await import('../../lib/native');
-    const native = loadNative();
+    const { loadLinuxNative } = await import('../../lib/native');
+    const native = loadLinuxNative();
     const server = net.createServer();
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
     const port = (server.address() as net.AddressInfo).port;
@@ -252,10 +252,10 @@ describe.skipIf(process.platform !== 'linux')('native.admitProxyPeer', () => {
       const s = await accepted;
       const peer = s.remotePort!;
       const result = {
-        byUid: native.admitProxyPeer!(port, peer, false),
-        supervised: native.admitProxyPeer!(port, peer, true),
+        byUid: native.admitProxyPeer(port, peer, false),
+        supervised: native.admitProxyPeer(port, peer, true),
         // A port nothing is connected from.
-        gone: native.admitProxyPeer!(port, peer === 65535 ? 65534 : peer + 1, false),
+        gone: native.admitProxyPeer(port, peer === 65535 ? 65534 : peer + 1, false),
       };
       s.destroy();
       return result;

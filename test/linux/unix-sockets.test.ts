@@ -1,5 +1,5 @@
 /**
- * network.unixSockets (issue #10): which unix sockets a command may connect to by path.
+ * network.unixSockets: which unix sockets a command may connect to by path.
  *
  * What this kernel can enforce is whether the command may create unix sockets at all (seccomp).
  * Which socket a connect() reaches cannot be checked: seccomp cannot read the path, a read-only

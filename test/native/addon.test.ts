@@ -10,7 +10,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SandboxError } from '../../lib/errors';
-import { loadNative, tryLoadNative, type LinuxNativePlan, type NativeBinding } from '../../lib/native';
+import { loadLinuxNative, loadNative, loadWin32Native, tryLoadNative, type LinuxNative, type LinuxNativePlan } from '../../lib/native';
 import { requireBuilt } from '../contract/helpers';
 
 const isLinux = process.platform === 'linux';
@@ -23,6 +23,19 @@ describe('addon loading through lib/native.ts', () => {
     expect(tryLoadNative()).toEqual({ binding: a });
   });
 
+  it.runIf(isLinux)('loadLinuxNative() is the same binding; loadWin32Native() refuses the Linux addon with EPLATFORM_UNSUPPORTED', () => {
+    expect(loadLinuxNative()).toBe(loadNative());
+    let err: unknown;
+    try {
+      loadWin32Native();
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(SandboxError);
+    expect((err as SandboxError).code).toBe('EPLATFORM_UNSUPPORTED');
+    expect((err as Error).message).toMatch(/built for linux, not win32/);
+  });
+
   it('exports the platform, the error code list and setErrorClass', () => {
     const n = loadNative();
     expect(n.platform).toBe(process.platform === 'darwin' ? 'darwin' : process.platform);
@@ -32,7 +45,7 @@ describe('addon loading through lib/native.ts', () => {
   });
 
   it.runIf(isLinux)('exports spawn, kill and probe on Linux', () => {
-    const n = loadNative();
+    const n = loadLinuxNative();
     expect(typeof n.spawn).toBe('function');
     expect(typeof n.kill).toBe('function');
     expect(typeof n.probe).toBe('function');
@@ -42,7 +55,7 @@ describe('addon loading through lib/native.ts', () => {
     // The builder lays the rules out as a binary search with shared returns and ranges
     // (native/linux/seccomp.cc); the check interprets each program and evaluates the table
     // directly. A pivot moved by one (tried while writing it) gave 238582 mismatches.
-    const r = loadNative().seccompSelfCheck!();
+    const r = loadLinuxNative().seccompSelfCheck();
     expect(r.first).toBe('');
     expect(r.mismatches).toBe(0);
     // Isolated: 3 network modes x unix sockets on/off; Landlock: x metadata supervisor on/off,
@@ -55,12 +68,12 @@ describe('addon loading through lib/native.ts', () => {
   });
 
   it.runIf(isLinux)('closeOnPool closes the fd (on the thread pool) and checks its argument', async () => {
-    const n = loadNative();
+    const n = loadLinuxNative();
     const file = path.join(os.tmpdir(), `psb-close-${process.pid}-${Date.now()}`);
     const fd = fs.openSync(file, 'w');
     const ino = fs.fstatSync(fd).ino;
     fs.unlinkSync(file);
-    n.closeOnPool!(fd);
+    n.closeOnPool(fd);
     // Closed once fstat fails, or the number names another file (fd numbers are reused).
     const closed = () => {
       try {
@@ -75,7 +88,7 @@ describe('addon loading through lib/native.ts', () => {
   });
 
   it.runIf(isLinux)('probe() reports this kernel and process', () => {
-    const p = loadNative().probe!() as Record<string, unknown>;
+    const p = loadLinuxNative().probe();
     expect(typeof p.landlockAbi).toBe('number');
     expect(typeof p.seccomp).toBe('number');
     expect(typeof p.userns).toBe('number');
@@ -93,7 +106,7 @@ describe('addon loading through lib/native.ts', () => {
 });
 
 describe.runIf(isLinux)('native.spawn / native.kill argument checks', () => {
-  let n: NativeBinding;
+  let n: LinuxNative;
   let dir: string;
   const base = (): LinuxNativePlan => ({ mode: 'plain', file: '/bin/true', argv: ['true'], envp: [], cwd: '/', stdio: [-1, -1, -1] });
   const started: Array<{ handle: object }> = [];
@@ -113,17 +126,17 @@ describe.runIf(isLinux)('native.spawn / native.kill argument checks', () => {
   }
 
   beforeAll(() => {
-    n = loadNative();
+    n = loadLinuxNative();
     dir = fs.mkdtempSync(path.join(os.tmpdir(), 'psb-native-'));
   });
   afterAll(() => {
-    for (const s of started) n.kill!(s.handle, 9);
+    for (const s of started) n.kill(s.handle, 9);
     fs.rmSync(dir, { recursive: true, force: true });
   });
 
   it('positive control: a well-formed plain plan runs and reports its exit', async () => {
     const exit = new Promise<[number | null, number | null]>((resolve) => {
-      const r = n.spawn!({ ...base(), file: '/bin/sh', argv: ['sh', '-c', 'exit 7'] }, (code, sig) => resolve([code, sig]));
+      const r = n.spawn({ ...base(), file: '/bin/sh', argv: ['sh', '-c', 'exit 7'] }, (code, sig) => resolve([code, sig]));
       expect(r.pid).toBeGreaterThan(0);
       expect(r.fds).toEqual([null, null, null]);
     });
@@ -189,7 +202,7 @@ describe.runIf(isLinux)('native.spawn / native.kill argument checks', () => {
     expect(() => kill()).toThrow(new TypeError(usage));
     expect(() => kill({}, 9)).toThrow(new TypeError(usage));
     expect(() => kill(1, 9)).toThrow(new TypeError(usage));
-    const r = n.spawn!({ ...base(), file: '/bin/sleep', argv: ['sleep', '30'] }, () => {});
+    const r = n.spawn({ ...base(), file: '/bin/sleep', argv: ['sleep', '30'] }, () => {});
     started.push(r);
     expect(() => kill(r.handle, 'SIGKILL')).toThrow(new TypeError(usage));
     expect(kill(r.handle, 9)).toBe(0);
@@ -198,16 +211,16 @@ describe.runIf(isLinux)('native.spawn / native.kill argument checks', () => {
   it('native.kill after the exit was delivered returns -ESRCH', async () => {
     let handle!: object;
     await new Promise<void>((resolve) => {
-      handle = n.spawn!(base(), () => resolve()).handle;
+      handle = n.spawn(base(), () => resolve()).handle;
     });
-    expect(n.kill!(handle, 9)).toBe(-os.constants.errno.ESRCH);
+    expect(n.kill(handle, 9)).toBe(-os.constants.errno.ESRCH);
   });
 
   it('exec failures arrive as SandboxError with code, syscall and errno', () => {
     const missing = path.join(dir, 'missing');
     let err: unknown;
     try {
-      started.push(n.spawn!({ ...base(), file: missing, argv: ['missing'] }, () => {}));
+      started.push(n.spawn({ ...base(), file: missing, argv: ['missing'] }, () => {}));
     } catch (e) {
       err = e;
     }
@@ -218,7 +231,7 @@ describe.runIf(isLinux)('native.spawn / native.kill argument checks', () => {
     fs.writeFileSync(noexec, '#!/bin/sh\n', { mode: 0o644 });
     err = undefined;
     try {
-      started.push(n.spawn!({ ...base(), file: noexec, argv: ['noexec'] }, () => {}));
+      started.push(n.spawn({ ...base(), file: noexec, argv: ['noexec'] }, () => {}));
     } catch (e) {
       err = e;
     }

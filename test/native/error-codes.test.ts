@@ -44,7 +44,7 @@ describe('error codes', () => {
     for (const c of ERROR_CODES) expect(c).toMatch(/^E[A-Z0-9_]+$/);
   });
 
-  it('the codes issue 2 names exist', () => {
+  it('the codes the API contract names exist', () => {
     for (const c of ['EINVALID_ARGUMENT', 'EINVALID_POLICY', 'ENOT_FOUND', 'ENOT_EXECUTABLE', 'ENOT_ENFORCED', 'EMAXBUFFER', 'EABORTED']) {
       expect(ERROR_CODES).toContain(c);
     }

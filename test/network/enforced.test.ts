@@ -1,5 +1,5 @@
 /**
- * The managed proxy as the Linux sandbox enforces it (issue 6, "Tests"), in both modes: isolated
+ * The managed proxy as the Linux sandbox enforces it, in both modes: isolated
  * (the command's net namespace has only lo; the proxy listens inside it) and Landlock (TCP connect
  * only to the proxy's host port; needs degraded: true).
  *

@@ -3,7 +3,7 @@
  * such a pattern covers that port only; a pattern without one covers every port. Driven through
  * the managed proxy's real decision path (CONNECT, absolute-form HTTP and SOCKS5) against two
  * counting loopback servers, so a refusal is proved from the outside: the other server hears
- * nothing; and once through spawn() from inside the sandbox, in each Linux mode. Issue R:
+ * nothing; and once through spawn() from inside the sandbox, in each Linux mode. The regression:
  * `host:port` passed validation and then never matched.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';

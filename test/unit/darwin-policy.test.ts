@@ -1,4 +1,4 @@
-// The issue #10 policy features in the macOS (Seatbelt) generator and planner, as profile text and
+// Policy features in the macOS (Seatbelt) generator and planner, as profile text and
 // -D parameters (every OS): missing protected names, git 'allow-init', .aws, the 'startup-files'
 // preset at any depth, unix sockets by path, restricted reads' platform set, symlinked protected
 // paths, and the report's gaps. Each rule has a negative control (absent without the option).

@@ -95,7 +95,7 @@ describe('withoutSecretEnv remembers answers per name only with their value', ()
   });
 });
 
-describe('secret scrubbing beyond *KEY*/*SECRET*/*TOKEN* (issue 10)', () => {
+describe('secret scrubbing beyond *KEY*/*SECRET*/*TOKEN*', () => {
   it.each([
     'NPM_CONFIG__AUTH',
     'npm_config__auth',

@@ -1,5 +1,5 @@
 /**
- * What spawn()/run() refuse before anything starts (issue R): invalid proxy patterns as policy
+ * What spawn()/run() refuse before anything starts: invalid proxy patterns as policy
  * errors naming their field, an empty allow list with nothing to decide, `input` that could never
  * reach the command, and child_process option spellings, each with what to use instead. Every
  * refusal is checked from the outside (the marker file the command would create is absent) and

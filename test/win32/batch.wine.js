@@ -1,5 +1,5 @@
 'use strict';
-// Batch files and cmd.exe (BatBadBut, issue #14): CreateProcess runs .bat/.cmd through cmd.exe,
+// Batch files and cmd.exe (BatBadBut): CreateProcess runs .bat/.cmd through cmd.exe,
 // which parses the command line by its own rules. The reproduction `run('t.bat', ['"&echo INJECTED'])`
 // must not run a second command and `%VAR%` must not expand. Every case checks from outside that
 // the injected command's side effect (a marker file) did not happen; the controls show, with the old

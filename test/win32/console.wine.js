@@ -1,5 +1,5 @@
 'use strict';
-// Console handles (issue #14): a sandboxed child must never get the user's console. 'inherit' (the
+// Console handles: a sandboxed child must never get the user's console. 'inherit' (the
 // CLI's choice) and fds that are a console become pipes that the backend forwards to and from the
 // host's streams; the addon itself refuses a console handle for a sandboxed spawn as a backstop.
 // Wine gives a headless node.exe no console at all, so the wine tests make the backend believe an fd

@@ -1,5 +1,5 @@
 'use strict';
-// ACL edits off the JS thread and the deferred start of sandboxed Windows runs (issue #14): the
+// ACL edits off the JS thread and the deferred start of sandboxed Windows runs: the
 // event loop keeps turning while the ACLs are applied; kill() before the start cancels it and
 // undoes the edits; an ACL failure is an 'error' event and a rejected `exited`; stdin written
 // before the start arrives; run()'s timeout and abort work during the ACL phase.

@@ -1,6 +1,6 @@
 'use strict';
-// Electron and every other host whose executable is not named node.exe must load the addon
-// (issue #14). node.exe is copied to electron-like.exe, which loads the addon through
+// Electron and every other host whose executable is not named node.exe must load the addon.
+// node.exe is copied to electron-like.exe, which loads the addon through
 // node-gyp-build and spawns a sandboxed child; and a check of the import table, which must not
 // name NODE.EXE (that import is what made LoadLibrary fail with "module not found").
 const test = require('node:test');

@@ -1,5 +1,5 @@
 'use strict';
-// .git rename-and-replant and the ACL lifecycle (issue #14). Wine runs the placeholder and journal
+// .git rename-and-replant and the ACL lifecycle. Wine runs the placeholder and journal
 // logic (files and directories are real there) but keeps no ACLs, so every "access denied" check and
 // every read-back of an ACE needs real Windows and is skipped under wine with the reason.
 const test = require('node:test');

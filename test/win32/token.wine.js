@@ -1,5 +1,5 @@
 'use strict';
-// Token hardening (issue #14): on an elevated host the child gets no administrator groups and no
+// Token hardening: on an elevated host the child gets no administrator groups and no
 // High integrity; the report lists what the token does not stop (other processes' memory, the
 // default desktop). Wine runs as an elevated administrator at High integrity, so the elevated path's
 // calls (CreateRestrictedToken with SidsToDisable, SetTokenInformation(TokenIntegrityLevel)) run here;
