@@ -5,8 +5,6 @@
  */
 import * as path from 'node:path';
 import { ERROR_CODES, SandboxError } from './errors';
-import type { NativeRelay } from './network/relay';
-import type { Win32Native } from './platform/win32';
 
 export type LinuxMountOp = { kind: number; path: string; data?: string; arg?: number };
 export type LinuxStdio = number | 'in' | 'out';
@@ -228,7 +226,6 @@ export interface LinuxNative extends NativeCommon, NativeRelay {
   makeFifo(path: string): void;
 }
 
-export type { Win32Native };
 
 /** The Windows addon (native/win/binding_win.cc): the members are typed by the backend (Win32Native). */
 export interface Win32Binding extends NativeCommon, Win32Native {
@@ -242,6 +239,101 @@ export interface DarwinBinding extends NativeCommon {
 
 /** The addon as loaded: `platform` says which system's surface it has. */
 export type NativeBinding = LinuxNative | Win32Binding | DarwinBinding;
+
+// The surfaces of the other halves are declared here, not in their users, so that this file
+// imports nothing of theirs (test/network/imports.test.ts: no import circle).
+
+export type AclOp = 'grant-write' | 'deny-write' | 'deny-delete' | 'deny-delete-child' | 'remove-denies' | 'revoke';
+
+/** The Windows half of the addon (native/win/binding_win.cc). */
+export interface Win32Native {
+  winWineVersion(): string | null;
+  winSidNormalize(sid: string): string;
+  winSidLookup(sid: string): { domain: string; name: string; use: number };
+  winSidFromName(name: string): string;
+  winTokenSids(): { user: string; logon: string; world: string };
+  winTokenProbe(capabilitySids: string[]): { created: boolean; restricted: boolean };
+  winDesktopProbe(): {
+    name: string;
+    startupName: string;
+    openWhileHeld: boolean;
+    openAfterClose: boolean;
+    errorAfterClose: number;
+  };
+  winAclEdit(
+    op: AclOp,
+    path: string,
+    sid: string,
+  ): boolean;
+  /**
+   * The same edits, in order, on a libuv thread-pool thread (the JS thread keeps turning during a
+   * propagation walk). A failure stops the batch unless continueOnError; cancel() stops it before
+   * the next edit. results[i]: { changed }, { error } (a SandboxError EACL_EDIT naming the API,
+   * the Win32 error and the path) or null (not attempted).
+   */
+  winAclBatch(
+    edits: Array<{ op: AclOp; path: string; sid: string }>,
+    options?: { continueOnError?: boolean },
+  ): {
+    promise: Promise<{ results: Array<{ changed: boolean } | { error: Error } | null>; cancelled: boolean }>;
+    cancel(): void;
+  };
+  winAclSddl(path: string): string;
+  winSpawn(
+    options: {
+      file: string;
+      commandLine: string;
+      env: Array<[string, string]>;
+      cwd: string;
+      stdio: Array<'pipe' | 'ignore' | number>;
+      sandboxed: boolean;
+      capabilitySids?: string[];
+      privateDesktop?: boolean;
+      job?: { uiRestrictions?: boolean; activeProcessLimit?: number; processMemoryLimit?: number };
+    },
+    onExit: (code: number) => void,
+  ): {
+    pid: number;
+    handle: unknown;
+    fds: Array<number | null>;
+    desktop: string | null;
+    jobViaAttribute: boolean;
+    tokenRestricted: boolean;
+    adminGroupsDisabled: number;
+    integrityLowered: boolean;
+  };
+  /** The path checks winSpawn starts with (ENOT_FOUND, ENOT_EXECUTABLE, EINVALID_ARGUMENT for cwd). */
+  winSpawnCheck(file: string, cwd: string): void;
+  winDeleteChildProbe(dir: string, file: string, capabilitySid: string): { deleted: boolean; exitCode: number };
+  winKill(handle: unknown, exitCode: number): boolean;
+  winCloseJob(handle: unknown): void;
+  winRelease(handle: unknown): void;
+}
+
+export interface NativeRelay {
+  /**
+   * Takes over duplicates of both fds; the caller must destroy its own sockets right away, in the
+   * same tick. `onDone` runs exactly once, never from inside relay() itself (and not at all when
+   * the Node environment is torn down).
+   */
+  relay(
+    fdA: number,
+    fdB: number,
+    prefixAtoB: Buffer | null,
+    prefixBtoA: Buffer | null,
+    idleMs: number,
+    onDone: (err: string | null, aToB: number, bToA: number) => void,
+    held?: boolean,
+  ): object;
+  /**
+   * For a relay made `held`: moves exactly `length` bytes from A to B, one way, shutting neither
+   * socket down; onDone(null, length, 0) once all of it is sent (EOF from A before that is an
+   * error). False when the relay already ended (onDone ran or will run).
+   */
+  relayStart(handle: object, length: number): boolean;
+  /** Tears the tunnel down (onDone runs with "closed" if it was still open). */
+  relayClose(handle: object): boolean;
+}
 
 let cached: NativeBinding | undefined;
 let loadFailure: SandboxError | undefined;

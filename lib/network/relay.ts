@@ -8,33 +8,10 @@
 import type * as net from 'net';
 import type { Readable, Writable } from 'stream';
 
-import { tryLoadNative } from '../native';
+import { tryLoadNative, type NativeRelay } from '../native';
 import type { Listener, ProxyContext, RelayEntry } from './context';
 import { budgetAllows, socketBudget } from './limits';
-export interface NativeRelay {
-  /**
-   * Takes over duplicates of both fds; the caller must destroy its own sockets right away, in the
-   * same tick. `onDone` runs exactly once, never from inside relay() itself (and not at all when
-   * the Node environment is torn down).
-   */
-  relay(
-    fdA: number,
-    fdB: number,
-    prefixAtoB: Buffer | null,
-    prefixBtoA: Buffer | null,
-    idleMs: number,
-    onDone: (err: string | null, aToB: number, bToA: number) => void,
-    held?: boolean,
-  ): object;
-  /**
-   * For a relay made `held`: moves exactly `length` bytes from A to B, one way, shutting neither
-   * socket down; onDone(null, length, 0) once all of it is sent (EOF from A before that is an
-   * error). False when the relay already ended (onDone ran or will run).
-   */
-  relayStart(handle: object, length: number): boolean;
-  /** Tears the tunnel down (onDone runs with "closed" if it was still open). */
-  relayClose(handle: object): boolean;
-}
+
 
 let cached: NativeRelay | null | undefined;
 

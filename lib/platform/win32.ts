@@ -9,6 +9,7 @@
  * as one batch on the libuv thread pool (winAclBatch), then winSpawn starts the command. See
  * docs/windows.md "Deferred start".
  */
+import type { AclOp, Win32Native } from '../native';
 import * as crypto from 'node:crypto';
 import * as fs from 'node:fs';
 import * as net from 'node:net';
@@ -54,72 +55,8 @@ export {
 export { CapabilityStore, defaultStateDir } from './win32-caps';
 export { Journal } from './win32-journal';
 
-export type AclOp = 'grant-write' | 'deny-write' | 'deny-delete' | 'deny-delete-child' | 'remove-denies' | 'revoke';
 
-/** The Windows half of the addon (native/win/binding_win.cc). */
-export interface Win32Native {
-  winWineVersion(): string | null;
-  winSidNormalize(sid: string): string;
-  winSidLookup(sid: string): { domain: string; name: string; use: number };
-  winSidFromName(name: string): string;
-  winTokenSids(): { user: string; logon: string; world: string };
-  winTokenProbe(capabilitySids: string[]): { created: boolean; restricted: boolean };
-  winDesktopProbe(): {
-    name: string;
-    startupName: string;
-    openWhileHeld: boolean;
-    openAfterClose: boolean;
-    errorAfterClose: number;
-  };
-  winAclEdit(
-    op: AclOp,
-    path: string,
-    sid: string,
-  ): boolean;
-  /**
-   * The same edits, in order, on a libuv thread-pool thread (the JS thread keeps turning during a
-   * propagation walk). A failure stops the batch unless continueOnError; cancel() stops it before
-   * the next edit. results[i]: { changed }, { error } (a SandboxError EACL_EDIT naming the API,
-   * the Win32 error and the path) or null (not attempted).
-   */
-  winAclBatch(
-    edits: Array<{ op: AclOp; path: string; sid: string }>,
-    options?: { continueOnError?: boolean },
-  ): {
-    promise: Promise<{ results: Array<{ changed: boolean } | { error: Error } | null>; cancelled: boolean }>;
-    cancel(): void;
-  };
-  winAclSddl(path: string): string;
-  winSpawn(
-    options: {
-      file: string;
-      commandLine: string;
-      env: Array<[string, string]>;
-      cwd: string;
-      stdio: Array<'pipe' | 'ignore' | number>;
-      sandboxed: boolean;
-      capabilitySids?: string[];
-      privateDesktop?: boolean;
-      job?: { uiRestrictions?: boolean; activeProcessLimit?: number; processMemoryLimit?: number };
-    },
-    onExit: (code: number) => void,
-  ): {
-    pid: number;
-    handle: unknown;
-    fds: Array<number | null>;
-    desktop: string | null;
-    jobViaAttribute: boolean;
-    tokenRestricted: boolean;
-    adminGroupsDisabled: number;
-    integrityLowered: boolean;
-  };
-  /** The path checks winSpawn starts with (ENOT_FOUND, ENOT_EXECUTABLE, EINVALID_ARGUMENT for cwd). */
-  winSpawnCheck(file: string, cwd: string): void;
-  winDeleteChildProbe(dir: string, file: string, capabilitySid: string): { deleted: boolean; exitCode: number };
-  winKill(handle: unknown, exitCode: number): boolean;
-  winCloseJob(handle: unknown): void;
-  winRelease(handle: unknown): void;
-}
+
 
 export interface Win32BackendOptions {
   /** Where capability SIDs and private temp dirs live. Default %LOCALAPPDATA%\process-sandbox. */

@@ -214,7 +214,24 @@ child.exited.then(() => process.exit(0), (e) => { console.error(String(e)); proc
       'except OSError as e:\n  print("refused", e.errno)\nprint("forked", ok, flush=True)\nsys.stdin.read()';
     // Children of the sandboxed python and how many of them are zombies, read from the host's /proc.
     const childrenOf = (marker: string): { children: number; zombies: number } => {
-      const py = pidsWith(marker).filter((p) => fs.readFileSync(`/proc/${p}/cmdline`, 'utf8').startsWith(`${PYTHON}\0`));
+      // A child still on its way out has python's command line too (a zombie's is empty): the
+      // sandboxed python is the one whose parent is not one of them.
+      const all = pidsWith(marker).filter((p) => {
+        try {
+          return fs.readFileSync(`/proc/${p}/cmdline`, 'utf8').startsWith(`${PYTHON}\0`);
+        } catch {
+          return false;
+        }
+      });
+      const parentOf = (p: number) => {
+        try {
+          const st = fs.readFileSync(`/proc/${p}/stat`, 'utf8');
+          return Number(st.slice(st.lastIndexOf(')') + 2).split(' ')[1]);
+        } catch {
+          return -1;
+        }
+      };
+      const py = all.filter((p) => !all.includes(parentOf(p)));
       expect(py, 'the sandboxed python, seen from outside').toHaveLength(1);
       const n = { children: 0, zombies: 0 };
       for (const d of fs.readdirSync('/proc')) {
