@@ -44,6 +44,12 @@ const char* WayName() noexcept;
 // mapped at addr).
 long ReadTaskMemory(uint32_t tid, uint64_t addr, void* buf, size_t len) noexcept;
 
+// Copies len bytes of buf into task tid's memory at addr (process_vm_writev, or a pwrite of
+// /proc/<tid>/mem): the number of bytes written, or -errno as ReadTaskMemory. The procfs way
+// writes pages the command mapped read-only too (FOLL_FORCE, as a debugger's poke; private pages
+// are copied on write, never the file behind them), where the kernel's own copy would fault.
+long WriteTaskMemory(uint32_t tid, uint64_t addr, const void* buf, size_t len) noexcept;
+
 // A dup of task tid's fd (the same open file description), through pidfd (a pidfd for the task)
 // with pidfd_getfd: a new fd of ours or -errno. -EPERM when this process has no pidfd_getfd
 // (Way() is kProcfs): only the same description will do for the caller.
