@@ -7,7 +7,8 @@
 // inotify_add_watch (checked against the readable paths: a directory's watch reports the names
 // made in it), and with deny-read paths under readable roots getdents64 and getdents (a listing
 // of a denied directory is refused; any other is done here, on the command's own open file
-// description, and copied into its buffer). Each is EMULATED here, never continued:
+// description, or where pidfd_getfd is refused on a reopen of it that then takes its place
+// (ListReopened), and copied into its buffer). Each is EMULATED here, never continued:
 //   1. read the call's arguments once: the path, name, value and times are copied out of the
 //      command's memory (process_vm_readv, or /proc/<tid>/mem: task_access.h); its fd and dirfd
 //      are duplicated (pidfd_getfd, or opened O_PATH through /proc/<tid>/fd/N), a relative path with AT_FDCWD starts at /proc/<tid>/cwd; then ID_VALID checks the copies
@@ -203,8 +204,10 @@ struct Operands {
 // holds one holds the other: they are converted in place.
 // proc: a listing of /proc's root under /proc privacy, filtered to the sandbox's own processes
 // (read on while a whole batch was filtered away, so that an empty answer still means the end).
+// mem: the command's /proc/<tid>/mem opened for writing before its task id was last checked
+// (it holds that task's memory, whatever the id names later), or -1: written by task id.
 long ListDir(int fd, const Operands& o, bool old_format, uint32_t tid, const ReadRules* proc, int listener,
-             const SeccompNotif& n) {
+             const SeccompNotif& n, int mem = -1) {
   if (o.count == 0) return -EINVAL;
   std::vector<char> local(static_cast<size_t>(o.count > (1u << 20) ? (1u << 20) : o.count));
   long got;
@@ -235,7 +238,8 @@ long ListDir(int fd, const Operands& o, bool old_format, uint32_t tid, const Rea
     }
   }
   if (got == 0) return 0;
-  const long put = task::WriteTaskMemory(tid, o.buf, local.data(), static_cast<size_t>(got));
+  const size_t len = static_cast<size_t>(got);
+  const long put = mem >= 0 ? task::WriteMemFile(mem, o.buf, local.data(), len) : task::WriteTaskMemory(tid, o.buf, local.data(), len);
   // The entries were consumed from the directory's position already; a buffer the command made
   // unwritable meanwhile loses them, as a fault inside the kernel's own copy would.
   if (put != got) return put < 0 && put != -EFAULT ? -EACCES : -EFAULT;
@@ -472,6 +476,11 @@ long ListReopened(int listener, const Call& c, const SeccompNotif& n, const Meta
   if (dir.fd < 0) return errno == ENOENT ? -EBADF : errno == ENOTDIR ? -ENOTDIR : -EACCES;
   FdInfo info;
   if (int r = ReadFdInfo(n.pid, child_fd, &info)) return r;
+  // The memory the entries go to, pinned now: a task id reused after the check below never
+  // receives them (the same ptrace access check as task::WriteTaskMemory's).
+  snprintf(path, sizeof path, "/proc/%u/mem", n.pid);
+  Fd mem(open(path, O_WRONLY | O_CLOEXEC));
+  if (mem.fd < 0) return errno == ENOENT ? -ESRCH : -EACCES;
   if (!notify::IdValid(listener, n.id)) return -ESRCH;
   if (info.flags & O_PATH) return -EBADF;
   struct stat st;
@@ -484,7 +493,7 @@ long ListReopened(int listener, const Call& c, const SeccompNotif& n, const Meta
   if (info.flags & O_NONBLOCK) fcntl(dir.fd, F_SETFL, O_NONBLOCK);
   if (lseek(dir.fd, static_cast<off_t>(info.pos), SEEK_SET) < 0) return -errno;
   const ReadRules* proc = reads != nullptr && IsProcRootDir(*reads, st) ? reads : nullptr;
-  const long got = ListDir(dir.fd, o, c.op == Op::kListDirOld, n.pid, proc, listener, n);
+  const long got = ListDir(dir.fd, o, c.op == Op::kListDirOld, n.pid, proc, listener, n, mem.fd);
   if (got <= 0 || lseek(dir.fd, 0, SEEK_CUR) == static_cast<off_t>(info.pos)) return got;
   notify::SeccompNotifAddfd a;
   memset(&a, 0, sizeof a);

@@ -114,15 +114,21 @@ long WriteTaskMemory(uint32_t tid, uint64_t addr, const void* buf, size_t len) n
     return put >= 0 ? put : -errno;
   }
   if (w != Access::kProcfs) return -EPERM;
-  if (addr > static_cast<uint64_t>(INT64_MAX)) return -EFAULT;
   char path[64];
   snprintf(path, sizeof path, "/proc/%u/mem", tid);
   const int mem = open(path, O_WRONLY | O_CLOEXEC);
   if (mem < 0) return errno == ENOENT ? -ESRCH : -errno;
-  const ssize_t put = pwrite(mem, buf, len, static_cast<off_t>(addr));
-  const int e = errno;
+  const long put = WriteMemFile(mem, addr, buf, len);
   close(mem);
-  if (put < 0) return e == EIO || e == EFAULT ? -EFAULT : -e;
+  return put;
+}
+
+long WriteMemFile(int mem, uint64_t addr, const void* buf, size_t len) noexcept {
+  if (len == 0) return 0;
+  if (addr > static_cast<uint64_t>(INT64_MAX)) return -EFAULT;
+  const ssize_t put = pwrite(mem, buf, len, static_cast<off_t>(addr));
+  // EIO: the first page is not mapped; 0: the task has no memory any more (it is exiting).
+  if (put < 0) return errno == EIO || errno == EFAULT ? -EFAULT : -errno;
   return put == 0 ? -ESRCH : put;
 }
 
