@@ -925,9 +925,10 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
   // and outside the protected paths only (native/linux/metadata_supervisor.cc); without it they
   // are a listed gap.
   const metadataSupervised = mode === 'landlock' && probe.connectSupervisor === 0;
-  // Listings are carried out on the command's own open directory (its position included), which
-  // only pidfd_getfd hands over: not where a container's profile refuses it (task_access.h).
-  const listSupervised = metadataSupervised && probe.supervisorAccess !== 'procfs';
+  // Listings are carried out on the command's own open directory (its position included): a dup
+  // of it (pidfd_getfd), or where a container's profile refuses that, a reopen through
+  // /proc/<pid>/fd at its position that then takes its place (metadata_supervisor.cc).
+  const listSupervised = metadataSupervised;
   // What Landlock grants before deny-read paths are carved out (the watch check reads it).
   const grants = abi >= 1 ? landlockRules(input, mode) : [];
   // Landlock mode: deny-read paths inside the granted roots are carved out of them (carveDenied);
@@ -1132,9 +1133,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
         gaps.push(
           `the names inside deny-read directories can be listed (not read): ${dirs.join(', ')} (Landlock's list right on the ` +
             `directories above them reaches them; ` +
-            (metadataSupervised
-              ? `the supervisor cannot take the command's directory fds here: pidfd_getfd is refused (a container's seccomp profile; CAP_SYS_PTRACE lifts it))`
-              : `this kernel has no seccomp supervision: errno ${-(probe.connectSupervisor ?? -38)})`),
+            `${noSupervision(probe)})`,
         );
         denyPartial = true;
       }
@@ -1275,9 +1274,8 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       ...(supervised ? { connectSupervisor: 'seccomp-user-notif' } : {}),
       ...(metadataSupervised ? { metadataSupervisor: 'seccomp-user-notif' } : {}),
       ...(pathsSupervised ? { pathSupervisor: 'seccomp-user-notif' } : {}),
-      // Listing /proc: the sandbox's own pids only where the supervisor carries listings out (it
-      // needs the command's open directory: pidfd_getfd); in the procfs way every pid's name.
-      ...(procPrivate ? { readSupervisor: 'seccomp-user-notif', procListing: listSupervised ? 'sandbox pids only' : 'every pid (names only)' } : {}),
+      // Listing /proc: the sandbox's own pids only (the supervisor carries listings out).
+      ...(procPrivate ? { readSupervisor: 'seccomp-user-notif', procListing: 'sandbox pids only' } : {}),
       // Landlock mode's deny-read: how many rules carving took, and the directories whose entries
       // are fixed for the run (README: "deny-read in Landlock mode").
       ...(carve

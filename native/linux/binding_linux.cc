@@ -435,12 +435,10 @@ void ParsePlan(Napi::Env env, const Napi::Object& o, LinuxSpawnPlan* out, Superv
       supervisor->reads.enabled = true;
       cfg.notify_reads = true;
       // Listings of /proc show the sandbox's own pids only: the listing is carried out on the
-      // command's own open directory, which only pidfd_getfd hands over (task_access.h); in the
-      // procfs way /proc still lists every pid (the planner reports which).
-      if (task::Way() == task::Access::kPidfd) {
-        metadata.list_dirs = true;
-        cfg.notify_listdir = true;
-      }
+      // command's own open directory (pidfd_getfd), or in the procfs way on a reopen of it that
+      // then takes its place (metadata_supervisor.cc, ListReopened).
+      metadata.list_dirs = true;
+      cfg.notify_listdir = true;
     }
     // Landlock mode below ABI 6: signals go through the host's signal supervisor, which lets
     // them reach members of the sandbox only (supervise_signals.cc).

@@ -7,7 +7,8 @@
 // inotify_add_watch (checked against the readable paths: a directory's watch reports the names
 // made in it), and with deny-read paths under readable roots getdents64 and getdents (a listing
 // of a denied directory is refused; any other is done here, on the command's own open file
-// description, and copied into its buffer). Each is EMULATED here, never continued:
+// description, or where pidfd_getfd is refused on a reopen of it that then takes its place
+// (ListReopened), and copied into its buffer). Each is EMULATED here, never continued:
 //   1. read the call's arguments once: the path, name, value and times are copied out of the
 //      command's memory (process_vm_readv, or /proc/<tid>/mem: task_access.h); its fd and dirfd
 //      are duplicated (pidfd_getfd, or opened O_PATH through /proc/<tid>/fd/N), a relative path with AT_FDCWD starts at /proc/<tid>/cwd; then ID_VALID checks the copies
@@ -51,6 +52,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/inotify.h>
@@ -202,8 +204,10 @@ struct Operands {
 // holds one holds the other: they are converted in place.
 // proc: a listing of /proc's root under /proc privacy, filtered to the sandbox's own processes
 // (read on while a whole batch was filtered away, so that an empty answer still means the end).
+// mem: the command's /proc/<tid>/mem opened for writing before its task id was last checked
+// (it holds that task's memory, whatever the id names later), or -1: written by task id.
 long ListDir(int fd, const Operands& o, bool old_format, uint32_t tid, const ReadRules* proc, int listener,
-             const SeccompNotif& n) {
+             const SeccompNotif& n, int mem = -1) {
   if (o.count == 0) return -EINVAL;
   std::vector<char> local(static_cast<size_t>(o.count > (1u << 20) ? (1u << 20) : o.count));
   long got;
@@ -234,12 +238,11 @@ long ListDir(int fd, const Operands& o, bool old_format, uint32_t tid, const Rea
     }
   }
   if (got == 0) return 0;
-  struct iovec local_iov = {local.data(), static_cast<size_t>(got)};
-  struct iovec remote = {reinterpret_cast<void*>(static_cast<uintptr_t>(o.buf)), static_cast<size_t>(got)};
-  ssize_t put = process_vm_writev(static_cast<pid_t>(tid), &local_iov, 1, &remote, 1, 0);
+  const size_t len = static_cast<size_t>(got);
+  const long put = mem >= 0 ? task::WriteMemFile(mem, o.buf, local.data(), len) : task::WriteTaskMemory(tid, o.buf, local.data(), len);
   // The entries were consumed from the directory's position already; a buffer the command made
   // unwritable meanwhile loses them, as a fault inside the kernel's own copy would.
-  if (put != got) return put < 0 && errno != EFAULT ? -EACCES : -EFAULT;
+  if (put != got) return put < 0 && put != -EFAULT ? -EACCES : -EFAULT;
   return got;
 }
 
@@ -419,10 +422,97 @@ long Apply(const Call& c, int fd, const struct stat& st, const Operands& o, int 
   return r == 0 ? 0 : -errno;
 }
 
+// What /proc/<tid>/fdinfo/<fd> says of the command's fd (fields -1 when absent).
+struct FdInfo {
+  int64_t pos = -1;
+  long flags = -1, mnt_id = -1;
+  int64_t ino = -1;  // Linux 5.14+
+};
+
+int ReadFdInfo(uint32_t tid, int fd, FdInfo* out) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%u/fdinfo/%d", tid, fd);
+  Fd f(open(path, O_RDONLY | O_CLOEXEC));
+  if (f.fd < 0) return errno == ENOENT ? -EBADF : -errno;
+  char buf[512];
+  const ssize_t got = read(f.fd, buf, sizeof buf - 1);
+  if (got <= 0) return -EBADF;
+  buf[got] = 0;
+  const auto field = [&](const char* name) -> const char* {
+    const char* at = strstr(buf, name);
+    return at == nullptr ? nullptr : at + strlen(name);
+  };
+  if (const char* v = field("pos:")) out->pos = strtoll(v, nullptr, 10);
+  if (const char* v = field("flags:")) out->flags = static_cast<long>(strtoul(v, nullptr, 8));
+  if (const char* v = field("mnt_id:")) out->mnt_id = strtol(v, nullptr, 10);
+  if (const char* v = field("\nino:")) out->ino = strtoll(v, nullptr, 10);
+  return out->pos < 0 || out->flags < 0 ? -EBADF : 0;
+}
+
+// A listing in the procfs way (no pidfd_getfd: the command's open file description cannot be
+// had). The command's directory is reopened through /proc/<tid>/fd/N (a new description of the
+// same directory, at offset 0), moved to the command's position (fdinfo's pos), listed, and, when
+// the position moved, put in place of fd N (SECCOMP_IOCTL_NOTIF_ADDFD with SETFD, its close-on-exec
+// kept), so the command's next call goes on from there.
+// Judged is the object reopened, never the number: the command may change fd N at any moment.
+// fdinfo, read after the reopen, must show a description the command could list (not O_PATH:
+// the kernel's getdents refuses one with EBADF, while the reopen would list a directory its
+// Landlock rules never let it open) of that same object (inode and mount; kernels before 5.14
+// print no inode: the object must then lie in a readable root, not only a list-only one). A
+// command that swaps fd N meanwhile gets EACCES, or, if it swapped it back, a listing of a
+// directory it holds open for reading. Differences from the kernel's own call: fd N gets a new
+// description (a dup of it made earlier, or the same description in another process, keeps the
+// old position; its file locks stay with the old one).
+long ListReopened(int listener, const Call& c, const SeccompNotif& n, const MetadataRules& rules, const ReadRules* reads) {
+  Operands o;
+  if (int r = ReadOperands(c, n, &o)) return r;
+  const int child_fd = ArgInt(n, 0);
+  if (child_fd < 0) return -EBADF;
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%u/fd/%d", n.pid, child_fd);
+  // O_DIRECTORY: anything else (a FIFO that would block the open among them) is ENOTDIR, as the
+  // kernel's getdents says for it.
+  Fd dir(open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dir.fd < 0) return errno == ENOENT ? -EBADF : errno == ENOTDIR ? -ENOTDIR : -EACCES;
+  FdInfo info;
+  if (int r = ReadFdInfo(n.pid, child_fd, &info)) return r;
+  // The memory the entries go to, pinned now: a task id reused after the check below never
+  // receives them (the same ptrace access check as task::WriteTaskMemory's).
+  snprintf(path, sizeof path, "/proc/%u/mem", n.pid);
+  Fd mem(open(path, O_WRONLY | O_CLOEXEC));
+  if (mem.fd < 0) return errno == ENOENT ? -ESRCH : -EACCES;
+  if (!notify::IdValid(listener, n.id)) return -ESRCH;
+  if (info.flags & O_PATH) return -EBADF;
+  struct stat st;
+  struct statx sx;
+  if (fstat(dir.fd, &st) != 0 || statx(dir.fd, "", AT_EMPTY_PATH, STATX_MNT_ID, &sx) != 0) return -EACCES;
+  const bool same = info.ino >= 0 && static_cast<uint64_t>(info.ino) == static_cast<uint64_t>(st.st_ino) &&
+                    (sx.stx_mask & STATX_MNT_ID) != 0 && static_cast<uint64_t>(info.mnt_id) == sx.stx_mnt_id;
+  if (info.ino >= 0 && !same) return -EACCES;
+  if (int r = CheckRead(dir.fd, st, rules, !same)) return r;
+  if (info.flags & O_NONBLOCK) fcntl(dir.fd, F_SETFL, O_NONBLOCK);
+  if (lseek(dir.fd, static_cast<off_t>(info.pos), SEEK_SET) < 0) return -errno;
+  const ReadRules* proc = reads != nullptr && IsProcRootDir(*reads, st) ? reads : nullptr;
+  const long got = ListDir(dir.fd, o, c.op == Op::kListDirOld, n.pid, proc, listener, n, mem.fd);
+  if (got <= 0 || lseek(dir.fd, 0, SEEK_CUR) == static_cast<off_t>(info.pos)) return got;
+  notify::SeccompNotifAddfd a;
+  memset(&a, 0, sizeof a);
+  a.id = n.id;
+  a.flags = notify::kAddfdFlagSetfd;
+  a.srcfd = static_cast<uint32_t>(dir.fd);
+  a.newfd = static_cast<uint32_t>(child_fd);
+  a.newfd_flags = (info.flags & O_CLOEXEC) ? O_CLOEXEC : 0;
+  // Not installed (the call is gone, or no room): the command's position did not move, and the
+  // entries it was given are not counted as read (a retry lists them again).
+  if (ioctl(listener, notify::kNotifAddfd, &a) < 0) return errno == ENOENT ? -ESRCH : -EAGAIN;
+  return got;
+}
+
 long Emulate(int listener, const Call& c, const SeccompNotif& n, const MetadataRules& rules, const ReadRules* reads) {
   if (c.op == Op::kListDir || c.op == Op::kListDirOld) {
-    // The command's own open directory, its position included: only pidfd_getfd gives that (the
-    // planner does not ask for listings where the supervisors take the procfs way).
+    // The command's own open directory, its position included: pidfd_getfd gives that; without
+    // it (a container's seccomp profile) a reopen at its position that then takes its place.
+    if (task::Way() == task::Access::kProcfs) return ListReopened(listener, c, n, rules, reads);
     if (task::Way() != task::Access::kPidfd) return -EPERM;
     Fd pidfd(notify::PidfdFor(listener, n));
     if (pidfd.fd < 0) return -EACCES;

@@ -51,7 +51,7 @@
 // command's stdio opened read-only by its name (/dev/pts/N) fails with EACCES (the opener has
 // no rule for it). A listing of /proc's root shows the sandbox's own pids only (the metadata
 // supervisor carries getdents out on the command's own directory and FilterProcListing drops the
-// others; only where pidfd_getfd works); stat() of /proc/<pid> still answers.
+// others; on a reopen of it where pidfd_getfd is refused); stat() of /proc/<pid> still answers.
 // Kernel features: those of the path supervisor (seccomp user notification with ADDFD, 5.9;
 // openat2 is not needed). Where the supervisor cannot run, the planner refuses the option.
 #include "supervise_reads.h"

@@ -104,6 +104,34 @@ long ReadTaskMemory(uint32_t tid, uint64_t addr, void* buf, size_t len) noexcept
   return got == 0 ? -ESRCH : got;
 }
 
+long WriteTaskMemory(uint32_t tid, uint64_t addr, const void* buf, size_t len) noexcept {
+  if (len == 0) return 0;
+  const Access w = Way();
+  if (w == Access::kPidfd) {
+    struct iovec local = {const_cast<void*>(buf), len};
+    struct iovec remote = {reinterpret_cast<void*>(static_cast<uintptr_t>(addr)), len};
+    const ssize_t put = process_vm_writev(static_cast<pid_t>(tid), &local, 1, &remote, 1, 0);
+    return put >= 0 ? put : -errno;
+  }
+  if (w != Access::kProcfs) return -EPERM;
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%u/mem", tid);
+  const int mem = open(path, O_WRONLY | O_CLOEXEC);
+  if (mem < 0) return errno == ENOENT ? -ESRCH : -errno;
+  const long put = WriteMemFile(mem, addr, buf, len);
+  close(mem);
+  return put;
+}
+
+long WriteMemFile(int mem, uint64_t addr, const void* buf, size_t len) noexcept {
+  if (len == 0) return 0;
+  if (addr > static_cast<uint64_t>(INT64_MAX)) return -EFAULT;
+  const ssize_t put = pwrite(mem, buf, len, static_cast<off_t>(addr));
+  // EIO: the first page is not mapped; 0: the task has no memory any more (it is exiting).
+  if (put < 0) return errno == EIO || errno == EFAULT ? -EFAULT : -errno;
+  return put == 0 ? -ESRCH : put;
+}
+
 int DupTaskFd(int pidfd, uint32_t tid, int fd) noexcept {
   (void)tid;
   if (Way() != Access::kPidfd) return -EPERM;

@@ -16,8 +16,10 @@
 //     no new permission check on the object), not the same open file description. Enough where the
 //     fd is a path anchor (a dirfd, a metadata call's target, a path naming the command's own fd):
 //     the callers act on it through /proc/self/fd/M or *at(fd, "", AT_EMPTY_PATH). Not enough
-//     where the description itself matters (a socket, an inotify instance): those callers ask
-//     for DupTaskFd and have a procfs way of their own, or none (see each caller).
+//     where the description itself matters (a socket, an inotify instance, a directory's
+//     position): those callers ask for DupTaskFd and have a procfs way of their own (a listing
+//     reopens the directory at its position and puts the reopen in place of the command's fd),
+//     or none (see each caller).
 // The way is decided once per process, by trying the calls on this process itself (a seccomp
 // filter answers the same whatever the target; a ptrace check on oneself always passes), and
 // remembered; probe() reports it (supervisorAccess) and the planner turns the supervisors off
@@ -43,6 +45,15 @@ const char* WayName() noexcept;
 // an unmapped page), or -errno (-ESRCH: gone; -EPERM/-EACCES: not readable; -EFAULT: nothing
 // mapped at addr).
 long ReadTaskMemory(uint32_t tid, uint64_t addr, void* buf, size_t len) noexcept;
+
+// Copies len bytes of buf into task tid's memory at addr (process_vm_writev, or a pwrite of
+// /proc/<tid>/mem): the number of bytes written, or -errno as ReadTaskMemory. The procfs way
+// writes pages the command mapped read-only too (FOLL_FORCE, as a debugger's poke; private pages
+// are copied on write, never the file behind them), where the kernel's own copy would fault.
+long WriteTaskMemory(uint32_t tid, uint64_t addr, const void* buf, size_t len) noexcept;
+// The same through mem, a /proc/<tid>/mem the caller opened for writing earlier (it holds that
+// task's memory whatever the id names by now).
+long WriteMemFile(int mem, uint64_t addr, const void* buf, size_t len) noexcept;
 
 // A dup of task tid's fd (the same open file description), through pidfd (a pidfd for the task)
 // with pidfd_getfd: a new fd of ours or -errno. -EPERM when this process has no pidfd_getfd

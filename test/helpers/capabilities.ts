@@ -56,10 +56,10 @@ export const caps = {
   supervisorAccess: features.supervisorAccess as 'pidfd' | 'procfs' | 'none' | undefined,
   /**
    * Landlock mode's supervisor carries out directory listings (deny-read under readable roots):
-   * not where it takes the procfs way, which cannot hand it the command's open directory; the
-   * names inside a denied directory are then a listed gap.
+   * wherever it runs (in the procfs way on a reopen of the command's directory); without it the
+   * names inside a denied directory are a listed gap.
    */
-  listSupervised: features.connectSupervisor === true && features.supervisorAccess !== 'procfs',
+  listSupervised: features.connectSupervisor === true,
   /** A system python3 (not a per-user shim that another uid or the sandbox cannot reach). */
   python: hasExecutable('/usr/bin/python3') ? '/usr/bin/python3' : null,
   cc: which('cc'),
