@@ -728,8 +728,13 @@ Napi::Value SpawnSpareJs(const Napi::CallbackInfo& info) {
   go.umask = static_cast<unsigned>(mask);
   // The carve-outs as they are now (one may have been made or removed since the preparation):
   // the parked command makes no call before GoSpare releases it.
+  // What is not built from the tree (the policy's bind right) is kept across the rebuild.
   PathRules& paths = rec->supervisor.paths;
-  if (paths.enabled) paths = BuildPathRules(paths.writable, paths.carveouts_in, paths.present_only_in, paths.devices_in);
+  if (paths.enabled) {
+    const bool inet_bind = paths.inet_bind;
+    paths = BuildPathRules(paths.writable, paths.carveouts_in, paths.present_only_in, paths.devices_in);
+    paths.inet_bind = inet_bind;
+  }
   LinuxSpawnResult res;
   bool used = false;
   Status s = GoSpare(spare, go, &res, &used);

@@ -180,6 +180,18 @@ describe.each(MODES)('$name mode: a sandbox prepared ahead', ({ name: mode, skip
     expect(fresh.enforcement.mechanisms.preparedAhead, 'another shape: made on the spot').toBeUndefined();
   });
 
+  it('serves a network: full spawn whose command binds a TCP socket, as a fresh spawn does', async () => {
+    const policy = modePolicy(mode, { filesystem: { write: [scene.ws] }, network: 'full' });
+    const bind = `${PYTHON} -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print('bound')"`;
+    const fresh = await sh(bind, { cwd: scene.ws, policy });
+    expect(fresh.stdout, fresh.stderr).toBe('bound\n');
+    await warm(policy);
+    const before = spareStats();
+    const r = await sh(bind, { cwd: scene.ws, policy });
+    expect(spareStats().used, 'the spawn was served by the spare').toBe(before.used + 1);
+    expect(r.stdout, r.stderr).toBe('bound\n');
+  });
+
   it('leaves nothing in the workspace while it waits, and holds the missing protected paths while it runs', async () => {
     const policy = policyFor(scene.ws);
     await warm(policy);
