@@ -7,6 +7,8 @@
  */
 import { execFileSync } from 'node:child_process';
 
+import { BASE_ENV } from './sandbox';
+
 export function git(where: string | { cwd: string; home: string }, ...args: string[]): string {
   const { cwd, home } = typeof where === 'string' ? { cwd: where, home: where } : where;
   return execFileSync('git', ['-c', 'user.name=t', '-c', 'user.email=t@example.com', '-c', 'init.defaultBranch=main', ...args], {
@@ -14,4 +16,17 @@ export function git(where: string | { cwd: string; home: string }, ...args: stri
     encoding: 'utf8',
     env: { PATH: process.env.PATH, HOME: home, GIT_CONFIG_NOSYSTEM: '1' },
   });
+}
+
+/** The environment a sandboxed git needs in a test: no system config, `home` as HOME, an identity. */
+export function gitEnv(home: string): Record<string, string> {
+  return {
+    ...BASE_ENV,
+    HOME: home,
+    GIT_CONFIG_NOSYSTEM: '1',
+    GIT_AUTHOR_NAME: 'a',
+    GIT_AUTHOR_EMAIL: 'a@b',
+    GIT_COMMITTER_NAME: 'a',
+    GIT_COMMITTER_EMAIL: 'a@b',
+  };
 }

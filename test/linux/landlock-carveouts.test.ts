@@ -14,21 +14,13 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { SandboxPolicy } from '../../lib/policy-types';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
 import { DENIED, expectDenied } from '../helpers/denied';
-import { git } from '../helpers/git';
+import { git, gitEnv } from '../helpers/git';
 import { BASE_ENV, expectUnchanged, makeScene, probeOps, py, sh, snapshot, type Entry, type Scene } from '../helpers/sandbox';
 
 // Moving, removing or replacing a carve-out may also fail on what stands in the way.
 const CARVE_DENIED = [...DENIED, 'ENOTEMPTY', 'EISDIR', 'EEXIST', 'ELOOP'];
 
-const GIT_ENV = (ws: string) => ({
-  ...BASE_ENV,
-  HOME: ws,
-  GIT_CONFIG_NOSYSTEM: '1',
-  GIT_AUTHOR_NAME: 'a',
-  GIT_AUTHOR_EMAIL: 'a@b',
-  GIT_COMMITTER_NAME: 'a',
-  GIT_COMMITTER_EMAIL: 'a@b',
-});
+const GIT_ENV = gitEnv;
 
 const landlockSkip = caps.metadataSupervisor
   ? undefined

@@ -8,17 +8,17 @@
  * the same probes run unfiltered as the control (the pidfd way). Every denial has its positive
  * control: the same probe on a readable sibling directory lists every name.
  */
-import { execFileSync, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 
 import { caps } from '../helpers/capabilities';
+import { buildPtraceFilter } from '../helpers/ptrace-filter';
 import { expectUnchanged, makeScene, snapshot, type Scene } from '../helpers/sandbox';
 
 const ROOT = path.resolve(__dirname, '..', '..');
-const SOURCE = path.join(ROOT, 'test', 'fixtures', 'ptrace_filter.c');
 const PYTHON = '/usr/bin/python3';
 
 // Already under such a profile (a container row): the test's own process is the host, no filter needed.
@@ -37,14 +37,7 @@ const skip = !caps.linux
 // eslint-disable-next-line no-console
 if (skip) console.warn(`[landlock-denyread-procfs] SKIPPING: ${skip}`);
 
-function buildFilter(): string {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'psb-ptrace-filter-'));
-  fs.chmodSync(dir, 0o755);
-  const bin = path.join(dir, 'ptrace_filter');
-  execFileSync('cc', ['-O2', '-o', bin, SOURCE], { stdio: 'pipe' });
-  fs.chmodSync(bin, 0o755);
-  return bin;
-}
+const buildFilter = buildPtraceFilter;
 
 // The host: one Landlock-mode run of the default policy with a deny-read directory, no
 // `degraded`; its result and report as JSON on the last line.

@@ -12,21 +12,13 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { SandboxPolicy } from '../../lib/policy-types';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
 import { DENIED, expectDenied } from '../helpers/denied';
-import { git } from '../helpers/git';
+import { git, gitEnv } from '../helpers/git';
 import { BASE_ENV, expectUnchanged, makeScene, probeOps, sh, snapshot, type Scene } from '../helpers/sandbox';
 
 // (ENOENT: node's recursive mkdir reports the refused parent's absence.)
 const NAMES_DENIED = [...DENIED, 'EEXIST', 'ENOTDIR', 'ENOENT'];
 
-const GIT_ENV = (home: string) => ({
-  ...BASE_ENV,
-  HOME: home,
-  GIT_CONFIG_NOSYSTEM: '1',
-  GIT_AUTHOR_NAME: 'a',
-  GIT_AUTHOR_EMAIL: 'a@b',
-  GIT_COMMITTER_NAME: 'a',
-  GIT_COMMITTER_EMAIL: 'a@b',
-});
+const GIT_ENV = gitEnv;
 
 const landlockSkip = caps.metadataSupervisor
   ? undefined

@@ -11,18 +11,17 @@
  *   ptrace_filter npx vitest run test/linux/landlock-carveouts.test.ts test/linux/connect-supervisor.test.ts ...
  * (the path of the compiled filter is printed by this test).
  */
-import { execFileSync, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 
 import { caps } from '../helpers/capabilities';
 import { makeScene, snapshot, expectUnchanged, type Scene } from '../helpers/sandbox';
 import { trySyscallPath } from '../helpers/try-syscall';
+import { buildPtraceFilter } from '../helpers/ptrace-filter';
 
 const ROOT = path.resolve(__dirname, '..', '..');
-const SOURCE = path.join(ROOT, 'test', 'fixtures', 'ptrace_filter.c');
 
 const skip = !caps.linux
   ? 'not Linux'
@@ -34,15 +33,7 @@ const skip = !caps.linux
 // eslint-disable-next-line no-console
 if (skip) console.warn(`[supervisor-access] SKIPPING: ${skip}`);
 
-/** Compiles the filter into a private directory (one per run; the test's own, never shared). */
-function buildFilter(): string {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'psb-ptrace-filter-'));
-  fs.chmodSync(dir, 0o755);
-  const bin = path.join(dir, 'ptrace_filter');
-  execFileSync('cc', ['-O2', '-o', bin, SOURCE], { stdio: 'pipe' });
-  fs.chmodSync(bin, 0o755);
-  return bin;
-}
+const buildFilter = buildPtraceFilter;
 
 // The host script: a probe, then one Landlock-mode run, its result as JSON on the last line.
 const HOST = `
