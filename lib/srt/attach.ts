@@ -9,10 +9,11 @@
  *      0700 state directory; the line names both.
  *   2. the line (a shell this host spawned) writes "<token> run <its pid>" to the state
  *      directory's request FIFO and reads its answer FIFO.
- *   3. the host takes the shell's stdio (copies the line keeps on fds 3-5: pidfd_getfd gives the same pipes, sockets or terminal;
- *      native/linux/stdio_adopt.cc, only from a direct child of this process whose command line
- *      holds the token), its cwd and environment (/proc/<pid>/cwd, environ), and runs the command
- *      in-process (spawnMapped, as spawnSandboxed), with the settings fixed at wrap time.
+ *   3. the host takes the shell's stdio (the copies the line keeps on fds 3-5, with pidfd_getfd:
+ *      the same pipes, sockets or terminal; native/linux/stdio_adopt.cc, only from a direct child
+ *      of this process whose command line holds the token), its cwd and environment
+ *      (/proc/<pid>/cwd, environ), and runs the command in-process (spawnMapped, as
+ *      spawnSandboxed), with the settings fixed at wrap time.
  *   4. INT, TERM and HUP the shell receives are passed on (its traps write "<token> sig NAME"); a
  *      shell killed outright (SIGKILL) gets its command killed; the answer is srt's exit status.
  *

@@ -87,8 +87,15 @@ let stateDir: string | undefined;
 const wrapped: Wrapped[] = [];
 // The fast line's host side (lib/srt/attach.ts), made with the state directory; null: unavailable.
 let attach: AttachServer | null | undefined;
-// What the last argvFor mapped, for the fast line's command (one mapping per wrap).
-let lastWrap: { command: string; binShell?: string; mapped: MappedConfig; key: string; commandText: string } | undefined;
+/** One wrapped command: the CLI line's argv and what the attached line starts in-process. */
+interface WrapPlan {
+  argv: string[];
+  command: string;
+  binShell?: string;
+  mapped: MappedConfig;
+  key: string;
+  commandText: string;
+}
 const store = new SandboxViolationStore();
 
 function requireConfig(): SandboxRuntimeConfig {
@@ -157,7 +164,7 @@ function cliPath(): string {
   return path.join(__dirname, '..', '..', 'dist', 'cli.js');
 }
 
-function argvFor(command: string, binShell: string | undefined, custom: Partial<SandboxRuntimeConfig> | undefined, options?: WrapWithSandboxOptions): string[] {
+function planWrap(command: string, binShell: string | undefined, custom: Partial<SandboxRuntimeConfig> | undefined, options?: WrapWithSandboxOptions): WrapPlan {
   const cfg = merged(custom);
   const cwd = process.cwd();
   // Validated and mapped now, so a setting we refuse throws here, as srt's wrap throws.
@@ -172,8 +179,7 @@ function argvFor(command: string, binShell: string | undefined, custom: Partial<
   const key = options?.commandId ? options.commandId : command;
   const commandText = options?.commandText ?? command;
   wrapped.push({ key, commandText, eventsFile, offset: 0 });
-  lastWrap = { command, binShell, mapped, key, commandText };
-  return [
+  const argv = [
     process.execPath,
     cliPath(),
     'srt',
@@ -187,6 +193,7 @@ function argvFor(command: string, binShell: string | undefined, custom: Partial<
     '-c',
     command,
   ];
+  return { argv, command, binShell, mapped, key, commandText };
 }
 
 /**
@@ -353,7 +360,7 @@ export const SandboxManager = {
     options?: WrapWithSandboxOptions,
   ): Promise<string> {
     if (abortSignal?.aborted) throw new SandboxError('EABORTED', 'wrapWithSandbox was aborted');
-    return wrappedLine(argvFor(command, binShell, customConfig, options));
+    return wrappedLine(planWrap(command, binShell, customConfig, options));
   },
 
   async wrapWithSandboxArgv(
@@ -365,7 +372,7 @@ export const SandboxManager = {
     options?: WrapWithSandboxOptions,
   ): Promise<{ argv: string[]; env: NodeJS.ProcessEnv }> {
     if (abortSignal?.aborted) throw new SandboxError('EABORTED', 'wrapWithSandboxArgv was aborted');
-    const line = wrappedLine(argvFor(command, binShell, customConfig, options));
+    const line = wrappedLine(planWrap(command, binShell, customConfig, options));
     return { argv: ['/bin/sh', '-c', line], env: { ...process.env } };
   },
 
@@ -472,7 +479,6 @@ export const SandboxManager = {
     wrapped.length = 0;
     attach?.close();
     attach = undefined;
-    lastWrap = undefined;
     if (stateDir) {
       fs.rmSync(stateDir, { recursive: true, force: true });
       stateDir = undefined;
@@ -485,17 +491,15 @@ export const SandboxManager = {
 };
 
 /**
- * The line for the CLI argv just built: the host-attached line where this host can serve it
+ * The line for one wrapped command: the host-attached line where this host can serve it
  * (lib/srt/attach.ts: no Node start per command), with the CLI line as its fallback. The CLI line
  * runs process.execPath as Node also where that is an Electron app (ELECTRON_RUN_AS_NODE, which
  * the CLI puts back as the caller had it before the command sees its environment).
  */
-function wrappedLine(argv: string[]): string {
-  const [exe, ...args] = argv;
+function wrappedLine(w: WrapPlan): string {
   // `exec`: the caller's shell is replaced, so its pid and signals are the CLI's.
-  const cli = `exec env "${ELECTRON_AS_NODE_SAVED}=\${ELECTRON_RUN_AS_NODE-${UNSET}}" ELECTRON_RUN_AS_NODE=1 ${[exe!, ...args].map(shellQuote).join(' ')}`;
+  const cli = `exec env "${ELECTRON_AS_NODE_SAVED}=\${ELECTRON_RUN_AS_NODE-${UNSET}}" ELECTRON_RUN_AS_NODE=1 ${w.argv.map(shellQuote).join(' ')}`;
   if (attach === undefined) attach = (stateDir && AttachServer.create(stateDir)) || null;
-  const w = lastWrap!;
   if (!attach) return cli;
   return attach.wrap(
     {
