@@ -18,9 +18,8 @@ import { tryLoadNative, loadLinuxNative, loadWin32Native } from './native';
 import { isLikelySandboxDenied, resolvePolicy, withoutSecretEnv } from './permissions';
 import type { SandboxPolicy } from './policy-types';
 import type { ResolvedRules } from './rules';
-import type { PreparedExecRequest } from './prepare';
 import type { CreateExecServerOptions, ExecServer } from './exec-server';
-import type { ExecParams, PrepareRuntime } from './prepare';
+import type { ExecParams, PrepareRuntime, PreparedExecRequest } from './prepare';
 import { nodeFetchNote } from './network/env';
 import { interceptionEnv, wireInterception } from './network/interception-spawn';
 import { createLinuxBackend } from './platform/linux';
@@ -177,8 +176,7 @@ function backend(): Backend {
     const { createDarwinBackend } = require('./platform/darwin') as typeof import('./platform/darwin');
     const { launchWithChildProcess } = require('./platform/posix-launcher') as typeof import('./platform/posix-launcher');
     backendCache = createDarwinBackend(launchWithChildProcess, (req) => ({ arg0Customized: req.arg0Customized === true }));
-  }
-  else throw new SandboxError('EPLATFORM_UNSUPPORTED', `no sandbox backend exists for platform ${process.platform}`);
+  } else throw new SandboxError('EPLATFORM_UNSUPPORTED', `no sandbox backend exists for platform ${process.platform}`);
   return backendCache;
 }
 
