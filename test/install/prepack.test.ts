@@ -33,6 +33,9 @@ describe.runIf(process.platform === 'linux' && hasObjdump)('prepack: what the ta
     // The host's tools, minus the aarch64 cross toolchain, plus the prebuildify stand-in.
     bin = path.join(work, 'bin');
     fs.mkdirSync(bin);
+    // First hit on PATH wins, by name: a dangling link (rust-clang -> clang-14 without clang) must
+    // not look absent to existsSync and be linked twice.
+    const taken = new Set<string>();
     for (const dir of (process.env.PATH ?? '/usr/bin:/bin').split(':')) {
       let names: string[] = [];
       try {
@@ -41,7 +44,8 @@ describe.runIf(process.platform === 'linux' && hasObjdump)('prepack: what the ta
         continue;
       }
       for (const n of names) {
-        if (n.startsWith('aarch64-linux-gnu-') || fs.existsSync(path.join(bin, n))) continue;
+        if (n.startsWith('aarch64-linux-gnu-') || taken.has(n)) continue;
+        taken.add(n);
         fs.symlinkSync(path.join(dir, n), path.join(bin, n));
       }
     }
