@@ -163,6 +163,9 @@ for spec in $CONFIGS; do
     echo "$l"
     lines+=("$l")
     if [[ "$l" != *" pass "* ]]; then
+      # The failed tests' names first, on stdout, where a cut CI log still shows them.
+      (tr -d '\r' < "$LOGS/$config.results") 2>/dev/null | sed 's/\x1b\[[0-9;?]*[a-zA-Z]//g' |
+        grep -a -E '^ *(×|FAIL) |AssertionError|Error: ' | sort -u | head -12 | sed "s/^/kernel-matrix: $label $u failed: /"
       # CI keeps only what is printed: the guest's diagnostics and the end of what it wrote.
       {
         echo "kernel-matrix: $label $u: the guest's own lines, then the end of its output and console:"
