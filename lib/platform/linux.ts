@@ -255,17 +255,49 @@ function releasePlaceholders(native: LinuxNative, held: HeldPlaceholder[]): void
 const TMP_PREFIX = 'process-sandbox-tmp-';
 let staleTmpSwept = false;
 
+/** Where Landlock-mode TMPDIRs may be made besides a TMPDIR the host names (tmpBase). */
+const TMP_BASES = ['/var/tmp', '/tmp'];
+let chosenTmpBase: string | undefined;
+
 /**
- * The directory all of this uid's Landlock-mode TMPDIRs are made in (0700, the uid's own). The
- * planner denies reads of it but for the run's own TMPDIR (linux-plan.ts tmpShield), so that
- * another Landlock-mode sandbox of the same uid cannot read this one's temp files and private
- * caches, nor those of a run that starts later. null when it cannot be trusted (another uid
- * made the name first, a link, a group- or world-open mode): the TMPDIR is then made in the
- * host's temp dir as before, and the report lists the gap.
+ * The temp dir this uid's directory for Landlock-mode TMPDIRs is made in. The host's own
+ * TMPDIR when its environment names one. Otherwise whichever of /var/tmp and /tmp holds fewer
+ * entries when the process first asks (then kept): the planner denies the directory by granting
+ * every entry beside it, one Landlock rule each in every spawn (linux-plan.ts tmpShield), and a
+ * busy /tmp holds hundreds (docs/performance.md). Only a sticky world-writable temp dir, or one
+ * owned by this uid, is taken.
+ */
+export function tmpBase(): string {
+  if (process.env.TMPDIR) return os.tmpdir();
+  if (chosenTmpBase !== undefined) return chosenTmpBase;
+  let best = os.tmpdir();
+  let fewest = Infinity;
+  for (const base of TMP_BASES) {
+    const st = lstatOrNull(base);
+    if (st === null || !st.isDirectory() || !((st.mode & 0o1002) === 0o1002 || st.uid === process.getuid?.())) continue;
+    let n = Infinity;
+    try {
+      n = fs.readdirSync(base).length;
+    } catch {
+      continue;
+    }
+    if (n < fewest) [best, fewest] = [base, n];
+  }
+  chosenTmpBase = best;
+  return best;
+}
+
+/**
+ * The directory all of this uid's Landlock-mode TMPDIRs are made in (0700, the uid's own, in
+ * tmpBase). The planner denies reads of it but for the run's own TMPDIR (linux-plan.ts
+ * tmpShield), so that another Landlock-mode sandbox of the same uid cannot read this one's temp
+ * files and private caches, nor those of a run that starts later. null when it cannot be trusted
+ * (another uid made the name first, a link, a group- or world-open mode): the TMPDIR is then made
+ * in the host's temp dir as before, and the report lists the gap.
  */
 function tmpParent(): string | null {
   const uid = process.getuid?.() ?? 0;
-  const dir = path.join(os.tmpdir(), `${TMP_PARENT_PREFIX}${uid}`);
+  const dir = path.join(tmpBase(), `${TMP_PARENT_PREFIX}${uid}`);
   try {
     fs.mkdirSync(dir, { mode: 0o700 });
   } catch (e) {
@@ -291,9 +323,10 @@ function sweepStaleTmpDirs(native: LinuxNative): void {
   if (staleTmpSwept) return;
   staleTmpSwept = true;
   const uid = process.getuid?.();
-  // This uid's parent (tmpParent), and the host's temp dir itself (older versions, and runs whose
-  // parent could not be trusted).
-  const parents = [os.tmpdir(), path.join(os.tmpdir(), `${TMP_PARENT_PREFIX}${uid ?? 0}`)];
+  // This uid's parents (tmpParent, in any temp dir an earlier host may have chosen), and the
+  // host's temp dir itself (older versions, and runs whose parent could not be trusted).
+  const bases = [...new Set([os.tmpdir(), tmpBase(), ...TMP_BASES])];
+  const parents = [os.tmpdir(), ...bases.map((b) => path.join(b, `${TMP_PARENT_PREFIX}${uid ?? 0}`))];
   const found: Array<[string, string]> = [];
   for (const parent of parents) {
     try {

@@ -104,11 +104,11 @@ async function loopbackServer(): Promise<{ hits: string[]; server: http.Server; 
   return { hits, server, port: (server.address() as AddressInfo).port };
 }
 
-/** This process's Landlock-mode TMPDIRs that exist now (in this uid's directory for them, or the host's temp dir). */
+/** This process's Landlock-mode TMPDIRs that exist now (in this uid's directory for them in either temp dir, or the host's temp dir). */
 function ourTmpDirs(pid = process.pid): string[] {
   const list = (d: string) => (fs.existsSync(d) ? fs.readdirSync(d) : []);
-  const parent = path.join(os.tmpdir(), `${TMP_PARENT_PREFIX}${process.getuid?.() ?? 0}`);
-  return [...list(os.tmpdir()), ...list(parent)].filter((n) => n.startsWith(`process-sandbox-tmp-${pid}-`));
+  const parents = [...new Set([os.tmpdir(), '/tmp', '/var/tmp'])].map((b) => path.join(b, `${TMP_PARENT_PREFIX}${process.getuid?.() ?? 0}`));
+  return [os.tmpdir(), ...parents].flatMap(list).filter((n) => n.startsWith(`process-sandbox-tmp-${pid}-`));
 }
 
 describe.each(MODES)('$name mode: a sandbox prepared ahead', ({ name: mode, skip }) => {
