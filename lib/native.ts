@@ -41,12 +41,12 @@ export interface LinuxNativePlan {
   /** unixSockets: allow socket(AF_UNIX, SOCK_STREAM|SOCK_SEQPACKET) whatever `net` says. */
   /**
    * connectSupervisor (Landlock mode, net 'proxy'): the proxy's port. connect() calls stop in a
-   * seccomp user notification, answered by the host (native/linux/supervise_connect.cc).
+   * seccomp user notification, answered by the host (native/linux/supervisor/supervise_connect.cc).
    */
   /**
    * metadataSupervisor (Landlock mode): chmod/chown/utime/xattr calls stop in a seccomp user
    * notification and the host carries them out inside `writable` and outside `protect` only
-   * (native/linux/metadata_supervisor.cc). Canonical absolute paths.
+   * (native/linux/supervisor/supervise_metadata.cc). Canonical absolute paths.
    */
   seccomp?: {
     net: 'none' | 'proxy' | 'full';
@@ -71,7 +71,7 @@ export interface LinuxNativePlan {
      * pathSupervisor (Landlock mode, with metadataSupervisor): read-only carve-outs inside the
      * writable roots. Write-opens, creates, renames, removals, links and truncates stop in a
      * seccomp user notification and the host carries them out unless they touch a carve-out
-     * (native/linux/supervise_paths.cc). Canonical absolute paths.
+     * (native/linux/supervisor/supervise_paths.cc). Canonical absolute paths.
      */
     pathSupervisor?: {
       carveOuts: string[];

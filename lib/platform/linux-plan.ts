@@ -198,7 +198,7 @@ export const LANDLOCK_INHERENT_GAPS = [
  * Why Landlock mode's supervisors are off where the kernel has them: they read the command's
  * memory and take its fds, with process_vm_readv and pidfd_getfd or, where a container's seccomp
  * profile refuses those (Docker's default without CAP_SYS_PTRACE), /proc/<pid>/mem and
- * /proc/<pid>/fd (native/linux/task_access.h). Empty unless neither way works.
+ * /proc/<pid>/fd (native/linux/supervisor/task_access.h). Empty unless neither way works.
  */
 function noAccess(probe: LinuxProbe): string {
   if (probe.supervisorAccess !== 'none') return '';
@@ -485,7 +485,7 @@ export interface DenyCarve {
  *    path (the chain), so `ls` of them still works;
  *  - the root's own rule on every other entry of those directories (each sibling), by inode.
  * The denied entry gets nothing; the supervisor refuses listings of it (the chain's list right
- * reaches it: metadata_supervisor.cc kListDir). What follows from rules being per inode:
+ * reaches it: supervise_metadata.cc kListDir). What follows from rules being per inode:
  *  - an entry made in a chain directory during the run (by the host, or a file replaced by
  *    rename) has no rule: it can be listed and stat'ed, not read, until the next run. So a denied
  *    path that is missing, or made again, stays unreadable whoever creates it;
@@ -916,18 +916,18 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
   // port would open that port on every IPv4 address. Where the kernel allows it, the connect
   // supervisor takes over instead: Landlock allows no TCP connect at all, seccomp stops connect()
   // in a user notification, and the host hands the command a connection to 127.0.0.1:<port>
-  // that it made itself (native/linux/supervise_connect.cc). Without it, the port rule and the
+  // that it made itself (native/linux/supervisor/supervise_connect.cc). Without it, the port rule and the
   // gap stay (Landlock mode is degraded-only anyway).
   const supervised = mode === 'landlock' && net === 'proxy' && probe.connectSupervisor === 0;
   if (supervised) seccomp.connectSupervisor = input.proxyPort!;
   // Landlock mode: Landlock has no right for chmod, chown, utime or xattr changes. The same
   // supervisor carries those out itself, on the object it resolved, inside the writable roots
-  // and outside the protected paths only (native/linux/metadata_supervisor.cc); without it they
+  // and outside the protected paths only (native/linux/supervisor/supervise_metadata.cc); without it they
   // are a listed gap.
   const metadataSupervised = mode === 'landlock' && probe.connectSupervisor === 0;
   // Listings are carried out on the command's own open directory (its position included): a dup
   // of it (pidfd_getfd), or where a container's profile refuses that, a reopen through
-  // /proc/<pid>/fd at its position that then takes its place (metadata_supervisor.cc).
+  // /proc/<pid>/fd at its position that then takes its place (supervise_metadata.cc).
   const listSupervised = metadataSupervised;
   // What Landlock grants before deny-read paths are carved out (the watch check reads it).
   const grants = abi >= 1 ? landlockRules(input, mode) : [];
@@ -955,7 +955,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
     }
   }
   // Landlock mode below ABI 6 (no LANDLOCK_SCOPE_SIGNAL): signals go to the same supervisor,
-  // which lets them reach the sandbox's own processes only (native/linux/supervise_signals.cc).
+  // which lets them reach the sandbox's own processes only (native/linux/supervisor/supervise_signals.cc).
   const signalSupervised = mode === 'landlock' && abi < 6 && probe.connectSupervisor === 0;
   if (signalSupervised) seccomp.signalSupervisor = true;
   if (abi >= 1) {
@@ -1019,7 +1019,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
   // Landlock mode: read-only carve-outs inside writable roots. Landlock cannot express them (a
   // right on a directory covers everything below it); the same supervisor carries out every
   // write-open, create, rename, removal, link and truncate itself, on a pinned parent directory,
-  // unless it touches a carve-out (native/linux/supervise_paths.cc). Without it they are a gap.
+  // unless it touches a carve-out (native/linux/supervisor/supervise_paths.cc). Without it they are a gap.
   // The supervisor is not confined by the command's Landlock domain: a deny-read path inside a
   // writable root is one more carve-out to it (never created, opened for writing, which could
   // also read it, renamed, linked or removed), or it would undo the deny-read carving below.
@@ -1037,7 +1037,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
   // Landlock mode, procPrivacy: other processes' /proc entries and the host's network tables
   // hidden. Every read-only open goes to the same supervisor, which resolves the path itself and
   // opens procfs objects of the sandbox's own processes only, and everything else through a
-  // thread confined by the command's Landlock rules (native/linux/supervise_reads.cc). Isolated
+  // thread confined by the command's Landlock rules (native/linux/supervisor/supervise_reads.cc). Isolated
   // mode's /proc is the sandbox's own already. Without the supervisor it is refused, never a gap.
   const procPrivate = mode === 'landlock' && rules.procPrivacy === true;
   if (procPrivate) {

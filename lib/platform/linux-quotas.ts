@@ -16,7 +16,7 @@
  * Where the share is enforced: isolated mode writes the inotify shares into the sandbox's user
  * namespace (the kernel counts live instances there) and sets RLIMIT_SIGPENDING and
  * RLIMIT_MSGQUEUE (checked against the namespace's own count). Landlock mode: the supervisor
- * counts the inotify instances and watches the sandbox creates (metadata_supervisor.h); pending
+ * counts the inotify instances and watches the sandbox creates (supervise_metadata.h); pending
  * signals need no share there (every task's count is the uid-wide one, held to the sandbox's
  * RLIMIT_SIGPENDING), and message queues are refused by seccomp.
  */

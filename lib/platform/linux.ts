@@ -515,7 +515,7 @@ export function createLinuxBackend(native: LinuxNative): Backend {
           connectSupervisor: p.connectSupervisor === 0,
           // The same seccomp supervision carries Landlock mode's metadata calls and inotify counts.
           metadataSupervisor: p.landlockAbi >= 1 && p.seccomp === 0 && p.connectSupervisor === 0,
-          // How the supervisors reach the command (native/linux/task_access.h).
+          // How the supervisors reach the command (native/linux/supervisor/task_access.h).
           supervisorAccess: p.supervisorAccess,
           // init can trace the command: Landlock mode's process cap as root without a cgroup.
           processTracing: p.processTracing === 0,
@@ -848,7 +848,7 @@ export function createLinuxBackend(native: LinuxNative): Backend {
         const handle0 = res.handle;
         const processId = req.network?.processId ?? String(res.pid);
         // Landlock mode: the listener is on the host's 127.0.0.1, open to every local process.
-        // Only the sandbox's own connections are served (native/linux/supervise_connect.cc).
+        // Only the sandbox's own connections are served (native/linux/supervisor/supervise_connect.cc).
         const hostPort = res.listenerFd === undefined && hostListenerFd !== undefined ? proxyPortOf(plan) : undefined;
         const admit =
           hostPort !== undefined

@@ -24,9 +24,9 @@
 
 #include "../addon_data.h"
 #include "../js_error.h"
-#include "supervise_connect.h"
-#include "supervisor.h"
-#include "task_access.h"
+#include "supervisor/supervise_connect.h"
+#include "supervisor/supervisor.h"
+#include "supervisor/task_access.h"
 #include "dir_watch.h"
 #include "landlock.h"
 #include "proc_fields.h"
@@ -376,7 +376,7 @@ void ParsePlan(Napi::Env env, const Napi::Object& o, LinuxSpawnPlan* out, Superv
       plan.seccomp_listener = true;
     }
     // Landlock mode: chmod/chown/utime/xattr calls go to the host's metadata supervisor, which
-    // carries them out inside these writable roots only (metadata_supervisor.cc).
+    // carries them out inside these writable roots only (supervise_metadata.cc).
     Napi::Value ms = s.Get("metadataSupervisor");
     if (ms.IsObject()) {
       if (plan.mode != LinuxMode::kLandlock) {
@@ -436,7 +436,7 @@ void ParsePlan(Napi::Env env, const Napi::Object& o, LinuxSpawnPlan* out, Superv
       cfg.notify_reads = true;
       // Listings of /proc show the sandbox's own pids only: the listing is carried out on the
       // command's own open directory (pidfd_getfd), or in the procfs way on a reopen of it that
-      // then takes its place (metadata_supervisor.cc, ListReopened).
+      // then takes its place (supervise_metadata.cc, ListReopened).
       metadata.list_dirs = true;
       cfg.notify_listdir = true;
     }

@@ -1,7 +1,7 @@
 // See seccomp.h for what the filter does and why. The rule table is in seccomp_table.h; this file
 // turns the rows selected for a SeccompConfig into classic BPF, and installs and probes it.
 #include "seccomp.h"
-#include "task_access.h"
+#include "supervisor/task_access.h"
 
 #include <errno.h>
 #include <linux/audit.h>
@@ -352,7 +352,7 @@ int InstallSeccompInChild(const sock_fprog* prog, bool new_listener) noexcept {
   if (nnp != 1) return -EPERM;
   // A listener exists only through seccomp(2); no prctl fallback (that kernel has no listeners).
   if (new_listener) {
-    // The supervisors EMULATE calls (metadata_supervisor.cc, supervise_paths.cc): a signal that
+    // The supervisors EMULATE calls (supervise_metadata.cc, supervise_paths.cc): a signal that
     // withdrew a call the supervisor had already carried out would make the kernel restart it
     // (or the caller retry on EINTR), and a mkdir or O_EXCL create done twice fails with EEXIST.
     // WAIT_KILLABLE_RECV keeps the call waiting for the answer once it was received; the signal

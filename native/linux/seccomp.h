@@ -115,7 +115,7 @@ struct SeccompConfig {
   // InstallSeccompInChild(prog, true).
   bool notify_connect = false;
   // Landlock mode: chmod/chown/utime/xattr calls (set-id modes aside, refused here) stop in
-  // SECCOMP_RET_USER_NOTIF for the host's metadata supervisor (metadata_supervisor.cc), which
+  // SECCOMP_RET_USER_NOTIF for the host's metadata supervisor (supervise_metadata.cc), which
   // carries them out inside the writable roots only. Landlock has no right for any of them.
   // Without it (no supervisor on this kernel) they run unchecked, a gap the plan lists. The same
   // supervisor counts inotify_init* and inotify_add_watch against the sandbox's share of the

@@ -506,7 +506,7 @@ constexpr Rule kRules[] = {
     Rule{__NR_inotify_add_watch, kAnyNet, kLandlock, kSupervise, {}},
     // Landlock's list right on a directory covers every directory below it, so a deny-read
     // directory under a listable one could be listed: the supervisor refuses listings of those
-    // (metadata_supervisor.cc, kListDir).
+    // (supervise_metadata.cc, kListDir).
     Rule{__NR_getdents64, kAnyNet, kLandlock, kSuperviseList, {}},
     Rule{kNrGetdents, kAnyNet, kLandlock, kSuperviseList, {}},
     When(kNrCreat, kAnyNet, kIsolated, kAllow, Clause{{AnyBit(1, kSetIdBits)}, kEperm}),

@@ -1,5 +1,5 @@
 /**
- * Landlock mode's connect supervisor (native/linux/supervise_connect.cc): with a proxy-only
+ * Landlock mode's connect supervisor (native/linux/supervisor/supervise_connect.cc): with a proxy-only
  * network, the command's TCP connections go to the proxy at 127.0.0.1:P and nowhere else, port P
  * of other addresses included (Landlock alone is per port). Checked from outside: a listener on
  * 127.0.0.2:P counts what it accepts. A C program (test/fixtures/connect_race.c) connects

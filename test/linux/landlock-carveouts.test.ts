@@ -1,7 +1,7 @@
 /**
  * Read-only carve-outs inside a writable root (a class outside testing found), attacked in
  * BOTH Linux modes: isolated mode holds them with read-only binds and placeholders, Landlock mode
- * with the path supervisor (native/linux/supervise_paths.cc). Every attack checks the outside:
+ * with the path supervisor (native/linux/supervisor/supervise_paths.cc). Every attack checks the outside:
  * the carve-outs are byte-identical afterwards (snapshot: contents, modes, owners, times, links)
  * and nothing was planted. Every denial has a positive control in the same sandbox: ordinary
  * writes, renames and removals in the workspace work, and so does `git commit`.

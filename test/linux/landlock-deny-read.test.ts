@@ -2,7 +2,7 @@
  * deny-read under readable roots, in both Linux modes. Isolated mode masks a
  * denied path with a mount; Landlock mode carves it out of the Landlock rules (every entry beside
  * it granted by inode, the directories above it list-only) and the supervisor refuses listings of
- * it (lib/platform/linux-plan.ts carveDenied, native/linux/metadata_supervisor.cc kListDir).
+ * it (lib/platform/linux-plan.ts carveDenied, native/linux/supervisor/supervise_metadata.cc kListDir).
  *
  * Oracle: every spelling of a denied path fails inside and nothing of it reaches the outside (a
  * copy in the workspace does not hold the secret); everything beside it that was readable stays

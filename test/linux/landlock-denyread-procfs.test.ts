@@ -3,7 +3,7 @@
  * runtime's default seccomp profile refuses pidfd_getfd and process_vm_readv/writev without
  * CAP_SYS_PTRACE). The supervisor cannot dup the command's open directory there: it reopens it
  * through /proc/<pid>/fd/N at the command's position, lists it, and puts the advanced reopen in
- * place of fd N (native/linux/metadata_supervisor.cc, ListReopened). The host, a node process
+ * place of fd N (native/linux/supervisor/supervise_metadata.cc, ListReopened). The host, a node process
  * starting sandboxes, runs under test/fixtures/ptrace_filter.c as it would in such a container;
  * the same probes run unfiltered as the control (the pidfd way). Every denial has its positive
  * control: the same probe on a readable sibling directory lists every name.

@@ -1,7 +1,7 @@
 /**
  * A file written and then executed at once: `cp` of a binary, a linker's output, a tool that
  * installs a script and runs it. Landlock mode with read-only carve-outs opens every file for
- * writing in the host and hands the command the fd (native/linux/answer_later.cc). The host's own
+ * writing in the host and hands the command the fd (native/linux/supervisor/answer_later.cc). The host's own
  * copy of that open file used to live until the supervisor thread ran again after the handover,
  * so a command that wrote, closed and executed the file before then got ETXTBSY ("Text file
  * busy"): 165 of 300 runs of the loop below on a busy 2-CPU host. Now the host drops its copy

@@ -1,6 +1,6 @@
 /**
  * Named FIFOs opened for writing in a writable root. Landlock mode with read-only carve-outs
- * emulates every write-open (native/linux/supervise_paths.cc); a FIFO's write-open must keep the
+ * emulates every write-open (native/linux/supervisor/supervise_paths.cc); a FIFO's write-open must keep the
  * kernel's meaning: it waits for a reader (the writer's data reaches the reader, whichever came
  * first), an O_NONBLOCK one without a reader fails with ENXIO, and a writer still waiting when the
  * run is killed leaves nothing behind in the host. Isolated mode (the kernel's own open) is the

@@ -1,7 +1,7 @@
 /**
  * Landlock mode's /proc privacy (policy.procPrivacy). Landlock mode shares the
  * host's /proc; with the option every read-only open goes to the supervisor
- * (native/linux/supervise_reads.cc), which refuses other processes' /proc/<pid> entries (ENOENT)
+ * (native/linux/supervisor/supervise_reads.cc), which refuses other processes' /proc/<pid> entries (ENOENT)
  * and the network tables (EACCES), and opens everything else through a thread confined by the
  * command's own Landlock rules.
  *

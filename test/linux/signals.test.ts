@@ -6,7 +6,7 @@
  * node's child.kill, python's os.kill).
  *
  * Landlock ABI 6+ scopes signals in the kernel; below it the signal supervisor
- * (native/linux/supervise_signals.cc) does. This host's kernel is emulated as ABI 5 with
+ * (native/linux/supervisor/supervise_signals.cc) does. This host's kernel is emulated as ABI 5 with
  * PSB_LANDLOCK_ABI_MAX=5 (the whole run then sees ABI 5: report, gaps and filter). The victim is
  * a host python process that logs every signal it gets: checked from outside, it is alive and
  * logged nothing.

@@ -2,7 +2,7 @@
  * Landlock mode's supervisors under a container runtime's default seccomp profile (docs/hosts.md):
  * Docker's refuses process_vm_readv and pidfd_getfd with EPERM without CAP_SYS_PTRACE, and
  * unshare without CAP_SYS_ADMIN, for root too, and Landlock mode is what runs there. The supervisors then take their procfs way
- * (native/linux/task_access.h: /proc/<pid>/mem, /proc/<pid>/fd/N). The honest way to test it:
+ * (native/linux/supervisor/task_access.h: /proc/<pid>/mem, /proc/<pid>/fd/N). The honest way to test it:
  * the HOST, a node process starting sandboxes, runs under such a filter (test/fixtures/
  * ptrace_filter.c), as it would in the container. Checked from outside: the files the sandbox
  * changed (mode, contents), the carve-out byte-identical, the proxy's listener.
@@ -178,7 +178,7 @@ describe.skipIf(skip)('supervisors under a seccomp profile that refuses process_
   }, 320_000);
 
   // procPrivacy (supervise_reads.cc) in the procfs way: the whole suite, listings of /proc
-  // filtered there too (a reopen of the command's directory: metadata_supervisor.cc).
+  // filtered there too (a reopen of the command's directory: supervise_metadata.cc).
   it('the procPrivacy suite passes with the host under the filter', () => {
     suiteUnderFilter('test/linux/landlock-proc.test.ts');
   }, 320_000);

@@ -1,5 +1,5 @@
 /**
- * Landlock mode's supervisor (native/linux/supervisor.cc) answers on a thread of its own: a
+ * Landlock mode's supervisor (native/linux/supervisor/supervisor.cc) answers on a thread of its own: a
  * command's supervised calls (here chmod and utime, the metadata class) are answered while the
  * host's JS thread is blocked and never returns to its event loop. Before, the listener was
  * polled on that loop, so every such call waited for the JS thread. Checked from outside: the

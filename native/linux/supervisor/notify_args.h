@@ -1,4 +1,4 @@
-// Reading a notified call's arguments, once, on the host (see metadata_supervisor.cc and
+// Reading a notified call's arguments, once, on the host (see supervise_metadata.cc and
 // supervise_paths.cc, which both emulate calls they were sent and never continue them):
 // strings and structs are copied out of the command's memory, its fds are taken as path anchors
 // (task_access.h: process_vm_readv and pidfd_getfd, or /proc/<tid>/mem and /proc/<tid>/fd/N

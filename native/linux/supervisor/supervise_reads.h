@@ -20,7 +20,7 @@
 #include <memory>
 
 #include "answer_later.h"
-#include "landlock.h"
+#include "../landlock.h"
 #include "notify_abi.h"
 #include "supervise_signals.h"
 

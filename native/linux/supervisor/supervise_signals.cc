@@ -55,7 +55,7 @@
 #include "supervise_signals.h"
 
 #include "notify_args.h"
-#include "proc_fields.h"
+#include "../proc_fields.h"
 #include "task_access.h"
 
 #include <dirent.h>
@@ -83,7 +83,7 @@ using notify::IdValid;
 using notify::Respond;
 using notify::SeccompNotif;
 // Fd: closed on every return path. EffectiveCapsCleared: this thread's effective capabilities
-// cleared while a signal is sent, as in metadata_supervisor.cc, so that the kernel's signal
+// cleared while a signal is sent, as in supervise_metadata.cc, so that the kernel's signal
 // permission check is the command's.
 using nargs::EffectiveCapsCleared;
 using nargs::Fd;

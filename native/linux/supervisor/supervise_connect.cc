@@ -67,7 +67,7 @@
 #include <vector>
 
 #include "notify_abi.h"
-#include "proc_fields.h"
+#include "../proc_fields.h"
 #include "task_access.h"
 
 namespace psb {

@@ -1,4 +1,4 @@
-// Landlock mode's metadata supervisor (see metadata_supervisor.h for what it closes).
+// Landlock mode's metadata supervisor (see supervise_metadata.h for what it closes).
 //
 // The command's seccomp filter turns chmod, fchmod, fchmodat, fchmodat2 (set-id modes are
 // refused in the filter itself), chown, lchown, fchown, fchownat, utime, utimes, futimesat,
@@ -37,7 +37,7 @@
 // What the command sees: the same errnos as the kernel's for those checks; EACCES outside the
 // writable roots; ELOOP for a path through another /proc magic link; EACCES when the host cannot
 // read the command (a non-dumpable command of an unprivileged host, or Yama ptrace_scope >= 2).
-#include "metadata_supervisor.h"
+#include "supervise_metadata.h"
 #include "notify_args.h"
 #include "supervise_reads.h"
 #include "task_access.h"

@@ -3,7 +3,7 @@
 // per class of calls it judges: connect() (SeccompConfig::notify_connect) is answered so that the
 // command's only TCP connections are to the managed proxy at 127.0.0.1:<port>
 // (supervise_connect.cc); metadata changes (SeccompConfig::notify_metadata) are carried out by
-// the host only inside the writable roots (metadata_supervisor.cc); inotify instances and watches
+// the host only inside the writable roots (supervise_metadata.cc); inotify instances and watches
 // are counted against the sandbox's share of the uid's limits (supervisor.cc); write-opens,
 // creates, renames and removals are carried out outside read-only carve-outs only
 // (supervise_paths.cc); below Landlock ABI 6, signals reach members of the sandbox only
@@ -14,7 +14,7 @@
 
 #include <napi.h>
 
-#include "metadata_supervisor.h"
+#include "supervise_metadata.h"
 #include "supervise_paths.h"
 #include "supervise_reads.h"
 #include "supervise_signals.h"

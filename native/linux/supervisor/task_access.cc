@@ -12,7 +12,7 @@
 
 #include <atomic>
 
-#include "syscall_numbers.h"
+#include "../syscall_numbers.h"
 
 namespace psb {
 namespace task {

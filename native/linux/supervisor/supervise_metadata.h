@@ -3,7 +3,7 @@
 // writable roots (as root: any root-owned file). The command's filter stops those calls
 // (SeccompConfig::notify_metadata) and the host carries each one out itself, on the object it
 // resolved and pinned, only when that object lies inside a writable root and outside every
-// protected path. See metadata_supervisor.cc.
+// protected path. See supervise_metadata.cc.
 //
 // Threading: HandleMetadata runs on the sandbox's supervisor thread (supervisor.cc),
 // never on the host's loop: a call the command makes slow (a walk through 40 symlinks of 4 kB

@@ -1,4 +1,4 @@
-// How the supervisors (metadata_supervisor.cc, supervise_paths.cc, supervise_connect.cc, and
+// How the supervisors (supervise_metadata.cc, supervise_paths.cc, supervise_connect.cc, and
 // through notify_args.cc) read the command's memory and take its fds. Host side only.
 //
 // Why two ways: the natural calls are process_vm_readv (memory) and pidfd_getfd (a dup of the

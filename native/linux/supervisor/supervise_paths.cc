@@ -94,7 +94,7 @@
 
 #include "answer_later.h"
 #include "notify_args.h"
-#include "proc_fields.h"
+#include "../proc_fields.h"
 #include "supervisor_profile.h"
 #include "task_access.h"
 

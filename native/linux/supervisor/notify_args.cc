@@ -10,7 +10,7 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 
-#include "proc_fields.h"
+#include "../proc_fields.h"
 #include "task_access.h"
 
 namespace psb {

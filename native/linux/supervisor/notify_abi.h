@@ -13,8 +13,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "proc_fields.h"
-#include "syscall_numbers.h"
+#include "../proc_fields.h"
+#include "../syscall_numbers.h"
 
 namespace psb {
 namespace notify {
