@@ -581,7 +581,7 @@ Napi::Value RelayCloseJs(const Napi::CallbackInfo& info) {
 
 }  // namespace
 
-void InitRelay(Napi::Env env, Napi::Object exports) {
+void RegisterRelay(Napi::Env env, Napi::Object exports) {
   exports.Set("relay", Napi::Function::New(env, RelayJs, "relay"));
   exports.Set("relayStart", Napi::Function::New(env, RelayStartJs, "relayStart"));
   exports.Set("relayClose", Napi::Function::New(env, RelayCloseJs, "relayClose"));

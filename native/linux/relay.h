@@ -6,6 +6,6 @@
 namespace psb {
 
 // Adds relay(), relayStart() and relayClose() to the addon's exports.
-void InitRelay(Napi::Env env, Napi::Object exports);
+void RegisterRelay(Napi::Env env, Napi::Object exports);
 
 }  // namespace psb

@@ -1,0 +1,30 @@
+// The TS plan (lib/platform/linux-plan.ts, passed by lib/platform/linux.ts) into the spawner's
+// LinuxSpawnPlan and the supervisor's SupervisorConfig, and the stdio entries into fds. Used by
+// native.spawn and by the prepared-ahead sandboxes (spare_binding.cc). Tests:
+// test/native/addon.test.ts (malformed plans), and every sandboxed spawn.
+#pragma once
+
+#include <napi.h>
+
+#include <vector>
+
+#include "spawn_linux.h"
+#include "supervisor/supervisor.h"
+
+namespace psb {
+
+// The plan's fields other than stdio (mode, command, limits, mounts, Landlock, seccomp) into
+// *plan, and the supervisor's configuration into *supervisor. Throws on a malformed plan.
+void ParsePlan(Napi::Env env, const Napi::Object& o, LinuxSpawnPlan* out, SupervisorConfig* supervisor);
+
+// The parent's ends of the pipes made for 'in'/'out' stdio entries; closed unless released.
+struct StdioEnds {
+  std::vector<int> parent;  // per entry: our end, or -1
+  std::vector<int> child;   // the command's ends, closed once it has its copies
+  ~StdioEnds();
+};
+
+// stdio: number = host fd to pass, -1 = /dev/null, 'in'/'out' = a new pipe.
+void ParseStdio(Napi::Env env, const Napi::Array& stdio, std::vector<int>* out, StdioEnds* ends);
+
+}  // namespace psb
