@@ -15,7 +15,7 @@ const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
 const { spawn, probe, ManagedProxy } = require(path.join(__dirname, '..', 'dist', 'index.js'));
-const { spareStats } = require(path.join(__dirname, '..', 'dist', 'platform', 'linux-spare.js'));
+const { spareStats } = require(path.join(__dirname, '..', 'dist', 'platform', 'linux', 'spare.js'));
 
 const N = Number(process.env.BENCH_N || 200);
 const ROUNDS = Number(process.env.BENCH_ROUNDS || 10);

@@ -1,6 +1,6 @@
 /**
  * The contract between the process handle (lib/child.ts) and each platform backend
- * (lib/platform/linux.ts, win32.ts, darwin.ts). A backend turns a BackendSpawnRequest into a live
+ * (lib/platform/linux/index.ts, win32.ts, darwin.ts). A backend turns a BackendSpawnRequest into a live
  * process and reports, synchronously, what it enforced. It throws SandboxError before anything
  * runs when it cannot enforce the rules (fail closed).
  */

@@ -19,7 +19,7 @@ import * as path from 'node:path';
 import { isTimerMs, MAX_TIMER_MS, SandboxError, exitStatusForError } from './errors';
 import { probe, spawn, type AuditEvent, type SandboxPolicy } from './index';
 import { withoutSecretEnv } from './permissions';
-import { apparmorProfile, WIDE_GRANT } from './platform/linux-apparmor';
+import { apparmorProfile, WIDE_GRANT } from './platform/linux/apparmor';
 import { restoreElectronRunAsNode } from './srt/electron-env';
 
 const RUN_USAGE = `Usage: process-sandbox run [options] [--] <command> [args...]

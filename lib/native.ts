@@ -31,7 +31,7 @@ export interface LinuxNativePlan {
     /**
      * exact: opened without following links; gone or swapped for a link: no rule (landlock.h).
      * volatile: a prepared sandbox does not check that the path still names the inode its rule
-     * was made for (the entries of the host's temp dir, linux-plan.ts tmpShield).
+     * was made for (the entries of the host's temp dir, linux/plan.ts tmpShield).
      */
     rules: Array<{ path: string; access: 'read' | 'write' | 'device' | 'list'; exact?: boolean; volatile?: boolean }>;
     connectPorts?: number[];
@@ -163,7 +163,7 @@ interface NativeCommon {
 export interface LinuxNative extends NativeCommon, NativeRelay {
   platform: 'linux';
   spawn(plan: LinuxNativePlan, onExit: (code: number | null, signal: number | null) => void): LinuxSpawnResult;
-  /** Sandboxes prepared ahead, both modes (lib/platform/linux-spare.ts). */
+  /** Sandboxes prepared ahead, both modes (lib/platform/linux/spare.ts). */
   prepareSpare(plan: Omit<LinuxNativePlan, 'stdio'>, done: (err: Error | null) => void): object;
   /** ptyCols/ptyRows: the size of a spare's own terminal (isolated mode), set before the go. */
   spawnSpare(

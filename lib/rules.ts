@@ -39,13 +39,13 @@ export interface ResolvedRules {
    * The readOnly entries protected only because they existed at planning (nested repositories'
    * metadata, start-up files below a root, unreadable directories, metadata in shared scratch
    * roots). One that vanishes before the mounts leaves nothing to protect, and a fresh plan would
-   * not hold its name either, so the mount step skips it (linux-plan.ts). Absent when empty.
+   * not hold its name either, so the mount step skips it (linux/plan.ts). Absent when empty.
    */
   presentOnly?: string[];
   /** Unreadable paths, canonical. Existing paths only (globs are expanded before this point). */
   denyRead: string[];
   tmp: TmpMode;
-  /** The user's tool caches (absent: 'private'; lib/platform/linux-caches.ts). */
+  /** The user's tool caches (absent: 'private'; lib/platform/linux/caches.ts). */
   caches?: CachesMode;
   network: NetworkRule;
   mode: SandboxMode;

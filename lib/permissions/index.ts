@@ -4,7 +4,7 @@
  */
 import type { SandboxPolicy } from '../policy-types';
 import type { ResolvedRules } from '../rules';
-import { hostWritableCaches } from '../platform/linux-caches';
+import { hostWritableCaches } from '../platform/linux/caches';
 import { realpathOrNull } from './canonical';
 import { compilePolicy } from './policy';
 import { resolveEntries } from './resolve';

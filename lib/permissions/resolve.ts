@@ -502,7 +502,7 @@ function lstatState(p: string): 'present' | 'missing' | 'unknown' {
   }
 }
 
-/** Our placeholder for a missing directory: empty, mode exactly 0555 (lib/platform/linux.ts). */
+/** Our placeholder for a missing directory: empty, mode exactly 0555 (lib/platform/linux/index.ts). */
 function isPlaceholderDir(p: string, st: fs.Stats | null): boolean {
   if (st === null || !st.isDirectory() || (st.mode & 0o7777) !== 0o555) return false;
   try {

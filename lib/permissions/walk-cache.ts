@@ -1,6 +1,6 @@
 /**
  * A cache of the planner's bounded walk below a writable root (findNestedRepos, resolve.ts),
- * kept valid by directory watches. The same cache keeps Landlock mode's listing of / (linux-plan.ts
+ * kept valid by directory watches. The same cache keeps Landlock mode's listing of / (linux/plan.ts
  * landlockReadAllRules), a walk of one directory.
  *
  * Why: the walk reads up to NESTED_REPO_MAX_DIRS directories and looks for `.git` in each of
@@ -23,7 +23,7 @@
  * its device and inode too (a workspace removed and made again is a new key).
  *
  * Limits: at most MAX_WATCHES watches in all (the uid's inotify watches are shared with the host
- * and its sandboxes: lib/platform/linux-quotas.ts keeps half of the limit for the host, and this
+ * and its sandboxes: lib/platform/linux/quotas.ts keeps half of the limit for the host, and this
  * takes a small part of that half); the walks used longest ago make room for a new one, and a
  * walk that needs more than all of it is not cached. Without the addon's
  * watches (not Linux, or no inotify) nothing is cached.

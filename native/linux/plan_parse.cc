@@ -190,7 +190,7 @@ void ParsePlan(Napi::Env env, const Napi::Object& o, LinuxSpawnPlan* out, Superv
         supervisor->paths.inet_bind = net == "full";
         cfg.notify_paths = true;
       }
-      // The sandbox's lifetime share of the uid's inotify instances and watches (linux-quotas.ts).
+      // The sandbox's lifetime share of the uid's inotify instances and watches (linux/quotas.ts).
       Napi::Value iq = ms.As<Napi::Object>().Get("inotify");
       if (iq.IsObject()) {
         supervisor->inotify = true;

@@ -6,7 +6,7 @@
  */
 import { beforeAll, describe, expect, it } from 'vitest';
 import { run, spawn, type SandboxedProcess } from '../../lib/index';
-import { sparesSettled } from '../../lib/platform/linux-spare';
+import { sparesSettled } from '../../lib/platform/linux/spare';
 import { childZombies, describeFds, openFdCount, requireBuilt, waitFor, withPolicy, type RunMode } from './helpers';
 
 /** Exited children are reaped (a zombie may exist for a moment between exit and reaping). */
@@ -23,7 +23,7 @@ export function defineStressContract(mode: RunMode): void {
     // First in the file, so fds left for the GC by earlier tests cannot hide a leak here.
     it('an exited process holds no fd even while its handle is still referenced', async () => {
       // Three runs of one shape: on Linux the third leaves a sandbox prepared ahead for the next
-      // (lib/platform/linux-spare.ts), which each later run uses and replaces. That one is part
+      // (lib/platform/linux/spare.ts), which each later run uses and replaces. That one is part
       // of the baseline; counts are taken once its preparation has ended.
       for (let i = 0; i < 3; i++) await run('true', [], opts());
       await waitFor(sparesSettled, 'the sandbox prepared ahead to be ready');

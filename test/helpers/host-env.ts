@@ -1,6 +1,6 @@
 /**
  * The host process's own cache variables, which filesystem.caches 'host-writable' reads
- * (lib/platform/linux-caches.ts cacheSites): tests set them for one run and restore them.
+ * (lib/platform/linux/caches.ts cacheSites): tests set them for one run and restore them.
  */
 const CACHE_VARS = [
   'HOME', 'XDG_CACHE_HOME', 'XDG_DATA_HOME', 'npm_config_cache', 'NPM_CONFIG_CACHE', 'CARGO_HOME', 'RUSTUP_HOME', 'GOPATH',

@@ -22,13 +22,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SandboxError } from '../../lib/errors';
 import { resolvePolicy } from '../../lib/permissions';
 import { parseRunArgs, policyFromArgs } from '../../lib/cli';
-import { planCaches } from '../../lib/platform/linux-caches';
+import { planCaches } from '../../lib/platform/linux/caches';
 import type { ResolvedRules } from '../../lib/rules';
 import type { CachesMode, SandboxPolicy } from '../../lib/policy-types';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
 import { withHostCacheEnv } from '../helpers/host-env';
 import { NODE, SYS_PATH, eventually, expectUnchanged, makeScene, sh, snapshot, type Scene } from '../helpers/sandbox';
-import { clearSpares, spareStats } from '../../lib/platform/linux-spare';
+import { clearSpares, spareStats } from '../../lib/platform/linux/spare';
 
 const REGISTRY = 'registry.npmjs.org';
 const PNPM = 'pnpm@9.15.0';

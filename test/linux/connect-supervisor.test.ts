@@ -14,7 +14,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { spawn } from '../../lib/index';
-import { clearSpares } from '../../lib/platform/linux-spare';
+import { clearSpares } from '../../lib/platform/linux/spare';
 import { caps, modePolicy } from '../helpers/capabilities';
 import { landlockProxyMissing } from '../helpers/host';
 import { BASE_ENV, eventually, makeScene, type Scene } from '../helpers/sandbox';
@@ -309,7 +309,7 @@ if (isMainThread) {
 
 describe.skipIf(process.platform !== 'linux')('Landlock-mode plan with and without the connect supervisor', () => {
   const plan = async (connectSupervisor: number | undefined) => {
-    const { planLinux } = await import('../../lib/platform/linux-plan');
+    const { planLinux } = await import('../../lib/platform/linux/plan');
     const probe = { landlockAbi: 7, seccomp: 0, userns: -1, euid: 1000, connectSupervisor };
     const rules = {
       readAll: true, readRoots: [], writeRoots: [], readOnly: [], denyRead: [], tmp: 'private',

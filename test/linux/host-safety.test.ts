@@ -205,14 +205,14 @@ import sys; sys.stdin.read()
     it.skipIf(skip)('HS-04: pending signals, mqueue bytes and (isolated) inotify are capped for the command', async () => {
       const r = await run('/bin/sh', ['-c', 'grep -E "pending signals|msgqueue" /proc/self/limits; cat /proc/sys/user/max_inotify_instances /proc/sys/user/max_inotify_watches'], { env: BASE_ENV, policy });
       expect(r.stdout).toMatch(/Max pending signals\s+1024\s+1024/);
-      // mqueue bytes: isolated mode's share of the host's budget (linux-quotas.ts), at most 256 KiB.
+      // mqueue bytes: isolated mode's share of the host's budget (linux/quotas.ts), at most 256 KiB.
       const mq = Number(/Max msgqueue size\s+(\d+)\s+\d+/.exec(r.stdout)?.[1]);
       expect(mq).toBeGreaterThan(0);
       expect(mq).toBeLessThanOrEqual(262144);
       const host = ['instances', 'watches'].map((f) => Number(fs.readFileSync(`/proc/sys/user/max_inotify_${f}`, 'utf8')));
       const inner = r.stdout.trim().split('\n').slice(-2).map(Number);
       if (isolated) {
-        // A share of half the host's limits: a quarter of what is left of it (linux-quotas.ts).
+        // A share of half the host's limits: a quarter of what is left of it (linux/quotas.ts).
         expect(inner[0]).toBeGreaterThanOrEqual(1);
         expect(inner[0]).toBeLessThanOrEqual(Math.max(1, host[0]! >> 3));
         expect(inner[1]).toBeGreaterThanOrEqual(64);
@@ -421,7 +421,7 @@ describe.runIf(caps.linux && caps.userns)('isolated mode without Landlock (masks
   it("HS-10: init's identity and host-acting /proc files stay masked and /proc/sys read-only when Landlock is not applied", async () => {
     // The same plan the backend makes, with its Landlock part removed (as on a kernel without it).
     const { loadLinuxNative } = await import('../../lib/native');
-    const { planLinux } = await import('../../lib/platform/linux-plan');
+    const { planLinux } = await import('../../lib/platform/linux/plan');
     const native = loadLinuxNative();
     const probe = native.probe();
     const rules = {

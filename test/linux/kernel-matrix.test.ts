@@ -11,7 +11,7 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 
 import { probe, run, spawn, SandboxError } from '../../lib/index';
-import { cgroupV2Refusal, killGroupMembersForTest } from '../../lib/platform/linux-cgroup';
+import { cgroupV2Refusal, killGroupMembersForTest } from '../../lib/platform/linux/cgroup';
 import type { SandboxPolicy } from '../../lib/policy-types';
 import { caps } from '../helpers/capabilities';
 import { autoWithoutDegraded, BASE_ENV, DIST_INDEX, eventually, PYTHON, killAll, makeScene, sleepers, startForkStorm, uniqueSleep, type Scene } from '../helpers/sandbox';
@@ -242,7 +242,7 @@ describe.runIf(caps.linux)(`kernel matrix${CONFIG ? ` (${CONFIG}, uid ${process.
     expect(out.host).toMatch(/^0::\/.*\.scope$/m);
     if (caps.root) {
       // RLIMIT_NPROC does not bind uid 0: root makes <cgroup2>/process-sandbox, beside systemd's
-      // slices, and the sandbox's group goes below it (linux-cgroup.ts rootOwnParent).
+      // slices, and the sandbox's group goes below it (linux/cgroup.ts rootOwnParent).
       expect(out.m.processCap).toMatch(/^cgroup v2 pids\.max 4096$/);
       expect(out.cg).toMatch(/^0::\/process-sandbox\/psb-\d+-n\d+-[0-9a-f-]+$/m);
       expect(out.gaps.join('\n')).not.toMatch(/not capped/);

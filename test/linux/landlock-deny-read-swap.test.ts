@@ -1,5 +1,5 @@
 /**
- * Landlock mode's deny-read carve grants each entry beside a denied path by inode (linux-plan.ts
+ * Landlock mode's deny-read carve grants each entry beside a denied path by inode (linux/plan.ts
  * carveDenied). An entry swapped for a symlink to the denied path between planning and the moment
  * the command's rules are made must not carry the grant onto the denied path: those rules are
  * opened without following links (landlock.h kPathExact) and one that became a link gets no rule.
@@ -16,10 +16,10 @@ import { makeScene, probeOps, type Scene } from '../helpers/sandbox';
 /** [entry, link target]: the entry becomes a symlink to the target after the next plan. */
 const state = vi.hoisted(() => ({ swap: null as [string, string] | null }));
 
-vi.mock('../../lib/platform/linux-plan', async (importOriginal) => {
+vi.mock('../../lib/platform/linux/plan', async (importOriginal) => {
   const { planLinuxThen } = await import('../helpers/plan-hook');
   const nodeFs = await import('node:fs');
-  return planLinuxThen(await importOriginal<typeof import('../../lib/platform/linux-plan')>(), () => {
+  return planLinuxThen(await importOriginal<typeof import('../../lib/platform/linux/plan')>(), () => {
     if (state.swap !== null) {
       const [entry, target] = state.swap;
       nodeFs.rmSync(entry, { recursive: true, force: true });

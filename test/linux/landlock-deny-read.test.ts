@@ -2,7 +2,7 @@
  * deny-read under readable roots, in both Linux modes. Isolated mode masks a
  * denied path with a mount; Landlock mode carves it out of the Landlock rules (every entry beside
  * it granted by inode, the directories above it list-only) and the supervisor refuses listings of
- * it (lib/platform/linux-plan.ts carveDenied, native/linux/supervisor/supervise_metadata.cc kListDir).
+ * it (lib/platform/linux/plan.ts carveDenied, native/linux/supervisor/supervise_metadata.cc kListDir).
  *
  * Oracle: every spelling of a denied path fails inside and nothing of it reaches the outside (a
  * copy in the workspace does not hold the secret); everything beside it that was readable stays
@@ -16,7 +16,7 @@ import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
 import { spawn } from '../../lib/index';
-import { carveDenied, DENY_CARVE_MAX_RULES, planLinux } from '../../lib/platform/linux-plan';
+import { carveDenied, DENY_CARVE_MAX_RULES, planLinux } from '../../lib/platform/linux/plan';
 import type { SandboxPolicy } from '../../lib/policy-types';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
 import { BASE_ENV, expectNoMountLeak, hostMounts, makeScene, NODE, probeOps, py, PYTHON, sh, type Scene } from '../helpers/sandbox';

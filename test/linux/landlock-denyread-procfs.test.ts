@@ -294,7 +294,7 @@ describe.skipIf(process.platform !== 'linux')('Landlock-mode deny-read listing p
   afterEach(() => fs.rmSync(dir, { recursive: true, force: true }));
 
   const plan = async (connectSupervisor: number, supervisorAccess: 'pidfd' | 'procfs' | 'none', degraded: boolean) => {
-    const { planLinux } = await import('../../lib/platform/linux-plan');
+    const { planLinux } = await import('../../lib/platform/linux/plan');
     const probe = { landlockAbi: 6, seccomp: 0, userns: -1, euid: 1000, connectSupervisor, supervisorAccess };
     const rules = {
       readAll: true, readRoots: [], writeRoots: [path.join(dir, 'ws')], readOnly: [], denyRead: [path.join(dir, 'ssh')], tmp: 'private',

@@ -494,7 +494,7 @@ print('SLOW', n[0], n[1])
 // paths are the plan's roots.
 describe('Landlock-mode plan', () => {
   const plan = async (landlockAbi: number, connectSupervisor: number | undefined) => {
-    const { planLinux } = await import('../../lib/platform/linux-plan');
+    const { planLinux } = await import('../../lib/platform/linux/plan');
     const probe = { landlockAbi, seccomp: 0, userns: -1, euid: 1000, connectSupervisor };
     const rules = {
       readAll: false, readRoots: ['/srv/data'], writeRoots: ['/srv/ws'], readOnly: ['/srv/ws/.git'], denyRead: ['/srv/data/keys'],

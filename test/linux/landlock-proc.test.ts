@@ -382,7 +382,7 @@ describe.skipIf(MODES.find((m) => m.name === 'isolated')!.skip)('isolated mode, 
 // option the same probes plan.
 describe.skipIf(process.platform !== 'linux')('procPrivacy in the Landlock-mode plan', () => {
   const plan = async (connectSupervisor: number, supervisorAccess: 'pidfd' | 'procfs' | 'none', procPrivacy: boolean) => {
-    const { planLinux } = await import('../../lib/platform/linux-plan');
+    const { planLinux } = await import('../../lib/platform/linux/plan');
     const probe = { landlockAbi: 7, seccomp: 0, userns: -1, euid: 1000, connectSupervisor, supervisorAccess };
     const rules = {
       readAll: true, readRoots: [], writeRoots: ['/tmp/psb-proc-ws'], readOnly: [], denyRead: [], tmp: 'private',

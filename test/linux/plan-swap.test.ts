@@ -12,17 +12,17 @@ import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 
 import { run } from '../../lib/index';
-import { MountKind } from '../../lib/platform/linux-plan';
+import { MountKind } from '../../lib/platform/linux/plan';
 import { MODES, modePolicy } from '../helpers/capabilities';
 import { BASE_ENV, makeScene, NODE, PROBE, type Scene } from '../helpers/sandbox';
 
 /** [directory, link target]: the directory becomes a symlink to the target after the next plan. */
 const state = vi.hoisted(() => ({ swap: null as [string, string] | null, mounts: [] as Array<{ kind: number; path: string }> }));
 
-vi.mock('../../lib/platform/linux-plan', async (importOriginal) => {
+vi.mock('../../lib/platform/linux/plan', async (importOriginal) => {
   const { planLinuxThen } = await import('../helpers/plan-hook');
   const nodeFs = await import('node:fs');
-  return planLinuxThen(await importOriginal<typeof import('../../lib/platform/linux-plan')>(), (plan) => {
+  return planLinuxThen(await importOriginal<typeof import('../../lib/platform/linux/plan')>(), (plan) => {
     state.mounts = plan.native.mounts ?? [];
     if (state.swap !== null) {
       const [dir, target] = state.swap;

@@ -14,7 +14,7 @@ import fs from 'node:fs';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 
 import { run } from '../../lib/index';
-import { MountKind, VANISH_OK } from '../../lib/platform/linux-plan';
+import { MountKind, VANISH_OK } from '../../lib/platform/linux/plan';
 import { MODES, modePolicy } from '../helpers/capabilities';
 import { git } from '../helpers/git';
 import { BASE_ENV, makeScene, NODE, PROBE, type Scene } from '../helpers/sandbox';
@@ -22,10 +22,10 @@ import { BASE_ENV, makeScene, NODE, PROBE, type Scene } from '../helpers/sandbox
 /** Removed after the next plan is made (then cleared). */
 const state = vi.hoisted(() => ({ vanish: null as string | null, plans: 0, mounts: [] as Array<{ kind: number; path: string; arg?: number }> }));
 
-vi.mock('../../lib/platform/linux-plan', async (importOriginal) => {
+vi.mock('../../lib/platform/linux/plan', async (importOriginal) => {
   const { planLinuxThen } = await import('../helpers/plan-hook');
   const nodeFs = await import('node:fs');
-  return planLinuxThen(await importOriginal<typeof import('../../lib/platform/linux-plan')>(), (plan) => {
+  return planLinuxThen(await importOriginal<typeof import('../../lib/platform/linux/plan')>(), (plan) => {
     state.plans++;
     state.mounts = plan.native.mounts ?? [];
     if (state.vanish !== null) {

@@ -24,7 +24,7 @@ const landlockSkip = caps.metadataSupervisor
   ? undefined
   : 'this kernel has no seccomp user notification with ADDFD (5.9+): Landlock mode does not hold missing protected names';
 // Isolated mode holds a missing name with a read-only mount, and a mount needs a name to sit on:
-// the placeholder is listed inside; only git is told to pass it by (lib/platform/linux-git-view.ts).
+// the placeholder is listed inside; only git is told to pass it by (lib/platform/linux/git-view.ts).
 const isolatedContentSkip = 'isolated mode holds missing protected names with mounted placeholders, which tar and npm pack inside still list';
 
 /** The sections `== name` of the script's output, each as its sorted non-empty lines. */

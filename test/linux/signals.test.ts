@@ -264,7 +264,7 @@ describe.runIf(caps.linux)('PROC-06: signals reach the sandbox\'s own processes 
 // what the report says, including the process cap without a cgroup.
 describe('PROC-06 and the process cap in a Landlock-mode plan', () => {
   const plan = async (landlockAbi: number, connectSupervisor: number, uidTasks?: number, euid = 1000, processTracing?: number) => {
-    const { planLinux } = await import('../../lib/platform/linux-plan');
+    const { planLinux } = await import('../../lib/platform/linux/plan');
     const probe = { landlockAbi, seccomp: 0, userns: -1, euid, connectSupervisor, processTracing };
     const rules = {
       readAll: true, readRoots: [], writeRoots: ['/srv/ws'], readOnly: [], denyRead: [],

@@ -1,5 +1,5 @@
 /**
- * Sandboxes prepared ahead (lib/platform/linux-spare.ts, spawn_spare.cc), in both modes. After
+ * Sandboxes prepared ahead (lib/platform/linux/spare.ts, spawn_spare.cc), in both modes. After
  * two spawns of one shape, the next sandbox of that shape is set up while the command runs, and
  * the third spawn only hands it argv, env, cwd and stdio. Each case checks that a spare behaves
  * exactly like a sandbox made on the spot: what it enforces, what the command gets, what is left
@@ -14,8 +14,8 @@ import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, test } from 'vitest';
 
 import { run, spawn } from '../../lib/index';
-import { TMP_PARENT_PREFIX } from '../../lib/platform/linux-plan';
-import { clearSpares, setSpareIdleMs, sparesSettled, spareStats } from '../../lib/platform/linux-spare';
+import { TMP_PARENT_PREFIX } from '../../lib/platform/linux/plan';
+import { clearSpares, setSpareIdleMs, sparesSettled, spareStats } from '../../lib/platform/linux/spare';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
 import { BASE_ENV, DIST_INDEX, eventually, makeScene, PYTHON, sh, type Scene } from '../helpers/sandbox';
 
@@ -570,7 +570,7 @@ describe.each(MODES)('$name mode: a sandbox prepared ahead', ({ name: mode, skip
       `const { run } = require(${JSON.stringify(DIST_INDEX)});
        (async () => {
          const policy = { mode: 'landlock', degraded: true, filesystem: { write: [${JSON.stringify(scene.ws)}] } };
-         const { spareStats } = require(${JSON.stringify(path.join(path.dirname(DIST_INDEX), 'platform', 'linux-spare.js'))});
+         const { spareStats } = require(${JSON.stringify(path.join(path.dirname(DIST_INDEX), 'platform', 'linux', 'spare.js'))});
          const go = () => run('/bin/true', [], { cwd: ${JSON.stringify(scene.ws)}, policy, env: { PATH: '/usr/bin:/bin' } });
          await go();
          await go();

@@ -189,7 +189,7 @@ describe.skipIf(skip)('supervisors under a seccomp profile that refuses process_
 // the gaps say why (the calls, CAP_SYS_PTRACE) and `degraded` is needed. Control: 'procfs'.
 describe.skipIf(process.platform !== 'linux')('Landlock-mode plan when the supervisors cannot reach the command', () => {
   const plan = async (connectSupervisor: number, supervisorAccess: 'pidfd' | 'procfs' | 'none', degraded: boolean) => {
-    const { planLinux } = await import('../../lib/platform/linux-plan');
+    const { planLinux } = await import('../../lib/platform/linux/plan');
     const probe = { landlockAbi: 7, seccomp: 0, userns: -1, euid: 1000, connectSupervisor, supervisorAccess };
     const rules = {
       readAll: true, readRoots: [], writeRoots: ['/tmp/psb-none-ws'], readOnly: ['/tmp/psb-none-ws/.git'], denyRead: [], tmp: 'private',

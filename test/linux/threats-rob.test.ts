@@ -13,7 +13,7 @@ import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
 import { run, spawn, SandboxError } from '../../lib/index';
-import { TMP_PARENT_PREFIX } from '../../lib/platform/linux-plan';
+import { TMP_PARENT_PREFIX } from '../../lib/platform/linux/plan';
 import type { SandboxPolicy } from '../../lib/policy-types';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
 import {
@@ -368,7 +368,7 @@ describe.runIf(caps.linux)('robustness', () => {
       if (isolated || cap.startsWith('cgroup')) expect(peak, `${out} (${cap})`).toBeGreaterThan(0);
       const uidWide = /^RLIMIT_NPROC \d+ \(the uid's (\d+) tasks/.exec(cap);
       // In a pid namespace (a container) the tasks /proc cannot show are counted as the uid's
-      // (linux-quotas.ts): the bound is then looser by as many as are not really the uid's.
+      // (linux/quotas.ts): the bound is then looser by as many as are not really the uid's.
       const hidden = uidWide ? Number(uidWide[1]) - visibleTasksOfUid() : 0;
       if (cap === 'none') {
         // A named gap (root where no pids cgroup can be made, e.g. a default container).

@@ -11,7 +11,7 @@ import {
   apparmorParserKnowsUserns,
   apparmorProfile,
   apparmorRestrictsUserns,
-} from '../../lib/platform/linux-apparmor';
+} from '../../lib/platform/linux/apparmor';
 
 const CLI = path.join(__dirname, '..', '..', 'dist', 'cli.js');
 

@@ -1,11 +1,11 @@
 // Which repository's info/exclude a run's placeholders are added to, and how their names are
-// written there (lib/platform/linux-git-view.ts). Real repositories in a scratch directory.
+// written there (lib/platform/linux/git-view.ts). Real repositories in a scratch directory.
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
-import { gitExcludeViews } from '../../lib/platform/linux-git-view';
+import { gitExcludeViews } from '../../lib/platform/linux/git-view';
 import { git as gitAt } from '../helpers/git';
 
 const KIND = 19;

@@ -32,7 +32,7 @@ struct MetadataRules {
   // inotify_add_watch is emulated against these too: Landlock does not check it, and a watch on
   // a directory reports the names made in it (IN_CREATE), a listing by another name.
   std::vector<std::string> readable, deny_read;
-  // Deny-read paths under readable roots (Landlock mode's complement rules, linux-plan.ts): the
+  // Deny-read paths under readable roots (Landlock mode's complement rules, linux/plan.ts): the
   // list right the directories above a denied path keep reaches the denied directory too, so
   // getdents64/getdents are emulated and refused on a directory inside deny_read (unless a
   // readable root nested in it is more specific). readable then holds every root granted.

@@ -67,7 +67,7 @@
 // right after (OwnFsContext), so the object has the narrower mode for a moment.
 // Kernel features: seccomp user notification with SECCOMP_IOCTL_NOTIF_ADDFD and pidfd_getfd
 // (5.9), openat2 (5.6). Without them the planner does not enable this supervisor, lists the
-// carve-outs as not enforced and requires `degraded` (linux-plan.ts). SECCOMP_ADDFD_FLAG_SEND
+// carve-outs as not enforced and requires `degraded` (linux/plan.ts). SECCOMP_ADDFD_FLAG_SEND
 // (5.14) and SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV (5.19, seccomp.cc) are used where present:
 // before 5.19 a signal that arrives after a call was received can make the caller run it again
 // (a retried mkdir then fails with EEXIST), a correctness gap, not a security one.

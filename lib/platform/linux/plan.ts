@@ -5,16 +5,16 @@
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import type { EnforcementReport } from '../backend';
-import { SandboxError } from '../errors';
-import type { LinuxMountOp, LinuxNativePlan, LinuxProbe } from '../native';
-import { isWithin } from '../paths';
-import { lstatOrNull } from '../permissions/canonical';
-import { cachedWalk } from '../permissions/walk-cache';
-import type { ResolvedRules } from '../rules';
-import { apparmorConfinedHint, apparmorConfinement, apparmorHint, apparmorRestrictsUserns } from './linux-apparmor';
-import { planCaches } from './linux-caches';
-import { gitExcludeViews } from './linux-git-view';
+import type { EnforcementReport } from '../../backend';
+import { SandboxError } from '../../errors';
+import type { LinuxMountOp, LinuxNativePlan, LinuxProbe } from '../../native';
+import { isWithin } from '../../paths';
+import { lstatOrNull } from '../../permissions/canonical';
+import { cachedWalk } from '../../permissions/walk-cache';
+import type { ResolvedRules } from '../../rules';
+import { apparmorConfinedHint, apparmorConfinement, apparmorHint, apparmorRestrictsUserns } from './apparmor';
+import { planCaches } from './caches';
+import { gitExcludeViews } from './git-view';
 
 /** Mirrors native/linux/spawn_linux.h MountOpKind (append only). */
 export const MountKind = {
@@ -145,7 +145,7 @@ export interface LinuxPlanInput {
   /** The sandbox's cgroup (lib/platform/linux-cgroup.ts), when one was made for this run. */
   cgroup?: { kind: 'v1' | 'v2'; pidsMax: number; memoryBytes?: number };
   /**
-   * Landlock mode without a cgroup, unprivileged: the tasks the uid runs now (linux-quotas.ts
+   * Landlock mode without a cgroup, unprivileged: the tasks the uid runs now (linux/quotas.ts
    * uidTaskCount). RLIMIT_NPROC is set to this plus the cap, since the kernel counts the uid's.
    */
   uidTasks?: number;
@@ -569,11 +569,11 @@ export function carveDenied(rules: LandlockRule[], deny: string[], nestedRoots: 
   return { rules: merged, chainDirs, unlisted };
 }
 
-/** Prefix of the directory (one per uid, 0700) Landlock mode's TMPDIRs are made in (linux.ts tmpParent). */
+/** Prefix of the directory (one per uid, 0700) Landlock mode's TMPDIRs are made in (linux/index.ts tmpParent). */
 export const TMP_PARENT_PREFIX = 'process-sandbox-u';
 
 /**
- * Landlock mode: every TMPDIR of this uid lives in one directory (linux.ts tmpParent), which the
+ * Landlock mode: every TMPDIR of this uid lives in one directory (linux/index.ts tmpParent), which the
  * grants (read everything, or a read root over /tmp) would let the command read: other runs'
  * temp files and private caches, and those of runs that start later. That directory is denied
  * like a deny-read path (carveDenied; this run's own TMPDIR, a grant nested in it, stays), and a
@@ -783,7 +783,7 @@ export function planMounts(input: LinuxPlanInput): MountPlan {
     });
     mounts.push({ kind: MountKind.SetReadOnly, path: d });
   }
-  // Git inside must not take the placeholders for the command's files (linux-git-view.ts).
+  // Git inside must not take the placeholders for the command's files (linux/git-view.ts).
   mounts.push(...gitExcludeViews(ghosts, rules.denyRead, MountKind.ViewFile));
   mounts.push({ kind: MountKind.Proc, path: '/proc' });
   if (rules.network.kind !== 'full') mounts.push({ kind: MountKind.Sys, path: '/sys' });
@@ -837,7 +837,7 @@ export function setProxyPort(plan: Omit<LinuxNativePlan, 'stdio'>, port: number)
 }
 
 export function planLinux(original: LinuxPlanInput): LinuxPlan {
-  // The user's tool caches (filesystem.caches, linux-caches.ts): overlays or env ('host-writable'
+  // The user's tool caches (filesystem.caches, linux/caches.ts): overlays or env ('host-writable'
   // caches are writable roots already, resolved with their carve-outs: resolvePolicy).
   const caches = planCaches({
     rules: original.rules,
@@ -961,7 +961,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
   if (abi >= 1) {
     native.landlock = { net, rules: carve?.rules ?? grants, ...(mode === 'landlock' ? { stdioTerminals: true } : {}) };
     // The temp dir's entries, carved for the shield alone (no deny-read path of the policy's
-    // there): a prepared sandbox may hold an older set of them (linux-spare.ts planKey).
+    // there): a prepared sandbox may hold an older set of them (linux/spare.ts planKey).
     const tmpHome = shieldDir && carve ? path.dirname(shieldDir.dir) : undefined;
     if (tmpHome && !rules.denyRead.some((d) => isWithin(d, tmpHome))) {
       for (const r of native.landlock.rules) if (r.exact && r.access === 'read' && path.dirname(r.path) === tmpHome) r.volatile = true;
@@ -1101,7 +1101,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
   } else {
     // With a pids cgroup the cap is the cgroup's. Without one, unprivileged, RLIMIT_NPROC is the
     // cap: the kernel counts every task of the uid (the host's own threads included) against
-    // it, so the limit is the uid's count at spawn plus the cap (linux-quotas.ts uidTaskCount).
+    // it, so the limit is the uid's count at spawn plus the cap (linux/quotas.ts uidTaskCount).
     // As root it does not bind at all (reported below).
     if (!cg && probe.euid !== 0) {
       if (input.uidTasks !== undefined) native.rlimitNproc = input.uidTasks + (limits.maxProcesses ?? DEFAULT_MAX_PROCESSES);
@@ -1229,7 +1229,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
   }
   // Per-uid kernel quotas: pending signals and POSIX timers (RLIMIT_SIGPENDING) and mqueue bytes
   // (RLIMIT_MSGQUEUE) are capped in both modes; inotify in the user namespace (isolated) or by
-  // the supervisor (Landlock). Each run's share is taken at spawn (linux-quotas.ts).
+  // the supervisor (Landlock). Each run's share is taken at spawn (linux/quotas.ts).
   if (!isolated && !metadataSupervised) {
     gaps.push("inotify instances and watches are not capped: they count against the host uid's limits (no user namespace to lower them in, no seccomp supervisor)");
   }

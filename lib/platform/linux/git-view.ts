@@ -11,9 +11,9 @@
 import fs from 'node:fs';
 import path from 'node:path';
 
-import type { LinuxMountOp } from '../native';
-import { isWithin } from '../paths';
-import { lstatOrNull } from '../permissions/canonical';
+import type { LinuxMountOp } from '../../native';
+import { isWithin } from '../../paths';
+import { lstatOrNull } from '../../permissions/canonical';
 
 /** A view larger than this is not made (the native step writes it into a 1 MiB tmpfs). */
 const MAX_VIEW_BYTES = 512 * 1024;

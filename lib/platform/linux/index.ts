@@ -9,16 +9,16 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import * as tty from 'node:tty';
 import type { Readable, Writable } from 'node:stream';
-import type { Backend, BackendProcess, BackendSpawnRequest, EnforcementReport, ExitInfo, ProbeReport } from '../backend';
-import { unsandboxedReport } from '../backend';
-import { SandboxError } from '../errors';
-import type { LinuxNative, LinuxNativePlan, LinuxProbe, LinuxStdio } from '../native';
-import { ManagedProxy } from '../network';
-import { lstatOrNull } from '../permissions/canonical';
-import { createSandboxCgroup, ownPidNamespace, PIDNS_TAG, type SandboxCgroup } from './linux-cgroup';
-import { chooseLinuxMode, DEFAULT_MAX_PROCESSES, isolatedProcGap, DEFAULT_TMP_BYTES, planLinux, setProxyPort, TMP_PARENT_PREFIX } from './linux-plan';
-import { type QuotaShare, takeQuotaShare, uidTaskCount } from './linux-quotas';
-import { planKey, scheduleSpare, type Spare, type SpareResources, SpareSlot } from './linux-spare';
+import type { Backend, BackendProcess, BackendSpawnRequest, EnforcementReport, ExitInfo, ProbeReport } from '../../backend';
+import { unsandboxedReport } from '../../backend';
+import { SandboxError } from '../../errors';
+import type { LinuxNative, LinuxNativePlan, LinuxProbe, LinuxStdio } from '../../native';
+import { ManagedProxy } from '../../network';
+import { lstatOrNull } from '../../permissions/canonical';
+import { createSandboxCgroup, ownPidNamespace, PIDNS_TAG, type SandboxCgroup } from './cgroup';
+import { chooseLinuxMode, DEFAULT_MAX_PROCESSES, isolatedProcGap, DEFAULT_TMP_BYTES, planLinux, setProxyPort, TMP_PARENT_PREFIX } from './plan';
+import { type QuotaShare, takeQuotaShare, uidTaskCount } from './quotas';
+import { planKey, scheduleSpare, type Spare, type SpareResources, SpareSlot } from './spare';
 
 const PLAIN_REPORT = unsandboxedReport('linux', {
   treeTeardown: 'partial',
@@ -263,7 +263,7 @@ let chosenTmpBase: string | undefined;
  * The temp dir this uid's directory for Landlock-mode TMPDIRs is made in. The host's own
  * TMPDIR when its environment names one. Otherwise whichever of /var/tmp and /tmp holds fewer
  * entries when the process first asks (then kept): the planner denies the directory by granting
- * every entry beside it, one Landlock rule each in every spawn (linux-plan.ts tmpShield), and a
+ * every entry beside it, one Landlock rule each in every spawn (linux/plan.ts tmpShield), and a
  * busy /tmp holds hundreds (docs/performance.md). Only a sticky world-writable temp dir, or one
  * owned by this uid, is taken.
  */
@@ -289,7 +289,7 @@ export function tmpBase(): string {
 
 /**
  * The directory all of this uid's Landlock-mode TMPDIRs are made in (0700, the uid's own, in
- * tmpBase). The planner denies reads of it but for the run's own TMPDIR (linux-plan.ts
+ * tmpBase). The planner denies reads of it but for the run's own TMPDIR (linux/plan.ts
  * tmpShield), so that another Landlock-mode sandbox of the same uid cannot read this one's temp
  * files and private caches, nor those of a run that starts later. null when it cannot be trusted
  * (another uid made the name first, a link, a group- or world-open mode): the TMPDIR is then made
@@ -337,7 +337,7 @@ function sweepStaleTmpDirs(native: LinuxNative): void {
   }
   for (const [parent, n] of found) {
     const pid = Number(n.slice(TMP_PREFIX.length).split('-')[0]);
-    // Another pid namespace's host cannot be judged by its pid here (linux-cgroup.ts PIDNS_TAG).
+    // Another pid namespace's host cannot be judged by its pid here (linux/cgroup.ts PIDNS_TAG).
     if (!Number.isInteger(pid) || pid <= 0 || pid === process.pid || !ownPidNamespace(n.slice(TMP_PREFIX.length))) continue;
     const dir = path.join(parent, n);
     try {
@@ -449,7 +449,7 @@ function applyQuotaShare(plan: Omit<LinuxNativePlan, 'stdio'>, enforcement: Enfo
 
 /**
  * Facts only known after the spawn: the Landlock ABI applied, whether the net namespace is
- * shared, and whether the sandbox was prepared ahead (linux-spare.ts).
+ * shared, and whether the sandbox was prepared ahead (linux/spare.ts).
  */
 function withNativeFacts(report: EnforcementReport, res: { landlockAbi: number; sharedNetns?: boolean }, preparedAhead: boolean): EnforcementReport {
   if (!report.sandboxed) return report;
@@ -552,7 +552,7 @@ export function createLinuxBackend(native: LinuxNative): Backend {
   }
 
   /**
-   * A spare for the next spawn of this shape (linux-spare.ts), made as the spawn itself would be
+   * A spare for the next spawn of this shape (linux/spare.ts), made as the spawn itself would be
    * but with no stdio, from what this one was given. Runs after the spawn, while its command runs.
    * Its plan is this spawn's plan (before the quota share) with the spare's own TMPDIR in place of
    * this one's, when the cgroup is alike; planned afresh otherwise. Either way the spawn that
@@ -726,7 +726,7 @@ export function createLinuxBackend(native: LinuxNative): Backend {
           if (prepareNext) basePlan = { ...p.native };
           if (cgroup) plan.cgroupFds = cgroup.procsFds;
           enforcement = p.enforcement;
-          // This run's share of the uid's inotify, signal and mqueue counters (linux-quotas.ts).
+          // This run's share of the uid's inotify, signal and mqueue counters (linux/quotas.ts).
           if (!spare) quota = takeQuotaShare(mode);
           ({ plan, enforcement } = applyQuotaShare(plan, enforcement, quota));
           if (tmpDir) enforcement = withTmpCheck(enforcement, tmpLimit, native.measureTree !== undefined);
@@ -826,7 +826,7 @@ export function createLinuxBackend(native: LinuxNative): Backend {
         }
         void cleanup().catch(() => {});
         // A protected path (or a directory on its way) vanished between the plan and init's
-        // mounts, and it was one whose name is held even when missing (linux-plan.ts VANISH_OK):
+        // mounts, and it was one whose name is held even when missing (linux/plan.ts VANISH_OK):
         // the command never ran. Planned once more from the tree as it is now, the name is held
         // by a placeholder. Once only: a second failure is reported as it is.
         if (!replanned && !pty && e instanceof SandboxError && e.code === 'EMOUNT_SETUP' && e.errno === os.constants.errno.ENOENT) {

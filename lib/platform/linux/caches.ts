@@ -14,14 +14,14 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { SandboxError } from '../errors';
-import type { LinuxMountOp } from '../native';
-import type { CachesMode } from '../policy-types';
-import { isStrictlyWithin, isWithin } from '../paths';
-import { realpathOrNull } from '../permissions/canonical';
-import type { ResolvedRules } from '../rules';
+import { SandboxError } from '../../errors';
+import type { LinuxMountOp } from '../../native';
+import type { CachesMode } from '../../policy-types';
+import { isStrictlyWithin, isWithin } from '../../paths';
+import { realpathOrNull } from '../../permissions/canonical';
+import type { ResolvedRules } from '../../rules';
 
-/** Mirrors MountKind in linux-plan.ts (native/linux/spawn_linux.h MountOpKind). */
+/** Mirrors MountKind in linux/plan.ts (native/linux/spawn_linux.h MountOpKind). */
 const K = { TmpClone: 0, Tmpfs: 1, Mkdir: 2, MoveSlot: 4, Overlay: 18 } as const;
 
 /** Where isolated mode's env-redirected caches go: inside the sandbox's private /tmp. */

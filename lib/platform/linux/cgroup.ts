@@ -30,7 +30,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { threadId } from 'node:worker_threads';
 
-import { loadLinuxNative } from '../native';
+import { loadLinuxNative } from '../../native';
 
 export interface CgroupRequest {
   pidsMax: number;

@@ -19,9 +19,9 @@
  *
  * One spare per thread; discarded when unused for 30 s, and at exit.
  */
-import type { LinuxNative, LinuxNativePlan } from '../native';
-import type { SandboxCgroup } from './linux-cgroup';
-import type { QuotaShare } from './linux-quotas';
+import type { LinuxNative, LinuxNativePlan } from '../../native';
+import type { SandboxCgroup } from './cgroup';
+import type { QuotaShare } from './quotas';
 
 /** What a spare holds besides its processes, released with it (or by the run that used it). */
 export interface SpareResources {

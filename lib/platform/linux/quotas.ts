@@ -22,9 +22,9 @@
  */
 import fs from 'node:fs';
 
-import { loadLinuxNative } from '../native';
+import { loadLinuxNative } from '../../native';
 
-import { DEFAULT_MSGQUEUE_BYTES, DEFAULT_SIGPENDING } from './linux-plan';
+import { DEFAULT_MSGQUEUE_BYTES, DEFAULT_SIGPENDING } from './plan';
 
 class Budget {
   private left: number;
