@@ -16,7 +16,8 @@ import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
 import { spawn } from '../../lib/index';
-import { carveDenied, DENY_CARVE_MAX_RULES, planLinux } from '../../lib/platform/linux/plan';
+import { carveDenied, DENY_CARVE_MAX_RULES } from '../../lib/platform/linux/landlock-rules';
+import { planLinux } from '../../lib/platform/linux/plan';
 import type { SandboxPolicy } from '../../lib/policy-types';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
 import { BASE_ENV, expectNoMountLeak, hostMounts, makeScene, NODE, probeOps, py, PYTHON, sh, type Scene } from '../helpers/sandbox';

@@ -11,7 +11,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
-import { TMP_PARENT_PREFIX } from '../../lib/platform/linux/plan';
+import { TMP_PARENT_PREFIX } from '../../lib/platform/linux/landlock-rules';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
 import { eventually, makeScene, sh, type Scene } from '../helpers/sandbox';
 

@@ -12,7 +12,7 @@ import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 
 import { run } from '../../lib/index';
-import { MountKind } from '../../lib/platform/linux/plan';
+import { MountKind } from '../../lib/platform/linux/mounts';
 import { MODES, modePolicy } from '../helpers/capabilities';
 import { BASE_ENV, makeScene, NODE, PROBE, type Scene } from '../helpers/sandbox';
 

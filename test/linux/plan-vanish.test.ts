@@ -14,7 +14,7 @@ import fs from 'node:fs';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 
 import { run } from '../../lib/index';
-import { MountKind, VANISH_OK } from '../../lib/platform/linux/plan';
+import { MountKind, VANISH_OK } from '../../lib/platform/linux/mounts';
 import { MODES, modePolicy } from '../helpers/capabilities';
 import { git } from '../helpers/git';
 import { BASE_ENV, makeScene, NODE, PROBE, type Scene } from '../helpers/sandbox';

@@ -14,7 +14,7 @@ import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, test } from 'vitest';
 
 import { run, spawn } from '../../lib/index';
-import { TMP_PARENT_PREFIX } from '../../lib/platform/linux/plan';
+import { TMP_PARENT_PREFIX } from '../../lib/platform/linux/landlock-rules';
 import { clearSpares, setSpareIdleMs, sparesSettled, spareStats } from '../../lib/platform/linux/spare';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
 import { BASE_ENV, DIST_INDEX, eventually, makeScene, PYTHON, sh, type Scene } from '../helpers/sandbox';

@@ -13,7 +13,7 @@ import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
 import { run, spawn, SandboxError } from '../../lib/index';
-import { TMP_PARENT_PREFIX } from '../../lib/platform/linux/plan';
+import { TMP_PARENT_PREFIX } from '../../lib/platform/linux/landlock-rules';
 import type { SandboxPolicy } from '../../lib/policy-types';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
 import {

@@ -9,7 +9,7 @@ import { describe, expect, it } from 'vitest';
 
 import { probe, SandboxError } from '../../lib/index';
 import type { LinuxProbe } from '../../lib/native';
-import { chooseLinuxMode, landlockRefusal } from '../../lib/platform/linux/plan';
+import { chooseLinuxMode, landlockRefusal } from '../../lib/platform/linux/mode';
 import type { ResolvedRules } from '../../lib/rules';
 
 type Mode = 'auto' | 'isolated' | 'landlock';

@@ -16,7 +16,10 @@ import type { LinuxNative, LinuxNativePlan, LinuxProbe, LinuxStdio } from '../..
 import { ManagedProxy } from '../../network';
 import { lstatOrNull } from '../../permissions/canonical';
 import { createSandboxCgroup, ownPidNamespace, PIDNS_TAG, type SandboxCgroup } from './cgroup';
-import { chooseLinuxMode, DEFAULT_MAX_PROCESSES, isolatedProcGap, DEFAULT_TMP_BYTES, planLinux, setProxyPort, TMP_PARENT_PREFIX } from './plan';
+import { TMP_PARENT_PREFIX } from './landlock-rules';
+import { DEFAULT_MAX_PROCESSES, DEFAULT_TMP_BYTES } from './limits';
+import { chooseLinuxMode, isolatedProcGap } from './mode';
+import { planLinux, setProxyPort } from './plan';
 import { type QuotaShare, takeQuotaShare, uidTaskCount } from './quotas';
 import { planKey, scheduleSpare, type Spare, type SpareResources, SpareSlot } from './spare';
 

@@ -24,7 +24,7 @@ import fs from 'node:fs';
 
 import { loadLinuxNative } from '../../native';
 
-import { DEFAULT_MSGQUEUE_BYTES, DEFAULT_SIGPENDING } from './plan';
+import { DEFAULT_MSGQUEUE_BYTES, DEFAULT_SIGPENDING } from './limits';
 
 class Budget {
   private left: number;
