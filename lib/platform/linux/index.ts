@@ -1,12 +1,14 @@
 /**
- * The Linux backend: runs a LinuxPlan (lib/platform/linux-plan.ts) through the addon and wraps the
- * result as a BackendProcess. Exit is reported by the addon from the process's pidfd.
+ * The Linux backend's façade: picks the mode, prepares a run (its resources in a LinuxRun, run.ts;
+ * its plan from plan.ts), starts it through the addon (from a sandbox prepared ahead, spare.ts,
+ * where one fits) and wraps the result as a BackendProcess. Exit is reported by the addon from the
+ * process's pidfd; the run's resources are released then. The wing's other files: mode.ts,
+ * landlock-rules.ts, mounts.ts, limits.ts (planning), cgroup.ts, quotas.ts, caches.ts, tmpdir.ts,
+ * placeholders.ts, resources.ts, pty.ts, git-view.ts, apparmor.ts.
  */
-import * as crypto from 'node:crypto';
 import * as fs from 'node:fs';
 import * as net from 'node:net';
 import * as os from 'node:os';
-import * as path from 'node:path';
 import * as tty from 'node:tty';
 import type { Readable, Writable } from 'node:stream';
 import type { Backend, BackendProcess, BackendSpawnRequest, EnforcementReport, ExitInfo, ProbeReport } from '../../backend';
@@ -14,14 +16,16 @@ import { unsandboxedReport } from '../../backend';
 import { SandboxError } from '../../errors';
 import type { LinuxNative, LinuxNativePlan, LinuxProbe, LinuxStdio } from '../../native';
 import { ManagedProxy } from '../../network';
-import { lstatOrNull } from '../../permissions/canonical';
-import { createSandboxCgroup, ownPidNamespace, PIDNS_TAG, type SandboxCgroup } from './cgroup';
-import { TMP_PARENT_PREFIX } from './landlock-rules';
-import { DEFAULT_MAX_PROCESSES, DEFAULT_TMP_BYTES } from './limits';
+import { DEFAULT_TMP_BYTES } from './limits';
 import { chooseLinuxMode, isolatedProcGap } from './mode';
+import { claimPlaceholders, lockPlaceholders } from './placeholders';
 import { planLinux, setProxyPort } from './plan';
-import { type QuotaShare, takeQuotaShare, uidTaskCount } from './quotas';
-import { planKey, scheduleSpare, type Spare, type SpareResources, SpareSlot } from './spare';
+import { type OpenedPty, openPty, ptyStream } from './pty';
+import { type QuotaShare, takeQuotaShare } from './quotas';
+import { cgroupFor, cgroupInfo, proxyPortFor, proxyPortOf, uidTasksFor } from './resources';
+import { LinuxRun } from './run';
+import { planKey, scheduleSpare, type SpareResources, SpareSlot } from './spare';
+import { makeTmpDir, removeTmpDir, warnLeft, watchTmpDir, withTmpCheck } from './tmpdir';
 
 const PLAIN_REPORT = unsandboxedReport('linux', {
   treeTeardown: 'partial',
@@ -40,385 +44,8 @@ export function signalName(n: number): NodeJS.Signals | null {
   return null;
 }
 
-/**
- * Removes a per-run temp dir and returns what it could not remove (null: all gone). Never throws:
- * it runs in the exit path, and the tree is the command's own, which may hold directories with
- * mode 000, files it cannot unlink, symlinks to host files and paths past PATH_MAX. The common
- * case (left empty) is a single rmdir. An fd held across the rmdir and closed on the thread pool
- * takes the freeing of the inode (~70 us on ext4) off the JS thread; the directory is gone when
- * the exit is delivered, as before. Anything else goes through native.removeTree, which works by
- * directory fds, never follows a symlink (it never changes a symlink's target's mode) and gives
- * the uid's own unreadable directories 0700 first; a second pass retries what the first left.
- */
-function removeTmpDir(native: LinuxNative, dir: string): string | null {
-  let fd: number | undefined;
-  try {
-    fd = fs.openSync(dir, fs.constants.O_RDONLY | fs.constants.O_DIRECTORY | fs.constants.O_NOFOLLOW);
-  } catch {
-    // not there, or not a directory, or unreadable: rmdir/removeTree below decide
-  }
-  let left: string | null = null;
-  try {
-    fs.rmdirSync(dir);
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== 'ENOENT') left = removeTree(native, dir);
-  }
-  if (fd !== undefined) native.closeOnPool(fd);
-  return left;
-}
-
-type Removal = { left: number; error: string; path: string };
-const leftText = (dir: string, r: Removal): string | null =>
-  r.left === 0 ? null : `${dir}: ${r.left} entr${r.left === 1 ? 'y' : 'ies'} could not be removed (first: ${r.path || '.'}: ${r.error})`;
-
-function removeTree(native: LinuxNative, dir: string): string | null {
-  try {
-    let r = native.removeTree(path.dirname(dir), path.basename(dir));
-    if (r.left > 0) r = native.removeTree(path.dirname(dir), path.basename(dir));
-    return leftText(dir, r);
-  } catch (e) {
-    return `${dir}: ${String((e as Error)?.message ?? e)}`;
-  }
-}
-
-/**
- * removeTmpDir for the exit path: a tree the command filled (thousands of files take most of a
- * second) is removed on the thread pool; the exit is still delivered only once it is gone.
- */
-function removeTmpDirAfterRun(native: LinuxNative, dir: string): Promise<string | null> {
-  if (!native.removeTreeAsync) return Promise.resolve(removeTmpDir(native, dir));
-  // The common case as in removeTmpDir: one rmdir, the inode freed on the pool.
-  let fd: number | undefined;
-  try {
-    fd = fs.openSync(dir, fs.constants.O_RDONLY | fs.constants.O_DIRECTORY | fs.constants.O_NOFOLLOW);
-  } catch {
-    // not there, or unreadable: rmdir/removeTreeAsync below decide
-  }
-  let gone = false;
-  try {
-    fs.rmdirSync(dir);
-    gone = true;
-  } catch (e) {
-    gone = (e as NodeJS.ErrnoException).code === 'ENOENT';
-  }
-  if (fd !== undefined) native.closeOnPool(fd);
-  if (gone) return Promise.resolve(null);
-  return new Promise((resolve) => {
-    try {
-      native.removeTreeAsync(path.dirname(dir), path.basename(dir), (r) => resolve(leftText(dir, r)));
-    } catch (e) {
-      resolve(`${dir}: ${String((e as Error)?.message ?? e)}`);
-    }
-  });
-}
-
-/** Reports what cleanup left behind without throwing: a process warning (an 'error'-free event). */
-function warnLeft(what: string): void {
-  try {
-    process.emitWarning(`process-sandbox could not remove ${what}`, { code: 'PSB_CLEANUP' });
-  } catch {
-    // a throwing 'warning' listener is not ours to crash on
-  }
-}
-
-/**
- * Placeholders for missing protected or deny-read paths live on the host while runs use them.
- * Concurrent runs in one workspace (in this process or another) share them: a later run sees the
- * placeholder as an existing path and binds it, and removing it would detach that bind. So every
- * run holds a shared lock on each placeholder-looking path it relies on, and a placeholder is
- * removed only by a run that can take it exclusively. A placeholder left by a host that died is
- * picked up and removed the same way by the next run that uses it.
- */
-interface HeldPlaceholder {
-  path: string;
-  fd: number;
-}
-
-/**
- * Ours look like this: an empty 0555 directory, or an empty 0444 file. `shape` skips the listing
- * of a directory: enough where the next step is our own lock or rmdir (which takes only an empty
- * directory), and it is what runs on every spawn's path (a missing path costs one lstat, no throw).
- */
-function looksLikePlaceholder(p: string, shape = false): boolean {
-  try {
-    const st = fs.lstatSync(p, { throwIfNoEntry: false });
-    if (st === undefined) return false;
-    const mode = st.mode & 0o7777;
-    if (st.isDirectory()) return mode === 0o555 && (shape || fs.readdirSync(p).length === 0);
-    return st.isFile() && mode === 0o444 && st.size === 0;
-  } catch {
-    return false;
-  }
-}
-
-const EWOULDBLOCK = os.constants.errno.EWOULDBLOCK;
-
-/** The proxy port a Landlock-mode plan names (its connect supervisor's, or Landlock's port rule). */
-function proxyPortOf(plan: Omit<LinuxNativePlan, 'stdio'>): number | undefined {
-  return plan.seccomp?.connectSupervisor || plan.landlock?.connectPorts?.[0] || undefined;
-}
-
-/**
- * The proxy's port for a sandbox. Isolated mode: any port, since the namespace is empty and no
- * other sandbox shares it. Landlock mode: a host listener on 127.0.0.1, which the proxy serves.
- */
-function proxyPortFor(native: LinuxNative, mode: 'isolated' | 'landlock'): { port: number; hostListenerFd?: number } {
-  if (mode === 'isolated') return { port: 20000 + crypto.randomInt(40000) };
-  const l = native.listenLoopback();
-  return { port: l.port, hostListenerFd: l.fd };
-}
-
-/** A run's cgroup, capped as its rules ask. */
-function cgroupFor(rules: NonNullable<BackendSpawnRequest['rules']>): SandboxCgroup | null {
-  return createSandboxCgroup({ pidsMax: rules.limits.maxProcesses ?? DEFAULT_MAX_PROCESSES, memoryBytes: rules.limits.memoryBytes });
-}
-
-/** Landlock mode without a pids cgroup, unprivileged: the uid's task count RLIMIT_NPROC adds the cap to. */
-function uidTasksFor(mode: 'isolated' | 'landlock', g: SandboxCgroup | null, probe: LinuxProbe): number | undefined {
-  return mode === 'landlock' && !g && probe.euid !== 0 ? uidTaskCount(process.getuid!()) : undefined;
-}
-
-/** What the planner is told of a run's cgroup. */
-function cgroupInfo(g: SandboxCgroup | null) {
-  return g ? { kind: g.kind, pidsMax: g.pidsMax, memoryBytes: g.memoryBytes } : undefined;
-}
-
 /** A host fd on stdio that is a terminal (Landlock mode grants it by inode at setup: no spare). */
 const isTerminal = (s: LinuxStdio): boolean => typeof s === 'number' && s >= 0 && tty.isatty(s);
-
-/**
- * The addon never waits on a lock (a sandboxed command can hold one on a placeholder it sees).
- * Placeholders init just made for this run: one already locked by someone else (the command itself
- * could race for it) cannot be relied on, since its holder's run could remove it mid-run and the
- * command could then create the path for real. The caller stops the command (fail closed).
- */
-function lockPlaceholders(native: LinuxNative, paths: string[]): HeldPlaceholder[] {
-  const held: HeldPlaceholder[] = [];
-  for (const p of paths) {
-    if (!looksLikePlaceholder(p, true)) continue;
-    const fd = native.lockPlaceholder(p);
-    if (fd >= 0) {
-      held.push({ path: p, fd });
-    } else if (fd === -EWOULDBLOCK) {
-      releasePlaceholders(native, held);
-      throw placeholderBusy(p);
-    }
-  }
-  return held;
-}
-
-function placeholderBusy(p: string): SandboxError {
-  return new SandboxError(
-    'ESPAWN',
-    `the placeholder ${p} is locked by another process (a running sandboxed command can hold it) and could ` +
-      `not be replaced; it cannot be relied on to keep the protected path from being created, so nothing was started`,
-    // spawn() reports it as a start failure ('error' event, rejected `exited`), never a throw: a
-    // command must not be able to make the host's other spawns throw.
-    { detail: { path: p, startFailure: true } },
-  );
-}
-
-/**
- * Existing placeholders (another run's, or a dead host's) that this run will rely on, held with a
- * shared lock before the plan is made. A lookalike whose lock stays exclusively held (past the
- * addon's short retries, which ride out a host's release) is relied on by no run: a run relying on
- * it holds a shared lock, which excludes an exclusive one. Only a command that sees it holds it so
- * (an attack on the host's other spawns), so it is removed like any unused placeholder; the plan
- * then finds the path missing and this run's own init makes a fresh placeholder, locked after the
- * spawn. Removal without the lock is safe (native.removeLookalike): it takes only what still looks
- * like a placeholder, and looks it up without following a link on the way (the command holding
- * the lock can swap a directory it may write on the way for a link to anywhere: removing by path
- * would then delete the file of that name there, outside the sandbox).
- */
-function claimPlaceholders(native: LinuxNative, paths: string[]): HeldPlaceholder[] {
-  const held: HeldPlaceholder[] = [];
-  try {
-    for (const p of paths) {
-      if (!looksLikePlaceholder(p)) continue;
-      let fd = native.lockPlaceholder(p);
-      if (fd === -EWOULDBLOCK) {
-        native.removeLookalike(p); // gone already, no longer a lookalike, or a link on the way: the next look decides
-        if (!looksLikePlaceholder(p)) continue; // gone: the plan makes a fresh one
-        fd = native.lockPlaceholder(p); // a new lookalike appeared at once (a racing command)
-        if (fd === -EWOULDBLOCK) throw placeholderBusy(p);
-      }
-      if (fd >= 0) held.push({ path: p, fd });
-    }
-  } catch (e) {
-    releasePlaceholders(native, held);
-    throw e;
-  }
-  return held;
-}
-
-function releasePlaceholders(native: LinuxNative, held: HeldPlaceholder[]): void {
-  for (const h of held) native.releasePlaceholder(h.fd, h.path, looksLikePlaceholder(h.path, true));
-}
-
-const TMP_PREFIX = 'process-sandbox-tmp-';
-let staleTmpSwept = false;
-
-/** Where Landlock-mode TMPDIRs may be made besides a TMPDIR the host names (tmpBase). */
-const TMP_BASES = ['/var/tmp', '/tmp'];
-let chosenTmpBase: string | undefined;
-
-/**
- * The temp dir this uid's directory for Landlock-mode TMPDIRs is made in. The host's own
- * TMPDIR when its environment names one. Otherwise whichever of /var/tmp and /tmp holds fewer
- * entries when the process first asks (then kept): the planner denies the directory by granting
- * every entry beside it, one Landlock rule each in every spawn (linux/plan.ts tmpShield), and a
- * busy /tmp holds hundreds (docs/performance.md). Only a sticky world-writable temp dir, or one
- * owned by this uid, is taken.
- */
-export function tmpBase(): string {
-  if (process.env.TMPDIR) return os.tmpdir();
-  if (chosenTmpBase !== undefined) return chosenTmpBase;
-  let best = os.tmpdir();
-  let fewest = Infinity;
-  for (const base of TMP_BASES) {
-    const st = lstatOrNull(base);
-    if (st === null || !st.isDirectory() || !((st.mode & 0o1002) === 0o1002 || st.uid === process.getuid?.())) continue;
-    let n = Infinity;
-    try {
-      n = fs.readdirSync(base).length;
-    } catch {
-      continue;
-    }
-    if (n < fewest) [best, fewest] = [base, n];
-  }
-  chosenTmpBase = best;
-  return best;
-}
-
-/**
- * The directory all of this uid's Landlock-mode TMPDIRs are made in (0700, the uid's own, in
- * tmpBase). The planner denies reads of it but for the run's own TMPDIR (linux/plan.ts
- * tmpShield), so that another Landlock-mode sandbox of the same uid cannot read this one's temp
- * files and private caches, nor those of a run that starts later. null when it cannot be trusted
- * (another uid made the name first, a link, a group- or world-open mode): the TMPDIR is then made
- * in the host's temp dir as before, and the report lists the gap.
- */
-function tmpParent(): string | null {
-  const uid = process.getuid?.() ?? 0;
-  const dir = path.join(tmpBase(), `${TMP_PARENT_PREFIX}${uid}`);
-  try {
-    fs.mkdirSync(dir, { mode: 0o700 });
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== 'EEXIST') return null;
-  }
-  const st = lstatOrNull(dir);
-  return st !== null && st.isDirectory() && st.uid === uid && (st.mode & 0o077) === 0 ? dir : null;
-}
-
-/** Landlock mode's private TMPDIR for one run. */
-function makeTmpDir(native: LinuxNative): string {
-  sweepStaleTmpDirs(native);
-  return fs.mkdtempSync(path.join(tmpParent() ?? os.tmpdir(), `${TMP_PREFIX}${process.pid}-${PIDNS_TAG}-`));
-}
-
-/**
- * Landlock mode's per-run TMPDIRs are named after the host pid. A host that was killed never
- * removed its own; the first Landlock-mode spawn of each process removes those whose host is gone.
- * It never fails the spawn: what it cannot remove (an entry the uid may not delete) is skipped
- * with a process warning, and the next host process tries again.
- */
-function sweepStaleTmpDirs(native: LinuxNative): void {
-  if (staleTmpSwept) return;
-  staleTmpSwept = true;
-  const uid = process.getuid?.();
-  // This uid's parents (tmpParent, in any temp dir an earlier host may have chosen), and the
-  // host's temp dir itself (older versions, and runs whose parent could not be trusted).
-  const bases = [...new Set([os.tmpdir(), tmpBase(), ...TMP_BASES])];
-  const parents = [os.tmpdir(), ...bases.map((b) => path.join(b, `${TMP_PARENT_PREFIX}${uid ?? 0}`))];
-  const found: Array<[string, string]> = [];
-  for (const parent of parents) {
-    try {
-      for (const n of fs.readdirSync(parent)) if (n.startsWith(TMP_PREFIX)) found.push([parent, n]);
-    } catch {
-      // absent or unreadable: nothing of ours to sweep there
-    }
-  }
-  for (const [parent, n] of found) {
-    const pid = Number(n.slice(TMP_PREFIX.length).split('-')[0]);
-    // Another pid namespace's host cannot be judged by its pid here (linux/cgroup.ts PIDNS_TAG).
-    if (!Number.isInteger(pid) || pid <= 0 || pid === process.pid || !ownPidNamespace(n.slice(TMP_PREFIX.length))) continue;
-    const dir = path.join(parent, n);
-    try {
-      if (fs.lstatSync(dir).uid !== uid) continue;
-      process.kill(pid, 0);
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code !== 'ESRCH') continue;
-      const left = removeTree(native, dir);
-      if (left) warnLeft(`a stale TMPDIR of a host that is gone: ${left}`);
-    }
-  }
-}
-
-/** How often Landlock mode checks its TMPDIR against limits.tmpBytes (at least; see watchTmpDir). */
-const TMP_CHECK_MS = 250;
-/** Entries the TMPDIR may hold: one per 4 KiB of tmpBytes, as isolated mode's tmpfs inodes, at least 1024. */
-const tmpEntryLimit = (maxBytes: number): number => Math.max(1024, Math.floor(maxBytes / 4096));
-
-/**
- * Landlock mode's TMPDIR is on the host's disk (isolated mode's is a tmpfs of limits.tmpBytes).
- * Without mounts there is no size-limited store to give it, so the host measures it: a walk on
- * the thread pool (native.measureTree: allocated blocks and entries) every TMP_CHECK_MS, or 10
- * times as long as the last walk took when that is longer (a huge tree costs the host no more
- * than ~10% of one pool thread), and `onOver` stops the run once it is past tmpBytes or past the
- * inode count isolated mode's tmpfs would have (one per 4 KiB, at least 1024). A check, not a
- * bound: between two checks a command can write what the disk takes in that time. Returns stop().
- */
-function watchTmpDir(native: LinuxNative, dir: string, maxBytes: number, onOver: (message: string) => void): () => void {
-  const maxInodes = tmpEntryLimit(maxBytes);
-  let stopped = false;
-  let timer: NodeJS.Timeout | undefined;
-  const schedule = (ms: number) => {
-    timer = setTimeout(check, ms);
-    timer.unref();
-  };
-  const check = () => {
-    const t0 = performance.now();
-    try {
-      native.measureTree(dir, maxInodes, maxBytes, (u) => {
-        if (stopped) return;
-        if (u.bytes > maxBytes || u.inodes > maxInodes) {
-          stopped = true;
-          const what = u.bytes > maxBytes ? `more than ${maxBytes} bytes (limits.tmpBytes)` : `more than ${maxInodes} entries (one per 4 KiB of limits.tmpBytes)`;
-          onOver(`the command's TMPDIR ${dir} held ${what}; the command and everything it started were killed`);
-          return;
-        }
-        schedule(Math.max(TMP_CHECK_MS, 10 * (performance.now() - t0)));
-      });
-    } catch {
-      // not measurable (an addon without measureTree): the report says the check is missing
-    }
-  };
-  schedule(TMP_CHECK_MS);
-  return () => {
-    stopped = true;
-    if (timer) clearTimeout(timer);
-  };
-}
-
-/** What the report says of Landlock mode's TMPDIR size check. */
-function withTmpCheck(report: EnforcementReport, maxBytes: number, checked: boolean): EnforcementReport {
-  if (!checked) {
-    return { ...report, gaps: [...report.gaps, `the private TMPDIR is on the host's disk and its size is not checked (limits.tmpBytes ${maxBytes} does not apply)`] };
-  }
-  return {
-    ...report,
-    mechanisms: {
-      ...report.mechanisms,
-      tmpDirCheck: `TMPDIR measured by the host at least every ${TMP_CHECK_MS} ms; the run is killed past ${maxBytes} bytes or ${tmpEntryLimit(maxBytes)} entries`,
-    },
-    gaps: [
-      ...report.gaps,
-      `limits.tmpBytes is checked, not enforced by the filesystem: the private TMPDIR is on the host's disk and is measured ` +
-        `at least every ${TMP_CHECK_MS} ms, so a burst can pass ${maxBytes} bytes by what it writes between two checks; ` +
-        `files unlinked while open and directories the host's uid cannot read are not counted (the writable roots are not bounded at all)`,
-    ],
-  };
-}
 
 /**
  * Puts a run's quota share into its native plan (copies: a plan may be reused) and the report.
@@ -603,6 +230,12 @@ export function createLinuxBackend(native: LinuxNative): Backend {
     }
   }
 
+  /**
+   * One spawn: the run's resources and plan (prepareRun), the command started from a spare or
+   * afresh (launch), then what the host attaches to it (the placeholders init made, the proxy)
+   * and the BackendProcess. `noSpare`: a spare taken for this spawn could not be used; `replanned`:
+   * planned once more after a protected path vanished before init's mounts.
+   */
   function spawnOn(
     req: BackendSpawnRequest,
     pty: OpenedPty | undefined,
@@ -610,339 +243,335 @@ export function createLinuxBackend(native: LinuxNative): Backend {
     noSpare = false,
     replanned = false,
   ): BackendProcess {
-    {
-      const stdio: LinuxStdio[] = pty
-        ? [pty.slave, pty.slave, pty.slave]
-        : nsPty
-          ? [-1, -1, -1] // placeholders: init puts the in-namespace slave there
-          : req.stdio.map((s, i) => (s === 'pipe' ? (i === 0 ? 'in' : 'out') : s === 'inherit' ? i : s === 'ignore' ? -1 : s));
-      let plan: Omit<LinuxNativePlan, 'stdio'>;
-      let proxy: ManagedProxy | undefined;
-      let ownsProxy = false;
-      let hostListenerFd: number | undefined;
-      let enforcement = PLAIN_REPORT;
-      let ghosts: string[] = [];
-      let held: HeldPlaceholder[] = [];
-      let tmpDir: string | undefined;
-      let tmpLimit = DEFAULT_TMP_BYTES;
-      let stopTmpWatch: (() => void) | undefined;
-      let limitExceeded: ExitInfo['limitExceeded'];
-      const cleanupLeft: string[] = [];
-      let cgroup: SandboxCgroup | null = null;
-      let quota: QuotaShare | null = null;
-      let spare: Spare | undefined;
-      let prepareNext: (() => void) | undefined;
-      let prepareAfterExit: (() => void) | undefined;
-      let basePlan: Omit<LinuxNativePlan, 'stdio'> | undefined;
-      if (req.rules === null) {
-        plan = {
-          mode: 'plain',
-          file: req.file,
-          argv: req.argv,
-          envp: Object.entries(req.env).map(([k, v]) => `${k}=${v}`),
-          cwd: req.cwd,
-        };
-      } else {
-        const rules = req.rules;
-        const probe = linuxProbe();
-        const mode = chooseLinuxMode(rules, probe);
-        // A spawn can be served by a spare made ahead unless it has a host pty (Landlock mode),
-        // and in Landlock mode a terminal on stdio (its rule is made from the fd). A terminal made
-        // inside an isolated sandbox is made with the spare, and is part of its shape.
-        if (!pty && typeof native.prepareSpare === 'function' && (mode === 'isolated' || !stdio.some(isTerminal))) {
-          const key = `${req.cwd}\0${nsPty ? 'pty' : ''}\0${JSON.stringify(rules)}`;
-          if (!noSpare) spare = spares.take(key);
-          // Its resources are this run's from here: released with the run, or on any failure.
-          if (spare) ({ cgroup, quota, hostListenerFd } = spare.resources);
-          prepareNext = () => {
-            // A plan that binds placeholders another run holds (claimed above) is no plan for a
-            // later sandbox: they go when that run ends. The next spawn plans without them.
-            if (held.length > 0 || !spares.wants(key) || basePlan === undefined) return;
-            // Isolated with the traced process cap: the spare's helper-made command cannot be
-            // seized by init before it runs (native PrepareSpare refuses it too).
-            if (mode === 'isolated' && basePlan.traceProcessCap) return;
-            const base = { plan: basePlan, tmpDir, cgroup: JSON.stringify(cgroupInfo(cgroup)) };
-            // Once this run's exit has been delivered: the JS side of the preparation then runs
-            // between runs (in the pause before the next one, or during the next command when
-            // they follow back to back), never inside this one's time.
-            prepareAfterExit = () => scheduleSpare(() => prepareSpare(key, req, rules, mode, probe, base, nsPty));
-          };
-        }
-        const env = { ...req.env };
-        if (rules.tmp === 'private') {
-          if (mode === 'isolated') {
-            // /tmp itself is private. The env stays exactly as given unless its TMPDIR points
-            // somewhere the command could not use (a path outside /tmp and the writable roots).
-            const t = env.TMPDIR;
-            const usable = (p: string) => p === '/tmp' || p.startsWith('/tmp/') || rules.writeRoots.some((w) => p === w || p.startsWith(w + '/'));
-            if (t !== undefined && !usable(t)) env.TMPDIR = '/tmp';
-          } else {
-            tmpDir = spare?.resources.tmpDir ?? makeTmpDir(native);
-            env.TMPDIR = tmpDir;
-            tmpLimit = rules.limits.tmpBytes ?? DEFAULT_TMP_BYTES;
-          }
-        }
-        let proxyPort: number | undefined;
-        let planEnv = env;
-        try {
-          if (rules.network.kind === 'proxy') {
-            const hooks = req.network ?? {};
-            if (hooks.instance) {
-              if (hooks.instance.closed) {
-                throw new SandboxError('EPROXY_START', 'the managed proxy given in options.proxy.instance is closed');
-              }
-              proxy = hooks.instance;
-            } else {
-              proxy = ManagedProxy.create({
-                policy: rules.network.proxy,
-                onAudit: hooks.onAudit,
-                decider: hooks.decider,
-                deciderTimeoutMs: hooks.deciderTimeoutMs,
-                lookup: hooks.lookup,
-                // spawn() resolved the CA (InterceptionCa.shared() by default) and wired it in.
-                ...(hooks.interception?.ca ? { interception: { ...hooks.interception, ca: hooks.interception.ca } } : {}),
-              });
-              ownsProxy = true;
-            }
-            // The port the spare was made for (in Landlock mode, hostListenerFd is its listener).
-            if (spare?.resources.proxyPort !== undefined) proxyPort = spare.resources.proxyPort;
-            else ({ port: proxyPort, hostListenerFd } = proxyPortFor(native, mode));
-            planEnv = ManagedProxy.proxyEnv(env, proxyPort);
-          }
-          // Existing placeholders are held before the plan, which then binds them as existing paths.
-          held = claimPlaceholders(native, [...rules.readOnly, ...rules.denyRead]);
-          if (!spare) cgroup = cgroupFor(rules);
-          const cgInfo = cgroupInfo(cgroup);
-          const uidTasks = uidTasksFor(mode, cgroup, probe);
-          const p = planLinux({ rules, mode, file: req.file, argv: req.argv, env: planEnv, cwd: req.cwd, probe, landlockTmpDir: tmpDir, proxyPort, cgroup: cgInfo, uidTasks });
-          // Without the connect supervisor the host listener admits by uid only: any process of
-          // this uid could have a credential rule's secret injected into its own requests.
-          if (proxy?.hasCredentialRules && mode === 'landlock' && !p.native.seccomp?.connectSupervisor) {
-            throw new SandboxError(
-              'ENETWORK_NOT_ENFORCEABLE',
-              'credential rules (interception.credentials) in Landlock mode need the connect supervisor, which this kernel lacks ' +
-                `(errno ${-(probe.connectSupervisor ?? -38)}): other processes of this uid could use the proxy and get the secrets. ` +
-                'Use isolated mode (user namespaces), or leave the credential rules out.',
-            );
-          }
-          plan = p.native;
-          if (prepareNext) basePlan = { ...p.native };
-          if (cgroup) plan.cgroupFds = cgroup.procsFds;
-          enforcement = p.enforcement;
-          // This run's share of the uid's inotify, signal and mqueue counters (linux/quotas.ts).
-          if (!spare) quota = takeQuotaShare(mode);
-          ({ plan, enforcement } = applyQuotaShare(plan, enforcement, quota));
-          if (tmpDir) enforcement = withTmpCheck(enforcement, tmpLimit, native.measureTree !== undefined);
-          ghosts = p.ghosts;
-        } catch (e) {
-          if (spare) {
-            native.discardSpare(spare.handle);
-            spares.stats.discarded++;
-          }
-          releasePlaceholders(native, held);
-          if (tmpDir) removeTmpDir(native, tmpDir);
-          cgroup?.remove();
-          quota?.release();
-          if (hostListenerFd !== undefined) fs.closeSync(hostListenerFd);
-          if (ownsProxy) void proxy?.close();
-          throw e;
-        }
-      }
-      let resolveExit!: (e: ExitInfo) => void;
-      const exited = new Promise<ExitInfo>((resolve) => (resolveExit = resolve));
-      let attachment: Promise<{ detach(): Promise<void> } | null> = Promise.resolve(null);
-      const cleanup = async () => {
-        // Every process of the sandbox is dead by now (init reported after its teardown); remove()
-        // still kills anything found in the group before removing it.
-        cgroup?.remove();
-        quota?.release();
-        releasePlaceholders(native, held);
-        held = [];
-        if (tmpDir) {
-          stopTmpWatch?.();
-          const left = await removeTmpDirAfterRun(native, tmpDir);
-          if (left) cleanupLeft.push(left);
-        }
-        if (proxy) {
-          // The proxy closes with its last process: no listener, fd or timer outlives the run.
-          await (await attachment)?.detach().catch(() => {});
-          if (ownsProxy) await proxy.close().catch(() => {});
-        }
-      };
-      // A pty slave becomes the controlling terminal of the command's new session.
-      if (pty) plan = { ...plan, setsid: true, ctty: true };
-      if (nsPty) {
-        if (plan.mode !== 'isolated') throw new SandboxError('ESPAWN', 'internal: an in-namespace pty needs isolated mode');
-        plan = { ...plan, setsid: true, ctty: true, ptyCols: nsPty.cols, ptyRows: nsPty.rows };
-      }
-      let res;
-      try {
-        const onExit = (code: number | null, sig: number | null) => {
-          // Cleanup never throws (the command's leftovers must not crash the host); what it
-          // could not undo is in the exit info and a process warning.
-          void cleanup()
-            .catch((e: unknown) => void cleanupLeft.push(`cleanup: ${String((e as Error)?.message ?? e)}`))
-            .then(() => {
-              for (const l of cleanupLeft) warnLeft(l);
-              resolveExit({
-                code,
-                signal: sig ? signalName(sig) : null,
-                ...(limitExceeded ? { limitExceeded } : {}),
-                ...(cleanupLeft.length > 0 ? { cleanupLeft } : {}),
-              });
-              prepareAfterExit?.();
-            });
-        };
-        if (spare) {
-          // Used only if this fresh plan is the one it was made from (and, natively, if every
-          // path its rules name is still the same inode); otherwise everything it held goes, and
-          // the spawn starts again from nothing.
-          const { file, argv, envp, cwd } = plan;
-          // Landlock mode with the proxy: the spare's listener on 127.0.0.1 waited where anything
-          // local could connect to it. What queued before the command can connect is dropped, not
-          // served as this run's (a listener that cannot be drained is not used).
-          const drained = hostListenerFd === undefined || native.dropQueuedConnections(hostListenerFd) >= 0;
-          const sameShape = drained && spare.planKey === planKey(plan);
-          if (!sameShape) native.discardSpare(spare.handle);
-          // With its own terminal, fds 0-2 are its slave: the go brings none, only the size.
-          const go = nsPty ? { stdio: [], ptyCols: nsPty.cols, ptyRows: nsPty.rows } : { stdio };
-          const got = sameShape ? native.spawnSpare(spare.handle, { file, argv, envp, cwd, ...go }, onExit) : null;
-          if (got === null) {
-            spares.stats.discarded++;
-            releasePlaceholders(native, held);
-            releaseResources({ tmpDir, cgroup, quota, hostListenerFd });
-            if (ownsProxy) void proxy?.close();
-            return spawnOn(req, pty, nsPty, true);
-          }
-          spares.stats.used++;
-          res = got;
-        } else {
-          res = native.spawn({ ...plan, stdio }, onExit);
-        }
-      } catch (e) {
-        if (pty) fs.closeSync(pty.master);
-        if (hostListenerFd !== undefined) fs.closeSync(hostListenerFd);
-        try {
-          held.push(...lockPlaceholders(native, ghosts)); // whatever init made before it failed
-        } catch {
-          // held by someone else: left for the next run to remove
-        }
-        void cleanup().catch(() => {});
-        // A protected path (or a directory on its way) vanished between the plan and init's
-        // mounts, and it was one whose name is held even when missing (linux/plan.ts VANISH_OK):
-        // the command never ran. Planned once more from the tree as it is now, the name is held
-        // by a placeholder. Once only: a second failure is reported as it is.
-        if (!replanned && !pty && e instanceof SandboxError && e.code === 'EMOUNT_SETUP' && e.errno === os.constants.errno.ENOENT) {
-          return spawnOn(req, pty, nsPty, true, true);
-        }
-        throw e;
-      }
-      cgroup?.closeFds(); // the command has joined (or failed and was reaped)
-      prepareNext?.();
-      // The placeholders init just made for this run. Should one already be locked by someone
-      // else (the command itself could race for it), the run cannot rely on it: stop the command.
-      try {
-        held.push(...lockPlaceholders(native, ghosts));
-      } catch {
-        native.kill(res.handle, 9);
-      }
-      if (proxy) {
-        const fd = res.listenerFd ?? hostListenerFd;
-        const handle0 = res.handle;
-        const processId = req.network?.processId ?? String(res.pid);
-        // Landlock mode: the listener is on the host's 127.0.0.1, open to every local process.
-        // Only the sandbox's own connections are served (native/linux/supervisor/supervise_connect.cc).
-        const hostPort = res.listenerFd === undefined && hostListenerFd !== undefined ? proxyPortOf(plan) : undefined;
-        const admit =
-          hostPort !== undefined
-            ? (s: net.Socket) => s.remoteAddress === '127.0.0.1' && native.admitProxyPeer(hostPort, s.remotePort ?? 0, !!plan.seccomp?.connectSupervisor)
-            : undefined;
-        attachment = proxy.attach(processId, { fd, admit }).catch(() => {
-          // Without its proxy the command has no network at all; stop it rather than leave it hanging.
-          if (fd !== undefined) fs.closeSync(fd);
-          native.kill(handle0, 9);
-          return null;
-        });
-      }
-      const streams: Array<Readable | Writable | null> = res.fds.map((fd, i) => {
-        if (fd === null) return null;
-        return i === 0
-          ? new net.Socket({ fd, readable: false, writable: true })
-          : new net.Socket({ fd, readable: true, writable: false });
-      });
-      const handle = res.handle;
-      const out: BackendProcess = {
-        pid: res.pid,
-        stdio: streams,
-        kill: (signal) => {
-          const n = signalNumber(signal);
-          const ok = native.kill(handle, n) === 0;
-          // v2: cgroup.kill reaches every process of the group at once, wherever it went.
-          if (ok && n === 9 && cgroup?.kind === 'v2') cgroup.killAll();
-          return ok;
-        },
-        exited,
-        setRef: (on) => void native.setRef?.(handle, on),
-        enforcement: withNativeFacts(enforcement, res, spare !== undefined),
-      };
-      const master = pty ? pty.master : nsPty ? res.ptyFd : undefined;
-      if (nsPty && master === undefined) {
-        native.kill(handle, 9);
-        throw new SandboxError('ESPAWN', 'the sandbox did not hand over its pseudo-terminal');
-      }
-      if (nsPty && master !== undefined) {
-        // As for a host pty: hold a slave until the command exits, so its last output is read.
-        const peer = native.ptyPeer(master);
-        void exited.finally(() => fs.closeSync(peer));
-      }
-      if (master !== undefined) {
-        const stream = ptyStream(master);
-        out.stdio = [null, stream, null];
-        out.pty = { stream, resize: (cols, rows) => native.resizePty(master, cols, rows) };
-        out.enforcement = { ...out.enforcement, mechanisms: { ...out.enforcement.mechanisms, pty: true } };
-      }
-      if (tmpDir && typeof native.measureTree === 'function') {
-        stopTmpWatch = watchTmpDir(native, tmpDir, tmpLimit, (message) => {
-          limitExceeded = { limit: 'tmpBytes', message };
-          out.kill('SIGKILL');
-        });
-      }
-      return out;
+    const stdio = stdioFor(req, pty, nsPty);
+    const run = new LinuxRun(native);
+    const prepared = req.rules === null ? plainPlan(req) : prepareRun(run, req, req.rules, stdio, pty, nsPty, noSpare);
+    let plan = prepared.plan;
+    // A pty slave becomes the controlling terminal of the command's new session.
+    if (pty) plan = { ...plan, setsid: true, ctty: true };
+    if (nsPty) {
+      if (plan.mode !== 'isolated') throw new SandboxError('ESPAWN', 'internal: an in-namespace pty needs isolated mode');
+      plan = { ...plan, setsid: true, ctty: true, ptyCols: nsPty.cols, ptyRows: nsPty.rows };
     }
+    let resolveExit!: (e: ExitInfo) => void;
+    const exited = new Promise<ExitInfo>((resolve) => (resolveExit = resolve));
+    const onExit = (code: number | null, sig: number | null) => {
+      // Cleanup never throws (the command's leftovers must not crash the host); what it could
+      // not undo is in the exit info and a process warning.
+      void run
+        .release()
+        .catch((e: unknown) => void run.cleanupLeft.push(`cleanup: ${String((e as Error)?.message ?? e)}`))
+        .then(() => {
+          for (const l of run.cleanupLeft) warnLeft(l);
+          resolveExit({
+            code,
+            signal: sig ? signalName(sig) : null,
+            ...(run.limitExceeded ? { limitExceeded: run.limitExceeded } : {}),
+            ...(run.cleanupLeft.length > 0 ? { cleanupLeft: run.cleanupLeft } : {}),
+          });
+          prepared.afterExit?.();
+        });
+    };
+    let res: NativeSpawnResult | null;
+    try {
+      res = launch(run, plan, stdio, nsPty, onExit);
+    } catch (e) {
+      if (pty) fs.closeSync(pty.master);
+      if (run.hostListenerFd !== undefined) fs.closeSync(run.hostListenerFd);
+      try {
+        run.held.push(...lockPlaceholders(native, prepared.ghosts)); // whatever init made before it failed
+      } catch {
+        // held by someone else: left for the next run to remove
+      }
+      void run.release().catch(() => {});
+      // A protected path (or a directory on its way) vanished between the plan and init's
+      // mounts, and it was one whose name is held even when missing (linux/mounts.ts VANISH_OK):
+      // the command never ran. Planned once more from the tree as it is now, the name is held
+      // by a placeholder. Once only: a second failure is reported as it is.
+      if (!replanned && !pty && e instanceof SandboxError && e.code === 'EMOUNT_SETUP' && e.errno === os.constants.errno.ENOENT) {
+        return spawnOn(req, pty, nsPty, true, true);
+      }
+      throw e;
+    }
+    // The spare could not be used: everything it held is gone; start again from nothing.
+    if (res === null) return spawnOn(req, pty, nsPty, true);
+    run.cgroup?.closeFds(); // the command has joined (or failed and was reaped)
+    prepared.prepareNext?.();
+    // The placeholders init just made for this run. Should one already be locked by someone
+    // else (the command itself could race for it), the run cannot rely on it: stop the command.
+    try {
+      run.held.push(...lockPlaceholders(native, prepared.ghosts));
+    } catch {
+      native.kill(res.handle, 9);
+    }
+    attachProxy(run, req, plan, res);
+    return processOf(run, res, exited, prepared.enforcement, pty, nsPty);
+  }
+
+  /** The stdio entries the addon takes: 'in'/'out' for pipes, fd numbers, -1 for /dev/null. */
+  function stdioFor(req: BackendSpawnRequest, pty: OpenedPty | undefined, nsPty: { cols: number; rows: number } | undefined): LinuxStdio[] {
+    if (pty) return [pty.slave, pty.slave, pty.slave];
+    if (nsPty) return [-1, -1, -1]; // placeholders: init puts the in-namespace slave there
+    return req.stdio.map((s, i) => (s === 'pipe' ? (i === 0 ? 'in' : 'out') : s === 'inherit' ? i : s === 'ignore' ? -1 : s));
+  }
+
+  /** `policy: null`: the command as given, no sandbox. */
+  function plainPlan(req: BackendSpawnRequest): PreparedRun {
+    const plan: Omit<LinuxNativePlan, 'stdio'> = {
+      mode: 'plain',
+      file: req.file,
+      argv: req.argv,
+      envp: Object.entries(req.env).map(([k, v]) => `${k}=${v}`),
+      cwd: req.cwd,
+    };
+    return { plan, enforcement: PLAIN_REPORT, ghosts: [] };
+  }
+
+  /**
+   * A sandboxed run's resources (a spare's where one fits), its environment and its plan. On any
+   * failure everything taken is given back before the error is thrown.
+   */
+  function prepareRun(
+    run: LinuxRun,
+    req: BackendSpawnRequest,
+    rules: NonNullable<BackendSpawnRequest['rules']>,
+    stdio: LinuxStdio[],
+    pty: OpenedPty | undefined,
+    nsPty: { cols: number; rows: number } | undefined,
+    noSpare: boolean,
+  ): PreparedRun {
+    const probe = linuxProbe();
+    const mode = chooseLinuxMode(rules, probe);
+    const out: PreparedRun = { plan: { mode, file: req.file, argv: req.argv, envp: [], cwd: req.cwd }, enforcement: PLAIN_REPORT, ghosts: [] };
+    // A spawn can be served by a spare made ahead unless it has a host pty (Landlock mode),
+    // and in Landlock mode a terminal on stdio (its rule is made from the fd). A terminal made
+    // inside an isolated sandbox is made with the spare, and is part of its shape.
+    let basePlan: Omit<LinuxNativePlan, 'stdio'> | undefined;
+    if (!pty && typeof native.prepareSpare === 'function' && (mode === 'isolated' || !stdio.some(isTerminal))) {
+      const key = `${req.cwd}\0${nsPty ? 'pty' : ''}\0${JSON.stringify(rules)}`;
+      const spare = noSpare ? undefined : spares.take(key);
+      // Its resources are this run's from here: released with the run, or on any failure.
+      if (spare) run.adopt(spare);
+      out.prepareNext = () => {
+        // A plan that binds placeholders another run holds (claimed above) is no plan for a
+        // later sandbox: they go when that run ends. The next spawn plans without them.
+        if (run.held.length > 0 || !spares.wants(key) || basePlan === undefined) return;
+        // Isolated with the traced process cap: the spare's helper-made command cannot be
+        // seized by init before it runs (native PrepareSpare refuses it too).
+        if (mode === 'isolated' && basePlan.traceProcessCap) return;
+        const base = { plan: basePlan, tmpDir: run.tmpDir, cgroup: JSON.stringify(cgroupInfo(run.cgroup)) };
+        // Once this run's exit has been delivered: the JS side of the preparation then runs
+        // between runs (in the pause before the next one, or during the next command when
+        // they follow back to back), never inside this one's time.
+        out.afterExit = () => scheduleSpare(() => prepareSpare(key, req, rules, mode, probe, base, nsPty));
+      };
+    }
+    try {
+      const env = runEnv(run, req, rules, mode);
+      const p = planLinux({
+        rules, mode, file: req.file, argv: req.argv, env, cwd: req.cwd, probe, landlockTmpDir: run.tmpDir,
+        proxyPort: run.proxyPort, cgroup: cgroupInfo(run.cgroup), uidTasks: uidTasksFor(mode, run.cgroup, probe),
+      });
+      // Without the connect supervisor the host listener admits by uid only: any process of
+      // this uid could have a credential rule's secret injected into its own requests.
+      if (run.proxy?.hasCredentialRules && mode === 'landlock' && !p.native.seccomp?.connectSupervisor) {
+        throw new SandboxError(
+          'ENETWORK_NOT_ENFORCEABLE',
+          'credential rules (interception.credentials) in Landlock mode need the connect supervisor, which this kernel lacks ' +
+            `(errno ${-(probe.connectSupervisor ?? -38)}): other processes of this uid could use the proxy and get the secrets. ` +
+            'Use isolated mode (user namespaces), or leave the credential rules out.',
+        );
+      }
+      let plan = p.native;
+      if (out.prepareNext) basePlan = { ...p.native };
+      if (run.cgroup) plan.cgroupFds = run.cgroup.procsFds;
+      // This run's share of the uid's inotify, signal and mqueue counters (linux/quotas.ts).
+      if (!run.spare) run.quota = takeQuotaShare(mode);
+      let enforcement: EnforcementReport;
+      ({ plan, enforcement } = applyQuotaShare(plan, p.enforcement, run.quota));
+      if (run.tmpDir) enforcement = withTmpCheck(enforcement, run.tmpLimit, native.measureTree !== undefined);
+      // (out itself: prepareNext sets its afterExit once the command has started.)
+      Object.assign(out, { plan, enforcement, ghosts: p.ghosts });
+      return out;
+    } catch (e) {
+      if (run.spare) {
+        native.discardSpare(run.spare.handle);
+        spares.stats.discarded++;
+      }
+      run.abandon();
+      throw e;
+    }
+  }
+
+  /**
+   * The command's environment, and the resources it names: the TMPDIR (Landlock mode), the proxy
+   * and its port; then the placeholders the plan will bind and the cgroup.
+   */
+  function runEnv(run: LinuxRun, req: BackendSpawnRequest, rules: NonNullable<BackendSpawnRequest['rules']>, mode: 'isolated' | 'landlock'): Record<string, string> {
+    const env = { ...req.env };
+    if (rules.tmp === 'private') {
+      if (mode === 'isolated') {
+        // /tmp itself is private. The env stays exactly as given unless its TMPDIR points
+        // somewhere the command could not use (a path outside /tmp and the writable roots).
+        const t = env.TMPDIR;
+        const usable = (p: string) => p === '/tmp' || p.startsWith('/tmp/') || rules.writeRoots.some((w) => p === w || p.startsWith(w + '/'));
+        if (t !== undefined && !usable(t)) env.TMPDIR = '/tmp';
+      } else {
+        run.tmpDir = run.spare?.resources.tmpDir ?? makeTmpDir(native);
+        env.TMPDIR = run.tmpDir;
+        run.tmpLimit = rules.limits.tmpBytes ?? DEFAULT_TMP_BYTES;
+      }
+    }
+    let planEnv = env;
+    if (rules.network.kind === 'proxy') {
+      run.proxy = proxyFor(run, req, rules.network.proxy);
+      // The port the spare was made for (in Landlock mode, hostListenerFd is its listener).
+      if (run.spare?.resources.proxyPort !== undefined) run.proxyPort = run.spare.resources.proxyPort;
+      else ({ port: run.proxyPort, hostListenerFd: run.hostListenerFd } = proxyPortFor(native, mode));
+      planEnv = ManagedProxy.proxyEnv(env, run.proxyPort!);
+    }
+    // Existing placeholders are held before the plan, which then binds them as existing paths.
+    run.held = claimPlaceholders(native, [...rules.readOnly, ...rules.denyRead]);
+    if (!run.spare) run.cgroup = cgroupFor(rules);
+    return planEnv;
+  }
+
+  /** The caller's proxy (options.proxy.instance), or one made for this run. */
+  function proxyFor(run: LinuxRun, req: BackendSpawnRequest, policy: Parameters<typeof ManagedProxy.create>[0]['policy']): ManagedProxy {
+    const hooks = req.network ?? {};
+    if (hooks.instance) {
+      if (hooks.instance.closed) throw new SandboxError('EPROXY_START', 'the managed proxy given in options.proxy.instance is closed');
+      return hooks.instance;
+    }
+    run.ownsProxy = true;
+    return ManagedProxy.create({
+      policy,
+      onAudit: hooks.onAudit,
+      decider: hooks.decider,
+      deciderTimeoutMs: hooks.deciderTimeoutMs,
+      lookup: hooks.lookup,
+      // spawn() resolved the CA (InterceptionCa.shared() by default) and wired it in.
+      ...(hooks.interception?.ca ? { interception: { ...hooks.interception, ca: hooks.interception.ca } } : {}),
+    });
+  }
+
+  /**
+   * Starts the command: from the run's spare when its plan is this fresh plan (and, natively,
+   * every path its rules name is still the same inode), else afresh. null: the spare could not be
+   * used, and everything it held is gone (the caller starts again from nothing).
+   */
+  function launch(
+    run: LinuxRun,
+    plan: Omit<LinuxNativePlan, 'stdio'>,
+    stdio: LinuxStdio[],
+    nsPty: { cols: number; rows: number } | undefined,
+    onExit: (code: number | null, sig: number | null) => void,
+  ): NativeSpawnResult | null {
+    const spare = run.spare;
+    if (!spare) return native.spawn({ ...plan, stdio }, onExit);
+    const { file, argv, envp, cwd } = plan;
+    // Landlock mode with the proxy: the spare's listener on 127.0.0.1 waited where anything
+    // local could connect to it. What queued before the command can connect is dropped, not
+    // served as this run's (a listener that cannot be drained is not used).
+    const drained = run.hostListenerFd === undefined || native.dropQueuedConnections(run.hostListenerFd) >= 0;
+    const sameShape = drained && spare.planKey === planKey(plan);
+    if (!sameShape) native.discardSpare(spare.handle);
+    // With its own terminal, fds 0-2 are its slave: the go brings none, only the size.
+    const go = nsPty ? { stdio: [], ptyCols: nsPty.cols, ptyRows: nsPty.rows } : { stdio };
+    const got = sameShape ? native.spawnSpare(spare.handle, { file, argv, envp, cwd, ...go }, onExit) : null;
+    if (got === null) {
+      spares.stats.discarded++;
+      run.abandon();
+      return null;
+    }
+    spares.stats.used++;
+    return got;
+  }
+
+  /** The run's proxy serves the command's connections from here (its listener, its admission). */
+  function attachProxy(run: LinuxRun, req: BackendSpawnRequest, plan: Omit<LinuxNativePlan, 'stdio'>, res: NativeSpawnResult): void {
+    const proxy = run.proxy;
+    if (!proxy) return;
+    const fd = res.listenerFd ?? run.hostListenerFd;
+    const processId = req.network?.processId ?? String(res.pid);
+    // Landlock mode: the listener is on the host's 127.0.0.1, open to every local process.
+    // Only the sandbox's own connections are served (native/linux/supervisor/supervise_connect.cc).
+    const hostPort = res.listenerFd === undefined && run.hostListenerFd !== undefined ? proxyPortOf(plan) : undefined;
+    const admit =
+      hostPort !== undefined
+        ? (s: net.Socket) => s.remoteAddress === '127.0.0.1' && native.admitProxyPeer(hostPort, s.remotePort ?? 0, !!plan.seccomp?.connectSupervisor)
+        : undefined;
+    run.attachment = proxy.attach(processId, { fd, admit }).catch(() => {
+      // Without its proxy the command has no network at all; stop it rather than leave it hanging.
+      if (fd !== undefined) fs.closeSync(fd);
+      native.kill(res.handle, 9);
+      return null;
+    });
+  }
+
+  /** What the caller gets: streams (or the terminal), kill, ref, the report; the TMPDIR's size watched. */
+  function processOf(
+    run: LinuxRun,
+    res: NativeSpawnResult,
+    exited: Promise<ExitInfo>,
+    enforcement: EnforcementReport,
+    pty: OpenedPty | undefined,
+    nsPty: { cols: number; rows: number } | undefined,
+  ): BackendProcess {
+    const streams: Array<Readable | Writable | null> = res.fds.map((fd, i) => {
+      if (fd === null) return null;
+      return i === 0 ? new net.Socket({ fd, readable: false, writable: true }) : new net.Socket({ fd, readable: true, writable: false });
+    });
+    const handle = res.handle;
+    const out: BackendProcess = {
+      pid: res.pid,
+      stdio: streams,
+      kill: (signal) => {
+        const n = signalNumber(signal);
+        const ok = native.kill(handle, n) === 0;
+        // v2: cgroup.kill reaches every process of the group at once, wherever it went.
+        if (ok && n === 9 && run.cgroup?.kind === 'v2') run.cgroup.killAll();
+        return ok;
+      },
+      exited,
+      setRef: (on) => void native.setRef?.(handle, on),
+      enforcement: withNativeFacts(enforcement, res, run.spare !== undefined),
+    };
+    const master = pty ? pty.master : nsPty ? res.ptyFd : undefined;
+    if (nsPty && master === undefined) {
+      native.kill(handle, 9);
+      throw new SandboxError('ESPAWN', 'the sandbox did not hand over its pseudo-terminal');
+    }
+    if (nsPty && master !== undefined) {
+      // As for a host pty: hold a slave until the command exits, so its last output is read.
+      const peer = native.ptyPeer(master);
+      void exited.finally(() => fs.closeSync(peer));
+    }
+    if (master !== undefined) {
+      const stream = ptyStream(master);
+      out.stdio = [null, stream, null];
+      out.pty = { stream, resize: (cols, rows) => native.resizePty(master, cols, rows) };
+      out.enforcement = { ...out.enforcement, mechanisms: { ...out.enforcement.mechanisms, pty: true } };
+    }
+    if (run.tmpDir && typeof native.measureTree === 'function') {
+      run.stopTmpWatch = watchTmpDir(native, run.tmpDir, run.tmpLimit, (message) => {
+        run.limitExceeded = { limit: 'tmpBytes', message };
+        out.kill('SIGKILL');
+      });
+    }
+    return out;
   }
 }
 
-interface OpenedPty {
-  master: number;
-  slave: number;
+/** A run ready to start: its plan and report, the placeholders init will make, and the spare's hooks. */
+interface PreparedRun {
+  plan: Omit<LinuxNativePlan, 'stdio'>;
+  enforcement: EnforcementReport;
+  ghosts: string[];
+  /** After the command started: whether to prepare a spare for the next spawn of this shape. */
+  prepareNext?: () => void;
+  /** After its exit has been delivered: the spare's preparation, scheduled. */
+  afterExit?: () => void;
 }
 
-function openPty(native: LinuxNative, size: { cols: number; rows: number }): OpenedPty {
-  if (!native.openPty) throw new SandboxError('EPLATFORM_UNSUPPORTED', 'this build of the addon has no pseudo-terminal support');
-  const { master, slave } = native.openPty(size.cols, size.rows);
-  return { master, slave };
-}
-
-/**
- * The master side as one duplex stream. Linux reports the slave's last close as EIO on the
- * master (after any buffered output has been read): that is the end of the terminal's output,
- * not an error. The stream owns the fd and closes it.
- */
-function ptyStream(master: number): tty.ReadStream {
-  const stream = new tty.ReadStream(master);
-  const destroy = stream.destroy.bind(stream);
-  let ended = false;
-  stream.destroy = (err?: Error) => {
-    if ((err as NodeJS.ErrnoException | undefined)?.code !== 'EIO') return destroy(err);
-    // End, do not destroy: destroy() would drop output that was read but not yet emitted. The
-    // stream closes itself once it has ended (allowHalfOpen is off).
-    (stream as unknown as { _handle?: { readStop?: () => void } })._handle?.readStop?.();
-    if (!ended) {
-      ended = true;
-      stream.push(null);
-    }
-    return stream;
-  };
-  stream.on('error', () => {});
-  return stream;
-}
+type NativeSpawnResult = ReturnType<LinuxNative['spawn']>;
