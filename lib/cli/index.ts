@@ -19,16 +19,20 @@
 import { version, type SubcommandModule } from './args';
 
 interface Subcommand {
+  /** One line for the command list. */
   summary: string;
+  /** The synopsis printed under the list: `process-sandbox <name> ...`. */
+  synopsis: string;
   load(): SubcommandModule;
 }
 
+/** The subcommands, in the order `--help` lists them: one entry each. */
 const COMMANDS = new Map<string, Subcommand>([
-  ['run', { summary: 'run a command inside the sandbox', load: () => require('./run') }],
-  ['probe', { summary: 'report what this host can enforce', load: () => require('./probe') }],
-  ['apparmor-profile', { summary: 'print an AppArmor profile that lets a Node binary, and all it runs, use user namespaces (see its --help)', load: () => require('./apparmor-profile') }],
-  ['exec-server', { summary: 'serve Codex exec-server JSON-RPC over stdio or WebSocket', load: () => require('./exec-server') }],
-  ['srt', { summary: 'run a command under sandbox-runtime (srt) settings: a drop-in for srt', load: () => require('./srt') }],
+  ['run', { summary: 'run a command inside the sandbox', synopsis: '[options] [--] <command> [args...]', load: () => require('./run') }],
+  ['probe', { summary: 'report what this host can enforce', synopsis: '[--json]', load: () => require('./probe') }],
+  ['apparmor-profile', { summary: 'print an AppArmor profile that lets a Node binary, and all it runs, use user namespaces (see its --help)', synopsis: '[--node <path>]', load: () => require('./apparmor-profile') }],
+  ['exec-server', { summary: 'serve Codex exec-server JSON-RPC over stdio or WebSocket', synopsis: '--listen stdio|ws://IP:PORT [options]', load: () => require('./exec-server') }],
+  ['srt', { summary: 'run a command under sandbox-runtime (srt) settings: a drop-in for srt', synopsis: '[--settings FILE] [-c CMD | CMD ARGS...]', load: () => require('./srt') }],
 ]);
 
 function usage(): string {
@@ -39,11 +43,7 @@ function usage(): string {
     'Commands:',
     ...[...COMMANDS].map(([k, c]) => `  ${k.padEnd(width)}  ${c.summary}`),
     '',
-    'process-sandbox run [options] [--] <command> [args...]',
-    'process-sandbox probe [--json]',
-    'process-sandbox exec-server --listen stdio|ws://IP:PORT [options]',
-    'process-sandbox apparmor-profile [--node <path>]',
-    'process-sandbox srt [--settings FILE] [-c CMD | CMD ARGS...]',
+    ...[...COMMANDS].map(([k, c]) => `process-sandbox ${k} ${c.synopsis}`),
     "Run 'process-sandbox <command> --help' for a command's options; --version prints the version.",
     '',
   ].join('\n');
