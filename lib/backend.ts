@@ -5,7 +5,7 @@
  * runs when it cannot enforce the rules (fail closed).
  */
 import type { Readable, Writable } from 'node:stream';
-import type { InterceptionOptions, ManagedProxy, ManagedProxyOptions } from './network';
+import type { SpawnNetworkOptions } from './network';
 import type { ResolvedRules } from './rules';
 
 /** Per-fd stdio choice: a pipe to JS, the parent's own fd, /dev/null, or a given fd number. */
@@ -30,26 +30,6 @@ export interface BackendSpawnRequest {
   arg0Customized?: boolean;
   /** Run on a pseudo-terminal of this size (stdio is then ignored: fds 0-2 are the terminal). */
   pty?: { cols: number; rows: number };
-}
-
-export interface SpawnNetworkOptions {
-  /** A running proxy to attach to (one proxy can serve many sandboxes); else one per spawn. */
-  instance?: ManagedProxy;
-  /** Called once per proxy decision (ignored when `instance` is given: it has its own). */
-  onAudit?: ManagedProxyOptions['onAudit'];
-  /** Consulted for allowlist misses (ignored when `instance` is given). */
-  decider?: ManagedProxyOptions['decider'];
-  deciderTimeoutMs?: number;
-  /** Name resolution used by the proxy (default: the system resolver). */
-  lookup?: ManagedProxyOptions['lookup'];
-  /** Attribution of this process's requests in audit events (default: its pid). */
-  processId?: string;
-  /**
-   * TLS interception for the per-spawn proxy (not with `instance`, which has its own): the
-   * ManagedProxy `interception` options, `ca` defaulting to InterceptionCa.shared(). spawn()
-   * wires the CA into the child (env, readable directory; see lib/network/interception-spawn.ts).
-   */
-  interception?: Omit<InterceptionOptions, 'ca'> & { ca?: InterceptionOptions['ca'] };
 }
 
 export type Guarantee = 'enforced' | 'not-enforced' | 'partial' | 'not-requested';

@@ -11,7 +11,7 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { unsandboxedReport, type Backend, type BackendSpawnRequest, type EnforcementReport, type ProbeReport, type SpawnNetworkOptions, type StdioSpec } from './backend';
+import { unsandboxedReport, type Backend, type BackendSpawnRequest, type EnforcementReport, type ProbeReport, type StdioSpec } from './backend';
 import { SandboxedProcess, type ExitResult } from './child';
 import { isTimerMs, MAX_TIMER_MS, SandboxError } from './errors';
 import { tryLoadNative, loadLinuxNative, loadWin32Native } from './native';
@@ -22,6 +22,7 @@ import type { CreateExecServerOptions, ExecServer } from './exec-server';
 import type { ExecParams, PrepareRuntime, PreparedExecRequest } from './prepare';
 import { nodeFetchNote } from './network/env';
 import { interceptionEnv, wireInterception } from './network/interception-spawn';
+import type { SpawnNetworkOptions } from './network/spawn-options';
 import { createLinuxBackend } from './platform/linux';
 
 // Loaded on first use, not with the package: a process that never serves Codex or prepares Codex
@@ -32,7 +33,8 @@ export { SandboxError, ERROR_CODES, type SandboxErrorCode } from './errors';
 export { SandboxedProcess, type ExitResult, type SandboxedProcessEvents } from './child';
 export type { SandboxPolicy, FilesystemPolicy, ProxyPolicy, ResourceLimits, TmpMode, SandboxMode } from './policy-types';
 export type { ResolvedRules, NetworkRule } from './rules';
-export type { EnforcementReport, ProbeReport, StdioSpec, Guarantee, SpawnNetworkOptions } from './backend';
+export type { EnforcementReport, ProbeReport, StdioSpec, Guarantee } from './backend';
+export type { SpawnNetworkOptions } from './network';
 export {
   ManagedProxy,
   InterceptionCa,

@@ -27,7 +27,7 @@ import type { MethodContext } from './types';
 import { decodeStruct, invalidParams } from './decode';
 import { fsRunner, nativePath, sandboxOf } from './fs-methods';
 import { runFs, type DiscoveredFiles } from './fs-ops';
-import { checkSandboxFloor } from './sandbox-floor';
+import { checkSandboxGiven } from './sandbox-floor';
 
 const BOUNDS = { maxDepth: 6, maxDirectories: 10_000, maxFileBytes: 256 * 1024, maxTotalBytes: 8 * 1024 * 1024 };
 const METADATA_WARNING = 'some capability metadata could not be loaded; discovery may be incomplete';
@@ -336,7 +336,7 @@ export async function capabilitiesDiscoverV2(ctx: MethodContext, params: unknown
   ctx.gate('capability discovery');
   nativePath(p.cwd as string);
   const sandbox = sandboxOf(p, ctx.options, p.cwd as string);
-  checkSandboxFloor(ctx.options, 'capabilities/discoverV2', sandbox);
+  checkSandboxGiven(ctx.options, 'capabilities/discoverV2', sandbox);
   const home = codexHome();
   const skillRoots = [
     { id: 'codex-home-skills', path: path.join(home, 'skills') },

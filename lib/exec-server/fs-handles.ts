@@ -14,7 +14,7 @@ import type { FileSystemSandboxContext } from '../prepare';
 import type { MethodContext } from './types';
 import { decodeBase64, decodeStruct, decodeVariant, INVALID_REQUEST, NOT_FOUND, RpcError } from './decode';
 import { fsRunner, nativePath, sandboxOf } from './fs-methods';
-import { checkSandboxFloor } from './sandbox-floor';
+import { checkSandboxGiven } from './sandbox-floor';
 import { osErrorText, spawnSandboxedHelper, type FsOutcome } from './fs-ops';
 
 export const MAX_BLOCK_BYTES = 1024 * 1024;
@@ -181,7 +181,7 @@ export class FileHandles {
     const mode = p.mode === undefined || p.mode === null ? 'read' : (decodeVariant(p.mode, ['read', 'replace']) as Handle['mode']);
     const sandbox = sandboxOf(p, this.ctx.options);
     this.ctx.gate('filesystem');
-    checkSandboxFloor(this.ctx.options, 'fs/open', sandbox);
+    checkSandboxGiven(this.ctx.options, 'fs/open', sandbox);
     const id = p.handleId as string;
     if (this.handles.has(id) || this.opening.has(id)) throw new RpcError(INVALID_REQUEST, `file handle \`${id}\` already exists`);
     const max = this.ctx.options.maxFileHandles ?? DEFAULT_MAX_HANDLES;

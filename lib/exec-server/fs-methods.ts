@@ -9,7 +9,7 @@ import type { FileSystemSandboxContext } from '../prepare';
 import { fileUriToPath } from '../permissions/uri';
 import type { ExecServerOptions, MethodContext } from './types';
 import { decodeBase64, decodeSandbox, decodeStruct, foreignHostMessage, INVALID_REQUEST, RpcError } from './decode';
-import { checkPreparedFloor, checkSandboxFloor, defaultSandboxFor } from './sandbox-floor';
+import { checkPreparedFloor, checkSandboxGiven, defaultSandboxFor } from './sandbox-floor';
 import { MAX_READ_FILE_BYTES, runFs, WALK_MAX, type FsOp, type FsRunner } from './fs-ops';
 
 export const FS_ONE_SHOT_METHODS = new Set([
@@ -132,7 +132,7 @@ export async function fsCall(ctx: MethodContext, method: string, params: unknown
   }
   const sandbox = sandboxOf(p!, ctx.options);
   ctx.gate('filesystem');
-  checkSandboxFloor(ctx.options, method, sandbox);
+  checkSandboxGiven(ctx.options, method, sandbox);
   const paths = uris!.map(nativePath);
   if (op.op === 'copy') {
     op.source = paths[0]!;

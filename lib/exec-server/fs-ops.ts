@@ -10,11 +10,10 @@
  */
 import * as fs from 'node:fs';
 import * as os from 'node:os';
-import { discardPrepared, prepareExecRequest, type FileSystemSandboxContext, type PrepareRuntime } from '../prepare';
+import { discardPrepared, prepareRequest, type DecidedExecRequest, type FileSystemSandboxContext, type PrepareRuntime } from '../prepare';
 import { toJsonRpcError } from '../prepare/rpc';
 import { pathToFileUri } from '../permissions/uri';
 import type { SandboxedProcess } from '../child';
-import type { PreparedExecRequest } from '../prepare';
 import { INVALID_REQUEST, NOT_FOUND, RpcError } from './decode';
 import type { SpawnPreparedFn } from './types';
 
@@ -382,7 +381,7 @@ export interface FsRunner {
   /** Cap on the helper's answer (a readFile result); beyond it the helper is killed. */
   maxOutputBytes: number;
   /** The sandbox floor on the prepared helper (sandbox-floor.ts checkPreparedFloor); throws to refuse. */
-  floor?: (prepared: PreparedExecRequest) => void;
+  floor?: (decided: DecidedExecRequest) => void;
   /**
    * Takes one of the server's process slots for the helper (it is a process the client holds,
    * counted by --max-server-processes); throws the server's refusal when none is left. Returns
@@ -409,9 +408,9 @@ export async function spawnSandboxedHelper(program: string, sandbox: FileSystemS
 }
 
 async function prepareAndSpawnHelper(program: string, sandbox: FileSystemSandboxContext, runner: FsRunner): Promise<SandboxedProcess> {
-  let prepared: PreparedExecRequest;
+  let decided: DecidedExecRequest;
   try {
-    prepared = await prepareExecRequest(
+    decided = await prepareRequest(
       {
         processId: 'fs-helper',
         argv: [process.execPath, '--no-warnings', '-e', program],
@@ -429,8 +428,9 @@ async function prepareAndSpawnHelper(program: string, sandbox: FileSystemSandbox
     const r = toJsonRpcError(e);
     throw new RpcError(r.code, r.message);
   }
+  const { prepared } = decided;
   try {
-    runner.floor?.(prepared);
+    runner.floor?.(decided);
   } catch (e) {
     await discardPrepared(prepared);
     throw e;

@@ -15,7 +15,7 @@ import * as os from 'node:os';
 import type { SandboxedProcess } from '../child';
 import { SandboxError } from '../errors';
 import { isLikelySandboxDenied } from '../permissions';
-import { discardPrepared, prepareExecRequest, type ExecParams, type PreparedExecRequest } from '../prepare';
+import { discardPrepared, prepareRequest, type DecidedExecRequest, type ExecParams } from '../prepare';
 import { INTERNAL_ERROR, toJsonRpcError } from '../prepare/rpc';
 import {
   decodeBase64,
@@ -27,7 +27,7 @@ import {
   RpcError,
 } from './decode';
 import { limitOf, tooManyServerProcesses } from './limits';
-import { checkPreparedFloor, checkSandboxFloor, defaultSandboxFor } from './sandbox-floor';
+import { checkPreparedFloor, defaultSandboxFor } from './sandbox-floor';
 import { Deferred, type ConnectionSink, type ExecServerOptions, type SpawnPreparedFn } from './types';
 
 export const RETAIN_BYTES = 1024 * 1024;
@@ -196,7 +196,6 @@ export class ProcessTable {
       if (foreignCwd) throw invalidParams(`cwd URI \`${p.cwd}\` is not valid on this exec-server host: ${foreignCwd}`);
       p.sandbox = defaultSandboxFor(this.options, p.cwd);
     }
-    checkSandboxFloor(this.options, 'process/start', p.sandbox, p.enforceManagedNetwork ?? false);
     if (this.procs.has(p.processId)) throw new RpcError(INVALID_REQUEST, `process ${p.processId} already exists`);
     // Both checks and the insert below happen with no await between them, so concurrent starts
     // on other connections cannot pass the server-wide cap together.
@@ -227,15 +226,17 @@ export class ProcessTable {
       streams: [],
     };
     this.procs.set(p.processId, proc);
-    let prepared: PreparedExecRequest;
+    // The sandbox is decided once, in prepare; the floor judges what prepare returned.
+    let decided: DecidedExecRequest;
     try {
-      prepared = await prepareExecRequest(p, this.options.runtime ?? {});
+      decided = await prepareRequest(p, this.options.runtime ?? {});
     } catch (e) {
       this.procs.delete(p.processId);
       throw e;
     }
+    const { prepared } = decided;
     try {
-      checkPreparedFloor(this.options, 'process/start', prepared);
+      checkPreparedFloor(this.options, 'process/start', decided);
     } catch (e) {
       this.procs.delete(p.processId);
       await discardPrepared(prepared);

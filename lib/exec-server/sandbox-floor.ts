@@ -12,7 +12,7 @@
  * cannot be combined with the floor.
  *
  * The floor judges what a request's sandbox MATERIALISES to, not how it is spelled: after
- * prepareExecRequest resolved the profile (`:root`, a literal `/`, `..`, symlinks all end up as
+ * prepareRequest resolved the profile (`:root`, a literal `/`, `..`, symlinks all end up as
  * canonical paths in rules.writeRoots / readRoots / readAll), checkPreparedFloor refuses, before
  * anything is started:
  * - any writable root outside the server's write bound (floorWrite: `--floor-write`, default the
@@ -23,8 +23,10 @@
  *   in the README, stay readable: binaries, libraries, a short /etc list without shadow).
  * - the host network (network enabled) or host unix sockets, unless floorAllowNetwork
  *   (`--floor-allow-network`): they reach every service on the host, whatever the file bounds.
- * Before that, checkSandboxFloor refuses permissions that confine nothing (disabled, external,
- * an unrestricted file system with the network on) with their own message. fs/watchMissing,
+ * Before that, it refuses a request prepare found without a sandbox, or with permissions that
+ * confine nothing (disabled, external, an unrestricted file system with the network on: prepare's
+ * SandboxDecision), each with its own message. The profile is parsed and the sandbox picked once,
+ * in prepareRequest; the floor only reads what prepare returned. fs/watchMissing,
  * environmentConfig/read and capabilityRoots/discoverV1 take no sandbox in Codex's protocol and
  * read the server's own file system: refused outright (-32600) under the floor, and
  * environment/info stops advertising fsWatchMissing and environmentConfigRead. http/request never
@@ -34,11 +36,9 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { SandboxError } from '../errors';
 import { isWithin } from '../paths';
-import { parsePermissionProfile } from '../permissions/profile';
-import { fileUriToPath, flavorOf, pathToFileUri } from '../permissions/uri';
-import type { FileSystemSandboxContext, PreparedExecRequest } from '../prepare';
+import { fileUriToPath, pathToFileUri } from '../permissions/uri';
+import type { DecidedExecRequest, FileSystemSandboxContext } from '../prepare';
 import { INVALID_PARAMS } from '../prepare/rpc';
-import { shouldRequirePlatformSandbox } from '../prepare/sandbox-manager';
 import { INVALID_REQUEST, RpcError } from './decode';
 import type { ExecServerOptions } from './types';
 
@@ -145,44 +145,36 @@ export function defaultSandboxFor(o: ExecServerOptions, cwd: string | null): Fil
   };
 }
 
+const missingSandbox = (method: string): RpcError =>
+  new RpcError(
+    INVALID_PARAMS,
+    `${method} without a \`sandbox\` is refused: ${FLOOR}; send a \`sandbox\` (FileSystemSandboxContext: permissions, windowsSandboxLevel, cwd) with the request`,
+  );
+
 /**
  * Refuses `method` when the floor is on and the request has no sandbox (only possible for an
- * ExecConnection built without the start-up checks), or one whose permissions ask for none. A
- * profile that does not parse is left to the method, which reports it as usual.
+ * ExecConnection built without the start-up checks), for the fs methods that would otherwise run
+ * in this process, unsandboxed, without being prepared. What a sandbox asks for is judged once it
+ * is prepared (checkPreparedFloor).
  */
-export function checkSandboxFloor(
-  o: ExecServerOptions,
-  method: string,
-  sandbox: FileSystemSandboxContext | null | undefined,
-  enforceManagedNetwork = false,
-): void {
+export function checkSandboxGiven(o: ExecServerOptions, method: string, sandbox: FileSystemSandboxContext | null | undefined): void {
+  if (sandboxRequired(o) && (sandbox === null || sandbox === undefined)) throw missingSandbox(method);
+}
+
+/**
+ * The floor on a prepared request (see the file comment), called after prepareRequest and before
+ * the spawn, for every method that starts something: first what prepare decided (no sandbox, or
+ * permissions that confine nothing), then what the sandbox resolved to.
+ */
+export function checkPreparedFloor(o: ExecServerOptions, method: string, { prepared, decision }: DecidedExecRequest): void {
   if (!sandboxRequired(o)) return;
-  if (sandbox === null || sandbox === undefined) {
-    throw new RpcError(
-      INVALID_PARAMS,
-      `${method} without a \`sandbox\` is refused: ${FLOOR}; send a \`sandbox\` (FileSystemSandboxContext: permissions, windowsSandboxLevel, cwd) with the request`,
-    );
-  }
-  let needs: boolean;
-  try {
-    needs = shouldRequirePlatformSandbox(parsePermissionProfile(sandbox.permissions, { flavor: flavorOf(process.platform) }), enforceManagedNetwork);
-  } catch {
-    return;
-  }
-  if (!needs) {
+  if (!decision.requested) throw missingSandbox(method);
+  if (!decision.confines) {
     throw new RpcError(
       INVALID_PARAMS,
       `${method} with \`sandbox.permissions\` that confine nothing (disabled, external, or an unrestricted file system with the network on) is refused: ${FLOOR}; send a managed profile with a restricted file system or a restricted network`,
     );
   }
-}
-
-/**
- * The floor on what a request's sandbox resolved to (see the file comment), called after
- * prepareExecRequest and before the spawn, for every method that starts something in a sandbox.
- */
-export function checkPreparedFloor(o: ExecServerOptions, method: string, prepared: PreparedExecRequest): void {
-  if (!sandboxRequired(o)) return;
   const refuse = (what: string, fix: string): never => {
     throw new RpcError(INVALID_PARAMS, `${method} is refused: its sandbox ${what}; ${FLOOR}, and the floor bounds ${fix}`);
   };

@@ -19,6 +19,7 @@ export {
   type CredentialRule,
   type InterceptionOptions,
 } from './proxy';
+export type { SpawnNetworkOptions } from './spawn-options';
 export { InterceptionCa, CUSTOM_CA_ENV_KEYS, sharedCaBaseDir } from './mitm';
 export { DomainMatcher, normalizeHost, isIpLiteral, patternError, type DomainVerdict } from './matcher';
 export {

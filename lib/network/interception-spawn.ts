@@ -23,7 +23,7 @@ import * as path from 'node:path';
 
 import { SandboxError } from '../errors';
 import { isWithin } from '../paths';
-import type { SpawnNetworkOptions } from '../backend';
+import type { SpawnNetworkOptions } from './spawn-options';
 import type { ResolvedRules } from '../rules';
 import { InterceptionCa } from './mitm';
 import { ManagedProxy } from './proxy';

@@ -44,7 +44,7 @@ import { resolveEntries, type ProtectPreset } from '../permissions/resolve';
 import { fileUriToPath, FileUriError, flavorOf } from '../permissions/uri';
 import { CUSTOM_CA_ENV_KEYS, isManagedCaBundlePath, stripManagedProxyEnv } from './proxy-env';
 import { internalError, invalidParams } from './rpc';
-import { selectSandbox, type WindowsSandboxSelection } from './sandbox-manager';
+import { selectSandbox, shouldRequirePlatformSandbox, type WindowsSandboxSelection } from './sandbox-manager';
 
 export * from './rpc';
 export { CUSTOM_CA_ENV_KEYS, MANAGED_PROXY_ENV_KEYS, isManagedCaBundlePath, stripManagedProxyEnv } from './proxy-env';
@@ -171,6 +171,28 @@ export interface PreparedExecRequest {
    */
   managedProxy?: { instance: ManagedProxy; processId: string; attachment?: Attachment };
   windows?: { level: string; proxySettingsMode?: string; workspaceRoots: string[] };
+}
+
+/**
+ * What prepare decided about the request's sandbox, beside the prepared request: a server that
+ * bounds sandboxes (the exec-server's floor) judges it with the resolved rules, so nothing after
+ * prepare parses the profile or picks a sandbox again.
+ */
+export interface SandboxDecision {
+  /** Whether the request carried a sandbox context (false: a plain launch). */
+  requested: boolean;
+  /**
+   * Whether its permissions, as sent, ask for any confinement (`should_require_platform_sandbox`
+   * for the `auto` preference): false for disabled, external, or an unrestricted file system with
+   * the network on. Always false for a plain launch.
+   */
+  confines: boolean;
+}
+
+/** A prepared request and the decision behind it (prepareRequest). */
+export interface DecidedExecRequest {
+  prepared: PreparedExecRequest;
+  decision: SandboxDecision;
 }
 
 function checkParams(params: unknown): asserts params is ExecParams {
@@ -332,6 +354,11 @@ export async function discardPrepared(prepared: PreparedExecRequest): Promise<vo
 }
 
 export async function prepareExecRequest(params: ExecParams, runtime: PrepareRuntime = {}): Promise<PreparedExecRequest> {
+  return (await prepareRequest(params, runtime)).prepared;
+}
+
+/** prepareExecRequest, returning the sandbox decision too (SandboxDecision). */
+export async function prepareRequest(params: ExecParams, runtime: PrepareRuntime = {}): Promise<DecidedExecRequest> {
   checkParams(params);
   let started: ManagedProxy | undefined;
   try {
@@ -347,7 +374,7 @@ async function prepareChecked(
   params: ExecParams,
   runtime: PrepareRuntime,
   onProxy: (proxy: ManagedProxy) => void,
-): Promise<PreparedExecRequest> {
+): Promise<DecidedExecRequest> {
   const platform = runtime.platform ?? process.platform;
   const sandbox = params.sandbox ?? null;
   const tty = params.tty ?? false;
@@ -400,7 +427,7 @@ async function prepareChecked(
   // 4. No sandbox context: a plain launch.
   if (sandbox === null) {
     if (params.argv.length === 0) throw invalidParams('argv must not be empty');
-    return {
+    const plain: PreparedExecRequest = {
       processId: params.processId,
       command: [...params.argv],
       cwd: nativePath(params.cwd, 'cwd', platform),
@@ -413,6 +440,7 @@ async function prepareChecked(
       ...managedNetworkField,
       ...managedProxyField,
     };
+    return { prepared: plain, decision: { requested: false, confines: false } };
   }
 
   // 5. Materialise the permissions against this host's paths.
@@ -425,6 +453,10 @@ async function prepareChecked(
     if (err instanceof ProfileError) throw invalidParams(`invalid params: sandbox.${err.message}`);
     throw err;
   }
+  // Judged on the profile as sent: the project roots and the CA bundle added below are grants of
+  // this server, not the client's ask.
+  const enforceManagedNetwork = params.enforceManagedNetwork ?? false;
+  const decision: SandboxDecision = { requested: true, confines: shouldRequirePlatformSandbox(permissions, enforceManagedNetwork) };
   const policyCwdUri = sandbox.cwd ?? params.cwd;
   const policyCwd = nativePath(policyCwdUri, 'sandbox cwd', platform);
   const workspaceRoots = (sandbox.workspaceRoots ?? []).map((r) => nativePath(r, 'sandbox workspace root', platform));
@@ -438,7 +470,6 @@ async function prepareChecked(
   }
 
   // 7. Select the sandbox; fail closed when the intent cannot be enforced here.
-  const enforceManagedNetwork = params.enforceManagedNetwork ?? false;
   const selection = selectSandbox({
     platform,
     profile: permissions,
@@ -524,5 +555,5 @@ async function prepareChecked(
       workspaceRoots,
     };
   }
-  return prepared;
+  return { prepared, decision };
 }

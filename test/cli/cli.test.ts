@@ -15,7 +15,7 @@ import * as net from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { cliMessage, parseRunArgs } from '../../lib/cli';
+import { cliMessage, parseRunArgs } from '../../lib/cli/run-args';
 import { probe } from '../../lib/index';
 import { fixtureDir, isRunning, killAll, pidsWithArg, requireBuilt, uniqueSleepArg, waitFor, type ProcStat } from '../contract/helpers';
 

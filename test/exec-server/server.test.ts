@@ -353,7 +353,7 @@ describe.skipIf(!caps.linux)('exec-server: WebSocket transport', () => {
 
 describe.skipIf(!caps.linux)('exec-server: CLI', () => {
   it('process-sandbox exec-server refuses bad --listen values: one line and a hint on stderr, exit 125', async () => {
-    const { execServerMain } = await import('../../lib/exec-server/cli');
+    const { main: execServerMain } = await import('../../lib/cli/exec-server');
     const refused = async (argv: string[], why: RegExp) => {
       let err = '';
       const spy = vi.spyOn(process.stderr, 'write').mockImplementation((chunk: string | Uint8Array) => ((err += chunk.toString()), true));

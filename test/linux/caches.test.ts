@@ -21,7 +21,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { SandboxError } from '../../lib/errors';
 import { resolvePolicy } from '../../lib/permissions';
-import { parseRunArgs, policyFromArgs } from '../../lib/cli';
+import { parseRunArgs, policyFromArgs } from '../../lib/cli/run-args';
 import { planCaches } from '../../lib/platform/linux/caches';
 import type { ResolvedRules } from '../../lib/rules';
 import type { CachesMode, SandboxPolicy } from '../../lib/policy-types';

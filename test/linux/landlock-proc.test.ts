@@ -419,7 +419,7 @@ describe.skipIf(process.platform !== 'linux')('procPrivacy in the Landlock-mode 
 
 describe('policy validation', () => {
   it('the CLI flag --proc-privacy sets policy.procPrivacy', async () => {
-    const { parseRunArgs, policyFromArgs } = await import('../../lib/cli');
+    const { parseRunArgs, policyFromArgs } = await import('../../lib/cli/run-args');
     expect(policyFromArgs(parseRunArgs(['--proc-privacy', '--', 'true'], '/'))?.procPrivacy).toBe(true);
     expect(policyFromArgs(parseRunArgs(['--', 'true'], '/'))?.procPrivacy).toBeUndefined();
     expect(() => parseRunArgs(['--proc-privacy=1', '--', 'true'], '/')).toThrow(/--proc-privacy/);

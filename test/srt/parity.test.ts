@@ -12,7 +12,7 @@ import * as net from 'node:net';
 import * as path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { ManagedProxy, probe, SandboxError } from '../../lib/index';
-import { MAX_SETTINGS_BYTES } from '../../lib/srt/cli';
+import { MAX_SETTINGS_BYTES } from '../../lib/cli/srt';
 import { SandboxManager, spawnSandboxed, SRT_REFUSED_CALLS } from '../../lib/srt/index';
 import { makeScene, type Scene } from '../helpers/sandbox';
 

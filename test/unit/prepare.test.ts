@@ -7,6 +7,7 @@ import { SandboxError } from '../../lib/errors';
 import { pathToFileUri, readOnlyProfile, workspaceWriteProfile, permissionProfileToJson } from '../../lib/permissions';
 import {
   prepareExecRequest,
+  prepareRequest,
   selectSandbox,
   toJsonRpcError,
   invalidParams,
@@ -160,6 +161,28 @@ describe('sandbox_request_wraps_native_argv_on_executor (re-expressed)', () => {
   it('MXC when available selects windowsMxc', async () => {
     const p = await prepareExecRequest(sandboxed({}, { windowsSandboxLevel: 'mxc' }), { platform: 'linux', mxcAvailable: () => true });
     expect(p.sandboxType).toBe('windowsMxc');
+  });
+});
+
+describe('the sandbox decision (prepareRequest): what a floor judges, decided once', () => {
+  it('a managed profile confines; disabled, external and an unrestricted file system with the network on confine nothing', async () => {
+    const confines = await prepareRequest(sandboxed(), { platform: 'linux' });
+    expect(confines.decision).toEqual({ requested: true, confines: true });
+    expect(confines.prepared.sandboxType).toBe('linuxSeccomp');
+    for (const permissions of [{ type: 'disabled' }, { type: 'external', network: 'enabled' }, { type: 'managed', file_system: { type: 'unrestricted' }, network: 'enabled' }]) {
+      const d = await prepareRequest(sandboxed({}, { permissions }), { platform: 'linux' });
+      // Still prepared and sandboxed (the `require` preference): only a floor refuses it.
+      expect(d.decision, JSON.stringify(permissions)).toEqual({ requested: true, confines: false });
+      expect(d.prepared.sandboxType).toBe('linuxSeccomp');
+    }
+  });
+
+  it('enforceManagedNetwork makes any profile confine; a request without a sandbox context is not one', async () => {
+    const managedNet = await prepareRequest(sandboxed({ enforceManagedNetwork: true }, { permissions: { type: 'disabled' } }), { platform: 'linux' });
+    expect(managedNet.decision).toEqual({ requested: true, confines: true });
+    const plain = await prepareRequest(sandboxed({ sandbox: null }));
+    expect(plain.decision).toEqual({ requested: false, confines: false });
+    expect(plain.prepared.sandboxType).toBe('none');
   });
 });
 

@@ -16,7 +16,7 @@ export interface LinuxPlanInput {
   landlockTmpDir?: string;
   /** Network proxy: the port the command must reach it on (inside its namespace in isolated mode). */
   proxyPort?: number;
-  /** The sandbox's cgroup (lib/platform/linux-cgroup.ts), when one was made for this run. */
+  /** The sandbox's cgroup (lib/platform/linux/cgroup.ts), when one was made for this run. */
   cgroup?: { kind: 'v1' | 'v2'; pidsMax: number; memoryBytes?: number };
   /**
    * Landlock mode without a cgroup, unprivileged: the tasks the uid runs now (linux/quotas.ts

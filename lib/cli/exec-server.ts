@@ -2,16 +2,17 @@
  * `process-sandbox exec-server --listen stdio | ws://IP:PORT [auth flags]`: a Codex-compatible
  * exec-server. stdio: one JSON message per line on stdin/stdout (diagnostics go to stderr); the
  * server exits when stdin ends, after killing every process it started. The WebSocket auth flags
- * are Codex 0.171's (ws-auth.ts); a ws listener without them refuses to start. --default-sandbox,
- * --require-sandbox, --floor-write and --floor-read are ours (sandbox-floor.ts).
+ * are Codex 0.171's (lib/exec-server/ws-auth.ts); a ws listener without them refuses to start.
+ * --default-sandbox, --require-sandbox, --floor-write and --floor-read are ours
+ * (lib/exec-server/sandbox-floor.ts).
  */
 import { SandboxError } from '../errors';
+import type { ExecServer, ExecServerTransport } from '../exec-server';
+import { DEFAULT_LIMITS, LIMIT_FLAGS, type LimitName } from '../exec-server/limits';
+import { wsAuthFromFlags, type WsAuthFlags } from '../exec-server/ws-auth';
 import { createExecServer } from '../index';
-import type { ExecServer, ExecServerTransport } from './index';
-import { DEFAULT_LIMITS, LIMIT_FLAGS, type LimitName } from './limits';
-import { wsAuthFromFlags, type WsAuthFlags } from './ws-auth';
 
-export const EXEC_SERVER_USAGE = `Usage:
+export const usage = `Usage:
   process-sandbox exec-server --listen stdio|ws://IP:PORT [sandbox options] [WebSocket auth options]
     --listen stdio         JSON-RPC (Codex dialect) over stdin/stdout, one message per line
     --listen ws://IP:PORT  WebSocket, one message per text frame (port 0: any free port); the
@@ -109,7 +110,7 @@ function parseListen(v: string): { kind: 'stdio' } | { kind: 'ws'; host: string;
  * The exec-server command. A start-up refusal (a bad flag, a floor that bounds nothing, a port in
  * use) is one line on stderr plus a hint, exit 125, as `run` reports a usage error.
  */
-export async function execServerMain(argv: string[]): Promise<number> {
+export async function main(argv: string[]): Promise<number> {
   let server: ExecServer | 'help';
   try {
     server = await startFromFlags(argv);
@@ -180,7 +181,7 @@ async function startFromFlags(argv: string[]): Promise<ExecServer | 'help'> {
       defaultSandbox = value();
     }
     else if (a === '--help' || a === '-h') {
-      process.stdout.write(EXEC_SERVER_USAGE);
+      process.stdout.write(usage);
       return 'help';
     } else throw new SandboxError('EINVALID_ARGUMENT', `unknown exec-server option: ${a}`);
   }

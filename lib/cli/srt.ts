@@ -10,10 +10,11 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { SandboxError } from '../errors';
-import { networkRestrictionOf, toPolicy, validateConfig, type SandboxRuntimeConfig } from './config';
-import { spawnMapped, statusOf } from './runtime';
+import { networkRestrictionOf, toPolicy, validateConfig, type SandboxRuntimeConfig } from '../srt/config';
+import { spawnMapped, statusOf } from '../srt/runtime';
+import { version } from './args';
 
-export const SRT_USAGE = `Usage: process-sandbox srt [options] [command...]
+export const usage = `Usage: process-sandbox srt [options] [command...]
 
 Runs a command in the sandbox under sandbox-runtime (srt) settings: a drop-in for \`srt\`.
 
@@ -120,7 +121,7 @@ function loadSettings(inline: string | undefined, named: string | undefined): un
   return raw;
 }
 
-export async function srtMain(args: string[]): Promise<number> {
+export async function main(args: string[]): Promise<number> {
   const argv = [...args];
   let settings: string | undefined;
   let inline: string | undefined;
@@ -144,11 +145,11 @@ export async function srtMain(args: string[]): Promise<number> {
         break;
       }
       if (a === '-h' || a === '--help') {
-        process.stdout.write(SRT_USAGE);
+        process.stdout.write(usage);
         return 0;
       }
       if (a === '-V' || a === '--version') {
-        process.stdout.write(`${packageVersion()}\n`);
+        process.stdout.write(`${version()}\n`);
         return 0;
       }
       if (a === '-s' || a === '--settings') settings = value(a);
@@ -277,14 +278,5 @@ class UsageFail extends Error {}
 class SettingsFail extends Error {
   constructor(message: string, readonly refusing = REFUSING) {
     super(message);
-  }
-}
-
-function packageVersion(): string {
-  // dist/srt/cli.js and lib/srt/cli.ts are both two levels below the package root.
-  try {
-    return (JSON.parse(fs.readFileSync(path.join(__dirname, '..', '..', 'package.json'), 'utf8')) as { version: string }).version;
-  } catch {
-    return 'unknown';
   }
 }
