@@ -924,6 +924,20 @@ Napi::Value LockPlaceholder(const Napi::CallbackInfo& info) {
   return Napi::Number::New(env, fd);
 }
 
+// native.testPosixLock(fd, lock) -> 0 or -errno: a POSIX record lock (fcntl F_SETLK, the whole
+// file) taken (lock true: F_WRLCK) or released on fd by this process. For tests only: Node has
+// no fcntl locks, and a host's own locks must outlive what its sandboxes' supervision does
+// (test/linux/supervisor-confined.test.ts). Never blocks.
+Napi::Value TestPosixLock(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() != 2 || !info[0].IsNumber()) throw Napi::TypeError::New(env, "Usage: native.testPosixLock(fd, lock)");
+  struct flock fl = {};
+  fl.l_type = info[1].ToBoolean().Value() ? F_WRLCK : F_UNLCK;
+  fl.l_whence = SEEK_SET;
+  const int r = fcntl(info[0].As<Napi::Number>().Int32Value(), F_SETLK, &fl);
+  return Napi::Number::New(env, r == 0 ? 0 : -errno);
+}
+
 // Closes `fd` on the libuv thread pool. For an fd that holds the last reference to an unlinked
 // inode, close() frees the inode (about 70 us on ext4): removing through the path first and
 // closing here keeps that off the JS thread. (Node's own fs.close may run inline on this thread:
@@ -1154,6 +1168,7 @@ void InitPlatform(Napi::Env env, Napi::Object exports) {
   exports.Set("dirWatchRemove", Napi::Function::New(env, DirWatchRemoveJs, "dirWatchRemove"));
   exports.Set("dirWatchPoll", Napi::Function::New(env, DirWatchPollJs, "dirWatchPoll"));
   exports.Set("uidTaskCount", Napi::Function::New(env, UidTaskCountJs, "uidTaskCount"));
+  exports.Set("testPosixLock", Napi::Function::New(env, TestPosixLock, "testPosixLock"));
   exports.Set("seccompSelfCheck", Napi::Function::New(env, SeccompSelfCheckJs, "seccompSelfCheck"));
   RegisterPty(env, exports);
   RegisterTreeWalk(env, exports);
