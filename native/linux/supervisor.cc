@@ -38,18 +38,23 @@
 // sandbox's exit watch decides how long the loop lives.
 #include "supervisor.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <mutex>
 #include <new>
 #include <set>
@@ -61,6 +66,7 @@
 #include "notify_args.h"
 #include "supervise_connect.h"
 #include "supervisor_profile.h"
+#include "syscall_numbers.h"
 
 namespace psb {
 namespace {
@@ -69,25 +75,62 @@ using notify::Continue;
 using notify::Respond;
 using notify::SeccompNotif;
 
+// What the thread reports to StartSupervisor once it is set up (StartSupervisor waits on the
+// JS thread's stack for it; the thread never touches it after).
+struct Setup {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  int err = 0;             // 0 or -errno: the thread has ended, StartSupervisor frees what it made
+  bool own_table = false;  // the thread's fd table is its own (see the top of the file)
+};
+
+// Host side: the eventfd that wakes one supervisor when its env is torn down. Kept apart from the
+// Supervisor: a thread with a table of its own cannot close the host's copy of its eventfd, so
+// when it ends it marks this entry ended and a JS thread closes that copy at the next sweep
+// (SweepLocked: every StartSupervisor and env teardown), at most one eventfd per ended sandbox.
+struct Wake {
+  napi_env env = nullptr;
+  int fd = -1;  // the host's copy; -1 once closed
+  bool ended = false;
+};
+
 struct Supervisor {
   int listener = -1;
-  int stop = -1;  // eventfd: the env is torn down
+  int stop = -1;  // eventfd: the env is torn down (the same number in the host's table and ours)
+  bool own_table = false;
+  Wake* wake = nullptr;
+  Setup* setup = nullptr;  // until the thread has reported
   napi_env env = nullptr;
   SupervisorConfig config;
   ConnectClass* connect = nullptr;  // with a proxy port
 };
 
-// The supervisors alive, for the env cleanup hook; a thread leaves it before freeing itself.
+// The supervisors' wake-ups, for the env cleanup hook.
 std::mutex live_mu;
-std::vector<Supervisor*> live;
+std::vector<Wake*> live;
 std::set<napi_env> hooked;  // envs with the cleanup hook added
+
+// Closes the host's copies of the ended supervisors' eventfds. On a JS thread (the host's table).
+void SweepLocked() {
+  for (auto it = live.begin(); it != live.end();) {
+    if (!(*it)->ended) {
+      ++it;
+      continue;
+    }
+    if ((*it)->fd >= 0) close((*it)->fd);
+    delete *it;
+    it = live.erase(it);
+  }
+}
 
 void OnEnvTeardown(void* arg) {
   napi_env env = static_cast<napi_env>(arg);
   std::lock_guard<std::mutex> g(live_mu);
-  for (Supervisor* s : live) {
-    if (s->env == env) eventfd_write(s->stop, 1);
+  for (Wake* w : live) {
+    if (w->env == env && !w->ended) eventfd_write(w->fd, 1);
   }
+  SweepLocked();
   hooked.erase(env);
 }
 
@@ -170,15 +213,84 @@ void End(Supervisor* s) {
   close(s->listener);
   {
     std::lock_guard<std::mutex> g(live_mu);
-    live.erase(std::remove(live.begin(), live.end(), s), live.end());
+    s->wake->ended = true;
+    // Sharing the host's table, our copy is the host's: closed here, under the lock.
+    if (!s->own_table) s->wake->fd = -1, close(s->stop);
   }
-  close(s->stop);
-  delete s;
+  if (s->own_table) close(s->stop);
+  delete s;  // the rules' fds (pidfds, terminals) are closed in this thread's table
+}
+
+// The fds the supervision keeps of those the host made for it before the thread started.
+std::vector<int> HandedFds(const Supervisor& s) {
+  std::vector<int> fds = {s.listener};
+  if (s.config.signals.init_pidfd >= 0) fds.push_back(s.config.signals.init_pidfd);
+  if (s.config.reads.members.init_pidfd >= 0) fds.push_back(s.config.reads.members.init_pidfd);
+  for (const PathRules::Terminal& t : s.config.paths.terminals) {
+    if (t.held && *t.held >= 0) fds.push_back(*t.held);
+  }
+  return fds;
+}
+
+// Closes every fd of this thread's table but `keep`: close_range(2) over the gaps, or where it is
+// missing or refused (before 5.9; a seccomp profile), each fd /proc lists. 0 or -errno.
+int CloseAllBut(std::vector<int> keep) {
+  std::sort(keep.begin(), keep.end());
+  unsigned lo = 0;
+  bool ranged = true;
+  for (size_t i = 0; i <= keep.size() && ranged; ++i) {
+    const unsigned hi = i < keep.size() ? static_cast<unsigned>(keep[i]) : ~0U;
+    if (hi > lo && syscall(__NR_close_range, lo, i < keep.size() ? hi - 1 : hi, 0) != 0) ranged = false;
+    if (i < keep.size()) lo = hi + 1;
+  }
+  if (ranged) return 0;
+  DIR* d = opendir("/proc/thread-self/fd");
+  if (d == nullptr) return -errno;
+  std::vector<int> open_fds;
+  while (struct dirent* e = readdir(d)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    const int fd = atoi(e->d_name);
+    if (fd != dirfd(d) && !std::binary_search(keep.begin(), keep.end(), fd)) open_fds.push_back(fd);
+  }
+  closedir(d);
+  for (int fd : open_fds) close(fd);
+  return 0;
+}
+
+// The thread's own confinement, first thing: a copy of the host's fd table and file-system
+// context of its own (see the top of the file), of which it keeps only what the host made for
+// it. Then the read opener, which shares that table. 0 or -errno; false own_table: unshare was
+// refused (a container runtime's seccomp profile) and the thread shares the host's table.
+int Confine(Supervisor* s) {
+  if (unshare(CLONE_FILES | CLONE_FS) == 0) {
+    s->own_table = true;
+    std::vector<int> keep = HandedFds(*s);
+    keep.push_back(s->stop);
+    const int r = CloseAllBut(keep);
+    if (r < 0) return r;
+  }
+  if (s->config.reads.opener_plan) {
+    const int r = StartReadOpener(*s->config.reads.opener_plan, &s->config.reads.opener);
+    if (r < 0) return r;
+  }
+  return 0;
 }
 
 void* Main(void* arg) {
   Supervisor* s = static_cast<Supervisor*>(arg);
   pthread_setname_np(pthread_self(), "psb-supervisor");
+  {
+    const int err = Confine(s);
+    // A failed start: StartSupervisor frees everything in the host's table; ours is emptied.
+    if (err < 0 && s->own_table) CloseAllBut({});
+    Setup* setup = s->setup;
+    std::lock_guard<std::mutex> g(setup->mu);
+    setup->err = err;
+    setup->own_table = s->own_table;
+    setup->done = true;
+    setup->cv.notify_one();
+    if (err < 0) return nullptr;
+  }
   struct pollfd fds[2 + kMaxWatched];
   PSB_PROF_START();
   for (;;) {
@@ -215,16 +327,35 @@ void* Main(void* arg) {
   return nullptr;
 }
 
+// Undoes StartSupervisor's steps when the thread did not start or could not set itself up (it
+// has ended): on the JS thread, in the host's table.
+int Abandon(Supervisor* s, int err) {
+  {
+    std::lock_guard<std::mutex> g(live_mu);
+    live.erase(std::remove(live.begin(), live.end(), s->wake), live.end());
+  }
+  delete s->wake;
+  if (s->connect != nullptr) EndConnectClass(s->connect);
+  close(s->stop);
+  close(s->listener);
+  delete s;
+  return err;
+}
+
 }  // namespace
 
 int StartSupervisor(napi_env env, int listener_fd, SupervisorConfig config) noexcept {
   Supervisor* s = new (std::nothrow) Supervisor();
-  if (s == nullptr) {
+  Wake* wake = new (std::nothrow) Wake();
+  if (s == nullptr || wake == nullptr) {
+    delete s;
+    delete wake;
     close(listener_fd);
     return -ENOMEM;
   }
   s->listener = listener_fd;
   s->env = env;
+  s->wake = wake;
   // Both wake-ups of a call on the CPU of the task that makes them (see the top of the file).
   // The flag only moves where a woken task runs; a kernel without it (before 6.6) says EINVAL
   // and the call costs what it did.
@@ -236,13 +367,10 @@ int StartSupervisor(napi_env env, int listener_fd, SupervisorConfig config) noex
   s->stop = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (s->config.proxy_port != 0) s->connect = NewConnectClass(s->config.proxy_port);
   if (s->stop < 0 || (s->config.proxy_port != 0 && s->connect == nullptr)) {
-    const int e = s->stop < 0 ? errno : ENOMEM;
-    if (s->connect != nullptr) EndConnectClass(s->connect);
-    if (s->stop >= 0) close(s->stop);
-    close(listener_fd);
-    delete s;
-    return -e;
+    return Abandon(s, s->stop < 0 ? -errno : -ENOMEM);
   }
+  wake->env = env;
+  wake->fd = s->stop;
   // The thread is detached and may still be in a call when a Worker's env is torn down, and
   // Node unloads an addon a terminated Worker loaded: the code it runs would be unmapped
   // (SIGSEGV in the host). RTLD_NODELETE keeps this addon mapped for the process's life.
@@ -253,10 +381,18 @@ int StartSupervisor(napi_env env, int listener_fd, SupervisorConfig config) noex
       dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
     }
   });
-  std::lock_guard<std::mutex> g(live_mu);
-  if (hooked.count(env) == 0) {
-    if (napi_add_env_cleanup_hook(env, OnEnvTeardown, env) == napi_ok) hooked.insert(env);
+  {
+    std::lock_guard<std::mutex> g(live_mu);
+    SweepLocked();
+    if (hooked.count(env) == 0) {
+      if (napi_add_env_cleanup_hook(env, OnEnvTeardown, env) == napi_ok) hooked.insert(env);
+    }
+    live.push_back(wake);
   }
+  // Read now: once set up, the thread may end and free s at any time.
+  const std::vector<int> handed = HandedFds(*s);
+  Setup setup;
+  s->setup = &setup;
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -269,14 +405,16 @@ int StartSupervisor(napi_env env, int listener_fd, SupervisorConfig config) noex
   int rc = pthread_create(&t, &attr, Main, s);
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   pthread_attr_destroy(&attr);
-  if (rc != 0) {
-    if (s->connect != nullptr) EndConnectClass(s->connect);
-    close(s->stop);
-    close(listener_fd);
-    delete s;
-    return -rc;
+  if (rc != 0) return Abandon(s, -rc);
+  // Its setup is a table copy, a few closes (and with procPrivacy the opener's confinement).
+  std::unique_lock<std::mutex> g(setup.mu);
+  setup.cv.wait(g, [&setup] { return setup.done; });
+  if (setup.err < 0) return Abandon(s, setup.err);
+  // The thread holds its own copies now: the host's go, or an EOF the host waits for (the
+  // listener's, a pidfd's) would never come while the sandbox runs.
+  if (setup.own_table) {
+    for (int fd : handed) close(fd);
   }
-  live.push_back(s);  // under live_mu, before the thread can leave it
   return 0;
 }
 
