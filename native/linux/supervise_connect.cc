@@ -37,7 +37,10 @@
 // (on loopback only while the proxy's backlog is full) is parked: the supervisor's poll() watches
 // it (ConnectPollFds) and answers the command, which waits in connect() meanwhile, as it would
 // for a real connect, once it completes (ConnectPollDone). The registry of peers is shared with
-// the proxy's thread (AdmitProxyPeer) under a mutex.
+// the proxy's thread (AdmitProxyPeer) under a mutex. The fds the registry holds are in the
+// supervisor's fd table, which is not the host's (supervisor.cc, Threading): an entry the proxy
+// takes is closed by the supervisor, woken through the class's eventfd (ConnectPollFds), never by
+// the proxy's thread, whose close would hit whatever the host keeps under that number.
 #include "supervise_connect.h"
 
 #include <errno.h>
@@ -48,6 +51,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <linux/inet_diag.h>
 #include <linux/netlink.h>
@@ -113,10 +117,17 @@ std::map<const ConnectClass*, size_t> peers_per_owner;
 // connecting in a burst gets this far ahead of the accepts, then EAGAIN until they catch up.
 constexpr size_t kMaxPeersPerSandbox = 256;
 
-void ErasePeerLocked(std::map<uint64_t, PeerEntry>::iterator it) {
+void LeaveToOwner(const ConnectClass* owner, int fd);
+
+// own_thread: called on the owner's supervisor thread (its fd table); else the fd is left to it.
+void ErasePeerLocked(std::map<uint64_t, PeerEntry>::iterator it, bool own_thread) {
   auto c = peers_per_owner.find(it->second.owner);
   if (c != peers_per_owner.end() && --c->second == 0) peers_per_owner.erase(c);
-  close(it->second.fd);
+  if (own_thread) {
+    close(it->second.fd);
+  } else {
+    LeaveToOwner(it->second.owner, it->second.fd);
+  }
   peers.erase(it);
 }
 
@@ -136,14 +147,14 @@ bool RegisterPeer(int sock, uint64_t ino, uint16_t port, const ConnectClass* own
 void ForgetPeer(uint64_t ino) {
   std::lock_guard<std::mutex> g(peers_mu);
   auto it = peers.find(ino);
-  if (it != peers.end()) ErasePeerLocked(it);
+  if (it != peers.end()) ErasePeerLocked(it, true);
 }
 
 void ForgetPeersOf(const ConnectClass* owner) {
   std::lock_guard<std::mutex> g(peers_mu);
   for (auto it = peers.begin(); it != peers.end();) {
     auto next = std::next(it);
-    if (it->second.owner == owner) ErasePeerLocked(it);
+    if (it->second.owner == owner) ErasePeerLocked(it, true);
     it = next;
   }
   peers_per_owner.erase(owner);
@@ -169,9 +180,29 @@ struct Pending {
 struct ConnectClass {
   uint16_t port = 0;
   std::vector<Pending> pending;  // at most kMaxPending
+  // Registry fds the proxy took (AdmitProxyPeer), for this class's thread to close (under
+  // peers_mu), and the eventfd that wakes it for them (in the host's table and the thread's).
+  std::vector<int> to_close;
+  int kick = -1;
 };
 
 namespace {
+
+void LeaveToOwner(const ConnectClass* owner, int fd) {
+  ConnectClass* c = const_cast<ConnectClass*>(owner);  // only to_close, under peers_mu
+  c->to_close.push_back(fd);
+  eventfd_write(c->kick, 1);
+}
+
+// Closes the registry fds the proxy took. On the class's thread.
+void CloseTaken(ConnectClass* c) {
+  std::vector<int> fds;
+  {
+    std::lock_guard<std::mutex> g(peers_mu);
+    fds.swap(c->to_close);
+  }
+  for (int fd : fds) close(fd);
+}
 
 // The fd's flags (/proc/<tid>/fdinfo/<fd>), or -1.
 long ChildFdFlags(uint32_t tid, int fd) {
@@ -471,7 +502,7 @@ bool AdmitProxyPeer(uint16_t proxy_port, uint16_t peer_port, bool supervised) no
   std::lock_guard<std::mutex> g(peers_mu);
   auto it = peers.find(ino);
   if (it == peers.end() || it->second.port != proxy_port) return false;
-  ErasePeerLocked(it);
+  ErasePeerLocked(it, false);
   return true;
 }
 
@@ -480,13 +511,20 @@ ConnectClass* NewConnectClass(uint16_t proxy_port) noexcept {
   if (c == nullptr) return nullptr;
   c->port = proxy_port;
   c->pending.reserve(kMaxPending);
+  c->kick = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (c->kick < 0) {
+    delete c;
+    return nullptr;
+  }
   return c;
 }
 
 void HandleConnect(ConnectClass* c, int listener, const SeccompNotif& n) noexcept { Connect(c, listener, n); }
 
 size_t ConnectPollFds(const ConnectClass* c, struct pollfd* out, size_t max) noexcept {
+  if (max == 0) return 0;
   size_t k = 0;
+  out[k++] = {c->kick, POLLIN, 0};
   for (const Pending& p : c->pending) {
     if (k == max) break;
     out[k++] = {p.sock, POLLOUT, 0};
@@ -497,6 +535,12 @@ size_t ConnectPollFds(const ConnectClass* c, struct pollfd* out, size_t max) noe
 void ConnectPollDone(ConnectClass* c, int listener, const struct pollfd* fds, size_t n) noexcept {
   for (size_t i = 0; i < n; ++i) {
     if (fds[i].revents == 0) continue;
+    if (fds[i].fd == c->kick) {
+      eventfd_t v;
+      eventfd_read(c->kick, &v);
+      CloseTaken(c);
+      continue;
+    }
     for (auto it = c->pending.begin(); it != c->pending.end(); ++it) {
       if (it->sock != fds[i].fd) continue;
       FinishPending(listener, *it, fds[i].revents);
@@ -506,9 +550,13 @@ void ConnectPollDone(ConnectClass* c, int listener, const struct pollfd* fds, si
   }
 }
 
+int ConnectKickFd(const ConnectClass* c) noexcept { return c->kick; }
+
 void EndConnectClass(ConnectClass* c) noexcept {
   ForgetPeersOf(c);  // a connection made here and not accepted yet is served no more
+  CloseTaken(c);
   for (const Pending& p : c->pending) close(p.sock);
+  close(c->kick);
   delete c;
 }
 

@@ -91,7 +91,8 @@ struct Setup {
 // (SweepLocked: every StartSupervisor and env teardown), at most one eventfd per ended sandbox.
 struct Wake {
   napi_env env = nullptr;
-  int fd = -1;  // the host's copy; -1 once closed
+  int fd = -1;    // the host's copy; -1 once closed
+  int kick = -1;  // the host's copy of the connect class's eventfd (ConnectKickFd), or -1
   bool ended = false;
 };
 
@@ -119,6 +120,7 @@ void SweepLocked() {
       continue;
     }
     if ((*it)->fd >= 0) close((*it)->fd);
+    if ((*it)->kick >= 0) close((*it)->kick);
     delete *it;
     it = live.erase(it);
   }
@@ -204,8 +206,9 @@ void Dispatch(Supervisor* s, const SeccompNotif& n) {
   }
 }
 
-// Blocking connects still under way that poll() watches besides the listener.
-constexpr size_t kMaxWatched = 64;
+// What poll() watches for the connect class besides the listener: its eventfd and the blocking
+// connects still under way (at most kMaxPending, supervise_connect.cc).
+constexpr size_t kMaxWatched = 1 + 64;
 
 void End(Supervisor* s) {
   if (s->connect != nullptr) EndConnectClass(s->connect);
@@ -214,14 +217,16 @@ void End(Supervisor* s) {
   {
     std::lock_guard<std::mutex> g(live_mu);
     s->wake->ended = true;
-    // Sharing the host's table, our copy is the host's: closed here, under the lock.
-    if (!s->own_table) s->wake->fd = -1, close(s->stop);
+    // Sharing the host's table, our copies are the host's: closed here (the connect class's
+    // eventfd by EndConnectClass above), under the lock.
+    if (!s->own_table) s->wake->fd = s->wake->kick = -1, close(s->stop);
   }
   if (s->own_table) close(s->stop);
   delete s;  // the rules' fds (pidfds, terminals) are closed in this thread's table
 }
 
-// The fds the supervision keeps of those the host made for it before the thread started.
+// The fds the host made for the supervision before the thread started, but for the eventfds that
+// both keep (stop, the connect class's): the thread keeps its copies and the host closes its own.
 std::vector<int> HandedFds(const Supervisor& s) {
   std::vector<int> fds = {s.listener};
   if (s.config.signals.init_pidfd >= 0) fds.push_back(s.config.signals.init_pidfd);
@@ -266,6 +271,7 @@ int Confine(Supervisor* s) {
     s->own_table = true;
     std::vector<int> keep = HandedFds(*s);
     keep.push_back(s->stop);
+    if (s->connect != nullptr) keep.push_back(ConnectKickFd(s->connect));
     const int r = CloseAllBut(keep);
     if (r < 0) return r;
   }
@@ -302,7 +308,7 @@ void* Main(void* arg) {
       break;
     }
     if (fds[0].revents != 0) break;  // the env is torn down
-    if (waiting > 0) {
+    if (std::any_of(fds + 2, fds + 2 + waiting, [](const pollfd& p) { return p.revents != 0; })) {
       nargs::RaiseThreadCaps();
       ConnectPollDone(s->connect, s->listener, fds + 2, waiting);
     }
@@ -371,6 +377,7 @@ int StartSupervisor(napi_env env, int listener_fd, SupervisorConfig config) noex
   }
   wake->env = env;
   wake->fd = s->stop;
+  if (s->connect != nullptr) wake->kick = ConnectKickFd(s->connect);
   // The thread is detached and may still be in a call when a Worker's env is torn down, and
   // Node unloads an addon a terminated Worker loaded: the code it runs would be unmapped
   // (SIGSEGV in the host). RTLD_NODELETE keeps this addon mapped for the process's life.

@@ -100,7 +100,7 @@ describe.runIf(caps.linux)("the host's POSIX locks outlive its sandboxes' superv
       ['write-opens and creates', 'echo more >> "$IN" && : > new.txt && echo wrote'],
       ['renames and removals', 'mv "$IN" moved.txt && mv moved.txt "$IN" && rm new.txt && echo moved'],
       ['listings (a deny-read directory refused)', 'ls deny; ls . >/dev/null && echo listed'],
-      ['a FIFO pipeline', 'mkfifo sub/p && (cat sub/p &) && echo hi > sub/p; rm sub/p; echo fifo'],
+      ['a FIFO pipeline', 'mkfifo sub/p && (echo hi > sub/p &) && cat sub/p && rm sub/p && echo fifo'],
       ['signals', 'sleep 30 & kill $!; wait $!; kill -0 $$ && echo signalled'],
       ['a connect to the proxy', `${PYTHON} -c "$PY_CONNECT"`],
     ];
@@ -113,6 +113,10 @@ describe.runIf(caps.linux)("the host's POSIX locks outlive its sandboxes' superv
         expect(native.testPosixLock(fd, true)).toBe(0);
         expect(lockState(f)).toBe('held');
       }
+      // The host's own fds stay its own: nothing the supervision does closes one of them (a
+      // registry fd closed on the proxy's thread once closed the host's fd 2).
+      const hostFds = (): string[] => [0, 1, 2, ...fds].map((fd) => `${fd} ${fs.readlinkSync(`/proc/self/fd/${fd}`)}`);
+      const fdsBefore = hostFds();
       const lost: Record<string, string> = {};
       const outputs: Record<string, string> = {};
       for (const [what, script] of steps) {
@@ -131,6 +135,7 @@ describe.runIf(caps.linux)("the host's POSIX locks outlive its sandboxes' superv
         }
       }
       expect(lost, JSON.stringify(outputs, null, 1)).toEqual({});
+      expect(hostFds()).toEqual(fdsBefore);
       // The commands did run their calls (the refusals outside, the writes inside).
       expect(outputs['reads']).toMatch(/read$/);
       expect(outputs['write-opens and creates']).toMatch(/wrote$/);
