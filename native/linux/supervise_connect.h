@@ -22,17 +22,22 @@ ConnectClass* NewConnectClass(uint16_t proxy_port) noexcept;
 // Answers one connect() notification (see supervise_connect.cc for the rules).
 void HandleConnect(ConnectClass* c, int listener, const notify::SeccompNotif& n) noexcept;
 
-// For the supervisor's poll(): the class's eventfd (POLLIN: registry fds the proxy took, to be
-// closed on this thread) and the sockets of blocking connects still under way (POLLOUT); fills at
-// most max entries and returns how many.
+// The sockets of blocking connects still under way, for the supervisor's poll(): fills at most
+// max entries (events POLLOUT) and returns how many.
 size_t ConnectPollFds(const ConnectClass* c, struct pollfd* out, size_t max) noexcept;
 
 // Answers the waiting connects whose sockets poll() reported (fds as filled above, with revents).
 void ConnectPollDone(ConnectClass* c, int listener, const struct pollfd* fds, size_t n) noexcept;
 
-// The eventfd that wakes the class's thread (made by NewConnectClass, on the host's thread, so
-// that the host's table and the thread's both hold it).
-int ConnectKickFd(const ConnectClass* c) noexcept;
+// The class's socket pair (see supervise_connect.cc, Threading), made by NewConnectClass on the
+// host's thread: the sending end is the supervisor's, the receiving end the host's, which closes
+// it (releasing what is still on its way) once the class has ended.
+int ConnectSendEnd(const ConnectClass* c) noexcept;
+int ConnectReceiveEnd(const ConnectClass* c) noexcept;
+
+// On a thread of the host's fd table: closes the registry copies of connections that a
+// supervisor dropped (they are in that table).
+void ClosePeerLeftovers() noexcept;
 
 // The supervisor ends: the connections made and not accepted yet are served no more, the
 // connects under way are dropped (their calls fail once the listener is closed), c is freed.

@@ -92,7 +92,7 @@ struct Setup {
 struct Wake {
   napi_env env = nullptr;
   int fd = -1;    // the host's copy; -1 once closed
-  int kick = -1;  // the host's copy of the connect class's eventfd (ConnectKickFd), or -1
+  int keep_rx = -1;  // the connect class's receiving end (ConnectReceiveEnd), the host's only, or -1
   bool ended = false;
 };
 
@@ -119,8 +119,9 @@ void SweepLocked() {
       ++it;
       continue;
     }
+    ClosePeerLeftovers();
     if ((*it)->fd >= 0) close((*it)->fd);
-    if ((*it)->kick >= 0) close((*it)->kick);
+    if ((*it)->keep_rx >= 0) close((*it)->keep_rx);
     delete *it;
     it = live.erase(it);
   }
@@ -206,9 +207,8 @@ void Dispatch(Supervisor* s, const SeccompNotif& n) {
   }
 }
 
-// What poll() watches for the connect class besides the listener: its eventfd and the blocking
-// connects still under way (at most kMaxPending, supervise_connect.cc).
-constexpr size_t kMaxWatched = 1 + 64;
+// Blocking connects still under way that poll() watches besides the listener.
+constexpr size_t kMaxWatched = 64;
 
 void End(Supervisor* s) {
   if (s->connect != nullptr) EndConnectClass(s->connect);
@@ -217,18 +217,18 @@ void End(Supervisor* s) {
   {
     std::lock_guard<std::mutex> g(live_mu);
     s->wake->ended = true;
-    // Sharing the host's table, our copies are the host's: closed here (the connect class's
-    // eventfd by EndConnectClass above), under the lock.
-    if (!s->own_table) s->wake->fd = s->wake->kick = -1, close(s->stop);
+    // Sharing the host's table, our copy is the host's: closed here, under the lock.
+    if (!s->own_table) s->wake->fd = -1, close(s->stop);
   }
   if (s->own_table) close(s->stop);
   delete s;  // the rules' fds (pidfds, terminals) are closed in this thread's table
 }
 
-// The fds the host made for the supervision before the thread started, but for the eventfds that
-// both keep (stop, the connect class's): the thread keeps its copies and the host closes its own.
+// The fds the host made for the supervision before the thread started but its eventfd (stop),
+// which both keep: the thread keeps its copies and the host closes its own.
 std::vector<int> HandedFds(const Supervisor& s) {
   std::vector<int> fds = {s.listener};
+  if (s.connect != nullptr) fds.push_back(ConnectSendEnd(s.connect));
   if (s.config.signals.init_pidfd >= 0) fds.push_back(s.config.signals.init_pidfd);
   if (s.config.reads.members.init_pidfd >= 0) fds.push_back(s.config.reads.members.init_pidfd);
   for (const PathRules::Terminal& t : s.config.paths.terminals) {
@@ -271,7 +271,6 @@ int Confine(Supervisor* s) {
     s->own_table = true;
     std::vector<int> keep = HandedFds(*s);
     keep.push_back(s->stop);
-    if (s->connect != nullptr) keep.push_back(ConnectKickFd(s->connect));
     const int r = CloseAllBut(keep);
     if (r < 0) return r;
   }
@@ -308,7 +307,7 @@ void* Main(void* arg) {
       break;
     }
     if (fds[0].revents != 0) break;  // the env is torn down
-    if (std::any_of(fds + 2, fds + 2 + waiting, [](const pollfd& p) { return p.revents != 0; })) {
+    if (waiting > 0) {
       nargs::RaiseThreadCaps();
       ConnectPollDone(s->connect, s->listener, fds + 2, waiting);
     }
@@ -341,7 +340,10 @@ int Abandon(Supervisor* s, int err) {
     live.erase(std::remove(live.begin(), live.end(), s->wake), live.end());
   }
   delete s->wake;
-  if (s->connect != nullptr) EndConnectClass(s->connect);
+  if (s->connect != nullptr) {
+    close(ConnectReceiveEnd(s->connect));
+    EndConnectClass(s->connect);
+  }
   close(s->stop);
   close(s->listener);
   delete s;
@@ -377,7 +379,7 @@ int StartSupervisor(napi_env env, int listener_fd, SupervisorConfig config) noex
   }
   wake->env = env;
   wake->fd = s->stop;
-  if (s->connect != nullptr) wake->kick = ConnectKickFd(s->connect);
+  if (s->connect != nullptr) wake->keep_rx = ConnectReceiveEnd(s->connect);
   // The thread is detached and may still be in a call when a Worker's env is torn down, and
   // Node unloads an addon a terminated Worker loaded: the code it runs would be unmapped
   // (SIGSEGV in the host). RTLD_NODELETE keeps this addon mapped for the process's life.
