@@ -38,7 +38,7 @@
 // it (ConnectPollFds) and answers the command, which waits in connect() meanwhile, as it would
 // for a real connect, once it completes (ConnectPollDone). The registry of peers is shared with
 // the proxy's thread (AdmitProxyPeer) under a mutex. The supervisor's fd table is not the host's
-// (supervisor.cc, Threading), and the proxy must close a registered socket's copy the moment it
+// (supervisor.cc, Confinement), and the proxy must close a registered socket's copy the moment it
 // admits it (the command may have closed its own: the proxy then sees the end at once): so the
 // copy is sent into the host's table (SCM_RIGHTS over the class's socket pair, whose receiving
 // end only the host holds) and received there by the proxy's thread when it needs it.

@@ -29,12 +29,42 @@
 // call (capset twice per call cost ≈1.2 us on a root host); Dispatch gives them back before any
 // other class, and so does the connect class's poll step.
 //
+// Confinement: the thread acts for the command with the host process's authority, and a thread
+// shares its process's per-process state; the part of it the classes' work can damage is the
+// fd table and the file-system context. POSIX record locks (fcntl F_SETLK, SQLite's) belong to
+// the fd table, and closing ANY fd of a file drops every lock its table holds on it: a class that
+// opened or copied a file for the command and closed it would drop the host's own locks (a host
+// inside an SQLite write transaction would then see another writer commit). So the first thing
+// the thread does is unshare(CLONE_FILES | CLONE_FS): a copy of the host's fd table and cwd/umask
+// of its own, of which it closes every fd but the ones made for it (HandedFds: the listener, the
+// init pidfds, the held terminals, the connect class's sending end; and the stop eventfd, which
+// the host keeps too). It keeps no copy of the host's pipes or files (an EOF the host waits for
+// would never come), and the host then closes its copies of the handed fds. Every thread it
+// starts (the read opener, the FIFO waiters) shares its table, and what one sandbox's
+// supervision holds counts against that table only (RLIMIT_NOFILE applies to each table), never
+// against the host's or another sandbox's. Closing a copy in its own table drops no lock of the
+// host's: the kernel's lock owner is the table (test/linux/supervisor-confined.test.ts). Nothing
+// the host makes later reaches the thread: whatever it needs is made before it starts. The
+// connect class's registry copies go the other way, into the host's table (supervise_connect.cc).
+// Fds of the thread's own are named /proc/thread-self/fd/N (/proc/self is the host's table).
+//   Why a confined thread and not a process of its own: it gives the separate fd table, locks,
+// cwd and umask and a per-sandbox fd budget at the cost of one unshare per spawn (a table copy
+// and a few closes), with the notify round trip unchanged. It does not give what a process
+// would: a crash of the thread is still the host's crash, memory is shared, and it holds the
+// host's credentials and authority (the classes narrow what they do by the rules, not by the
+// kernel; the read opener is the one thread confined by Landlock).
+//   Where unshare is refused (a container runtime's default seccomp profile refuses it without
+// CAP_SYS_ADMIN: Docker's, Kubernetes' RuntimeDefault, Podman's), the thread goes on sharing the
+// host's table and context, as before: the host's POSIX locks on a file the command can reach
+// are then not safe from the supervision (docs/security.md).
+//
 // Lifetime: the thread ends when the listener reports POLLHUP (no task of the sandbox, setsid'd
 // or not, holds the filter any more) or when the env that started it is torn down (an env
 // cleanup hook, one per env, wakes every supervisor of that env through its eventfd). It then
 // closes the listener: a notified call still waiting, and every later one, fails with ENOSYS:
 // closed, never open. It frees itself (detached: an env teardown never waits for a call the
-// command made slow). It holds nothing on the host's loop, so it never keeps it alive: the
+// command made slow); the host's copy of its eventfd is closed by the next StartSupervisor or env
+// teardown (SweepLocked). It holds nothing on the host's loop, so it never keeps it alive: the
 // sandbox's exit watch decides how long the loop lives.
 #include "supervisor.h"
 

@@ -1,6 +1,6 @@
 /**
  * Landlock mode's supervision cannot touch the host's per-process state (native/linux/
- * supervisor.cc, Threading). Its supervisors are threads of the host process; a POSIX record lock
+ * supervisor.cc, Confinement). Its supervisors are threads of the host process; a POSIX record lock
  * belongs to the process's fd table and is dropped when that table closes ANY fd of the file. A
  * supervisor that opens or copies a file for the command and closes it would drop the host's own
  * fcntl locks (a host in an SQLite write transaction would see another writer commit). Each
