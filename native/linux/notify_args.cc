@@ -120,6 +120,11 @@ thread_local StatusFiles status_files;
 
 }  // namespace
 
+void CloseThreadFds() noexcept {
+  status_files.ring.Clear();
+  notify::pidfd_cache.ring.Clear();
+}
+
 int Umask(uint32_t tid) {
   char buf[512];  // "Umask:" is the second line
   if (status_files.Read(tid, buf, sizeof buf) <= 0) return -EACCES;

@@ -79,7 +79,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <linux/futex.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -292,13 +295,10 @@ int CloseAllBut(std::vector<int> keep) {
   return 0;
 }
 
-// The thread's own confinement, first thing: a copy of the host's fd table and file-system
-// context of its own (see the top of the file), of which it keeps only what the host made for
-// it. Then the read opener, which shares that table. 0 or -errno; false own_table: unshare was
-// refused (a container runtime's seccomp profile) and the thread shares the host's table.
+// On a task with a table of its own (own_table, see the top of the file): it keeps only what the
+// host made for it. Then the read opener, which shares the table. 0 or -errno.
 int Confine(Supervisor* s) {
-  if (unshare(CLONE_FILES | CLONE_FS) == 0) {
-    s->own_table = true;
+  if (s->own_table) {
     std::vector<int> keep = HandedFds(*s);
     keep.push_back(s->stop);
     const int r = CloseAllBut(keep);
@@ -311,9 +311,8 @@ int Confine(Supervisor* s) {
   return 0;
 }
 
-void* Main(void* arg) {
-  Supervisor* s = static_cast<Supervisor*>(arg);
-  pthread_setname_np(pthread_self(), "psb-supervisor");
+// Sets up, reports to StartSupervisor, answers calls until the end, frees s.
+void Serve(Supervisor* s) {
   {
     const int err = Confine(s);
     // A failed start: StartSupervisor frees everything in the host's table; ours is emptied.
@@ -324,7 +323,7 @@ void* Main(void* arg) {
     setup->own_table = s->own_table;
     setup->done = true;
     setup->cv.notify_one();
-    if (err < 0) return nullptr;
+    if (err < 0) return;
   }
   struct pollfd fds[2 + kMaxWatched];
   PSB_PROF_START();
@@ -359,6 +358,56 @@ void* Main(void* arg) {
     Dispatch(s, n);
   }
   End(s);
+}
+
+// The sibling task (see the top of the file): a thread of the host cloned without CLONE_FILES
+// and CLONE_FS, so with a copy of the host's table and context of its own, where unshare is
+// refused. It runs on the stack given to it and on the thread-local storage of the thread that
+// cloned it, which waits (Sibling) and so never uses it meanwhile; the fds this task keeps in
+// thread-local storage are closed before it ends, or that thread's exit would close those
+// numbers in the host's table. glibc knows it as that thread: nothing here asks glibc for the
+// caller's thread id (no robust, PI or error-checking mutex; its name is set by prctl).
+int SiblingMain(void* arg) {
+  Supervisor* s = static_cast<Supervisor*>(arg);
+  s->own_table = true;
+  umask(0);  // its own context (the path class's, supervise_paths.cc: OwnFsContext)
+  Serve(s);
+  nargs::CloseThreadFds();
+  return 0;
+}
+
+// Clones the sibling task and waits until it has ended (the kernel clears `tid` then and wakes
+// the futex: CLONE_CHILD_CLEARTID). False when it could not be cloned.
+bool Sibling(Supervisor* s) {
+  constexpr size_t kStack = 512 * 1024, kGuard = 4096;
+  char* stack = static_cast<char*>(mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0));
+  if (stack == MAP_FAILED) return false;
+  mprotect(stack, kGuard, PROT_NONE);
+  pid_t tid = 0;
+  const int flags = CLONE_VM | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM | CLONE_PARENT_SETTID | CLONE_CHILD_CLEARTID;
+  if (clone(SiblingMain, stack + kStack, flags, s, &tid, nullptr, &tid) < 0) {
+    munmap(stack, kStack);
+    return false;
+  }
+  pthread_setname_np(pthread_self(), "psb-sup-waiter");
+  for (pid_t v; (v = __atomic_load_n(&tid, __ATOMIC_ACQUIRE)) != 0;) {
+    syscall(SYS_futex, &tid, FUTEX_WAIT, v, nullptr, nullptr, 0);
+  }
+  munmap(stack, kStack);
+  return true;
+}
+
+void* Main(void* arg) {
+  Supervisor* s = static_cast<Supervisor*>(arg);
+  pthread_setname_np(pthread_self(), "psb-supervisor");
+  // A table and context of its own: unshare, or where it is refused, the sibling task; where
+  // that cannot be cloned either, this thread serves on the host's table (see the top).
+  if (unshare(CLONE_FILES | CLONE_FS) == 0) {
+    s->own_table = true;
+  } else if (Sibling(s)) {
+    return nullptr;
+  }
+  Serve(s);
   return nullptr;
 }
 
