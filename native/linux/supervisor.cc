@@ -54,9 +54,12 @@
 // host's credentials and authority (the classes narrow what they do by the rules, not by the
 // kernel; the read opener is the one thread confined by Landlock).
 //   Where unshare is refused (a container runtime's default seccomp profile refuses it without
-// CAP_SYS_ADMIN: Docker's, Kubernetes' RuntimeDefault, Podman's), the thread goes on sharing the
-// host's table and context, as before: the host's POSIX locks on a file the command can reach
-// are then not safe from the supervision (docs/security.md).
+// CAP_SYS_ADMIN: Docker's, Kubernetes' RuntimeDefault, Podman's, which all allow a clone without
+// namespace flags), the thread clones a sibling task instead: a thread of the host (CLONE_VM,
+// CLONE_THREAD) without CLONE_FILES and CLONE_FS, which gets its copy of the table and context
+// at birth and serves in its place while the thread waits for it (SiblingMain has the rules it
+// keeps to). Only where that clone fails too (out of memory) does the thread serve on the
+// host's table and context, as before this design.
 //
 // Lifetime: the thread ends when the listener reports POLLHUP (no task of the sandbox, setsid'd
 // or not, holds the filter any more) or when the env that started it is torn down (an env
