@@ -455,10 +455,9 @@ int StartSupervisor(napi_env env, int listener_fd, SupervisorConfig config) noex
   // supervisor, so what one sandbox parks never counts against another.
   s->config.paths.fifo_waiters = s->config.reads.fifo_waiters = later::NewShare();
   s->stop = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (s->stop < 0) return Abandon(s, -errno);
   if (s->config.proxy_port != 0) s->connect = NewConnectClass(s->config.proxy_port);
-  if (s->stop < 0 || (s->config.proxy_port != 0 && s->connect == nullptr)) {
-    return Abandon(s, s->stop < 0 ? -errno : -ENOMEM);
-  }
+  if (s->config.proxy_port != 0 && s->connect == nullptr) return Abandon(s, -ENOMEM);
   wake->env = env;
   wake->fd = s->stop;
   if (s->connect != nullptr) wake->keep_rx = ConnectReceiveEnd(s->connect);
