@@ -29,45 +29,48 @@
 // call (capset twice per call cost ≈1.2 us on a root host); Dispatch gives them back before any
 // other class, and so does the connect class's poll step.
 //
-// Confinement: the thread acts for the command with the host process's authority, and a thread
-// shares its process's per-process state; the part of it the classes' work can damage is the
-// fd table and the file-system context. POSIX record locks (fcntl F_SETLK, SQLite's) belong to
-// the fd table, and closing ANY fd of a file drops every lock its table holds on it: a class that
-// opened or copied a file for the command and closed it would drop the host's own locks (a host
-// inside an SQLite write transaction would then see another writer commit). So the first thing
-// the thread does is unshare(CLONE_FILES | CLONE_FS): a copy of the host's fd table and cwd/umask
-// of its own, of which it closes every fd but the ones made for it (HandedFds: the listener, the
-// init pidfds, the held terminals, the connect class's sending end; and the stop eventfd, which
-// the host keeps too). It keeps no copy of the host's pipes or files (an EOF the host waits for
-// would never come), and the host then closes its copies of the handed fds. Every thread it
-// starts (the read opener, the FIFO waiters) shares its table, and what one sandbox's
-// supervision holds counts against that table only (RLIMIT_NOFILE applies to each table), never
-// against the host's or another sandbox's. Closing a copy in its own table drops no lock of the
-// host's: the kernel's lock owner is the table (test/linux/supervisor-confined.test.ts). Nothing
-// the host makes later reaches the thread: whatever it needs is made before it starts. The
-// connect class's registry copies go the other way, into the host's table (supervise_connect.cc).
-// Fds of the thread's own are named /proc/thread-self/fd/N (/proc/self is the host's table).
-//   Why a confined thread and not a process of its own: it gives the separate fd table, locks,
-// cwd and umask and a per-sandbox fd budget at the cost of one unshare per spawn (a table copy
-// and a few closes), with the notify round trip unchanged. It does not give what a process
-// would: a crash of the thread is still the host's crash, memory is shared, and it holds the
-// host's credentials and authority (the classes narrow what they do by the rules, not by the
-// kernel; the read opener is the one thread confined by Landlock).
-//   Where unshare is refused (a container runtime's default seccomp profile refuses it without
-// CAP_SYS_ADMIN: Docker's, Kubernetes' RuntimeDefault, Podman's, which all allow a clone without
-// namespace flags), the thread clones a sibling task instead: a thread of the host (CLONE_VM,
-// CLONE_THREAD) without CLONE_FILES and CLONE_FS, which gets its copy of the table and context
-// at birth and serves in its place while the thread waits for it (SiblingMain has the rules it
-// keeps to). Only where that clone fails too (out of memory) does the thread serve on the
-// host's table and context, as before this design.
+// Confinement: the supervision acts for the command with the host process's authority, and a
+// thread shares its process's per-process state; the part of it the classes' work can damage is
+// the fd table and the file-system context. POSIX record locks (fcntl F_SETLK, SQLite's) belong
+// to the fd table, and closing ANY fd of a file drops every lock its table holds on it: a class
+// that opened or copied a file for the command and closed it would drop the host's own locks (a
+// host inside an SQLite write transaction would then see another writer commit). So the thread
+// StartSupervisor starts does not serve itself: it clones a sibling task, a thread of the host
+// (CLONE_VM, CLONE_THREAD) without CLONE_FILES and CLONE_FS, which gets a copy of the host's fd
+// table and cwd/umask of its own at birth, and waits for it. The sibling closes every fd of its
+// copy but the ones made for it (HandedFds: the listener, the init pidfds, the held terminals,
+// the connect class's sending end; and the stop eventfd, which the host keeps too): it keeps no
+// copy of the host's pipes or files (an EOF the host waits for would never come), and the host
+// then closes its copies of the handed fds. Every thread the sibling starts (the read opener, the
+// FIFO waiters) shares its table, and what one sandbox's supervision holds counts against that
+// table only (RLIMIT_NOFILE applies to each table), never the host's or another sandbox's.
+// Closing a copy in its own table drops no lock of the host's: the kernel's lock owner is the
+// table (test/linux/supervisor-confined.test.ts). Nothing the host makes later reaches it: what
+// it needs is made before it starts; the connect class's registry copies go the other way, into
+// the host's table (supervise_connect.cc). Its own fds are /proc/thread-self/fd/N (/proc/self
+// is the host's table). When it ends, the waiting thread, still in the host's table, closes the
+// host's copies of what they shared (ForgetWake).
+//   Why a clone and not unshare(CLONE_FILES | CLONE_FS) on the thread itself: a container
+// runtime's default seccomp profile refuses unshare without CAP_SYS_ADMIN (Docker's, Kubernetes'
+// RuntimeDefault, Podman's), and they all allow a clone without namespace flags; and only a task
+// left in the host's table can close the host's copies at once when the supervision ends. The
+// sibling runs on the thread-local storage of the thread that cloned it, which waits and so
+// never uses it meanwhile (SiblingMain has the rules that follow from that). Only where the
+// clone fails (out of memory) does the thread serve on the host's table itself, as before.
+//   Why a confined task and not a process of its own: it gives the separate fd table, locks,
+// cwd and umask and a per-sandbox fd budget for a clone and a few closes per spawn, with the
+// notify round trip unchanged. It does not give what a process would: a crash of it is still the
+// host's crash, memory is shared, and it holds the host's credentials and authority (the
+// classes narrow what they do by the rules, not by the kernel; the read opener is the one
+// thread confined by Landlock). A setuid() of the host's does not reach it (glibc changes the
+// credentials of the threads it knows, and knows it as the waiting thread).
 //
 // Lifetime: the thread ends when the listener reports POLLHUP (no task of the sandbox, setsid'd
 // or not, holds the filter any more) or when the env that started it is torn down (an env
 // cleanup hook, one per env, wakes every supervisor of that env through its eventfd). It then
 // closes the listener: a notified call still waiting, and every later one, fails with ENOSYS:
 // closed, never open. It frees itself (detached: an env teardown never waits for a call the
-// command made slow); the host's copy of its eventfd is closed by the next StartSupervisor or env
-// teardown (SweepLocked). It holds nothing on the host's loop, so it never keeps it alive: the
+// command made slow); the thread that cloned it closes the host's copies then (ForgetWake). It holds nothing on the host's loop, so it never keeps it alive: the
 // sandbox's exit watch decides how long the loop lives.
 #include "supervisor.h"
 
@@ -121,10 +124,10 @@ struct Setup {
   bool own_table = false;  // the thread's fd table is its own (see the top of the file)
 };
 
-// Host side: the eventfd that wakes one supervisor when its env is torn down. Kept apart from the
-// Supervisor: a thread with a table of its own cannot close the host's copy of its eventfd, so
-// when it ends it marks this entry ended and a JS thread closes that copy at the next sweep
-// (SweepLocked: every StartSupervisor and env teardown), at most one eventfd per ended sandbox.
+// Host side: the eventfd that wakes one supervisor when its env is torn down, and the host's
+// copies of what it shares with the serving task. Kept apart from the Supervisor: the serving
+// task (the sibling, with a table of its own) cannot close the host's copies, so when it ends it
+// marks this entry ended and the thread that cloned it, in the host's table, closes them.
 struct Wake {
   napi_env env = nullptr;
   int fd = -1;    // the host's copy; -1 once closed
@@ -148,19 +151,16 @@ std::mutex live_mu;
 std::vector<Wake*> live;
 std::set<napi_env> hooked;  // envs with the cleanup hook added
 
-// Closes the host's copies of the ended supervisors' eventfds. On a JS thread (the host's table).
-void SweepLocked() {
-  for (auto it = live.begin(); it != live.end();) {
-    if (!(*it)->ended) {
-      ++it;
-      continue;
-    }
-    ClosePeerLeftovers();
-    if ((*it)->fd >= 0) close((*it)->fd);
-    if ((*it)->keep_rx >= 0) close((*it)->keep_rx);
-    delete *it;
-    it = live.erase(it);
+// Closes the host's copies (on a thread of the host's table) and forgets the entry.
+void ForgetWake(Wake* w) {
+  ClosePeerLeftovers();
+  if (w->fd >= 0) close(w->fd);
+  if (w->keep_rx >= 0) close(w->keep_rx);
+  {
+    std::lock_guard<std::mutex> g(live_mu);
+    live.erase(std::remove(live.begin(), live.end(), w), live.end());
   }
+  delete w;
 }
 
 void OnEnvTeardown(void* arg) {
@@ -169,7 +169,6 @@ void OnEnvTeardown(void* arg) {
   for (Wake* w : live) {
     if (w->env == env && !w->ended) eventfd_write(w->fd, 1);
   }
-  SweepLocked();
   hooked.erase(env);
 }
 
@@ -250,14 +249,16 @@ void End(Supervisor* s) {
   if (s->connect != nullptr) EndConnectClass(s->connect);
   // Closing the listener fails every notification still queued, and every later one, with ENOSYS.
   close(s->listener);
+  Wake* wake = s->wake;
   {
     std::lock_guard<std::mutex> g(live_mu);
-    s->wake->ended = true;
-    // Sharing the host's table, our copy is the host's: closed here, under the lock.
-    if (!s->own_table) s->wake->fd = -1, close(s->stop);
+    wake->ended = true;  // not woken any more: its eventfd may go
   }
-  if (s->own_table) close(s->stop);
-  delete s;  // the rules' fds (pidfds, terminals) are closed in this thread's table
+  close(s->stop);
+  const bool own = s->own_table;
+  delete s;  // the rules' fds (pidfds, terminals) are closed in this task's table
+  // Sharing the host's table (no sibling), the host's copies are ours: closed here.
+  if (!own) ForgetWake(wake);
 }
 
 // The fds the host made for the supervision before the thread started but its eventfd (stop),
@@ -314,8 +315,9 @@ int Confine(Supervisor* s) {
   return 0;
 }
 
-// Sets up, reports to StartSupervisor, answers calls until the end, frees s.
-void Serve(Supervisor* s) {
+// Sets up, reports to StartSupervisor, answers calls until the end, frees s. False: the setup
+// failed (StartSupervisor then frees everything).
+bool Serve(Supervisor* s) {
   {
     const int err = Confine(s);
     // A failed start: StartSupervisor frees everything in the host's table; ours is emptied.
@@ -326,7 +328,7 @@ void Serve(Supervisor* s) {
     setup->own_table = s->own_table;
     setup->done = true;
     setup->cv.notify_one();
-    if (err < 0) return;
+    if (err < 0) return false;
   }
   struct pollfd fds[2 + kMaxWatched];
   PSB_PROF_START();
@@ -361,6 +363,7 @@ void Serve(Supervisor* s) {
     Dispatch(s, n);
   }
   End(s);
+  return true;
 }
 
 // The sibling task (see the top of the file): a thread of the host cloned without CLONE_FILES
@@ -370,25 +373,30 @@ void Serve(Supervisor* s) {
 // thread-local storage are closed before it ends, or that thread's exit would close those
 // numbers in the host's table. glibc knows it as that thread: nothing here asks glibc for the
 // caller's thread id (no robust, PI or error-checking mutex; its name is set by prctl).
+struct SiblingRun {
+  Supervisor* s;
+  bool served = false;  // set up and served (else StartSupervisor frees everything)
+};
+
 int SiblingMain(void* arg) {
-  Supervisor* s = static_cast<Supervisor*>(arg);
-  s->own_table = true;
+  SiblingRun* run = static_cast<SiblingRun*>(arg);
+  run->s->own_table = true;
   umask(0);  // its own context (the path class's, supervise_paths.cc: OwnFsContext)
-  Serve(s);
+  run->served = Serve(run->s);
   nargs::CloseThreadFds();
   return 0;
 }
 
 // Clones the sibling task and waits until it has ended (the kernel clears `tid` then and wakes
 // the futex: CLONE_CHILD_CLEARTID). False when it could not be cloned.
-bool Sibling(Supervisor* s) {
+bool Sibling(SiblingRun* run) {
   constexpr size_t kStack = 512 * 1024, kGuard = 4096;
   char* stack = static_cast<char*>(mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0));
   if (stack == MAP_FAILED) return false;
   mprotect(stack, kGuard, PROT_NONE);
   pid_t tid = 0;
   const int flags = CLONE_VM | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM | CLONE_PARENT_SETTID | CLONE_CHILD_CLEARTID;
-  if (clone(SiblingMain, stack + kStack, flags, s, &tid, nullptr, &tid) < 0) {
+  if (clone(SiblingMain, stack + kStack, flags, run, &tid, nullptr, &tid) < 0) {
     munmap(stack, kStack);
     return false;
   }
@@ -403,14 +411,14 @@ bool Sibling(Supervisor* s) {
 void* Main(void* arg) {
   Supervisor* s = static_cast<Supervisor*>(arg);
   pthread_setname_np(pthread_self(), "psb-supervisor");
-  // A table and context of its own: unshare, or where it is refused, the sibling task; where
-  // that cannot be cloned either, this thread serves on the host's table (see the top).
-  if (unshare(CLONE_FILES | CLONE_FS) == 0) {
-    s->own_table = true;
-  } else if (Sibling(s)) {
-    return nullptr;
+  // Read now: the sibling frees s.
+  Wake* wake = s->wake;
+  SiblingRun run{s};
+  if (!Sibling(&run)) {
+    Serve(s);  // no sibling (out of memory): this thread serves on the host's table
+  } else if (run.served) {
+    ForgetWake(wake);  // the sibling has ended: the host's copies are this thread's to close
   }
-  Serve(s);
   return nullptr;
 }
 
@@ -473,7 +481,6 @@ int StartSupervisor(napi_env env, int listener_fd, SupervisorConfig config) noex
   });
   {
     std::lock_guard<std::mutex> g(live_mu);
-    SweepLocked();
     if (hooked.count(env) == 0) {
       if (napi_add_env_cleanup_hook(env, OnEnvTeardown, env) == napi_ok) hooked.insert(env);
     }
