@@ -213,6 +213,8 @@ export interface LinuxNative extends NativeCommon, NativeRelay {
   dirWatchPoll(fd: number, mountFd: number): Array<number | string> | null;
   /** Test hook: every seccomp program checked against the rule table (native/linux/seccomp_check.cc). */
   seccompSelfCheck(): { mismatches: number; cases: number; configs: number; first: string };
+  /** Test hook: a POSIX record lock (fcntl F_SETLK, whole file) taken (true) or released on fd by this process; 0 or -errno. */
+  testPosixLock(fd: number, lock: boolean): number;
   /** A pseudo-terminal pair (both close-on-exec) with the given window size. */
   openPty(cols: number, rows: number): { master: number; slave: number; name: string };
   resizePty(fd: number, cols: number, rows: number): void;

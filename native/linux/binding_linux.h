@@ -36,6 +36,7 @@ Napi::Value ProbeJs(const Napi::CallbackInfo& info);
 Napi::Value CgroupDelegatedJs(const Napi::CallbackInfo& info);
 Napi::Value UidTaskCountJs(const Napi::CallbackInfo& info);
 Napi::Value SeccompSelfCheckJs(const Napi::CallbackInfo& info);
+Napi::Value TestPosixLockJs(const Napi::CallbackInfo& info);
 
 // exit_watch.h: KillJs, SetRefJs.
 

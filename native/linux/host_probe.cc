@@ -1,5 +1,6 @@
 // What the addon tells the planner about this host: native.probe (kernel features and this
-// process), cgroupDelegated, uidTaskCount, and the seccomp filter's self-check test hook.
+// process), cgroupDelegated, uidTaskCount, and the test hooks: the seccomp filter's self-check
+// and a POSIX lock for the host (testPosixLock).
 // Tests: test/native/addon.test.ts, test/linux/kernel-matrix.test.ts, test/linux/seccomp.test.ts.
 #include <dirent.h>
 #include <errno.h>
@@ -123,6 +124,20 @@ Napi::Value UidTaskCountJs(const Napi::CallbackInfo& info) {
   o.Set("mine", mine);
   o.Set("visible", visible);
   return o;
+}
+
+// native.testPosixLock(fd, lock) -> 0 or -errno: a POSIX record lock (fcntl F_SETLK, the whole
+// file) taken (lock true: F_WRLCK) or released on fd by this process. For tests only: Node has
+// no fcntl locks, and a host's own locks must outlive what its sandboxes' supervision does
+// (test/linux/supervisor-confined.test.ts). Never blocks.
+Napi::Value TestPosixLockJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() != 2 || !info[0].IsNumber()) throw Napi::TypeError::New(env, "Usage: native.testPosixLock(fd, lock)");
+  struct flock fl = {};
+  fl.l_type = info[1].ToBoolean().Value() ? F_WRLCK : F_UNLCK;
+  fl.l_whence = SEEK_SET;
+  const int r = fcntl(info[0].As<Napi::Number>().Int32Value(), F_SETLK, &fl);
+  return Napi::Number::New(env, r == 0 ? 0 : -errno);
 }
 
 }  // namespace psb

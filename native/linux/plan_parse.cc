@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -200,7 +201,7 @@ void ParsePlan(Napi::Env env, const Napi::Object& o, LinuxSpawnPlan* out, Superv
     }
     // Landlock mode with /proc privacy: read-only opens go to the read supervisor, which hides
     // other processes' /proc entries and /proc/net (supervise_reads.cc). Its opener thread is
-    // confined now, before the command exists, by the rules the command gets.
+    // confined by the rules the command gets.
     if (GetBool(s, "readSupervisor", false)) {
       if (plan.mode != LinuxMode::kLandlock || !metadata.enabled || !plan.landlock) {
         throw Napi::TypeError::New(env, "plan.seccomp.readSupervisor needs Landlock mode and the metadata supervisor");
@@ -210,11 +211,13 @@ void ParsePlan(Napi::Env env, const Napi::Object& o, LinuxSpawnPlan* out, Superv
         ThrowSandboxError(env, Status::Sys(ErrorCode::kESECCOMP_INSTALL, "procPrivacy: /proc cannot be looked up", "stat", errno));
       }
       supervisor->reads.proc_dev = pst.st_dev;
-      int r = StartReadOpener(plan.landlock_plan, &supervisor->reads.opener);
-      if (r < 0) {
+      // The opener thread is started by the supervisor, on its own fd table (supervisor.cc);
+      // a failure there stops the command before its first supervised call is answered.
+      if (plan.landlock_plan.abi <= 0) {
         ThrowSandboxError(env, Status::Sys(ErrorCode::kESECCOMP_INSTALL,
-                                           "procPrivacy: the Landlock-confined opener thread could not be set up", "landlock_restrict_self", -r));
+                                           "procPrivacy: the Landlock-confined opener thread could not be set up", "landlock_restrict_self", ENOSYS));
       }
+      supervisor->reads.opener_plan = std::make_shared<const LandlockPlan>(plan.landlock_plan);
       supervisor->reads.enabled = true;
       cfg.notify_reads = true;
       // Listings of /proc show the sandbox's own pids only: the listing is carried out on the

@@ -77,7 +77,7 @@ int OpenForReader(const Wait& w, int* out) {
   nargs::EffectiveCapsCleared lowered;
   if (!lowered.ok()) return -EPERM;
   char proc[64];
-  snprintf(proc, sizeof proc, "/proc/self/fd/%d", w.fd);
+  snprintf(proc, sizeof proc, "/proc/thread-self/fd/%d", w.fd);
   for (int delay = 1;; delay = std::min(delay * 2, kPollMs)) {
     const int f = open(proc, w.flags | O_NONBLOCK);
     if (f >= 0) {

@@ -125,6 +125,13 @@ struct TidFdRing {
     }
     return nullptr;
   }
+  // Closes every entry (a task whose thread-local storage outlives it: supervisor.cc).
+  void Clear() {
+    for (Entry& x : e) {
+      if (x.fd >= 0) close(x.fd);
+      x.fd = -1;
+    }
+  }
   // Closes an entry whose task is gone (its id names another task now, or none).
   static void Drop(Entry* x) {
     close(x->fd);

@@ -120,6 +120,11 @@ thread_local StatusFiles status_files;
 
 }  // namespace
 
+void CloseThreadFds() noexcept {
+  status_files.ring.Clear();
+  notify::pidfd_cache.ring.Clear();
+}
+
 int Umask(uint32_t tid) {
   char buf[512];  // "Umask:" is the second line
   if (status_files.Read(tid, buf, sizeof buf) <= 0) return -EACCES;
@@ -183,7 +188,7 @@ bool Under(const std::string& p, const std::string& root) {
 
 std::string PathOf(int fd, const struct stat& st) {
   char proc[64];
-  snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+  snprintf(proc, sizeof proc, "/proc/thread-self/fd/%d", fd);
   char buf[PATH_MAX + 16];
   ssize_t n = readlink(proc, buf, sizeof buf);
   if (n <= 0 || n >= static_cast<ssize_t>(sizeof buf)) return "?";

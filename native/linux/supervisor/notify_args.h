@@ -73,6 +73,10 @@ int StartAt(const notify::SeccompNotif& n, int pidfd, int dirfd, const std::stri
 // StatusFiles in notify_args.cc), or -EACCES.
 int Umask(uint32_t tid);
 
+// Closes the fds this thread keeps between calls (the status files, the pidfds): for a task that
+// ends while the thread-local storage it used lives on (supervisor.cc, the sibling task).
+void CloseThreadFds() noexcept;
+
 // Clears this thread's effective capabilities for the object's lifetime (the permitted set is
 // kept and the effective set restored); a host without any does nothing. ok() is false when
 // they could not be cleared. Why: the command has the host's uid and gids and no capabilities

@@ -37,7 +37,11 @@
 // (on loopback only while the proxy's backlog is full) is parked: the supervisor's poll() watches
 // it (ConnectPollFds) and answers the command, which waits in connect() meanwhile, as it would
 // for a real connect, once it completes (ConnectPollDone). The registry of peers is shared with
-// the proxy's thread (AdmitProxyPeer) under a mutex.
+// the proxy's thread (AdmitProxyPeer) under a mutex. The supervisor's fd table is not the host's
+// (supervisor.cc, Confinement), and the proxy must close a registered socket's copy the moment it
+// admits it (the command may have closed its own: the proxy then sees the end at once): so the
+// copy is sent into the host's table (SCM_RIGHTS over the class's socket pair, whose receiving
+// end only the host holds) and received there by the proxy's thread when it needs it.
 #include "supervise_connect.h"
 
 #include <errno.h>
@@ -94,7 +98,8 @@ constexpr size_t kMaxPending = 64;
 
 
 // The proxy connections made here and not yet accepted: sockfs inode -> (proxy port, owner, a
-// host fd of the socket). Process-wide (the proxy may run on any thread). The host's fd keeps
+// host fd of the socket, -1 while it is still on its way: sent, not received yet; see the top of
+// the file). Process-wide (the proxy may run on any thread). The host's fd keeps
 // the socket (and so its inode) alive until the proxy has accepted the connection, even when the
 // command closed it at once (a port check, a request sent without waiting for the answer): its
 // accept then still finds the registered socket and takes the entry, closing that fd. An entry is
@@ -109,15 +114,78 @@ struct PeerEntry {
 std::mutex peers_mu;
 std::map<uint64_t, PeerEntry> peers;
 std::map<const ConnectClass*, size_t> peers_per_owner;
+// Host fds of entries a supervisor dropped (it cannot close them: they are in the host's table),
+// closed by the next host thread that takes peers_mu (AdmitProxyPeer, ClosePeerLeftovers).
+std::vector<int> leftovers;
 // The proxy accepts on the host's loop while the supervisor connects on its own thread: a command
 // connecting in a burst gets this far ahead of the accepts, then EAGAIN until they catch up.
 constexpr size_t kMaxPeersPerSandbox = 256;
 
-void ErasePeerLocked(std::map<uint64_t, PeerEntry>::iterator it) {
+// on_host: on a thread of the host's table (the proxy's), which closes the host fd; else (the
+// supervisor's) it is left for one.
+void ErasePeerLocked(std::map<uint64_t, PeerEntry>::iterator it, bool on_host) {
   auto c = peers_per_owner.find(it->second.owner);
   if (c != peers_per_owner.end() && --c->second == 0) peers_per_owner.erase(c);
-  close(it->second.fd);
+  if (it->second.fd >= 0) {
+    if (on_host) {
+      close(it->second.fd);
+    } else {
+      leftovers.push_back(it->second.fd);
+    }
+  }
+  // Still on its way (-1): whoever receives it finds no entry and closes it.
   peers.erase(it);
+}
+
+void ClosePeerLeftoversLocked() {
+  for (int fd : leftovers) close(fd);
+  leftovers.clear();
+}
+
+// The class's socket pair: [0] the supervisor's sending end, [1] the host's receiving end.
+int KeepEnd(const ConnectClass* c, int i);
+
+// Sends the registry's copy of `sock` (inode `ino`) to the host (see the top of the file).
+bool SendToHost(int tx, int sock, uint64_t ino) {
+  char control[CMSG_SPACE(sizeof(int))] = {};
+  struct iovec iov = {&ino, sizeof ino};
+  struct msghdr m = {};
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  m.msg_control = control;
+  m.msg_controllen = sizeof control;
+  struct cmsghdr* h = CMSG_FIRSTHDR(&m);
+  h->cmsg_level = SOL_SOCKET;
+  h->cmsg_type = SCM_RIGHTS;
+  h->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(h), &sock, sizeof(int));
+  return sendmsg(tx, &m, MSG_DONTWAIT | MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof ino);
+}
+
+// On the host: receives what `owner`'s supervisor sent so far, each into its entry (or closed:
+// its entry is gone).
+void ReceiveOnHostLocked(const ConnectClass* owner) {
+  for (;;) {
+    uint64_t ino = 0;
+    char control[CMSG_SPACE(sizeof(int))] = {};
+    struct iovec iov = {&ino, sizeof ino};
+    struct msghdr m = {};
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = control;
+    m.msg_controllen = sizeof control;
+    if (recvmsg(KeepEnd(owner, 1), &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC) <= 0) return;
+    struct cmsghdr* h = CMSG_FIRSTHDR(&m);
+    if (h == nullptr || h->cmsg_type != SCM_RIGHTS) continue;
+    int fd = -1;
+    memcpy(&fd, CMSG_DATA(h), sizeof fd);
+    auto it = peers.find(ino);
+    if (it != peers.end() && it->second.owner == owner && it->second.fd < 0) {
+      it->second.fd = fd;
+    } else {
+      close(fd);
+    }
+  }
 }
 
 // Registers socket `sock` (inode `ino`) for `port`; false when it cannot be.
@@ -126,24 +194,23 @@ bool RegisterPeer(int sock, uint64_t ino, uint16_t port, const ConnectClass* own
   if (ino == 0 || peers.count(ino) != 0) return false;
   size_t& n = peers_per_owner[owner];
   if (n >= kMaxPeersPerSandbox) return false;
-  int fd = fcntl(sock, F_DUPFD_CLOEXEC, 0);
-  if (fd < 0) return false;
+  if (!SendToHost(KeepEnd(owner, 0), sock, ino)) return false;
   ++n;
-  peers[ino] = PeerEntry{port, owner, fd};
+  peers[ino] = PeerEntry{port, owner, -1};
   return true;
 }
 
 void ForgetPeer(uint64_t ino) {
   std::lock_guard<std::mutex> g(peers_mu);
   auto it = peers.find(ino);
-  if (it != peers.end()) ErasePeerLocked(it);
+  if (it != peers.end()) ErasePeerLocked(it, false);
 }
 
 void ForgetPeersOf(const ConnectClass* owner) {
   std::lock_guard<std::mutex> g(peers_mu);
   for (auto it = peers.begin(); it != peers.end();) {
     auto next = std::next(it);
-    if (it->second.owner == owner) ErasePeerLocked(it);
+    if (it->second.owner == owner) ErasePeerLocked(it, false);
     it = next;
   }
   peers_per_owner.erase(owner);
@@ -169,9 +236,12 @@ struct Pending {
 struct ConnectClass {
   uint16_t port = 0;
   std::vector<Pending> pending;  // at most kMaxPending
+  int keep[2] = {-1, -1};        // KeepEnd
 };
 
 namespace {
+
+int KeepEnd(const ConnectClass* c, int i) { return c->keep[i]; }
 
 // The fd's flags (/proc/<tid>/fdinfo/<fd>), or -1.
 long ChildFdFlags(uint32_t tid, int fd) {
@@ -469,9 +539,12 @@ bool AdmitProxyPeer(uint16_t proxy_port, uint16_t peer_port, bool supervised) no
   if (!LoopbackSocket(peer_port, proxy_port, &ino, &uid) || ino == 0) return false;
   if (!supervised) return uid == geteuid();
   std::lock_guard<std::mutex> g(peers_mu);
+  ClosePeerLeftoversLocked();
   auto it = peers.find(ino);
   if (it == peers.end() || it->second.port != proxy_port) return false;
-  ErasePeerLocked(it);
+  // Its copy was sent before the connect was made: it is here, or waiting in the pair.
+  ReceiveOnHostLocked(it->second.owner);
+  ErasePeerLocked(it, true);
   return true;
 }
 
@@ -480,6 +553,15 @@ ConnectClass* NewConnectClass(uint16_t proxy_port) noexcept {
   if (c == nullptr) return nullptr;
   c->port = proxy_port;
   c->pending.reserve(kMaxPending);
+  // Datagrams: one registration each. A connected pair has no queue-length cap, only the send
+  // buffer's (asked for 1 MiB, the system's maximum applies): past it a connect fails with
+  // EAGAIN, like past kMaxPeersPerSandbox.
+  if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, c->keep) != 0) {
+    delete c;
+    return nullptr;
+  }
+  const int buf = 1 << 20;
+  setsockopt(c->keep[0], SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
   return c;
 }
 
@@ -506,9 +588,19 @@ void ConnectPollDone(ConnectClass* c, int listener, const struct pollfd* fds, si
   }
 }
 
+int ConnectSendEnd(const ConnectClass* c) noexcept { return c->keep[0]; }
+
+int ConnectReceiveEnd(const ConnectClass* c) noexcept { return c->keep[1]; }
+
+void ClosePeerLeftovers() noexcept {
+  std::lock_guard<std::mutex> g(peers_mu);
+  ClosePeerLeftoversLocked();
+}
+
 void EndConnectClass(ConnectClass* c) noexcept {
   ForgetPeersOf(c);  // a connection made here and not accepted yet is served no more
   for (const Pending& p : c->pending) close(p.sock);
+  close(c->keep[0]);  // the host's end (keep[1]) is closed by the host (supervisor.cc)
   delete c;
 }
 

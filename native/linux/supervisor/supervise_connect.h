@@ -29,6 +29,16 @@ size_t ConnectPollFds(const ConnectClass* c, struct pollfd* out, size_t max) noe
 // Answers the waiting connects whose sockets poll() reported (fds as filled above, with revents).
 void ConnectPollDone(ConnectClass* c, int listener, const struct pollfd* fds, size_t n) noexcept;
 
+// The class's socket pair (see supervise_connect.cc, Threading), made by NewConnectClass on the
+// host's thread: the sending end is the supervisor's, the receiving end the host's, which closes
+// it (releasing what is still on its way) once the class has ended.
+int ConnectSendEnd(const ConnectClass* c) noexcept;
+int ConnectReceiveEnd(const ConnectClass* c) noexcept;
+
+// On a thread of the host's fd table: closes the registry copies of connections that a
+// supervisor dropped (they are in that table).
+void ClosePeerLeftovers() noexcept;
+
 // The supervisor ends: the connections made and not accepted yet are served no more, the
 // connects under way are dropped (their calls fail once the listener is closed), c is freed.
 void EndConnectClass(ConnectClass* c) noexcept;

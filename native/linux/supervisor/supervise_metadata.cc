@@ -172,7 +172,7 @@ long LongestUnder(const std::string& p, const std::vector<std::string>& roots) {
 // left to Landlock, which already decided the open. 0, or -EACCES.
 int CheckRead(int fd, const struct stat& st, const MetadataRules& rules, bool need_readable) {
   char proc[64];
-  snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+  snprintf(proc, sizeof proc, "/proc/thread-self/fd/%d", fd);
   char buf[PATH_MAX + 16];
   ssize_t n = readlink(proc, buf, sizeof buf);
   if (n <= 0 || n >= static_cast<ssize_t>(sizeof buf)) return -EACCES;
@@ -379,7 +379,7 @@ int Resolve(Start* s, Fd* out) {
 // result (a watch descriptor for inotify_add_watch, else 0) or -errno.
 long Apply(const Call& c, int fd, const struct stat& st, const Operands& o, int inotify_fd) {
   char proc[64];
-  snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+  snprintf(proc, sizeof proc, "/proc/thread-self/fd/%d", fd);
   // Only a nofollow call reaches a symlink itself (a followed one resolved through it).
   const bool link = S_ISLNK(st.st_mode);
   int r = -1;

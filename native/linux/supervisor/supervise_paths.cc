@@ -377,14 +377,14 @@ int Reopen(const PathRules& r, int listener, const SeccompNotif& n, Fd* x, const
     const PathRules::Terminal* t = tty ? HeldTerminal(r, 0, 0, ctty) : HeldTerminal(r, st.st_dev, st.st_ino, st.st_rdev);
     if (tty && t == nullptr) return -ENXIO;
     if (t != nullptr) {
-      snprintf(proc, sizeof proc, "/proc/self/fd/%d", *t->held);
+      snprintf(proc, sizeof proc, "/proc/thread-self/fd/%d", *t->held);
       const int fd = open(proc, f);
       if (fd < 0) return -errno;
       out->Reset(fd);
       return 0;
     }
   }
-  snprintf(proc, sizeof proc, "/proc/self/fd/%d", x->fd);
+  snprintf(proc, sizeof proc, "/proc/thread-self/fd/%d", x->fd);
   if (S_ISFIFO(st.st_mode) && (flags & O_NONBLOCK) == 0) {
     // A blocking open would stall this thread until a partner came. Non-blocking first: it
     // succeeds where the blocking one would return at once (read-write never waits; a write-only
@@ -600,7 +600,7 @@ int FixMode(int fd, int dir, const char* last, mode_t perm) {
   if (fstat(fd, &st) != 0) return -errno;
   if (S_ISLNK(st.st_mode)) return 0;
   char proc[64];
-  snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+  snprintf(proc, sizeof proc, "/proc/thread-self/fd/%d", fd);
   const mode_t want = (st.st_mode & 07777) | (perm & 0777);
   return chmod(proc, want) == 0 ? 0 : -errno;
 }
@@ -666,7 +666,7 @@ long DoBind(const PathRules& r, const SeccompNotif& n, LazyPidfd* pid, Args* a) 
     // No file-system context of our own (OwnFsContext: unshare refused): this thread's cwd and
     // umask are the host process's, never changed here. The name is reached through the pinned
     // directory's /proc/self/fd link instead, and what the host's umask took is given back.
-    const int w = snprintf(here.sun_path, sizeof here.sun_path, "/proc/self/fd/%d/%s", nm.dir.fd, nm.last.c_str());
+    const int w = snprintf(here.sun_path, sizeof here.sun_path, "/proc/thread-self/fd/%d/%s", nm.dir.fd, nm.last.c_str());
     if (w < 0 || static_cast<size_t>(w) >= sizeof here.sun_path) return -ENAMETOOLONG;
     if (bind(sock.fd, reinterpret_cast<const sockaddr*>(&here), static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + w + 1)) != 0) {
       return -errno;
@@ -736,7 +736,7 @@ long DoTruncate(const PathRules& r, Args* a) {
   if (int e = MayWrite(r, t.st, t.path, t.name.dir.fd >= 0 ? &t.name : nullptr)) return e;
   if (S_ISDIR(t.st.st_mode)) return -EISDIR;
   char proc[64];
-  snprintf(proc, sizeof proc, "/proc/self/fd/%d", t.x.fd);
+  snprintf(proc, sizeof proc, "/proc/thread-self/fd/%d", t.x.fd);
   return truncate(proc, static_cast<off_t>(a->operand)) == 0 ? 0 : -errno;
 }
 
@@ -767,7 +767,7 @@ long DoLink(const PathRules& r, Args* a) {
     if (src.path.empty() || src.path == "?" || !InWritable(r, src.path)) return -EXDEV;
   }
   char proc[64];
-  snprintf(proc, sizeof proc, "/proc/self/fd/%d", src.x.fd);
+  snprintf(proc, sizeof proc, "/proc/thread-self/fd/%d", src.x.fd);
   return linkat(AT_FDCWD, proc, dst.dir.fd, dst.last.c_str(), AT_SYMLINK_FOLLOW) == 0 ? 0 : -errno;
 }
 
@@ -917,7 +917,7 @@ void RecordStdioTerminals(PathRules* r, const std::vector<int>& stdio) {
     if (!isatty(stdio[i])) continue;  // TCGETS answers: a terminal, what landlock.cc grants
     if (HeldTerminal(*r, st.st_dev, st.st_ino, st.st_rdev) != nullptr) continue;  // fds 1, 2: the same
     char proc[64];
-    snprintf(proc, sizeof proc, "/proc/self/fd/%d", stdio[i]);
+    snprintf(proc, sizeof proc, "/proc/thread-self/fd/%d", stdio[i]);
     const int fd = open(proc, O_PATH | O_CLOEXEC);  // this object, not a name's
     if (fd < 0) continue;  // not held: not granted (the command still has it on its fds)
     std::shared_ptr<const int> held(new int(fd), [](const int* p) {

@@ -414,7 +414,7 @@ int OpenResolved(Ctx* c, Fd* obj, int flags, Fd* out) {
   int fd;
   if (proc) {
     char p[64];
-    snprintf(p, sizeof p, "/proc/self/fd/%d", obj->fd);
+    snprintf(p, sizeof p, "/proc/thread-self/fd/%d", obj->fd);
     fd = open(p, f);
     if (fd < 0) fd = -errno;
   } else {

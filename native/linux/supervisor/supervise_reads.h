@@ -10,7 +10,8 @@
 // Threading: HandleRead runs on the sandbox's supervisor thread and lowers that thread's
 // effective capabilities while it acts. Opens of files that are not procfs go through a second
 // thread of the host, the read opener, which is confined by a Landlock ruleset built from the
-// same rules as the command's (StartReadOpener), before the command starts. A FIFO opened for
+// same rules as the command's (StartReadOpener); the supervisor's task starts it as it starts,
+// before it answers any call, and it shares that task's fd table. A FIFO opened for
 // reading is handed to a short-lived thread that waits for its writer and answers the call.
 #pragma once
 
@@ -34,15 +35,18 @@ struct ReadRules {
   SignalRules members;
   // The device of the host's /proc (the procfs the command's "/proc" names).
   dev_t proc_dev = 0;
-  // The Landlock-confined thread that opens what is not procfs.
+  // The Landlock-confined thread that opens what is not procfs, and the rules it is confined by:
+  // the supervisor starts it (StartReadOpener) from its own task, so that it shares that
+  // task's fd table, never the host's (supervisor.cc, Confinement).
   std::shared_ptr<ReadOpener> opener;
+  std::shared_ptr<const LandlockPlan> opener_plan;
   // The sandbox's share of FIFO waiters (answer_later.h), the path class's too; null: none.
   std::shared_ptr<later::Share> fifo_waiters;
 };
 
-// Parent side, before the command starts: a thread of the host that set no_new_privs, dropped
-// its capabilities and restricted itself with a Landlock ruleset built from `plan` (a copy;
-// stdio terminals aside). 0 or -errno (then the option cannot be held: the spawn is refused).
+// Started by the sandbox's supervisor thread (whose fd table it shares): a thread of the host
+// that set no_new_privs, dropped its capabilities and restricted itself with a Landlock ruleset
+// built from `plan` (a copy; stdio terminals aside). 0 or -errno (then the option cannot be held: the spawn is refused).
 int StartReadOpener(const LandlockPlan& plan, std::shared_ptr<ReadOpener>* out) noexcept;
 
 // Whether notification n is a read-only open or openat (what the filter sends for notify_reads).

@@ -391,7 +391,7 @@ void HandleSigqueue(int listener, const SeccompNotif& n, const SignalRules& r) {
 // it is a thread pidfd. False when fd is not a pidfd.
 bool PidfdTarget(int fd, pid_t* pid, bool* thread) {
   char path[64], buf[1024];
-  snprintf(path, sizeof path, "/proc/self/fdinfo/%d", fd);
+  snprintf(path, sizeof path, "/proc/thread-self/fdinfo/%d", fd);
   if (!procfs::ReadSmall(path, buf, sizeof buf)) return false;
   // A value no line can hold marks a missing key ("Pid:" is -1 for a process that is gone).
   const long p = procfs::KeyNumber(buf, "Pid", 10, LONG_MIN);

@@ -29,27 +29,71 @@
 // call (capset twice per call cost ≈1.2 us on a root host); Dispatch gives them back before any
 // other class, and so does the connect class's poll step.
 //
+// Confinement: the supervision acts for the command with the host process's authority, and a
+// thread shares its process's per-process state; the part of it the classes' work can damage is
+// the fd table and the file-system context. POSIX record locks (fcntl F_SETLK, SQLite's) belong
+// to the fd table, and closing ANY fd of a file drops every lock its table holds on it: a class
+// that opened or copied a file for the command and closed it would drop the host's own locks (a
+// host inside an SQLite write transaction would then see another writer commit). So the thread
+// StartSupervisor starts does not serve itself: it clones a sibling task, a thread of the host
+// (CLONE_VM, CLONE_THREAD) without CLONE_FILES and CLONE_FS, which gets a copy of the host's fd
+// table and cwd/umask of its own at birth, and waits for it. The sibling closes every fd of its
+// copy but the ones made for it (HandedFds: the listener, the init pidfds, the held terminals,
+// the connect class's sending end; and the stop eventfd, which the host keeps too): it keeps no
+// copy of the host's pipes or files (an EOF the host waits for would never come), and the host
+// then closes its copies of the handed fds. Every thread the sibling starts (the read opener, the
+// FIFO waiters) shares its table, and what one sandbox's supervision holds counts against that
+// table only (RLIMIT_NOFILE applies to each table), never the host's or another sandbox's.
+// Closing a copy in its own table drops no lock of the host's: the kernel's lock owner is the
+// table (test/linux/supervisor-confined.test.ts). Nothing the host makes later reaches it: what
+// it needs is made before it starts; the connect class's registry copies go the other way, into
+// the host's table (supervise_connect.cc). Its own fds are /proc/thread-self/fd/N (/proc/self
+// is the host's table). When it ends, the waiting thread, still in the host's table, closes the
+// host's copies of what they shared (ForgetWake).
+//   Why a clone and not unshare(CLONE_FILES | CLONE_FS) on the thread itself: a container
+// runtime's default seccomp profile refuses unshare without CAP_SYS_ADMIN (Docker's, Kubernetes'
+// RuntimeDefault, Podman's), and they all allow a clone without namespace flags; and only a task
+// left in the host's table can close the host's copies at once when the supervision ends. The
+// sibling runs on the thread-local storage of the thread that cloned it, which waits and so
+// never uses it meanwhile (SiblingMain has the rules that follow from that). Only where the
+// clone fails (out of memory) does the thread serve on the host's table itself, as before.
+//   Why a confined task and not a process of its own: it gives the separate fd table, locks,
+// cwd and umask and a per-sandbox fd budget for a clone and a few closes per spawn, with the
+// notify round trip unchanged. It does not give what a process would: a crash of it is still the
+// host's crash, memory is shared, and it holds the host's credentials and authority (the
+// classes narrow what they do by the rules, not by the kernel; the read opener is the one
+// thread confined by Landlock). A setuid() of the host's does not reach it (glibc changes the
+// credentials of the threads it knows, and knows it as the waiting thread).
+//
 // Lifetime: the thread ends when the listener reports POLLHUP (no task of the sandbox, setsid'd
 // or not, holds the filter any more) or when the env that started it is torn down (an env
 // cleanup hook, one per env, wakes every supervisor of that env through its eventfd). It then
 // closes the listener: a notified call still waiting, and every later one, fails with ENOSYS:
 // closed, never open. It frees itself (detached: an env teardown never waits for a call the
-// command made slow). It holds nothing on the host's loop, so it never keeps it alive: the
+// command made slow); the thread that cloned it closes the host's copies then (ForgetWake). It holds nothing on the host's loop, so it never keeps it alive: the
 // sandbox's exit watch decides how long the loop lives.
 #include "supervisor.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <linux/futex.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <mutex>
 #include <new>
 #include <set>
@@ -61,6 +105,7 @@
 #include "notify_args.h"
 #include "supervise_connect.h"
 #include "supervisor_profile.h"
+#include "../syscall_numbers.h"
 
 namespace psb {
 namespace {
@@ -69,24 +114,60 @@ using notify::Continue;
 using notify::Respond;
 using notify::SeccompNotif;
 
+// What the thread reports to StartSupervisor once it is set up (StartSupervisor waits on the
+// JS thread's stack for it; the thread never touches it after).
+struct Setup {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  int err = 0;             // 0 or -errno: the thread has ended, StartSupervisor frees what it made
+  bool own_table = false;  // the thread's fd table is its own (see the top of the file)
+};
+
+// Host side: the eventfd that wakes one supervisor when its env is torn down, and the host's
+// copies of what it shares with the serving task. Kept apart from the Supervisor: the serving
+// task (the sibling, with a table of its own) cannot close the host's copies, so when it ends it
+// marks this entry ended and the thread that cloned it, in the host's table, closes them.
+struct Wake {
+  napi_env env = nullptr;
+  int fd = -1;    // the host's copy; -1 once closed
+  int keep_rx = -1;  // the connect class's receiving end (ConnectReceiveEnd), the host's only, or -1
+  bool ended = false;
+};
+
 struct Supervisor {
   int listener = -1;
-  int stop = -1;  // eventfd: the env is torn down
+  int stop = -1;  // eventfd: the env is torn down (the same number in the host's table and ours)
+  bool own_table = false;
+  Wake* wake = nullptr;
+  Setup* setup = nullptr;  // until the thread has reported
   napi_env env = nullptr;
   SupervisorConfig config;
   ConnectClass* connect = nullptr;  // with a proxy port
 };
 
-// The supervisors alive, for the env cleanup hook; a thread leaves it before freeing itself.
+// The supervisors' wake-ups, for the env cleanup hook.
 std::mutex live_mu;
-std::vector<Supervisor*> live;
+std::vector<Wake*> live;
 std::set<napi_env> hooked;  // envs with the cleanup hook added
+
+// Closes the host's copies (on a thread of the host's table) and forgets the entry.
+void ForgetWake(Wake* w) {
+  ClosePeerLeftovers();
+  if (w->fd >= 0) close(w->fd);
+  if (w->keep_rx >= 0) close(w->keep_rx);
+  {
+    std::lock_guard<std::mutex> g(live_mu);
+    live.erase(std::remove(live.begin(), live.end(), w), live.end());
+  }
+  delete w;
+}
 
 void OnEnvTeardown(void* arg) {
   napi_env env = static_cast<napi_env>(arg);
   std::lock_guard<std::mutex> g(live_mu);
-  for (Supervisor* s : live) {
-    if (s->env == env) eventfd_write(s->stop, 1);
+  for (Wake* w : live) {
+    if (w->env == env && !w->ended) eventfd_write(w->fd, 1);
   }
   hooked.erase(env);
 }
@@ -168,17 +249,87 @@ void End(Supervisor* s) {
   if (s->connect != nullptr) EndConnectClass(s->connect);
   // Closing the listener fails every notification still queued, and every later one, with ENOSYS.
   close(s->listener);
+  Wake* wake = s->wake;
   {
     std::lock_guard<std::mutex> g(live_mu);
-    live.erase(std::remove(live.begin(), live.end(), s), live.end());
+    wake->ended = true;  // not woken any more: its eventfd may go
   }
   close(s->stop);
-  delete s;
+  const bool own = s->own_table;
+  delete s;  // the rules' fds (pidfds, terminals) are closed in this task's table
+  // Sharing the host's table (no sibling), the host's copies are ours: closed here.
+  if (!own) ForgetWake(wake);
 }
 
-void* Main(void* arg) {
-  Supervisor* s = static_cast<Supervisor*>(arg);
-  pthread_setname_np(pthread_self(), "psb-supervisor");
+// The fds the host made for the supervision before the thread started but its eventfd (stop),
+// which both keep: the thread keeps its copies and the host closes its own.
+std::vector<int> HandedFds(const Supervisor& s) {
+  std::vector<int> fds = {s.listener};
+  if (s.connect != nullptr) fds.push_back(ConnectSendEnd(s.connect));
+  if (s.config.signals.init_pidfd >= 0) fds.push_back(s.config.signals.init_pidfd);
+  if (s.config.reads.members.init_pidfd >= 0) fds.push_back(s.config.reads.members.init_pidfd);
+  for (const PathRules::Terminal& t : s.config.paths.terminals) {
+    if (t.held && *t.held >= 0) fds.push_back(*t.held);
+  }
+  return fds;
+}
+
+// Closes every fd of this thread's table but `keep`: close_range(2) over the gaps, or where it is
+// missing or refused (before 5.9; a seccomp profile), each fd /proc lists. 0 or -errno.
+int CloseAllBut(std::vector<int> keep) {
+  std::sort(keep.begin(), keep.end());
+  unsigned lo = 0;
+  bool ranged = true;
+  for (size_t i = 0; i <= keep.size() && ranged; ++i) {
+    const unsigned hi = i < keep.size() ? static_cast<unsigned>(keep[i]) : ~0U;
+    if (hi > lo && syscall(__NR_close_range, lo, i < keep.size() ? hi - 1 : hi, 0) != 0) ranged = false;
+    if (i < keep.size()) lo = hi + 1;
+  }
+  if (ranged) return 0;
+  DIR* d = opendir("/proc/thread-self/fd");
+  if (d == nullptr) return -errno;
+  std::vector<int> open_fds;
+  while (struct dirent* e = readdir(d)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    const int fd = atoi(e->d_name);
+    if (fd != dirfd(d) && !std::binary_search(keep.begin(), keep.end(), fd)) open_fds.push_back(fd);
+  }
+  closedir(d);
+  for (int fd : open_fds) close(fd);
+  return 0;
+}
+
+// On a task with a table of its own (own_table, see the top of the file): it keeps only what the
+// host made for it. Then the read opener, which shares the table. 0 or -errno.
+int Confine(Supervisor* s) {
+  if (s->own_table) {
+    std::vector<int> keep = HandedFds(*s);
+    keep.push_back(s->stop);
+    const int r = CloseAllBut(keep);
+    if (r < 0) return r;
+  }
+  if (s->config.reads.opener_plan) {
+    const int r = StartReadOpener(*s->config.reads.opener_plan, &s->config.reads.opener);
+    if (r < 0) return r;
+  }
+  return 0;
+}
+
+// Sets up, reports to StartSupervisor, answers calls until the end, frees s. False: the setup
+// failed (StartSupervisor then frees everything).
+bool Serve(Supervisor* s) {
+  {
+    const int err = Confine(s);
+    // A failed start: StartSupervisor frees everything in the host's table; ours is emptied.
+    if (err < 0 && s->own_table) CloseAllBut({});
+    Setup* setup = s->setup;
+    std::lock_guard<std::mutex> g(setup->mu);
+    setup->err = err;
+    setup->own_table = s->own_table;
+    setup->done = true;
+    setup->cv.notify_one();
+    if (err < 0) return false;
+  }
   struct pollfd fds[2 + kMaxWatched];
   PSB_PROF_START();
   for (;;) {
@@ -212,19 +363,97 @@ void* Main(void* arg) {
     Dispatch(s, n);
   }
   End(s);
+  return true;
+}
+
+// The sibling task (see the top of the file): a thread of the host cloned without CLONE_FILES
+// and CLONE_FS, so with a copy of the host's table and context of its own, where unshare is
+// refused. It runs on the stack given to it and on the thread-local storage of the thread that
+// cloned it, which waits (Sibling) and so never uses it meanwhile; the fds this task keeps in
+// thread-local storage are closed before it ends, or that thread's exit would close those
+// numbers in the host's table. glibc knows it as that thread: nothing here asks glibc for the
+// caller's thread id (no robust, PI or error-checking mutex; its name is set by prctl).
+struct SiblingRun {
+  Supervisor* s;
+  bool served = false;  // set up and served (else StartSupervisor frees everything)
+};
+
+int SiblingMain(void* arg) {
+  SiblingRun* run = static_cast<SiblingRun*>(arg);
+  run->s->own_table = true;
+  umask(0);  // its own context (the path class's, supervise_paths.cc: OwnFsContext)
+  run->served = Serve(run->s);
+  nargs::CloseThreadFds();
+  return 0;
+}
+
+// Clones the sibling task and waits until it has ended (the kernel clears `tid` then and wakes
+// the futex: CLONE_CHILD_CLEARTID). False when it could not be cloned.
+bool Sibling(SiblingRun* run) {
+  constexpr size_t kStack = 512 * 1024, kGuard = 4096;
+  char* stack = static_cast<char*>(mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0));
+  if (stack == MAP_FAILED) return false;
+  mprotect(stack, kGuard, PROT_NONE);
+  pid_t tid = 0;
+  const int flags = CLONE_VM | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM | CLONE_PARENT_SETTID | CLONE_CHILD_CLEARTID;
+  if (clone(SiblingMain, stack + kStack, flags, run, &tid, nullptr, &tid) < 0) {
+    munmap(stack, kStack);
+    return false;
+  }
+  pthread_setname_np(pthread_self(), "psb-sup-waiter");
+  for (pid_t v; (v = __atomic_load_n(&tid, __ATOMIC_ACQUIRE)) != 0;) {
+    syscall(SYS_futex, &tid, FUTEX_WAIT, v, nullptr, nullptr, 0);
+  }
+  munmap(stack, kStack);
+  return true;
+}
+
+void* Main(void* arg) {
+  Supervisor* s = static_cast<Supervisor*>(arg);
+  pthread_setname_np(pthread_self(), "psb-supervisor");
+  // Read now: the sibling frees s.
+  Wake* wake = s->wake;
+  SiblingRun run{s};
+  if (!Sibling(&run)) {
+    Serve(s);  // no sibling (out of memory): this thread serves on the host's table
+  } else if (run.served) {
+    ForgetWake(wake);  // the sibling has ended: the host's copies are this thread's to close
+  }
   return nullptr;
+}
+
+// Undoes StartSupervisor's steps when the thread did not start or could not set itself up (it
+// has ended): on the JS thread, in the host's table.
+int Abandon(Supervisor* s, int err) {
+  {
+    std::lock_guard<std::mutex> g(live_mu);
+    live.erase(std::remove(live.begin(), live.end(), s->wake), live.end());
+  }
+  delete s->wake;
+  if (s->connect != nullptr) {
+    close(ConnectReceiveEnd(s->connect));
+    EndConnectClass(s->connect);
+  }
+  close(s->stop);
+  close(s->listener);
+  delete s;
+  return err;
 }
 
 }  // namespace
 
 int StartSupervisor(napi_env env, int listener_fd, SupervisorConfig config) noexcept {
   Supervisor* s = new (std::nothrow) Supervisor();
-  if (s == nullptr) {
+  Wake* wake = new (std::nothrow) Wake();
+  if (s == nullptr || wake == nullptr) {
+    delete s;
+    delete wake;
     close(listener_fd);
     return -ENOMEM;
   }
   s->listener = listener_fd;
   s->env = env;
+  s->wake = wake;
   // Both wake-ups of a call on the CPU of the task that makes them (see the top of the file).
   // The flag only moves where a woken task runs; a kernel without it (before 6.6) says EINVAL
   // and the call costs what it did.
@@ -234,15 +463,12 @@ int StartSupervisor(napi_env env, int listener_fd, SupervisorConfig config) noex
   // supervisor, so what one sandbox parks never counts against another.
   s->config.paths.fifo_waiters = s->config.reads.fifo_waiters = later::NewShare();
   s->stop = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (s->stop < 0) return Abandon(s, -errno);
   if (s->config.proxy_port != 0) s->connect = NewConnectClass(s->config.proxy_port);
-  if (s->stop < 0 || (s->config.proxy_port != 0 && s->connect == nullptr)) {
-    const int e = s->stop < 0 ? errno : ENOMEM;
-    if (s->connect != nullptr) EndConnectClass(s->connect);
-    if (s->stop >= 0) close(s->stop);
-    close(listener_fd);
-    delete s;
-    return -e;
-  }
+  if (s->config.proxy_port != 0 && s->connect == nullptr) return Abandon(s, -ENOMEM);
+  wake->env = env;
+  wake->fd = s->stop;
+  if (s->connect != nullptr) wake->keep_rx = ConnectReceiveEnd(s->connect);
   // The thread is detached and may still be in a call when a Worker's env is torn down, and
   // Node unloads an addon a terminated Worker loaded: the code it runs would be unmapped
   // (SIGSEGV in the host). RTLD_NODELETE keeps this addon mapped for the process's life.
@@ -253,10 +479,17 @@ int StartSupervisor(napi_env env, int listener_fd, SupervisorConfig config) noex
       dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
     }
   });
-  std::lock_guard<std::mutex> g(live_mu);
-  if (hooked.count(env) == 0) {
-    if (napi_add_env_cleanup_hook(env, OnEnvTeardown, env) == napi_ok) hooked.insert(env);
+  {
+    std::lock_guard<std::mutex> g(live_mu);
+    if (hooked.count(env) == 0) {
+      if (napi_add_env_cleanup_hook(env, OnEnvTeardown, env) == napi_ok) hooked.insert(env);
+    }
+    live.push_back(wake);
   }
+  // Read now: once set up, the thread may end and free s at any time.
+  const std::vector<int> handed = HandedFds(*s);
+  Setup setup;
+  s->setup = &setup;
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -269,14 +502,16 @@ int StartSupervisor(napi_env env, int listener_fd, SupervisorConfig config) noex
   int rc = pthread_create(&t, &attr, Main, s);
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   pthread_attr_destroy(&attr);
-  if (rc != 0) {
-    if (s->connect != nullptr) EndConnectClass(s->connect);
-    close(s->stop);
-    close(listener_fd);
-    delete s;
-    return -rc;
+  if (rc != 0) return Abandon(s, -rc);
+  // Its setup is a table copy, a few closes (and with procPrivacy the opener's confinement).
+  std::unique_lock<std::mutex> g(setup.mu);
+  setup.cv.wait(g, [&setup] { return setup.done; });
+  if (setup.err < 0) return Abandon(s, setup.err);
+  // The thread holds its own copies now: the host's go, or an EOF the host waits for (the
+  // listener's, a pidfd's) would never come while the sandbox runs.
+  if (setup.own_table) {
+    for (int fd : handed) close(fd);
   }
-  live.push_back(s);  // under live_mu, before the thread can leave it
   return 0;
 }
 

@@ -1,5 +1,6 @@
 // Landlock mode's syscall supervisor: answers the seccomp user notifications of a sandbox's
-// filter, on a thread of its own (supervisor.cc: the loop, its lifetime, the dispatch). One file
+// filter, on a task of its own with an fd table of its own (supervisor.cc: the loop, its
+// confinement, its lifetime, the dispatch). One file
 // per class of calls it judges: connect() (SeccompConfig::notify_connect) is answered so that the
 // command's only TCP connections are to the managed proxy at 127.0.0.1:<port>
 // (supervise_connect.cc); metadata changes (SeccompConfig::notify_metadata) are carried out by
@@ -37,10 +38,11 @@ struct SupervisorConfig {
   uint32_t inotify_instances = 0, inotify_watches = 0;
 };
 
-// Takes ownership of listener_fd (the filter's notification fd) and serves it on a thread of its
+// Takes ownership of listener_fd (the filter's notification fd) and serves it on a task of its
 // own until no task uses the filter any more (POLLHUP) or env is torn down. Holds no handle on
-// env's loop. Called on env's thread. Returns 0 or -errno (then listener_fd is closed, and every
-// notified call fails with ENOSYS).
+// env's loop. Called on env's thread; returns once that task has set itself up (its fd table,
+// the read opener). Returns 0 or -errno (then listener_fd is closed, and every notified call
+// fails with ENOSYS).
 int StartSupervisor(napi_env env, int listener_fd, SupervisorConfig config) noexcept;
 
 }  // namespace psb
