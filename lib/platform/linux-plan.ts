@@ -995,7 +995,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
               // Everything, and the roots nested in denied paths (most specific wins).
               readable: ['/', ...rules.readRoots, ...rules.writeRoots, ...(input.landlockTmpDir ? [realpathOrNull(input.landlockTmpDir) ?? input.landlockTmpDir] : [])],
               denyRead: denied,
-              ...(listDenied ? { listDirs: true } : {}),
+              ...(listDenied ? { listDirs: true, statNames: true } : {}),
             }
           : {}
         : {
@@ -1012,7 +1012,7 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
               ),
             ],
             denyRead: denied,
-            ...(carve && listDenied ? { listDirs: true } : {}),
+            ...(carve && listDenied ? { listDirs: true, statNames: true } : {}),
           }),
     };
   }

@@ -92,7 +92,7 @@ void OnEnvTeardown(void* arg) {
 }
 
 // The classes of calls (one file each, see the top of the file).
-enum class CallClass { kContinue, kConnect, kMetadata, kPaths, kReads, kSignals };
+enum class CallClass { kContinue, kConnect, kMetadata, kPaths, kReads, kSignals, kStats };
 
 CallClass ClassOf(const Supervisor& s, const SeccompNotif& n) {
   const int nr = n.data.nr;
@@ -102,6 +102,7 @@ CallClass ClassOf(const Supervisor& s, const SeccompNotif& n) {
   if (s.config.reads.enabled && IsReadCall(n)) return CallClass::kReads;
   if (s.config.paths.enabled && IsPathCall(nr)) return CallClass::kPaths;
   if (s.config.signals.enabled && IsSignalCall(n)) return CallClass::kSignals;
+  if (s.config.stats.enabled && IsStatCall(nr)) return CallClass::kStats;
   return CallClass::kContinue;
 }
 
@@ -154,6 +155,8 @@ void Dispatch(Supervisor* s, const SeccompNotif& n) {
       HandleSignal(s->listener, n, s->config.signals);
       PSB_PROF_MARK(kOther);
       return;
+    case CallClass::kStats:
+      return HandleStat(s->listener, n, s->config.stats);
     case CallClass::kContinue:
       Continue(s->listener, n.id);
       PSB_PROF_MARK(kOther);

@@ -18,6 +18,7 @@
 #include "supervise_paths.h"
 #include "supervise_reads.h"
 #include "supervise_signals.h"
+#include "supervise_stats.h"
 
 namespace psb {
 
@@ -30,6 +31,8 @@ struct SupervisorConfig {
   SignalRules signals;
   // Landlock mode with /proc privacy: read-only opens (supervise_reads.cc).
   ReadRules reads;
+  // Landlock mode with deny-read paths under readable roots: the stat family (supervise_stats.cc).
+  StatRules stats;
   // Landlock mode's inotify caps: how many instances (inotify_init*) and watches
   // (inotify_add_watch) the sandbox may create in its lifetime. The kernel counts both per uid,
   // host included, and tells nobody when one is released, so creations are what is counted.
