@@ -1281,6 +1281,9 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       ...(carve
         ? { denyReadCarve: { rules: carve.rules.length, chainDirs: carve.chainDirs, ...(carve.unlisted.length ? { unlisted: carve.unlisted } : {}) } }
         : {}),
+      // The names inside them: listings refused, and a stat, access, readlink or xattr read of a
+      // name inside answers as for a missing one (native/linux/supervise_stats.cc).
+      ...(carve && listDenied ? { denyReadNames: 'unlisted, stat answers as missing (seccomp-user-notif)' } : {}),
       ...(mode === 'landlock' ? { signals: abi >= 6 ? 'landlock-scope' : signalSupervised ? 'seccomp-user-notif' : 'none' } : {}),
       processCap,
       memoryCap,
