@@ -319,11 +319,9 @@ int OpenBase(const SeccompNotif& n, int dirfd, Fd* out) {
   if (dirfd == AT_FDCWD) snprintf(p, sizeof p, "/proc/%u/cwd", n.pid);
   else if (dirfd < 0) return -EBADF;
   else snprintf(p, sizeof p, "/proc/%u/fd/%d", n.pid, dirfd);
-  return nargs::ReadWithCapsRetry([&]() -> int {
-    out->Reset(open(p, O_PATH | O_CLOEXEC));
-    if (out->fd >= 0) return 0;
-    return errno == ENOENT ? (dirfd == AT_FDCWD ? -ENOENT : -EBADF) : -errno;
-  });
+  out->Reset(open(p, O_PATH | O_CLOEXEC));
+  if (out->fd >= 0) return 0;
+  return errno == ENOENT ? (dirfd == AT_FDCWD ? -ENOENT : -EBADF) : -errno;
 }
 
 // Step 3 on the object reached: the call's result (>= 0) or -errno.
@@ -414,23 +412,25 @@ int Precheck(const Call& c, const SeccompNotif& n, int* flags) {
 long Emulate(int listener, const Call& c, const SeccompNotif& n, const StatRules& r) {
   int flags;
   if (int e = Precheck(c, n, &flags)) return e;
-  // Step 1: the copies.
+  // Step 1: the copies (made once more with the thread's capabilities where refused without
+  // them: a non-dumpable command, nargs::ReadWithCapsRetry).
   std::string path, xname;
   const uint64_t at = n.data.args[c.path];
   const bool empty_ok = (flags & AT_EMPTY_PATH) != 0;
-  if (at != 0 || !empty_ok) {
-    if (int e = nargs::ReadString(n.pid, at, &path, PATH_MAX, -ENAMETOOLONG)) return e;
-  }
-  if (c.kind == Kind::kGetxattr) {
-    if (int e = nargs::ReadString(n.pid, n.data.args[c.operand], &xname, 256, -ERANGE)) return e;
-    if (xname.empty()) return -ERANGE;
-  }
-  if (path.empty() && !empty_ok) return -ENOENT;
   Walk w{r, n, Fd(), std::string()};
   const int dirfd = c.dirfd >= 0 ? ArgInt(n, c.dirfd) : AT_FDCWD;
-  if (path.empty() || path[0] != '/') {
-    if (int e = OpenBase(n, dirfd, &w.cur)) return e;
-  }
+  const int copied = nargs::ReadWithCapsRetry([&]() -> int {
+    if (at != 0 || !empty_ok) {
+      if (int e = nargs::ReadString(n.pid, at, &path, PATH_MAX, -ENAMETOOLONG)) return e;
+    }
+    if (c.kind == Kind::kGetxattr) {
+      if (int e = nargs::ReadString(n.pid, n.data.args[c.operand], &xname, 256, -ERANGE)) return e;
+      if (xname.empty()) return -ERANGE;
+    }
+    if (path.empty() && !empty_ok) return -ENOENT;
+    return path.empty() || path[0] != '/' ? OpenBase(n, dirfd, &w.cur) : 0;
+  });
+  if (copied != 0) return copied;
   if (!notify::IdValid(listener, n.id)) return -ESRCH;
   // Step 2: the walk (none for an empty path: the command's fd or cwd itself).
   if (!path.empty()) {
