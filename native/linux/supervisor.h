@@ -7,7 +7,8 @@
 // are counted against the sandbox's share of the uid's limits (supervisor.cc); write-opens,
 // creates, renames and removals are carried out outside read-only carve-outs only
 // (supervise_paths.cc); below Landlock ABI 6, signals reach members of the sandbox only
-// (supervise_signals.cc).
+// (supervise_signals.cc); with deny-read paths under readable roots, the stat family answers
+// for a name inside a denied directory as for a missing one (supervise_stats.cc).
 #pragma once
 
 #include <stdint.h>
