@@ -191,8 +191,8 @@ constexpr uint32_t kPrivacyDeny = 0x00030005u;
 // spawn_trace.cc): SECCOMP_RET_TRACE, so that init counts it before it happens; else ALLOW.
 // Without a tracer RET_TRACE fails the call (ENOSYS): a process that escaped the trace cannot fork.
 constexpr uint32_t kTraceForks = 0x00030006u;
-// Calls that tell whether a name exists (the stat family, access, readlink, getxattr/listxattr
-// on a path): USER_NOTIF when the config asks the stat class to answer them
+// Calls that tell whether a name exists (the stat family, statfs, access, readlink,
+// getxattr/listxattr on a path): USER_NOTIF when the config asks the stat class to answer them
 // (SeccompConfig::notify_stats: deny-read paths under readable roots in Landlock mode,
 // supervise_stats.cc), else ALLOW.
 constexpr uint32_t kSuperviseStats = 0x00030007u;
@@ -537,6 +537,8 @@ constexpr Rule kRules[] = {
     Rule{__NR_llistxattr, kAnyNet, kLandlock, kSuperviseStats, {}},
     Rule{__NR_getxattrat, kAnyNet, kLandlock, kSuperviseStats, {}},
     Rule{__NR_listxattrat, kAnyNet, kLandlock, kSuperviseStats, {}},
+    Rule{__NR_statfs, kAnyNet, kLandlock, kSuperviseStats, {}},
+    Rule{__NR_file_getattr, kAnyNet, kLandlock, kSuperviseStats, {}},
     When(kNrCreat, kAnyNet, kIsolated, kAllow, Clause{{AnyBit(1, kSetIdBits)}, kEperm}),
     When(kNrOpen, kAnyNet, kIsolated, kAllow, Clause{{AnyBit(1, kCreateFlags), AnyBit(2, kSetIdBits)}, kEperm}),
     When(__NR_openat, kAnyNet, kIsolated, kAllow, Clause{{AnyBit(2, kCreateFlags), AnyBit(3, kSetIdBits)}, kEperm}),

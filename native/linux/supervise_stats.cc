@@ -2,8 +2,9 @@
 //
 // What the filter sends here (SeccompConfig::notify_stats, seccomp_table.h kSuperviseStats):
 // stat, lstat, newfstatat, statx, access, faccessat, faccessat2, readlink, readlinkat, getxattr,
-// lgetxattr, listxattr, llistxattr, and getxattrat and listxattrat (6.13), which are answered
-// ENOSYS as on an older kernel (libc's getxattr never uses them). Each call is EMULATED, never
+// lgetxattr, listxattr, llistxattr, statfs, and getxattrat, listxattrat (6.13) and
+// file_getattr (6.17), which are answered ENOSYS as on an older kernel (libc's getxattr and
+// statvfs never use them). Each call is EMULATED, never
 // continued (a path judged and then continued is looked up again by the kernel, after the
 // command may have changed its memory or swapped a link: the classic TOCTOU):
 //   1. copy the arguments once: the path string (and the xattr name) out of the command's
@@ -88,7 +89,7 @@ constexpr int kStatFlags = AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT | AT_EMPTY_PATH
 constexpr int kStatxSync = 0x6000;  // AT_STATX_SYNC_TYPE
 constexpr int kAccessFlags = AT_EACCESS | AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH;
 
-enum class Kind : uint8_t { kStat, kStatx, kAccess, kReadlink, kGetxattr, kListxattr, kNewer };
+enum class Kind : uint8_t { kStat, kStatx, kStatfs, kAccess, kReadlink, kGetxattr, kListxattr, kNewer };
 
 // One call's layout: where its dirfd (-1: none, AT_FDCWD), path, flags (-1: none) and first
 // operand (the buffer, the mode, the xattr name) are; the l* variants never follow the last link.
@@ -115,6 +116,8 @@ constexpr Call kCalls[] = {
     {__NR_llistxattr, Kind::kListxattr, -1, 0, -1, 1, true},
     {__NR_getxattrat, Kind::kNewer, 0, 1, 2, 3, false},
     {__NR_listxattrat, Kind::kNewer, 0, 1, 2, 3, false},
+    {__NR_statfs, Kind::kStatfs, -1, 0, -1, 1, false},
+    {__NR_file_getattr, Kind::kNewer, 0, 1, 4, 2, false},
 };
 
 const Call* FindCall(int nr) {
@@ -338,6 +341,11 @@ long Act(const Call& c, const SeccompNotif& n, Walk* w, int flags, const std::st
       struct statx sx;
       if (statx(obj, "", AT_EMPTY_PATH | (flags & kStatxSync), static_cast<unsigned>(n.data.args[3]), &sx) != 0) return -errno;
       return Put(n, n.data.args[4], &sx, sizeof sx);
+    }
+    case Kind::kStatfs: {
+      struct statfs sfs;
+      if (fstatfs(obj, &sfs) != 0) return -errno;
+      return Put(n, op, &sfs, sizeof sfs);
     }
     case Kind::kAccess:
       // AT_EACCESS: this thread's effective credentials, the command's uid and gids without

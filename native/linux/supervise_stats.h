@@ -2,8 +2,9 @@
 // denied directory cannot be listed (the listing class, metadata_supervisor.cc kListDir), but
 // Landlock (up to ABI 7) checks no lookup, stat, access, readlink or xattr read: `stat
 // ~/.ssh/id_rsa` would tell that the name exists, its size and its times. The command's filter
-// then also stops stat, lstat, newfstatat, statx, access, faccessat, faccessat2, readlink,
-// readlinkat, getxattr, lgetxattr, listxattr and llistxattr (SeccompConfig::notify_stats), and
+// then also stops stat, lstat, newfstatat, statx, statfs, access, faccessat, faccessat2,
+// readlink, readlinkat, getxattr, lgetxattr, listxattr and llistxattr (and the newest xattr
+// and attribute reads on a path: SeccompConfig::notify_stats), and
 // this class carries each one out itself, answering for every name inside a denied directory,
 // at any depth and by any spelling, exactly as for a missing one (ENOENT). See
 // supervise_stats.cc for the rules and why.

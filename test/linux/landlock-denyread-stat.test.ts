@@ -1,6 +1,7 @@
 /**
- * The names inside a deny-read directory cannot be learned by guessing them. Landlock (up to
- * ABI 7) checks no lookup, stat, access, readlink or xattr read, so in Landlock mode `stat
+ * The names inside a deny-read directory cannot be learned by guessing them through the stat
+ * family. Landlock (up to ABI 7) checks no lookup, stat, statfs, access, readlink or xattr
+ * read, so in Landlock mode `stat
  * ~/.ssh/id_rsa` told that the name exists, its size and its times. With a deny-read path under
  * a readable root the supervisor answers those calls itself (native/linux/supervise_stats.cc):
  * every name inside the denied directory, at any depth and by any spelling (.., //, a planted
@@ -75,6 +76,7 @@ def ops(fd, p):
         'lgetxattr': res(lambda: os.getxattr(full, 'user.k', follow_symlinks=False)),
         'listxattr': res(lambda: sorted(os.listxattr(full))),
         'llistxattr': res(lambda: sorted(os.listxattr(full, follow_symlinks=False))),
+        'statfs': res(lambda: os.statvfs(full).f_bsize > 0),
         'sys_stat': raw(4, full, 'buf'),
         'sys_lstat': raw(6, full, 'buf'),
         'sys_access': raw(21, full, 0),
@@ -209,6 +211,7 @@ describe.each(MODES)('names inside a deny-read directory cannot be guessed, $nam
       expect(id.statx, spelling).toBe(`ok:${size}`);
       expect(id.faccessat, spelling).toBe('ok:0');
       expect(id.readlink, spelling).toBe('EINVAL');
+      expect(id.statfs, spelling).toBe('ok:True');
       expect(a.lnk[spelling].readlink, spelling).toBe('ok:id_rsa');
       expect(a.lnk[spelling].lstat, spelling).toMatch(/^ok:120000:6:/);
       expect(a.sub[spelling].stat, spelling).toMatch(/^ok:40000:/);
