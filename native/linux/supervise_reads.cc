@@ -289,19 +289,6 @@ bool IsProcRoot(const ReadRules& r, int fd) {
   return fstat(fd, &st) == 0 && st.st_dev == r.proc_dev && st.st_ino == 1;  // PROC_ROOT_INO
 }
 
-// Prepends the components of `text` to `todo` (kept in reverse: the next one is at the back).
-void PushPath(const std::string& text, std::vector<std::string>* todo) {
-  std::vector<std::string> parts;
-  size_t at = 0;
-  while (at <= text.size()) {
-    size_t slash = text.find('/', at);
-    if (slash == std::string::npos) slash = text.size();
-    if (slash > at) parts.push_back(text.substr(at, slash - at));
-    at = slash + 1;
-  }
-  for (auto it = parts.rbegin(); it != parts.rend(); ++it) todo->push_back(*it);
-}
-
 int OpenRoot(Fd* cur) {
   cur->Reset(open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
   return cur->fd < 0 ? -errno : 0;
@@ -320,7 +307,7 @@ int Resolve(Ctx* c, int base, const std::string& path, bool follow_last, Fd* out
     if (cur.fd < 0) return -errno;
   }
   std::vector<std::string> todo;
-  PushPath(path, &todo);
+  nargs::PushPath(path, &todo);
   // A trailing slash: the last component must be a directory, and a link there is followed.
   bool slash = path.back() == '/';
   if (todo.empty()) {  // "/" or "///"
@@ -353,7 +340,7 @@ int Resolve(Ctx* c, int base, const std::string& path, bool follow_last, Fd* out
         if (me <= 0) return -ESRCH;
         std::string to = std::to_string(me);
         if (name == "thread-self") to += "/task/" + std::to_string(c->n.pid);
-        PushPath(to, &todo);
+        nargs::PushPath(to, &todo);
         continue;
       }
     } else if (OnProc(next.fd)) {
@@ -384,7 +371,7 @@ int Resolve(Ctx* c, int base, const std::string& path, bool follow_last, Fd* out
       if (int e = OpenRoot(&cur)) return e;
     }
     if (last && target.back() == '/') slash = true;
-    PushPath(target, &todo);
+    nargs::PushPath(target, &todo);
     if (todo.empty()) {  // a link to "/"
       out->Reset(cur.Release());
       return 0;

@@ -151,19 +151,6 @@ bool Hidden(const StatRules& r, const std::string& dir, const std::string& name)
   return true;
 }
 
-// Prepends the components of `text` to `todo` (kept in reverse: the next one is at the back).
-void PushPath(const std::string& text, std::vector<std::string>* todo) {
-  std::vector<std::string> parts;
-  size_t at = 0;
-  while (at <= text.size()) {
-    size_t slash = text.find('/', at);
-    if (slash == std::string::npos) slash = text.size();
-    if (slash > at) parts.push_back(text.substr(at, slash - at));
-    at = slash + 1;
-  }
-  for (auto it = parts.rbegin(); it != parts.rend(); ++it) todo->push_back(*it);
-}
-
 // The walk of one call (step 2): the directory reached (cur) and its canonical path (where).
 struct Walk {
   const StatRules& r;
@@ -220,7 +207,7 @@ struct Walk {
         if (me == 0) return -ESRCH;
         std::string to = std::to_string(me);
         if (name == "thread-self") to += "/task/" + std::to_string(n.pid);
-        PushPath(to, todo);
+        nargs::PushPath(to, todo);
         return 1;
       }
       return 2;  // mounts, net: ordinary links ("self/...")
@@ -242,7 +229,7 @@ struct Walk {
       if (int e = Root()) return e;
     }
     std::vector<std::string> todo;
-    PushPath(path, &todo);
+    nargs::PushPath(path, &todo);
     bool slash = path.back() == '/';  // the last component must be a directory; a link there is followed
     int links = 0;
     while (!todo.empty()) {
@@ -279,7 +266,7 @@ struct Walk {
         if (int e = Root()) return e;
       }
       if (last && target.back() == '/') slash = true;
-      PushPath(target, &todo);
+      nargs::PushPath(target, &todo);
     }
     return 0;
   }
