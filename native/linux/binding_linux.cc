@@ -441,6 +441,8 @@ void ParsePlan(Napi::Env env, const Napi::Object& o, LinuxSpawnPlan* out, Superv
       }
       supervisor->reads.enabled = true;
       cfg.notify_reads = true;
+      // With the stat class, an open of a name inside a denied directory answers as missing too.
+      supervisor->reads.names = supervisor->stats;
       // Listings of /proc show the sandbox's own pids only: the listing is carried out on the
       // command's own open directory (pidfd_getfd), or in the procfs way on a reopen of it that
       // then takes its place (metadata_supervisor.cc, ListReopened).

@@ -300,11 +300,17 @@ int OpenRoot(Fd* cur) {
 int Resolve(Ctx* c, int base, const std::string& path, bool follow_last, Fd* out) {
   if (path.empty()) return -ENOENT;
   Fd cur;
+  // The canonical path of cur, kept only for the names of deny-read directories (HiddenLookup).
+  std::string where;
+  const bool names = c->r.names.enabled;
   if (path[0] == '/') {
     if (int e = OpenRoot(&cur)) return e;
+    where = "/";
   } else {
     cur.Reset(fcntl(base, F_DUPFD_CLOEXEC, 0));
     if (cur.fd < 0) return -errno;
+    struct stat bs;
+    if (names) where = fstat(cur.fd, &bs) == 0 ? nargs::PathOf(cur.fd, bs) : "?";  // "?": fail closed
   }
   std::vector<std::string> todo;
   nargs::PushPath(path, &todo);
@@ -319,6 +325,7 @@ int Resolve(Ctx* c, int base, const std::string& path, bool follow_last, Fd* out
     const std::string name = todo.back();
     todo.pop_back();
     const bool last = todo.empty();
+    if (names && HiddenLookup(c->r.names, where, name)) return -ENOENT;
     Fd next(openat(cur.fd, name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
     if (next.fd < 0) return -errno;
     struct stat st;
@@ -329,6 +336,7 @@ int Resolve(Ctx* c, int base, const std::string& path, bool follow_last, Fd* out
         out->Reset(next.Release());
         return 0;
       }
+      if (names) StepPath(&where, name);
       cur = std::move(next);
       continue;
     }
@@ -348,9 +356,10 @@ int Resolve(Ctx* c, int base, const std::string& path, bool follow_last, Fd* out
       if (int e = JudgeProc(c, cur.fd)) return e;
       Fd to(openat(cur.fd, name.c_str(), O_PATH | O_CLOEXEC));
       if (to.fd < 0) return -errno;
+      struct stat ts;
+      if (names) where = fstat(to.fd, &ts) == 0 ? nargs::PathOf(to.fd, ts) : "?";
       if (last) {
         if (slash) {
-          struct stat ts;
           if (fstat(to.fd, &ts) != 0) return -errno;
           if (!S_ISDIR(ts.st_mode)) return -ENOTDIR;
         }
@@ -369,10 +378,11 @@ int Resolve(Ctx* c, int base, const std::string& path, bool follow_last, Fd* out
     const std::string target(buf, static_cast<size_t>(len));
     if (target[0] == '/') {
       if (int e = OpenRoot(&cur)) return e;
+      where = "/";
     }
     if (last && target.back() == '/') slash = true;
     nargs::PushPath(target, &todo);
-    if (todo.empty()) {  // a link to "/"
+    if (todo.empty()) {  // a link to "/""
       out->Reset(cur.Release());
       return 0;
     }

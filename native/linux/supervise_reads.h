@@ -23,6 +23,7 @@
 #include "landlock.h"
 #include "notify_abi.h"
 #include "supervise_signals.h"
+#include "supervise_stats.h"
 
 namespace psb {
 
@@ -38,6 +39,10 @@ struct ReadRules {
   std::shared_ptr<ReadOpener> opener;
   // The sandbox's share of FIFO waiters (answer_later.h), the path class's too; null: none.
   std::shared_ptr<later::Share> fifo_waiters;
+  // With deny-read paths under readable roots (the stat class's rules, supervise_stats.h): an
+  // open of a name inside a denied directory answers ENOENT, as for a missing one, before the
+  // name is looked up (the opener's Landlock rules would say EACCES, and a directory opens).
+  StatRules names;
 };
 
 // Parent side, before the command starts: a thread of the host that set no_new_privs, dropped

@@ -136,21 +136,6 @@ long Longest(const std::string& p, const std::vector<std::string>& roots) {
   return best;
 }
 
-// Whether looking `name` up in directory `dir` (its canonical path; empty: it has none) would
-// tell something of a deny-read directory's contents.
-bool Hidden(const StatRules& r, const std::string& dir, const std::string& name) {
-  if (dir.empty()) return false;  // a pipe, a socket: nothing is looked up in it
-  if (dir[0] != '/') return true;  // a path too long to read back: fail closed
-  const long deny = Longest(dir, r.deny_read);
-  if (deny < 0 || deny <= Longest(dir, r.readable)) return false;
-  // Inside a denied directory: only the way down to a root nested in it stays open.
-  const std::string child = dir == "/" ? "/" + name : dir + "/" + name;
-  for (const std::string& g : r.readable) {
-    if (static_cast<long>(g.size()) > deny && (nargs::Under(g, child) || nargs::Under(child, g))) return false;
-  }
-  return true;
-}
-
 // The walk of one call (step 2): the directory reached (cur) and its canonical path (where).
 struct Walk {
   const StatRules& r;
@@ -168,17 +153,6 @@ struct Walk {
     cur.Reset(open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
     where = "/";
     return cur.fd < 0 ? -errno : 0;
-  }
-
-  // where, after stepping to `name` from it.
-  void Step(const std::string& name) {
-    if (where.empty() || name == ".") return;
-    if (name == "..") {
-      const size_t slash = where.rfind('/');
-      where = slash == 0 || slash == std::string::npos ? "/" : where.substr(0, slash);
-      return;
-    }
-    where = where == "/" ? "/" + name : where + "/" + name;
   }
 
   bool ProcRoot(int fd) {
@@ -236,14 +210,14 @@ struct Walk {
       const std::string name = todo.back();
       todo.pop_back();
       const bool last = todo.empty();
-      if (name != "." && name != ".." && Hidden(r, where, name)) return -ENOENT;
+      if (HiddenLookup(r, where, name)) return -ENOENT;
       Fd next(openat(cur.fd, name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
       if (next.fd < 0) return -errno;
       struct stat st;
       if (fstat(next.fd, &st) != 0) return -errno;
       if (!S_ISLNK(st.st_mode) || (last && !follow_last && !slash)) {
         if (last && slash && !S_ISDIR(st.st_mode)) return -ENOTDIR;
-        Step(name);
+        StepPath(&where, name);
         cur = std::move(next);
         continue;
       }
@@ -442,6 +416,29 @@ long Emulate(int listener, const Call& c, const SeccompNotif& n, const StatRules
 }
 
 }  // namespace
+
+bool HiddenLookup(const StatRules& r, const std::string& dir, const std::string& name) noexcept {
+  if (!r.enabled || dir.empty() || name == "." || name == "..") return false;  // no path: a pipe, a socket
+  if (dir[0] != '/') return true;  // a path too long to read back: fail closed
+  const long deny = Longest(dir, r.deny_read);
+  if (deny < 0 || deny <= Longest(dir, r.readable)) return false;
+  // Inside a denied directory: only the way down to a root nested in it stays open.
+  const std::string child = dir == "/" ? "/" + name : dir + "/" + name;
+  for (const std::string& g : r.readable) {
+    if (static_cast<long>(g.size()) > deny && (nargs::Under(g, child) || nargs::Under(child, g))) return false;
+  }
+  return true;
+}
+
+void StepPath(std::string* where, const std::string& name) noexcept {
+  if (where->empty() || name == ".") return;
+  if (name == "..") {
+    const size_t slash = where->rfind('/');
+    *where = slash == 0 || slash == std::string::npos ? "/" : where->substr(0, slash);
+    return;
+  }
+  *where = *where == "/" ? "/" + name : *where + "/" + name;
+}
 
 bool IsStatCall(int nr) noexcept { return FindCall(nr) != nullptr; }
 

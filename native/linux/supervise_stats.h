@@ -32,6 +32,14 @@ struct StatRules {
   dev_t proc_dev = 0;
 };
 
+// Whether looking `name` up in directory `dir` (its canonical path; empty: it has none) would
+// tell something of a deny-read directory's contents ("." and ".." never do). False unless
+// rules.enabled. The read class asks it too (supervise_reads.cc, with /proc privacy).
+bool HiddenLookup(const StatRules& rules, const std::string& dir, const std::string& name) noexcept;
+
+// *where (a canonical path, or empty: none), after stepping to component `name` from it.
+void StepPath(std::string* where, const std::string& name) noexcept;
+
 // Whether HandleStat answers syscall nr (the calls the filter sends for notify_stats).
 bool IsStatCall(int nr) noexcept;
 

@@ -230,6 +230,43 @@ describe.each(MODES)('names inside a deny-read directory cannot be guessed, $nam
     expect(a.id_rsa.trailing.stat).toBe('ENOTDIR');
   });
 
+  it.skipIf(skip)('with procPrivacy, read-only opens of names inside answer as missing too; ordinary ones open', async () => {
+    const code = String.raw`
+import errno, json, os, sys
+home, ws = sys.argv[1:3]
+def res(f):
+    try:
+        f()
+        return 'ok'
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+def op(p, flags, dir_fd=None):
+    return res(lambda: os.close(os.open(p, flags, dir_fd=dir_fd)))
+out = {}
+fd_home = os.open(home, os.O_RDONLY | os.O_DIRECTORY)
+for dn in ['.ssh', 'plain']:
+    for n in sys.argv[3:]:
+        d = home + '/' + dn
+        out[dn + '/' + n] = [op(d + '/' + n, os.O_RDONLY), op(d + '/' + n, os.O_RDONLY | os.O_DIRECTORY),
+            op(ws + '/../home/' + dn + '/' + n, os.O_RDONLY), op(dn + '/' + n, os.O_RDONLY, fd_home),
+            op('/proc/self/fd/%d/%s/%s' % (fd_home, dn, n), os.O_RDONLY), op(d + '/sub/../' + n, os.O_RDONLY | os.O_NOFOLLOW)]
+print('RES ' + json.dumps(out))
+`;
+    const pol = modePolicy(mode, { procPrivacy: true, filesystem: { write: [scene.ws], denyRead: [path.join(home, '.ssh')] } });
+    const r = await py(code, [home, scene.ws, ...EXISTING, ...MISSING], { cwd: scene.ws, policy: pol });
+    expect(r.code, r.stderr).toBe(0);
+    const line = r.stdout.split('\n').find((l) => l.startsWith('RES ')) ?? '';
+    const a = JSON.parse(line.slice(4)) as Record<string, string[]>;
+    const missing = a['.ssh/nope'];
+    if (landlock) expect(missing).toEqual(Array(6).fill('ENOENT'));
+    for (const n of [...EXISTING, 'nosub/deep']) expect(a[`.ssh/${n}`], n).toEqual(missing);
+    // Positive control: the same opens in an ordinary directory.
+    expect(a['plain/id_rsa']).toEqual(['ok', 'ENOTDIR', 'ok', 'ok', 'ok', 'ok']);
+    expect(a['plain/sub']).toEqual(['ok', 'ok', 'ok', 'ok', 'ok', 'ok']);
+    expect(a['plain/lnk'].slice(0, 5)).toEqual(['ok', 'ENOTDIR', 'ok', 'ok', 'ok']);
+    expect(a['plain/nope']).toEqual(Array(6).fill('ENOENT'));
+  });
+
   it.skipIf(skip)('a path swapped while the call waits never reaches a denied name (the call is carried out on one copy)', async () => {
     // One thread flips the string between an ordinary file (3 bytes) and the denied id_rsa (15)
     // while the other stats it: whatever string each call caught, it never answers with the
