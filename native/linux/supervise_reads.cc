@@ -12,7 +12,9 @@
 //      still waiting in the call;
 //   2. with this thread's effective capabilities cleared (the kernel's directory search checks
 //      answer for the command's uid and gids), resolve the path here, one component at a time,
-//      each opened O_PATH|O_NOFOLLOW in the directory pinned before it. An ordinary symlink is
+//      each opened O_PATH|O_NOFOLLOW in the directory pinned before it (with a deny-read path
+//      under a readable root, a name inside a denied directory is never looked up: ENOENT, as
+//      for a missing one; supervise_stats.h HiddenLookup). An ordinary symlink is
 //      read and followed here (at most 40, the kernel's limit). procfs's own links are the
 //      command's, not the host's: /proc/self and /proc/thread-self are the calling task's
 //      process and thread, /proc/mounts and /proc/net are read and followed as text (they point
