@@ -1282,8 +1282,11 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
         ? { denyReadCarve: { rules: carve.rules.length, chainDirs: carve.chainDirs, ...(carve.unlisted.length ? { unlisted: carve.unlisted } : {}) } }
         : {}),
       // The names inside them: listings refused, and a stat, access, readlink or xattr read of a
-      // name inside answers as for a missing one (native/linux/supervise_stats.cc).
-      ...(carve && listDenied ? { denyReadNames: 'unlisted, stat answers as missing (seccomp-user-notif)' } : {}),
+      // name inside (with procPrivacy a read-only open too) answers as for a missing one
+      // (native/linux/supervise_stats.cc).
+      ...(carve && listDenied
+        ? { denyReadNames: `unlisted; stat, access, readlink, xattrs${procPrivate ? ' and read-only opens' : ''} answer as missing (seccomp-user-notif)` }
+        : {}),
       ...(mode === 'landlock' ? { signals: abi >= 6 ? 'landlock-scope' : signalSupervised ? 'seccomp-user-notif' : 'none' } : {}),
       processCap,
       memoryCap,
