@@ -218,7 +218,7 @@ async function fileHeavyBench(p) {
   }
   const tarball = path.join(root, 'tree.tar');
   cp.execFileSync('tar', ['cf', tarball, '-C', src, '.']);
-  fs.mkdirSync(path.join(root, 'home'));
+  fs.mkdirSync(path.join(root, 'home', '.ssh'), { recursive: true });
   const env = {
     PATH: process.env.PATH,
     HOME: path.join(root, 'home'),
@@ -243,8 +243,9 @@ async function fileHeavyBench(p) {
     if (code !== 0) throw new Error(`file-heavy workload, ${what}: exit ${code}`);
   };
   const variants = [['unsandboxed (child_process)', (cwd) => new Promise((res, rej) => cp.spawn('/bin/sh', ['-c', script], { cwd, env, stdio: 'ignore' }).once('error', rej).once('exit', (c) => res(check('unsandboxed', c))))]];
-  const ours = (mode, procPrivacy = false) => async (cwd) => {
-    const policy = { mode, filesystem: { write: [cwd] }, network: 'none', ...(mode === 'landlock' ? { degraded: true } : {}), ...(procPrivacy ? { procPrivacy } : {}) };
+  const ours = (mode, procPrivacy = false, denyRead = false) => async (cwd) => {
+    const filesystem = { write: [cwd], ...(denyRead ? { denyRead: [path.join(root, 'home', '.ssh')] } : {}) };
+    const policy = { mode, filesystem, network: 'none', ...(mode === 'landlock' ? { degraded: true } : {}), ...(procPrivacy ? { procPrivacy } : {}) };
     check(mode, (await spawn('/bin/sh', ['-c', script], { cwd, env, stdio: 'ignore', policy }).exited).code);
   };
   if (p.features.isolatedMode) variants.push(['isolated mode', ours('isolated')]);
@@ -252,6 +253,9 @@ async function fileHeavyBench(p) {
   // procPrivacy: every read-only open (git reads the index, objects, config...) also goes to
   // the supervisor, and those of files through its Landlock-confined opener thread.
   if (p.features.landlockMode && p.features.metadataSupervisor) variants.push(['landlock, procPrivacy', ours('landlock', true)]);
+  // A deny-read directory under the readable root: every listing and every stat, access and
+  // readlink (git status lstats each file) also goes to the supervisor (supervise_stats.cc).
+  if (p.features.landlockMode && p.features.metadataSupervisor) variants.push(['landlock, deny-read', ours('landlock', false, true)]);
   const times = new Map(variants.map(([n]) => [n, []]));
   try {
     for (let r = 0; r < runs; r++) {

@@ -65,6 +65,11 @@ export interface LinuxNativePlan {
       denyRead?: string[];
       /** Deny-read under readable roots: getdents of a denied directory is refused (Landlock mode). */
       listDirs?: boolean;
+      /**
+       * With listDirs: stat, access, readlink and xattr reads on a path go to the stat class,
+       * which answers as for a missing name inside a denied directory (supervise_stats.cc).
+       */
+      statNames?: boolean;
       inotify?: { instances: number; watches: number };
     };
     /**

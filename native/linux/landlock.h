@@ -70,7 +70,7 @@ struct LandlockPlan {
   static constexpr uint8_t kPathExact = 1;
   // A prepared sandbox (spawn_spare.cc) does not check that the path still names the inode its
   // rule was made for: the entries of the host's temp dir, carved only to keep other runs'
-  // TMPDIRs out (lib/platform/linux-plan.ts tmpShield), which others create and remove all the
+  // TMPDIRs out (lib/platform/linux/plan.ts tmpShield), which others create and remove all the
   // time. Its rule on an older inode grants nothing a fresh plan would withhold (linux/spare.ts).
   static constexpr uint8_t kPathVolatile = 2;
   std::vector<uint16_t> connect_ports;  // TCP connect allowed to these ports (when net handled)

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <memory>
@@ -176,6 +177,13 @@ void ParsePlan(Napi::Env env, const Napi::Object& o, LinuxSpawnPlan* out, Superv
           metadata.list_dirs = true;
           cfg.notify_listdir = true;
         }
+        // The same: a guessed name's stat, access, readlink and xattrs answer as missing (statNames).
+        if (GetBool(ms.As<Napi::Object>(), "statNames", false)) {
+          struct stat pst;
+          if (stat("/proc", &pst) != 0) ThrowSandboxError(env, Status::Sys(ErrorCode::kESECCOMP_INSTALL, "deny-read: /proc cannot be looked up", "stat", errno));
+          supervisor->stats = {true, metadata.readable, metadata.deny_read, pst.st_dev};
+          cfg.notify_stats = true;
+        }
       }
       metadata.enabled = true;
       cfg.notify_metadata = true;
@@ -220,6 +228,8 @@ void ParsePlan(Napi::Env env, const Napi::Object& o, LinuxSpawnPlan* out, Superv
       supervisor->reads.opener_plan = std::make_shared<const LandlockPlan>(plan.landlock_plan);
       supervisor->reads.enabled = true;
       cfg.notify_reads = true;
+      // With the stat class, an open of a name inside a denied directory answers as missing too.
+      supervisor->reads.names = supervisor->stats;
       // Listings of /proc show the sandbox's own pids only: the listing is carried out on the
       // command's own open directory (pidfd_getfd), or in the procfs way on a reopen of it that
       // then takes its place (supervise_metadata.cc, ListReopened).

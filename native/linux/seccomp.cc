@@ -273,7 +273,7 @@ int BuildSeccompFilterUncached(const SeccompConfig& cfg, std::vector<sock_filter
     return -EINVAL;
   }
   // The path and listing supervision share the metadata supervisor's listener and kernel requirements.
-  if ((cfg.notify_paths || cfg.notify_listdir) && !cfg.notify_metadata) {
+  if ((cfg.notify_paths || cfg.notify_listdir || cfg.notify_stats) && !cfg.notify_metadata) {
     out->clear();
     return -EINVAL;
   }
@@ -324,7 +324,7 @@ int BuildSeccompFilter(const SeccompConfig& cfg, std::vector<sock_filter>* out) 
   const unsigned key = static_cast<unsigned>(cfg.net) | (cfg.isolated ? 4u : 0u) | (cfg.unix_stream_sockets ? 8u : 0u) |
                        (cfg.notify_connect ? 16u : 0u) | (cfg.notify_metadata ? 32u : 0u) | (cfg.notify_paths ? 64u : 0u) |
                        (cfg.notify_listdir ? 128u : 0u) | (cfg.notify_signals ? 256u : 0u) | (cfg.notify_reads ? 512u : 0u) |
-                       (cfg.trace_forks ? 1024u : 0u);
+                       (cfg.trace_forks ? 1024u : 0u) | (cfg.notify_stats ? 2048u : 0u);
   static std::mutex mu;
   static std::vector<sock_filter> built[kSeccompConfigs];
   static int result[kSeccompConfigs];

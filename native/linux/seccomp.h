@@ -139,6 +139,10 @@ struct SeccompConfig {
   // Read-only open and openat stop too, for the read supervisor
   // (supervise_reads.cc), which hides other processes' /proc entries and /proc/net.
   bool notify_reads = false;
+  // Landlock mode with deny-read paths under readable roots (needs notify_metadata): the stat
+  // family, statfs, access, readlink and getxattr/listxattr on a path stop too, for the stat class
+  // (supervise_stats.cc), which answers as for a missing name inside a denied directory.
+  bool notify_stats = false;
   // Root without a pids cgroup (either mode): clone, fork and vfork stop in SECCOMP_RET_TRACE
   // for init, the tree's tracer, which counts the sandbox's tasks and fails creations past the
   // cap with EAGAIN (spawn_trace.cc). Without a tracer the kernel fails them (ENOSYS).

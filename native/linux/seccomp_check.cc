@@ -129,6 +129,7 @@ int SeccompSelfCheck(long* cases, int* configs, char* first, size_t first_len) n
     cfg.notify_signals = (key & 256) != 0;
     cfg.notify_reads = (key & 512) != 0;
     cfg.trace_forks = (key & 1024) != 0;
+    cfg.notify_stats = (key & 2048) != 0;
     std::vector<sock_filter> prog;
     if (BuildSeccompFilter(cfg, &prog) != 0) continue;  // a config the builder refuses
     ++built;

@@ -125,6 +125,11 @@ constexpr int kNrVfork = __NR_vfork;
 constexpr int kNrFork = kSkip;
 constexpr int kNrVfork = kSkip;
 #endif
+#ifdef __NR_stat
+constexpr int kNrStat = __NR_stat, kNrLstat = __NR_lstat, kNrAccess = __NR_access, kNrReadlink = __NR_readlink;
+#else
+constexpr int kNrStat = kSkip, kNrLstat = kSkip, kNrAccess = kSkip, kNrReadlink = kSkip;
+#endif
 #ifdef __NR_renameat
 constexpr int kNrRenameat = __NR_renameat;  // not on aarch64 (renameat2 only)
 #else
@@ -186,6 +191,11 @@ constexpr uint32_t kPrivacyDeny = 0x00030005u;
 // spawn_trace.cc): SECCOMP_RET_TRACE, so that init counts it before it happens; else ALLOW.
 // Without a tracer RET_TRACE fails the call (ENOSYS): a process that escaped the trace cannot fork.
 constexpr uint32_t kTraceForks = 0x00030006u;
+// Calls that tell whether a name exists (the stat family, statfs, access, readlink,
+// getxattr/listxattr on a path): USER_NOTIF when the config asks the stat class to answer them
+// (SeccompConfig::notify_stats: deny-read paths under readable roots in Landlock mode,
+// supervise_stats.cc), else ALLOW.
+constexpr uint32_t kSuperviseStats = 0x00030007u;
 // fcntl(2) commands that name a process to receive SIGIO/SIGURG (and F_SETSIG's signal) later.
 constexpr uint32_t kFSetOwn = 8u;
 constexpr uint32_t kFSetOwnEx = 15u;
@@ -509,6 +519,26 @@ constexpr Rule kRules[] = {
     // (supervise_metadata.cc, kListDir).
     Rule{__NR_getdents64, kAnyNet, kLandlock, kSuperviseList, {}},
     Rule{kNrGetdents, kAnyNet, kLandlock, kSuperviseList, {}},
+    // Landlock does not check a lookup, a stat, access or readlink: the names inside a deny-read
+    // directory could be guessed and their sizes and times read. The stat class answers these
+    // as for a missing name there (supervise_stats.cc).
+    Rule{kNrStat, kAnyNet, kLandlock, kSuperviseStats, {}},
+    Rule{kNrLstat, kAnyNet, kLandlock, kSuperviseStats, {}},
+    Rule{__NR_newfstatat, kAnyNet, kLandlock, kSuperviseStats, {}},
+    Rule{__NR_statx, kAnyNet, kLandlock, kSuperviseStats, {}},
+    Rule{kNrAccess, kAnyNet, kLandlock, kSuperviseStats, {}},
+    Rule{__NR_faccessat, kAnyNet, kLandlock, kSuperviseStats, {}},
+    Rule{__NR_faccessat2, kAnyNet, kLandlock, kSuperviseStats, {}},
+    Rule{kNrReadlink, kAnyNet, kLandlock, kSuperviseStats, {}},
+    Rule{__NR_readlinkat, kAnyNet, kLandlock, kSuperviseStats, {}},
+    Rule{__NR_getxattr, kAnyNet, kLandlock, kSuperviseStats, {}},
+    Rule{__NR_lgetxattr, kAnyNet, kLandlock, kSuperviseStats, {}},
+    Rule{__NR_listxattr, kAnyNet, kLandlock, kSuperviseStats, {}},
+    Rule{__NR_llistxattr, kAnyNet, kLandlock, kSuperviseStats, {}},
+    Rule{__NR_getxattrat, kAnyNet, kLandlock, kSuperviseStats, {}},
+    Rule{__NR_listxattrat, kAnyNet, kLandlock, kSuperviseStats, {}},
+    Rule{__NR_statfs, kAnyNet, kLandlock, kSuperviseStats, {}},
+    Rule{__NR_file_getattr, kAnyNet, kLandlock, kSuperviseStats, {}},
     When(kNrCreat, kAnyNet, kIsolated, kAllow, Clause{{AnyBit(1, kSetIdBits)}, kEperm}),
     When(kNrOpen, kAnyNet, kIsolated, kAllow, Clause{{AnyBit(1, kCreateFlags), AnyBit(2, kSetIdBits)}, kEperm}),
     When(__NR_openat, kAnyNet, kIsolated, kAllow, Clause{{AnyBit(2, kCreateFlags), AnyBit(3, kSetIdBits)}, kEperm}),
@@ -628,7 +658,7 @@ inline bool Applies(const Rule& r, uint8_t net, uint8_t mode) {
 }
 
 // Every SeccompConfig has a key below this (BuildSeccompFilter's cache, the self-check's sweep).
-constexpr unsigned kSeccompConfigs = 2048;
+constexpr unsigned kSeccompConfigs = 4096;
 
 // A table action as this config makes it: the placeholder actions (kSupervise...) become a real
 // return value, USER_NOTIF/TRACE/EPERM when the config has the mechanism, else ALLOW.
@@ -642,6 +672,7 @@ inline uint32_t ResolveAction(const SeccompConfig& cfg, uint32_t a) {
     case kSuperviseReads: return on(cfg.notify_reads, kSeccompRetUserNotif);
     case kPrivacyDeny: return on(cfg.notify_reads, kEperm);
     case kTraceForks: return on(cfg.trace_forks, kSeccompRetTrace);
+    case kSuperviseStats: return on(cfg.notify_stats, kSeccompRetUserNotif);
     default: return a;
   }
 }

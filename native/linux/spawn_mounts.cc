@@ -238,7 +238,7 @@ bool UncreatableInChild(long r) { return r == -EACCES || r == -EROFS; }
 
 // A read-only file holding `data`, put over the existing file at `path`: the sandbox's own view
 // of it (a repository's .git/info/exclude that also names the run's placeholders, planMounts in
-// lib/platform/linux-plan.ts). The file is made in a tmpfs mounted over /proc for a moment, as
+// lib/platform/linux/plan.ts). The file is made in a tmpfs mounted over /proc for a moment, as
 // the masks' are (kProc comes later), and cloned detached: nothing is written on the host.
 static long ViewFileInChild(const char* path, const char* data) {
   long r = Sys(__NR_mount, "tmpfs", "/proc", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=1m,nr_inodes=4");
@@ -266,7 +266,7 @@ static long ViewFileInChild(const char* path, const char* data) {
 }
 
 // MountOp.arg of Pin and BindRo steps: the path may vanish between planning and now (VANISH_OK
-// in lib/platform/linux-plan.ts, which explains why skipping these, and only these, is safe).
+// in lib/platform/linux/plan.ts, which explains why skipping these, and only these, is safe).
 constexpr int kVanishOk = 1;
 
 long RunMountOpInChild(ChildArgs* a, size_t i) {

@@ -79,11 +79,20 @@
 #ifndef __NR_setxattrat
 #define __NR_setxattrat 463
 #endif
+#ifndef __NR_getxattrat
+#define __NR_getxattrat 464
+#endif
+#ifndef __NR_listxattrat
+#define __NR_listxattrat 465
+#endif
 #ifndef __NR_removexattrat
 #define __NR_removexattrat 466
 #endif
 #ifndef __NR_open_tree_attr
 #define __NR_open_tree_attr 467
+#endif
+#ifndef __NR_file_getattr
+#define __NR_file_getattr 468
 #endif
 #ifndef __NR_file_setattr
 #define __NR_file_setattr 469

@@ -26,8 +26,8 @@ set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd -P)
 ROOT=$(cd "$HERE/../.." && pwd -P)
 ROWS=${*:-docker:root docker:user exec-server}
-# The suites that check modes, carve-outs, deny-read, /proc and limits (what Landlock mode must hold in a container).
-SUITES=${PSB_CONTAINERS_SUITES:-test/linux/modes.test.ts test/linux/threats-fs.test.ts test/linux/threats-proc.test.ts test/linux/threats-rob.test.ts test/linux/kernel-matrix.test.ts test/linux/landlock-holes.test.ts test/linux/process-cap-no-cgroup.test.ts test/linux/landlock-exec-written.test.ts}
+# The suites that check modes, carve-outs, deny-read (its names too), /proc and limits (what Landlock mode must hold in a container).
+SUITES=${PSB_CONTAINERS_SUITES:-test/linux/modes.test.ts test/linux/threats-fs.test.ts test/linux/threats-proc.test.ts test/linux/threats-rob.test.ts test/linux/kernel-matrix.test.ts test/linux/landlock-holes.test.ts test/linux/process-cap-no-cgroup.test.ts test/linux/landlock-exec-written.test.ts test/linux/landlock-denyread-stat.test.ts}
 WORKERS=${PSB_CONTAINERS_WORKERS:-2}
 STATE=${PSB_CONTAINERS_STATE:-/var/lib/process-sandbox/docker}
 RUN=/run/process-sandbox-docker

@@ -1,5 +1,5 @@
 /**
- * Landlock mode's supervision is per sandbox (native/linux/supervisor.cc, Confinement): what one
+ * Landlock mode's supervision is per sandbox (native/linux/supervisor/supervisor.cc, Confinement): what one
  * sandbox's supervision holds (waiter threads, fds) counts against that sandbox's own share and
  * its own fd table, never the host's; and supervision that goes away mid-run (the Worker that
  * spawned the sandbox is terminated) takes nothing of the host with it.

@@ -273,7 +273,7 @@ function planMetadataSupervisor(s: PlanState): void {
               // Everything, and the roots nested in denied paths (most specific wins).
               readable: ['/', ...rules.readRoots, ...rules.writeRoots, ...(input.landlockTmpDir ? [realpathOrNull(input.landlockTmpDir) ?? input.landlockTmpDir] : [])],
               denyRead: denied,
-              ...(listDenied ? { listDirs: true } : {}),
+              ...(listDenied ? { listDirs: true, statNames: true } : {}),
             }
           : {}
         : {
@@ -290,7 +290,7 @@ function planMetadataSupervisor(s: PlanState): void {
               ),
             ],
             denyRead: denied,
-            ...(carve && listDenied ? { listDirs: true } : {}),
+            ...(carve && listDenied ? { listDirs: true, statNames: true } : {}),
           }),
     };
   }
@@ -621,6 +621,12 @@ function mechanismsOf(s: PlanState, caps: Caps): EnforcementReport['mechanisms']
     // are fixed for the run (README: "deny-read in Landlock mode").
     ...(carve
       ? { denyReadCarve: { rules: carve.rules.length, chainDirs: carve.chainDirs, ...(carve.unlisted.length ? { unlisted: carve.unlisted } : {}) } }
+      : {}),
+    // The names inside them: listings refused, and a stat, access, readlink or xattr read of a
+    // name inside (with procPrivacy a read-only open too) answers as for a missing one
+    // (native/linux/supervisor/supervise_stats.cc).
+    ...(carve && s.listDenied
+      ? { denyReadNames: `unlisted; stat, access, readlink, xattrs${procPrivate ? ' and read-only opens' : ''} answer as missing (seccomp-user-notif)` }
       : {}),
     ...(mode === 'landlock' ? { signals: abi >= 6 ? 'landlock-scope' : signalSupervised ? 'seccomp-user-notif' : 'none' } : {}),
     processCap,

@@ -181,6 +181,19 @@ void RaiseThreadCaps() {
 
 bool ThreadCapsCleared() { return thread_caps.cleared; }
 
+// Prepends the components of `text` to `todo` (kept in reverse: the next one is at the back).
+void PushPath(const std::string& text, std::vector<std::string>* todo) {
+  std::vector<std::string> parts;
+  size_t at = 0;
+  while (at <= text.size()) {
+    size_t slash = text.find('/', at);
+    if (slash == std::string::npos) slash = text.size();
+    if (slash > at) parts.push_back(text.substr(at, slash - at));
+    at = slash + 1;
+  }
+  for (auto it = parts.rbegin(); it != parts.rend(); ++it) todo->push_back(*it);
+}
+
 bool Under(const std::string& p, const std::string& root) {
   if (root == "/") return true;
   return p.compare(0, root.size(), root) == 0 && (p.size() == root.size() || p[root.size()] == '/');

@@ -125,6 +125,10 @@ int ReadWithCapsRetry(F read) {
   return r;
 }
 
+// Prepends the components of path `text` to `todo`, kept in reverse (the next one at the back):
+// the resolvers' work list (supervise_reads.cc, supervise_stats.cc); empty components dropped.
+void PushPath(const std::string& text, std::vector<std::string>* todo);
+
 // Whether canonical path p is root or lies below it.
 bool Under(const std::string& p, const std::string& root);
 

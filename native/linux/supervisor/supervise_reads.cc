@@ -12,7 +12,9 @@
 //      still waiting in the call;
 //   2. with this thread's effective capabilities cleared (the kernel's directory search checks
 //      answer for the command's uid and gids), resolve the path here, one component at a time,
-//      each opened O_PATH|O_NOFOLLOW in the directory pinned before it. An ordinary symlink is
+//      each opened O_PATH|O_NOFOLLOW in the directory pinned before it (with a deny-read path
+//      under a readable root, a name inside a denied directory is never looked up: ENOENT, as
+//      for a missing one; supervise_stats.h HiddenLookup). An ordinary symlink is
 //      read and followed here (at most 40, the kernel's limit). procfs's own links are the
 //      command's, not the host's: /proc/self and /proc/thread-self are the calling task's
 //      process and thread, /proc/mounts and /proc/net are read and followed as text (they point
@@ -289,19 +291,6 @@ bool IsProcRoot(const ReadRules& r, int fd) {
   return fstat(fd, &st) == 0 && st.st_dev == r.proc_dev && st.st_ino == 1;  // PROC_ROOT_INO
 }
 
-// Prepends the components of `text` to `todo` (kept in reverse: the next one is at the back).
-void PushPath(const std::string& text, std::vector<std::string>* todo) {
-  std::vector<std::string> parts;
-  size_t at = 0;
-  while (at <= text.size()) {
-    size_t slash = text.find('/', at);
-    if (slash == std::string::npos) slash = text.size();
-    if (slash > at) parts.push_back(text.substr(at, slash - at));
-    at = slash + 1;
-  }
-  for (auto it = parts.rbegin(); it != parts.rend(); ++it) todo->push_back(*it);
-}
-
 int OpenRoot(Fd* cur) {
   cur->Reset(open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
   return cur->fd < 0 ? -errno : 0;
@@ -313,14 +302,20 @@ int OpenRoot(Fd* cur) {
 int Resolve(Ctx* c, int base, const std::string& path, bool follow_last, Fd* out) {
   if (path.empty()) return -ENOENT;
   Fd cur;
+  // The canonical path of cur, kept only for the names of deny-read directories (HiddenLookup).
+  std::string where;
+  const bool names = c->r.names.enabled;
   if (path[0] == '/') {
     if (int e = OpenRoot(&cur)) return e;
+    where = "/";
   } else {
     cur.Reset(fcntl(base, F_DUPFD_CLOEXEC, 0));
     if (cur.fd < 0) return -errno;
+    struct stat bs;
+    if (names) where = fstat(cur.fd, &bs) == 0 ? nargs::PathOf(cur.fd, bs) : "?";  // "?": fail closed
   }
   std::vector<std::string> todo;
-  PushPath(path, &todo);
+  nargs::PushPath(path, &todo);
   // A trailing slash: the last component must be a directory, and a link there is followed.
   bool slash = path.back() == '/';
   if (todo.empty()) {  // "/" or "///"
@@ -332,6 +327,7 @@ int Resolve(Ctx* c, int base, const std::string& path, bool follow_last, Fd* out
     const std::string name = todo.back();
     todo.pop_back();
     const bool last = todo.empty();
+    if (names && HiddenLookup(c->r.names, where, name)) return -ENOENT;
     Fd next(openat(cur.fd, name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
     if (next.fd < 0) return -errno;
     struct stat st;
@@ -342,6 +338,7 @@ int Resolve(Ctx* c, int base, const std::string& path, bool follow_last, Fd* out
         out->Reset(next.Release());
         return 0;
       }
+      if (names) StepPath(&where, name);
       cur = std::move(next);
       continue;
     }
@@ -353,7 +350,7 @@ int Resolve(Ctx* c, int base, const std::string& path, bool follow_last, Fd* out
         if (me <= 0) return -ESRCH;
         std::string to = std::to_string(me);
         if (name == "thread-self") to += "/task/" + std::to_string(c->n.pid);
-        PushPath(to, &todo);
+        nargs::PushPath(to, &todo);
         continue;
       }
     } else if (OnProc(next.fd)) {
@@ -361,9 +358,10 @@ int Resolve(Ctx* c, int base, const std::string& path, bool follow_last, Fd* out
       if (int e = JudgeProc(c, cur.fd)) return e;
       Fd to(openat(cur.fd, name.c_str(), O_PATH | O_CLOEXEC));
       if (to.fd < 0) return -errno;
+      struct stat ts;
+      if (names) where = fstat(to.fd, &ts) == 0 ? nargs::PathOf(to.fd, ts) : "?";
       if (last) {
         if (slash) {
-          struct stat ts;
           if (fstat(to.fd, &ts) != 0) return -errno;
           if (!S_ISDIR(ts.st_mode)) return -ENOTDIR;
         }
@@ -382,10 +380,11 @@ int Resolve(Ctx* c, int base, const std::string& path, bool follow_last, Fd* out
     const std::string target(buf, static_cast<size_t>(len));
     if (target[0] == '/') {
       if (int e = OpenRoot(&cur)) return e;
+      where = "/";
     }
     if (last && target.back() == '/') slash = true;
-    PushPath(target, &todo);
-    if (todo.empty()) {  // a link to "/"
+    nargs::PushPath(target, &todo);
+    if (todo.empty()) {  // a link to "/""
       out->Reset(cur.Release());
       return 0;
     }

@@ -24,6 +24,7 @@
 #include "../landlock.h"
 #include "notify_abi.h"
 #include "supervise_signals.h"
+#include "supervise_stats.h"
 
 namespace psb {
 
@@ -42,6 +43,10 @@ struct ReadRules {
   std::shared_ptr<const LandlockPlan> opener_plan;
   // The sandbox's share of FIFO waiters (answer_later.h), the path class's too; null: none.
   std::shared_ptr<later::Share> fifo_waiters;
+  // With deny-read paths under readable roots (the stat class's rules, supervise_stats.h): an
+  // open of a name inside a denied directory answers ENOENT, as for a missing one, before the
+  // name is looked up (the opener's Landlock rules would say EACCES, and a directory opens).
+  StatRules names;
 };
 
 // Started by the sandbox's supervisor thread (whose fd table it shares): a thread of the host

@@ -173,7 +173,7 @@ void OnEnvTeardown(void* arg) {
 }
 
 // The classes of calls (one file each, see the top of the file).
-enum class CallClass { kContinue, kConnect, kMetadata, kPaths, kReads, kSignals };
+enum class CallClass { kContinue, kConnect, kMetadata, kPaths, kReads, kSignals, kStats };
 
 CallClass ClassOf(const Supervisor& s, const SeccompNotif& n) {
   const int nr = n.data.nr;
@@ -183,6 +183,7 @@ CallClass ClassOf(const Supervisor& s, const SeccompNotif& n) {
   if (s.config.reads.enabled && IsReadCall(n)) return CallClass::kReads;
   if (s.config.paths.enabled && IsPathCall(nr)) return CallClass::kPaths;
   if (s.config.signals.enabled && IsSignalCall(n)) return CallClass::kSignals;
+  if (s.config.stats.enabled && IsStatCall(nr)) return CallClass::kStats;
   return CallClass::kContinue;
 }
 
@@ -235,6 +236,8 @@ void Dispatch(Supervisor* s, const SeccompNotif& n) {
       HandleSignal(s->listener, n, s->config.signals);
       PSB_PROF_MARK(kOther);
       return;
+    case CallClass::kStats:
+      return HandleStat(s->listener, n, s->config.stats);
     case CallClass::kContinue:
       Continue(s->listener, n.id);
       PSB_PROF_MARK(kOther);

@@ -8,7 +8,8 @@
 // are counted against the sandbox's share of the uid's limits (supervisor.cc); write-opens,
 // creates, renames and removals are carried out outside read-only carve-outs only
 // (supervise_paths.cc); below Landlock ABI 6, signals reach members of the sandbox only
-// (supervise_signals.cc).
+// (supervise_signals.cc); with deny-read paths under readable roots, the stat family answers
+// for a name inside a denied directory as for a missing one (supervise_stats.cc).
 #pragma once
 
 #include <stdint.h>
@@ -19,6 +20,7 @@
 #include "supervise_paths.h"
 #include "supervise_reads.h"
 #include "supervise_signals.h"
+#include "supervise_stats.h"
 
 namespace psb {
 
@@ -31,6 +33,8 @@ struct SupervisorConfig {
   SignalRules signals;
   // Landlock mode with /proc privacy: read-only opens (supervise_reads.cc).
   ReadRules reads;
+  // Landlock mode with deny-read paths under readable roots: the stat family (supervise_stats.cc).
+  StatRules stats;
   // Landlock mode's inotify caps: how many instances (inotify_init*) and watches
   // (inotify_add_watch) the sandbox may create in its lifetime. The kernel counts both per uid,
   // host included, and tells nobody when one is released, so creations are what is counted.
