@@ -5,6 +5,7 @@
  * runs when it cannot enforce the rules (fail closed).
  */
 import type { Readable, Writable } from 'node:stream';
+import type { ChangesBackend, ChangesOptions } from './changes/types';
 import type { InterceptionOptions, ManagedProxy, ManagedProxyOptions } from './network';
 import type { ResolvedRules } from './rules';
 
@@ -30,6 +31,8 @@ export interface BackendSpawnRequest {
   arg0Customized?: boolean;
   /** Run on a pseudo-terminal of this size (stdio is then ignored: fds 0-2 are the terminal). */
   pty?: { cols: number; rows: number };
+  /** Record or stage what the command changes in its writable roots (lib/changes). */
+  changes?: ChangesOptions;
 }
 
 export interface SpawnNetworkOptions {
@@ -135,6 +138,8 @@ export interface BackendProcess {
   pty?: { stream: Readable & Writable; resize(cols: number, rows: number): void };
   /** Whether the exit watch keeps the host's event loop alive (SandboxedProcess.ref/unref). */
   setRef?(on: boolean): void;
+  /** With `changes`: the journal (record) or staged layer (stage) of this run. */
+  changes?: ChangesBackend;
 }
 
 export interface ProbeReport {

@@ -192,6 +192,8 @@ export interface LinuxNative extends NativeCommon, NativeRelay {
   removeLookalike(path: string): number;
   /** Whether systemd marked the cgroup directory delegated (trusted.delegate or user.delegate xattr). */
   cgroupDelegated(dir: string): boolean;
+  /** Reads (no value: the value, or -errno) or sets (0 or -errno) an xattr, never following a final symlink. */
+  xattr?(path: string, name: string, value?: string): string | number;
   /** Tasks /proc shows for real uid `uid` (mine) and for every uid (visible). */
   uidTaskCount(uid: number): { mine: number; visible: number } | undefined;
   /** Closes an fd on the libuv thread pool (the freeing of an unlinked inode stays off the JS thread). */

@@ -38,6 +38,7 @@ export const MountKind = {
   Sys: 17,
   Overlay: 18,
   ViewFile: 19,
+  StageOverlay: 20,
 } as const;
 
 /** MountOp.arg of a Pin or BindRo step whose path may have vanished since planning (planMounts). */
@@ -149,6 +150,14 @@ export interface LinuxPlanInput {
    * uidTaskCount). RLIMIT_NPROC is set to this plus the cap, since the kernel counts the uid's.
    */
   uidTasks?: number;
+  /**
+   * Isolated mode with changes: 'stage' (lib/changes/overlay.ts): the overlays over the writable
+   * roots and the mask over their layer dir. They go first, while every mount is still writable
+   * (overlayfs keeps a private clone of the upper dir's mount), so that every later step (the
+   * /tmp exposures, the read-only remount, the roots' writable binds, the carve-outs, pins,
+   * placeholders and masks inside the roots) acts on the overlay, as it would on the root.
+   */
+  stageMounts?: LinuxMountOp[];
 }
 
 export interface LinuxPlan {
@@ -612,6 +621,7 @@ export function planMounts(input: LinuxPlanInput): MountPlan {
   const protectGaps: string[] = [];
   const denyGaps: string[] = [];
   let tmpSlots = 0;
+  mounts.push(...(input.stageMounts ?? []));
 
   if (rules.tmp === 'private') {
     // Paths under /tmp the command must still see after /tmp is covered by a private tmpfs:

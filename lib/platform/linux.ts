@@ -11,6 +11,8 @@ import * as tty from 'node:tty';
 import type { Readable, Writable } from 'node:stream';
 import type { Backend, BackendProcess, BackendSpawnRequest, EnforcementReport, ExitInfo, ProbeReport } from '../backend';
 import { unsandboxedReport } from '../backend';
+import { overlayChanges } from '../changes/overlay';
+import { dropLayer, prepareIsolatedChanges, type StageLayer } from '../changes/overlay-layer';
 import { SandboxError } from '../errors';
 import type { LinuxNative, LinuxNativePlan, LinuxProbe, LinuxStdio } from '../native';
 import { ManagedProxy } from '../network';
@@ -598,6 +600,8 @@ export function createLinuxBackend(native: LinuxNative): Backend {
       let prepareNext: (() => void) | undefined;
       let prepareAfterExit: (() => void) | undefined;
       let basePlan: Omit<LinuxNativePlan, 'stdio'> | undefined;
+      // Isolated mode with `changes`: the overlays' layer (lib/changes/overlay-layer.ts).
+      let staged: { layer: StageLayer; journalDir?: string } | undefined;
       if (req.rules === null) {
         plan = {
           mode: 'plain',
@@ -613,7 +617,8 @@ export function createLinuxBackend(native: LinuxNative): Backend {
         // A spawn can be served by a spare made ahead unless it has a host pty (Landlock mode),
         // and in Landlock mode a terminal on stdio (its rule is made from the fd). A terminal made
         // inside an isolated sandbox is made with the spare, and is part of its shape.
-        if (!pty && typeof native.prepareSpare === 'function' && (mode === 'isolated' || !stdio.some(isTerminal))) {
+        // (Not with `changes`: each run stages into a layer of its own.)
+        if (!pty && !req.changes && typeof native.prepareSpare === 'function' && (mode === 'isolated' || !stdio.some(isTerminal))) {
           const key = `${req.cwd}\0${nsPty ? 'pty' : ''}\0${JSON.stringify(rules)}`;
           if (!noSpare) spare = spares.take(key);
           // Its resources are this run's from here: released with the run, or on any failure.
@@ -678,7 +683,11 @@ export function createLinuxBackend(native: LinuxNative): Backend {
           if (!spare) cgroup = cgroupFor(rules);
           const cgInfo = cgroupInfo(cgroup);
           const uidTasks = uidTasksFor(mode, cgroup, probe);
-          const p = planLinux({ rules, mode, file: req.file, argv: req.argv, env: planEnv, cwd: req.cwd, probe, landlockTmpDir: tmpDir, proxyPort, cgroup: cgInfo, uidTasks });
+          if (req.changes && mode === 'isolated') {
+            staged = prepareIsolatedChanges(native, req.changes, rules.tmp === 'host' ? [...rules.writeRoots, '/tmp'] : rules.writeRoots);
+          }
+          const stageMounts = staged?.layer.mounts;
+          const p = planLinux({ rules, mode, file: req.file, argv: req.argv, env: planEnv, cwd: req.cwd, probe, landlockTmpDir: tmpDir, proxyPort, cgroup: cgInfo, uidTasks, stageMounts });
           // Without the connect supervisor the host listener admits by uid only: any process of
           // this uid could have a credential rule's secret injected into its own requests.
           if (proxy?.hasCredentialRules && mode === 'landlock' && !p.native.seccomp?.connectSupervisor) {
@@ -709,6 +718,7 @@ export function createLinuxBackend(native: LinuxNative): Backend {
           quota?.release();
           if (hostListenerFd !== undefined) fs.closeSync(hostListenerFd);
           if (ownsProxy) void proxy?.close();
+          if (staged) dropLayer(native, staged.layer, staged.journalDir);
           throw e;
         }
       }
@@ -792,6 +802,7 @@ export function createLinuxBackend(native: LinuxNative): Backend {
           // held by someone else: left for the next run to remove
         }
         void cleanup().catch(() => {});
+        if (staged) dropLayer(native, staged.layer, staged.journalDir);
         // A protected path (or a directory on its way) vanished between the plan and init's
         // mounts, and it was one whose name is held even when missing (linux-plan.ts VANISH_OK):
         // the command never ran. Planned once more from the tree as it is now, the name is held
@@ -848,6 +859,8 @@ export function createLinuxBackend(native: LinuxNative): Backend {
         exited,
         setRef: (on) => void native.setRef?.(handle, on),
         enforcement: withNativeFacts(enforcement, res, spare !== undefined),
+        // The placeholders init made inside the overlays are the sandbox's, not the command's changes.
+        ...(staged ? { changes: overlayChanges(req.changes!.mode, native, staged.layer, new Set(ghosts), exited, staged.journalDir) } : {}),
       };
       const master = pty ? pty.master : nsPty ? res.ptyFd : undefined;
       if (nsPty && master === undefined) {

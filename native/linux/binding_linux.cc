@@ -337,7 +337,7 @@ void ParsePlan(Napi::Env env, const Napi::Object& o, LinuxSpawnPlan* out, Superv
       Napi::Object m = GetObjectAt(mounts, i, "plan.mounts");
       MountOp op;
       double kind = GetNumber(m, "kind", -1);
-      if (kind < 0 || kind > static_cast<double>(MountOpKind::kViewFile)) {
+      if (kind < 0 || kind > static_cast<double>(MountOpKind::kStageOverlay)) {
         throw Napi::TypeError::New(env, "Expected plan.mounts[].kind to be a known mount step");
       }
       op.kind = static_cast<MountOpKind>(static_cast<int>(kind));
@@ -1096,6 +1096,26 @@ Napi::Value CgroupDelegated(const Napi::CallbackInfo& info) {
   return Napi::Boolean::New(env, false);
 }
 
+// native.xattr(path, name[, value]) -> without value: the attribute's value (a string), or
+// -errno (-ENODATA: none); with value: sets it, 0 or -errno. Never follows a final symlink.
+// Node's fs has no xattr call; changes: 'stage' reads overlayfs's user.overlay.opaque marks and
+// checks that a layer dir's file system takes user xattrs (lib/changes/overlay.ts).
+Napi::Value XattrJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 2 || !info[0].IsString() || !info[1].IsString() || (info.Length() > 2 && !info[2].IsString())) {
+    throw Napi::TypeError::New(env, "Usage: native.xattr(path, name[, value])");
+  }
+  std::string p = info[0].As<Napi::String>().Utf8Value(), name = info[1].As<Napi::String>().Utf8Value();
+  if (info.Length() > 2) {
+    std::string v = info[2].As<Napi::String>().Utf8Value();
+    return Napi::Number::New(env, lsetxattr(p.c_str(), name.c_str(), v.data(), v.size(), 0) == 0 ? 0 : -errno);
+  }
+  char v[256];
+  ssize_t n = lgetxattr(p.c_str(), name.c_str(), v, sizeof v);
+  if (n < 0) return Napi::Number::New(env, -errno);
+  return Napi::String::New(env, v, static_cast<size_t>(n));
+}
+
 // uidTaskCount(uid) -> { mine, visible }: the tasks (processes and threads) /proc shows for uid
 // `uid`, and for all uids (lib/platform/linux-quotas.ts: Landlock mode's RLIMIT_NPROC base). One
 // fstatat per process, on /proc/<pid>/task: its owner is the process's effective uid and its
@@ -1148,6 +1168,7 @@ void InitPlatform(Napi::Env env, Napi::Object exports) {
   exports.Set("releasePlaceholder", Napi::Function::New(env, ReleasePlaceholder, "releasePlaceholder"));
   exports.Set("removeLookalike", Napi::Function::New(env, RemoveLookalike, "removeLookalike"));
   exports.Set("cgroupDelegated", Napi::Function::New(env, CgroupDelegated, "cgroupDelegated"));
+  exports.Set("xattr", Napi::Function::New(env, XattrJs, "xattr"));
   exports.Set("closeOnPool", Napi::Function::New(env, CloseOnPoolJs, "closeOnPool"));
   exports.Set("dirWatchOpen", Napi::Function::New(env, DirWatchOpenJs, "dirWatchOpen"));
   exports.Set("dirWatchAdd", Napi::Function::New(env, DirWatchAddJs, "dirWatchAdd"));

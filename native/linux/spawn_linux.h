@@ -60,6 +60,8 @@ enum class MountOpKind : uint8_t {
                    // tool cache whose host copy is the read-only lower layer (lib/platform/linux-caches.ts)
   kViewFile,       // a read-only file holding `data`, made in a tmpfs of init's, bound over the existing
                    // file at path: the sandbox's own view of it (a repository's .git/info/exclude)
+  kStageOverlay,   // overlayfs over a writable root, options `data`: the root is the lower layer, the
+                   // upper and work dirs are the host's layer dir (changes: 'stage'); never a fallback
   // Values are part of the TS contract (lib/platform/linux.ts MountKind): append only.
 };
 
