@@ -169,9 +169,14 @@ export class OverlayStage {
     const out: string[] = [];
     for (const d of chosen) {
       const st = lstatOrNull(d.path);
-      // created: nothing was there when the command made it, unless it was copied up (the host
-      // then removed it since), and nothing is there now.
-      const bad = d.kind === 'created' ? st !== null || d.copiedUp === true : this.changedOutside(d.path, st);
+      // created: nothing is there now, and nothing was removed from there during the run: an
+      // entry copied up from the lower layer (user.overlay.origin: it existed when the command
+      // changed it, or it is a renamed one) in a directory changed since the start was removed
+      // by someone else (a rename in a directory someone else also changed is refused too).
+      const parent = path.dirname(d.path);
+      const ps = lstatOrNull(parent); // (a missing one is a created entry: checked as one)
+      const removed = d.copiedUp === true && ps !== null && this.changedOutside(parent, ps);
+      const bad = d.kind === 'created' ? st !== null || removed : this.changedOutside(d.path, st);
       if (bad) out.push(d.path);
     }
     return out;

@@ -1,0 +1,314 @@
+/**
+ * changes: 'stage' and 'record' in isolated mode (an overlay over each writable root, its upper
+ * layer in a host directory the command cannot reach). A command that creates, modifies,
+ * deletes, renames, chmods and symlinks (and writes a large file) leaves the real workspace
+ * unchanged while it runs and after; list() names its changes exactly; apply() makes the tree
+ * what an unsandboxed run of the same command makes; apply(subset) and discard() do what they
+ * say; a change made outside during the run is refused, naming it, and kept; carve-outs stay
+ * read-only; record applies at the end and revert() restores the tree identical.
+ */
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import type { Readable, Writable } from 'node:stream';
+import { afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+
+import type { BackendProcess } from '../../lib/backend';
+import { prepareStageLayer } from '../../lib/changes/overlay-layer';
+import type { ChangesOptions } from '../../lib/changes/types';
+import { SandboxError } from '../../lib/errors';
+import { loadLinuxNative, type LinuxNative } from '../../lib/native';
+import { resolvePolicy } from '../../lib/permissions';
+import { createLinuxBackend } from '../../lib/platform/linux';
+import type { SandboxPolicy } from '../../lib/policy-types';
+import { treeHash, treeListing } from '../helpers/tree-hash';
+
+const native: LinuxNative = loadLinuxNative();
+const backend = createLinuxBackend(native);
+const ENV = { PATH: '/usr/local/bin:/usr/bin:/bin', LANG: 'C.UTF-8', HOME: '/nonexistent' };
+
+/** Starts `script` (sh -c) sandboxed in isolated mode with `changes`; stdin stays open until end(). */
+function start(ws: string, script: string, changes: ChangesOptions, policy: Partial<SandboxPolicy> = {}) {
+  const rules = resolvePolicy({ mode: 'isolated', filesystem: { write: [ws] }, ...policy } as SandboxPolicy, ws);
+  const p: BackendProcess = backend.spawn({ file: '/bin/sh', argv: ['sh', '-c', script], env: ENV, cwd: ws, stdio: ['pipe', 'pipe', 'pipe'], rules, changes });
+  let out = '';
+  (p.stdio[1] as Readable).on('data', (d) => (out += d));
+  (p.stdio[2] as Readable).on('data', (d) => (out += d));
+  const until = (mark: string) =>
+    new Promise<void>((resolve, reject) => {
+      const check = () => (out.includes(mark) ? resolve() : undefined);
+      (p.stdio[1] as Readable).on('data', check);
+      p.exited.then(() => (out.includes(mark) ? resolve() : reject(new Error(`exited before "${mark}": ${out}`))), reject);
+      check();
+    });
+  const end = async () => {
+    (p.stdio[0] as Writable).end();
+    const e = await p.exited;
+    await p.changes!.settled;
+    return { ...e, out };
+  };
+  return { p, until, end, output: () => out };
+}
+
+/** The workload: every kind of change, then "ready", then it waits for stdin to close. */
+const WORK = [
+  'echo new > edit.txt',
+  'rm gone.txt',
+  'echo created > new.txt',
+  'mv move.txt moved.txt',
+  'chmod 755 script.sh',
+  'ln -s keep.txt newlink',
+  'rm -rf sub && mkdir sub && echo again > sub/other.txt',
+  'mkdir -p deep/er && echo d > deep/er/f',
+  'mv tree tree2',
+  'yes abcdefgh | head -c 3000000 > big.bin',
+  'rmdir emptydir',
+].join(' && ');
+const SCRIPT = `${WORK} && echo ready && cat >/dev/null`;
+
+function fill(ws: string) {
+  fs.writeFileSync(path.join(ws, 'keep.txt'), 'keep');
+  fs.writeFileSync(path.join(ws, 'edit.txt'), 'old contents');
+  fs.writeFileSync(path.join(ws, 'gone.txt'), 'to be deleted');
+  fs.writeFileSync(path.join(ws, 'move.txt'), 'to be renamed');
+  fs.writeFileSync(path.join(ws, 'script.sh'), '#!/bin/sh\n', { mode: 0o644 });
+  fs.chmodSync(path.join(ws, 'script.sh'), 0o644);
+  fs.mkdirSync(path.join(ws, 'sub'));
+  fs.writeFileSync(path.join(ws, 'sub', 'inner.txt'), 'inner');
+  fs.mkdirSync(path.join(ws, 'tree'));
+  fs.writeFileSync(path.join(ws, 'tree', 'leaf.txt'), 'leaf');
+  fs.mkdirSync(path.join(ws, 'emptydir'));
+  fs.symlinkSync('keep.txt', path.join(ws, 'link'));
+}
+
+/** What the workload changes, relative to the workspace (renames: deleted + created). */
+const EXPECTED = [
+  ['big.bin', 'created', 'file'],
+  ['deep', 'created', 'directory'],
+  ['deep/er', 'created', 'directory'],
+  ['deep/er/f', 'created', 'file'],
+  ['edit.txt', 'modified', 'file'],
+  ['emptydir', 'deleted', 'directory'],
+  ['gone.txt', 'deleted', 'file'],
+  ['move.txt', 'deleted', 'file'],
+  ['moved.txt', 'created', 'file'],
+  ['new.txt', 'created', 'file'],
+  ['newlink', 'created', 'symlink'],
+  ['script.sh', 'modified', 'file'],
+  ['sub/inner.txt', 'deleted', 'file'],
+  ['sub/other.txt', 'created', 'file'],
+  ['tree', 'deleted', 'directory'],
+  ['tree/leaf.txt', 'deleted', 'file'],
+  ['tree2', 'created', 'directory'],
+  ['tree2/leaf.txt', 'created', 'file'],
+];
+
+let base: string;
+let ws: string;
+
+/** Why this host cannot stage in isolated mode (then every test here is skipped, loudly), or ''. */
+let skip = '';
+beforeAll(async () => {
+  const dir = fs.mkdtempSync('/var/tmp/psb-stage-probe-');
+  fs.chmodSync(dir, 0o755);
+  try {
+    const r = await start(dir, 'true', { mode: 'stage' }).end();
+    if (r.code !== 0) skip = `a staged run of true exited ${r.code}: ${r.out}`;
+  } catch (e) {
+    skip = `isolated mode cannot stage here: ${(e as Error).message}`;
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+  if (skip) console.warn(`[stage-isolated] SKIPPING as ${os.userInfo().username}: ${skip}`);
+});
+
+beforeEach(() => {
+  base = fs.mkdtempSync('/var/tmp/psb-stage-');
+  fs.chmodSync(base, 0o755);
+  ws = path.join(base, 'ws');
+  fs.mkdirSync(ws);
+  fill(ws);
+});
+afterEach(() => fs.rmSync(base, { recursive: true, force: true }));
+
+const rel = (entries: Array<{ path: string; kind: string; type: string }>) => entries.map((e) => [path.relative(ws, e.path), e.kind, e.type]);
+
+/** The same script, unsandboxed, in a copy of the original workspace: what apply() must produce. */
+function unsandboxedResult(): string[] {
+  const copy = path.join(base, 'copy');
+  fs.cpSync(ws, copy, { recursive: true, verbatimSymlinks: true });
+  execFileSync('/bin/sh', ['-c', WORK], { cwd: copy, env: ENV });
+  return treeListing(copy);
+}
+
+describe('changes in isolated mode', () => {
+  it('stage: the real tree is unchanged while it runs and after; list() is exact; apply() gives the unsandboxed result', async (ctx) => {
+    if (skip) ctx.skip();
+    const before = treeHash(ws);
+    const want = unsandboxedResult();
+    const run = start(ws, SCRIPT, { mode: 'stage' });
+    await run.until('ready');
+    expect(treeHash(ws)).toBe(before); // while it runs
+    const r = await run.end();
+    expect(r.code, r.out).toBe(0);
+    expect(treeHash(ws)).toBe(before); // after
+    expect(rel(await run.p.changes!.list())).toEqual(EXPECTED);
+    await run.p.changes!.apply!();
+    expect(treeListing(ws)).toEqual(want);
+    expect(await run.p.changes!.list()).toEqual([]);
+    await run.p.changes!.discard!();
+  });
+
+  it('stage: apply(subset) applies those (and the directories they need), list() keeps the rest; discard() leaves the tree identical', async (ctx) => {
+    if (skip) ctx.skip();
+    const before = treeListing(ws);
+    const run = start(ws, SCRIPT, { mode: 'stage' });
+    expect((await run.end()).code).toBe(0);
+    const c = run.p.changes!;
+    await c.apply!([path.join(ws, 'new.txt'), path.join(ws, 'deep/er/f'), path.join(ws, 'gone.txt')]);
+    expect(fs.readFileSync(path.join(ws, 'new.txt'), 'utf8')).toBe('created\n');
+    expect(fs.readFileSync(path.join(ws, 'deep/er/f'), 'utf8')).toBe('d\n');
+    expect(fs.existsSync(path.join(ws, 'gone.txt'))).toBe(false);
+    expect(fs.readFileSync(path.join(ws, 'edit.txt'), 'utf8')).toBe('old contents');
+    const applied = ['deep', 'deep/er', 'deep/er/f', 'gone.txt', 'new.txt'];
+    expect(rel(await c.list())).toEqual(EXPECTED.filter((e) => !applied.includes(e[0]!)));
+    // An unknown path is refused, and nothing of it is applied.
+    await expect(c.apply!([path.join(ws, 'nope')])).rejects.toMatchObject({ code: 'EINVALID_ARGUMENT' });
+    const mid = treeListing(ws);
+    await c.discard!();
+    expect(treeListing(ws)).toEqual(mid);
+    // The apply is journaled: reverting it restores the original tree exactly.
+    await c.revert!();
+    expect(treeListing(ws)).toEqual(before);
+  });
+
+  it('stage: discard() leaves the tree identical and removes the staged layer', async (ctx) => {
+    if (skip) ctx.skip();
+    const before = treeHash(ws);
+    const run = start(ws, SCRIPT, { mode: 'stage' });
+    expect((await run.end()).code).toBe(0);
+    const dir = run.p.changes!.dir;
+    expect(fs.existsSync(path.join(dir, 'upper'))).toBe(true);
+    await run.p.changes!.discard!();
+    expect(treeHash(ws)).toBe(before);
+    expect(fs.existsSync(dir)).toBe(false);
+  });
+
+  it('stage: a hostile command cannot read or write the layer; the workspace stays writable (control)', async (ctx) => {
+    if (skip) ctx.skip();
+    const layer = path.join(base, 'layer');
+    const tries = [
+      `ls ${layer} >/dev/null 2>&1 && echo LISTED`,
+      `cat ${layer}/upper/0/edit.txt 2>/dev/null && echo READ`,
+      `echo evil > ${layer}/upper/0/evil.txt 2>/dev/null && echo WROTE`,
+      `echo evil > ${layer}/upper/0/edit.txt 2>/dev/null && echo WROTE2`,
+      `mkdir ${layer}/upper/0/x 2>/dev/null && echo MADE`,
+      `ls /proc/1/root/${layer} >/dev/null 2>&1 && echo VIAPROC`,
+    ].join('; ');
+    const run = start(ws, `echo mine > edit.txt && cat ${base}/outside.txt && ${tries}; echo done`, { mode: 'stage', dir: layer });
+    fs.writeFileSync(path.join(base, 'outside.txt'), 'readable outside\n');
+    const r = await run.end();
+    expect(r.out).toContain('readable outside'); // control: reads outside the layer work
+    expect(r.out).toContain('done');
+    for (const word of ['LISTED', 'READ', 'WROTE', 'MADE', 'VIAPROC']) expect(r.out).not.toContain(word);
+    // Outside: the layer holds only the command's own change, untouched.
+    const upper = fs.readdirSync(path.join(layer, 'upper', '0'));
+    expect(upper).toContain('edit.txt');
+    expect(upper).not.toContain('evil.txt');
+    expect(upper).not.toContain('x');
+    expect(fs.readFileSync(path.join(layer, 'upper', '0', 'edit.txt'), 'utf8')).toBe('mine\n');
+    expect(rel(await run.p.changes!.list())).toEqual([['edit.txt', 'modified', 'file']]);
+    await run.p.changes!.discard!();
+  });
+
+  it('stage: a path changed outside during the run is refused by name, nothing is applied, and the outside change is kept', async (ctx) => {
+    if (skip) ctx.skip();
+    const run = start(ws, `echo inside > edit.txt && echo inside > keep.txt && echo x > new.txt && echo ready && cat >/dev/null`, { mode: 'stage' });
+    await run.until('ready');
+    fs.writeFileSync(path.join(ws, 'edit.txt'), 'outside');
+    fs.unlinkSync(path.join(ws, 'keep.txt'));
+    expect((await run.end()).code).toBe(0);
+    const mid = treeListing(ws);
+    const err = await run.p.changes!.apply!().then(
+      () => null,
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(SandboxError);
+    expect((err as SandboxError).code).toBe('ECHANGED_OUTSIDE');
+    expect((err as SandboxError).detail?.paths).toEqual([path.join(ws, 'edit.txt'), path.join(ws, 'keep.txt')]);
+    expect((err as SandboxError).message).toContain(path.join(ws, 'edit.txt'));
+    expect(treeListing(ws)).toEqual(mid); // nothing applied
+    expect(fs.readFileSync(path.join(ws, 'edit.txt'), 'utf8')).toBe('outside');
+    // The paths nobody else changed can still be applied.
+    await run.p.changes!.apply!([path.join(ws, 'new.txt')]);
+    expect(fs.readFileSync(path.join(ws, 'new.txt'), 'utf8')).toBe('x\n');
+    expect(fs.readFileSync(path.join(ws, 'edit.txt'), 'utf8')).toBe('outside');
+    await run.p.changes!.discard!();
+  });
+
+  it('stage: carve-outs inside the root stay read-only, and placeholders are not listed as changes', async (ctx) => {
+    if (skip) ctx.skip();
+    fs.mkdirSync(path.join(ws, '.git', 'hooks'), { recursive: true });
+    fs.writeFileSync(path.join(ws, '.git', 'config'), '[core]\n');
+    fs.writeFileSync(path.join(ws, '.git', 'hooks', 'pre-commit'), '#!/bin/sh\n');
+    const before = treeListing(ws);
+    const run = start(ws, `(echo evil > .git/hooks/pre-commit) 2>/dev/null && echo HOOK; (echo evil > .git/config) 2>/dev/null && echo CONFIG; echo ok > ok.txt; echo done`, { mode: 'stage' });
+    const r = await run.end();
+    expect(r.out).toContain('done');
+    expect(r.out).not.toContain('HOOK');
+    expect(r.out).not.toContain('CONFIG');
+    expect(treeListing(ws)).toEqual(before);
+    expect(rel(await run.p.changes!.list())).toEqual([['ok.txt', 'created', 'file']]); // control: the root is writable
+    await run.p.changes!.apply!();
+    expect(fs.readFileSync(path.join(ws, '.git', 'hooks', 'pre-commit'), 'utf8')).toBe('#!/bin/sh\n');
+    await run.p.changes!.discard!();
+  });
+
+  it('record: the writes reach the tree when the command ends; list() is exact; revert() restores it identical', async (ctx) => {
+    if (skip) ctx.skip();
+    const before = treeListing(ws);
+    const want = unsandboxedResult();
+    const jdir = path.join(base, 'journal');
+    const run = start(ws, SCRIPT, { mode: 'record', dir: jdir });
+    await run.until('ready');
+    expect(treeListing(ws)).toEqual(before); // staged while it runs
+    expect((await run.end()).code).toBe(0);
+    expect(treeListing(ws)).toEqual(want);
+    expect(run.p.changes!.dir).toBe(jdir);
+    expect(rel(await run.p.changes!.list())).toEqual(EXPECTED);
+    // The layer beside the journal is gone; the journal stays for a later revert.
+    expect(fs.readdirSync(base).filter((n) => n.startsWith('journal.layer-'))).toEqual([]);
+    await run.p.changes!.revert!();
+    expect(treeListing(ws)).toEqual(before);
+  });
+
+  it('maxBytes with isolated-mode changes is refused, naming why, and nothing runs', async (ctx) => {
+    if (skip) ctx.skip();
+    for (const mode of ['stage', 'record'] as const) {
+      let err: unknown;
+      try {
+        start(ws, 'echo ran > ran.txt', { mode, maxBytes: 1 << 20 });
+      } catch (e) {
+        err = e;
+      }
+      expect(err).toBeInstanceOf(SandboxError);
+      expect((err as SandboxError).code).toBe('EUNSUPPORTED_POLICY');
+      expect((err as SandboxError).message).toMatch(/maxBytes cannot be held/);
+    }
+    expect(fs.existsSync(path.join(ws, 'ran.txt'))).toBe(false);
+  });
+});
+
+describe('the staging layer refuses what the host cannot hold', () => {
+  it('a layer dir on a file system without user xattrs', () => {
+    const fake = { ...native, xattr: () => -95 } as LinuxNative;
+    const layer = path.join(base, 'layer');
+    expect(() => prepareStageLayer(fake, { mode: 'stage', dir: layer }, [ws])).toThrow(/without user xattrs \(errno 95\)/);
+  });
+
+  it('a layer dir inside a writable root, and a writable root that is a file', () => {
+    expect(() => prepareStageLayer(native, { mode: 'stage', dir: path.join(ws, 'layer') }, [ws])).toThrow(/overlaps the writable root/);
+    expect(() => prepareStageLayer(native, { mode: 'stage', dir: path.join(base, 'l2') }, [path.join(ws, 'keep.txt')])).toThrow(/is not a directory/);
+  });
+});
