@@ -169,10 +169,23 @@ export function prepareStageLayer(native: LinuxNative, opts: ChangesOptions, wri
   // The layer dir vanishes from the sandbox's view: the overlays hold their upper and work dirs
   // already, and the command can neither read the staged writes nor alter what apply() copies.
   if (roots.length > 0) mounts.push({ kind: K.MaskDir, path: dir });
+  return { dir, roots: staged, startNs: startMark(dir), mounts };
+}
+
+/**
+ * The run's start by the clock file times come from: the ctime of a marker, and then a wait (at
+ * most one tick of that clock, a few ms) until a change gets a later ctime. Every change made
+ * outside from here on, before the command can have started, has a ctime past the mark; every
+ * change before it has one at or before it.
+ */
+function startMark(dir: string): bigint {
   const marker = path.join(dir, 'started');
   fs.writeFileSync(marker, '', { mode: 0o600 });
   const startNs = fs.lstatSync(marker, { bigint: true }).ctimeNs;
-  return { dir, roots: staged, startNs, mounts };
+  for (let i = 0; i < 1_000_000 && fs.lstatSync(marker, { bigint: true }).ctimeNs <= startNs; i++) {
+    fs.chmodSync(marker, i % 2 === 0 ? 0o400 : 0o600);
+  }
+  return startNs;
 }
 
 /**

@@ -162,7 +162,7 @@ export class OverlayStage {
   private changedOutside(p: string, st: fs.Stats | null): boolean {
     if (st === null) return true;
     const ctime = fs.lstatSync(p, { bigint: true }).ctimeNs;
-    return ctime >= this.layer.startNs && this.ours.get(p) !== ctime;
+    return ctime > this.layer.startNs && this.ours.get(p) !== ctime;
   }
 
   private conflicts(chosen: Diff[]): string[] {

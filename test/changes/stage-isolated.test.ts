@@ -206,8 +206,8 @@ describe('changes in isolated mode', () => {
       `mkdir ${layer}/upper/0/x 2>/dev/null && echo MADE`,
       `ls /proc/1/root/${layer} >/dev/null 2>&1 && echo VIAPROC`,
     ].join('; ');
-    const run = start(ws, `echo mine > edit.txt && cat ${base}/outside.txt && ${tries}; echo done`, { mode: 'stage', dir: layer });
     fs.writeFileSync(path.join(base, 'outside.txt'), 'readable outside\n');
+    const run = start(ws, `echo mine > edit.txt && cat ${base}/outside.txt && ${tries}; echo done`, { mode: 'stage', dir: layer });
     const r = await run.end();
     expect(r.out).toContain('readable outside'); // control: reads outside the layer work
     expect(r.out).toContain('done');
