@@ -16,6 +16,7 @@ import type { LinuxNative, LinuxNativePlan, LinuxProbe, LinuxStdio } from '../na
 import { ManagedProxy } from '../network';
 import { lstatOrNull } from '../permissions/canonical';
 import { createSandboxCgroup, ownPidNamespace, PIDNS_TAG, type SandboxCgroup } from './linux-cgroup';
+import { prepareRecord, type RecordRun } from '../changes/record';
 import { chooseLinuxMode, DEFAULT_MAX_PROCESSES, isolatedProcGap, DEFAULT_TMP_BYTES, planLinux, setProxyPort, TMP_PARENT_PREFIX } from './linux-plan';
 import { type QuotaShare, takeQuotaShare, uidTaskCount } from './linux-quotas';
 import { planKey, scheduleSpare, type Spare, type SpareResources, SpareSlot } from './linux-spare';
@@ -598,6 +599,7 @@ export function createLinuxBackend(native: LinuxNative): Backend {
       let prepareNext: (() => void) | undefined;
       let prepareAfterExit: (() => void) | undefined;
       let basePlan: Omit<LinuxNativePlan, 'stdio'> | undefined;
+      let record: RecordRun | undefined;
       if (req.rules === null) {
         plan = {
           mode: 'plain',
@@ -607,13 +609,15 @@ export function createLinuxBackend(native: LinuxNative): Backend {
           cwd: req.cwd,
         };
       } else {
-        const rules = req.rules;
         const probe = linuxProbe();
-        const mode = chooseLinuxMode(rules, probe);
+        const mode = chooseLinuxMode(req.rules, probe);
+        // changes: the journal directory is made now and denied to the command (lib/changes/record.ts).
+        if (req.changes) record = prepareRecord(req.changes, mode, req.rules, native, tmpParent);
+        const rules = record?.rules ?? req.rules;
         // A spawn can be served by a spare made ahead unless it has a host pty (Landlock mode),
         // and in Landlock mode a terminal on stdio (its rule is made from the fd). A terminal made
         // inside an isolated sandbox is made with the spare, and is part of its shape.
-        if (!pty && typeof native.prepareSpare === 'function' && (mode === 'isolated' || !stdio.some(isTerminal))) {
+        if (!pty && !record && typeof native.prepareSpare === 'function' && (mode === 'isolated' || !stdio.some(isTerminal))) {
           const key = `${req.cwd}\0${nsPty ? 'pty' : ''}\0${JSON.stringify(rules)}`;
           if (!noSpare) spare = spares.take(key);
           // Its resources are this run's from here: released with the run, or on any failure.
@@ -678,7 +682,7 @@ export function createLinuxBackend(native: LinuxNative): Backend {
           if (!spare) cgroup = cgroupFor(rules);
           const cgInfo = cgroupInfo(cgroup);
           const uidTasks = uidTasksFor(mode, cgroup, probe);
-          const p = planLinux({ rules, mode, file: req.file, argv: req.argv, env: planEnv, cwd: req.cwd, probe, landlockTmpDir: tmpDir, proxyPort, cgroup: cgInfo, uidTasks });
+          const p = planLinux({ rules, mode, file: req.file, argv: req.argv, env: planEnv, cwd: req.cwd, probe, landlockTmpDir: tmpDir, proxyPort, cgroup: cgInfo, uidTasks, changes: record?.plan });
           // Without the connect supervisor the host listener admits by uid only: any process of
           // this uid could have a credential rule's secret injected into its own requests.
           if (proxy?.hasCredentialRules && mode === 'landlock' && !p.native.seccomp?.connectSupervisor) {
@@ -699,6 +703,7 @@ export function createLinuxBackend(native: LinuxNative): Backend {
           if (tmpDir) enforcement = withTmpCheck(enforcement, tmpLimit, native.measureTree !== undefined);
           ghosts = p.ghosts;
         } catch (e) {
+          record?.abort();
           if (spare) {
             native.discardSpare(spare.handle);
             spares.stats.discarded++;
@@ -784,6 +789,7 @@ export function createLinuxBackend(native: LinuxNative): Backend {
           res = native.spawn({ ...plan, stdio }, onExit);
         }
       } catch (e) {
+        record?.abort();
         if (pty) fs.closeSync(pty.master);
         if (hostListenerFd !== undefined) fs.closeSync(hostListenerFd);
         try {
@@ -849,6 +855,10 @@ export function createLinuxBackend(native: LinuxNative): Backend {
         setRef: (on) => void native.setRef?.(handle, on),
         enforcement: withNativeFacts(enforcement, res, spare !== undefined),
       };
+      if (record) {
+        out.changes = record.backend(exited);
+        out.enforcement = { ...out.enforcement, changes: 'record' };
+      }
       const master = pty ? pty.master : nsPty ? res.ptyFd : undefined;
       if (nsPty && master === undefined) {
         native.kill(handle, 9);
