@@ -243,15 +243,22 @@ async function fileHeavyBench(p) {
     if (code !== 0) throw new Error(`file-heavy workload, ${what}: exit ${code}`);
   };
   const variants = [['unsandboxed (child_process)', (cwd) => new Promise((res, rej) => cp.spawn('/bin/sh', ['-c', script], { cwd, env, stdio: 'ignore' }).once('error', rej).once('exit', (c) => res(check('unsandboxed', c))))]];
-  const ours = (mode, procPrivacy = false) => async (cwd) => {
+  const ours = (mode, procPrivacy = false, changes = undefined) => async (cwd) => {
     const policy = { mode, filesystem: { write: [cwd] }, network: 'none', ...(mode === 'landlock' ? { degraded: true } : {}), ...(procPrivacy ? { procPrivacy } : {}) };
-    check(mode, (await spawn('/bin/sh', ['-c', script], { cwd, env, stdio: 'ignore', policy }).exited).code);
+    // changes: a journal per run beside the repository (outside the writable root), kept to the end.
+    const opts = changes ? { changes: { mode: changes, dir: `${cwd}-changes` } } : {};
+    const child = spawn('/bin/sh', ['-c', script], { cwd, env, stdio: 'ignore', policy, ...opts });
+    check(mode, (await child.exited).code);
+    await child.changes?.settled;
   };
   if (p.features.isolatedMode) variants.push(['isolated mode', ours('isolated')]);
   if (p.features.landlockMode) variants.push(['landlock mode', ours('landlock')]);
   // procPrivacy: every read-only open (git reads the index, objects, config...) also goes to
   // the supervisor, and those of files through its Landlock-confined opener thread.
   if (p.features.landlockMode && p.features.metadataSupervisor) variants.push(['landlock, procPrivacy', ours('landlock', true)]);
+  // changes: 'record': every write call is journaled first (lib/changes); the ratio to plain
+  // Landlock mode is printed under the table.
+  if (p.features.landlockMode && p.features.metadataSupervisor) variants.push(['landlock, changes record', ours('landlock', false, 'record')]);
   const times = new Map(variants.map(([n]) => [n, []]));
   try {
     for (let r = 0; r < runs; r++) {
@@ -273,6 +280,9 @@ async function fileHeavyBench(p) {
   for (const [name] of variants) {
     const m = med(name);
     console.log(`  ${name.padEnd(32)} ${m.toFixed(0).padStart(9)} ${(m / base).toFixed(2).padStart(7)} ${iso === undefined ? '-' : (m / iso).toFixed(2).padStart(13)}`);
+  }
+  if (times.has('landlock, changes record')) {
+    console.log(`  changes record vs plain Landlock mode: ${(med('landlock, changes record') / med('landlock mode')).toFixed(2)}x`);
   }
 }
 

@@ -5,9 +5,9 @@
  * runs when it cannot enforce the rules (fail closed).
  */
 import type { Readable, Writable } from 'node:stream';
-import type { ChangesBackend, ChangesOptions } from './changes/types';
 import type { InterceptionOptions, ManagedProxy, ManagedProxyOptions } from './network';
 import type { ResolvedRules } from './rules';
+import type { ChangesBackend, ChangesMode, ChangesOptions } from './changes/types';
 
 /** Per-fd stdio choice: a pipe to JS, the parent's own fd, /dev/null, or a given fd number. */
 export type StdioSpec = 'pipe' | 'inherit' | 'ignore' | number;
@@ -31,7 +31,7 @@ export interface BackendSpawnRequest {
   arg0Customized?: boolean;
   /** Run on a pseudo-terminal of this size (stdio is then ignored: fds 0-2 are the terminal). */
   pty?: { cols: number; rows: number };
-  /** Record or stage what the command changes in its writable roots (lib/changes). */
+  /** Record or stage what the command changes in its writable roots (lib/changes); validated. */
   changes?: ChangesOptions;
 }
 
@@ -94,6 +94,8 @@ export interface EnforcementReport {
    * the sandbox is right to refuse (e.g. a proxied run's note on Node's fetch). Absent: none.
    */
   notes?: string[];
+  /** The `changes` option in force for this run (lib/changes). Absent: none. */
+  changes?: ChangesMode;
 }
 
 export interface ExitInfo {
@@ -138,7 +140,7 @@ export interface BackendProcess {
   pty?: { stream: Readable & Writable; resize(cols: number, rows: number): void };
   /** Whether the exit watch keeps the host's event loop alive (SandboxedProcess.ref/unref). */
   setRef?(on: boolean): void;
-  /** With `changes`: the journal (record) or staged layer (stage) of this run. */
+  /** With `changes`: the journal or layer of this run (lib/changes/types.ts). */
   changes?: ChangesBackend;
 }
 

@@ -4,6 +4,7 @@
  *
  *   process-sandbox run [options] [--] <command> [args...]
  *   process-sandbox probe [--json]
+ *   process-sandbox revert <dir> | changes [--json] <dir> (lib/changes/cli.ts)
  *   process-sandbox exec-server --listen stdio|ws://IP:PORT (lib/exec-server/cli.ts)
  *   process-sandbox --help | --version | help [subcommand]
  *
@@ -21,6 +22,7 @@ import { probe, spawn, type AuditEvent, type SandboxPolicy } from './index';
 import { withoutSecretEnv } from './permissions';
 import { apparmorProfile, WIDE_GRANT } from './platform/linux-apparmor';
 import { restoreElectronRunAsNode } from './srt/electron-env';
+import { CHANGES_USAGE, changesOption, changesReport, cmdChanges, cmdRevert, REVERT_USAGE, RUN_CHANGES_USAGE } from './changes/cli';
 
 const RUN_USAGE = `Usage: process-sandbox run [options] [--] <command> [args...]
 
@@ -51,7 +53,7 @@ itself starts with '-'. An option's value may follow it (--cwd /tmp) or be joine
   --keep-env             keep every variable (default: drop ones that look like secrets)
   --timeout <seconds>    kill the command and everything it started after this long (exit 137;
                          at most 2147483, about 24.8 days)
-  --no-sandbox           run without a sandbox
+${RUN_CHANGES_USAGE}  --no-sandbox           run without a sandbox
   --json                 print a JSON result (exit info + enforcement report) as the last line of stderr
   --json-fd <n>          write the JSON result to file descriptor n instead (e.g. 3>result.json)
   --json-file <path>     write the JSON result to a file instead (created before the command starts)
@@ -91,6 +93,8 @@ const srtCli = () => require('./srt/cli') as typeof import('./srt/cli');
 const COMMANDS: Record<string, Subcommand> = {
   run: { summary: 'run a command inside the sandbox', usage: RUN_USAGE, main: (argv) => cmdRun(argv) },
   probe: { summary: 'report what this host can enforce', usage: PROBE_USAGE, main: (argv) => cmdProbe(argv) },
+  revert: { summary: "undo what a 'run --changes record' command changed (its journal directory)", usage: REVERT_USAGE, main: (argv) => cmdRevert(argv) },
+  changes: { summary: "list what a 'run --changes record' command changed (its journal directory)", usage: CHANGES_USAGE, main: (argv) => cmdChanges(argv) },
   'apparmor-profile': {
     summary: "print an AppArmor profile that lets a Node binary, and all it runs, use user namespaces (see its --help)",
     usage: APPARMOR_USAGE,
@@ -122,6 +126,7 @@ function usage(): string {
     '',
     'process-sandbox run [options] [--] <command> [args...]',
     'process-sandbox probe [--json]',
+    'process-sandbox revert <dir> | changes [--json] <dir>',
     'process-sandbox exec-server --listen stdio|ws://IP:PORT [options]',
     'process-sandbox apparmor-profile [--node <path>]',
     'process-sandbox srt [--settings FILE] [-c CMD | CMD ARGS...]',
@@ -175,6 +180,10 @@ interface RunArgs {
   jsonFd?: number;
   /** --json-file */
   jsonFile?: string;
+  /** --changes, --changes-dir, --changes-max-bytes (lib/changes/cli.ts) */
+  changes?: string;
+  changesDir?: string;
+  changesMaxBytes?: string;
   help: boolean;
   command: string[];
 }
@@ -183,6 +192,7 @@ interface RunArgs {
 const RUN_VALUE_FLAGS = new Set([
   '--cwd', '--write', '--read', '--deny-read', '--protect', '--network', '--allow-domain', '--deny-domain',
   '--tmp', '--mode', '--caches', '--env', '--timeout', '--json-fd', '--json-file',
+  '--changes', '--changes-dir', '--changes-max-bytes',
 ]);
 /** Options of `run` that take none: `--json=1` is refused, not read as --json. */
 const RUN_BOOLEAN_FLAGS = new Set(['--allow-local', '--degraded', '--proc-privacy', '--keep-env', '--no-sandbox', '--json', '--help']);
@@ -190,6 +200,7 @@ const RUN_BOOLEAN_FLAGS = new Set(['--allow-local', '--degraded', '--proc-privac
 const RUN_POLICY_FLAGS = new Set([
   '--write', '--read', '--deny-read', '--protect', '--network', '--allow-domain', '--deny-domain',
   '--allow-local', '--tmp', '--mode', '--caches', '--degraded', '--proc-privacy',
+  '--changes', '--changes-dir', '--changes-max-bytes',
 ]);
 
 export function parseRunArgs(argv: string[], cwdDefault = process.cwd()): RunArgs {
@@ -272,6 +283,9 @@ export function parseRunArgs(argv: string[], cwdDefault = process.cwd()): RunArg
         break;
       }
       case '--json-file': a.jsonFile = path.resolve(value(f)); a.json = true; break;
+      case '--changes': a.changes = value(f); break;
+      case '--changes-dir': a.changesDir = path.resolve(value(f)); break;
+      case '--changes-max-bytes': a.changesMaxBytes = value(f); break;
       case '-h':
       case '--help': a.help = true; return a;
       default:
@@ -301,8 +315,14 @@ export function parseRunArgs(argv: string[], cwdDefault = process.cwd()): RunArg
     ['--tmp', a.tmp, ['private', 'host', 'none']],
     ['--caches', a.caches, ['private', 'host-readonly', 'host-writable']],
     ['--mode', a.mode, ['auto', 'isolated', 'landlock']],
+    ['--changes', a.changes, ['record', 'stage']],
   ] as const) {
     if (v !== undefined && !(allowed as readonly string[]).includes(v)) throw new UsageError(`${flag} must be one of ${allowed.join(', ')}`);
+  }
+  try {
+    changesOption(a.changes, a.changesDir, a.changesMaxBytes);
+  } catch (e) {
+    throw new UsageError((e as Error).message);
   }
   // The API refuses a proxy policy without an allow list; so does the CLI, instead of running
   // with a proxy that denies everything.
@@ -531,6 +551,7 @@ async function cmdRun(argv: string[]): Promise<number> {
       stdio: 'inherit',
       policy: policyFromArgs(a),
       proxy: { onAudit: (e) => audit.push(e) },
+      ...(a.changes !== undefined ? { changes: changesOption(a.changes, a.changesDir, a.changesMaxBytes) } : {}),
     });
   } catch (e) {
     return startFailed(e);
@@ -558,8 +579,9 @@ async function cmdRun(argv: string[]): Promise<number> {
   if (timedOut) fail(`timed out after ${a.timeout}s; the command and everything it started were killed`, 0);
   const sigNum = info.signal ? os.constants.signals[info.signal] : 0;
   const status = info.code ?? 128 + sigNum;
+  const changes = await changesReport(child.changes);
   try {
-    emitJson({ code: info.code, signal: info.signal, exitStatus: status, durationMs: info.durationMs, timedOut, enforcement: child.enforcement, audit });
+    emitJson({ code: info.code, signal: info.signal, exitStatus: status, durationMs: info.durationMs, timedOut, enforcement: child.enforcement, audit, ...(changes ? { changes } : {}) });
   } catch (e) {
     if (e instanceof JsonFileReplaced) return fail(e.message, 125);
     throw e;

@@ -496,6 +496,9 @@ function undo(dir: string, r: JournalRecord): void {
  */
 export function revertJournal(dir: string): void {
   if (fs.existsSync(path.join(dir, 'reverted'))) return;
+  if (fs.existsSync(path.join(dir, 'incomplete'))) {
+    throw new SandboxError('ENOT_ENFORCED', `changes: the journal in ${dir} is incomplete (a record could not be written during the run); not reverted`, { detail: { path: dir } });
+  }
   const records = readRecords(dir);
   const finals = readFinal(dir);
   if (finals === null) {

@@ -123,12 +123,12 @@ const publicEntry = (d: Diff): ChangeEntry => ({ path: d.path, kind: d.kind, typ
  */
 function choose(all: Diff[], paths: readonly string[] | undefined): Diff[] {
   if (paths === undefined) return all;
-  const byPath = new Map(all.map((d) => [d.path, d]));
-  const unknown = paths.filter((p) => !byPath.has(p));
+  // A path chooses the listed changes at or below it.
+  const unknown = paths.filter((p) => !all.some((d) => isWithin(d.path, p)));
   if (unknown.length > 0) {
-    throw new SandboxError('EINVALID_ARGUMENT', `apply(): not a listed change: ${unknown.join(', ')}`, { detail: { paths: unknown } });
+    throw new SandboxError('EINVALID_ARGUMENT', `apply(): no listed change at or below ${unknown.join(', ')}`, { detail: { paths: unknown } });
   }
-  const chosen = new Set(paths);
+  const chosen = new Set(all.filter((d) => paths.some((p) => isWithin(d.path, p))).map((d) => d.path));
   const removesDir = (d: Diff) => (d.kind === 'deleted' && d.type === 'directory') || d.was === 'directory';
   for (const d of all) {
     if (chosen.has(d.path)) continue;

@@ -11,6 +11,7 @@ import type { LinuxMountOp, LinuxNativePlan, LinuxProbe } from '../native';
 import { isWithin } from '../paths';
 import { lstatOrNull } from '../permissions/canonical';
 import { cachedWalk } from '../permissions/walk-cache';
+import type { RecordPlan } from '../changes/record';
 import type { ResolvedRules } from '../rules';
 import { apparmorConfinedHint, apparmorConfinement, apparmorHint, apparmorRestrictsUserns } from './linux-apparmor';
 import { planCaches } from './linux-caches';
@@ -158,6 +159,8 @@ export interface LinuxPlanInput {
    * placeholders and masks inside the roots) acts on the overlay, as it would on the root.
    */
   stageMounts?: LinuxMountOp[];
+  /** Landlock mode, changes: 'record': the journal the path supervisor writes (lib/changes/record.ts). */
+  changes?: RecordPlan;
 }
 
 export interface LinuxPlan {
@@ -603,6 +606,22 @@ function tmpShield(input: LinuxPlanInput, grants: LandlockRule[]): { dir: string
   return w === undefined ? { dir: parent, own } : { gap: `their directory ${parent} lies in the writable root ${w}` };
 }
 
+/**
+ * changes: 'record' in Landlock mode: refused unless the path supervisor carries out every write
+ * call (so each is journaled first) and the journal directory is denied to the command.
+ */
+function checkRecordable(probe: LinuxProbe, pathsSupervised: boolean, carveGap: string | undefined): void {
+  if (!pathsSupervised) {
+    throw new SandboxError(
+      'EUNSUPPORTED_POLICY',
+      `changes: 'record' needs Landlock mode's path supervisor (seccomp user notification with ADDFD, Linux 5.9+, and a way ` +
+        `to read the command's memory; errno ${-(probe.connectSupervisor ?? -38)}${noAccess(probe)}): use isolated mode`,
+      { detail: { changes: 'record' } },
+    );
+  }
+  if (carveGap) throw new SandboxError('EUNSUPPORTED_POLICY', `changes: 'record' cannot keep its journal from the command: ${carveGap}`, { detail: { changes: 'record' } });
+}
+
 /** Mount steps for isolated mode, in execution order. */
 export interface MountPlan {
   mounts: LinuxMountOp[];
@@ -1036,12 +1055,15 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
   const deniedInWritable = rules.denyRead.filter((d) => rules.writeRoots.some((w) => isWithin(d, w)));
   // Before Landlock ABI 3 truncation is not a Landlock right: the same supervisor then carries
   // out truncate(2) and O_TRUNC opens too (only inside the writable roots), carve-outs or not.
-  const pathsSupervised = metadataSupervised && mode === 'landlock' && (rules.readOnly.length > 0 || abi < 3);
+  // changes: 'record' needs every such call to go through it, carve-outs or not.
+  const pathsSupervised = metadataSupervised && mode === 'landlock' && (rules.readOnly.length > 0 || abi < 3 || input.changes !== undefined);
+  if (input.changes) checkRecordable(probe, pathsSupervised, carveGap);
   if (pathsSupervised) {
     seccomp.pathSupervisor = {
       carveOuts: [...new Set([...rules.readOnly, ...deniedInWritable])],
       presentOnly: [...(rules.presentOnly ?? [])],
       devices: DEVICE_RULES,
+      ...(input.changes ? { changes: input.changes } : {}),
     };
   }
   // Landlock mode, procPrivacy: other processes' /proc entries and the host's network tables

@@ -18,6 +18,7 @@ import type { LinuxNative, LinuxNativePlan, LinuxProbe, LinuxStdio } from '../na
 import { ManagedProxy } from '../network';
 import { lstatOrNull } from '../permissions/canonical';
 import { createSandboxCgroup, ownPidNamespace, PIDNS_TAG, type SandboxCgroup } from './linux-cgroup';
+import { prepareRecord, type RecordRun } from '../changes/record';
 import { chooseLinuxMode, DEFAULT_MAX_PROCESSES, isolatedProcGap, DEFAULT_TMP_BYTES, planLinux, setProxyPort, TMP_PARENT_PREFIX } from './linux-plan';
 import { type QuotaShare, takeQuotaShare, uidTaskCount } from './linux-quotas';
 import { planKey, scheduleSpare, type Spare, type SpareResources, SpareSlot } from './linux-spare';
@@ -602,6 +603,7 @@ export function createLinuxBackend(native: LinuxNative): Backend {
       let basePlan: Omit<LinuxNativePlan, 'stdio'> | undefined;
       // Isolated mode with `changes`: the overlays' layer (lib/changes/overlay-layer.ts).
       let staged: { layer: StageLayer; journalDir?: string } | undefined;
+      let record: RecordRun | undefined;
       if (req.rules === null) {
         plan = {
           mode: 'plain',
@@ -611,9 +613,12 @@ export function createLinuxBackend(native: LinuxNative): Backend {
           cwd: req.cwd,
         };
       } else {
-        const rules = req.rules;
         const probe = linuxProbe();
-        const mode = chooseLinuxMode(rules, probe);
+        const mode = chooseLinuxMode(req.rules, probe);
+        // changes: the journal directory is made now and denied to the command (lib/changes/record.ts);
+        // isolated mode stages instead (lib/changes/overlay-layer.ts, below).
+        if (req.changes && mode === 'landlock') record = prepareRecord(req.changes, mode, req.rules, native, tmpParent);
+        const rules = record?.rules ?? req.rules;
         // A spawn can be served by a spare made ahead unless it has a host pty (Landlock mode),
         // and in Landlock mode a terminal on stdio (its rule is made from the fd). A terminal made
         // inside an isolated sandbox is made with the spare, and is part of its shape.
@@ -687,7 +692,7 @@ export function createLinuxBackend(native: LinuxNative): Backend {
             staged = prepareIsolatedChanges(native, req.changes, rules.tmp === 'host' ? [...rules.writeRoots, '/tmp'] : rules.writeRoots);
           }
           const stageMounts = staged?.layer.mounts;
-          const p = planLinux({ rules, mode, file: req.file, argv: req.argv, env: planEnv, cwd: req.cwd, probe, landlockTmpDir: tmpDir, proxyPort, cgroup: cgInfo, uidTasks, stageMounts });
+          const p = planLinux({ rules, mode, file: req.file, argv: req.argv, env: planEnv, cwd: req.cwd, probe, landlockTmpDir: tmpDir, proxyPort, cgroup: cgInfo, uidTasks, stageMounts, changes: record?.plan });
           // Without the connect supervisor the host listener admits by uid only: any process of
           // this uid could have a credential rule's secret injected into its own requests.
           if (proxy?.hasCredentialRules && mode === 'landlock' && !p.native.seccomp?.connectSupervisor) {
@@ -708,6 +713,7 @@ export function createLinuxBackend(native: LinuxNative): Backend {
           if (tmpDir) enforcement = withTmpCheck(enforcement, tmpLimit, native.measureTree !== undefined);
           ghosts = p.ghosts;
         } catch (e) {
+          record?.abort();
           if (spare) {
             native.discardSpare(spare.handle);
             spares.stats.discarded++;
@@ -794,6 +800,7 @@ export function createLinuxBackend(native: LinuxNative): Backend {
           res = native.spawn({ ...plan, stdio }, onExit);
         }
       } catch (e) {
+        record?.abort();
         if (pty) fs.closeSync(pty.master);
         if (hostListenerFd !== undefined) fs.closeSync(hostListenerFd);
         try {
@@ -862,6 +869,11 @@ export function createLinuxBackend(native: LinuxNative): Backend {
         // The placeholders init made inside the overlays are the sandbox's, not the command's changes.
         ...(staged ? { changes: overlayChanges(req.changes!.mode, native, staged.layer, new Set(ghosts), exited, staged.journalDir) } : {}),
       };
+      if (staged) out.enforcement = { ...out.enforcement, changes: req.changes!.mode };
+      if (record) {
+        out.changes = record.backend(exited);
+        out.enforcement = { ...out.enforcement, changes: 'record' };
+      }
       const master = pty ? pty.master : nsPty ? res.ptyFd : undefined;
       if (nsPty && master === undefined) {
         native.kill(handle, 9);

@@ -406,6 +406,17 @@ void ParsePlan(Napi::Env env, const Napi::Object& o, LinuxSpawnPlan* out, Superv
                                            GetStrings(po, "devices"));
         supervisor->paths.inet_bind = net == "full";
         cfg.notify_paths = true;
+        // changes: 'record': the journal both supervisors write (changes_journal.h), its
+        // directory made by the host already.
+        Napi::Value ch = po.Get("changes");
+        if (ch.IsObject()) {
+          Napi::Object co = ch.As<Napi::Object>();
+          const std::string dir = GetString(co, "dir");
+          auto journal = std::make_shared<changes::Journal>(dir, GetStrings(co, "roots"), static_cast<uint64_t>(GetNumber(co, "maxBytes", 0)));
+          changes::Register(journal, dir);
+          supervisor->paths.journal = journal;
+          metadata.journal = journal;
+        }
       }
       // The sandbox's lifetime share of the uid's inotify instances and watches (linux-quotas.ts).
       Napi::Value iq = ms.As<Napi::Object>().Get("inotify");
@@ -732,8 +743,10 @@ Napi::Value SpawnSpareJs(const Napi::CallbackInfo& info) {
   PathRules& paths = rec->supervisor.paths;
   if (paths.enabled) {
     const bool inet_bind = paths.inet_bind;
+    std::shared_ptr<changes::Journal> journal = std::move(paths.journal);
     paths = BuildPathRules(paths.writable, paths.carveouts_in, paths.present_only_in, paths.devices_in);
     paths.inet_bind = inet_bind;
+    paths.journal = std::move(journal);
   }
   LinuxSpawnResult res;
   bool used = false;
@@ -1122,6 +1135,14 @@ Napi::Value XattrJs(const Napi::CallbackInfo& info) {
 // link count less two its thread count. A process whose effective uid is not its real one, or a
 // non-dumpable one (its /proc directory is root's), is not counted: the count can only be low,
 // which makes the cap tighter, never looser.
+// closeChangesJournal(dir): after the sandbox ended, waits for a journaled call in progress and
+// refuses every later one (changes_journal.h). 1 closed, 0 none registered, -1 incomplete.
+Napi::Value CloseChangesJournalJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 1 || !info[0].IsString()) throw Napi::TypeError::New(env, "closeChangesJournal(dir)");
+  return Napi::Number::New(env, changes::CloseByDir(info[0].As<Napi::String>().Utf8Value()));
+}
+
 Napi::Value UidTaskCountJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   const uint32_t uid = info[0].As<Napi::Number>().Uint32Value();
@@ -1175,6 +1196,7 @@ void InitPlatform(Napi::Env env, Napi::Object exports) {
   exports.Set("dirWatchRemove", Napi::Function::New(env, DirWatchRemoveJs, "dirWatchRemove"));
   exports.Set("dirWatchPoll", Napi::Function::New(env, DirWatchPollJs, "dirWatchPoll"));
   exports.Set("uidTaskCount", Napi::Function::New(env, UidTaskCountJs, "uidTaskCount"));
+  exports.Set("closeChangesJournal", Napi::Function::New(env, CloseChangesJournalJs, "closeChangesJournal"));
   exports.Set("seccompSelfCheck", Napi::Function::New(env, SeccompSelfCheckJs, "seccompSelfCheck"));
   RegisterPty(env, exports);
   RegisterTreeWalk(env, exports);

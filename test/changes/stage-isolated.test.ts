@@ -18,6 +18,7 @@ import type { BackendProcess } from '../../lib/backend';
 import { prepareStageLayer } from '../../lib/changes/overlay-layer';
 import type { ChangesOptions } from '../../lib/changes/types';
 import { SandboxError } from '../../lib/errors';
+import { run as runSandboxed } from '../../lib/index';
 import { loadLinuxNative, type LinuxNative } from '../../lib/native';
 import { resolvePolicy } from '../../lib/permissions';
 import { createLinuxBackend } from '../../lib/platform/linux';
@@ -166,7 +167,8 @@ describe('changes in isolated mode', () => {
     const run = start(ws, SCRIPT, { mode: 'stage' });
     expect((await run.end()).code).toBe(0);
     const c = run.p.changes!;
-    await c.apply!([path.join(ws, 'new.txt'), path.join(ws, 'deep/er/f'), path.join(ws, 'gone.txt')]);
+    // A path chooses the changes at or below it (`deep`: the directories and the file in them).
+    await c.apply!([path.join(ws, 'new.txt'), path.join(ws, 'deep'), path.join(ws, 'gone.txt')]);
     expect(fs.readFileSync(path.join(ws, 'new.txt'), 'utf8')).toBe('created\n');
     expect(fs.readFileSync(path.join(ws, 'deep/er/f'), 'utf8')).toBe('d\n');
     expect(fs.existsSync(path.join(ws, 'gone.txt'))).toBe(false);
@@ -281,6 +283,20 @@ describe('changes in isolated mode', () => {
     expect(fs.readdirSync(base).filter((n) => n.startsWith('journal.layer-'))).toEqual([]);
     await run.p.changes!.revert!();
     expect(treeListing(ws)).toEqual(before);
+  });
+
+  it('through run(): result.changes stages, lists and applies', async (ctx) => {
+    if (skip) ctx.skip();
+    const before = treeHash(ws);
+    const want = unsandboxedResult();
+    const r = await runSandboxed('/bin/sh', ['-c', WORK], { cwd: ws, env: ENV, policy: { mode: 'isolated', filesystem: { write: [ws] } }, changes: 'stage' });
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.enforcement.changes).toBe('stage');
+    expect(treeHash(ws)).toBe(before);
+    expect(rel(await r.changes!.list())).toEqual(EXPECTED);
+    await r.changes!.apply();
+    expect(treeListing(ws)).toEqual(want);
+    await r.changes!.discard();
   });
 
   it('maxBytes with isolated-mode changes is refused, naming why, and nothing runs', async (ctx) => {
