@@ -182,9 +182,16 @@ export class OverlayStage {
     return out;
   }
 
-  /** Applies `paths` (default: every change) through a new journal in `journalDir`. */
-  apply(paths: readonly string[] | undefined, journalDir: string): void {
-    const chosen = choose(this.diff(), paths);
+  /**
+   * Applies `paths` (default: every change) through a new journal in `journalDir`. `move`: the
+   * layer is dropped right after (record), so a file the command made itself (no overlayfs xattrs
+   * on it) is renamed into place, not copied, where the layer shares the root's file system.
+   * Otherwise files are copied (a reflink where the file system can): the staged copy stays whole
+   * should the apply stop half-way, and a hard link would share its ctime with the layer, which
+   * discard() then changes under the journal's final states.
+   */
+  apply(paths: readonly string[] | undefined, journalDir: string, move = false, all: Diff[] = this.diff()): void {
+    const chosen = choose(all, paths);
     const other = chosen.filter((d) => d.type === 'other' && d.kind !== 'deleted');
     if (other.length > 0) {
       throw new SandboxError('EUNSUPPORTED_POLICY', `apply(): special files (fifos, sockets, devices) cannot be applied: ${other.map((d) => d.path).join(', ')}`, {
@@ -218,11 +225,16 @@ export class OverlayStage {
     for (const d of chosen) {
       if (d.kind === 'deleted' || !d.upper) continue;
       if (d.was !== undefined && lstatOrNull(d.path)) remove(d.path);
-      putEntry(w, d.path, d.upper);
+      putEntry(w, d.path, d.upper, move && d.type === 'file' && !this.overlayOwned(d.upper));
       touched(d.path);
     }
     w.finish();
     this.applied++;
+  }
+
+  /** An upper entry overlayfs marked (a copy-up's origin): its xattrs must not reach the roots. */
+  private overlayOwned(u: string): boolean {
+    return typeof this.native.xattr?.(u, 'user.overlay.origin') === 'string';
   }
 
   journals(): string[] {
@@ -231,6 +243,15 @@ export class OverlayStage {
 
   nextJournal(): string {
     return path.join(this.layer.dir, `applied-${this.applied + 1}`);
+  }
+
+  /** Removes the whole layer on the thread pool (where the addon can), warning about what it could not. */
+  discardLater(): void {
+    const { dir } = this.layer;
+    if (!this.native.removeTreeAsync) return this.discard();
+    this.native.removeTreeAsync(path.dirname(dir), path.basename(dir), (r) => {
+      if (r.left > 0) process.emitWarning(`process-sandbox could not remove the staged layer ${dir}: ${r.error} (${r.path})`, { code: 'PSB_CLEANUP' });
+    });
   }
 
   /** Removes the staged writes (the upper and work dirs); the journals of applies stay. */
@@ -248,7 +269,7 @@ export class OverlayStage {
 }
 
 /** Writes the upper entry `u` at real path `p` (journaled first): a directory, a file or a symlink. */
-function putEntry(w: JournalWriter, p: string, u: string): void {
+function putEntry(w: JournalWriter, p: string, u: string, move: boolean): void {
   const us = fs.lstatSync(u);
   const rs = lstatOrNull(p);
   if (us.isDirectory()) {
@@ -268,7 +289,15 @@ function putEntry(w: JournalWriter, p: string, u: string): void {
     return;
   }
   // A regular file: its content and mode (and times, for the tools that compare them).
-  fs.copyFileSync(u, p);
+  if (move) {
+    try {
+      fs.renameSync(u, p);
+      return;
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'EXDEV') throw e; // another file system: copied
+    }
+  }
+  fs.copyFileSync(u, p, fs.constants.COPYFILE_FICLONE);
   fs.chmodSync(p, us.mode & 0o7777);
   fs.utimesSync(p, us.atime, us.mtime);
 }
@@ -308,9 +337,19 @@ export function overlayChanges(
   // record: the whole layer applied through the caller's journal once the sandbox has ended.
   let listed: ChangeEntry[] = [];
   const settled = exited.then(() => {
-    listed = stage.list();
-    stage.apply(undefined, journalDir!);
-    stage.discard();
+    const all = stage.diff();
+    listed = all.map(publicEntry);
+    try {
+      stage.apply(undefined, journalDir!, true, all);
+    } catch (e) {
+      // Nothing reached the roots; the writes stay in the layer, named, for the caller to judge.
+      if (!(e instanceof SandboxError)) throw e;
+      throw new SandboxError(e.code, `${e.message}; the command's writes were not applied and stay staged in ${layer.dir}`, {
+        detail: { ...e.detail, layer: layer.dir },
+      });
+    }
+    // The layer is removed on the thread pool: the writes are in place and journaled already.
+    stage.discardLater();
   });
   settled.catch(() => {}); // awaited by the caller; an unawaited failure is no crash of the host
   return {

@@ -43,9 +43,12 @@ function start(ws: string, script: string, changes: ChangesOptions, policy: Part
       p.exited.then(() => (out.includes(mark) ? resolve() : reject(new Error(`exited before "${mark}": ${out}`))), reject);
       check();
     });
+  // The output streams end once everything the command wrote was read (the exit can come first).
+  const drained = Promise.all([1, 2].map((i) => new Promise((resolve) => (p.stdio[i] as Readable).once('close', resolve))));
   const end = async () => {
     (p.stdio[0] as Writable).end();
     const e = await p.exited;
+    await drained;
     await p.changes!.settled;
     return { ...e, out };
   };
@@ -279,10 +282,30 @@ describe('changes in isolated mode', () => {
     expect(treeListing(ws)).toEqual(want);
     expect(run.p.changes!.dir).toBe(jdir);
     expect(rel(await run.p.changes!.list())).toEqual(EXPECTED);
-    // The layer beside the journal is gone; the journal stays for a later revert.
-    expect(fs.readdirSync(base).filter((n) => n.startsWith('journal.layer-'))).toEqual([]);
+    // The layer beside the journal goes (removed on the thread pool); the journal stays for a later revert.
+    const layers = () => fs.readdirSync(base).filter((n) => n.startsWith('journal.layer-'));
+    for (let i = 0; i < 200 && layers().length > 0; i++) await new Promise((r) => setTimeout(r, 50));
+    expect(layers()).toEqual([]);
     await run.p.changes!.revert!();
     expect(treeListing(ws)).toEqual(before);
+  });
+
+  it('record: a path changed outside during the run stops the apply at the end, naming it; nothing reaches the roots', async (ctx) => {
+    if (skip) ctx.skip();
+    const run = start(ws, `echo inside > edit.txt && echo x > new.txt && echo ready && cat >/dev/null`, { mode: 'record', dir: path.join(base, 'journal') });
+    await run.until('ready');
+    fs.writeFileSync(path.join(ws, 'edit.txt'), 'outside');
+    const mid = treeListing(ws);
+    (run.p.stdio[0] as Writable).end();
+    await run.p.exited;
+    const err = await run.p.changes!.settled.then(
+      () => null,
+      (e: unknown) => e,
+    );
+    expect((err as SandboxError).code).toBe('ECHANGED_OUTSIDE');
+    expect((err as SandboxError).detail?.paths).toEqual([path.join(ws, 'edit.txt')]);
+    expect((err as SandboxError).message).toMatch(/stay staged in/);
+    expect(treeListing(ws)).toEqual(mid);
   });
 
   it('through run(): result.changes stages, lists and applies', async (ctx) => {
