@@ -85,9 +85,9 @@ export function diffLayer(native: LinuxNative, layer: StageLayer, skip: Readonly
   const deletedBelow = (real: string, kept: (name: string) => boolean) => {
     for (const n of fs.readdirSync(real)) if (!kept(n)) deletedTree(path.join(real, n), fs.lstatSync(path.join(real, n)));
   };
-  // hidden: the lower directory at `rdir` is not merged here (an opaque or replaced directory
-  // above): its entries missing from the upper were deleted.
-  const walk = (udir: string, rdir: string) => {
+  // hidden: a directory above is opaque, so the lower directories below it are not merged
+  // either (a directory made inside an opaque one is not marked itself).
+  const walk = (udir: string, rdir: string, hidden: boolean) => {
     for (const name of fs.readdirSync(udir).sort()) {
       const u = path.join(udir, name);
       const real = path.join(rdir, name);
@@ -107,11 +107,12 @@ export function diffLayer(native: LinuxNative, layer: StageLayer, skip: Readonly
         out.push({ path: real, kind: 'modified', type, upper: u });
       }
       if (type !== 'directory') continue;
-      if (rs?.isDirectory() && xattr(u) === 'y') deletedBelow(real, (n) => lstatOrNull(path.join(u, n)) !== null);
-      walk(u, real);
+      const opaque = hidden || xattr(u) === 'y';
+      if (rs?.isDirectory() && opaque) deletedBelow(real, (n) => lstatOrNull(path.join(u, n)) !== null);
+      walk(u, real, opaque);
     }
   };
-  for (const r of layer.roots) walk(r.upper, r.root);
+  for (const r of layer.roots) walk(r.upper, r.root, false);
   return out.sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
 }
 
@@ -128,13 +129,23 @@ function choose(all: Diff[], paths: readonly string[] | undefined): Diff[] {
   if (unknown.length > 0) {
     throw new SandboxError('EINVALID_ARGUMENT', `apply(): no listed change at or below ${unknown.join(', ')}`, { detail: { paths: unknown } });
   }
-  const chosen = new Set(all.filter((d) => paths.some((p) => isWithin(d.path, p))).map((d) => d.path));
-  const removesDir = (d: Diff) => (d.kind === 'deleted' && d.type === 'directory') || d.was === 'directory';
-  for (const d of all) {
-    if (chosen.has(d.path)) continue;
-    const under = all.some((o) => chosen.has(o.path) && removesDir(o) && o.path !== d.path && isWithin(d.path, o.path) && d.kind === 'deleted');
-    const above = d.type === 'directory' && (d.kind === 'created' || d.was !== undefined) && all.some((o) => chosen.has(o.path) && o.path !== d.path && isWithin(o.path, d.path));
-    if (under || above) chosen.add(d.path);
+  const first = all.filter((d) => paths.some((p) => isWithin(d.path, p)));
+  const chosen = new Set(first.map((d) => d.path));
+  const byPath = new Map(all.map((d) => [d.path, d]));
+  const ancestors = (p: string) => {
+    const out: string[] = [];
+    for (let a = path.dirname(p); a !== path.dirname(a); a = path.dirname(a)) out.push(a);
+    return out;
+  };
+  // Removed directories (deleted, or replaced by another type) take the deletions below them.
+  const removed = new Set(first.filter((d) => (d.kind === 'deleted' && d.type === 'directory') || d.was === 'directory').map((d) => d.path));
+  for (const d of all) if (d.kind === 'deleted' && ancestors(d.path).some((a) => removed.has(a))) chosen.add(d.path);
+  // New directories (created, or replacing another type) above a chosen path come with it.
+  for (const d of first) {
+    for (const a of ancestors(d.path)) {
+      const e = byPath.get(a);
+      if (e?.type === 'directory' && (e.kind === 'created' || e.was !== undefined)) chosen.add(a);
+    }
   }
   return all.filter((d) => chosen.has(d.path));
 }
@@ -207,7 +218,10 @@ export class OverlayStage {
       );
     }
     const w = JournalWriter.create(journalDir, {});
+    // What this apply changed itself, so that a later apply of the same layer does not take it
+    // for a change made outside (record applies once: nothing to remember).
     const touched = (p: string) => {
+      if (move) return;
       for (const q of [p, path.dirname(p)]) {
         const st = lstatOrNull(q);
         if (st) this.ours.set(q, fs.lstatSync(q, { bigint: true }).ctimeNs);
@@ -225,16 +239,13 @@ export class OverlayStage {
     for (const d of chosen) {
       if (d.kind === 'deleted' || !d.upper) continue;
       if (d.was !== undefined && lstatOrNull(d.path)) remove(d.path);
-      putEntry(w, d.path, d.upper, move && d.type === 'file' && !this.overlayOwned(d.upper));
+      // (Only a created file that was no copy-up can be moved: a copy-up carries overlayfs xattrs,
+      // user.overlay.origin among them, which must not reach the roots.)
+      putEntry(w, d.path, d.upper, move && d.type === 'file' && d.kind === 'created' && !d.copiedUp);
       touched(d.path);
     }
     w.finish();
     this.applied++;
-  }
-
-  /** An upper entry overlayfs marked (a copy-up's origin): its xattrs must not reach the roots. */
-  private overlayOwned(u: string): boolean {
-    return typeof this.native.xattr?.(u, 'user.overlay.origin') === 'string';
   }
 
   journals(): string[] {

@@ -66,6 +66,7 @@ const WORK = [
   'ln -s keep.txt newlink',
   'rm -rf sub && mkdir sub && echo again > sub/other.txt',
   'mkdir -p deep/er && echo d > deep/er/f',
+  'rm -rf nest && mkdir -p nest/inner && echo z > nest/inner/z',
   'mv tree tree2',
   'yes abcdefgh | head -c 3000000 > big.bin',
   'rmdir emptydir',
@@ -84,6 +85,8 @@ function fill(ws: string) {
   fs.mkdirSync(path.join(ws, 'tree'));
   fs.writeFileSync(path.join(ws, 'tree', 'leaf.txt'), 'leaf');
   fs.mkdirSync(path.join(ws, 'emptydir'));
+  fs.mkdirSync(path.join(ws, 'nest', 'inner'), { recursive: true });
+  fs.writeFileSync(path.join(ws, 'nest', 'inner', 'x'), 'x');
   fs.symlinkSync('keep.txt', path.join(ws, 'link'));
 }
 
@@ -98,6 +101,8 @@ const EXPECTED = [
   ['gone.txt', 'deleted', 'file'],
   ['move.txt', 'deleted', 'file'],
   ['moved.txt', 'created', 'file'],
+  ['nest/inner/x', 'deleted', 'file'],
+  ['nest/inner/z', 'created', 'file'],
   ['new.txt', 'created', 'file'],
   ['newlink', 'created', 'symlink'],
   ['script.sh', 'modified', 'file'],
