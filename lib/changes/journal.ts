@@ -260,24 +260,37 @@ interface FinalState {
   stamp: string;
 }
 
+const ABSENT: FinalState = { kind: 'absent', stamp: '0 0 0 0 0' };
+
 function stateNow(b: BytePath): FinalState {
-  let st: fs.BigIntStats;
+  let st: fs.BigIntStats | undefined;
   try {
-    st = fs.lstatSync(fsPath(b), { bigint: true });
+    // (No exception for a missing name: a run that renames thousands of files leaves as many.)
+    st = fs.lstatSync(fsPath(b), { bigint: true, throwIfNoEntry: false });
   } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    if (code === 'ENOENT' || code === 'ENOTDIR') return { kind: 'absent', stamp: '0 0 0 0 0' };
+    if ((err as NodeJS.ErrnoException).code === 'ENOTDIR') return ABSENT;
     throw err;
   }
+  if (st === undefined) return ABSENT;
   const kind: FinalKind = st.isFile() ? 'file' : st.isDirectory() ? 'dir' : st.isSymbolicLink() ? 'symlink' : 'other';
   return { kind, stamp: `${st.size} ${st.mtimeNs} ${st.ino} ${oct(Number(st.mode))} ${st.ctimeNs}` };
 }
 
 /** Writes `final` (the state the run left at every recorded path) and meta.json's `ended`. */
 export function finishJournal(dir: string): void {
-  const lines = recordedPaths(readRecords(dir)).map((b) => {
-    const s = stateNow(b);
-    return `${hex(b)} ${s.kind} ${s.stamp}\n`;
+  // The recorded paths as they are written (hex), without decoding every record (revert and
+  // list parse them, and refuse a malformed journal).
+  const text = fs.readFileSync(path.join(dir, 'journal'), 'latin1');
+  const paths = new Set<string>();
+  for (const line of text.split('\n')) {
+    const f = line.split(' ', 3);
+    if (f.length < 2) continue;
+    paths.add(f[1]!);
+    if (f[0] === 'rename') paths.add(f[2]!);
+  }
+  const lines = [...paths].map((h) => {
+    const s = stateNow(unhex(h));
+    return `${h} ${s.kind} ${s.stamp}\n`;
   });
   fs.writeFileSync(path.join(dir, 'final.tmp'), lines.join(''), { mode: 0o600 });
   fs.renameSync(path.join(dir, 'final.tmp'), path.join(dir, 'final'));
@@ -317,6 +330,8 @@ const TYPE_OF: Record<string, ChangeEntry['type']> = {
  */
 class Tracker {
   readonly carry = new Map<BytePath, BytePath | null | false>();
+  /** Every ancestor of a key of carry: a rename of one of these moves keys (others move none). */
+  private readonly parents = new Set<BytePath>();
   readonly dirty = new Set<BytePath>();
   /** Original paths that held an object when the run started, with the first record about it. */
   readonly first = new Map<BytePath, JournalRecord | null>();
@@ -355,7 +370,7 @@ class Tracker {
     }
     if (r.op === 'absent') {
       if (o === r.path && !this.first.has(o)) this.absentAtStart.add(o);
-      this.carry.set(r.path, null);
+      this.set(r.path, null);
       return;
     }
     if (typeof o !== 'string') return;
@@ -363,17 +378,29 @@ class Tracker {
     this.dirty.add(o);
   }
 
+  private set(k: BytePath, v: BytePath | null | false): void {
+    this.carry.set(k, v);
+    for (let a = path.posix.dirname(k); !this.parents.has(a); a = path.posix.dirname(a)) {
+      this.parents.add(a);
+      if (a === '/' || a === '.') break;
+    }
+  }
+
   private move(from: BytePath, to: BytePath, o: BytePath | null | false): void {
-    for (const k of [...this.carry.keys()]) {
-      if (isUnder(k, to)) this.carry.delete(k);
+    if (this.parents.has(to)) {
+      for (const k of [...this.carry.keys()]) {
+        if (isUnder(k, to)) this.carry.delete(k);
+      }
     }
-    for (const [k, v] of [...this.carry]) {
-      if (!isUnder(k, from)) continue;
-      this.carry.delete(k);
-      this.carry.set(to + k.slice(from.length), v);
+    if (this.parents.has(from)) {
+      for (const [k, v] of [...this.carry]) {
+        if (!isUnder(k, from)) continue;
+        this.carry.delete(k);
+        this.set(to + k.slice(from.length), v);
+      }
     }
-    this.carry.set(to, o);
-    this.carry.set(from, false);
+    this.set(to, o);
+    this.set(from, false);
   }
 }
 
