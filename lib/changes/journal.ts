@@ -26,8 +26,8 @@
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { spawnSync } from 'node:child_process';
 import { SandboxError } from '../errors';
+import { loadLinuxNative } from '../native';
 import type { ChangeEntry, ChangesMode } from './types';
 
 export const JOURNAL_VERSION = 1;
@@ -502,9 +502,10 @@ function undo(dir: string, r: JournalRecord): void {
       return removeAny(b);
     case 'other': {
       removeAny(b);
-      const made = spawnSync('mkfifo', ['-m', oct(r.mode! & 0o7777), display(b)]);
-      if (made.status !== 0) throw new SandboxError('EINVALID_ARGUMENT', `changes: could not recreate the fifo ${display(b)}`);
-      return;
+      // Only FIFOs are journaled as 'other' (journal.ts header); the addon has mkfifo(2).
+      const rc = loadLinuxNative().mkfifo?.(display(b), r.mode! & 0o7777) ?? -38;
+      if (rc !== 0) throw new SandboxError('EINVALID_ARGUMENT', `changes: could not put back the FIFO ${display(b)} (errno ${-rc})`, { errno: -rc });
+      return fs.chmodSync(fsPath(b), r.mode! & 0o7777);
     }
     case 'mode': {
       const st = lstatOrNull(b);
