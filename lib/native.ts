@@ -83,7 +83,7 @@ export interface LinuxNativePlan {
        * changes: 'record': every call on a name under `roots` is journaled in `dir` before it is
        * carried out (native/linux/changes_journal.h; format: lib/changes/journal.ts).
        */
-      changes?: { dir: string; roots: string[]; maxBytes?: number };
+      changes?: { dir: string; roots: string[]; maxBytes?: number; exclude?: string[] };
     };
   };
   proxyPort?: number;

@@ -64,8 +64,8 @@ function prepareDir(dir: string): void {
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
     const st = fs.lstatSync(dir);
-    if (!st.isDirectory() || fs.readdirSync(dir).length > 0) {
-      throw new SandboxError('EINVALID_ARGUMENT', `changes: the journal directory ${dir} must be new or an empty directory`, { detail: { path: dir } });
+    if (!st.isDirectory() || st.uid !== process.getuid?.() || fs.readdirSync(dir).length > 0) {
+      throw new SandboxError('EINVALID_ARGUMENT', `changes: the journal directory ${dir} must be new or an empty directory of this user`, { detail: { path: dir } });
     }
   }
   fs.chmodSync(dir, 0o700);

@@ -412,7 +412,7 @@ void ParsePlan(Napi::Env env, const Napi::Object& o, LinuxSpawnPlan* out, Superv
         if (ch.IsObject()) {
           Napi::Object co = ch.As<Napi::Object>();
           const std::string dir = GetString(co, "dir");
-          auto journal = changes::Journal::Open(dir, GetStrings(co, "roots"), static_cast<uint64_t>(GetNumber(co, "maxBytes", 0)));
+          auto journal = changes::Journal::Open(dir, GetStrings(co, "roots"), co.Has("exclude") ? GetStrings(co, "exclude") : std::vector<std::string>(), static_cast<uint64_t>(GetNumber(co, "maxBytes", 0)));
           if (!journal) {
             ThrowSandboxError(env, Status::Sys(ErrorCode::kESECCOMP_INSTALL, "changes: the journal in " + dir + " cannot be opened", "open", errno));
           }

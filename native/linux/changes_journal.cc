@@ -98,10 +98,11 @@ std::map<std::string, std::shared_ptr<Journal>>& Registry() {
 
 }  // namespace
 
-Journal::Journal(int journal_fd, int files_fd, std::vector<std::string> roots, uint64_t max_bytes)
-    : journal_fd_(journal_fd), files_fd_(files_fd), roots_(std::move(roots)), max_bytes_(max_bytes) {}
+Journal::Journal(int journal_fd, int files_fd, std::vector<std::string> roots, std::vector<std::string> exclude, uint64_t max_bytes)
+    : journal_fd_(journal_fd), files_fd_(files_fd), roots_(std::move(roots)), exclude_(std::move(exclude)), max_bytes_(max_bytes) {}
 
-std::shared_ptr<Journal> Journal::Open(const std::string& dir, std::vector<std::string> roots, uint64_t max_bytes) {
+std::shared_ptr<Journal> Journal::Open(const std::string& dir, std::vector<std::string> roots, std::vector<std::string> exclude,
+                                       uint64_t max_bytes) {
   const int j = open((dir + "/journal").c_str(), O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC);
   if (j < 0) return nullptr;
   const int f = open((dir + "/files").c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -111,10 +112,13 @@ std::shared_ptr<Journal> Journal::Open(const std::string& dir, std::vector<std::
     errno = e;
     return nullptr;
   }
-  return std::make_shared<Journal>(j, f, std::move(roots), max_bytes);
+  return std::make_shared<Journal>(j, f, std::move(roots), std::move(exclude), max_bytes);
 }
 
 bool Journal::Records(const std::string& path) const {
+  for (const std::string& x : exclude_) {
+    if (Under(path, x)) return false;
+  }
   for (const std::string& r : roots_) {
     if (Under(path, r)) return true;
   }

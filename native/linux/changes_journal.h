@@ -36,8 +36,10 @@ class Journal {
   // canonical paths whose changes are recorded (the policy's writable roots; not the private
   // TMPDIR). max_bytes: bound on the saved copies' bytes (0: none).
   // Opens dir/journal (append) and dir/files; null with errno set when they cannot be opened.
-  static std::shared_ptr<Journal> Open(const std::string& dir, std::vector<std::string> roots, uint64_t max_bytes);
-  Journal(int journal_fd, int files_fd, std::vector<std::string> roots, uint64_t max_bytes);
+  // exclude: paths below the roots that are not recorded (the run's private TMPDIR).
+  static std::shared_ptr<Journal> Open(const std::string& dir, std::vector<std::string> roots, std::vector<std::string> exclude,
+                                       uint64_t max_bytes);
+  Journal(int journal_fd, int files_fd, std::vector<std::string> roots, std::vector<std::string> exclude, uint64_t max_bytes);
 
   // Whether `path` (canonical, absolute) is recorded.
   bool Records(const std::string& path) const;
@@ -81,7 +83,7 @@ class Journal {
   void MoveSeen(const std::string& from, const std::string& to, bool is_dir);
   std::mutex mu_;
   int journal_fd_, files_fd_;  // closed by CloseByDir (host side)
-  const std::vector<std::string> roots_;
+  const std::vector<std::string> roots_, exclude_;
   const uint64_t max_bytes_;
   uint64_t bytes_ = 0;
   uint64_t next_copy_ = 0;
