@@ -472,36 +472,68 @@ function changedOutside(records: readonly JournalRecord[], finals: Map<BytePath,
   return changed;
 }
 
-function removeAny(b: BytePath): void {
+/**
+ * Directories the replay opened to itself (u+rwx) because the run left them closed to the owner
+ * (`chmod 555` of a directory the command then filled, or emptied): each with its mode before.
+ * Put back at the end (revertJournal); an original directory's own mode comes after that.
+ */
+type Opened = Map<BytePath, number>;
+
+function openDir(d: BytePath, opened: Opened): void {
+  const st = lstatOrNull(d);
+  if (!st?.isDirectory() || (st.mode & 0o700) === 0o700) return;
+  if (!opened.has(d)) opened.set(d, st.mode & 0o7777);
+  fs.chmodSync(fsPath(d), (st.mode & 0o7777) | 0o700);
+}
+
+function removeAny(b: BytePath, opened: Opened): void {
+  const st = lstatOrNull(b);
+  if (!st) return;
+  if (st.isDirectory()) {
+    // Every directory below is opened first, or rmSync stops at one closed to the owner.
+    const walk = (d: BytePath) => {
+      openDir(d, opened);
+      for (const n of fs.readdirSync(fsPath(d), { encoding: 'buffer' })) {
+        const c = d + '/' + n.toString('latin1');
+        if (lstatOrNull(c)?.isDirectory()) walk(c);
+      }
+    };
+    walk(b);
+  }
   fs.rmSync(fsPath(b), { recursive: true, force: true });
 }
 
 /** Puts a saved regular file back, in place when a regular file is there (other links see it too). */
-function restoreFile(dir: string, b: BytePath, copy: string, mode: number): void {
+function restoreFile(dir: string, b: BytePath, copy: string, mode: number, opened: Opened): void {
   const st = lstatOrNull(b);
-  if (st && !st.isFile()) removeAny(b);
+  if (st && !st.isFile()) removeAny(b, opened);
+  // A read-only file of ours is written in place all the same (its mode is set right after).
+  else if (st && (st.mode & 0o200) === 0) fs.chmodSync(fsPath(b), 0o600);
   fs.copyFileSync(path.join(dir, 'files', copy), fsPath(b), fs.constants.COPYFILE_FICLONE);
   fs.chmodSync(fsPath(b), mode);
 }
 
-function undo(dir: string, r: JournalRecord): void {
+function undo(dir: string, r: JournalRecord, opened: Opened): void {
   const b = r.path;
+  openDir(path.posix.dirname(b), opened);
+  if (r.to !== undefined) openDir(path.posix.dirname(r.to), opened);
   switch (r.op) {
     case 'save':
-      return restoreFile(dir, b, r.copy!, r.mode!);
+      return restoreFile(dir, b, r.copy!, r.mode!, opened);
     case 'symlink':
-      removeAny(b);
+      removeAny(b, opened);
       return fs.symlinkSync(fsPath(r.target!), fsPath(b));
     case 'dir': {
       const st = lstatOrNull(b);
-      if (st && !st.isDirectory()) removeAny(b);
+      if (st && !st.isDirectory()) removeAny(b, opened);
       if (!st || !st.isDirectory()) fs.mkdirSync(fsPath(b));
-      return fs.chmodSync(fsPath(b), r.mode!);
+      // Open to us while older records fill it; its own mode is set at the end (restoreDirModes).
+      return fs.chmodSync(fsPath(b), r.mode! | 0o700);
     }
     case 'absent':
-      return removeAny(b);
+      return removeAny(b, opened);
     case 'other': {
-      removeAny(b);
+      removeAny(b, opened);
       // Only FIFOs are journaled as 'other' (journal.ts header); the addon has mkfifo(2).
       const rc = loadLinuxNative().mkfifo?.(display(b), r.mode! & 0o7777) ?? -38;
       if (rc !== 0) throw new SandboxError('EINVALID_ARGUMENT', `changes: could not put back the FIFO ${display(b)} (errno ${-rc})`, { errno: -rc });
@@ -509,11 +541,25 @@ function undo(dir: string, r: JournalRecord): void {
     }
     case 'mode': {
       const st = lstatOrNull(b);
-      if (st && !st.isSymbolicLink()) fs.chmodSync(fsPath(b), r.mode!);
+      if (st && !st.isSymbolicLink()) fs.chmodSync(fsPath(b), st.isDirectory() ? r.mode! | 0o700 : r.mode!);
       return;
     }
     case 'rename':
       return fs.renameSync(fsPath(r.to!), fsPath(b));
+  }
+}
+
+/**
+ * The directories' own modes, last: while older records were replayed each directory stayed open
+ * to us (a 0555 one could not have been filled again). Each original directory is back at its
+ * original path now; its first record holds its mode at the start. Deepest first.
+ */
+function restoreDirModes(records: readonly JournalRecord[]): void {
+  const t = new Tracker();
+  for (const r of records) t.apply(r);
+  const dirs = [...t.first].filter(([, r]) => r && (r.op === 'dir' || r.op === 'mode')).sort(([a], [b]) => b.length - a.length);
+  for (const [o, r] of dirs) {
+    if (lstatOrNull(o)?.isDirectory()) fs.chmodSync(fsPath(o), r!.mode!);
   }
 }
 
@@ -536,6 +582,11 @@ export function revertJournal(dir: string): void {
   if (changed.length > 0) {
     throw new SandboxError('ECHANGED_OUTSIDE', `changes: not reverted, changed outside the sandbox since the run: ${changed.slice(0, 10).join(', ')}${changed.length > 10 ? ` and ${changed.length - 10} more` : ''}`, { detail: { paths: changed } });
   }
-  for (let i = records.length - 1; i >= 0; i--) undo(dir, records[i]!);
+  const opened: Opened = new Map();
+  for (let i = records.length - 1; i >= 0; i--) undo(dir, records[i]!, opened);
+  for (const [d, mode] of [...opened].sort(([a], [b]) => b.length - a.length)) {
+    if (lstatOrNull(d)?.isDirectory()) fs.chmodSync(fsPath(d), mode);
+  }
+  restoreDirModes(records);
   fs.writeFileSync(path.join(dir, 'reverted'), new Date().toISOString() + '\n', { mode: 0o600 });
 }
