@@ -404,6 +404,25 @@ class Tracker {
   }
 }
 
+/** Whether two files of one size hold the same bytes (read 1 MiB at a time: they may be large). */
+function sameBytes(a: string | Buffer, b: string | Buffer): boolean {
+  const fa = fs.openSync(a, 'r');
+  const fb = fs.openSync(b, 'r');
+  try {
+    const ba = Buffer.alloc(1 << 20);
+    const bb = Buffer.alloc(1 << 20);
+    for (;;) {
+      const na = fs.readSync(fa, ba, 0, ba.length, null);
+      const nb = fs.readSync(fb, bb, 0, bb.length, null);
+      if (na !== nb || !ba.subarray(0, na).equals(bb.subarray(0, nb))) return false;
+      if (na === 0) return true;
+    }
+  } finally {
+    fs.closeSync(fa);
+    fs.closeSync(fb);
+  }
+}
+
 /** True when what is at `b` now equals the record's state (a touch that changed nothing). */
 function sameAsRecord(dir: string, b: BytePath, r: JournalRecord | null | undefined): boolean {
   if (!r) return false;
@@ -412,7 +431,7 @@ function sameAsRecord(dir: string, b: BytePath, r: JournalRecord | null | undefi
   if (r.op === 'save') {
     if (!st.isFile() || (st.mode & 0o7777) !== r.mode) return false;
     const saved = path.join(dir, 'files', r.copy!);
-    return fs.statSync(saved).size === st.size && fs.readFileSync(saved).equals(fs.readFileSync(fsPath(b)));
+    return fs.statSync(saved).size === st.size && sameBytes(saved, fsPath(b));
   }
   if (r.op === 'symlink') return st.isSymbolicLink() && fs.readlinkSync(fsPath(b), { encoding: 'buffer' }).equals(fsPath(r.target!));
   if (r.op === 'dir') return st.isDirectory() && (st.mode & 0o7777) === r.mode;
