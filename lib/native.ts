@@ -83,7 +83,7 @@ export interface LinuxNativePlan {
        * changes: 'record': every call on a name under `roots` is journaled in `dir` before it is
        * carried out (native/linux/changes_journal.h; format: lib/changes/journal.ts).
        */
-      changes?: { dir: string; roots: string[]; maxBytes?: number };
+      changes?: { dir: string; roots: string[]; maxBytes?: number; exclude?: string[] };
     };
   };
   proxyPort?: number;
@@ -208,6 +208,8 @@ export interface LinuxNative extends NativeCommon, NativeRelay {
    * later call fails (EIO). 1 closed, 0 no journal for dir, -1 a record could not be written.
    */
   closeChangesJournal?(dir: string): number;
+  /** mkfifo(2): 0 or -errno (revert puts back a FIFO a recorded command removed). */
+  mkfifo?(path: string, mode: number): number;
   /**
    * Removes `name` in `parent` and everything below it without following a symlink, fixing the
    * modes of the uid's own directories first (native/linux/tree_walk.h). Never throws for the tree.

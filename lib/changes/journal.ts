@@ -26,8 +26,8 @@
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { spawnSync } from 'node:child_process';
 import { SandboxError } from '../errors';
+import { loadLinuxNative } from '../native';
 import type { ChangeEntry, ChangesMode } from './types';
 
 export const JOURNAL_VERSION = 1;
@@ -64,8 +64,8 @@ function prepareDir(dir: string): void {
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
     const st = fs.lstatSync(dir);
-    if (!st.isDirectory() || fs.readdirSync(dir).length > 0) {
-      throw new SandboxError('EINVALID_ARGUMENT', `changes: the journal directory ${dir} must be new or an empty directory`, { detail: { path: dir } });
+    if (!st.isDirectory() || st.uid !== process.getuid?.() || fs.readdirSync(dir).length > 0) {
+      throw new SandboxError('EINVALID_ARGUMENT', `changes: the journal directory ${dir} must be new or an empty directory of this user`, { detail: { path: dir } });
     }
   }
   fs.chmodSync(dir, 0o700);
@@ -260,24 +260,37 @@ interface FinalState {
   stamp: string;
 }
 
+const ABSENT: FinalState = { kind: 'absent', stamp: '0 0 0 0 0' };
+
 function stateNow(b: BytePath): FinalState {
-  let st: fs.BigIntStats;
+  let st: fs.BigIntStats | undefined;
   try {
-    st = fs.lstatSync(fsPath(b), { bigint: true });
+    // (No exception for a missing name: a run that renames thousands of files leaves as many.)
+    st = fs.lstatSync(fsPath(b), { bigint: true, throwIfNoEntry: false });
   } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    if (code === 'ENOENT' || code === 'ENOTDIR') return { kind: 'absent', stamp: '0 0 0 0 0' };
+    if ((err as NodeJS.ErrnoException).code === 'ENOTDIR') return ABSENT;
     throw err;
   }
+  if (st === undefined) return ABSENT;
   const kind: FinalKind = st.isFile() ? 'file' : st.isDirectory() ? 'dir' : st.isSymbolicLink() ? 'symlink' : 'other';
   return { kind, stamp: `${st.size} ${st.mtimeNs} ${st.ino} ${oct(Number(st.mode))} ${st.ctimeNs}` };
 }
 
 /** Writes `final` (the state the run left at every recorded path) and meta.json's `ended`. */
 export function finishJournal(dir: string): void {
-  const lines = recordedPaths(readRecords(dir)).map((b) => {
-    const s = stateNow(b);
-    return `${hex(b)} ${s.kind} ${s.stamp}\n`;
+  // The recorded paths as they are written (hex), without decoding every record (revert and
+  // list parse them, and refuse a malformed journal).
+  const text = fs.readFileSync(path.join(dir, 'journal'), 'latin1');
+  const paths = new Set<string>();
+  for (const line of text.split('\n')) {
+    const f = line.split(' ', 3);
+    if (f.length < 2) continue;
+    paths.add(f[1]!);
+    if (f[0] === 'rename') paths.add(f[2]!);
+  }
+  const lines = [...paths].map((h) => {
+    const s = stateNow(unhex(h));
+    return `${h} ${s.kind} ${s.stamp}\n`;
   });
   fs.writeFileSync(path.join(dir, 'final.tmp'), lines.join(''), { mode: 0o600 });
   fs.renameSync(path.join(dir, 'final.tmp'), path.join(dir, 'final'));
@@ -317,6 +330,8 @@ const TYPE_OF: Record<string, ChangeEntry['type']> = {
  */
 class Tracker {
   readonly carry = new Map<BytePath, BytePath | null | false>();
+  /** Every ancestor of a key of carry: a rename of one of these moves keys (others move none). */
+  private readonly parents = new Set<BytePath>();
   readonly dirty = new Set<BytePath>();
   /** Original paths that held an object when the run started, with the first record about it. */
   readonly first = new Map<BytePath, JournalRecord | null>();
@@ -355,7 +370,7 @@ class Tracker {
     }
     if (r.op === 'absent') {
       if (o === r.path && !this.first.has(o)) this.absentAtStart.add(o);
-      this.carry.set(r.path, null);
+      this.set(r.path, null);
       return;
     }
     if (typeof o !== 'string') return;
@@ -363,17 +378,48 @@ class Tracker {
     this.dirty.add(o);
   }
 
+  private set(k: BytePath, v: BytePath | null | false): void {
+    this.carry.set(k, v);
+    for (let a = path.posix.dirname(k); !this.parents.has(a); a = path.posix.dirname(a)) {
+      this.parents.add(a);
+      if (a === '/' || a === '.') break;
+    }
+  }
+
   private move(from: BytePath, to: BytePath, o: BytePath | null | false): void {
-    for (const k of [...this.carry.keys()]) {
-      if (isUnder(k, to)) this.carry.delete(k);
+    if (this.parents.has(to)) {
+      for (const k of [...this.carry.keys()]) {
+        if (isUnder(k, to)) this.carry.delete(k);
+      }
     }
-    for (const [k, v] of [...this.carry]) {
-      if (!isUnder(k, from)) continue;
-      this.carry.delete(k);
-      this.carry.set(to + k.slice(from.length), v);
+    if (this.parents.has(from)) {
+      for (const [k, v] of [...this.carry]) {
+        if (!isUnder(k, from)) continue;
+        this.carry.delete(k);
+        this.set(to + k.slice(from.length), v);
+      }
     }
-    this.carry.set(to, o);
-    this.carry.set(from, false);
+    this.set(to, o);
+    this.set(from, false);
+  }
+}
+
+/** Whether two files of one size hold the same bytes (read 1 MiB at a time: they may be large). */
+function sameBytes(a: string | Buffer, b: string | Buffer): boolean {
+  const fa = fs.openSync(a, 'r');
+  const fb = fs.openSync(b, 'r');
+  try {
+    const ba = Buffer.alloc(1 << 20);
+    const bb = Buffer.alloc(1 << 20);
+    for (;;) {
+      const na = fs.readSync(fa, ba, 0, ba.length, null);
+      const nb = fs.readSync(fb, bb, 0, bb.length, null);
+      if (na !== nb || !ba.subarray(0, na).equals(bb.subarray(0, nb))) return false;
+      if (na === 0) return true;
+    }
+  } finally {
+    fs.closeSync(fa);
+    fs.closeSync(fb);
   }
 }
 
@@ -385,7 +431,7 @@ function sameAsRecord(dir: string, b: BytePath, r: JournalRecord | null | undefi
   if (r.op === 'save') {
     if (!st.isFile() || (st.mode & 0o7777) !== r.mode) return false;
     const saved = path.join(dir, 'files', r.copy!);
-    return fs.statSync(saved).size === st.size && fs.readFileSync(saved).equals(fs.readFileSync(fsPath(b)));
+    return fs.statSync(saved).size === st.size && sameBytes(saved, fsPath(b));
   }
   if (r.op === 'symlink') return st.isSymbolicLink() && fs.readlinkSync(fsPath(b), { encoding: 'buffer' }).equals(fsPath(r.target!));
   if (r.op === 'dir') return st.isDirectory() && (st.mode & 0o7777) === r.mode;
@@ -445,47 +491,94 @@ function changedOutside(records: readonly JournalRecord[], finals: Map<BytePath,
   return changed;
 }
 
-function removeAny(b: BytePath): void {
+/**
+ * Directories the replay opened to itself (u+rwx) because the run left them closed to the owner
+ * (`chmod 555` of a directory the command then filled, or emptied): each with its mode before.
+ * Put back at the end (revertJournal); an original directory's own mode comes after that.
+ */
+type Opened = Map<BytePath, number>;
+
+function openDir(d: BytePath, opened: Opened): void {
+  const st = lstatOrNull(d);
+  if (!st?.isDirectory() || (st.mode & 0o700) === 0o700) return;
+  if (!opened.has(d)) opened.set(d, st.mode & 0o7777);
+  fs.chmodSync(fsPath(d), (st.mode & 0o7777) | 0o700);
+}
+
+function removeAny(b: BytePath, opened: Opened): void {
+  const st = lstatOrNull(b);
+  if (!st) return;
+  if (st.isDirectory()) {
+    // Every directory below is opened first, or rmSync stops at one closed to the owner.
+    const walk = (d: BytePath) => {
+      openDir(d, opened);
+      for (const n of fs.readdirSync(fsPath(d), { encoding: 'buffer' })) {
+        const c = d + '/' + n.toString('latin1');
+        if (lstatOrNull(c)?.isDirectory()) walk(c);
+      }
+    };
+    walk(b);
+  }
   fs.rmSync(fsPath(b), { recursive: true, force: true });
 }
 
 /** Puts a saved regular file back, in place when a regular file is there (other links see it too). */
-function restoreFile(dir: string, b: BytePath, copy: string, mode: number): void {
+function restoreFile(dir: string, b: BytePath, copy: string, mode: number, opened: Opened): void {
   const st = lstatOrNull(b);
-  if (st && !st.isFile()) removeAny(b);
+  if (st && !st.isFile()) removeAny(b, opened);
+  // A read-only file of ours is written in place all the same (its mode is set right after).
+  else if (st && (st.mode & 0o200) === 0) fs.chmodSync(fsPath(b), 0o600);
   fs.copyFileSync(path.join(dir, 'files', copy), fsPath(b), fs.constants.COPYFILE_FICLONE);
   fs.chmodSync(fsPath(b), mode);
 }
 
-function undo(dir: string, r: JournalRecord): void {
+function undo(dir: string, r: JournalRecord, opened: Opened): void {
   const b = r.path;
+  openDir(path.posix.dirname(b), opened);
+  if (r.to !== undefined) openDir(path.posix.dirname(r.to), opened);
   switch (r.op) {
     case 'save':
-      return restoreFile(dir, b, r.copy!, r.mode!);
+      return restoreFile(dir, b, r.copy!, r.mode!, opened);
     case 'symlink':
-      removeAny(b);
+      removeAny(b, opened);
       return fs.symlinkSync(fsPath(r.target!), fsPath(b));
     case 'dir': {
       const st = lstatOrNull(b);
-      if (st && !st.isDirectory()) removeAny(b);
+      if (st && !st.isDirectory()) removeAny(b, opened);
       if (!st || !st.isDirectory()) fs.mkdirSync(fsPath(b));
-      return fs.chmodSync(fsPath(b), r.mode!);
+      // Open to us while older records fill it; its own mode is set at the end (restoreDirModes).
+      return fs.chmodSync(fsPath(b), r.mode! | 0o700);
     }
     case 'absent':
-      return removeAny(b);
+      return removeAny(b, opened);
     case 'other': {
-      removeAny(b);
-      const made = spawnSync('mkfifo', ['-m', oct(r.mode! & 0o7777), display(b)]);
-      if (made.status !== 0) throw new SandboxError('EINVALID_ARGUMENT', `changes: could not recreate the fifo ${display(b)}`);
-      return;
+      removeAny(b, opened);
+      // Only FIFOs are journaled as 'other' (journal.ts header); the addon has mkfifo(2).
+      const rc = loadLinuxNative().mkfifo?.(display(b), r.mode! & 0o7777) ?? -38;
+      if (rc !== 0) throw new SandboxError('EINVALID_ARGUMENT', `changes: could not put back the FIFO ${display(b)} (errno ${-rc})`, { errno: -rc });
+      return fs.chmodSync(fsPath(b), r.mode! & 0o7777);
     }
     case 'mode': {
       const st = lstatOrNull(b);
-      if (st && !st.isSymbolicLink()) fs.chmodSync(fsPath(b), r.mode!);
+      if (st && !st.isSymbolicLink()) fs.chmodSync(fsPath(b), st.isDirectory() ? r.mode! | 0o700 : r.mode!);
       return;
     }
     case 'rename':
       return fs.renameSync(fsPath(r.to!), fsPath(b));
+  }
+}
+
+/**
+ * The directories' own modes, last: while older records were replayed each directory stayed open
+ * to us (a 0555 one could not have been filled again). Each original directory is back at its
+ * original path now; its first record holds its mode at the start. Deepest first.
+ */
+function restoreDirModes(records: readonly JournalRecord[]): void {
+  const t = new Tracker();
+  for (const r of records) t.apply(r);
+  const dirs = [...t.first].filter(([, r]) => r && (r.op === 'dir' || r.op === 'mode')).sort(([a], [b]) => b.length - a.length);
+  for (const [o, r] of dirs) {
+    if (lstatOrNull(o)?.isDirectory()) fs.chmodSync(fsPath(o), r!.mode!);
   }
 }
 
@@ -508,6 +601,11 @@ export function revertJournal(dir: string): void {
   if (changed.length > 0) {
     throw new SandboxError('ECHANGED_OUTSIDE', `changes: not reverted, changed outside the sandbox since the run: ${changed.slice(0, 10).join(', ')}${changed.length > 10 ? ` and ${changed.length - 10} more` : ''}`, { detail: { paths: changed } });
   }
-  for (let i = records.length - 1; i >= 0; i--) undo(dir, records[i]!);
+  const opened: Opened = new Map();
+  for (let i = records.length - 1; i >= 0; i--) undo(dir, records[i]!, opened);
+  for (const [d, mode] of [...opened].sort(([a], [b]) => b.length - a.length)) {
+    if (lstatOrNull(d)?.isDirectory()) fs.chmodSync(fsPath(d), mode);
+  }
+  restoreDirModes(records);
   fs.writeFileSync(path.join(dir, 'reverted'), new Date().toISOString() + '\n', { mode: 0o600 });
 }

@@ -11,6 +11,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { SandboxError } from '../errors';
+import { isWithin } from '../paths';
 import type { LinuxNative } from '../native';
 import type { ResolvedRules } from '../rules';
 import { createJournalDir, finishJournal, listJournal, revertJournal } from './journal';
@@ -21,6 +22,8 @@ export interface RecordPlan {
   dir: string;
   roots: string[];
   maxBytes?: number;
+  /** Paths under the roots that are not recorded (the planner adds the run's private TMPDIR). */
+  exclude?: string[];
 }
 
 export interface RecordRun {
@@ -61,7 +64,16 @@ export function prepareRecord(
   }
   const made = opts.dir === undefined;
   const parent = made ? defaultParent() : null;
-  const dir = opts.dir ?? (parent ? path.join(parent, `changes-${process.pid}-${crypto.randomBytes(6).toString('hex')}`) : fs.mkdtempSync(path.join(os.tmpdir(), 'process-sandbox-changes-')));
+  const name = `changes-${process.pid}-${crypto.randomBytes(8).toString('hex')}`;
+  // (createJournalDir refuses a name someone else made first: not an empty 0700 directory of ours.)
+  const dir = opts.dir ?? path.join(parent ?? os.tmpdir(), parent ? name : `process-sandbox-${name}`);
+  if (made) {
+    // (A given dir was checked by spawn(): normalizeChanges.)
+    const inside = rules.writeRoots.find((w) => isWithin(dir, w) || isWithin(w, dir));
+    if (inside) {
+      throw new SandboxError('EINVALID_ARGUMENT', `changes: the default journal directory ${dir} lies in the writable root ${inside}: pass changes.dir outside the writable roots`, { detail: { dir, root: inside } });
+    }
+  }
   createJournalDir(dir, { mode: 'record', roots: rules.writeRoots });
   const real = fs.realpathSync(dir);
   const plan: RecordPlan = { dir: real, roots: [...rules.writeRoots], ...(opts.maxBytes !== undefined ? { maxBytes: opts.maxBytes } : {}) };

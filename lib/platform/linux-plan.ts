@@ -1063,7 +1063,8 @@ export function planLinux(original: LinuxPlanInput): LinuxPlan {
       carveOuts: [...new Set([...rules.readOnly, ...deniedInWritable])],
       presentOnly: [...(rules.presentOnly ?? [])],
       devices: DEVICE_RULES,
-      ...(input.changes ? { changes: input.changes } : {}),
+      // The run's private TMPDIR goes with the run: never recorded, even inside a writable root.
+      ...(input.changes ? { changes: { ...input.changes, ...(input.landlockTmpDir ? { exclude: [realpathOrNull(input.landlockTmpDir) ?? input.landlockTmpDir] } : {}) } } : {}),
     };
   }
   // Landlock mode, procPrivacy: other processes' /proc entries and the host's network tables

@@ -412,7 +412,10 @@ void ParsePlan(Napi::Env env, const Napi::Object& o, LinuxSpawnPlan* out, Superv
         if (ch.IsObject()) {
           Napi::Object co = ch.As<Napi::Object>();
           const std::string dir = GetString(co, "dir");
-          auto journal = std::make_shared<changes::Journal>(dir, GetStrings(co, "roots"), static_cast<uint64_t>(GetNumber(co, "maxBytes", 0)));
+          auto journal = changes::Journal::Open(dir, GetStrings(co, "roots"), co.Has("exclude") ? GetStrings(co, "exclude") : std::vector<std::string>(), static_cast<uint64_t>(GetNumber(co, "maxBytes", 0)));
+          if (!journal) {
+            ThrowSandboxError(env, Status::Sys(ErrorCode::kESECCOMP_INSTALL, "changes: the journal in " + dir + " cannot be opened", "open", errno));
+          }
           changes::Register(journal, dir);
           supervisor->paths.journal = journal;
           metadata.journal = journal;
@@ -1143,6 +1146,16 @@ Napi::Value CloseChangesJournalJs(const Napi::CallbackInfo& info) {
   return Napi::Number::New(env, changes::CloseByDir(info[0].As<Napi::String>().Utf8Value()));
 }
 
+// mkfifo(path, mode): 0 or -errno. Revert puts back a FIFO a recorded command removed
+// (lib/changes/journal.ts); Node has no mkfifo.
+Napi::Value MkfifoJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 2 || !info[0].IsString() || !info[1].IsNumber()) throw Napi::TypeError::New(env, "mkfifo(path, mode)");
+  const std::string p = info[0].As<Napi::String>().Utf8Value();
+  const int rc = mkfifo(p.c_str(), static_cast<mode_t>(info[1].As<Napi::Number>().Uint32Value() & 07777));
+  return Napi::Number::New(env, rc == 0 ? 0 : -errno);
+}
+
 Napi::Value UidTaskCountJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   const uint32_t uid = info[0].As<Napi::Number>().Uint32Value();
@@ -1197,6 +1210,7 @@ void InitPlatform(Napi::Env env, Napi::Object exports) {
   exports.Set("dirWatchPoll", Napi::Function::New(env, DirWatchPollJs, "dirWatchPoll"));
   exports.Set("uidTaskCount", Napi::Function::New(env, UidTaskCountJs, "uidTaskCount"));
   exports.Set("closeChangesJournal", Napi::Function::New(env, CloseChangesJournalJs, "closeChangesJournal"));
+  exports.Set("mkfifo", Napi::Function::New(env, MkfifoJs, "mkfifo"));
   exports.Set("seccompSelfCheck", Napi::Function::New(env, SeccompSelfCheckJs, "seccompSelfCheck"));
   RegisterPty(env, exports);
   RegisterTreeWalk(env, exports);

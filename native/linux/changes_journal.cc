@@ -98,10 +98,27 @@ std::map<std::string, std::shared_ptr<Journal>>& Registry() {
 
 }  // namespace
 
-Journal::Journal(std::string dir, std::vector<std::string> roots, uint64_t max_bytes)
-    : dir_(std::move(dir)), roots_(std::move(roots)), max_bytes_(max_bytes) {}
+Journal::Journal(int journal_fd, int files_fd, std::vector<std::string> roots, std::vector<std::string> exclude, uint64_t max_bytes)
+    : journal_fd_(journal_fd), files_fd_(files_fd), roots_(std::move(roots)), exclude_(std::move(exclude)), max_bytes_(max_bytes) {}
+
+std::shared_ptr<Journal> Journal::Open(const std::string& dir, std::vector<std::string> roots, std::vector<std::string> exclude,
+                                       uint64_t max_bytes) {
+  const int j = open((dir + "/journal").c_str(), O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC);
+  if (j < 0) return nullptr;
+  const int f = open((dir + "/files").c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (f < 0) {
+    const int e = errno;
+    close(j);
+    errno = e;
+    return nullptr;
+  }
+  return std::make_shared<Journal>(j, f, std::move(roots), std::move(exclude), max_bytes);
+}
 
 bool Journal::Records(const std::string& path) const {
+  for (const std::string& x : exclude_) {
+    if (Under(path, x)) return false;
+  }
   for (const std::string& r : roots_) {
     if (Under(path, r)) return true;
   }
@@ -131,7 +148,7 @@ Journal::Step::Step(Journal* j) : j_(j) {
 
 Journal::Step::~Step() {
   // Not Done(0): the call failed or never ran; its copies are not needed.
-  for (const std::string& c : copies_) unlink(c.c_str());
+  for (const std::string& c : copies_) unlinkat(j_->files_fd_, c.c_str(), 0);
 }
 
 int Journal::Step::Save(const std::string& path, int dirfd, const char* name, const struct stat& st) {
@@ -143,10 +160,9 @@ int Journal::Step::Save(const std::string& path, int dirfd, const char* name, co
   struct stat now;
   if (fstat(src.fd, &now) != 0 || now.st_ino != st.st_ino || now.st_dev != st.st_dev) return -EAGAIN;
   const std::string copy = std::to_string(j_->next_copy_++);
-  const std::string dest = j_->dir_ + "/files/" + copy;
-  Fd dst(open(dest.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  Fd dst(openat(j_->files_fd_, copy.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (dst.fd < 0) return -EIO;
-  copies_.push_back(dest);
+  copies_.push_back(copy);
   const long long got = CopyAll(src.fd, dst.fd, max == 0 ? 0 : max - used);
   if (got < 0) return got == -ENOSPC ? -ENOSPC : -EIO;
   if (max != 0 && static_cast<uint64_t>(got) > max - used) return -ENOSPC;
@@ -227,10 +243,8 @@ int Journal::Step::Done(long rc) {
   if (rc != 0) return 0;  // the destructor removes the copies
   if (rename_) lines_ += "rename " + Hex(from_) + " " + Hex(to_) + "\n";
   if (!lines_.empty()) {
-    const std::string file = j_->dir_ + "/journal";
-    Fd fd(open(file.c_str(), O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC));
     // One write on an O_APPEND fd: the call's records land whole, or not at all.
-    const ssize_t w = fd.fd < 0 ? -1 : write(fd.fd, lines_.data(), lines_.size());
+    const ssize_t w = write(j_->journal_fd_, lines_.data(), lines_.size());
     if (w != static_cast<ssize_t>(lines_.size())) {
       // The call was carried out and could not be recorded: every later call fails, and the
       // host reports the journal incomplete (closeChangesJournal).
@@ -263,6 +277,10 @@ int CloseByDir(const std::string& dir) {
   }
   std::lock_guard<std::mutex> hold(j->mu_);
   j->closed_ = true;
+  // The host's copies (a supervisor thread with an fd table of its own keeps its copies until it
+  // ends; every call there is refused from now on).
+  close(j->journal_fd_);
+  close(j->files_fd_);
   return j->broken_ ? -1 : 1;
 }
 

@@ -9,8 +9,10 @@
 // Every step of one call runs under the journal's lock, the call itself included, so a record
 // never describes a state another call changed in between, and Close() (the host, when the
 // sandbox ended) waits for a call in progress: after it, every call fails (EIO), never unrecorded.
-// Files are opened by their absolute path for each call: no fd of the journal is kept, so the
-// supervisor thread's fd table (its own or the host's) does not matter.
+// The journal file and files/ are opened once, on the host's thread before the supervisor thread
+// starts (O_CLOEXEC: the command never has them): a supervisor thread with an fd table of its own
+// gets copies. CloseByDir closes the host's; a later call (on either copy) is refused under the
+// lock first, so a number the host reuses is never written to.
 //
 // Kernel features: FICLONE (a reflink, where the file system has it), else copy_file_range, else
 // read and write. Nothing else beyond what the supervisors need.
@@ -33,7 +35,11 @@ class Journal {
   // dir: the journal directory (made by the host, 0700, with files/ and journal in it). roots:
   // canonical paths whose changes are recorded (the policy's writable roots; not the private
   // TMPDIR). max_bytes: bound on the saved copies' bytes (0: none).
-  Journal(std::string dir, std::vector<std::string> roots, uint64_t max_bytes);
+  // Opens dir/journal (append) and dir/files; null with errno set when they cannot be opened.
+  // exclude: paths below the roots that are not recorded (the run's private TMPDIR).
+  static std::shared_ptr<Journal> Open(const std::string& dir, std::vector<std::string> roots, std::vector<std::string> exclude,
+                                       uint64_t max_bytes);
+  Journal(int journal_fd, int files_fd, std::vector<std::string> roots, std::vector<std::string> exclude, uint64_t max_bytes);
 
   // Whether `path` (canonical, absolute) is recorded.
   bool Records(const std::string& path) const;
@@ -76,8 +82,8 @@ class Journal {
   friend int CloseByDir(const std::string& dir);
   void MoveSeen(const std::string& from, const std::string& to, bool is_dir);
   std::mutex mu_;
-  const std::string dir_;
-  const std::vector<std::string> roots_;
+  int journal_fd_, files_fd_;  // closed by CloseByDir (host side)
+  const std::vector<std::string> roots_, exclude_;
   const uint64_t max_bytes_;
   uint64_t bytes_ = 0;
   uint64_t next_copy_ = 0;

@@ -77,6 +77,14 @@ describe.runIf(caps.linux)('options.changes is validated before anything runs', 
     expect(fs.readdirSync(full)).toEqual(['something']);
   });
 
+  it.skipIf(MODES.find((m) => m.name === 'landlock')!.skip ?? (caps.metadataSupervisor ? undefined : 'no path supervisor'))(
+    'refuses the default journal directory when a writable root holds it (the host temp dir writable)',
+    () => {
+      const tmpRoot = modePolicy('landlock', { filesystem: { write: [ws, os.tmpdir()] } });
+      expect(refused({ policy: tmpRoot, changes: 'record' }, 'default-in-root').message).toMatch(/default journal directory .* lies in the writable root/);
+    },
+  );
+
   it.skipIf(MODES.find((m) => m.name === 'isolated')!.skip)('isolated mode with changes and maxBytes is refused, naming why', () => {
     const e = refused({ policy: { mode: 'isolated', filesystem: { write: [ws] } }, changes: { mode: 'record', maxBytes: 1 << 20 } }, 'isolated');
     expect(e.code).toBe('EUNSUPPORTED_POLICY');

@@ -265,6 +265,36 @@ describe.skipIf(skip)('changes: record in Landlock mode', () => {
     expect(await r.changes!.list()).toEqual([{ path: path.join(s.ws, 'fine.txt'), kind: 'created', type: 'file' }]);
   });
 
+  it('restores a file written through a hard link the command made, in place', async () => {
+    const s = workspace('rec-link');
+    const before = treeListing(s.ws);
+    const r = await sh('ln edit.txt hard && echo through-the-link > hard && chmod 600 hard', { cwd: s.ws, policy: policyFor(s), changes: { mode: 'record', dir: path.join(s.root, 'journal') } });
+    expect(r.code, r.stderr).toBe(0);
+    expect(fs.readFileSync(path.join(s.ws, 'edit.txt'), 'utf8')).toBe('through-the-link\n');
+    expect(await r.changes!.list()).toContainEqual({ path: path.join(s.ws, 'hard'), kind: 'created', type: 'file' });
+    await r.changes!.revert();
+    expect(treeListing(s.ws)).toEqual(before);
+  });
+
+  it.skipIf(!caps.python)('puts back a FIFO it removed; a socket file made before the run is not removed (one made during it is)', async () => {
+    const s = workspace('rec-special');
+    spawnSync('mkfifo', [path.join(s.ws, 'pipe')]);
+    spawnSync(caps.python!, ['-c', `import socket; socket.socket(socket.AF_UNIX).bind(${JSON.stringify(path.join(s.ws, 'old.sock'))})`]);
+    const before = treeListing(s.ws);
+    const script = [
+      'rm pipe && echo fifo-removed',
+      'rm old.sock 2>/dev/null && echo old-sock-removed || echo old-sock-kept',
+      // (mknod makes a socket file without a socket: the default policy has no AF_UNIX.)
+      `${caps.python} -c "import os, stat; os.mknod('new.sock', 0o600 | stat.S_IFSOCK)" && rm new.sock && echo new-sock-removed`,
+    ].join('\n');
+    const r = await sh(script, { cwd: s.ws, policy: policyFor(s), changes: { mode: 'record', dir: path.join(s.root, 'journal') } });
+    expect(r.stdout.trim().split('\n')).toEqual(['fifo-removed', 'old-sock-kept', 'new-sock-removed']);
+    expect(fs.lstatSync(path.join(s.ws, 'old.sock')).isSocket()).toBe(true);
+    expect(await r.changes!.list()).toEqual([{ path: path.join(s.ws, 'pipe'), kind: 'deleted', type: 'other' }]);
+    await r.changes!.revert();
+    expect(treeListing(s.ws)).toEqual(before);
+  });
+
   it('refuses what it cannot do: stage in Landlock mode, the wrong method for the mode', async () => {
     const s = workspace('rec-refuse');
     const marker = path.join(s.ws, 'ran');
