@@ -35,8 +35,13 @@ export interface StageLayer {
   /** The layer dir (0700): upper/<n>, work/<n> and the start marker. */
   dir: string;
   roots: StagedRoot[];
-  /** The ctime of the start marker, made just before the command: the run's start by the kernel's own clock. */
+  /**
+   * The run's start by the clock file times come from (startMark): a real path whose ctime is
+   * past it (at or past it, where that clock did not tick while the mark waited) was changed
+   * outside during the run.
+   */
   startNs: bigint;
+  startTicked: boolean;
   /** The mount steps that go first in the plan (linux-plan.ts stageMounts). */
   mounts: LinuxMountOp[];
 }
@@ -169,23 +174,26 @@ export function prepareStageLayer(native: LinuxNative, opts: ChangesOptions, wri
   // The layer dir vanishes from the sandbox's view: the overlays hold their upper and work dirs
   // already, and the command can neither read the staged writes nor alter what apply() copies.
   if (roots.length > 0) mounts.push({ kind: K.MaskDir, path: dir });
-  return { dir, roots: staged, startNs: startMark(dir), mounts };
+  return { dir, roots: staged, ...startMark(dir), mounts };
 }
 
 /**
- * The run's start by the clock file times come from: the ctime of a marker, and then a wait (at
- * most one tick of that clock, a few ms) until a change gets a later ctime. Every change made
- * outside from here on, before the command can have started, has a ctime past the mark; every
- * change before it has one at or before it.
+ * The run's start by the clock file times come from: the ctime of a marker, and then a wait (one
+ * tick of that clock, a few ms; at most 20 ms) until a change gets a later ctime. Every change made
+ * outside from here on (the command has not started yet) has a ctime past the mark; every change
+ * before it one at or before it. Where the clock is coarser (a file system with 1 s times), the
+ * mark's own tick counts as the run's: a change made just before the start is then refused too.
  */
-function startMark(dir: string): bigint {
+function startMark(dir: string): { startNs: bigint; startTicked: boolean } {
   const marker = path.join(dir, 'started');
   fs.writeFileSync(marker, '', { mode: 0o600 });
   const startNs = fs.lstatSync(marker, { bigint: true }).ctimeNs;
-  for (let i = 0; i < 1_000_000 && fs.lstatSync(marker, { bigint: true }).ctimeNs <= startNs; i++) {
+  const until = process.hrtime.bigint() + 20_000_000n;
+  for (let i = 0; process.hrtime.bigint() < until; i++) {
+    if (fs.lstatSync(marker, { bigint: true }).ctimeNs > startNs) return { startNs, startTicked: true };
     fs.chmodSync(marker, i % 2 === 0 ? 0o400 : 0o600);
   }
-  return startNs;
+  return { startNs, startTicked: false };
 }
 
 /**

@@ -173,7 +173,8 @@ export class OverlayStage {
   private changedOutside(p: string, st: fs.Stats | null): boolean {
     if (st === null) return true;
     const ctime = fs.lstatSync(p, { bigint: true }).ctimeNs;
-    return ctime > this.layer.startNs && this.ours.get(p) !== ctime;
+    const after = this.layer.startTicked ? ctime > this.layer.startNs : ctime >= this.layer.startNs;
+    return after && this.ours.get(p) !== ctime;
   }
 
   private conflicts(chosen: Diff[]): string[] {
