@@ -73,6 +73,18 @@ function unchanged(u: string, us: fs.Stats, r: string, rs: fs.Stats): boolean {
   return us.rdev === rs.rdev;
 }
 
+/** The names in `dir`, sorted; a name that is not UTF-8 (which a path string cannot carry) is refused. */
+function utf8Names(dir: string): string[] {
+  const raw = fs.readdirSync(dir, { encoding: 'buffer' });
+  const bad = raw.find((n) => Buffer.compare(Buffer.from(n.toString('utf8')), n) !== 0);
+  if (bad !== undefined) {
+    throw new SandboxError('EUNSUPPORTED_POLICY', `changes: the staged layer holds a name that is not UTF-8 in ${dir} (${bad.toString('hex')} in hex); it cannot be listed or applied: discard() it`, {
+      detail: { dir, name: bad.toString('hex') },
+    });
+  }
+  return raw.map((n) => n.toString('utf8')).sort();
+}
+
 /** Everything the upper dirs of a layer change, sorted by path. `skip`: placeholders init made there. */
 export function diffLayer(native: LinuxNative, layer: StageLayer, skip: ReadonlySet<string>): Diff[] {
   const out: Diff[] = [];
@@ -88,7 +100,7 @@ export function diffLayer(native: LinuxNative, layer: StageLayer, skip: Readonly
   // hidden: a directory above is opaque, so the lower directories below it are not merged
   // either (a directory made inside an opaque one is not marked itself).
   const walk = (udir: string, rdir: string, hidden: boolean) => {
-    for (const name of fs.readdirSync(udir).sort()) {
+    for (const name of utf8Names(udir)) {
       const u = path.join(udir, name);
       const real = path.join(rdir, name);
       const us = fs.lstatSync(u);
