@@ -308,6 +308,18 @@ describe('changes in isolated mode', () => {
     expect(treeListing(ws)).toEqual(mid);
   });
 
+  it('stage: a name that is not UTF-8 is refused by name, nothing is applied, and discard() still works', async (ctx) => {
+    if (skip) ctx.skip();
+    const before = treeHash(ws);
+    const run = start(ws, `echo x > new.txt && touch "$(printf 'bad\\377')"`, { mode: 'stage' });
+    expect((await run.end()).code).toBe(0);
+    await expect(run.p.changes!.list()).rejects.toMatchObject({ code: 'EUNSUPPORTED_POLICY', message: expect.stringMatching(/not UTF-8.*626164ff/) });
+    await expect(run.p.changes!.apply!()).rejects.toMatchObject({ code: 'EUNSUPPORTED_POLICY' });
+    expect(treeHash(ws)).toBe(before);
+    await run.p.changes!.discard!();
+    expect(fs.existsSync(run.p.changes!.dir)).toBe(false);
+  });
+
   it('through run(): result.changes stages, lists and applies', async (ctx) => {
     if (skip) ctx.skip();
     const before = treeHash(ws);
