@@ -617,7 +617,19 @@ export function revertJournal(dir: string): void {
     throw new SandboxError('ECHANGED_OUTSIDE', `changes: not reverted, changed outside the sandbox since the run: ${changed.slice(0, 10).join(', ')}${changed.length > 10 ? ` and ${changed.length - 10} more` : ''}`, { detail: { paths: changed } });
   }
   const opened: Opened = new Map();
-  for (let i = records.length - 1; i >= 0; i--) undo(dir, records[i]!, opened);
+  for (let i = records.length - 1; i >= 0; i--) {
+    try {
+      undo(dir, records[i]!, opened);
+    } catch (e) {
+      // Past the check, only an I/O failure (a full disk, a directory the host's user cannot
+      // write) stops a revert: the newer records are undone, the older ones are not.
+      const at = display(records[i]!.path);
+      throw new SandboxError('EINVALID_ARGUMENT', `changes: revert stopped at ${at} (record ${i + 1} of ${records.length}), the newer changes undone, the older ones not: ${(e as Error).message}`, {
+        cause: e,
+        detail: { path: at, record: i + 1, partial: true },
+      });
+    }
+  }
   for (const [d, mode] of [...opened].sort(([a], [b]) => b.length - a.length)) {
     if (lstatOrNull(d)?.isDirectory()) fs.chmodSync(fsPath(d), mode);
   }
