@@ -299,6 +299,24 @@ describe.skipIf(skip)('changes: record in Landlock mode', () => {
     expect(treeListing(s.ws)).toEqual(before);
   });
 
+  it('keeps the journals of sandboxes running at the same time apart', async () => {
+    const a = workspace('rec-par-a');
+    const b = workspace('rec-par-b');
+    const beforeA = treeListing(a.ws);
+    const beforeB = treeListing(b.ws);
+    const [ra, rb] = await Promise.all([
+      sh('for i in 1 2 3 4 5 6 7 8; do echo a$i > a$i.txt; done; echo A > edit.txt', { cwd: a.ws, policy: policyFor(a), changes: { mode: 'record', dir: path.join(a.root, 'journal') } }),
+      sh('for i in 1 2 3; do echo b$i > b$i.txt; done; rm gone.txt', { cwd: b.ws, policy: policyFor(b), changes: { mode: 'record', dir: path.join(b.root, 'journal') } }),
+    ]);
+    expect((await ra.changes!.list()).map((e) => path.basename(e.path))).toEqual(['a1.txt', 'a2.txt', 'a3.txt', 'a4.txt', 'a5.txt', 'a6.txt', 'a7.txt', 'a8.txt', 'edit.txt']);
+    expect((await rb.changes!.list()).map((e) => path.basename(e.path))).toEqual(['b1.txt', 'b2.txt', 'b3.txt', 'gone.txt']);
+    await rb.changes!.revert();
+    expect(treeListing(b.ws)).toEqual(beforeB);
+    expect(fs.readFileSync(path.join(a.ws, 'edit.txt'), 'utf8')).toBe('A\n'); // a's run untouched by b's revert
+    await ra.changes!.revert();
+    expect(treeListing(a.ws)).toEqual(beforeA);
+  });
+
   it('restores a file written through a hard link the command made, in place', async () => {
     const s = workspace('rec-link');
     const before = treeListing(s.ws);
