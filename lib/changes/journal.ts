@@ -21,8 +21,11 @@
  *
  * Revert replays the records in reverse: each one puts back the state its path had when it was
  * written. A path already covered by an earlier record in this journal ("seen") need not be saved
- * again: the earlier record, replayed later, resets it anyway. A rename moves that status with the
- * object; a regular file with more than one link is saved every time (another name shares it).
+ * again: the earlier record, replayed later, resets it anyway. After a rename neither name is
+ * covered (the rename's undo needs the object where the rename put it), and a regular file with
+ * more than one link is saved every time (another name shares it). A directory a record's undo
+ * needs that is gone (a covered directory removed later, unrecorded) is made again for it; its
+ * own record, replayed later, puts it right.
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -167,10 +170,13 @@ export class JournalWriter {
   }
 }
 
-/** A rename moved the object at `from` to `to`: its "seen" status (and its children's) moves too. */
+/**
+ * A rename moved the object at `from` to `to`. Neither name is covered after it (undoing the
+ * rename needs the object at `to` as the rename left it: a later change there is recorded); the
+ * entries below a renamed directory move with it (moving it back does not depend on them).
+ */
 function moveSeen(seen: Set<BytePath>, from: BytePath, to: BytePath, isDir: boolean): void {
-  if (seen.has(from)) seen.add(to);
-  else seen.delete(to);
+  seen.delete(to);
   seen.delete(from);
   if (!isDir) return;
   for (const p of [...seen]) {
@@ -532,10 +538,19 @@ function restoreFile(dir: string, b: BytePath, copy: string, mode: number, opene
   fs.chmodSync(fsPath(b), mode);
 }
 
+/** The directory `d` as a record's undo needs it: made again when gone (see the header), open to us. */
+function needDir(d: BytePath, opened: Opened): void {
+  if (!lstatOrNull(d)) {
+    needDir(path.posix.dirname(d), opened);
+    fs.mkdirSync(fsPath(d), { mode: 0o700 });
+  }
+  openDir(d, opened);
+}
+
 function undo(dir: string, r: JournalRecord, opened: Opened): void {
   const b = r.path;
-  openDir(path.posix.dirname(b), opened);
-  if (r.to !== undefined) openDir(path.posix.dirname(r.to), opened);
+  if (r.op === 'absent') openDir(path.posix.dirname(b), opened);
+  else needDir(path.posix.dirname(b), opened);
   switch (r.op) {
     case 'save':
       return restoreFile(dir, b, r.copy!, r.mode!, opened);
@@ -602,7 +617,19 @@ export function revertJournal(dir: string): void {
     throw new SandboxError('ECHANGED_OUTSIDE', `changes: not reverted, changed outside the sandbox since the run: ${changed.slice(0, 10).join(', ')}${changed.length > 10 ? ` and ${changed.length - 10} more` : ''}`, { detail: { paths: changed } });
   }
   const opened: Opened = new Map();
-  for (let i = records.length - 1; i >= 0; i--) undo(dir, records[i]!, opened);
+  for (let i = records.length - 1; i >= 0; i--) {
+    try {
+      undo(dir, records[i]!, opened);
+    } catch (e) {
+      // Past the check, only an I/O failure (a full disk, a directory the host's user cannot
+      // write) stops a revert: the newer records are undone, the older ones are not.
+      const at = display(records[i]!.path);
+      throw new SandboxError('EINVALID_ARGUMENT', `changes: revert stopped at ${at} (record ${i + 1} of ${records.length}), the newer changes undone, the older ones not: ${(e as Error).message}`, {
+        cause: e,
+        detail: { path: at, record: i + 1, partial: true },
+      });
+    }
+  }
   for (const [d, mode] of [...opened].sort(([a], [b]) => b.length - a.length)) {
     if (lstatOrNull(d)?.isDirectory()) fs.chmodSync(fsPath(d), mode);
   }

@@ -126,8 +126,11 @@ bool Journal::Records(const std::string& path) const {
 }
 
 void Journal::MoveSeen(const std::string& from, const std::string& to, bool is_dir) {
-  if (seen_.count(from) != 0) seen_.insert(to);
-  else seen_.erase(to);
+  // Neither name is covered after a rename: undoing it needs the object at `to` as the rename
+  // left it, so a later change to `to` (or a new object at `from`) is recorded, never skipped
+  // (git's gc.pid.lock -> gc.pid, then unlink gc.pid). Entries below a renamed directory keep
+  // their status: moving the directory back does not depend on them.
+  seen_.erase(to);
   seen_.erase(from);
   if (!is_dir) return;
   // The directory's entries moved with it: what was known under `to` is gone, and what was known

@@ -186,6 +186,25 @@ describe('changes journal', () => {
     }
   });
 
+  it('reverts a name a rename put in place and a later call removed (a lock file renamed, then unlinked)', () => {
+    const before = treeListing(ws);
+    const w = JournalWriter.create(jdir, { roots: [ws] });
+    const r = recorder(w);
+    r.write('gc.pid.lock', '123');
+    r.rename('gc.pid.lock', 'gc.pid');
+    r.unlink('gc.pid');
+    // A file renamed into a directory the run made, changed there, then the directory removed.
+    r.mkdir('made');
+    r.rename('move.txt', 'made/moved.txt');
+    r.write('made/moved.txt', 'changed in made/');
+    r.unlink('made/moved.txt');
+    r.rmdir('made');
+    w.finish();
+    expect(listJournal(jdir)).toEqual([{ path: at('move.txt'), kind: 'deleted', type: 'file' }]);
+    revertJournal(jdir);
+    expect(treeListing(ws)).toEqual(before);
+  });
+
   it('does not list a file written back with the same bytes', () => {
     const w = JournalWriter.create(jdir, { roots: [ws] });
     recorder(w).write('keep.txt', 'keep');

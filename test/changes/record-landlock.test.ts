@@ -47,6 +47,16 @@ function workspace(tag: string): Scene {
   return s;
 }
 
+const GIT_ENV = {
+  PATH: '/usr/bin:/bin',
+  HOME: '/nonexistent',
+  GIT_CONFIG_NOSYSTEM: '1',
+  GIT_AUTHOR_NAME: 'a',
+  GIT_AUTHOR_EMAIL: 'a@example.com',
+  GIT_COMMITTER_NAME: 'a',
+  GIT_COMMITTER_EMAIL: 'a@example.com',
+};
+
 const policyFor = (s: Scene) => modePolicy('landlock', { filesystem: { write: [s.ws] } });
 
 const COMMAND = [
@@ -263,6 +273,48 @@ describe.skipIf(skip)('changes: record in Landlock mode', () => {
     expect(r.stdout.trim().split('\n')).toEqual(['hook-refused', 'fine-written']);
     expect(treeListing(path.join(s.ws, '.git', 'hooks'))).toEqual(hooksBefore);
     expect(await r.changes!.list()).toEqual([{ path: path.join(s.ws, 'fine.txt'), kind: 'created', type: 'file' }]);
+  });
+
+  it.skipIf(!fs.existsSync('/usr/bin/git'))('reverts a git workflow (branch, commit, merge, gc) to the identical tree, .git included', async () => {
+    const s = workspace('rec-git');
+    const git = (...a: string[]) => spawnSync('/usr/bin/git', a, { cwd: s.ws, env: GIT_ENV, encoding: 'utf8' });
+    git('init', '-q');
+    git('add', '-A');
+    git('commit', '-qm', 'init');
+    const before = treeListing(s.ws);
+    const script = [
+      'set -e',
+      'git checkout -q -b feature',
+      'echo more >> edit.txt; rm gone.txt; git mv move.txt moved.txt; mkdir -p new/deep; echo n > new/deep/n.txt',
+      'git add -A; git commit -qm change',
+      'git checkout -q -',
+      'git merge -q --no-edit feature',
+      'git gc -q',
+    ].join('\n');
+    const r = await sh(script, { cwd: s.ws, env: GIT_ENV, policy: policyFor(s), changes: { mode: 'record', dir: path.join(s.root, 'journal') } });
+    expect(r.code, r.stderr).toBe(0);
+    expect(await r.changes!.list()).toContainEqual({ path: path.join(s.ws, 'moved.txt'), kind: 'renamed', from: path.join(s.ws, 'move.txt'), type: 'file' });
+    expect(treeListing(s.ws)).not.toEqual(before);
+    await r.changes!.revert();
+    expect(treeListing(s.ws)).toEqual(before);
+  });
+
+  it('keeps the journals of sandboxes running at the same time apart', async () => {
+    const a = workspace('rec-par-a');
+    const b = workspace('rec-par-b');
+    const beforeA = treeListing(a.ws);
+    const beforeB = treeListing(b.ws);
+    const [ra, rb] = await Promise.all([
+      sh('for i in 1 2 3 4 5 6 7 8; do echo a$i > a$i.txt; done; echo A > edit.txt', { cwd: a.ws, policy: policyFor(a), changes: { mode: 'record', dir: path.join(a.root, 'journal') } }),
+      sh('for i in 1 2 3; do echo b$i > b$i.txt; done; rm gone.txt', { cwd: b.ws, policy: policyFor(b), changes: { mode: 'record', dir: path.join(b.root, 'journal') } }),
+    ]);
+    expect((await ra.changes!.list()).map((e) => path.basename(e.path))).toEqual(['a1.txt', 'a2.txt', 'a3.txt', 'a4.txt', 'a5.txt', 'a6.txt', 'a7.txt', 'a8.txt', 'edit.txt']);
+    expect((await rb.changes!.list()).map((e) => path.basename(e.path))).toEqual(['b1.txt', 'b2.txt', 'b3.txt', 'gone.txt']);
+    await rb.changes!.revert();
+    expect(treeListing(b.ws)).toEqual(beforeB);
+    expect(fs.readFileSync(path.join(a.ws, 'edit.txt'), 'utf8')).toBe('A\n'); // a's run untouched by b's revert
+    await ra.changes!.revert();
+    expect(treeListing(a.ws)).toEqual(beforeA);
   });
 
   it('restores a file written through a hard link the command made, in place', async () => {
