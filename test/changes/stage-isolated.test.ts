@@ -270,6 +270,24 @@ describe('changes in isolated mode', () => {
     await run.p.changes!.discard!();
   });
 
+  it('stage: deny-read paths inside the root stay unreadable on top of the overlay (control: a sibling is read)', async (ctx) => {
+    if (skip) ctx.skip();
+    fs.writeFileSync(path.join(ws, 'secret.txt'), 'top secret\n');
+    fs.mkdirSync(path.join(ws, 'private'));
+    fs.writeFileSync(path.join(ws, 'private', 'key'), 'k\n');
+    const before = treeListing(ws);
+    const script = `cat keep.txt; echo; cat secret.txt 2>/dev/null && echo SECRET; ls private 2>/dev/null && echo LISTED; (echo x > secret.txt) 2>/dev/null && echo WROTE; echo done`;
+    const filesystem = { write: [ws], denyRead: [path.join(ws, 'secret.txt'), path.join(ws, 'private')] };
+    const run = start(ws, script, { mode: 'stage' }, { filesystem } as Partial<SandboxPolicy>);
+    const r = await run.end();
+    expect(r.out).toContain('keep'); // control
+    expect(r.out).toContain('done');
+    for (const word of ['SECRET', 'LISTED', 'WROTE']) expect(r.out).not.toContain(word);
+    expect(await run.p.changes!.list()).toEqual([]);
+    expect(treeListing(ws)).toEqual(before);
+    await run.p.changes!.discard!();
+  });
+
   it('record: the writes reach the tree when the command ends; list() is exact; revert() restores it identical', async (ctx) => {
     if (skip) ctx.skip();
     const before = treeListing(ws);
