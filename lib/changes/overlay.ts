@@ -278,17 +278,13 @@ export class OverlayStage {
     });
   }
 
-  /** Removes the staged writes (the upper and work dirs); the journals of applies stay. */
+  /** Removes the layer: the staged writes, and the journals of applies (they cannot be reverted after it). */
   discard(): void {
-    const left: string[] = [];
-    for (const name of ['upper', 'work', 'started']) {
-      const p = path.join(this.layer.dir, name);
-      if (lstatOrNull(p) === null) continue;
-      const r = this.native.removeTree(this.layer.dir, name);
-      if (r.left > 0) left.push(`${p}: ${r.error} (${r.path})`);
+    const { dir } = this.layer;
+    const r = this.native.removeTree(path.dirname(dir), path.basename(dir));
+    if (r.left > 0) {
+      throw new SandboxError('ESPAWN', `discard(): could not remove all of the layer ${dir}: ${r.error} (${r.path || '.'})`, { detail: { dir, left: r.left } });
     }
-    if (left.length > 0) throw new SandboxError('ESPAWN', `discard(): could not remove all of the layer: ${left.join('; ')}`, { detail: { left } });
-    if (fs.readdirSync(this.layer.dir).length === 0) fs.rmdirSync(this.layer.dir);
   }
 }
 

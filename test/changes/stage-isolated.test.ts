@@ -34,6 +34,7 @@ const ENV = { PATH: '/usr/local/bin:/usr/bin:/bin', LANG: 'C.UTF-8', HOME: '/non
 function start(ws: string, script: string, changes: ChangesOptions, policy: Partial<SandboxPolicy> = {}) {
   const rules = resolvePolicy({ mode: 'isolated', filesystem: { write: [ws] }, ...policy } as SandboxPolicy, ws);
   const p: BackendProcess = backend.spawn({ file: '/bin/sh', argv: ['sh', '-c', script], env: ENV, cwd: ws, stdio: ['pipe', 'pipe', 'pipe'], rules, changes });
+  if (p.changes) made.push(p.changes.dir);
   let out = '';
   (p.stdio[1] as Readable).on('data', (d) => (out += d));
   (p.stdio[2] as Readable).on('data', (d) => (out += d));
@@ -134,7 +135,11 @@ beforeEach(() => {
   fs.mkdirSync(ws);
   fill(ws);
 });
-afterEach(() => fs.rmSync(base, { recursive: true, force: true }));
+/** The layers (and journals) the runs of a test made, wherever they are: removed after it. */
+const made: string[] = [];
+afterEach(() => {
+  for (const d of [base, ...made.splice(0)]) fs.rmSync(d, { recursive: true, force: true });
+});
 
 const rel = (entries: Array<{ path: string; kind: string; type: string }>) => entries.map((e) => [path.relative(ws, e.path), e.kind, e.type]);
 
@@ -180,12 +185,16 @@ describe('changes in isolated mode', () => {
     expect(rel(await c.list())).toEqual(EXPECTED.filter((e) => !applied.includes(e[0]!)));
     // An unknown path is refused, and nothing of it is applied.
     await expect(c.apply!([path.join(ws, 'nope')])).rejects.toMatchObject({ code: 'EINVALID_ARGUMENT' });
-    const mid = treeListing(ws);
-    await c.discard!();
-    expect(treeListing(ws)).toEqual(mid);
     // The apply is journaled: reverting it restores the original tree exactly.
+    const mid = treeListing(ws);
     await c.revert!();
     expect(treeListing(ws)).toEqual(before);
+    await c.apply!([path.join(ws, 'new.txt')]);
+    const after = treeListing(ws);
+    await c.discard!();
+    expect(treeListing(ws)).toEqual(after);
+    expect(mid).not.toEqual(after);
+    expect(fs.existsSync(c.dir)).toBe(false);
   });
 
   it('stage: discard() leaves the tree identical and removes the staged layer', async (ctx) => {
