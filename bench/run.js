@@ -243,10 +243,15 @@ async function fileHeavyBench(p) {
     if (code !== 0) throw new Error(`file-heavy workload, ${what}: exit ${code}`);
   };
   const variants = [['unsandboxed (child_process)', (cwd) => new Promise((res, rej) => cp.spawn('/bin/sh', ['-c', script], { cwd, env, stdio: 'ignore' }).once('error', rej).once('exit', (c) => res(check('unsandboxed', c))))]];
-  const ours = (mode, procPrivacy = false, denyRead = false) => async (cwd) => {
+  const ours = (mode, procPrivacy = false, changes = undefined, apply = false, denyRead = false) => async (cwd) => {
     const filesystem = { write: [cwd], ...(denyRead ? { denyRead: [path.join(root, 'home', '.ssh')] } : {}) };
     const policy = { mode, filesystem, network: 'none', ...(mode === 'landlock' ? { degraded: true } : {}), ...(procPrivacy ? { procPrivacy } : {}) };
-    check(mode, (await spawn('/bin/sh', ['-c', script], { cwd, env, stdio: 'ignore', policy }).exited).code);
+    // changes: a journal per run beside the repository (outside the writable root), kept to the end.
+    const opts = changes ? { changes: { mode: changes, dir: `${cwd}-changes` } } : {};
+    const child = spawn('/bin/sh', ['-c', script], { cwd, env, stdio: 'ignore', policy, ...opts });
+    check(mode, (await child.exited).code);
+    await child.changes?.settled;
+    if (apply) await child.changes.apply();
   };
   if (p.features.isolatedMode) variants.push(['isolated mode', ours('isolated')]);
   if (p.features.landlockMode) variants.push(['landlock mode', ours('landlock')]);
@@ -255,7 +260,18 @@ async function fileHeavyBench(p) {
   if (p.features.landlockMode && p.features.metadataSupervisor) variants.push(['landlock, procPrivacy', ours('landlock', true)]);
   // A deny-read directory under the readable root: every listing and every stat, access and
   // readlink (git status lstats each file) also goes to the supervisor (supervise_stats.cc).
-  if (p.features.landlockMode && p.features.metadataSupervisor) variants.push(['landlock, deny-read', ours('landlock', false, true)]);
+  if (p.features.landlockMode && p.features.metadataSupervisor) variants.push(['landlock, deny-read', ours('landlock', false, undefined, false, true)]);
+  // changes: 'record': every write call is journaled first (lib/changes); the ratio to plain
+  // Landlock mode is printed under the table.
+  if (p.features.landlockMode && p.features.metadataSupervisor) variants.push(['landlock, changes record', ours('landlock', false, 'record')]);
+  // Isolated mode stages through an overlay of each writable root (lib/changes/overlay.ts):
+  // 'stage' leaves the writes in the layer, 'stage + apply' copies them in afterwards, 'record'
+  // applies them through the journal when the command ends. Ratios to isolated mode under the table.
+  if (p.features.isolatedMode) {
+    variants.push(['isolated, changes stage', ours('isolated', false, 'stage')]);
+    variants.push(['isolated, changes stage + apply', ours('isolated', false, 'stage', true)]);
+    variants.push(['isolated, changes record', ours('isolated', false, 'record')]);
+  }
   const times = new Map(variants.map(([n]) => [n, []]));
   try {
     for (let r = 0; r < runs; r++) {
@@ -277,6 +293,12 @@ async function fileHeavyBench(p) {
   for (const [name] of variants) {
     const m = med(name);
     console.log(`  ${name.padEnd(32)} ${m.toFixed(0).padStart(9)} ${(m / base).toFixed(2).padStart(7)} ${iso === undefined ? '-' : (m / iso).toFixed(2).padStart(13)}`);
+  }
+  if (times.has('landlock, changes record')) {
+    console.log(`  changes record vs plain Landlock mode: ${(med('landlock, changes record') / med('landlock mode')).toFixed(2)}x`);
+  }
+  for (const v of ['stage', 'stage + apply', 'record']) {
+    if (times.has(`isolated, changes ${v}`)) console.log(`  changes ${v} vs plain isolated mode: ${(med(`isolated, changes ${v}`) / med('isolated mode')).toFixed(2)}x`);
   }
 }
 

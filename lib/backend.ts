@@ -7,6 +7,7 @@
 import type { Readable, Writable } from 'node:stream';
 import type { SpawnNetworkOptions } from './network';
 import type { ResolvedRules } from './rules';
+import type { ChangesBackend, ChangesMode, ChangesOptions } from './changes/types';
 
 /** Per-fd stdio choice: a pipe to JS, the parent's own fd, /dev/null, or a given fd number. */
 export type StdioSpec = 'pipe' | 'inherit' | 'ignore' | number;
@@ -30,6 +31,8 @@ export interface BackendSpawnRequest {
   arg0Customized?: boolean;
   /** Run on a pseudo-terminal of this size (stdio is then ignored: fds 0-2 are the terminal). */
   pty?: { cols: number; rows: number };
+  /** Record or stage what the command changes in its writable roots (lib/changes); validated. */
+  changes?: ChangesOptions;
 }
 
 export type Guarantee = 'enforced' | 'not-enforced' | 'partial' | 'not-requested';
@@ -71,6 +74,8 @@ export interface EnforcementReport {
    * the sandbox is right to refuse (e.g. a proxied run's note on Node's fetch). Absent: none.
    */
   notes?: string[];
+  /** The `changes` option in force for this run (lib/changes). Absent: none. */
+  changes?: ChangesMode;
 }
 
 export interface ExitInfo {
@@ -115,6 +120,8 @@ export interface BackendProcess {
   pty?: { stream: Readable & Writable; resize(cols: number, rows: number): void };
   /** Whether the exit watch keeps the host's event loop alive (SandboxedProcess.ref/unref). */
   setRef?(on: boolean): void;
+  /** With `changes`: the journal or layer of this run (lib/changes/types.ts). */
+  changes?: ChangesBackend;
 }
 
 export interface ProbeReport {

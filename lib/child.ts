@@ -18,6 +18,7 @@ import { EventEmitter } from 'node:events';
 import { Readable, Writable } from 'node:stream';
 import type { BackendProcess, EnforcementReport, ExitInfo, StdioSpec } from './backend';
 import { SandboxError } from './errors';
+import { ChangesHandle } from './changes';
 
 export interface ExitResult {
   code: number | null;
@@ -66,6 +67,8 @@ export class SandboxedProcess extends EventEmitter {
   readonly stderr: Readable | null;
   readonly stdio: Array<Readable | Writable | null>;
   readonly enforcement: EnforcementReport;
+  /** With options.changes: the run's changes (lib/changes); null otherwise. */
+  readonly changes: ChangesHandle | null;
   /**
    * Resolves when the command exits (before its stdio streams have necessarily closed); rejects
    * with the SandboxError when it could not be started.
@@ -116,6 +119,7 @@ export class SandboxedProcess extends EventEmitter {
       this.stdout = (this.stdio[1] as Readable | null) ?? null;
       this.stderr = (this.stdio[2] as Readable | null) ?? null;
       this.enforcement = f.enforcement;
+      this.changes = null;
       this.isPty = false;
       this.hasExited = true;
       // `exited` rejects in the same tick that emits 'error', never before: its handlers run as
@@ -139,6 +143,7 @@ export class SandboxedProcess extends EventEmitter {
     this.stdout = (proc.stdio[1] as Readable | null) ?? null;
     this.stderr = (proc.stdio[2] as Readable | null) ?? null;
     this.enforcement = proc.enforcement;
+    this.changes = proc.changes ? new ChangesHandle(proc.changes) : null;
     this.isPty = proc.pty !== undefined;
     // A child that exits without reading stdin must not crash the host with EPIPE.
     this.stdin?.on('error', () => {});

@@ -38,6 +38,8 @@ export const ERROR_CODES = [
   'EADDON_LOAD',
   'ETIMEDOUT',
   'ECOMMAND_FAILED',
+  'ECHANGED_OUTSIDE',
+  'ECHANGES_LIMIT',
   // Append new codes above this line, in the same order as native/error_codes.def.
 ] as const;
 

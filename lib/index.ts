@@ -24,6 +24,8 @@ import { nodeFetchNote } from './network/env';
 import { interceptionEnv, wireInterception } from './network/interception-spawn';
 import type { SpawnNetworkOptions } from './network/spawn-options';
 import { createLinuxBackend } from './platform/linux';
+import { normalizeChanges, type ChangesHandle } from './changes';
+import type { ChangesMode, ChangesOptions } from './changes/types';
 
 // Loaded on first use, not with the package: a process that never serves Codex or prepares Codex
 // requests, or runs on another platform, never loads that code (the exec-server pulls in ws).
@@ -31,6 +33,7 @@ import { createLinuxBackend } from './platform/linux';
 
 export { SandboxError, ERROR_CODES, type SandboxErrorCode } from './errors';
 export { SandboxedProcess, type ExitResult, type SandboxedProcessEvents } from './child';
+export { ChangesHandle, listChanges, revertChanges, type ChangeEntry, type ChangeKind, type ChangesMode, type ChangesOptions } from './changes';
 export type { SandboxPolicy, FilesystemPolicy, ProxyPolicy, ResourceLimits, TmpMode, SandboxMode } from './policy-types';
 export type { ResolvedRules, NetworkRule } from './rules';
 export type { EnforcementReport, ProbeReport, StdioSpec, Guarantee } from './backend';
@@ -84,6 +87,13 @@ export interface SpawnOptions {
    * `stdio`. Elsewhere a SandboxError EPLATFORM_UNSUPPORTED.
    */
   pty?: { cols?: number; rows?: number };
+  /**
+   * Linux: what the command changes in its writable roots. 'record': its writes land, and
+   * `child.changes` lists and reverts them (a journal in `dir`, which a later process can revert
+   * with revertChanges). 'stage': they land in a layer until `child.changes.apply()`. `maxBytes`
+   * bounds the journal's copies (or the layer): past it the command's write fails with ENOSPC.
+   */
+  changes?: ChangesMode | ChangesOptions;
 }
 
 /** One stdio entry: a StdioSpec, or a stream that has a file descriptor. */
@@ -142,9 +152,11 @@ export interface RunResult<T = string> {
   /** Heuristic: the failure looks like a sandbox denial (see isLikelySandboxDenied). */
   sandboxDenied: boolean;
   enforcement: EnforcementReport;
+  /** With options.changes: the run's changes (list, revert; apply, discard). */
+  changes?: ChangesHandle;
 }
 
-const SPAWN_KEYS = new Set(['cwd', 'env', 'stdio', 'arg0', 'shell', 'policy', 'proxy', 'pty']);
+const SPAWN_KEYS = new Set(['cwd', 'env', 'stdio', 'arg0', 'shell', 'policy', 'proxy', 'pty', 'changes']);
 const RUN_KEYS = new Set([...SPAWN_KEYS, 'input', 'timeout', 'signal', 'maxBuffer', 'encoding', 'killSignal', 'forceKillAfter', 'all', 'reject']);
 
 /**
@@ -315,10 +327,12 @@ function normalize(
   network = wired.network;
   Object.assign(env, wired.env);
   const pty = opts.pty === undefined ? undefined : checkPty(opts.pty, opts.stdio !== undefined);
+  const changes = normalizeChanges(opts.changes, rules);
   validated?.(rules, stdio);
   const file = resolveExecutable(cmd, env, cwd);
   const req: BackendSpawnRequest = { file, argv: [arg0, ...argv], env, cwd, stdio, rules };
   if (pty) req.pty = pty;
+  if (changes) req.changes = changes;
   if (network) req.network = network;
   if (opts.arg0 !== undefined && opts.arg0 !== cmd) req.arg0Customized = true;
   return req;
@@ -584,6 +598,7 @@ export function run(command: string, args?: readonly string[], options: RunOptio
           ...(info.cleanupLeft ? { cleanupLeft: info.cleanupLeft } : {}),
           sandboxDenied: isLikelySandboxDenied(sandboxType, code, sig, out.toString('utf8') + err.toString('utf8')),
           enforcement: child.enforcement,
+          ...(child.changes ? { changes: child.changes } : {}),
         };
         if (rejectOnFailure && (stopped !== null || code !== 0)) {
           reject(runFailure(result, stopped, command, maxBuffer, timeout));

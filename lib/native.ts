@@ -84,6 +84,11 @@ export interface LinuxNativePlan {
       presentOnly: string[];
       /** Device files the command's Landlock rules let it open for writing. */
       devices: string[];
+      /**
+       * changes: 'record': every call on a name under `roots` is journaled in `dir` before it is
+       * carried out (native/linux/supervisor/changes_journal.h; format: lib/changes/journal.ts).
+       */
+      changes?: { dir: string; roots: string[]; maxBytes?: number; exclude?: string[] };
     };
   };
   proxyPort?: number;
@@ -197,10 +202,19 @@ export interface LinuxNative extends NativeCommon, NativeRelay {
   removeLookalike(path: string): number;
   /** Whether systemd marked the cgroup directory delegated (trusted.delegate or user.delegate xattr). */
   cgroupDelegated(dir: string): boolean;
+  /** Reads (no value: the value, or -errno) or sets (0 or -errno) an xattr, never following a final symlink. */
+  xattr?(path: string, name: string, value?: string): string | number;
   /** Tasks /proc shows for real uid `uid` (mine) and for every uid (visible). */
   uidTaskCount(uid: number): { mine: number; visible: number } | undefined;
   /** Closes an fd on the libuv thread pool (the freeing of an unlinked inode stays off the JS thread). */
   closeOnPool(fd: number): void;
+  /**
+   * After a `changes: 'record'` sandbox ended: waits for a journaled call in progress, then every
+   * later call fails (EIO). 1 closed, 0 no journal for dir, -1 a record could not be written.
+   */
+  closeChangesJournal?(dir: string): number;
+  /** mkfifo(2): 0 or -errno (revert puts back a FIFO a recorded command removed). */
+  mkfifo?(path: string, mode: number): number;
   /**
    * Removes `name` in `parent` and everything below it without following a symlink, fixing the
    * modes of the uid's own directories first (native/linux/tree_walk.h). Never throws for the tree.

@@ -6,6 +6,7 @@
  * A new option is one RUN_FLAGS entry (plus its RunArgs field, its default in parseRunArgs and
  * its line in RUN_USAGE, lib/cli/run.ts).
  */
+import { changesOption } from '../changes/cli';
 import * as path from 'node:path';
 import { isTimerMs, MAX_TIMER_MS } from '../errors';
 import type { SandboxPolicy } from '../index';
@@ -35,6 +36,10 @@ export interface RunArgs {
   jsonFd?: number;
   /** --json-file */
   jsonFile?: string;
+  /** --changes, --changes-dir, --changes-max-bytes (lib/changes/cli.ts) */
+  changes?: string;
+  changesDir?: string;
+  changesMaxBytes?: string;
   help: boolean;
   command: string[];
 }
@@ -80,6 +85,9 @@ const RUN_FLAGS = new Map<string, RunFlag>([
   ['--json', bool((a) => void (a.json = true))],
   ['--json-fd', flag(setJsonFd)],
   ['--json-file', flag((a, v) => void ((a.jsonFile = path.resolve(v)), (a.json = true)))],
+  ['--changes', flag((a, v) => void (a.changes = v), { ...policy, choices: ['record', 'stage'] })],
+  ['--changes-dir', flag((a, v) => void (a.changesDir = path.resolve(v)), policy)],
+  ['--changes-max-bytes', flag((a, v) => void (a.changesMaxBytes = v), policy)],
   ['--help', bool((a) => void (a.help = true))],
 ]);
 
@@ -169,6 +177,11 @@ export function parseRunArgs(argv: string[], cwdDefault = process.cwd()): RunArg
   }
   checkChoices(given);
   checkProxyFlags(a);
+  try {
+    changesOption(a.changes, a.changesDir, a.changesMaxBytes);
+  } catch (e) {
+    throw new UsageError((e as Error).message);
+  }
   return a;
 }
 

@@ -3,6 +3,7 @@
  * stdio inherited. Its options are read by lib/cli/run-args.ts; its JSON result goes where
  * lib/cli/json-sink.ts says.
  */
+import { changesOption, changesReport, RUN_CHANGES_USAGE } from '../changes/cli';
 import * as os from 'node:os';
 import { SandboxError, exitStatusForError } from '../errors';
 import { spawn, type AuditEvent } from '../index';
@@ -40,7 +41,7 @@ itself starts with '-'. An option's value may follow it (--cwd /tmp) or be joine
   --keep-env             keep every variable (default: drop ones that look like secrets)
   --timeout <seconds>    kill the command and everything it started after this long (exit 137;
                          at most 2147483, about 24.8 days)
-  --no-sandbox           run without a sandbox
+${RUN_CHANGES_USAGE}  --no-sandbox           run without a sandbox
   --json                 print a JSON result (exit info + enforcement report) as the last line of stderr
   --json-fd <n>          write the JSON result to file descriptor n instead (e.g. 3>result.json)
   --json-file <path>     write the JSON result to a file instead (created before the command starts)
@@ -90,6 +91,7 @@ export async function main(argv: string[]): Promise<number> {
       stdio: 'inherit',
       policy: policyFromArgs(a),
       proxy: { onAudit: (e) => audit.push(e) },
+      ...(a.changes !== undefined ? { changes: changesOption(a.changes, a.changesDir, a.changesMaxBytes) } : {}),
     });
   } catch (e) {
     return startFailed(e);
@@ -117,8 +119,9 @@ export async function main(argv: string[]): Promise<number> {
   if (timedOut) fail(`timed out after ${a.timeout}s; the command and everything it started were killed`, 0);
   const sigNum = info.signal ? os.constants.signals[info.signal] : 0;
   const status = info.code ?? 128 + sigNum;
+  const changes = await changesReport(child.changes);
   try {
-    emitJson({ code: info.code, signal: info.signal, exitStatus: status, durationMs: info.durationMs, timedOut, enforcement: child.enforcement, audit });
+    emitJson({ code: info.code, signal: info.signal, exitStatus: status, durationMs: info.durationMs, timedOut, enforcement: child.enforcement, audit, ...(changes ? { changes } : {}) });
   } catch (e) {
     if (e instanceof JsonFileReplaced) return fail(e.message, 125);
     throw e;

@@ -200,6 +200,9 @@ void InitPlatform(Napi::Env env, Napi::Object exports) {
   exports.Set("dirWatchRemove", Napi::Function::New(env, DirWatchRemoveJs, "dirWatchRemove"));
   exports.Set("dirWatchPoll", Napi::Function::New(env, DirWatchPollJs, "dirWatchPoll"));
   exports.Set("uidTaskCount", Napi::Function::New(env, UidTaskCountJs, "uidTaskCount"));
+  exports.Set("xattr", Napi::Function::New(env, XattrJs, "xattr"));
+  exports.Set("closeChangesJournal", Napi::Function::New(env, CloseChangesJournalJs, "closeChangesJournal"));
+  exports.Set("mkfifo", Napi::Function::New(env, MkfifoJs, "mkfifo"));
   exports.Set("testPosixLock", Napi::Function::New(env, TestPosixLockJs, "testPosixLock"));
   exports.Set("seccompSelfCheck", Napi::Function::New(env, SeccompSelfCheckJs, "seccompSelfCheck"));
   RegisterPty(env, exports);

@@ -31,6 +31,11 @@ Napi::Value LockPlaceholderJs(const Napi::CallbackInfo& info);
 Napi::Value ReleasePlaceholderJs(const Napi::CallbackInfo& info);
 Napi::Value RemoveLookalikeJs(const Napi::CallbackInfo& info);
 
+// changes_binding.cc
+Napi::Value XattrJs(const Napi::CallbackInfo& info);
+Napi::Value CloseChangesJournalJs(const Napi::CallbackInfo& info);
+Napi::Value MkfifoJs(const Napi::CallbackInfo& info);
+
 // host_probe.cc
 Napi::Value ProbeJs(const Napi::CallbackInfo& info);
 Napi::Value CgroupDelegatedJs(const Napi::CallbackInfo& info);

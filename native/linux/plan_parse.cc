@@ -122,7 +122,7 @@ void ParsePlan(Napi::Env env, const Napi::Object& o, LinuxSpawnPlan* out, Superv
       Napi::Object m = GetObjectAt(mounts, i, "plan.mounts");
       MountOp op;
       double kind = GetNumber(m, "kind", -1);
-      if (kind < 0 || kind > static_cast<double>(MountOpKind::kViewFile)) {
+      if (kind < 0 || kind > static_cast<double>(MountOpKind::kStageOverlay)) {
         throw Napi::TypeError::New(env, "Expected plan.mounts[].kind to be a known mount step");
       }
       op.kind = static_cast<MountOpKind>(static_cast<int>(kind));
@@ -198,6 +198,20 @@ void ParsePlan(Napi::Env env, const Napi::Object& o, LinuxSpawnPlan* out, Superv
                                            GetStrings(po, "devices"));
         supervisor->paths.inet_bind = net == "full";
         cfg.notify_paths = true;
+        // changes: 'record': the journal both supervisors write (changes_journal.h), its
+        // directory made by the host already.
+        Napi::Value ch = po.Get("changes");
+        if (ch.IsObject()) {
+          Napi::Object co = ch.As<Napi::Object>();
+          const std::string dir = GetString(co, "dir");
+          auto journal = changes::Journal::Open(dir, GetStrings(co, "roots"), co.Has("exclude") ? GetStrings(co, "exclude") : std::vector<std::string>(), static_cast<uint64_t>(GetNumber(co, "maxBytes", 0)));
+          if (!journal) {
+            ThrowSandboxError(env, Status::Sys(ErrorCode::kESECCOMP_INSTALL, "changes: the journal in " + dir + " cannot be opened", "open", errno));
+          }
+          changes::Register(journal, dir);
+          supervisor->paths.journal = journal;
+          metadata.journal = journal;
+        }
       }
       // The sandbox's lifetime share of the uid's inotify instances and watches (linux/quotas.ts).
       Napi::Value iq = ms.As<Napi::Object>().Get("inotify");

@@ -1,4 +1,4 @@
-// The TS plan (lib/platform/linux/plan.ts, passed by lib/platform/linux.ts) into the spawner's
+// The TS plan (lib/platform/linux/plan.ts, passed by lib/platform/linux/index.ts) into the spawner's
 // LinuxSpawnPlan and the supervisor's SupervisorConfig, and the stdio entries into fds. Used by
 // native.spawn and by the prepared-ahead sandboxes (spare_binding.cc). Tests:
 // test/native/addon.test.ts (malformed plans), and every sandboxed spawn.

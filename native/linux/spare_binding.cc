@@ -177,8 +177,10 @@ Napi::Value SpawnSpareJs(const Napi::CallbackInfo& info) {
   PathRules& paths = rec->supervisor.paths;
   if (paths.enabled) {
     const bool inet_bind = paths.inet_bind;
+    std::shared_ptr<changes::Journal> journal = std::move(paths.journal);
     paths = BuildPathRules(paths.writable, paths.carveouts_in, paths.present_only_in, paths.devices_in);
     paths.inet_bind = inet_bind;
+    paths.journal = std::move(journal);
   }
   LinuxSpawnResult res;
   bool used = false;

@@ -138,6 +138,7 @@ const char* MountKindName(MountOpKind k) {
     case MountOpKind::kSys: return "sysfs";
     case MountOpKind::kOverlay: return "cache overlay";
     case MountOpKind::kViewFile: return "file view";
+    case MountOpKind::kStageOverlay: return "staging overlay";
   }
   return "mount";
 }

@@ -34,7 +34,7 @@ namespace psb {
 enum class LinuxMode : uint8_t { kPlain, kIsolated, kLandlock };
 
 // One step of the isolated mode's mount tree, executed in order by init. Planned in TS
-// (lib/platform/linux.ts); native only executes.
+// (lib/platform/linux/index.ts); native only executes.
 enum class MountOpKind : uint8_t {
   kTmpClone,     // open_tree(path, CLONE|RECURSIVE) into slot `arg` (before /tmp is covered)
   kTmpfs,        // mount a tmpfs at path, options `data`
@@ -57,10 +57,12 @@ enum class MountOpKind : uint8_t {
   kClearReadOnly,  // mount_setattr(path, 0, -RDONLY) on an existing mount point (not recursive)
   kSys,            // read-only sysfs of the command's own network namespace at /sys (kept if impossible)
   kOverlay,        // overlayfs at path, options `data` (lowerdir/upperdir/workdir planned in TS): a
-                   // tool cache whose host copy is the read-only lower layer (lib/platform/linux-caches.ts)
+                   // tool cache whose host copy is the read-only lower layer (lib/platform/linux/caches.ts)
   kViewFile,       // a read-only file holding `data`, made in a tmpfs of init's, bound over the existing
                    // file at path: the sandbox's own view of it (a repository's .git/info/exclude)
-  // Values are part of the TS contract (lib/platform/linux.ts MountKind): append only.
+  kStageOverlay,   // overlayfs over a writable root, options `data`: the root is the lower layer, the
+                   // upper and work dirs are the host's layer dir (changes: 'stage'); never a fallback
+  // Values are part of the TS contract (lib/platform/linux/mounts.ts MountKind): append only.
 };
 
 struct MountOp {

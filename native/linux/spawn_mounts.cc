@@ -403,6 +403,13 @@ long RunMountOpInChild(ChildArgs* a, size_t i) {
       }
       return 0;
     }
+    case MountOpKind::kStageOverlay:
+      // changes: 'stage' (lib/changes/overlay.ts): every write of the command to this writable
+      // root lands in the upper dir, on the host outside its view. Mounted before `/` turns
+      // read-only: overlayfs keeps a private clone of the upper dir's mount, which that does not
+      // reach, and the root's later writable bind opens this mount. No fallback: a refusal
+      // fails the spawn, since writing to the real root instead would be the unstaged run.
+      return Sys(__NR_mount, "overlay", path, "overlay", MS_NOSUID | MS_NODEV, a->mount_data[i]);
   }
   return -EINVAL;
 }

@@ -215,8 +215,12 @@ describe('exit statuses', () => {
       '--cwd': '/tmp', '--write': '/tmp', '--read': '/usr', '--deny-read': '/etc/shadow', '--protect': '/tmp/p',
       '--network': 'proxy', '--allow-domain': 'example.com', '--deny-domain': 'bad.example.com', '--tmp': 'host',
       '--mode': 'isolated', '--env': 'A=b=c', '--timeout': '2.5', '--json-fd': '1', '--json-file': '/tmp/r.json', '--caches': 'host-readonly',
+      '--changes': 'record', '--changes-dir': '/tmp/j', '--changes-max-bytes': '1000',
     };
-    const needs: Record<string, string[]> = { '--network': ['--allow-domain', 'example.com'], '--deny-domain': ['--allow-domain', 'example.com'] };
+    const needs: Record<string, string[]> = {
+      '--network': ['--allow-domain', 'example.com'], '--deny-domain': ['--allow-domain', 'example.com'],
+      '--changes-dir': ['--changes', 'record'], '--changes-max-bytes': ['--changes', 'record'],
+    };
     // Every option the help text lists with a <value> is covered.
     const listed = [...cli(['run', '--help']).stdout.matchAll(/^ {2}(--[a-z-]+) </gm)].map((m) => m[1]);
     expect(Object.keys(values).sort()).toEqual(listed.sort());

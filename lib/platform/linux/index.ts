@@ -13,6 +13,9 @@ import * as tty from 'node:tty';
 import type { Readable, Writable } from 'node:stream';
 import type { Backend, BackendProcess, BackendSpawnRequest, EnforcementReport, ExitInfo, ProbeReport } from '../../backend';
 import { unsandboxedReport } from '../../backend';
+import { overlayChanges } from '../../changes/overlay';
+import { prepareIsolatedChanges } from '../../changes/overlay-layer';
+import { prepareRecord } from '../../changes/record';
 import { SandboxError } from '../../errors';
 import type { LinuxNative, LinuxNativePlan, LinuxProbe, LinuxStdio } from '../../native';
 import { ManagedProxy } from '../../network';
@@ -25,7 +28,7 @@ import { type QuotaShare, takeQuotaShare } from './quotas';
 import { cgroupFor, cgroupInfo, proxyPortFor, proxyPortOf, uidTasksFor } from './resources';
 import { LinuxRun } from './run';
 import { planKey, scheduleSpare, type SpareResources, SpareSlot } from './spare';
-import { makeTmpDir, removeTmpDir, warnLeft, watchTmpDir, withTmpCheck } from './tmpdir';
+import { makeTmpDir, removeTmpDir, tmpParent, warnLeft, watchTmpDir, withTmpCheck } from './tmpdir';
 
 const PLAIN_REPORT = unsandboxedReport('linux', {
   treeTeardown: 'partial',
@@ -276,6 +279,7 @@ export function createLinuxBackend(native: LinuxNative): Backend {
     try {
       res = launch(run, plan, stdio, nsPty, onExit);
     } catch (e) {
+      run.dropChanges();
       if (pty) fs.closeSync(pty.master);
       if (run.hostListenerFd !== undefined) fs.closeSync(run.hostListenerFd);
       try {
@@ -305,7 +309,9 @@ export function createLinuxBackend(native: LinuxNative): Backend {
       native.kill(res.handle, 9);
     }
     attachProxy(run, req, plan, res);
-    return processOf(run, res, exited, prepared.enforcement, pty, nsPty);
+    const out = processOf(run, res, exited, prepared.enforcement, pty, nsPty);
+    if (req.changes) withChanges(run, out, req.changes.mode, prepared.ghosts);
+    return out;
   }
 
   /** The stdio entries the addon takes: 'in'/'out' for pipes, fd numbers, -1 for /dev/null. */
@@ -334,20 +340,25 @@ export function createLinuxBackend(native: LinuxNative): Backend {
   function prepareRun(
     run: LinuxRun,
     req: BackendSpawnRequest,
-    rules: NonNullable<BackendSpawnRequest['rules']>,
+    asked: NonNullable<BackendSpawnRequest['rules']>,
     stdio: LinuxStdio[],
     pty: OpenedPty | undefined,
     nsPty: { cols: number; rows: number } | undefined,
     noSpare: boolean,
   ): PreparedRun {
     const probe = linuxProbe();
-    const mode = chooseLinuxMode(rules, probe);
+    const mode = chooseLinuxMode(asked, probe);
+    // changes: the journal directory is made now and denied to the command (lib/changes/record.ts);
+    // isolated mode stages instead (lib/changes/overlay-layer.ts, below).
+    if (req.changes && mode === 'landlock') run.record = prepareRecord(req.changes, mode, asked, native, tmpParent);
+    const rules = run.record?.rules ?? asked;
     const out: PreparedRun = { plan: { mode, file: req.file, argv: req.argv, envp: [], cwd: req.cwd }, enforcement: PLAIN_REPORT, ghosts: [] };
     // A spawn can be served by a spare made ahead unless it has a host pty (Landlock mode),
     // and in Landlock mode a terminal on stdio (its rule is made from the fd). A terminal made
     // inside an isolated sandbox is made with the spare, and is part of its shape.
     let basePlan: Omit<LinuxNativePlan, 'stdio'> | undefined;
-    if (!pty && typeof native.prepareSpare === 'function' && (mode === 'isolated' || !stdio.some(isTerminal))) {
+    // (Not with `changes`: each run records or stages on its own.)
+    if (!pty && !req.changes && typeof native.prepareSpare === 'function' && (mode === 'isolated' || !stdio.some(isTerminal))) {
       const key = `${req.cwd}\0${nsPty ? 'pty' : ''}\0${JSON.stringify(rules)}`;
       const spare = noSpare ? undefined : spares.take(key);
       // Its resources are this run's from here: released with the run, or on any failure.
@@ -368,9 +379,13 @@ export function createLinuxBackend(native: LinuxNative): Backend {
     }
     try {
       const env = runEnv(run, req, rules, mode);
+      if (req.changes && mode === 'isolated') {
+        run.staged = prepareIsolatedChanges(native, req.changes, rules.tmp === 'host' ? [...rules.writeRoots, '/tmp'] : rules.writeRoots);
+      }
       const p = planLinux({
         rules, mode, file: req.file, argv: req.argv, env, cwd: req.cwd, probe, landlockTmpDir: run.tmpDir,
         proxyPort: run.proxyPort, cgroup: cgroupInfo(run.cgroup), uidTasks: uidTasksFor(mode, run.cgroup, probe),
+        stageMounts: run.staged?.layer.mounts, changes: run.record?.plan,
       });
       // Without the connect supervisor the host listener admits by uid only: any process of
       // this uid could have a credential rule's secret injected into its own requests.
@@ -561,6 +576,20 @@ export function createLinuxBackend(native: LinuxNative): Backend {
     }
     return out;
   }
+}
+
+/** The run's ChangesBackend on the process, and `changes` in its report. */
+function withChanges(run: LinuxRun, out: BackendProcess, mode: 'record' | 'stage', ghosts: string[]): void {
+  const native = run.native;
+  if (run.staged) {
+    // The placeholders init made inside the overlays are the sandbox's, not the command's changes.
+    out.changes = overlayChanges(mode, native, run.staged.layer, new Set(ghosts), out.exited, run.staged.journalDir);
+  } else if (run.record) {
+    out.changes = run.record.backend(out.exited);
+  } else {
+    return;
+  }
+  out.enforcement = { ...out.enforcement, changes: mode };
 }
 
 /** A run ready to start: its plan and report, the placeholders init will make, and the spare's hooks. */

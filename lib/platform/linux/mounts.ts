@@ -35,6 +35,7 @@ export const MountKind = {
   Sys: 17,
   Overlay: 18,
   ViewFile: 19,
+  StageOverlay: 20,
 } as const;
 
 /** MountOp.arg of a Pin or BindRo step whose path may have vanished since planning (planMounts). */
@@ -74,6 +75,7 @@ export function planMounts(input: LinuxPlanInput): MountPlan {
   const protectGaps: string[] = [];
   const denyGaps: string[] = [];
   let tmpSlots = 0;
+  mounts.push(...(input.stageMounts ?? []));
 
   if (rules.tmp === 'private') {
     // Paths under /tmp the command must still see after /tmp is covered by a private tmpfs:
@@ -134,7 +136,7 @@ export function planMounts(input: LinuxPlanInput): MountPlan {
   //  - every other carve-out is held even when missing (a placeholder keeps the name). Its step
   //    is not marked: if it or its parent vanished, the bind or the placeholder fails with ENOENT
   //    before the command runs, so a held name never becomes creatable unprotected; the backend
-  //    then plans once more (lib/platform/linux.ts), and that plan holds the name as missing.
+  //    then plans once more (lib/platform/linux/index.ts), and that plan holds the name as missing.
   const presentOnly = new Set(rules.presentOnly ?? []);
   for (const step of steps) {
     if (step.write) {

@@ -1,6 +1,8 @@
 /** What the Linux planner takes (LinuxPlanInput) and gives (LinuxPlan); plan.ts planLinux. */
 import type { EnforcementReport } from '../../backend';
 import type { LinuxNativePlan, LinuxProbe } from '../../native';
+import type { RecordPlan } from '../../changes/record';
+import type { LinuxMountOp } from '../../native';
 import type { ResolvedRules } from '../../rules';
 
 export interface LinuxPlanInput {
@@ -23,6 +25,16 @@ export interface LinuxPlanInput {
    * uidTaskCount). RLIMIT_NPROC is set to this plus the cap, since the kernel counts the uid's.
    */
   uidTasks?: number;
+  /**
+   * Isolated mode with changes: 'stage' (lib/changes/overlay.ts): the overlays over the writable
+   * roots and the mask over their layer dir. They go first, while every mount is still writable
+   * (overlayfs keeps a private clone of the upper dir's mount), so that every later step (the
+   * /tmp exposures, the read-only remount, the roots' writable binds, the carve-outs, pins,
+   * placeholders and masks inside the roots) acts on the overlay, as it would on the root.
+   */
+  stageMounts?: LinuxMountOp[];
+  /** Landlock mode, changes: 'record': the journal the path supervisor writes (lib/changes/record.ts). */
+  changes?: RecordPlan;
 }
 
 export interface LinuxPlan {

@@ -305,18 +305,38 @@ function planPathSupervisor(s: PlanState): void {
   // The supervisor is not confined by the command's Landlock domain: a deny-read path inside a
   // writable root is one more carve-out to it (never created, opened for writing, which could
   // also read it, renamed, linked or removed), or it would undo the deny-read carving below.
-  const { rules, abi, mode, seccomp } = s;
+  const { rules, abi, mode, seccomp, input } = s;
   const deniedInWritable = rules.denyRead.filter((d) => rules.writeRoots.some((w) => isWithin(d, w)));
   // Before Landlock ABI 3 truncation is not a Landlock right: the same supervisor then carries
   // out truncate(2) and O_TRUNC opens too (only inside the writable roots), carve-outs or not.
-  s.pathsSupervised = s.metadataSupervised && mode === 'landlock' && (rules.readOnly.length > 0 || abi < 3);
+  // changes: 'record' needs every such call to go through it, carve-outs or not.
+  s.pathsSupervised = s.metadataSupervised && mode === 'landlock' && (rules.readOnly.length > 0 || abi < 3 || input.changes !== undefined);
+  if (input.changes) checkRecordable(s.probe, s.pathsSupervised, s.carveGap);
   if (s.pathsSupervised) {
     seccomp.pathSupervisor = {
       carveOuts: [...new Set([...rules.readOnly, ...deniedInWritable])],
       presentOnly: [...(rules.presentOnly ?? [])],
       devices: DEVICE_RULES,
+      // The run's private TMPDIR goes with the run: never recorded, even inside a writable root.
+      ...(input.changes ? { changes: { ...input.changes, ...(input.landlockTmpDir ? { exclude: [realpathOrNull(input.landlockTmpDir) ?? input.landlockTmpDir] } : {}) } } : {}),
     };
   }
+}
+
+/**
+ * changes: 'record' in Landlock mode: refused unless the path supervisor carries out every write
+ * call (so each is journaled first) and the journal directory is denied to the command.
+ */
+function checkRecordable(probe: LinuxProbe, pathsSupervised: boolean, carveGap: string | undefined): void {
+  if (!pathsSupervised) {
+    throw new SandboxError(
+      'EUNSUPPORTED_POLICY',
+      `changes: 'record' needs Landlock mode's path supervisor (seccomp user notification with ADDFD, Linux 5.9+, and a way ` +
+        `to read the command's memory; errno ${-(probe.connectSupervisor ?? -38)}${noAccess(probe)}): use isolated mode`,
+      { detail: { changes: 'record' } },
+    );
+  }
+  if (carveGap) throw new SandboxError('EUNSUPPORTED_POLICY', `changes: 'record' cannot keep its journal from the command: ${carveGap}`, { detail: { changes: 'record' } });
 }
 
 /** Landlock mode's procPrivacy: every read-only open through the reads supervisor, or a refusal. */

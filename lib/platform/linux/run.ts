@@ -7,6 +7,8 @@
  */
 import * as fs from 'node:fs';
 import type { ExitInfo } from '../../backend';
+import { dropLayer, type StageLayer } from '../../changes/overlay-layer';
+import type { RecordRun } from '../../changes/record';
 import type { LinuxNative } from '../../native';
 import type { ManagedProxy } from '../../network';
 import type { SandboxCgroup } from './cgroup';
@@ -36,10 +38,14 @@ export class LinuxRun {
   spare?: Spare;
   /** A limit the host enforced by stopping the command (the TMPDIR's size). */
   limitExceeded?: ExitInfo['limitExceeded'];
+  /** changes in Landlock mode: the journal the supervisors write (lib/changes/record.ts). */
+  record?: RecordRun;
+  /** changes in isolated mode: the overlays' layer, and record's journal (lib/changes/overlay-layer.ts). */
+  staged?: { layer: StageLayer; journalDir?: string };
   /** What the cleanup could not undo: in the exit info and a process warning. */
   readonly cleanupLeft: string[] = [];
 
-  constructor(private readonly native: LinuxNative) {}
+  constructor(readonly native: LinuxNative) {}
 
   /** Takes over what a spare was prepared with. */
   adopt(spare: Spare): void {
@@ -70,6 +76,7 @@ export class LinuxRun {
 
   /** Before the command started (its plan failed, or the spare it took cannot be used): all of it, now. */
   abandon(): void {
+    this.dropChanges();
     releasePlaceholders(this.native, this.held);
     this.held = [];
     this.cgroup?.closeFds();
@@ -80,5 +87,12 @@ export class LinuxRun {
     if (this.hostListenerFd !== undefined) fs.closeSync(this.hostListenerFd);
     this.hostListenerFd = undefined;
     if (this.ownsProxy) void this.proxy?.close();
+  }
+
+  /** The command never ran: its journal or layer holds nothing of it. */
+  dropChanges(): void {
+    this.record?.abort();
+    if (this.staged) dropLayer(this.native, this.staged.layer, this.staged.journalDir);
+    this.record = this.staged = undefined;
   }
 }

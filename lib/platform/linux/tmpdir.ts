@@ -137,7 +137,7 @@ export function tmpBase(): string {
  * (another uid made the name first, a link, a group- or world-open mode): the TMPDIR is then made
  * in the host's temp dir as before, and the report lists the gap.
  */
-function tmpParent(): string | null {
+export function tmpParent(): string | null {
   const uid = process.getuid?.() ?? 0;
   const dir = path.join(tmpBase(), `${TMP_PARENT_PREFIX}${uid}`);
   try {

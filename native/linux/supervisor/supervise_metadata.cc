@@ -562,7 +562,15 @@ long Emulate(int listener, const Call& c, const SeccompNotif& n, const MetadataR
   if (fstat(target.fd, &st) != 0) return -EACCES;
   const bool watch = c.op == Op::kWatch;
   if (int r = watch ? CheckRead(target.fd, st, rules, true) : CheckLocation(target.fd, st, rules.writable, rules.protect)) return r;
-  return Apply(c, target.fd, st, o, inotify.fd);
+  // changes: 'record': the mode before a chmod of an object in the tree (an unlinked one is not).
+  const bool noted = c.op == Op::kChmod && rules.journal && !S_ISLNK(st.st_mode) && st.st_nlink > 0;
+  changes::Journal::Step step(noted ? rules.journal.get() : nullptr);
+  if (noted) {
+    if (int r = step.Mode(PathOf(target.fd, st), st)) return r;
+  }
+  const long rc = Apply(c, target.fd, st, o, inotify.fd);
+  if (rc == 0 && noted) return step.Done(0);
+  return rc;
 }
 
 }  // namespace

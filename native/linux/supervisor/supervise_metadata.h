@@ -13,9 +13,11 @@
 // and a listing runs with them, as before).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "changes_journal.h"
 #include "notify_abi.h"
 
 namespace psb {
@@ -37,6 +39,8 @@ struct MetadataRules {
   // getdents64/getdents are emulated and refused on a directory inside deny_read (unless a
   // readable root nested in it is more specific). readable then holds every root granted.
   bool list_dirs = false;
+  // changes: 'record' (changes_journal.h): a chmod of a recorded object notes its mode first.
+  std::shared_ptr<changes::Journal> journal;
 };
 
 // Whether HandleMetadata answers a notification for syscall nr under these rules.

@@ -654,9 +654,13 @@ long DoBind(const PathRules& r, const SeccompNotif& n, LazyPidfd* pid, Args* a) 
   if (int e = Split(a->base.fd, path, &nm)) return e;
   if (Special(nm) || nm.slash) return -EADDRINUSE;
   if (int e = MayCreate(r, nm)) return e;
+  // A socket file the kernel would make itself (a continued call) would not be journaled.
+  if (!same_socket && r.journal && (nm.deep || r.journal->Records(Join(nm.dir_path, nm.last)))) return -EACCES;
   if (!same_socket) return kContinueBind;
   const int u = CmdUmask(n, a);
   if (u < 0) return u;
+  changes::Journal::Step step(r.journal.get());
+  if (int e = step.Before(Join(nm.dir_path, nm.last), nm.dir.fd, nm.last.c_str())) return e;
   sockaddr_un here;
   memset(&here, 0, sizeof here);
   here.sun_family = AF_UNIX;
@@ -671,7 +675,8 @@ long DoBind(const PathRules& r, const SeccompNotif& n, LazyPidfd* pid, Args* a) 
     if (bind(sock.fd, reinterpret_cast<const sockaddr*>(&here), static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + w + 1)) != 0) {
       return -errno;
     }
-    return FixMode(-1, nm.dir.fd, nm.last.c_str(), 0777 & ~static_cast<mode_t>(u));
+    if (int e = FixMode(-1, nm.dir.fd, nm.last.c_str(), 0777 & ~static_cast<mode_t>(u))) return e;
+    return step.Done(0);
   }
   // This thread's cwd and umask are its own (OwnFsContext).
   if (fchdir(nm.dir.fd) != 0) return -errno;
@@ -679,7 +684,7 @@ long DoBind(const PathRules& r, const SeccompNotif& n, LazyPidfd* pid, Args* a) 
   const int rc = bind(sock.fd, reinterpret_cast<const sockaddr*>(&here), static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + nm.last.size() + 1));
   const int err = errno;
   umask(0);
-  return rc == 0 ? 0 : -err;
+  return rc == 0 ? step.Done(0) : -err;
 }
 
 
@@ -711,23 +716,38 @@ int DoOpen(const PathRules& r, const SeccompNotif& n, Args* a, Fd* out) {
   }
   Target t;
   if (int e = ResolveForWrite(&a->own, &a->base, a->path, flags, true, &t)) return e;
+  changes::Journal::Step step(r.journal.get());
   if (t.create) {
     if (int e = MayCreate(r, t.name)) return e;
     const int u = CmdUmask(n, a);
     if (u < 0) return u;
     const mode_t mode = static_cast<mode_t>(a->mode & 07777 & ~static_cast<uint32_t>(u));
+    if (int e = step.Before(Join(t.name.dir_path, t.name.last), t.name.dir.fd, t.name.last.c_str())) return e;
     // O_NOFOLLOW: a symlink put at the name since it was looked up is not followed.
     const int fd = openat(t.name.dir.fd, t.name.last.c_str(), (flags & ~O_CLOEXEC) | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC, mode);
     if (fd < 0) return -errno;
-    if (int e = FixMode(fd, -1, nullptr, mode)) {
-      close(fd);
-      return e;
-    }
-    out->Reset(fd);
+    Fd made(fd);
+    if (int e = FixMode(fd, -1, nullptr, mode)) return e;
+    if (int e = step.Done(0)) return e;
+    out->Reset(made.Release());
     return 0;
   }
   if (int e = MayWrite(r, t.st, t.path, t.name.dir.fd >= 0 ? &t.name : nullptr)) return e;
-  return Reopen(r, a->listener, n, &t.x, t.st, flags, out);
+  // Only an open that can change the bytes of a regular file is journaled (a terminal, a FIFO or
+  // a device is not a file in the tree).
+  const bool changes = S_ISREG(t.st.st_mode) && t.st.st_nlink > 0 && ((flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC) != 0);
+  if (changes) {
+    if (t.name.dir.fd >= 0 && t.name.deep) return r.journal ? -ENAMETOOLONG : Reopen(r, a->listener, n, &t.x, t.st, flags, out);
+    if (int e = step.Before(t.path, t.x.fd, nullptr)) return e;
+  }
+  const int rc = Reopen(r, a->listener, n, &t.x, t.st, flags, out);
+  if (rc == 0 && changes) {
+    if (int e = step.Done(0)) {
+      out->Reset(-1);
+      return e;
+    }
+  }
+  return rc;
 }
 
 long DoTruncate(const PathRules& r, Args* a) {
@@ -735,9 +755,14 @@ long DoTruncate(const PathRules& r, Args* a) {
   if (int e = ResolveForWrite(&a->own, &a->base, a->path, O_WRONLY, true, &t)) return e;
   if (int e = MayWrite(r, t.st, t.path, t.name.dir.fd >= 0 ? &t.name : nullptr)) return e;
   if (S_ISDIR(t.st.st_mode)) return -EISDIR;
+  changes::Journal::Step step(r.journal.get());
+  if (S_ISREG(t.st.st_mode) && t.st.st_nlink > 0) {
+    if (int e = step.Before(t.name.dir.fd >= 0 && t.name.deep ? "?" : t.path, t.x.fd, nullptr)) return e;
+  }
   char proc[64];
   snprintf(proc, sizeof proc, "/proc/thread-self/fd/%d", t.x.fd);
-  return truncate(proc, static_cast<off_t>(a->operand)) == 0 ? 0 : -errno;
+  if (truncate(proc, static_cast<off_t>(a->operand)) != 0) return -errno;
+  return step.Done(0);
 }
 
 long DoLink(const PathRules& r, Args* a) {
@@ -766,9 +791,12 @@ long DoLink(const PathRules& r, Args* a) {
     if (!src.path.empty() && InCarveout(r, src.path)) return -EACCES;
     if (src.path.empty() || src.path == "?" || !InWritable(r, src.path)) return -EXDEV;
   }
+  changes::Journal::Step step(r.journal.get());
+  if (int e = step.Before(Join(dst.dir_path, dst.last), dst.dir.fd, dst.last.c_str())) return e;
   char proc[64];
   snprintf(proc, sizeof proc, "/proc/thread-self/fd/%d", src.x.fd);
-  return linkat(AT_FDCWD, proc, dst.dir.fd, dst.last.c_str(), AT_SYMLINK_FOLLOW) == 0 ? 0 : -errno;
+  if (linkat(AT_FDCWD, proc, dst.dir.fd, dst.last.c_str(), AT_SYMLINK_FOLLOW) != 0) return -errno;
+  return step.Done(0);
 }
 
 long DoRename(const PathRules& r, Args* a) {
@@ -782,8 +810,17 @@ long DoRename(const PathRules& r, Args* a) {
   if ((a->flags & 2 /* RENAME_EXCHANGE */) != 0 && MayCreate(r, from) != 0) return -EACCES;
   struct stat st;
   if (from.slash && fstatat(from.dir.fd, from.last.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(st.st_mode)) return -ENOTDIR;
+  changes::Journal::Step step(r.journal.get());
+  const std::string from_path = Join(from.dir_path, from.last), to_path = Join(to.dir_path, to.last);
+  if (r.journal) {
+    // An exchange (or a whiteout) has no record that undoes it: refused as a file system
+    // without it would (EINVAL), where either name is recorded.
+    if ((a->flags & ~1 /* RENAME_NOREPLACE */) != 0 && (r.journal->Records(from_path) || r.journal->Records(to_path))) return -EINVAL;
+    if (int e = step.Rename(from_path, from.dir.fd, from.last.c_str(), to_path, to.dir.fd, to.last.c_str())) return e;
+  }
   const long rc = syscall(__NR_renameat2, from.dir.fd, from.last.c_str(), to.dir.fd, to.last.c_str(), static_cast<unsigned>(a->flags));
-  return rc == 0 ? 0 : -errno;
+  if (rc != 0) return -errno;
+  return step.Done(0);
 }
 
 long DoUnlink(const PathRules& r, Args* a) {
@@ -795,7 +832,16 @@ long DoUnlink(const PathRules& r, Args* a) {
   if (int e = MayRemove(r, nm)) return e;
   struct stat st;
   if (!dir && nm.slash && fstatat(nm.dir.fd, nm.last.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) return S_ISDIR(st.st_mode) ? -EISDIR : -ENOTDIR;
-  return unlinkat(nm.dir.fd, nm.last.c_str(), a->flags) == 0 ? 0 : -errno;
+  changes::Journal::Step step(r.journal.get());
+  if (r.journal) {
+    // What unlinkat would refuse is refused before anything is saved (a file is not copied for
+    // an rmdir that fails with ENOTDIR, or an unlink of a directory).
+    if (fstatat(nm.dir.fd, nm.last.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return -errno;
+    if (dir != S_ISDIR(st.st_mode)) return dir ? -ENOTDIR : -EISDIR;
+    if (int e = step.Before(Join(nm.dir_path, nm.last), nm.dir.fd, nm.last.c_str())) return e;
+  }
+  if (unlinkat(nm.dir.fd, nm.last.c_str(), a->flags) != 0) return -errno;
+  return step.Done(0);
 }
 
 long DoMake(const PathRules& r, const SeccompNotif& n, const Call& c, Args* a) {
@@ -810,6 +856,8 @@ long DoMake(const PathRules& r, const SeccompNotif& n, const Call& c, Args* a) {
   const int u = c.op == Op::kSymlink ? 0 : CmdUmask(n, a);
   if (u < 0) return u;
   const mode_t perm = static_cast<mode_t>(a->mode & 07777 & ~static_cast<uint32_t>(u));
+  changes::Journal::Step step(r.journal.get());
+  if (int e = step.Before(Join(nm.dir_path, nm.last), nm.dir.fd, nm.last.c_str())) return e;
   int rc = -1;
   switch (c.op) {
     case Op::kMkdir:
@@ -827,7 +875,10 @@ long DoMake(const PathRules& r, const SeccompNotif& n, const Call& c, Args* a) {
   if (rc != 0) return -errno;
   // (The object at that name gets only a chmod the command could make itself: same
   // credentials, capabilities cleared, a name where it may create.)
-  return c.op == Op::kSymlink ? 0 : FixMode(-1, nm.dir.fd, nm.last.c_str(), perm);
+  if (c.op != Op::kSymlink) {
+    if (int e = FixMode(-1, nm.dir.fd, nm.last.c_str(), perm)) return e;
+  }
+  return step.Done(0);
 }
 
 

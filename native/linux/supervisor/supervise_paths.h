@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "answer_later.h"
+#include "changes_journal.h"
 #include "notify_abi.h"
 
 namespace psb {
@@ -76,6 +77,9 @@ struct PathRules {
   std::vector<std::string> carveouts_in, present_only_in, devices_in;
   // The sandbox's share of FIFO waiters (answer_later.h), set by its supervisor; null: none.
   std::shared_ptr<later::Share> fifo_waiters;
+  // changes: 'record' (changes_journal.h): every call on a recorded name is journaled before it
+  // is carried out; null: none.
+  std::shared_ptr<changes::Journal> journal;
 };
 
 // Builds the rules on the host before the command starts: looks up every carve-out (and the

@@ -308,6 +308,11 @@ int Confine(Supervisor* s) {
   if (s->own_table) {
     std::vector<int> keep = HandedFds(*s);
     keep.push_back(s->stop);
+    // The changes journal's fds: like stop, both tables keep them; the host closes its own when
+    // the run has ended (changes::CloseByDir), this task's go with its table.
+    for (const changes::Journal* j : {s->config.paths.journal.get(), s->config.metadata.journal.get()}) {
+      if (j != nullptr) for (int fd : j->Fds()) keep.push_back(fd);
+    }
     const int r = CloseAllBut(keep);
     if (r < 0) return r;
   }
