@@ -215,5 +215,15 @@ std::string PathOf(int fd, const struct stat& st) {
   return p;
 }
 
+int ReadLinkOf(int fd, std::string* out) {
+  char buf[PATH_MAX];
+  const ssize_t len = readlinkat(fd, "", buf, sizeof buf);
+  if (len < 0) return -errno;
+  if (len == 0) return -ENOENT;
+  if (len >= static_cast<ssize_t>(sizeof buf)) return -ENAMETOOLONG;
+  out->assign(buf, static_cast<size_t>(len));
+  return 0;
+}
+
 }  // namespace nargs
 }  // namespace psb

@@ -129,6 +129,10 @@ int ReadWithCapsRetry(F read) {
 // the resolvers' work list (supervise_reads.cc, supervise_stats.cc); empty components dropped.
 void PushPath(const std::string& text, std::vector<std::string>* todo);
 
+// The target of the symlink `fd` is an O_PATH fd of (readlinkat with ""), into *out: 0, or
+// -errno (-ENOENT for an empty target, -ENAMETOOLONG past PATH_MAX).
+int ReadLinkOf(int fd, std::string* out);
+
 // Whether canonical path p is root or lies below it.
 bool Under(const std::string& p, const std::string& root);
 

@@ -145,35 +145,42 @@ void ClosePeerLeftoversLocked() {
 // The class's socket pair: [0] the supervisor's sending end, [1] the host's receiving end.
 int KeepEnd(const ConnectClass* c, int i);
 
-// Sends the registry's copy of `sock` (inode `ino`) to the host (see the top of the file).
-bool SendToHost(int tx, int sock, uint64_t ino) {
+// One message between the supervisor and the host: a socket's inode, with room for its fd.
+struct FdMessage {
+  uint64_t ino = 0;
   char control[CMSG_SPACE(sizeof(int))] = {};
   struct iovec iov = {&ino, sizeof ino};
   struct msghdr m = {};
-  m.msg_iov = &iov;
-  m.msg_iovlen = 1;
-  m.msg_control = control;
-  m.msg_controllen = sizeof control;
+  FdMessage() {
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = control;
+    m.msg_controllen = sizeof control;
+  }
+  FdMessage(const FdMessage&) = delete;
+  FdMessage& operator=(const FdMessage&) = delete;
+};
+
+// Sends the registry's copy of `sock` (inode `ino`) to the host (see the top of the file).
+bool SendToHost(int tx, int sock, uint64_t ino) {
+  FdMessage msg;
+  msg.ino = ino;
+  struct msghdr& m = msg.m;
   struct cmsghdr* h = CMSG_FIRSTHDR(&m);
   h->cmsg_level = SOL_SOCKET;
   h->cmsg_type = SCM_RIGHTS;
   h->cmsg_len = CMSG_LEN(sizeof(int));
   memcpy(CMSG_DATA(h), &sock, sizeof(int));
-  return sendmsg(tx, &m, MSG_DONTWAIT | MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof ino);
+  return sendmsg(tx, &m, MSG_DONTWAIT | MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof msg.ino);
 }
 
 // On the host: receives what `owner`'s supervisor sent so far, each into its entry (or closed:
 // its entry is gone).
 void ReceiveOnHostLocked(const ConnectClass* owner) {
   for (;;) {
-    uint64_t ino = 0;
-    char control[CMSG_SPACE(sizeof(int))] = {};
-    struct iovec iov = {&ino, sizeof ino};
-    struct msghdr m = {};
-    m.msg_iov = &iov;
-    m.msg_iovlen = 1;
-    m.msg_control = control;
-    m.msg_controllen = sizeof control;
+    FdMessage msg;
+    struct msghdr& m = msg.m;
+    const uint64_t& ino = msg.ino;
     if (recvmsg(KeepEnd(owner, 1), &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC) <= 0) return;
     struct cmsghdr* h = CMSG_FIRSTHDR(&m);
     if (h == nullptr || h->cmsg_type != SCM_RIGHTS) continue;

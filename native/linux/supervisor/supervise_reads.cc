@@ -372,12 +372,8 @@ int Resolve(Ctx* c, int base, const std::string& path, bool follow_last, Fd* out
       continue;
     }
     // An ordinary link (and /proc/mounts, /proc/net): read, and go on from its directory.
-    char buf[PATH_MAX];
-    const ssize_t len = readlinkat(next.fd, "", buf, sizeof buf);
-    if (len < 0) return -errno;
-    if (len == 0) return -ENOENT;
-    if (len >= static_cast<ssize_t>(sizeof buf)) return -ENAMETOOLONG;
-    const std::string target(buf, static_cast<size_t>(len));
+    std::string target;
+    if (int e = nargs::ReadLinkOf(next.fd, &target)) return e;
     if (target[0] == '/') {
       if (int e = OpenRoot(&cur)) return e;
       where = "/";
