@@ -1,4 +1,5 @@
 // Per-load state of the addon (one instance per Node environment / worker thread).
+// Tests: test/native/error-codes.test.ts (setErrorClass and the error class it keeps).
 #pragma once
 
 #include <napi.h>

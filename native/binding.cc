@@ -1,4 +1,6 @@
 // Glue only: the exports table shared by every OS. Platform functions are added by InitPlatform.
+// Tests: test/native/addon-load.test.ts, test/native/addon.test.ts (the exports load),
+// test/win32/addon.wine.js (the Windows build).
 #include <napi.h>
 
 #include "addon_data.h"

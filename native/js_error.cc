@@ -1,3 +1,5 @@
+// ThrowSandboxError (js_error.h).
+// Tests: see js_error.h.
 #include "js_error.h"
 
 #include "addon_data.h"

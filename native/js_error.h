@@ -1,5 +1,7 @@
 // ThrowSandboxError: turn a failed Status into an instance of lib/errors.ts's SandboxError.
 // The class is handed to the addon once, at load (setErrorClass), and kept in AddonData.
+// Tests: test/native/error-codes.test.ts (codes and SandboxError instances),
+// test/native/addon.test.ts.
 #pragma once
 
 #include <napi.h>

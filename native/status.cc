@@ -1,3 +1,5 @@
+// Status (status.h).
+// Tests: see status.h.
 #include "status.h"
 
 namespace psb {

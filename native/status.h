@@ -5,6 +5,8 @@
 //   Status s = DoThing();            // noexcept
 //   if (!s.ok()) return s;           // propagate
 //   Status::Errno(ErrorCode::kEMOUNT_SETUP, "mount(2) /tmp", errno);
+// Tests: test/native/error-codes.test.ts (every code maps to lib/errors.ts), and every failing
+// native call.
 #pragma once
 
 #include <string>

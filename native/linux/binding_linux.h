@@ -1,6 +1,7 @@
 // The Linux addon's entry points, one per native.<name> (lib/native.ts LinuxNative), each named
 // <Name>Js and registered in binding_linux.cc's table; the files that hold them say what they
 // cover. Modules with entry points of their own register them with Register<Module>.
+// Tests: see binding_linux.cc.
 #pragma once
 
 #include <napi.h>

@@ -1,4 +1,5 @@
 // See dir_watch.h.
+// Tests: test/linux/walk-cache.test.ts (the planner cache dropped after a change).
 #include "dir_watch.h"
 
 #include <errno.h>

@@ -11,6 +11,7 @@
 // Why synchronous: inotify queues an event in the syscall that made the change, so a change made
 // before a poll is always seen by it; Node's fs.watch would deliver it only on a later loop turn,
 // after a spawn that had already trusted the cache.
+// Tests: see dir_watch.cc.
 #pragma once
 #include <string>
 #include <utility>

@@ -1,4 +1,5 @@
 // The exit watch (exit_watch.h).
+// Tests: test/linux/exit-delivery.test.ts (a throw while an exit is delivered); see exit_watch.h.
 #include "exit_watch.h"
 
 #include <errno.h>

@@ -1,3 +1,7 @@
+// Landlock rules (landlock.h).
+// Tests: test/linux/threats-fs.test.ts, test/linux/modes.test.ts, test/linux/kernel-matrix.test.ts,
+// test/linux/landlock-deny-read.test.ts, test/linux/landlock-tmp-private.test.ts,
+// test/linux/landlock-terminals.test.ts, test/linux/signals.test.ts (the signal scope).
 #include "landlock.h"
 
 #include <errno.h>

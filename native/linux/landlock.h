@@ -10,6 +10,7 @@
 // final covers bind mounts and our own tmpfs mounts alike. The ruleset handles the best access set
 // the kernel's ABI offers (we never claim rights the kernel cannot check); the enforcement report
 // states the ABI that ran.
+// Tests: see landlock.cc.
 #pragma once
 
 #include <stdint.h>

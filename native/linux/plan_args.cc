@@ -1,4 +1,5 @@
 // The plan's field readers (plan_args.h).
+// Tests: test/native/addon.test.ts (malformed plans: TypeErrors), and every sandboxed spawn.
 #include "plan_args.h"
 
 #include <utility>

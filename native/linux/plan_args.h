@@ -1,6 +1,7 @@
 // Reading the fields of a plan object from JS (lib/platform/linux.ts) with the checks every
 // field gets: the type, and no NUL byte in a string (it would silently cut the path the kernel
 // sees). Each throws a TypeError naming the field.
+// Tests: see plan_args.cc.
 #pragma once
 
 #include <napi.h>

@@ -1,4 +1,5 @@
 // The TS plan into LinuxSpawnPlan and SupervisorConfig (plan_parse.h).
+// Tests: see plan_parse.h.
 #include "plan_parse.h"
 
 #include <errno.h>

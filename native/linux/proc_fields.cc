@@ -1,3 +1,7 @@
+// Fields of small /proc files (proc_fields.h).
+// Tests: none directly; used by the supervisors and spare_binding.cc, so exercised by
+// test/linux/signals.test.ts, test/linux/connect-supervisor.test.ts,
+// test/linux/supervisor-access.test.ts, test/linux/spare.test.ts and test/srt/wrap-attach.test.ts.
 #include "proc_fields.h"
 
 #include <fcntl.h>

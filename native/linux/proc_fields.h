@@ -3,6 +3,7 @@
 // the sandbox's init (those parse /proc with raw syscalls of their own): these use libc.
 // None of them allocates; each reads at most the buffer it is given, which is enough for the
 // fields asked for (they are near the start of each file).
+// Tests: see proc_fields.cc.
 #pragma once
 
 #include <stddef.h>

@@ -2,6 +2,7 @@
 // spawn. The slave goes to the child as fds 0-2 (the child makes it its controlling terminal with
 // TIOCSCTTY after setsid: see CommandInChild); the master stays with JS (output, input, resize).
 // Nothing here runs between fork and exec, so libc is fine.
+// Tests: test/linux/pty.test.ts, test/linux/landlock-terminals.test.ts (terminals in both modes).
 #include <errno.h>
 #include <fcntl.h>
 #include <napi.h>

@@ -1,3 +1,5 @@
+// native.openPty / resizePty (pty_linux.cc).
+// Tests: see pty_linux.cc.
 #pragma once
 #include <napi.h>
 

@@ -4,6 +4,7 @@
 // called clone. With CLONE_VM that block is shared with a live Node thread, so a child must never
 // write it. These wrappers return the kernel's result directly: >= 0 on success, -errno on failure.
 // They touch no memory besides their arguments, take no locks, and are async-signal-safe.
+// Tests: none directly; every sandboxed spawn runs through it (test/linux/*, test/contract/*).
 #pragma once
 
 #include <stdint.h>

@@ -50,6 +50,7 @@
 // an error for this tunnel, never a SIGPIPE for the host (whatever its SIGPIPE disposition).
 //
 // Threading: everything runs on the thread of the env that created the relay.
+// Tests: test/network/relay.test.ts, test/network/chain.test.ts (tunnels in both relay modes).
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>

@@ -1,4 +1,5 @@
 // Managed-proxy tunnel relay (recv/send between two sockets on the libuv loop). See relay.cc.
+// Tests: see relay.cc.
 #pragma once
 
 #include <napi.h>

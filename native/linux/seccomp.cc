@@ -1,5 +1,8 @@
 // See seccomp.h for what the filter does and why. The rule table is in seccomp_table.h; this file
 // turns the rows selected for a SeccompConfig into classic BPF, and installs and probes it.
+// Tests: test/linux/seccomp.test.ts, test/linux/host-safety.test.ts, test/linux/old-kernel.test.ts,
+// test/linux/unix-sockets.test.ts, test/linux/threats-net.test.ts (network off),
+// test/unit/int80-outcomes.test.ts, test/native/addon.test.ts (seccompSelfCheck).
 #include "seccomp.h"
 #include "supervisor/task_access.h"
 

@@ -63,6 +63,7 @@
 // supervisor bounds them, PROC-06); kcmp;
 // seccomp and landlock_* (they can only add restrictions). Inherited sockets (NET-12) are the fd
 // sweep's job, not this filter's.
+// Tests: see seccomp.cc.
 #ifndef PSB_NATIVE_LINUX_SECCOMP_H_
 #define PSB_NATIVE_LINUX_SECCOMP_H_
 

@@ -3,6 +3,7 @@
 // the rules out as a binary search with long jumps; this check is what says that the layout
 // still means exactly what the table says, for every syscall number, not only for the calls the
 // sandbox tests happen to make.
+// Tests: test/native/addon.test.ts (native.seccompSelfCheck over every config).
 #include <stdio.h>
 #include <string.h>
 

@@ -2,6 +2,7 @@
 // constants, the syscall rows and their argument tests. Included by seccomp.cc, which turns
 // the rows into classic BPF, and by seccomp_check.cc, which checks those programs against
 // this table. Everything here has internal linkage.
+// Tests: see seccomp.cc and seccomp_check.cc.
 #ifndef PSB_NATIVE_LINUX_SECCOMP_TABLE_H_
 #define PSB_NATIVE_LINUX_SECCOMP_TABLE_H_
 

@@ -1,6 +1,9 @@
 // The command's own setup, after clone(CLONE_VM|CLONE_VFORK) from the parent (plain) or from init
 // (both sandbox modes; without CLONE_VFORK under the traced process cap, spawn_trace.cc), up to
 // execve: cgroups, session, stdio, fds, limits, capabilities, cwd, Landlock, seccomp.
+// Tests: test/linux/process-cap-no-cgroup.test.ts, test/linux/threats-rob.test.ts,
+// test/linux/kernel-matrix.test.ts (cap and limits), test/linux/host-safety.test.ts (rlimits),
+// test/contract/*, and every sandboxed spawn.
 #include <linux/futex.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>

@@ -1,5 +1,7 @@
 // init of both sandbox modes: sweeps its fds, sets up the namespaces (isolated), starts the command,
 // forwards signals, and reports the command's status once nothing of the sandbox is left.
+// Tests: test/linux/threats-rob.test.ts (teardown), test/linux/exit-delivery.test.ts,
+// test/linux/signals.test.ts (forwarding), test/linux/pty.test.ts, and every sandboxed spawn.
 #include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>

@@ -6,6 +6,7 @@
 //   spawn_command.cc  the command's own setup between clone and execve
 //   spawn_trace.cc    Landlock mode's traced process cap: init as the tree's tracer
 // Child-side functions carry the InChild suffix and make raw syscalls only (raw_syscall.h).
+// Tests: see spawn_linux.cc and the stage files above.
 #pragma once
 
 #include <errno.h>

@@ -12,6 +12,9 @@
 
 // Parent side of the Linux spawner: prepares everything the child needs, clones (the stages are
 // described in spawn_internal.h), reads the errno pipe, and collects the hand-overs.
+// Tests: test/contract/spawn.test.ts, test/contract/spawn-sandboxed.test.ts,
+// test/contract/spawn-landlock.test.ts, test/linux/modes.test.ts, test/linux/signals.test.ts (pid
+// namespace).
 namespace psb {
 namespace spawn_internal {
 

@@ -17,6 +17,7 @@
 //     has exec'd. init maps its own uid/gid, builds the mount tree, then clone(CLONE_VM|CLONE_VFORK)s the command, reaps,
 //     forwards TERM/INT/HUP/QUIT/USR1/USR2 to the command's group and reports the command's wait
 //     status over a pipe. init's exit tears down every process left in the pid namespace.
+// Tests: see spawn_linux.cc.
 #pragma once
 
 #include <linux/filter.h>

@@ -1,5 +1,9 @@
 // Isolated mode's mount tree, run by init in the new mount namespace: the MountOp steps planned in
 // TS (lib/platform/linux.ts), the minimal /dev, the fresh /proc and the masks over /proc/1.
+// Tests: test/linux/threats-fs.test.ts, test/linux/modes.test.ts, test/linux/plan-swap.test.ts,
+// test/linux/protected-names-content.test.ts, test/linux/proc-masked.test.ts,
+// test/linux/caches.test.ts, test/linux/host-safety.test.ts (tmpfs sizes),
+// test/changes/stage-isolated.test.ts (overlays).
 #include <sys/mount.h>
 #include <sys/stat.h>
 

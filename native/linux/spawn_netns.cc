@@ -2,6 +2,9 @@
 // share (the template, joined by stage0), the single-use ones made ahead for sandboxes with a
 // proxy (the pool), bringing lo up, and the proxy's listener inside a sandbox's own namespace.
 // Landlock mode's loopback listener too.
+// Tests: test/linux/threats-net.test.ts, test/linux/fast-path.test.ts (shared empty namespace),
+// test/linux/prepare-network-e2e.test.ts, test/linux/proxy-peers.test.ts,
+// test/network/enforced.test.ts.
 #include <arpa/inet.h>
 #include <net/if.h>
 #include <netinet/in.h>

@@ -16,6 +16,7 @@
 //
 // The plan a spare was made from must be the plan of the spawn that uses it; the caller compares
 // them (lib/platform/linux-spare.ts). What a path names is re-checked here.
+// Tests: test/linux/spare.test.ts, test/linux/fast-path.test.ts.
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>

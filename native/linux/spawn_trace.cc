@@ -59,6 +59,8 @@
 //
 // Child-side functions make raw syscalls only (init shares the host's memory); the probe at the
 // end runs on the host.
+// Tests: test/linux/process-cap-no-cgroup.test.ts, test/linux/threats-rob.test.ts,
+// test/linux/kernel-matrix.test.ts (the cap where nothing else binds).
 #include <elf.h>
 #include <linux/futex.h>
 #include <sched.h>

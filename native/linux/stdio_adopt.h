@@ -1,3 +1,5 @@
+// native.adoptChildStdio / makeFifo / pidfdExit (stdio_adopt.cc).
+// Tests: see stdio_adopt.cc.
 #pragma once
 #include <napi.h>
 

@@ -6,6 +6,7 @@
 // aarch64, say) stays undefined and callers must #ifdef on it.
 //
 // Include this after <sys/syscall.h>. Add new lines in number order.
+// Tests: none directly (build-time fallbacks); the calls are exercised by every spawn.
 #ifndef PSB_NATIVE_LINUX_SYSCALL_NUMBERS_H_
 #define PSB_NATIVE_LINUX_SYSCALL_NUMBERS_H_
 

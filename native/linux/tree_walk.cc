@@ -1,3 +1,6 @@
+// Host-side tree walks (tree_walk.h).
+// Tests: test/linux/host-safety.test.ts (HS-11 hostile temp trees removed, HS-12/13
+// limits.tmpBytes).
 #include "tree_walk.h"
 
 #include <dirent.h>

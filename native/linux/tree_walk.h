@@ -6,6 +6,7 @@
 // directory fds (openat, fstatat, unlinkat; never a path from the top), never follow a symlink,
 // hold one directory fd at a time (the way back up is "..", checked to be the directory we came
 // from), and never stay on another filesystem.
+// Tests: see tree_walk.cc.
 #pragma once
 
 #include <napi.h>

@@ -1,3 +1,6 @@
+// DACL edits (acl.h).
+// Tests: test/win32/addon.wine.js (ACL edits), test/win32/deferred.wine.js (batches),
+// test/win32/protect.wine.js (ACE read-backs need real Windows; skipped under wine).
 #include "acl.h"
 
 #include <aclapi.h>

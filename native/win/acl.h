@@ -9,6 +9,7 @@
 // Edits are idempotent: an explicit ACE with the same SID, type and mask is left alone (changed =
 // false). Paths are absolute Win32 paths. Blocking file-system calls: never call on a JS thread in
 // a hot loop. All failures are EACL_EDIT with the Win32 code and the API name.
+// Tests: see acl.cc.
 #pragma once
 
 #include <string>

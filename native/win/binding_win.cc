@@ -1,6 +1,8 @@
 // Glue only: the Windows native functions. Argument shapes are checked here (TypeError); the
 // mechanisms live in sid.cc, restricted_token.cc, acl.cc, desktop.cc, job_object.cc and
 // spawn_win.cc, return Status, and never throw. lib/platform/win32.ts is the only caller.
+// Tests: test/win32/addon.wine.js, test/win32/spawn.wine.js, test/win32/job.wine.js,
+// test/win32/deferred.wine.js.
 #include <napi.h>
 
 #include <atomic>

@@ -1,3 +1,5 @@
+// PrivateDesktop (desktop.h).
+// Tests: test/win32/addon.wine.js (winDesktopProbe), test/win32/spawn.wine.js (desktop).
 #include "desktop.h"
 
 #include <aclapi.h>

@@ -8,6 +8,7 @@
 // Windows destroys the desktop once the last handle is closed and no thread uses it, so the owner
 // keeps its handle until the child ends (closing earlier could destroy it before the child's
 // user32 attaches). Single-threaded use.
+// Tests: see desktop.cc.
 #pragma once
 
 #include <string>

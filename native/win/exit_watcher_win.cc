@@ -1,3 +1,5 @@
+// WatchExit (exit_watcher_win.h).
+// Tests: test/win32/spawn.wine.js (exit codes), test/win32/job.wine.js.
 #include "exit_watcher_win.h"
 
 #include <thread>

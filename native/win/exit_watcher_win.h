@@ -6,6 +6,7 @@
 // blocked in WaitForSingleObject on its own duplicate of the process handle, then a
 // ThreadSafeFunction call. The pending call keeps the event loop alive, like child_process.
 // Called on the JS thread. Returns false (and calls nothing) if the thread cannot be started.
+// Tests: see exit_watcher_win.cc.
 #pragma once
 
 #include <napi.h>

@@ -1,4 +1,5 @@
 // See host_napi.h. The DLL entry point of the mingw build of the addon.
+// Tests: test/win32/host-rename.wine.js (a host not named node.exe loads the addon).
 #include "host_napi.h"
 
 #include <windows.h>

@@ -9,6 +9,7 @@
 // and DllMain (host_napi.cc) fills them with GetProcAddress on the module that exports Node-API:
 // the process image (node.exe, electron.exe), else libnode.dll / node.dll for embedders.
 // Runs under the loader lock: only GetModuleHandleW and GetProcAddress, which load nothing.
+// Tests: see host_napi.cc.
 #pragma once
 
 #ifdef __cplusplus

@@ -1,3 +1,5 @@
+// Job (job_object.h).
+// Tests: test/win32/job.wine.js (kill-on-close, kill(), leftovers).
 #include "job_object.h"
 
 #include "win_util.h"

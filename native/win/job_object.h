@@ -8,6 +8,7 @@
 //   job.Close();                      // kill-on-close: anything still running ends too
 //
 // Single-threaded use.
+// Tests: see job_object.cc.
 #pragma once
 
 #include <cstdint>

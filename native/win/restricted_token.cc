@@ -1,3 +1,5 @@
+// RestrictedTokenBuilder (restricted_token.h).
+// Tests: test/win32/token.wine.js, test/win32/addon.wine.js (winTokenProbe, winTokenSids).
 #include "restricted_token.h"
 
 #include <aclapi.h>

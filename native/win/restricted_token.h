@@ -16,6 +16,7 @@
 // level is capped at Medium. The child keeps the logon SID and Medium integrity otherwise (so it can
 // read other same-user processes' memory; the enforcement report lists that gap).
 // Single-threaded use.
+// Tests: see restricted_token.cc.
 #pragma once
 
 #include <vector>

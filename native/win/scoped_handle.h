@@ -6,6 +6,7 @@
 //   ... job.get() ...            // closed when `job` goes out of scope
 //
 // Not thread-safe: an owner is used from one thread at a time.
+// Tests: none directly; every Windows test (test/win32/*.wine.js) goes through it.
 #pragma once
 
 #ifndef WIN32_LEAN_AND_MEAN

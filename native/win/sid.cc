@@ -1,3 +1,5 @@
+// Sid (sid.h).
+// Tests: test/win32/addon.wine.js (winSidFromName, winSidLookup, winSidNormalize).
 #include "sid.h"
 
 #include <sddl.h>

@@ -7,6 +7,7 @@
 //   std::wstring text;  s = cap.ToString(&text);
 //
 // Plain value type; no handles held. Every failure carries the Win32 code and the API name.
+// Tests: see sid.cc.
 #pragma once
 
 #ifndef WIN32_LEAN_AND_MEAN

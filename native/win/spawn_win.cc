@@ -1,3 +1,6 @@
+// Spawning on Windows (spawn_win.h).
+// Tests: test/win32/spawn.wine.js, test/win32/batch.wine.js, test/win32/console.wine.js,
+// test/win32/job.wine.js, test/win32/public-api.wine.js.
 #include "spawn_win.h"
 
 #include <algorithm>

@@ -10,6 +10,7 @@
 //
 // Called on the JS thread; blocks only for the duration of CreateProcess. noexcept; every
 // failure is a Status (ENOT_FOUND, ENOT_EXECUTABLE, EINVALID_ARGUMENT, ESPAWN, E<mechanism>).
+// Tests: see spawn_win.cc.
 #pragma once
 
 #include <string>

@@ -1,3 +1,5 @@
+// Windows helpers (win_util.h).
+// Tests: none directly; used by every Windows mechanism (test/win32/*.wine.js).
 #include "win_util.h"
 
 namespace psb::win {

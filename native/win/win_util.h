@@ -1,5 +1,6 @@
 // Small helpers shared by the Windows mechanism files: UTF-8 <-> UTF-16, Status from a Win32
 // error, and wine detection. All noexcept; no Napi types.
+// Tests: see win_util.cc.
 #pragma once
 
 #ifndef WIN32_LEAN_AND_MEAN

@@ -7,6 +7,7 @@
 // exactly when the blocking one would return (a reader holds the FIFO open, or is itself waiting
 // in its open: the kernel counts a reader before it waits for a writer, and wakes it when this open
 // succeeds), so the command sees the kernel's meaning, at most kPollMs later than a reader came.
+// Tests: test/linux/landlock-fifo.test.ts, test/linux/landlock-carveouts.test.ts (fd answers).
 #include "answer_later.h"
 
 #include <errno.h>

@@ -16,6 +16,7 @@
 // command that parks writers on FIFOs nobody reads exhausts its own share, never another
 // sandbox's. kMaxWaiters bounds all sandboxes of the host together, and is several shares wide,
 // so one sandbox alone never takes it. Past either, a call is not waited for (see each Wait*).
+// Tests: see answer_later.cc.
 #pragma once
 
 #include <stdint.h>

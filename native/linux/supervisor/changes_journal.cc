@@ -1,4 +1,6 @@
 // Landlock mode's changes journal (see changes_journal.h; the format is lib/changes/journal.ts's).
+// Tests: test/changes/record-landlock.test.ts (test/changes/journal.test.ts checks the format in TS
+// only).
 #include "changes_journal.h"
 
 #include <errno.h>

@@ -16,6 +16,7 @@
 //
 // Kernel features: FICLONE (a reflink, where the file system has it), else copy_file_range, else
 // read and write. Nothing else beyond what the supervisors need.
+// Tests: see changes_journal.cc.
 #pragma once
 
 #include <stdint.h>

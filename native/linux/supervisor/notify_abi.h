@@ -1,6 +1,8 @@
 // The seccomp user-notification ABI and the small steps every supervisor answer takes (see
 // supervisor.cc and the files of its classes). Host side only: never used between fork and
 // exec. The structs are spelled out because this directory's seccomp.h shadows <linux/seccomp.h>.
+// Tests: none directly; every supervisor test (test/linux/supervisor-thread.test.ts,
+// test/linux/supervisor-confined.test.ts, test/linux/connect-supervisor.test.ts, ...).
 #pragma once
 
 #include <fcntl.h>

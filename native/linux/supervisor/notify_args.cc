@@ -1,4 +1,6 @@
 // See notify_args.h.
+// Tests: test/linux/threats-fs.test.ts, test/linux/supervisor-access.test.ts (procfs fallbacks),
+// test/linux/landlock-carveouts.test.ts, test/linux/supervisor-thread.test.ts.
 #include "notify_args.h"
 
 #include <errno.h>

@@ -6,6 +6,7 @@
 // /proc/<tid>/cwd. Nothing here
 // is read twice; callers check SECCOMP_IOCTL_NOTIF_ID_VALID after the last copy (no pid reuse).
 // Host side only: never used between fork and exec.
+// Tests: see notify_args.cc.
 #pragma once
 
 #include <linux/capability.h>

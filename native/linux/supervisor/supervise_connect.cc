@@ -42,6 +42,8 @@
 // admits it (the command may have closed its own: the proxy then sees the end at once): so the
 // copy is sent into the host's table (SCM_RIGHTS over the class's socket pair, whose receiving
 // end only the host holds) and received there by the proxy's thread when it needs it.
+// Tests: test/linux/connect-supervisor.test.ts, test/linux/proxy-peers.test.ts (AdmitProxyPeer),
+// test/linux/threats-net.test.ts, test/network/enforced.test.ts.
 #include "supervise_connect.h"
 
 #include <errno.h>

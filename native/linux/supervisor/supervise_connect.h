@@ -3,6 +3,7 @@
 // 127.0.0.1:<port>, and the proxy serves only those (AdmitProxyPeer). The supervisor
 // (supervisor.cc) calls these on its own thread; AdmitProxyPeer is called by the proxy, on any
 // thread.
+// Tests: see supervise_connect.cc.
 #pragma once
 
 #include <poll.h>

@@ -37,6 +37,9 @@
 // What the command sees: the same errnos as the kernel's for those checks; EACCES outside the
 // writable roots; ELOOP for a path through another /proc magic link; EACCES when the host cannot
 // read the command (a non-dumpable command of an unprivileged host, or Yama ptrace_scope >= 2).
+// Tests: test/linux/threats-fs.test.ts, test/linux/supervisor-thread.test.ts,
+// test/linux/supervisor-access.test.ts, test/linux/landlock-deny-read.test.ts (listings),
+// test/changes/record-landlock.test.ts.
 #include "supervise_metadata.h"
 #include "notify_args.h"
 #include "supervise_reads.h"

@@ -11,6 +11,7 @@
 // It clears that thread's effective capabilities and leaves them cleared for the next path or
 // metadata call (nargs::LowerThreadCaps; the supervisor gives them back before any other class,
 // and a listing runs with them, as before).
+// Tests: see supervise_metadata.cc.
 #pragma once
 
 #include <memory>

@@ -71,6 +71,10 @@
 // (5.14) and SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV (5.19, seccomp.cc) are used where present:
 // before 5.19 a signal that arrives after a call was received can make the caller run it again
 // (a retried mkdir then fails with EEXIST), a correctness gap, not a security one.
+// Tests: test/linux/landlock-carveouts.test.ts, test/linux/landlock-holes.test.ts,
+// test/linux/protected-names-content.test.ts, test/linux/landlock-fifo.test.ts,
+// test/linux/landlock-truncate.test.ts, test/linux/landlock-exec-written.test.ts,
+// test/linux/landlock-terminals.test.ts, test/changes/record-landlock.test.ts.
 #include "supervise_paths.h"
 
 #include <errno.h>

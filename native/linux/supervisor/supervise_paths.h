@@ -13,6 +13,7 @@
 // capabilities and leaves them cleared for the next call (nargs::LowerThreadCaps; the supervisor
 // gives them back before a class that uses them). A named FIFO opened write-only with no reader
 // is handed to a short-lived thread that waits for a reader and answers the call (answer_later.h).
+// Tests: see supervise_paths.cc.
 #pragma once
 
 #include <stdint.h>

@@ -56,6 +56,8 @@
 // others; on a reopen of it where pidfd_getfd is refused); stat() of /proc/<pid> still answers.
 // Kernel features: those of the path supervisor (seccomp user notification with ADDFD, 5.9;
 // openat2 is not needed). Where the supervisor cannot run, the planner refuses the option.
+// Tests: test/linux/landlock-proc.test.ts, test/linux/threats-proc.test.ts,
+// test/linux/landlock-denyread-procfs.test.ts, test/linux/threats-net.test.ts (/proc/net).
 #include "supervise_reads.h"
 
 #include <errno.h>

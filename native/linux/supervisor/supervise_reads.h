@@ -13,6 +13,7 @@
 // same rules as the command's (StartReadOpener); the supervisor's task starts it as it starts,
 // before it answers any call, and it shares that task's fd table. A FIFO opened for
 // reading is handed to a short-lived thread that waits for its writer and answers the call.
+// Tests: see supervise_reads.cc.
 #pragma once
 
 #include <sys/stat.h>

@@ -52,6 +52,7 @@
 // F_SETOWN/F_SETOWN_EX may name the caller itself (its thread, process or process group) or
 // nobody; another member is refused (EPERM) rather than judged, as the owner is resolved again
 // by the kernel later.
+// Tests: test/linux/signals.test.ts, test/linux/threats-proc.test.ts.
 #include "supervise_signals.h"
 
 #include "notify_args.h"

@@ -6,6 +6,7 @@
 //
 // Threading: HandleSignal runs on the sandbox's supervisor thread. It lowers that thread's
 // effective capabilities while it signals and restores them before it returns.
+// Tests: see supervise_signals.cc.
 #pragma once
 
 #include <sys/types.h>

@@ -41,6 +41,7 @@
 // Kernel features: those of the metadata supervisor (seccomp user notification, 5.5+; the
 // planner turns this class on only where the listing class runs). faccessat2 (5.8) is used on
 // the pinned object.
+// Tests: test/linux/landlock-denyread-stat.test.ts, test/linux/landlock-deny-read-swap.test.ts.
 #include "supervise_stats.h"
 
 #include <errno.h>

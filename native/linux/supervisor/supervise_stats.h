@@ -11,6 +11,7 @@
 //
 // Threading: HandleStat runs on the sandbox's supervisor thread (supervisor.cc) with that
 // thread's effective capabilities cleared (left cleared, as the paths and metadata classes do).
+// Tests: see supervise_stats.cc.
 #pragma once
 
 #include <sys/types.h>

@@ -72,6 +72,9 @@
 // closed, never open. It frees itself (detached: an env teardown never waits for a call the
 // command made slow); the thread that cloned it closes the host's copies then (ForgetWake). It holds nothing on the host's loop, so it never keeps it alive: the
 // sandbox's exit watch decides how long the loop lives.
+// Tests: test/linux/supervisor-thread.test.ts, test/linux/supervisor-confined.test.ts,
+// test/linux/supervisor-budget.test.ts, test/linux/landlock-holes.test.ts and
+// test/linux/host-safety.test.ts (inotify share).
 #include "supervisor.h"
 
 #include <dirent.h>

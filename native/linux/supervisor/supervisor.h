@@ -10,6 +10,7 @@
 // (supervise_paths.cc); below Landlock ABI 6, signals reach members of the sandbox only
 // (supervise_signals.cc); with deny-read paths under readable roots, the stat family answers
 // for a name inside a denied directory as for a missing one (supervise_stats.cc).
+// Tests: see supervisor.cc and the class files.
 #pragma once
 
 #include <stdint.h>

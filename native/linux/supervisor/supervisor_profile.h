@@ -2,6 +2,7 @@
 // CPPFLAGS=-DPSB_PROFILE_SUPERVISOR (off by default; nothing of it is in a normal build). Each
 // supervisor thread sums, per step, the wall time between marks (CLOCK_MONOTONIC, vDSO: no
 // syscall) and prints the sums to stderr when it ends (docs/performance.md has what was found).
+// Tests: none (compiled only with -DPSB_PROFILE_SUPERVISOR, for measuring).
 #pragma once
 
 #ifdef PSB_PROFILE_SUPERVISOR

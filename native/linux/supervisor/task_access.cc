@@ -1,4 +1,5 @@
 // See task_access.h (why there are two ways).
+// Tests: test/linux/supervisor-access.test.ts (both ways, under a container-like profile).
 #include "task_access.h"
 
 #include <errno.h>

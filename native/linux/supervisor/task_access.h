@@ -26,6 +26,7 @@
 // (a listed gap, `degraded` needed) when neither way works. Either way the callers check
 // SECCOMP_IOCTL_NOTIF_ID_VALID after their last copy: the task id named the waiting task then,
 // so nothing was read from a task that reused its id.
+// Tests: see task_access.cc.
 #pragma once
 
 #include <stddef.h>
