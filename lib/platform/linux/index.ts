@@ -27,7 +27,7 @@ import { type OpenedPty, openPty, ptyStream } from './pty';
 import { type QuotaShare, takeQuotaShare } from './quotas';
 import { cgroupFor, cgroupInfo, proxyPortFor, proxyPortOf, uidTasksFor } from './resources';
 import { LinuxRun } from './run';
-import { planKey, scheduleSpare, type SpareResources, SpareSlot } from './spare';
+import { planKey, replacePath, scheduleSpare, type SpareResources, SpareSlot } from './spare';
 import { makeTmpDir, removeTmpDir, tmpParent, warnLeft, watchTmpDir, withTmpCheck } from './tmpdir';
 
 const PLAIN_REPORT = unsandboxedReport('linux', {
@@ -215,8 +215,7 @@ export function createLinuxBackend(native: LinuxNative): Backend {
       const cgroup = cgroupInfo(made.cgroup);
       let plan: Omit<LinuxNativePlan, 'stdio'>;
       if (JSON.stringify(cgroup) === base.cgroup && (base.tmpDir === undefined) === (made.tmpDir === undefined)) {
-        const json = JSON.stringify(base.plan);
-        plan = JSON.parse(base.tmpDir && made.tmpDir ? json.split(JSON.stringify(base.tmpDir)).join(JSON.stringify(made.tmpDir)) : json);
+        plan = base.tmpDir && made.tmpDir ? replacePath(base.plan, base.tmpDir, made.tmpDir) : structuredClone(base.plan);
         if (made.proxyPort !== undefined) setProxyPort(plan, made.proxyPort);
       } else {
         plan = planLinux({ rules, mode, file: req.file, argv: req.argv, env, cwd: req.cwd, probe, landlockTmpDir: made.tmpDir, proxyPort: made.proxyPort, cgroup, uidTasks: uidTasksFor(mode, made.cgroup, probe) }).native;

@@ -198,3 +198,20 @@ export class SpareSlot {
     if (s) this.discard(s, how);
   }
 }
+
+/**
+ * A copy of `plan` in which every string that is exactly `from` is `to`: a spare's plan made from
+ * the run's, with the spare's own TMPDIR in place of the run's (the fields that name it: Landlock's
+ * rule, the supervisors' writable and readable roots). The environment is not among them: the
+ * spawn that takes the spare passes its own (spawnSpare's request).
+ */
+export function replacePath<T>(plan: T, from: string, to: string): T {
+  const copy = (v: unknown): unknown => {
+    if (v === from) return to;
+    if (Array.isArray(v)) return v.map(copy);
+    if (v !== null && typeof v === 'object') return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, copy(x)]));
+    return v;
+  };
+  return copy(plan) as T;
+}
+
