@@ -144,12 +144,16 @@ describe('staged changes from the CLI and from a later process', () => {
       const expected = chosen.includes(name) ? want.get(name) : before.get(name);
       expect(now.get(name), name).toEqual(expected);
     }
-    // Then one more path, through the library in yet another process: the earlier apply is not
-    // taken for a change made outside.
-    const second = lib(`await lib.openStagedChanges(dir).apply([${JSON.stringify(path.join(ws, 'new.txt'))}]); console.log(JSON.stringify(await lib.listChanges(dir)))`, dir);
+    // Then the rename, through the library in yet another process. Its new name is a copy-up in
+    // a directory the first apply changed: that apply (kept in the layer) is not taken for a
+    // change made outside.
+    const renamed = [path.join(ws, 'moved.txt'), path.join(ws, 'move.txt')];
+    const second = lib(`await lib.openStagedChanges(dir).apply(${JSON.stringify(renamed)}); console.log(JSON.stringify(await lib.listChanges(dir)))`, dir);
     expect(second.stdout).not.toMatch(/"code"/);
-    expect(rel(JSON.parse(second.stdout) as Array<{ path: string; kind: string; type: string }>)).toEqual(EXPECTED.filter((e) => ![...chosen, 'new.txt'].includes(e[0]!)));
-    expect(fs.readFileSync(path.join(ws, 'new.txt'), 'utf8')).toBe('created\n');
+    chosen.push('moved.txt', 'move.txt');
+    expect(rel(JSON.parse(second.stdout) as Array<{ path: string; kind: string; type: string }>)).toEqual(EXPECTED.filter((e) => !chosen.includes(e[0]!)));
+    expect(byName(treeListing(ws)).get('moved.txt')).toEqual(want.get('moved.txt'));
+    expect(fs.existsSync(path.join(ws, 'move.txt'))).toBe(false);
 
     // Discard: the layer goes, the tree stays as it is.
     const mid = treeHash(ws);
@@ -157,7 +161,7 @@ describe('staged changes from the CLI and from a later process', () => {
     expect(discarded.status, discarded.stderr).toBe(0);
     expect(fs.existsSync(dir)).toBe(false);
     expect(treeHash(ws)).toBe(mid);
-    expect(fs.existsSync(path.join(ws, 'moved.txt'))).toBe(false); // never applied
+    expect(fs.existsSync(path.join(ws, 'new.txt'))).toBe(false); // never applied
   });
 
   it('apply from another process refuses a path changed outside during the run: nothing applied, the outside change kept', (ctx) => {
