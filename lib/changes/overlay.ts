@@ -407,8 +407,15 @@ export function overlayChanges(
   journalDir?: string,
 ): ChangesBackend {
   const stage = new OverlayStage(native, layer, skip);
-  // The layer is final: what reopenStage needs besides what prepareStageLayer wrote.
-  const ended = () => writeMeta(layer.dir, { skip: [...skip], ended: new Date().toISOString() });
+  // The layer is final: what reopenStage needs besides what prepareStageLayer wrote. Without it
+  // this handle still works; only another process cannot reopen the layer (it refuses, unfinished).
+  const ended = () => {
+    try {
+      writeMeta(layer.dir, { skip: [...skip], ended: new Date().toISOString() });
+    } catch (e) {
+      process.emitWarning(`process-sandbox could not mark the staged layer ${layer.dir} finished (${(e as Error).message}); no other process can reopen it`, { code: 'PSB_CHANGES' });
+    }
+  };
   if (mode === 'stage') return stageBackend(stage, exited.then(ended));
   // record: the whole layer applied through the caller's journal once the sandbox has ended.
   let listed: ChangeEntry[] = [];
