@@ -58,6 +58,8 @@ beforeEach(() => {
   fs.chmodSync(path.join(ws, 'script.sh'), 0o644);
 });
 afterEach(() => {
+  // (the native walk: a layer's overlay work dirs are 000 as an unprivileged user, which fs.rmSync cannot enter)
+  loadLinuxNative().removeTree(path.dirname(base), path.basename(base));
   fs.rmSync(base, { recursive: true, force: true });
 });
 
@@ -115,6 +117,9 @@ describe('staged changes from the CLI and from a later process', () => {
     expect(r.stderr).toContain(`process-sandbox apply ${dir}`);
     expect(r.stderr).toContain(`process-sandbox discard ${dir}`);
     expect(fs.existsSync(dir)).toBe(true);
+    expect(cli('discard', dir).status).toBe(0);
+    expect(fs.existsSync(dir)).toBe(false);
+    expect(treeHash(ws)).toBe(before);
   });
 
   it('another process lists the layer, applies a subset (only those paths change, as unsandboxed), then discards it', (ctx) => {
