@@ -33,7 +33,7 @@ import type { ChangesMode, ChangesOptions } from './changes/types';
 
 export { SandboxError, ERROR_CODES, type SandboxErrorCode } from './errors';
 export { SandboxedProcess, type ExitResult, type SandboxedProcessEvents } from './child';
-export { ChangesHandle, listChanges, revertChanges, type ChangeEntry, type ChangeKind, type ChangesMode, type ChangesOptions } from './changes';
+export { ChangesHandle, listChanges, openStagedChanges, revertChanges, type ChangeEntry, type ChangeKind, type ChangesMode, type ChangesOptions } from './changes';
 export type { SandboxPolicy, FilesystemPolicy, ProxyPolicy, ResourceLimits, TmpMode, SandboxMode } from './policy-types';
 export type { ResolvedRules, NetworkRule } from './rules';
 export type { EnforcementReport, ProbeReport, StdioSpec, Guarantee } from './backend';

@@ -8,14 +8,17 @@
  *   await child.changes!.revert();              // the roots as they were when it started
  *
  * A journal kept in a directory the host named (`changes: { mode: 'record', dir }`) can be listed
- * and reverted by a later process: listChanges(dir), revertChanges(dir).
+ * and reverted by a later process: listChanges(dir), revertChanges(dir). A finished staged layer
+ * (isolated mode) is reopened by one with openStagedChanges(dir): list(), apply(paths?), discard().
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { SandboxError } from '../errors';
 import { isWithin } from '../paths';
 import type { ResolvedRules } from '../rules';
+import { loadLinuxNative } from '../native';
 import { listJournal, revertJournal } from './journal';
+import { reopenStage, stageBackend } from './overlay';
 import type { ChangeEntry, ChangesBackend, ChangesMode, ChangesOptions } from './types';
 
 export type { ChangeEntry, ChangeKind, ChangesMode, ChangesOptions } from './types';
@@ -83,9 +86,26 @@ export class ChangesHandle {
   }
 }
 
-/** Lists the changes a finished journal (changes: 'record') in `dir` recorded. */
+/**
+ * Lists the changes a finished journal (changes: 'record') in `dir` recorded, or those a finished
+ * staged layer (changes: 'stage') holds.
+ */
 export async function listChanges(dir: string): Promise<ChangeEntry[]> {
+  if (readMeta(dir).mode === 'stage') return openStagedChanges(dir).list();
   return listJournal(checkJournalDir(dir));
+}
+
+/**
+ * Reopens a finished staged layer (changes: 'stage', isolated mode) from its directory, in any
+ * process (the one that ran the command may be gone): the handle lists, applies (all, or the
+ * changes at or below `paths`) and discards it as `child.changes` does, with the same check for
+ * paths changed outside during the run (nothing applied, SandboxError ECHANGED_OUTSIDE). A
+ * directory that is not a finished layer of this user is refused (SandboxError EINVALID_ARGUMENT).
+ */
+export function openStagedChanges(dir: string): ChangesHandle {
+  absoluteDir(dir, 'layer');
+  if (process.platform !== 'linux') throw new SandboxError('EPLATFORM_UNSUPPORTED', `changes: staged layers are supported on Linux only, not on ${process.platform}`);
+  return new ChangesHandle(stageBackend(reopenStage(loadLinuxNative(), dir), Promise.resolve()));
 }
 
 /**
@@ -97,15 +117,24 @@ export async function revertChanges(dir: string): Promise<void> {
   revertJournal(checkJournalDir(dir));
 }
 
-function checkJournalDir(dir: string): string {
-  if (typeof dir !== 'string' || !path.isAbsolute(dir)) throw new SandboxError('EINVALID_ARGUMENT', `changes: the journal directory must be an absolute path, got ${JSON.stringify(dir)}`);
-  let meta: { mode?: unknown };
+function absoluteDir(dir: unknown, what: string): void {
+  if (typeof dir !== 'string' || !path.isAbsolute(dir)) throw new SandboxError('EINVALID_ARGUMENT', `changes: the ${what} directory must be an absolute path, got ${JSON.stringify(dir)}`);
+}
+
+/** The meta.json of a journal or layer directory. */
+function readMeta(dir: string): { mode?: unknown } {
+  absoluteDir(dir, 'journal');
   try {
-    meta = JSON.parse(fs.readFileSync(path.join(dir, 'meta.json'), 'utf8')) as { mode?: unknown };
+    return JSON.parse(fs.readFileSync(path.join(dir, 'meta.json'), 'utf8')) as { mode?: unknown };
   } catch (e) {
     throw new SandboxError('EINVALID_ARGUMENT', `changes: ${dir} is not a changes journal (no readable meta.json)`, { cause: e, detail: { path: dir } });
   }
-  if (meta.mode !== 'record') throw new SandboxError('EINVALID_ARGUMENT', `changes: ${dir} holds a '${String(meta.mode)}' layer, not a journal to revert`, { detail: { path: dir } });
+}
+
+function checkJournalDir(dir: string): string {
+  const meta = readMeta(dir);
+  if (meta.mode === 'stage') throw new SandboxError('EINVALID_ARGUMENT', `changes: ${dir} holds a staged layer, not a journal to revert: apply or discard it`, { detail: { path: dir } });
+  if (meta.mode !== 'record') throw new SandboxError('EINVALID_ARGUMENT', `changes: ${dir} is not a changes journal (meta.json names mode ${JSON.stringify(meta.mode)})`, { detail: { path: dir } });
   return dir;
 }
 

@@ -20,6 +20,7 @@ import type { LinuxMountOp, LinuxNative } from '../native';
 import { isWithin } from '../paths';
 import { lstatOrNull } from '../permissions/canonical';
 import { overlayAvailable } from '../platform/linux/caches';
+import { writeMeta } from './journal';
 import type { ChangesOptions } from './types';
 
 /** Mirrors MountKind (lib/platform/linux/mounts.ts). */
@@ -32,7 +33,7 @@ export interface StagedRoot {
 }
 
 export interface StageLayer {
-  /** The layer dir (0700): upper/<n>, work/<n> and the start marker. */
+  /** The layer dir (0700): upper/<n>, work/<n>, the start marker, meta.json and the journals of applies (applied-<n>). */
   dir: string;
   roots: StagedRoot[];
   /**
@@ -174,7 +175,12 @@ export function prepareStageLayer(native: LinuxNative, opts: ChangesOptions, wri
   // The layer dir vanishes from the sandbox's view: the overlays hold their upper and work dirs
   // already, and the command can neither read the staged writes nor alter what apply() copies.
   if (roots.length > 0) mounts.push({ kind: K.MaskDir, path: dir });
-  return { dir, roots: staged, ...startMark(dir), mounts };
+  const mark = startMark(dir);
+  // What a later process needs to reopen the layer (openStagedChanges): the roots in the order of
+  // upper/<n>, and the start mark (the marker's own ctime moved on while the mark waited).
+  // overlayChanges adds the placeholders to skip and `ended` once the sandbox has ended.
+  writeMeta(dir, { mode: 'stage', roots, startNs: String(mark.startNs), startTicked: mark.startTicked, started: new Date().toISOString() });
+  return { dir, roots: staged, ...mark, mounts };
 }
 
 /**

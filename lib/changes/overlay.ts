@@ -27,7 +27,7 @@ import { SandboxError } from '../errors';
 import type { LinuxNative } from '../native';
 import { isWithin } from '../paths';
 import { lstatOrNull } from '../permissions/canonical';
-import { JournalWriter, revertJournal } from './journal';
+import { JournalWriter, revertJournal, writeMeta } from './journal';
 import type { StageLayer } from './overlay-layer';
 import type { ChangeEntry, ChangesBackend, ChangesMode } from './types';
 
@@ -164,14 +164,19 @@ function choose(all: Diff[], paths: readonly string[] | undefined): Diff[] {
 
 /** A stage run's layer, as the backend for `changes: 'stage'` (and the first half of isolated `record`). */
 export class OverlayStage {
-  private readonly ours = new Map<string, bigint>();
-  private applied = 0;
+  private readonly ours: Map<string, bigint>;
+  private applied: number;
 
+  /** `done`: what earlier applies of this layer (in another process too) left, from its meta.json. */
   constructor(
     private readonly native: LinuxNative,
     readonly layer: StageLayer,
     private readonly skip: ReadonlySet<string>,
-  ) {}
+    done: { applied: number; ours: Map<string, bigint> } = { applied: 0, ours: new Map() },
+  ) {
+    this.applied = done.applied;
+    this.ours = done.ours;
+  }
 
   diff(): Diff[] {
     return diffLayer(this.native, this.layer, this.skip);
@@ -259,6 +264,8 @@ export class OverlayStage {
     }
     w.finish();
     this.applied++;
+    // Kept with the layer, so that an apply from another process tells ours from changes outside.
+    if (!move) writeMeta(this.layer.dir, { applied: this.applied, ours: Object.fromEntries([...this.ours].map(([p, ns]) => [p, String(ns)])) });
   }
 
   journals(): string[] {
@@ -322,6 +329,74 @@ function putEntry(w: JournalWriter, p: string, u: string, move: boolean): void {
   fs.utimesSync(p, us.atime, us.mtime);
 }
 
+/** Whether `v` is an array of absolute paths. */
+const absPaths = (v: unknown): v is string[] => Array.isArray(v) && v.every((x) => typeof x === 'string' && path.isAbsolute(x));
+const decimal = (v: unknown): v is string => typeof v === 'string' && /^[0-9]{1,30}$/.test(v);
+
+/**
+ * A finished stage layer in `dir`, reopened from its meta.json (prepareStageLayer, overlayChanges
+ * and each apply write it) by any process. Refuses, naming why, a directory that is not one: no
+ * meta.json, a record journal, a run that has not ended, or a directory someone else may write
+ * (apply copies what it holds into the roots).
+ */
+export function reopenStage(native: LinuxNative, dir: string): OverlayStage {
+  const no = (why: string, cause?: unknown) =>
+    new SandboxError('EINVALID_ARGUMENT', `changes: ${dir} is not a finished staged layer: ${why}`, { ...(cause !== undefined ? { cause } : {}), detail: { path: dir } });
+  const st = lstatOrNull(dir);
+  if (!st?.isDirectory()) throw no('no such directory');
+  if (st.uid !== process.geteuid?.() || (st.mode & 0o022) !== 0) {
+    throw no(`it must be a directory of this user that no one else may write (it is uid ${st.uid}'s, mode ${(st.mode & 0o7777).toString(8)})`);
+  }
+  let m: Record<string, unknown>;
+  try {
+    m = JSON.parse(fs.readFileSync(path.join(dir, 'meta.json'), 'utf8')) as Record<string, unknown>;
+  } catch (e) {
+    throw no('no readable meta.json', e);
+  }
+  if (m.mode === 'record') throw no("it holds a 'record' journal (list it with 'changes', undo it with 'revert')");
+  if (m.mode !== 'stage') throw no(`its meta.json names no stage layer (mode ${JSON.stringify(m.mode)})`);
+  if (typeof m.ended !== 'string') throw no('its run has not ended (or the process that ran it stopped before it did)');
+  const ours = (m.ours ?? {}) as Record<string, unknown>;
+  const applied = m.applied ?? 0;
+  const shaped =
+    absPaths(m.roots) && absPaths(m.skip) && decimal(m.startNs) && typeof m.startTicked === 'boolean' &&
+    typeof ours === 'object' && Object.entries(ours).every(([p, ns]) => path.isAbsolute(p) && decimal(ns)) &&
+    typeof applied === 'number' && Number.isSafeInteger(applied) && applied >= 0;
+  if (!shaped) throw no('its meta.json is malformed');
+  const roots = (m.roots as string[]).map((root, i) => ({ root, upper: path.join(dir, 'upper', String(i)) }));
+  const lost = roots.find((r) => !lstatOrNull(r.upper)?.isDirectory());
+  if (lost) throw no(`its upper dir ${lost.upper} is missing`);
+  const layer: StageLayer = { dir, roots, startNs: BigInt(m.startNs as string), startTicked: m.startTicked as boolean, mounts: [] };
+  const done = { applied: applied as number, ours: new Map(Object.entries(ours).map(([p, ns]) => [p, BigInt(ns as string)])) };
+  return new OverlayStage(native, layer, new Set(m.skip as string[]), done);
+}
+
+/** A stage layer's backend: list, apply (each through a new journal in the layer) and discard, once `settled`. */
+export function stageBackend(stage: OverlayStage, settled: Promise<void>): ChangesBackend {
+  return {
+    mode: 'stage',
+    dir: stage.layer.dir,
+    settled,
+    list: async () => {
+      await settled;
+      return stage.list();
+    },
+    apply: async (paths) => {
+      await settled;
+      stage.apply(paths, stage.nextJournal());
+    },
+    discard: async () => {
+      await settled;
+      stage.discard();
+    },
+    // Undoes the applies, newest first.
+    revert: async () => {
+      await settled;
+      for (const j of stage.journals().reverse()) revertJournal(j);
+    },
+  };
+}
+
 /** The ChangesBackend of an isolated-mode run. `exited`: the sandbox has ended (every process of it). */
 export function overlayChanges(
   mode: ChangesMode,
@@ -332,31 +407,20 @@ export function overlayChanges(
   journalDir?: string,
 ): ChangesBackend {
   const stage = new OverlayStage(native, layer, skip);
-  if (mode === 'stage') {
-    const settled = exited.then(() => undefined);
-    return {
-      mode,
-      dir: layer.dir,
-      settled,
-      list: async () => stage.list(),
-      apply: async (paths) => {
-        await settled;
-        stage.apply(paths, stage.nextJournal());
-      },
-      discard: async () => {
-        await settled;
-        stage.discard();
-      },
-      // Undoes the applies, newest first.
-      revert: async () => {
-        await settled;
-        for (const j of stage.journals().reverse()) revertJournal(j);
-      },
-    };
-  }
+  // The layer is final: what reopenStage needs besides what prepareStageLayer wrote. Without it
+  // this handle still works; only another process cannot reopen the layer (it refuses, unfinished).
+  const ended = () => {
+    try {
+      writeMeta(layer.dir, { skip: [...skip], ended: new Date().toISOString() });
+    } catch (e) {
+      process.emitWarning(`process-sandbox could not mark the staged layer ${layer.dir} finished (${(e as Error).message}); no other process can reopen it`, { code: 'PSB_CHANGES' });
+    }
+  };
+  if (mode === 'stage') return stageBackend(stage, exited.then(ended));
   // record: the whole layer applied through the caller's journal once the sandbox has ended.
   let listed: ChangeEntry[] = [];
   const settled = exited.then(() => {
+    ended(); // (should the apply be refused, the layer stays: it can be reopened, applied or discarded)
     const all = stage.diff();
     listed = all.map(publicEntry);
     try {

@@ -5,6 +5,8 @@
  *   process-sandbox probe [--json]                              (lib/cli/probe.ts)
  *   process-sandbox revert <dir>                                (lib/cli/revert.ts)
  *   process-sandbox changes [--json] <dir>                      (lib/cli/changes.ts)
+ *   process-sandbox apply <dir> [paths...]                      (lib/cli/apply.ts)
+ *   process-sandbox discard <dir>                               (lib/cli/discard.ts)
  *   process-sandbox apparmor-profile [--node <path>]            (lib/cli/apparmor-profile.ts)
  *   process-sandbox exec-server --listen stdio|ws://IP:PORT     (lib/cli/exec-server.ts)
  *   process-sandbox srt [--settings FILE] [-c CMD | CMD ARGS]   (lib/cli/srt.ts)
@@ -33,7 +35,9 @@ const COMMANDS = new Map<string, Subcommand>([
   ['run', { summary: 'run a command inside the sandbox', synopsis: '[options] [--] <command> [args...]', load: () => require('./run') }],
   ['probe', { summary: 'report what this host can enforce', synopsis: '[--json]', load: () => require('./probe') }],
   ['revert', { summary: "undo what a 'run --changes record' command changed (its journal directory)", synopsis: '<dir>', load: () => require('./revert') }],
-  ['changes', { summary: "list what a 'run --changes record' command changed (its journal directory)", synopsis: '[--json] <dir>', load: () => require('./changes') }],
+  ['changes', { summary: "list what a 'run --changes record' command changed, or a 'stage' one staged (its directory)", synopsis: '[--json] <dir>', load: () => require('./changes') }],
+  ['apply', { summary: "write what a 'run --changes stage' command staged (all, or some paths) into the roots", synopsis: '<dir> [paths...]', load: () => require('./apply') }],
+  ['discard', { summary: "drop what a 'run --changes stage' command staged (its layer directory)", synopsis: '<dir>', load: () => require('./discard') }],
   ['apparmor-profile', { summary: 'print an AppArmor profile that lets a Node binary, and all it runs, use user namespaces (see its --help)', synopsis: '[--node <path>]', load: () => require('./apparmor-profile') }],
   ['exec-server', { summary: 'serve Codex exec-server JSON-RPC over stdio or WebSocket', synopsis: '--listen stdio|ws://IP:PORT [options]', load: () => require('./exec-server') }],
   ['srt', { summary: 'run a command under sandbox-runtime (srt) settings: a drop-in for srt', synopsis: '[--settings FILE] [-c CMD | CMD ARGS...]', load: () => require('./srt') }],
