@@ -216,6 +216,53 @@ function wrapStreams(fds: Array<number | null>): Array<Readable | Writable | nul
   });
 }
 
+/** The SandboxError of a failed edit: stable code, the edit, the path and the Win32 error. */
+function aclFailure(edit: PlannedEdit, err: Error): SandboxError {
+  const e = err as Partial<SandboxError>;
+  return new SandboxError(
+    'EACL_EDIT',
+    `could not apply the sandbox's ACLs (${edit.op} on ${edit.path}): ${err.message}; the command was not started ` +
+      'and every change made for it was undone',
+    {
+      ...(e.syscall !== undefined ? { syscall: e.syscall } : {}),
+      ...(e.winError !== undefined ? { winError: e.winError } : {}),
+      detail: { op: edit.op, path: edit.path },
+      cause: err,
+    },
+  );
+}
+
+/**
+ * After the ACL batch of a deferred start: abandon the run when it was killed meanwhile or an
+ * edit failed, else count the edits that changed a DACL and launch the command.
+ */
+function afterBatch(
+  run: Win32Run,
+  prep: PreparedRun,
+  io: DeferredStdio,
+  outcome: BatchOutcome | null,
+  launchRun: () => Array<Readable | Writable | null>,
+): Promise<number | null> | number | null {
+  run.cancelBatch = null;
+  if (run.killedWith !== null) return run.abandon(io, { code: null, signal: run.killedWith });
+  const { edits } = prep;
+  const results = outcome!.results;
+  const failedAt = results.findIndex((r) => r !== null && 'error' in r);
+  if (failedAt >= 0) {
+    return run.abandon(io, null, aclFailure(edits[failedAt]!, (results[failedAt] as { error: Error }).error));
+  }
+  prep.report.mechanisms.aclChanges = results.filter((r, i) => r !== null && 'changed' in r && r.changed && edits[i]!.counted).length;
+  let streams: Array<Readable | Writable | null>;
+  try {
+    streams = launchRun();
+  } catch (err) {
+    return run.abandon(io, null, err);
+  }
+  run.starting = false;
+  io.attach(streams);
+  return run.pid!;
+}
+
 export function createWin32Backend(native: Win32Native | null | undefined, options: Win32BackendOptions = {}): Backend {
   const stateDir = options.stateDir ?? defaultStateDir();
   const isConsole = options.isConsole ?? defaultIsConsole;
@@ -365,22 +412,6 @@ export function createWin32Backend(native: Win32Native | null | undefined, optio
     return { sids: list.sids, edits: list.edits, placeholders };
   }
 
-  /** The SandboxError of a failed edit: stable code, the edit, the path and the Win32 error. */
-  function aclFailure(edit: PlannedEdit, err: Error): SandboxError {
-    const e = err as Partial<SandboxError>;
-    return new SandboxError(
-      'EACL_EDIT',
-      `could not apply the sandbox's ACLs (${edit.op} on ${edit.path}): ${err.message}; the command was not started ` +
-        'and every change made for it was undone',
-      {
-        ...(e.syscall !== undefined ? { syscall: e.syscall } : {}),
-        ...(e.winError !== undefined ? { winError: e.winError } : {}),
-        detail: { op: edit.op, path: edit.path },
-        cause: err,
-      },
-    );
-  }
-
   /**
    * The FILE_DELETE_CHILD self-test on real Windows (skipped under wine), recorded in the plan's
    * report: a failure refuses the run unless the rules are degraded, which run with the gap reported.
@@ -466,9 +497,16 @@ export function createWin32Backend(native: Win32Native | null | undefined, optio
   }
 
   /** winSpawn and the stream wiring; throws (sync) when the process cannot be created. */
-  function launch(run: Win32Run, req: BackendSpawnRequest, prep: PreparedRun, cmd: Command, io: NativeStdio): Array<Readable | Writable | null> {
+  function launch(
+    run: Win32Run,
+    req: BackendSpawnRequest,
+    prep: PreparedRun,
+    cmd: Command,
+    io: NativeStdio,
+  ): Array<Readable | Writable | null> {
     const { stdio, forward } = io;
-    const child = run.native.winSpawn({ ...cmd, env: prep.env, cwd: req.cwd, stdio, ...prep.sandboxOptions }, (code: number) => run.onExit(code));
+    const options = { ...cmd, env: prep.env, cwd: req.cwd, stdio, ...prep.sandboxOptions };
+    const child = run.native.winSpawn(options, (code: number) => run.onExit(code));
     run.handle = child.handle;
     run.pid = child.pid;
     Object.assign(prep.report.mechanisms, {
@@ -493,33 +531,13 @@ export function createWin32Backend(native: Win32Native | null | undefined, optio
     return streams;
   }
 
-  /**
-   * After the ACL batch of a deferred start: abandon the run when it was killed meanwhile or an
-   * edit failed, else count the edits that changed a DACL and launch the command.
-   */
-  function afterBatch(run: Win32Run, prep: PreparedRun, io: DeferredStdio, outcome: BatchOutcome | null, launchRun: () => Array<Readable | Writable | null>): Promise<number | null> | number | null {
-    run.cancelBatch = null;
-    if (run.killedWith !== null) return run.abandon(io, { code: null, signal: run.killedWith });
-    const { edits } = prep;
-    const results = outcome!.results;
-    const failedAt = results.findIndex((r) => r !== null && 'error' in r);
-    if (failedAt >= 0) {
-      return run.abandon(io, null, aclFailure(edits[failedAt]!, (results[failedAt] as { error: Error }).error));
-    }
-    prep.report.mechanisms.aclChanges = results.filter((r, i) => r !== null && 'changed' in r && r.changed && edits[i]!.counted).length;
-    let streams: Array<Readable | Writable | null>;
-    try {
-      streams = launchRun();
-    } catch (err) {
-      return run.abandon(io, null, err);
-    }
-    run.starting = false;
-    io.attach(streams);
-    return run.pid!;
-  }
-
   /** Sandboxed: the ACL edits run off the JS thread, then the command starts (deferred start). */
-  function startDeferred(run: Win32Run, prep: PreparedRun, nio: NativeStdio, launchRun: () => Array<Readable | Writable | null>): BackendProcess {
+  function startDeferred(
+    run: Win32Run,
+    prep: PreparedRun,
+    nio: NativeStdio,
+    launchRun: () => Array<Readable | Writable | null>,
+  ): BackendProcess {
     run.starting = true;
     const io = deferredStdio(nio.stdio.map((s, i) => s === 'pipe' && !nio.forward[i]));
     const started = serialize(async () => {
