@@ -9,7 +9,7 @@
  * as one batch on the libuv thread pool (winAclBatch), then winSpawn starts the command. See
  * docs/windows.md "Deferred start".
  */
-import type { AclOp, Win32Native } from '../native';
+import type { Win32Native } from '../native';
 import * as crypto from 'node:crypto';
 import * as fs from 'node:fs';
 import * as net from 'node:net';
@@ -23,12 +23,13 @@ import type {
   BackendProcess,
   BackendSpawnRequest,
   EnforcementReport,
-  ExitInfo,
   ProbeReport,
 } from '../backend';
-import { CapabilityStore, defaultStateDir, randomCapabilitySid } from './win32-caps';
+import { CapabilityStore, defaultStateDir } from './win32-caps';
+import { EditList, type PlannedEdit } from './win32-edits';
 import { Journal, type AclUndo, type RunJournal } from './win32-journal';
-import { deferredStdio } from '../deferred-stdio';
+import { Win32Run, type Forwarding } from './win32-run';
+import { deferredStdio, type DeferredStdio } from '../deferred-stdio';
 import {
   buildBatchCommandLine,
   buildCommandLine,
@@ -55,6 +56,28 @@ export {
 export { CapabilityStore, defaultStateDir } from './win32-caps';
 export { Journal } from './win32-journal';
 
+/** The native stdio choices of a request, and which entries forward the host's console. */
+interface NativeStdio {
+  stdio: Array<'pipe' | 'ignore' | number>;
+  forward: boolean[];
+}
+
+/** The application winSpawn starts and its command line. */
+interface Command {
+  file: string;
+  commandLine: string;
+}
+
+/** What prepareRun hands to the launch: for a sandboxed request, its journal and the planned ACL edits. */
+interface PreparedRun {
+  report: EnforcementReport;
+  env: Array<[string, string]>;
+  journal: RunJournal | null;
+  edits: PlannedEdit[];
+  sandboxOptions: { sandboxed: boolean; capabilitySids?: string[]; privateDesktop?: boolean; job: object };
+}
+
+type BatchOutcome = Awaited<ReturnType<Win32Native['winAclBatch']>['promise']>;
 
 
 
@@ -103,10 +126,7 @@ function validateRequest(req: BackendSpawnRequest): void {
  * Those entries become pipes that the backend forwards to and from the host's own streams
  * (`forward[i]`). Files and pipes are passed through as they are.
  */
-function nativeStdio(
-  req: BackendSpawnRequest,
-  isConsole: (fd: number) => boolean,
-): { stdio: Array<'pipe' | 'ignore' | number>; forward: boolean[] } {
+function nativeStdio(req: BackendSpawnRequest, isConsole: (fd: number) => boolean): NativeStdio {
   const out: Array<'pipe' | 'ignore' | number> = [];
   const forward = [false, false, false];
   for (let i = 0; i < 3; i++) {
@@ -145,7 +165,7 @@ function forwardStdio(
   streams: Array<Readable | Writable | null>,
   forward: boolean[],
   host: [Readable, Writable, Writable],
-): { outputsDone: Promise<void>; detach: () => void } {
+): Forwarding {
   const waits: Array<Promise<void>> = [];
   let detach = () => {};
   const input = forward[0] ? (streams[0] as Writable | null) : null;
@@ -174,6 +194,19 @@ function forwardStdio(
   return { outputsDone: Promise.all(waits).then(() => undefined), detach };
 }
 
+/**
+ * The application and command line of a request. Batch files run through cmd.exe, whose parsing
+ * differs from the MSVC rules buildCommandLine quotes for: build the cmd.exe command line
+ * ourselves or refuse (BatBadBut).
+ */
+function commandFor(req: BackendSpawnRequest): Command {
+  if (isBatchFile(req.file)) {
+    const bat = buildBatchCommandLine(req.file, req.argv, process.env.SystemRoot || process.env.SYSTEMROOT || 'C:\\Windows');
+    return { file: bat.application, commandLine: bat.commandLine };
+  }
+  return { file: req.file, commandLine: buildCommandLine(req.argv) };
+}
+
 function wrapStreams(fds: Array<number | null>): Array<Readable | Writable | null> {
   return fds.map((fd, i) => {
     if (fd === null) return null;
@@ -181,6 +214,53 @@ function wrapStreams(fds: Array<number | null>): Array<Readable | Writable | nul
       ? new net.Socket({ fd, readable: false, writable: true })
       : new net.Socket({ fd, readable: true, writable: false });
   });
+}
+
+/** The SandboxError of a failed edit: stable code, the edit, the path and the Win32 error. */
+function aclFailure(edit: PlannedEdit, err: Error): SandboxError {
+  const e = err as Partial<SandboxError>;
+  return new SandboxError(
+    'EACL_EDIT',
+    `could not apply the sandbox's ACLs (${edit.op} on ${edit.path}): ${err.message}; the command was not started ` +
+      'and every change made for it was undone',
+    {
+      ...(e.syscall !== undefined ? { syscall: e.syscall } : {}),
+      ...(e.winError !== undefined ? { winError: e.winError } : {}),
+      detail: { op: edit.op, path: edit.path },
+      cause: err,
+    },
+  );
+}
+
+/**
+ * After the ACL batch of a deferred start: abandon the run when it was killed meanwhile or an
+ * edit failed, else count the edits that changed a DACL and launch the command.
+ */
+function afterBatch(
+  run: Win32Run,
+  prep: PreparedRun,
+  io: DeferredStdio,
+  outcome: BatchOutcome | null,
+  launchRun: () => Array<Readable | Writable | null>,
+): Promise<number | null> | number | null {
+  run.cancelBatch = null;
+  if (run.killedWith !== null) return run.abandon(io, { code: null, signal: run.killedWith });
+  const { edits } = prep;
+  const results = outcome!.results;
+  const failedAt = results.findIndex((r) => r !== null && 'error' in r);
+  if (failedAt >= 0) {
+    return run.abandon(io, null, aclFailure(edits[failedAt]!, (results[failedAt] as { error: Error }).error));
+  }
+  prep.report.mechanisms.aclChanges = results.filter((r, i) => r !== null && 'changed' in r && r.changed && edits[i]!.counted).length;
+  let streams: Array<Readable | Writable | null>;
+  try {
+    streams = launchRun();
+  } catch (err) {
+    return run.abandon(io, null, err);
+  }
+  run.starting = false;
+  io.attach(streams);
+  return run.pid!;
 }
 
 export function createWin32Backend(native: Win32Native | null | undefined, options: Win32BackendOptions = {}): Backend {
@@ -255,12 +335,47 @@ export function createWin32Backend(native: Win32Native | null | undefined, optio
     );
   }
 
-  interface PlannedEdit {
-    op: AclOp;
-    path: string;
-    sid: string;
-    /** Counted in mechanisms.aclChanges (the per-run temporary grants are not). */
-    counted: boolean;
+  /**
+   * Holds a name that must not be creatable (a placeholder), journalled before it is made.
+   * Returns whether this run made it.
+   */
+  function holdName(run: RunJournal, p: string, type: 'dir' | 'file'): boolean {
+    run.add({ kind: 'placeholder', path: p, type });
+    try {
+      if (type === 'dir') fs.mkdirSync(p);
+      else fs.writeFileSync(p, '', { flag: 'wx' });
+      return true;
+    } catch (err) {
+      // EEXIST: created meanwhile (by another run's placeholder or by the user): it is
+      // protected like any existing path.
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+      return false;
+    }
+  }
+
+  /** The plan's placeholders (their ACEs follow), for names that must not be creatable; returns those made. */
+  function makePlaceholders(plan: WindowsPlan, run: RunJournal): string[] {
+    const made: string[] = [];
+    for (const ph of plan.placeholders) if (holdName(run, ph.path, ph.type)) made.push(ph.path);
+    // An existing path that is another live run's placeholder: rely on it too (journalled), so
+    // that run's exit leaves it in place; if it vanished meanwhile, hold the name ourselves.
+    for (const p of plan.protectedPaths) {
+      if (journal.isLivePlaceholder(p.path, run.file)) holdName(run, p.path, placeholderType(p.path));
+    }
+    return made;
+  }
+
+  /** The run's private temp dir: journalled, made, granted to the run's SID; TEMP and TMP point at it. */
+  function makePrivateTmp(run: RunJournal, env: Array<[string, string]>, list: EditList): void {
+    const dir = path.join(stateDir, 'tmp', crypto.randomBytes(8).toString('hex'));
+    run.add({ kind: 'dir', path: dir });
+    fs.mkdirSync(dir, { recursive: true });
+    list.temporaryGrant(dir);
+    for (const name of ['TEMP', 'TMP']) {
+      const idx = env.findIndex(([k]) => k.toUpperCase() === name);
+      if (idx >= 0) env.splice(idx, 1);
+      env.push([name, dir]);
+    }
   }
 
   /**
@@ -276,324 +391,203 @@ export function createWin32Backend(native: Win32Native | null | undefined, optio
     run: RunJournal,
   ): { sids: string[]; edits: PlannedEdit[]; placeholders: string[] } {
     const rootSids = caps.sidsForRoots(plan.writeRoots);
-    const sidOf = (root: string) => rootSids[plan.writeRoots.indexOf(root)]!;
-    const sids = [...rootSids];
-    const madePlaceholders: string[] = [];
-    const edits: PlannedEdit[] = [];
-    const entries: Parameters<RunJournal['addAll']>[0] = [];
+    const list = new EditList([...rootSids]);
+    let placeholders: string[];
     try {
-      // Persistent by design: one allow ACE per writable root and capability SID, reused by
-      // every later run (the tree walk that propagates it happens once per root). Not journalled.
-      plan.writeRoots.forEach((root, i) => edits.push({ op: 'grant-write', path: root, sid: rootSids[i]!, counted: true }));
-      // Placeholders (their ACEs follow), for names that must not be creatable.
-      for (const ph of plan.placeholders) {
-        run.add({ kind: 'placeholder', path: ph.path, type: ph.type });
-        try {
-          if (ph.type === 'dir') fs.mkdirSync(ph.path);
-          else fs.writeFileSync(ph.path, '', { flag: 'wx' });
-          madePlaceholders.push(ph.path);
-        } catch (err) {
-          // EEXIST: created meanwhile (by another run's placeholder or by the user): it is
-          // protected below like any existing path.
-          if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-        }
-      }
-      // An existing path that is another live run's placeholder: rely on it too (journalled), so
-      // that run's exit leaves it in place; if it vanished meanwhile, hold the name ourselves.
-      for (const p of plan.protectedPaths) {
-        if (!journal.isLivePlaceholder(p.path, run.file)) continue;
-        const type = placeholderType(p.path);
-        run.add({ kind: 'placeholder', path: p.path, type });
-        try {
-          if (type === 'dir') fs.mkdirSync(p.path);
-          else fs.writeFileSync(p.path, '', { flag: 'wx' });
-        } catch (err) {
-          if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-        }
-      }
-      const deny = (op: 'deny-write' | 'deny-delete' | 'deny-delete-child', p: string, sid: string) => {
-        entries.push({ kind: 'deny', path: p, sid });
-        edits.push({ op, path: p, sid, counted: true });
-      };
-      for (const p of [...plan.protectedPaths, ...plan.placeholders]) {
-        for (const root of p.roots) {
-          // deny-write also denies FILE_DELETE_CHILD on the parent: journal that path too.
-          entries.push({ kind: 'deny', path: path.win32.dirname(p.path), sid: sidOf(root) });
-          deny('deny-write', p.path, sidOf(root));
-        }
-      }
-      for (const d of plan.denyDelete) for (const root of d.roots) deny('deny-delete', d.path, sidOf(root));
-      for (const d of plan.denyDeleteChild) for (const root of d.roots) deny('deny-delete-child', d.path, sidOf(root));
-      // One SID for this run's temporary grants; revoked when the run ends.
-      let runSid: string | null = null;
-      const temporaryGrant = (p: string) => {
-        if (runSid === null) {
-          runSid = randomCapabilitySid();
-          sids.push(runSid);
-        }
-        entries.push({ kind: 'grant', path: p, sid: runSid });
-        edits.push({ op: 'grant-write', path: p, sid: runSid, counted: false });
-      };
-      for (const p of plan.temporaryRoots) temporaryGrant(p);
-      if (plan.privateTmp) {
-        const dir = path.join(stateDir, 'tmp', crypto.randomBytes(8).toString('hex'));
-        run.add({ kind: 'dir', path: dir });
-        fs.mkdirSync(dir, { recursive: true });
-        temporaryGrant(dir);
-        for (const name of ['TEMP', 'TMP']) {
-          const idx = env.findIndex(([k]) => k.toUpperCase() === name);
-          if (idx >= 0) env.splice(idx, 1);
-          env.push([name, dir]);
-        }
-      }
+      list.grantRoots(plan, rootSids);
+      placeholders = makePlaceholders(plan, run);
+      list.denyAll(plan, rootSids);
+      for (const p of plan.temporaryRoots) list.temporaryGrant(p);
+      if (plan.privateTmp) makePrivateTmp(run, env, list);
       // Write-ahead: every ACL change of the run is on disk before the first one is made, so a
       // host that dies during the batch leaves a journal the next start undoes (undoing an edit
       // that was never made is a no-op).
-      run.addAll(entries);
+      run.addAll(list.entries);
     } catch (err) {
       // Only file-system entries can have been made (no ACL edit has run yet): undone here.
       run.finish(undoWith(n));
       throw err;
     }
-    if (sids.length === 0) sids.push(caps.readonlySid());
-    return { sids, edits, placeholders: madePlaceholders };
+    if (list.sids.length === 0) list.sids.push(caps.readonlySid());
+    return { sids: list.sids, edits: list.edits, placeholders };
   }
 
-  /** The SandboxError of a failed edit: stable code, the edit, the path and the Win32 error. */
-  function aclFailure(edit: PlannedEdit, err: Error): SandboxError {
-    const e = err as Partial<SandboxError>;
-    return new SandboxError(
-      'EACL_EDIT',
-      `could not apply the sandbox's ACLs (${edit.op} on ${edit.path}): ${err.message}; the command was not started ` +
-        'and every change made for it was undone',
-      {
-        ...(e.syscall !== undefined ? { syscall: e.syscall } : {}),
-        ...(e.winError !== undefined ? { winError: e.winError } : {}),
-        detail: { op: edit.op, path: edit.path },
-        cause: err,
-      },
-    );
-  }
-
-  function spawn(req: BackendSpawnRequest): BackendProcess {
-    validateRequest(req);
-    const { stdio, forward } = nativeStdio(req, isConsole);
-    const n = requireNative();
-    // Batch files run through cmd.exe, whose parsing differs from the MSVC rules buildCommandLine
-    // quotes for: build the cmd.exe command line ourselves or refuse (BatBadBut).
-    let file = req.file;
-    let commandLine: string;
-    if (isBatchFile(req.file)) {
-      const bat = buildBatchCommandLine(req.file, req.argv, process.env.SystemRoot || process.env.SYSTEMROOT || 'C:\\Windows');
-      file = bat.application;
-      commandLine = bat.commandLine;
-    } else {
-      commandLine = buildCommandLine(req.argv);
+  /**
+   * The FILE_DELETE_CHILD self-test on real Windows (skipped under wine), recorded in the plan's
+   * report: a failure refuses the run unless the rules are degraded, which run with the gap reported.
+   */
+  function applyDeleteChildSelfTest(n: Win32Native, plan: WindowsPlan, rules: NonNullable<BackendSpawnRequest['rules']>): void {
+    if (wine() !== null) {
+      plan.report.mechanisms = { ...plan.report.mechanisms, deleteChildSelfTest: 'skipped (wine)' };
+      return;
     }
-    // Bad paths are refused now, before any ACL work (a deferred start must not turn them into
-    // an 'error' event).
-    n.winSpawnCheck(file, req.cwd);
+    const ok = deleteChildSelfTest(n);
+    plan.report.mechanisms = { ...plan.report.mechanisms, deleteChildSelfTest: ok ? 'passed' : 'failed' };
+    if (ok) return;
+    if (!rules.degraded) {
+      throw new SandboxError(
+        'ENOT_ENFORCED',
+        "this Windows build does not apply a write-restricted token's restricting SIDs to FILE_DELETE_CHILD " +
+          '(a sandboxed del removed a file it had no rights to): the command could delete or rename any file ' +
+          'you can. Refusing, as Codex does; pass degraded: true to run with the gap reported',
+        { detail: { selfTest: 'FILE_DELETE_CHILD' } },
+      );
+    }
+    plan.report.guarantees = { ...plan.report.guarantees, filesystemWrite: 'not-enforced', protectedPaths: plan.report.guarantees.protectedPaths === 'not-requested' ? 'not-requested' : 'not-enforced' };
+    plan.report.gaps.push('filesystemWrite: the FILE_DELETE_CHILD self-test failed: any file the user can delete or rename, the command can too');
+  }
 
-    let report: EnforcementReport;
-    let env: Array<[string, string]>;
-    let run: RunJournal | null = null;
-    let edits: PlannedEdit[] = [];
-    let sandboxOptions: { sandboxed: boolean; capabilitySids?: string[]; privateDesktop?: boolean; job: object };
-    if (req.rules === null) {
-      report = unsandboxedReport();
-      env = mergeEnvCaseInsensitive(req.env, {});
-      sandboxOptions = { sandboxed: false, job: { uiRestrictions: false } };
-    } else {
-      // Once per backend, before planning looks at the disk: undo what host processes that died
-      // mid-run left behind (so their placeholders do not pass for the user's own files).
-      if (!recovered) {
-        recovered = true;
-        journal.recover(undoWith(n));
-      }
-      const plan = planWindowsSandbox(req.rules, {
-        wine: wine(),
-        hostTmp: os.tmpdir(),
-        exists: (p) => fs.existsSync(p),
-        isLink: (p) => {
-          try {
-            return fs.lstatSync(p).isSymbolicLink();
-          } catch {
-            return false;
-          }
-        },
-      });
-      if (wine() === null) {
-        const ok = deleteChildSelfTest(n);
-        plan.report.mechanisms = { ...plan.report.mechanisms, deleteChildSelfTest: ok ? 'passed' : 'failed' };
-        if (!ok) {
-          if (!req.rules.degraded) {
-            throw new SandboxError(
-              'ENOT_ENFORCED',
-              "this Windows build does not apply a write-restricted token's restricting SIDs to FILE_DELETE_CHILD " +
-                '(a sandboxed del removed a file it had no rights to): the command could delete or rename any file ' +
-                'you can. Refusing, as Codex does; pass degraded: true to run with the gap reported',
-              { detail: { selfTest: 'FILE_DELETE_CHILD' } },
-            );
-          }
-          plan.report.guarantees = { ...plan.report.guarantees, filesystemWrite: 'not-enforced', protectedPaths: plan.report.guarantees.protectedPaths === 'not-requested' ? 'not-requested' : 'not-enforced' };
-          plan.report.gaps.push('filesystemWrite: the FILE_DELETE_CHILD self-test failed: any file the user can delete or rename, the command can too');
+  /** The sandbox plan of a request, from the rules and what is on disk now. */
+  function planFor(n: Win32Native, rules: NonNullable<BackendSpawnRequest['rules']>): WindowsPlan {
+    const plan = planWindowsSandbox(rules, {
+      wine: wine(),
+      hostTmp: os.tmpdir(),
+      exists: (p) => fs.existsSync(p),
+      isLink: (p) => {
+        try {
+          return fs.lstatSync(p).isSymbolicLink();
+        } catch {
+          return false;
         }
-      } else {
-        plan.report.mechanisms = { ...plan.report.mechanisms, deleteChildSelfTest: 'skipped (wine)' };
-      }
-      env = mergeEnvCaseInsensitive(req.env, plan.envOverrides);
-      run = journal.begin();
-      const prepared = prepareApply(n, plan, env, run);
-      edits = prepared.edits;
-      report = plan.report;
-      report.mechanisms = {
-        ...report.mechanisms,
-        capabilitySids: prepared.sids.length,
-        // Filled in when the ACL batch has run (before 'spawn'): the edits that changed a DACL.
-        aclChanges: null,
-        aclEdits: edits.length,
-        placeholders: prepared.placeholders,
-        journal: run.file,
-        // What stays on disk after the run, by design: the capability SID's allow ACE on each
-        // writable root (reused by the next run), recorded in capabilities.json.
-        persistentGrants: plan.writeRoots,
-      };
-      sandboxOptions = { sandboxed: true, capabilitySids: prepared.sids, privateDesktop: true, job: plan.job };
-    }
-    const journalRun = run;
-    if (forward.some(Boolean)) {
-      report.mechanisms.consoleForwardedThroughPipes = forward.map((f, i) => (f ? i : -1)).filter((i) => i >= 0);
-    }
-
-    let resolveExit!: (info: ExitInfo) => void;
-    let rejectExit!: (err: unknown) => void;
-    const exited = new Promise<ExitInfo>((resolve, reject) => {
-      resolveExit = resolve;
-      rejectExit = reject;
+      },
     });
-    exited.catch(() => {}); // rejected only for a deferred start that failed; the handle reports it
-    let killedWith: NodeJS.Signals | null = null;
-    let done = false;
-    let starting = false;
-    let cancelBatch: (() => void) | null = null;
-    let handle: unknown;
-    let pid: number | undefined;
-    let forwarding: ReturnType<typeof forwardStdio> | null = null;
-    // Everything the run changed, undone (ACLs off the JS thread) before the exit is reported.
-    const cleanup = (): Promise<void> => (journalRun !== null ? finishRun(n, journalRun) : Promise.resolve());
+    applyDeleteChildSelfTest(n, plan, rules);
+    return plan;
+  }
 
-    /** winSpawn and the stream wiring; throws (sync) when the process cannot be created. */
-    const launch = (): Array<Readable | Writable | null> => {
-      const child = n.winSpawn({ file, commandLine, env, cwd: req.cwd, stdio, ...sandboxOptions }, (code: number) => {
-        done = true;
-        // Closing the job (kill-on-close) ends whatever the command left running.
-        n.winRelease(handle);
-        const info: ExitInfo = killedWith !== null ? { code: null, signal: killedWith } : { code, signal: null };
-        const outputs = forwarding === null ? Promise.resolve() : (forwarding.detach(), forwarding.outputsDone);
-        void Promise.all([cleanup(), outputs]).then(() => resolveExit(info));
-      });
-      handle = child.handle;
-      pid = child.pid;
-      Object.assign(report.mechanisms, {
-        ...(child.desktop !== null ? { privateDesktop: child.desktop } : {}),
-        jobAssignedVia: child.jobViaAttribute ? 'PROC_THREAD_ATTRIBUTE_JOB_LIST' : 'AssignProcessToJobObject',
-        ...(req.rules !== null
-          ? {
-              tokenRestricted: child.tokenRestricted,
-              // An elevated host: admin groups deny-only, integrity capped at Medium (never High).
-              adminGroupsDisabled: child.adminGroupsDisabled,
-              integrity: child.integrityLowered ? 'medium (lowered from the elevated host)' : "medium (the user's own)",
-            }
-          : {}),
-      });
-      const streams = wrapStreams(child.fds);
-      if (forward.some(Boolean)) {
-        forwarding = forwardStdio(streams, forward, hostStdio());
-        forward.forEach((f, i) => {
-          if (f) streams[i] = null; // the caller asked for 'inherit': no stream of its own
-        });
-      }
-      return streams;
-    };
-
-    const kill = (signal: NodeJS.Signals | number): boolean => {
-      if (done) return false;
-      if (signal === 0) return true; // existence check, as process.kill(pid, 0)
-      if (killedWith === null) killedWith = typeof signal === 'string' ? signal : 'SIGKILL';
-      if (starting) {
-        // Not started yet: cancel (the batch stops before its next edit; nothing is launched).
-        cancelBatch?.();
-        return true;
-      }
-      return n.winKill(handle, 1);
-    };
-
+  /**
+   * Everything a run needs before its ACL batch: the report, the environment, and for a
+   * sandboxed request the plan applied synchronously (prepareApply) under a new journal.
+   */
+  function prepareRun(n: Win32Native, req: BackendSpawnRequest): PreparedRun {
     if (req.rules === null) {
-      // Unsandboxed: no ACL work, started before spawn() returns (as child_process does).
-      let streams: Array<Readable | Writable | null>;
-      try {
-        streams = launch();
-      } catch (err) {
-        void cleanup();
-        throw err;
-      }
-      return { pid, stdio: streams, exited, enforcement: report, kill };
+      return {
+        report: unsandboxedReport(),
+        env: mergeEnvCaseInsensitive(req.env, {}),
+        journal: null,
+        edits: [],
+        sandboxOptions: { sandboxed: false, job: { uiRestrictions: false } },
+      };
     }
-
-    // Sandboxed: the ACL edits run off the JS thread, then the command starts (deferred start).
-    starting = true;
-    const io = deferredStdio(stdio.map((s, i) => s === 'pipe' && !forward[i]));
-    const abandon = async (info: ExitInfo | null, err?: unknown): Promise<null> => {
-      done = true;
-      starting = false;
-      io.abandon();
-      await cleanup();
-      if (info) {
-        resolveExit(info);
-        return null;
-      }
-      rejectExit(err);
-      throw err;
+    // Once per backend, before planning looks at the disk: undo what host processes that died
+    // mid-run left behind (so their placeholders do not pass for the user's own files).
+    if (!recovered) {
+      recovered = true;
+      journal.recover(undoWith(n));
+    }
+    const plan = planFor(n, req.rules);
+    const env = mergeEnvCaseInsensitive(req.env, plan.envOverrides);
+    const run = journal.begin();
+    const prepared = prepareApply(n, plan, env, run);
+    const report = plan.report;
+    report.mechanisms = {
+      ...report.mechanisms,
+      capabilitySids: prepared.sids.length,
+      // Filled in when the ACL batch has run (before 'spawn'): the edits that changed a DACL.
+      aclChanges: null,
+      aclEdits: prepared.edits.length,
+      placeholders: prepared.placeholders,
+      journal: run.file,
+      // What stays on disk after the run, by design: the capability SID's allow ACE on each
+      // writable root (reused by the next run), recorded in capabilities.json.
+      persistentGrants: plan.writeRoots,
     };
+    const sandboxOptions = { sandboxed: true, capabilitySids: prepared.sids, privateDesktop: true, job: plan.job };
+    return { report, env, journal: run, edits: prepared.edits, sandboxOptions };
+  }
+
+  /** winSpawn and the stream wiring; throws (sync) when the process cannot be created. */
+  function launch(
+    run: Win32Run,
+    req: BackendSpawnRequest,
+    prep: PreparedRun,
+    cmd: Command,
+    io: NativeStdio,
+  ): Array<Readable | Writable | null> {
+    const { stdio, forward } = io;
+    const options = { ...cmd, env: prep.env, cwd: req.cwd, stdio, ...prep.sandboxOptions };
+    const child = run.native.winSpawn(options, (code: number) => run.onExit(code));
+    run.handle = child.handle;
+    run.pid = child.pid;
+    Object.assign(prep.report.mechanisms, {
+      ...(child.desktop !== null ? { privateDesktop: child.desktop } : {}),
+      jobAssignedVia: child.jobViaAttribute ? 'PROC_THREAD_ATTRIBUTE_JOB_LIST' : 'AssignProcessToJobObject',
+      ...(req.rules !== null
+        ? {
+            tokenRestricted: child.tokenRestricted,
+            // An elevated host: admin groups deny-only, integrity capped at Medium (never High).
+            adminGroupsDisabled: child.adminGroupsDisabled,
+            integrity: child.integrityLowered ? 'medium (lowered from the elevated host)' : "medium (the user's own)",
+          }
+        : {}),
+    });
+    const streams = wrapStreams(child.fds);
+    if (forward.some(Boolean)) {
+      run.forwarding = forwardStdio(streams, forward, hostStdio());
+      forward.forEach((f, i) => {
+        if (f) streams[i] = null; // the caller asked for 'inherit': no stream of its own
+      });
+    }
+    return streams;
+  }
+
+  /** Sandboxed: the ACL edits run off the JS thread, then the command starts (deferred start). */
+  function startDeferred(
+    run: Win32Run,
+    prep: PreparedRun,
+    nio: NativeStdio,
+    launchRun: () => Array<Readable | Writable | null>,
+  ): BackendProcess {
+    run.starting = true;
+    const io = deferredStdio(nio.stdio.map((s, i) => s === 'pipe' && !nio.forward[i]));
     const started = serialize(async () => {
-      if (killedWith !== null) return null;
-      const batch = n.winAclBatch(edits.map(({ op, path: p, sid }) => ({ op, path: p, sid })));
-      cancelBatch = batch.cancel;
+      if (run.killedWith !== null) return null;
+      const batch = run.native.winAclBatch(prep.edits.map(({ op, path: p, sid }) => ({ op, path: p, sid })));
+      run.cancelBatch = batch.cancel;
       return batch.promise;
     }).then(
-      (outcome): Promise<number | null> | number | null => {
-        cancelBatch = null;
-        if (killedWith !== null) return abandon({ code: null, signal: killedWith });
-        const results = outcome!.results;
-        const failedAt = results.findIndex((r) => r !== null && 'error' in r);
-        if (failedAt >= 0) {
-          return abandon(null, aclFailure(edits[failedAt]!, (results[failedAt] as { error: Error }).error));
-        }
-        report.mechanisms.aclChanges = results.filter((r, i) => r !== null && 'changed' in r && r.changed && edits[i]!.counted).length;
-        let streams: Array<Readable | Writable | null>;
-        try {
-          streams = launch();
-        } catch (err) {
-          return abandon(null, err);
-        }
-        starting = false;
-        io.attach(streams);
-        return pid!;
-      },
-      (err: unknown) => abandon(null, err),
+      (outcome) => afterBatch(run, prep, io, outcome, launchRun),
+      (err: unknown) => run.abandon(io, null, err),
     );
     started.catch(() => {}); // the handle reports a failed start ('error', `exited` rejects)
 
     return {
       get pid() {
-        return pid;
+        return run.pid;
       },
       started,
       stdio: io.streams,
-      exited,
-      enforcement: report,
-      kill,
+      exited: run.exited,
+      enforcement: prep.report,
+      kill: (signal) => run.kill(signal),
     };
+  }
+
+  function spawn(req: BackendSpawnRequest): BackendProcess {
+    validateRequest(req);
+    const nio = nativeStdio(req, isConsole);
+    const n = requireNative();
+    const cmd = commandFor(req);
+    // Bad paths are refused now, before any ACL work (a deferred start must not turn them into
+    // an 'error' event).
+    n.winSpawnCheck(cmd.file, req.cwd);
+    const prep = prepareRun(n, req);
+    if (nio.forward.some(Boolean)) {
+      prep.report.mechanisms.consoleForwardedThroughPipes = nio.forward.map((f, i) => (f ? i : -1)).filter((i) => i >= 0);
+    }
+    const run = new Win32Run(n, prep.journal, (j) => finishRun(n, j));
+    const launchRun = () => launch(run, req, prep, cmd, nio);
+    if (req.rules !== null) return startDeferred(run, prep, nio, launchRun);
+
+    // Unsandboxed: no ACL work, started before spawn() returns (as child_process does).
+    let streams: Array<Readable | Writable | null>;
+    try {
+      streams = launchRun();
+    } catch (err) {
+      void run.release();
+      throw err;
+    }
+    return { pid: run.pid, stdio: streams, exited: run.exited, enforcement: prep.report, kill: (signal) => run.kill(signal) };
   }
 
   function probe(): ProbeReport {
