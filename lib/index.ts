@@ -251,6 +251,39 @@ function normalize(
   preResolved?: { rules: ResolvedRules | null },
   validated?: (rules: ResolvedRules | null, stdio: StdioSpec[]) => void,
 ): BackendSpawnRequest {
+  const { opts, cmd, argv } = normalizeCommand(command, args, options, allowed);
+  const cwd = normalizeCwd(opts.cwd);
+  const env = normalizeEnv(opts.env);
+  const stdio = normalizeStdio(opts.stdio);
+  const arg0 = opts.arg0 === undefined ? cmd : checkString(opts.arg0, 'options.arg0');
+  let rules: ResolvedRules | null;
+  if (preResolved) rules = preResolved.rules;
+  else if (opts.policy === null) rules = null;
+  else rules = resolvePolicy(opts.policy as SandboxPolicy | undefined, cwd);
+  // TLS interception: the child trusts the proxy's CA (env), which stays readable and unwritable
+  // for it; a CA directory the sandbox could write or not see is refused here (EPROXY_CONFIG).
+  const wired = wireInterception(rules, env, normalizeNetwork(opts.proxy, rules, preResolved !== undefined));
+  rules = wired.rules;
+  Object.assign(env, wired.env);
+  const pty = opts.pty === undefined ? undefined : checkPty(opts.pty, opts.stdio !== undefined);
+  const changes = normalizeChanges(opts.changes, rules);
+  validated?.(rules, stdio);
+  const file = resolveExecutable(cmd, env, cwd);
+  const req: BackendSpawnRequest = { file, argv: [arg0, ...argv], env, cwd, stdio, rules };
+  if (pty) req.pty = pty;
+  if (changes) req.changes = changes;
+  if (wired.network) req.network = wired.network;
+  if (opts.arg0 !== undefined && opts.arg0 !== cmd) req.arg0Customized = true;
+  return req;
+}
+
+/** The command, its arguments and the options object: their shapes, unknown options, and the shell line. */
+function normalizeCommand(
+  command: unknown,
+  args: unknown,
+  options: unknown,
+  allowed: Set<string>,
+): { opts: Record<string, unknown>; cmd: string; argv: string[] } {
   let cmd = checkString(command, 'command');
   const argList: unknown[] = args === undefined ? [] : Array.isArray(args) ? args : bad('args must be an array of strings');
   let argv = argList.map((a, i) => checkString(a, `args[${i}]`, true));
@@ -271,8 +304,12 @@ function normalize(
       argv = ['-c', line];
     }
   }
+  return { opts, cmd, argv };
+}
 
-  const cwd = opts.cwd === undefined ? process.cwd() : checkString(opts.cwd, 'options.cwd');
+/** The working directory: absolute, and an existing directory. */
+function normalizeCwd(v: unknown): string {
+  const cwd = v === undefined ? process.cwd() : checkString(v, 'options.cwd');
   if (!path.isAbsolute(cwd)) bad(`options.cwd must be an absolute path, got ${cwd}`);
   let st: fs.Stats;
   try {
@@ -281,31 +318,30 @@ function normalize(
     bad(`options.cwd does not exist: ${cwd}`);
   }
   if (!st.isDirectory()) bad(`options.cwd is not a directory: ${cwd}`);
+  return cwd;
+}
 
+/** The child's environment: the given one exactly, or process.env without secret-looking variables. */
+function normalizeEnv(v: unknown): Record<string, string> {
   // Omitted: process.env minus secret-looking variables, the same default as the CLI (a sandbox
   // that cannot write anywhere can still print $GITHUB_TOKEN). An explicit env is passed exactly.
-  const envIn = opts.env === undefined ? withoutSecretEnv(process.env) : opts.env;
+  const envIn = v === undefined ? withoutSecretEnv(process.env) : v;
   if (envIn === null || typeof envIn !== 'object') bad('options.env must be an object');
   const env: Record<string, string> = {};
-  for (const [k, v] of Object.entries(envIn as Record<string, unknown>)) {
-    if (v === undefined) continue;
+  for (const [k, val] of Object.entries(envIn as Record<string, unknown>)) {
+    if (val === undefined) continue;
     if (k.length === 0 || k.includes('=') || k.includes('\0')) bad(`options.env has an invalid name: ${JSON.stringify(k)}`);
-    env[k] = checkString(v, `options.env.${k}`, true);
+    env[k] = checkString(val, `options.env.${k}`, true);
   }
+  return env;
+}
 
-  const stdio = normalizeStdio(opts.stdio);
-
-  const arg0 = opts.arg0 === undefined ? cmd : checkString(opts.arg0, 'options.arg0');
-
-  let rules: ResolvedRules | null;
-  if (preResolved) rules = preResolved.rules;
-  else if (opts.policy === null) rules = null;
-  else rules = resolvePolicy(opts.policy as SandboxPolicy | undefined, cwd);
-
+/** options.proxy's keys, and whether a proxy policy that refuses every destination is a mistake. */
+function normalizeNetwork(proxy: unknown, rules: ResolvedRules | null, preResolved: boolean): SpawnNetworkOptions | undefined {
   let network: SpawnNetworkOptions | undefined;
-  if (opts.proxy !== undefined) {
-    if (opts.proxy === null || typeof opts.proxy !== 'object') bad('options.proxy must be an object');
-    network = opts.proxy as SpawnNetworkOptions;
+  if (proxy !== undefined) {
+    if (proxy === null || typeof proxy !== 'object') bad('options.proxy must be an object');
+    network = proxy as SpawnNetworkOptions;
     for (const k of Object.keys(network)) {
       if (!['instance', 'onAudit', 'decider', 'deciderTimeoutMs', 'lookup', 'processId', 'interception'].includes(k)) bad(`unknown option: proxy.${k}`);
     }
@@ -320,22 +356,7 @@ function normalize(
       { detail: { field: 'policy.network.proxy.allow' } },
     );
   }
-  // TLS interception: the child trusts the proxy's CA (env), which stays readable and unwritable
-  // for it; a CA directory the sandbox could write or not see is refused here (EPROXY_CONFIG).
-  const wired = wireInterception(rules, env, network);
-  rules = wired.rules;
-  network = wired.network;
-  Object.assign(env, wired.env);
-  const pty = opts.pty === undefined ? undefined : checkPty(opts.pty, opts.stdio !== undefined);
-  const changes = normalizeChanges(opts.changes, rules);
-  validated?.(rules, stdio);
-  const file = resolveExecutable(cmd, env, cwd);
-  const req: BackendSpawnRequest = { file, argv: [arg0, ...argv], env, cwd, stdio, rules };
-  if (pty) req.pty = pty;
-  if (changes) req.changes = changes;
-  if (network) req.network = network;
-  if (opts.arg0 !== undefined && opts.arg0 !== cmd) req.arg0Customized = true;
-  return req;
+  return network;
 }
 
 function checkPty(v: unknown, hasStdio: boolean): { cols: number; rows: number } {
@@ -490,124 +511,182 @@ export function run(command: string, args?: readonly string[], options: RunOptio
       reject(new SandboxError('EINVALID_ARGUMENT', 'options must be an object'));
       return;
     }
-    const {
-      input,
-      timeout,
-      signal,
-      maxBuffer = 64 * 1024 * 1024,
-      encoding = 'utf8',
-      killSignal = 'SIGKILL',
-      forceKillAfter = 5000,
-      all = false,
-      reject: rejectOnFailure = false,
-      ...spawnOpts
-    } = options ?? {};
+    const o = runSettings(options ?? {});
     let child: SandboxedProcess;
     try {
-      for (const k of Object.keys(options ?? {})) if (!RUN_KEYS.has(k)) unknownOption(k, RUN_KEYS);
-      if (timeout !== undefined && !isTimerMs(timeout)) bad(`options.timeout must be a positive number of milliseconds, at most ${MAX_TIMER_MS} (about 24.8 days: Node's timer limit), got ${String(timeout)}`);
-      if (!(Number.isFinite(maxBuffer) && maxBuffer > 0)) bad('options.maxBuffer must be a positive number');
-      if (forceKillAfter !== 0 && !isTimerMs(forceKillAfter)) bad(`options.forceKillAfter must be a number of milliseconds, 0 to ${MAX_TIMER_MS} (Node's timer limit)`);
-      if (typeof killSignal === 'string' ? !(killSignal in os.constants.signals) : !(Number.isInteger(killSignal) && killSignal > 0)) {
-        bad(`options.killSignal must be a signal name or number, got ${String(killSignal)}`);
-      }
-      for (const [k, v] of [['all', all], ['reject', rejectOnFailure]] as const) if (typeof v !== 'boolean') bad(`options.${k} must be a boolean`);
-      if (signal !== undefined && !(signal instanceof AbortSignal)) bad('options.signal must be an AbortSignal');
-      if (input !== undefined) {
-        // input goes to a stdin pipe; with any other stdin it would be dropped without a word.
-        if (spawnOpts.pty !== undefined) bad('options.input cannot be combined with options.pty: the terminal is the input; drop input, or use spawn() and write() to the terminal');
-        const s0: unknown = Array.isArray(spawnOpts.stdio) ? spawnOpts.stdio[0] : spawnOpts.stdio;
-        if (s0 !== undefined && s0 !== 'pipe') {
-          const what = typeof s0 === 'string' ? `'${s0}'` : typeof s0 === 'number' ? `fd ${s0}` : 'a stream';
-          bad(`options.input is written to the command's stdin, but options.stdio makes stdin ${what}: drop input, or make stdin 'pipe'`);
-        }
-      }
-      if (signal?.aborted) throw new SandboxError('EABORTED', 'the operation was aborted before it started');
-      const stdio = spawnOpts.stdio ?? ['pipe', 'pipe', 'pipe'];
-      child = spawn(command, args, { ...spawnOpts, stdio });
+      checkRunSettings(options ?? {}, o);
+      if (o.signal?.aborted) throw new SandboxError('EABORTED', 'the operation was aborted before it started');
+      const stdio = o.spawnOpts.stdio ?? ['pipe', 'pipe', 'pipe'];
+      child = spawn(command, args, { ...o.spawnOpts, stdio });
     } catch (e) {
       reject(e);
       return;
     }
-    let startError: SandboxError | null = null;
-    child.once('error', (e) => (startError = e));
-    const chunks: [Buffer[], Buffer[]] = [[], []];
-    const interleaved: Buffer[] = [];
-    const sizes = [0, 0];
-    let stopped: 'timeout' | 'abort' | 'maxBuffer' | null = null;
-    let forceTimer: NodeJS.Timeout | undefined;
-    // Stop the tree once: killSignal first (a chance to clean up), SIGKILL after the grace period.
-    const stop = (why: 'timeout' | 'abort' | 'maxBuffer') => {
-      if (stopped) return;
-      stopped = why;
-      if (forceKillAfter === 0 || killSignal === 'SIGKILL' || killSignal === os.constants.signals.SIGKILL) {
-        child.kill('SIGKILL');
-        return;
-      }
-      child.kill(killSignal);
-      forceTimer = setTimeout(() => child.kill('SIGKILL'), forceKillAfter);
-    };
-    const collect = (i: 0 | 1, stream: NodeJS.ReadableStream | null) => {
-      stream?.on('data', (b: Buffer) => {
-        const room = maxBuffer - sizes[i];
-        if (room <= 0) {
-          stop('maxBuffer');
-          return;
-        }
-        const kept = b.length > room ? b.subarray(0, room) : b;
-        sizes[i] += kept.length;
-        chunks[i].push(kept);
-        if (all) interleaved.push(kept);
-        if (b.length > room) stop('maxBuffer');
-      });
-    };
-    collect(0, child.stdout);
-    collect(1, child.stderr);
-    const timer = timeout ? setTimeout(() => stop('timeout'), timeout) : undefined;
-    const onAbort = () => stop('abort');
-    signal?.addEventListener('abort', onAbort, { once: true });
-    if (child.stdin) {
-      if (input !== undefined) child.stdin.end(input);
-      else child.stdin.end();
-    }
-    child.once('close', (code: number | null, sig: NodeJS.Signals | null) => {
-      if (timer) clearTimeout(timer);
-      if (forceTimer) clearTimeout(forceTimer);
-      signal?.removeEventListener('abort', onAbort);
-      if (startError) {
-        reject(startError);
-        return;
-      }
-      void child.exited.then((info: ExitResult) => {
-        const out = Buffer.concat(chunks[0]);
-        const err = Buffer.concat(chunks[1]);
-        const text = (b: Buffer) => (encoding === 'buffer' ? b : b.toString(encoding));
-        const sandboxType = sandboxTypeOf(child.enforcement);
-        const result: RunResult<string | Buffer> = {
-          stdout: text(out),
-          stderr: text(err),
-          ...(all ? { all: text(Buffer.concat(interleaved)) } : {}),
-          code,
-          signal: sig,
-          durationMs: info.durationMs,
-          timedOut: stopped === 'timeout',
-          aborted: stopped === 'abort',
-          maxBufferExceeded: stopped === 'maxBuffer',
-          killed: stopped !== null,
-          ...(info.limitExceeded ? { limitExceeded: info.limitExceeded } : {}),
-          ...(info.cleanupLeft ? { cleanupLeft: info.cleanupLeft } : {}),
-          sandboxDenied: isLikelySandboxDenied(sandboxType, code, sig, out.toString('utf8') + err.toString('utf8')),
-          enforcement: child.enforcement,
-          ...(child.changes ? { changes: child.changes } : {}),
-        };
-        if (rejectOnFailure && (stopped !== null || code !== 0)) {
-          reject(runFailure(result, stopped, command, maxBuffer, timeout));
-          return;
-        }
-        resolve(result);
-      }, reject);
-    });
+    const s = startCollecting(o, child);
+    child.once('close', (code: number | null, sig: NodeJS.Signals | null) => finishRun(s, command, code, sig, resolve, reject));
   });
+}
+
+/** run()'s own options with their defaults, and the rest, for spawn(). */
+interface RunSettings {
+  input?: string | Buffer;
+  timeout?: number;
+  signal?: AbortSignal;
+  maxBuffer: number;
+  encoding: BufferEncoding | 'buffer';
+  killSignal: NodeJS.Signals | number;
+  forceKillAfter: number;
+  all: boolean;
+  rejectOnFailure: boolean;
+  spawnOpts: SpawnOptions;
+}
+
+/** What run()'s steps share once the command started: its settings, the child, and what was collected. */
+interface RunState extends RunSettings {
+  child: SandboxedProcess;
+  startError: SandboxError | null;
+  chunks: [Buffer[], Buffer[]];
+  interleaved: Buffer[];
+  sizes: [number, number];
+  stopped: 'timeout' | 'abort' | 'maxBuffer' | null;
+  forceTimer?: NodeJS.Timeout;
+  timer?: NodeJS.Timeout;
+  onAbort: () => void;
+}
+
+/** Splits run()'s options from spawn()'s, filling in run()'s defaults. */
+function runSettings(options: RunOptions): RunSettings {
+  const {
+    input,
+    timeout,
+    signal,
+    maxBuffer = 64 * 1024 * 1024,
+    encoding = 'utf8',
+    killSignal = 'SIGKILL',
+    forceKillAfter = 5000,
+    all = false,
+    reject: rejectOnFailure = false,
+    ...spawnOpts
+  } = options;
+  return { input, timeout, signal, maxBuffer, encoding, killSignal, forceKillAfter, all, rejectOnFailure, spawnOpts };
+}
+
+/** Refuses run() options that are unknown, out of range, or that would be silently dropped. */
+function checkRunSettings(options: RunOptions, o: RunSettings): void {
+  const { timeout, maxBuffer, forceKillAfter, killSignal, signal, input, spawnOpts } = o;
+  for (const k of Object.keys(options)) if (!RUN_KEYS.has(k)) unknownOption(k, RUN_KEYS);
+  if (timeout !== undefined && !isTimerMs(timeout)) bad(`options.timeout must be a positive number of milliseconds, at most ${MAX_TIMER_MS} (about 24.8 days: Node's timer limit), got ${String(timeout)}`);
+  if (!(Number.isFinite(maxBuffer) && maxBuffer > 0)) bad('options.maxBuffer must be a positive number');
+  if (forceKillAfter !== 0 && !isTimerMs(forceKillAfter)) bad(`options.forceKillAfter must be a number of milliseconds, 0 to ${MAX_TIMER_MS} (Node's timer limit)`);
+  if (typeof killSignal === 'string' ? !(killSignal in os.constants.signals) : !(Number.isInteger(killSignal) && killSignal > 0)) {
+    bad(`options.killSignal must be a signal name or number, got ${String(killSignal)}`);
+  }
+  for (const [k, v] of [['all', o.all], ['reject', o.rejectOnFailure]] as const) if (typeof v !== 'boolean') bad(`options.${k} must be a boolean`);
+  if (signal !== undefined && !(signal instanceof AbortSignal)) bad('options.signal must be an AbortSignal');
+  if (input !== undefined) {
+    // input goes to a stdin pipe; with any other stdin it would be dropped without a word.
+    if (spawnOpts.pty !== undefined) bad('options.input cannot be combined with options.pty: the terminal is the input; drop input, or use spawn() and write() to the terminal');
+    const s0: unknown = Array.isArray(spawnOpts.stdio) ? spawnOpts.stdio[0] : spawnOpts.stdio;
+    if (s0 !== undefined && s0 !== 'pipe') {
+      const what = typeof s0 === 'string' ? `'${s0}'` : typeof s0 === 'number' ? `fd ${s0}` : 'a stream';
+      bad(`options.input is written to the command's stdin, but options.stdio makes stdin ${what}: drop input, or make stdin 'pipe'`);
+    }
+  }
+}
+
+/** Stops the tree once: killSignal first (a chance to clean up), SIGKILL after the grace period. */
+function stopRun(s: RunState, why: 'timeout' | 'abort' | 'maxBuffer'): void {
+  if (s.stopped) return;
+  s.stopped = why;
+  if (s.forceKillAfter === 0 || s.killSignal === 'SIGKILL' || s.killSignal === os.constants.signals.SIGKILL) {
+    s.child.kill('SIGKILL');
+    return;
+  }
+  s.child.kill(s.killSignal);
+  s.forceTimer = setTimeout(() => s.child.kill('SIGKILL'), s.forceKillAfter);
+}
+
+/** Keeps a stream's output up to maxBuffer, and stops the tree past it. */
+function collectOutput(s: RunState, i: 0 | 1, stream: NodeJS.ReadableStream | null): void {
+  stream?.on('data', (b: Buffer) => {
+    const room = s.maxBuffer - s.sizes[i];
+    if (room <= 0) {
+      stopRun(s, 'maxBuffer');
+      return;
+    }
+    const kept = b.length > room ? b.subarray(0, room) : b;
+    s.sizes[i] += kept.length;
+    s.chunks[i].push(kept);
+    if (s.all) s.interleaved.push(kept);
+    if (b.length > room) stopRun(s, 'maxBuffer');
+  });
+}
+
+/** Watches the started command: its start error, its output, the timeout and the AbortSignal; feeds its stdin. */
+function startCollecting(o: RunSettings, child: SandboxedProcess): RunState {
+  const s: RunState = { ...o, child, startError: null, chunks: [[], []], interleaved: [], sizes: [0, 0], stopped: null, onAbort: () => stopRun(s, 'abort') };
+  child.once('error', (e) => (s.startError = e));
+  collectOutput(s, 0, child.stdout);
+  collectOutput(s, 1, child.stderr);
+  s.timer = s.timeout ? setTimeout(() => stopRun(s, 'timeout'), s.timeout) : undefined;
+  s.signal?.addEventListener('abort', s.onAbort, { once: true });
+  if (child.stdin) {
+    if (s.input !== undefined) child.stdin.end(s.input);
+    else child.stdin.end();
+  }
+  return s;
+}
+
+/** Settles run()'s promise once the command closed: its start error, its result, or (reject: true) its failure. */
+function finishRun(
+  s: RunState,
+  command: string,
+  code: number | null,
+  sig: NodeJS.Signals | null,
+  resolve: (r: RunResult<string | Buffer>) => void,
+  reject: (e: unknown) => void,
+): void {
+  if (s.timer) clearTimeout(s.timer);
+  if (s.forceTimer) clearTimeout(s.forceTimer);
+  s.signal?.removeEventListener('abort', s.onAbort);
+  if (s.startError) {
+    reject(s.startError);
+    return;
+  }
+  void s.child.exited.then((info: ExitResult) => {
+    const result = runResult(s, info, code, sig);
+    if (s.rejectOnFailure && (s.stopped !== null || code !== 0)) {
+      reject(runFailure(result, s.stopped, command, s.maxBuffer, s.timeout));
+      return;
+    }
+    resolve(result);
+  }, reject);
+}
+
+/** The RunResult of a command that ran: its output, how it ended, and whether that looks like a denial. */
+function runResult(s: RunState, info: ExitResult, code: number | null, sig: NodeJS.Signals | null): RunResult<string | Buffer> {
+  const { child, encoding, stopped } = s;
+  const out = Buffer.concat(s.chunks[0]);
+  const err = Buffer.concat(s.chunks[1]);
+  const text = (b: Buffer) => (encoding === 'buffer' ? b : b.toString(encoding));
+  const sandboxType = sandboxTypeOf(child.enforcement);
+  return {
+    stdout: text(out),
+    stderr: text(err),
+    ...(s.all ? { all: text(Buffer.concat(s.interleaved)) } : {}),
+    code,
+    signal: sig,
+    durationMs: info.durationMs,
+    timedOut: stopped === 'timeout',
+    aborted: stopped === 'abort',
+    maxBufferExceeded: stopped === 'maxBuffer',
+    killed: stopped !== null,
+    ...(info.limitExceeded ? { limitExceeded: info.limitExceeded } : {}),
+    ...(info.cleanupLeft ? { cleanupLeft: info.cleanupLeft } : {}),
+    sandboxDenied: isLikelySandboxDenied(sandboxType, code, sig, out.toString('utf8') + err.toString('utf8')),
+    enforcement: child.enforcement,
+    ...(child.changes ? { changes: child.changes } : {}),
+  };
 }
 
 /** The rejection of run({ reject: true }); `detail.result` carries the RunResult. */

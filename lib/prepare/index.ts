@@ -370,6 +370,16 @@ export async function prepareRequest(params: ExecParams, runtime: PrepareRuntime
   }
 }
 
+/** What the steps of prepareChecked share: the request, the child's env, and the managed network. */
+interface PrepareState {
+  params: ExecParams;
+  runtime: PrepareRuntime;
+  platform: NodeJS.Platform;
+  arg0?: string;
+  env: Record<string, string>;
+  net: Awaited<ReturnType<typeof prepareManagedNetwork>>;
+}
+
 async function prepareChecked(
   params: ExecParams,
   runtime: PrepareRuntime,
@@ -377,77 +387,115 @@ async function prepareChecked(
 ): Promise<DecidedExecRequest> {
   const platform = runtime.platform ?? process.platform;
   const sandbox = params.sandbox ?? null;
-  const tty = params.tty ?? false;
-  const pipeStdin = params.pipeStdin ?? false;
   const arg0 = params.arg0 ?? undefined;
-
-  // 1. MXC gate (it fires off Windows too: MXC is never available there).
-  if (sandbox !== null && sandbox.windowsSandboxLevel === 'mxc') {
-    if (arg0 !== undefined || sandbox.windowsSandboxPrivateDesktop === true) {
-      throw invalidParams('MXC custom argv0 and private-desktop launches are not supported');
-    }
-    if (!(runtime.mxcAvailable?.() ?? false)) throw invalidParams('native MXC is unavailable on this executor');
+  checkMxc(sandbox, arg0, runtime);
+  const env = childEnv(params, runtime, platform);
+  const s = await startNetwork(params, runtime, platform, env, onProxy);
+  if (arg0 !== undefined) s.arg0 = arg0;
+  if (sandbox === null) return preparePlain(s);
+  const { permissions, decision, policyCwd, workspaceRoots } = materializePermissions(s, sandbox);
+  const selection = selectEnforceable(s, sandbox, permissions);
+  // 8. argv.
+  if (params.argv.length === 0) throw invalidParams('argv must not be empty');
+  const cwd = nativePath(params.cwd, 'cwd', platform);
+  const rules = resolveRules(s, sandbox, selection, permissions, policyCwd);
+  const prepared = preparedRequest(s, cwd, selection.sandboxType, rules);
+  if (selection.sandboxType === 'windowsRestrictedToken') {
+    if (selection.windowsLevel === undefined) throw invalidParams('restricted token sandbox requires a sandbox level');
+    prepared.windows = {
+      level: selection.windowsLevel,
+      proxySettingsMode: sandbox.windowsSandboxProxySettingsMode ?? 'reconcile',
+      workspaceRoots,
+    };
   }
+  return { prepared, decision };
+}
 
-  // The child env: envPolicy builds it from the server's env, then `env` overlays it.
-  let env: Record<string, string> = { ...(params.env ?? {}) };
-  if (params.envPolicy !== undefined && params.envPolicy !== null) {
-    let policy: ExecEnvPolicy;
-    try {
-      policy = parseEnvPolicy(params.envPolicy);
-    } catch (err) {
-      throw invalidParams(`invalid params: ${(err as Error).message}`);
-    }
-    env = { ...applyEnvPolicy(runtime.baseEnv ?? process.env, policy, platform), ...env };
+/** 1. MXC gate: refuses an MXC launch this executor cannot make (it fires off Windows too: MXC is never available there). */
+function checkMxc(sandbox: FileSystemSandboxContext | null, arg0: string | undefined, runtime: PrepareRuntime): void {
+  if (sandbox === null || sandbox.windowsSandboxLevel !== 'mxc') return;
+  if (arg0 !== undefined || sandbox.windowsSandboxPrivateDesktop === true) {
+    throw invalidParams('MXC custom argv0 and private-desktop launches are not supported');
   }
+  if (!(runtime.mxcAvailable?.() ?? false)) throw invalidParams('native MXC is unavailable on this executor');
+}
 
+/** The child env: envPolicy builds it from the server's env, then `env` overlays it. */
+function childEnv(params: ExecParams, runtime: PrepareRuntime, platform: NodeJS.Platform): Record<string, string> {
+  const env: Record<string, string> = { ...(params.env ?? {}) };
+  if (params.envPolicy === undefined || params.envPolicy === null) return env;
+  let policy: ExecEnvPolicy;
+  try {
+    policy = parseEnvPolicy(params.envPolicy);
+  } catch (err) {
+    throw invalidParams(`invalid params: ${(err as Error).message}`);
+  }
+  return { ...applyEnvPolicy(runtime.baseEnv ?? process.env, policy, platform), ...env };
+}
+
+/** 2-3. Whether a managed network proxy starts for this request, and the env it leaves the child. */
+async function startNetwork(
+  params: ExecParams,
+  runtime: PrepareRuntime,
+  platform: NodeJS.Platform,
+  env: Record<string, string>,
+  onProxy: (proxy: ManagedProxy) => void,
+): Promise<PrepareState> {
   // 2. Windows native launches: the shared proxy ingress routes by the sandbox token's SID, which
   // a native launch lacks, so leave it direct.
   let networkProxy: unknown = params.networkProxy ?? null;
-  if (platform === 'win32' && sandbox === null) {
+  if (platform === 'win32' && (params.sandbox ?? null) === null) {
     if (networkProxy !== null) env = stripManagedProxyEnv(env, runtime.isManagedCaBundlePath);
     networkProxy = null;
   }
-
   // 3. Managed network.
   const net = await prepareManagedNetwork(params, networkProxy, env, runtime);
   if (net.managedProxy) onProxy(net.managedProxy.instance);
-  env = net.env;
-  const managedNetworkField = net.managedNetwork !== null ? { managedNetwork: net.managedNetwork as unknown } : {};
-  const managedProxyField = net.managedProxy
-    ? {
-        managedProxy: {
-          instance: net.managedProxy.instance,
-          processId: params.processId,
-          ...(isAttachment(net.handle) ? { attachment: net.handle } : {}),
-        },
-      }
-    : {};
+  return { params, runtime, platform, env: net.env, net };
+}
 
-  // 4. No sandbox context: a plain launch.
-  if (sandbox === null) {
-    if (params.argv.length === 0) throw invalidParams('argv must not be empty');
-    const plain: PreparedExecRequest = {
-      processId: params.processId,
-      command: [...params.argv],
-      cwd: nativePath(params.cwd, 'cwd', platform),
-      env,
-      ...(arg0 !== undefined ? { arg0 } : {}),
-      sandboxType: 'none',
-      rules: null,
-      tty,
-      pipeStdin,
-      ...managedNetworkField,
-      ...managedProxyField,
-    };
-    return { prepared: plain, decision: { requested: false, confines: false } };
-  }
+/** The prepared request, the same shape for a plain launch and a sandboxed one. */
+function preparedRequest(s: PrepareState, cwd: string, sandboxType: SandboxType, rules: ResolvedRules | null): PreparedExecRequest {
+  const { params, net } = s;
+  return {
+    processId: params.processId,
+    command: [...params.argv],
+    cwd,
+    env: s.env,
+    ...(s.arg0 !== undefined ? { arg0: s.arg0 } : {}),
+    sandboxType,
+    rules,
+    tty: params.tty ?? false,
+    pipeStdin: params.pipeStdin ?? false,
+    ...(net.managedNetwork !== null ? { managedNetwork: net.managedNetwork as unknown } : {}),
+    ...(net.managedProxy
+      ? {
+          managedProxy: {
+            instance: net.managedProxy.instance,
+            processId: params.processId,
+            ...(isAttachment(net.handle) ? { attachment: net.handle } : {}),
+          },
+        }
+      : {}),
+  };
+}
 
-  // 5. Materialise the permissions against this host's paths.
-  const flavor = flavorOf(platform);
+/** 4. No sandbox context: a plain launch. */
+function preparePlain(s: PrepareState): DecidedExecRequest {
+  if (s.params.argv.length === 0) throw invalidParams('argv must not be empty');
+  const plain = preparedRequest(s, nativePath(s.params.cwd, 'cwd', s.platform), 'none', null);
+  return { prepared: plain, decision: { requested: false, confines: false } };
+}
+
+/** 5-6. The permissions against this host's paths, and whether they ask for confinement at all. */
+function materializePermissions(
+  s: PrepareState,
+  sandbox: FileSystemSandboxContext,
+): { permissions: PermissionProfile; decision: SandboxDecision; policyCwd: string; workspaceRoots: string[] } {
+  const { params, platform } = s;
   let permissions: PermissionProfile;
   try {
-    permissions = parsePermissionProfile(sandbox.permissions, { flavor }, 'permissions');
+    permissions = parsePermissionProfile(sandbox.permissions, { flavor: flavorOf(platform) }, 'permissions');
   } catch (err) {
     if (err instanceof ProfileError && err.kind === 'uri') throw invalidParams(`invalid sandbox permission path URI: ${err.message}`);
     if (err instanceof ProfileError) throw invalidParams(`invalid params: sandbox.${err.message}`);
@@ -455,59 +503,67 @@ async function prepareChecked(
   }
   // Judged on the profile as sent: the project roots and the CA bundle added below are grants of
   // this server, not the client's ask.
-  const enforceManagedNetwork = params.enforceManagedNetwork ?? false;
-  const decision: SandboxDecision = { requested: true, confines: shouldRequirePlatformSandbox(permissions, enforceManagedNetwork) };
-  const policyCwdUri = sandbox.cwd ?? params.cwd;
-  const policyCwd = nativePath(policyCwdUri, 'sandbox cwd', platform);
+  const decision: SandboxDecision = { requested: true, confines: shouldRequirePlatformSandbox(permissions, params.enforceManagedNetwork ?? false) };
+  const policyCwd = nativePath(sandbox.cwd ?? params.cwd, 'sandbox cwd', platform);
   const workspaceRoots = (sandbox.workspaceRoots ?? []).map((r) => nativePath(r, 'sandbox workspace root', platform));
   permissions = materializeProjectRoots(permissions, workspaceRoots, policyCwd);
-
   // 6. The managed MITM CA bundle must stay readable.
-  const isManagedCa = runtime.isManagedCaBundlePath ?? isManagedCaBundlePath;
-  if (net.managedNetwork !== null) {
-    const bundle = CUSTOM_CA_ENV_KEYS.map((k) => env[k]).find((v): v is string => v !== undefined && isManagedCa(v));
+  const isManagedCa = s.runtime.isManagedCaBundlePath ?? isManagedCaBundlePath;
+  if (s.net.managedNetwork !== null) {
+    const bundle = CUSTOM_CA_ENV_KEYS.map((k) => s.env[k]).find((v): v is string => v !== undefined && isManagedCa(v));
     if (bundle !== undefined) permissions = withAdditionalReadableRoots(permissions, [bundle]);
   }
+  return { permissions, decision, policyCwd, workspaceRoots };
+}
 
-  // 7. Select the sandbox; fail closed when the intent cannot be enforced here.
+/** 7. Which sandbox enforces the request; fails closed when the intent cannot be enforced here. */
+function selectEnforceable(s: PrepareState, sandbox: FileSystemSandboxContext, permissions: PermissionProfile): ReturnType<typeof selectSandbox> {
   const selection = selectSandbox({
-    platform,
+    platform: s.platform,
     profile: permissions,
     windowsSandboxLevel: sandbox.windowsSandboxLevel ?? 'disabled',
-    enforceManagedNetwork,
-    supported: runtime.sandboxSupported,
+    enforceManagedNetwork: s.params.enforceManagedNetwork ?? false,
+    supported: s.runtime.sandboxSupported,
   });
   if (selection.sandboxType === 'none') throw invalidParams('sandbox intent cannot be enforced on this executor');
+  return selection;
+}
 
-  // 8. argv.
-  if (params.argv.length === 0) throw invalidParams('argv must not be empty');
-  const cwd = nativePath(params.cwd, 'cwd', platform);
+/**
+ * Which Unix sockets the managed network context allows (Codex `allowUnixSockets` /
+ * `dangerouslyAllowAllUnixSockets`): carried into the network rule; the planner enforces what it
+ * can and refuses the rest unless degraded.
+ */
+function managedUnixSockets(mn: ManagedNetworkSandboxContext, platform: NodeJS.Platform): { unixSockets?: UnixSocketRule; unixRefused?: string[] } {
+  if (mn.dangerouslyAllowAllUnixSockets === true) return { unixSockets: 'all' };
+  if (mn.allowUnixSockets === undefined || mn.allowUnixSockets === null) return {};
+  if (!Array.isArray(mn.allowUnixSockets) || mn.allowUnixSockets.some((p) => typeof p !== 'string' || p.includes('\0') || !(path.posix.isAbsolute(p) || path.win32.isAbsolute(p)))) {
+    throw invalidParams('managedNetwork.allowUnixSockets must be an array of absolute paths');
+  }
+  // Codex on Linux runs such a request and keeps AF_UNIX refused (its managed-network seccomp
+  // mode refuses unix socket(); only dangerouslyAllowAllUnixSockets lifts that): the list is
+  // not a grant there, and the report names what was not granted. Elsewhere it is one.
+  if (mn.allowUnixSockets.length > 0 && platform === 'linux') return { unixRefused: [...mn.allowUnixSockets] };
+  if (mn.allowUnixSockets.length > 0) return { unixSockets: [...mn.allowUnixSockets] };
+  return {};
+}
 
-  // 9. Rules, through the same resolver as the ergonomic policy.
+/** 9. The rules, through the same resolver as the ergonomic policy. */
+function resolveRules(
+  s: PrepareState,
+  sandbox: FileSystemSandboxContext,
+  selection: ReturnType<typeof selectSandbox>,
+  permissions: PermissionProfile,
+  policyCwd: string,
+): ResolvedRules {
+  const { runtime, net } = s;
+  const enforceManagedNetwork = s.params.enforceManagedNetwork ?? false;
   if (selection.sandboxType === 'windowsRestrictedToken' && enforceManagedNetwork && selection.windowsLevel !== 'elevated') {
     throw invalidParams('failed to prepare process sandbox: managed networking requires the elevated Windows sandbox backend');
   }
-  // Unix sockets the managed network context allows (Codex `allowUnixSockets` /
-  // `dangerouslyAllowAllUnixSockets`): carried into the network rule; the planner enforces what
-  // it can and refuses the rest unless degraded.
-  const mn = (net.managedNetwork ?? {}) as ManagedNetworkSandboxContext;
-  let unixSockets: UnixSocketRule | undefined;
-  let unixRefused: string[] | undefined;
-  if (mn.dangerouslyAllowAllUnixSockets === true) {
-    unixSockets = 'all';
-  } else if (mn.allowUnixSockets !== undefined && mn.allowUnixSockets !== null) {
-    if (!Array.isArray(mn.allowUnixSockets) || mn.allowUnixSockets.some((p) => typeof p !== 'string' || p.includes('\0') || !(path.posix.isAbsolute(p) || path.win32.isAbsolute(p)))) {
-      throw invalidParams('managedNetwork.allowUnixSockets must be an array of absolute paths');
-    }
-    // Codex on Linux runs such a request and keeps AF_UNIX refused (its managed-network seccomp
-    // mode refuses unix socket(); only dangerouslyAllowAllUnixSockets lifts that): the list is
-    // not a grant there, and the report names what was not granted. Elsewhere it is one.
-    if (mn.allowUnixSockets.length > 0 && platform === 'linux') unixRefused = [...mn.allowUnixSockets];
-    else if (mn.allowUnixSockets.length > 0) unixSockets = [...mn.allowUnixSockets];
-  }
-  let rules: ResolvedRules;
+  const { unixSockets, unixRefused } = managedUnixSockets((net.managedNetwork ?? {}) as ManagedNetworkSandboxContext, s.platform);
   try {
-    rules = resolveEntries(
+    let rules = resolveEntries(
       profileToResolverInput(permissions, {
         cwd: policyCwd,
         tmpdir: runtime.tmpdir ?? (runtime.baseEnv ?? process.env).TMPDIR,
@@ -527,33 +583,11 @@ async function prepareChecked(
     );
     if (unixSockets !== undefined && rules.network.kind !== 'full') rules = { ...rules, network: { ...rules.network, unixSockets } };
     if (unixRefused !== undefined && rules.network.kind !== 'full') rules = { ...rules, network: { ...rules.network, unixSocketsRefused: unixRefused } };
+    return rules;
   } catch (err) {
     if (err instanceof SandboxError) {
       throw invalidParams(`failed to prepare process sandbox: ${err.message}`, { cause: err.code });
     }
     throw err;
   }
-
-  const prepared: PreparedExecRequest = {
-    processId: params.processId,
-    command: [...params.argv],
-    cwd,
-    env,
-    ...(arg0 !== undefined ? { arg0 } : {}),
-    sandboxType: selection.sandboxType,
-    rules,
-    tty,
-    pipeStdin,
-    ...managedNetworkField,
-    ...managedProxyField,
-  };
-  if (selection.sandboxType === 'windowsRestrictedToken') {
-    if (selection.windowsLevel === undefined) throw invalidParams('restricted token sandbox requires a sandbox level');
-    prepared.windows = {
-      level: selection.windowsLevel,
-      proxySettingsMode: sandbox.windowsSandboxProxySettingsMode ?? 'reconcile',
-      workspaceRoots,
-    };
-  }
-  return { prepared, decision };
 }
