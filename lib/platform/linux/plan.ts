@@ -62,6 +62,8 @@ interface PlanState {
   pathsSupervised: boolean;
   procPrivate: boolean;
   listDenied: boolean;
+  /** Stat-family calls on names inside deny-read directories go to the supervisor (supervise_stats.cc). */
+  statDenied: boolean;
   grants: LandlockRule[];
   carve?: DenyCarve;
   carveGap?: string;
@@ -141,7 +143,7 @@ function startPlan(original: LinuxPlanInput): PlanState {
   return {
     input, rules, probe, mode, abi, net, caches, gaps, optedGaps, native, seccomp,
     unixPartial: false, supervised: false, metadataSupervised: false, listSupervised: false, signalSupervised: false,
-    pathsSupervised: false, procPrivate: false, listDenied: false, grants: [], ghosts: [], namespaces: [],
+    pathsSupervised: false, procPrivate: false, listDenied: false, statDenied: false, grants: [], ghosts: [], namespaces: [],
     protectPartial: false, denyPartial: false,
   };
 }
@@ -251,6 +253,10 @@ function planMetadataSupervisor(s: PlanState): void {
   const { rules, input, seccomp, grants, carve } = s;
   const denied = s.shieldDir ? [...rules.denyRead, s.shieldDir.dir] : rules.denyRead;
   const listDenied = (s.listDenied = s.listSupervised && rules.denyRead.length > 0);
+  // Guessed names go through the supervisor (a round trip on every stat-family call) only for
+  // the policy's own deny-read paths: a `changes: 'record'` journal, added to denyRead to be
+  // carved and unlisted, holds nothing of the host's (copies of what the command could read).
+  const statNames = (s.statDenied = listDenied && rules.denyRead.some((d) => d !== input.changes?.dir));
   if (s.metadataSupervised) {
     seccomp.metadataSupervisor = {
       writable: [...rules.writeRoots, ...(input.landlockTmpDir ? [realpathOrNull(input.landlockTmpDir) ?? input.landlockTmpDir] : [])],
@@ -273,7 +279,7 @@ function planMetadataSupervisor(s: PlanState): void {
               // Everything, and the roots nested in denied paths (most specific wins).
               readable: ['/', ...rules.readRoots, ...rules.writeRoots, ...(input.landlockTmpDir ? [realpathOrNull(input.landlockTmpDir) ?? input.landlockTmpDir] : [])],
               denyRead: denied,
-              ...(listDenied ? { listDirs: true, statNames: true } : {}),
+              ...(listDenied ? { listDirs: true, ...(statNames ? { statNames: true } : {}) } : {}),
             }
           : {}
         : {
@@ -290,7 +296,7 @@ function planMetadataSupervisor(s: PlanState): void {
               ),
             ],
             denyRead: denied,
-            ...(carve && listDenied ? { listDirs: true, statNames: true } : {}),
+            ...(carve && listDenied ? { listDirs: true, ...(statNames ? { statNames: true } : {}) } : {}),
           }),
     };
   }
@@ -645,7 +651,7 @@ function mechanismsOf(s: PlanState, caps: Caps): EnforcementReport['mechanisms']
     // The names inside them: listings refused, and a stat, access, readlink or xattr read of a
     // name inside (with procPrivacy a read-only open too) answers as for a missing one
     // (native/linux/supervisor/supervise_stats.cc).
-    ...(carve && s.listDenied
+    ...(carve && s.statDenied
       ? { denyReadNames: `unlisted; stat, access, readlink, xattrs${procPrivate ? ' and read-only opens' : ''} answer as missing (seccomp-user-notif)` }
       : {}),
     ...(mode === 'landlock' ? { signals: abi >= 6 ? 'landlock-scope' : signalSupervised ? 'seccomp-user-notif' : 'none' } : {}),
