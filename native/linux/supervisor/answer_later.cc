@@ -77,8 +77,7 @@ int OpenForReader(const Wait& w, int* out) {
   // be checked as the command's, never with the host's capabilities.
   nargs::EffectiveCapsCleared lowered;
   if (!lowered.ok()) return -EPERM;
-  char proc[64];
-  snprintf(proc, sizeof proc, "/proc/thread-self/fd/%d", w.fd);
+  const nargs::FdName proc(w.fd);
   for (int delay = 1;; delay = std::min(delay * 2, kPollMs)) {
     const int f = open(proc, w.flags | O_NONBLOCK);
     if (f >= 0) {

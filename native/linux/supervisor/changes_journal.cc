@@ -52,8 +52,7 @@ int OpenForCopy(int dirfd, const char* name) {
   if (name != nullptr) {
     fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   } else {
-    char proc[64];
-    snprintf(proc, sizeof proc, "/proc/thread-self/fd/%d", dirfd);
+    const nargs::FdName proc(dirfd);
     fd = open(proc, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   }
   return fd >= 0 ? fd : -errno;

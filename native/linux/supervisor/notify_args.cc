@@ -202,8 +202,7 @@ bool Under(const std::string& p, const std::string& root) {
 }
 
 std::string PathOf(int fd, const struct stat& st) {
-  char proc[64];
-  snprintf(proc, sizeof proc, "/proc/thread-self/fd/%d", fd);
+  const FdName proc(fd);
   char buf[PATH_MAX + 16];
   ssize_t n = readlink(proc, buf, sizeof buf);
   if (n <= 0 || n >= static_cast<ssize_t>(sizeof buf)) return "?";

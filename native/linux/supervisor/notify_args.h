@@ -9,6 +9,8 @@
 // Tests: see notify_args.cc.
 #pragma once
 
+#include <stdio.h>
+
 #include <linux/capability.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -58,6 +60,15 @@ int ReadString(uint32_t tid, uint64_t addr, std::string* out, size_t max, int to
 // /proc/self/fd/N, /proc/thread-self/fd/N, /dev/fd/N and /dev/std{in,out,err} name the
 // command's own fd N; resolved here they would name the host's. -1 when path is none of them.
 int OwnFdPath(const std::string& path);
+
+// The name of fd `fd` of the supervision's own table, "/proc/thread-self/fd/<fd>", for calls that
+// take a path. Never /proc/self/fd: that is the host's table, which the supervision does not
+// share (supervisor.cc, Confinement), so the same number names another file there.
+struct FdName {
+  char path[40];
+  explicit FdName(int fd) { snprintf(path, sizeof path, "/proc/thread-self/fd/%d", fd); }
+  operator const char*() const { return path; }  // NOLINT: used where a path is taken
+};
 
 // The object behind the command's fd `fd` (task::TaskFdObject: a pidfd_getfd dup, or an O_PATH
 // open of /proc/<tid>/fd/<fd>; use it as an anchor, through /proc/self/fd/M or *at calls, never

@@ -174,8 +174,7 @@ long LongestUnder(const std::string& p, const std::vector<std::string>& roots) {
 // need_readable the object must also lie in a readable root (watches); listings are otherwise
 // left to Landlock, which already decided the open. 0, or -EACCES.
 int CheckRead(int fd, const struct stat& st, const MetadataRules& rules, bool need_readable) {
-  char proc[64];
-  snprintf(proc, sizeof proc, "/proc/thread-self/fd/%d", fd);
+  const nargs::FdName proc(fd);
   char buf[PATH_MAX + 16];
   ssize_t n = readlink(proc, buf, sizeof buf);
   if (n <= 0 || n >= static_cast<ssize_t>(sizeof buf)) return -EACCES;
@@ -381,8 +380,7 @@ int Resolve(Start* s, Fd* out) {
 // Step 4, with capabilities cleared: the change itself, on the pinned object. Returns the call's
 // result (a watch descriptor for inotify_add_watch, else 0) or -errno.
 long Apply(const Call& c, int fd, const struct stat& st, const Operands& o, int inotify_fd) {
-  char proc[64];
-  snprintf(proc, sizeof proc, "/proc/thread-self/fd/%d", fd);
+  const nargs::FdName proc(fd);
   // Only a nofollow call reaches a symlink itself (a followed one resolved through it).
   const bool link = S_ISLNK(st.st_mode);
   int r = -1;

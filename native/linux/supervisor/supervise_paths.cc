@@ -370,7 +370,6 @@ int MayWrite(const PathRules& r, const struct stat& st, const std::string& path,
 int Reopen(const PathRules& r, int listener, const SeccompNotif& n, Fd* x, const struct stat& st, int flags, Fd* out) {
   int f = (flags & ~(O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC)) | O_NOCTTY | O_CLOEXEC;
   if ((flags & O_TMPFILE) == O_TMPFILE) f &= ~O_TMPFILE;
-  char proc[64];
   if (S_ISCHR(st.st_mode)) {
     // A terminal: the one the command was spawned with, held since (a name of the same numbers
     // may be another terminal now). /dev/tty opened here would be the HOST's terminal: the
@@ -381,14 +380,13 @@ int Reopen(const PathRules& r, int listener, const SeccompNotif& n, Fd* x, const
     const PathRules::Terminal* t = tty ? HeldTerminal(r, 0, 0, ctty) : HeldTerminal(r, st.st_dev, st.st_ino, st.st_rdev);
     if (tty && t == nullptr) return -ENXIO;
     if (t != nullptr) {
-      snprintf(proc, sizeof proc, "/proc/thread-self/fd/%d", *t->held);
-      const int fd = open(proc, f);
+      const int fd = open(nargs::FdName(*t->held), f);
       if (fd < 0) return -errno;
       out->Reset(fd);
       return 0;
     }
   }
-  snprintf(proc, sizeof proc, "/proc/thread-self/fd/%d", x->fd);
+  const nargs::FdName proc(x->fd);
   if (S_ISFIFO(st.st_mode) && (flags & O_NONBLOCK) == 0) {
     // A blocking open would stall this thread until a partner came. Non-blocking first: it
     // succeeds where the blocking one would return at once (read-write never waits; a write-only
@@ -603,8 +601,7 @@ int FixMode(int fd, int dir, const char* last, mode_t perm) {
   struct stat st;
   if (fstat(fd, &st) != 0) return -errno;
   if (S_ISLNK(st.st_mode)) return 0;
-  char proc[64];
-  snprintf(proc, sizeof proc, "/proc/thread-self/fd/%d", fd);
+  const nargs::FdName proc(fd);
   const mode_t want = (st.st_mode & 07777) | (perm & 0777);
   return chmod(proc, want) == 0 ? 0 : -errno;
 }
@@ -763,8 +760,7 @@ long DoTruncate(const PathRules& r, Args* a) {
   if (S_ISREG(t.st.st_mode) && t.st.st_nlink > 0) {
     if (int e = step.Before(t.name.dir.fd >= 0 && t.name.deep ? "?" : t.path, t.x.fd, nullptr)) return e;
   }
-  char proc[64];
-  snprintf(proc, sizeof proc, "/proc/thread-self/fd/%d", t.x.fd);
+  const nargs::FdName proc(t.x.fd);
   if (truncate(proc, static_cast<off_t>(a->operand)) != 0) return -errno;
   return step.Done(0);
 }
@@ -797,8 +793,7 @@ long DoLink(const PathRules& r, Args* a) {
   }
   changes::Journal::Step step(r.journal.get());
   if (int e = step.Before(Join(dst.dir_path, dst.last), dst.dir.fd, dst.last.c_str())) return e;
-  char proc[64];
-  snprintf(proc, sizeof proc, "/proc/thread-self/fd/%d", src.x.fd);
+  const nargs::FdName proc(src.x.fd);
   if (linkat(AT_FDCWD, proc, dst.dir.fd, dst.last.c_str(), AT_SYMLINK_FOLLOW) != 0) return -errno;
   return step.Done(0);
 }
@@ -971,8 +966,7 @@ void RecordStdioTerminals(PathRules* r, const std::vector<int>& stdio) {
     if (stdio[i] < 0 || fstat(stdio[i], &st) != 0 || !S_ISCHR(st.st_mode)) continue;
     if (!isatty(stdio[i])) continue;  // TCGETS answers: a terminal, what landlock.cc grants
     if (HeldTerminal(*r, st.st_dev, st.st_ino, st.st_rdev) != nullptr) continue;  // fds 1, 2: the same
-    char proc[64];
-    snprintf(proc, sizeof proc, "/proc/thread-self/fd/%d", stdio[i]);
+    const nargs::FdName proc(stdio[i]);
     const int fd = open(proc, O_PATH | O_CLOEXEC);  // this object, not a name's
     if (fd < 0) continue;  // not held: not granted (the command still has it on its fds)
     std::shared_ptr<const int> held(new int(fd), [](const int* p) {

@@ -160,8 +160,7 @@ class ReadOpener {
     for (;;) {
       cv_.wait(g, [this] { return asked_ || stop_; });
       if (stop_) return;
-      char proc[64];
-      snprintf(proc, sizeof proc, "/proc/thread-self/fd/%d", fd_);
+      const nargs::FdName proc(fd_);
       const int f = open(proc, flags_);
       result_ = f >= 0 ? f : -errno;
       asked_ = false;
@@ -410,8 +409,7 @@ int OpenResolved(Ctx* c, Fd* obj, int flags, Fd* out) {
   if (fifo) f |= O_NONBLOCK;  // never wait here for a writer
   int fd;
   if (proc) {
-    char p[64];
-    snprintf(p, sizeof p, "/proc/thread-self/fd/%d", obj->fd);
+    const nargs::FdName p(obj->fd);
     fd = open(p, f);
     if (fd < 0) fd = -errno;
   } else {

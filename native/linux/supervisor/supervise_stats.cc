@@ -336,8 +336,7 @@ long Act(const Call& c, const SeccompNotif& n, Walk* w, int flags, const std::st
       // Through the magic link (thread-self: this task's own fd table, not the host's): an O_PATH
       // fd takes no f*xattr, and the link reaches the object itself (a symlink too, not what it
       // points to).
-      char p[64];
-      snprintf(p, sizeof p, "/proc/thread-self/fd/%d", obj);
+      const nargs::FdName p(obj);
       const bool get = c.kind == Kind::kGetxattr;
       const uint64_t dest = get ? n.data.args[c.operand + 1] : op;
       size_t size = static_cast<size_t>(n.data.args[get ? c.operand + 2 : c.operand + 1]);

@@ -14,6 +14,7 @@
 #include <atomic>
 
 #include "../syscall_numbers.h"
+#include "notify_args.h"
 
 namespace psb {
 namespace task {
@@ -47,8 +48,7 @@ bool ProcfsWorks() {
   if (mem < 0) return false;
   const bool read_ok = pread(mem, dst, sizeof dst, static_cast<off_t>(reinterpret_cast<uintptr_t>(kSrc))) == static_cast<ssize_t>(sizeof dst) &&
                        memcmp(dst, kSrc, sizeof dst) == 0;
-  char path[64];
-  snprintf(path, sizeof path, "/proc/thread-self/fd/%d", mem);
+  const nargs::FdName path(mem);
   const int obj = read_ok ? open(path, O_PATH | O_CLOEXEC) : -1;
   close(mem);
   if (obj < 0) return false;
