@@ -153,7 +153,8 @@ describe.runIf(caps.linux)('missing protected names are held without becoming wo
       for (const p of ['.mcp.json', '.deny.cfg', '.claude']) expect(fs.existsSync(`${ws}/${p}`), p).toBe(false);
     });
 
-    it.skipIf(mode !== 'isolated' ? 'changes: stage is isolated mode only' : contentSkip)("changes: 'stage' (an overlay over the root): listings see only the command's files", async () => {
+    // (changes: 'stage' is isolated mode's only.)
+    if (mode === 'isolated') it.skipIf(contentSkip)("changes: 'stage' (an overlay over the root): listings see only the command's files", async () => {
       const script = ['set -e', 'echo new > mine.txt', ...LISTINGS.slice(2)].join('\n');
       const r = await sh(script, { cwd: ws, env: { ...GIT_ENV(scene.root), CACHE: cache }, policy, changes: 'stage', timeout: 120_000 });
       expect(r.code, r.stderr).toBe(0);
