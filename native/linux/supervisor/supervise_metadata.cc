@@ -54,6 +54,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/statfs.h>
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
@@ -611,13 +612,28 @@ long Emulate(int listener, const Call& c, const SeccompNotif& n, const MetadataR
 // is looked up by a stat of /proc/<tid>/fd/N (no open, no copy of the fd: the cheap way for the
 // many listings of other directories), and only a held directory's listing is carried out here.
 
-// The held directory st names, or null.
-const HideRules::Dir* HeldDir(const HideRules& rules, const struct stat& st) {
-  if (!S_ISDIR(st.st_mode)) return nullptr;
+// The held directory (dev, ino) names, or null.
+const HideRules::Dir* HeldDir(const HideRules& rules, uint64_t dev, uint64_t ino) {
   for (const HideRules::Dir& d : rules.dirs) {
-    if (d.dev == static_cast<uint64_t>(st.st_dev) && d.ino == static_cast<uint64_t>(st.st_ino)) return &d;
+    if (d.dev == dev && d.ino == ino) return &d;
   }
   return nullptr;
+}
+
+const HideRules::Dir* HeldDir(const HideRules& rules, const struct stat& st) {
+  return S_ISDIR(st.st_mode) ? HeldDir(rules, static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)) : nullptr;
+}
+
+// The look before any copy: whether the command's fd N names a held directory, by a statx
+// through /proc/<tid>/fd/N (no open; AT_STATX_DONT_SYNC: a network file system behind another fd
+// is not asked, the cached attributes hold the type, device and inode).
+bool NamesHeldDir(const HideRules& rules, uint32_t tid, int fd) {
+  if (fd < 0) return false;
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%u/fd/%d", tid, fd);
+  struct statx sx;
+  if (statx(AT_FDCWD, path, AT_STATX_DONT_SYNC, STATX_TYPE | STATX_INO, &sx) != 0 || !S_ISDIR(sx.stx_mode)) return false;
+  return HeldDir(rules, makedev(sx.stx_dev_major, sx.stx_dev_minor), sx.stx_ino) != nullptr;
 }
 
 // Drops the records of `names` from getdents64 records (len bytes at buf), in place.
@@ -731,12 +747,9 @@ bool IsHiddenListCall(int nr, const HideRules& rules) noexcept {
 }
 
 void HandleHidden(int listener, const SeccompNotif& n, const HideRules& rules) noexcept {
-  // The look: which directory fd N names (a stat through the magic link, as the command sees it).
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%u/fd/%d", n.pid, ArgInt(n, 0));
-  struct stat st;
+  // The look: which directory fd N names (through the magic link, as the command sees it).
   const Call* c = FindCall(n.data.nr);
-  const long rc = c == nullptr || ArgInt(n, 0) < 0 || stat(path, &st) != 0 || HeldDir(rules, st) == nullptr ? kAsIs : ListHidden(listener, *c, n, rules);
+  const long rc = c == nullptr || !NamesHeldDir(rules, n.pid, ArgInt(n, 0)) ? kAsIs : ListHidden(listener, *c, n, rules);
   if (rc == kAsIs) return notify::Continue(listener, n.id);
   notify::RespondResult(listener, n.id, rc);
 }
