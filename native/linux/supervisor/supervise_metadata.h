@@ -3,7 +3,8 @@
 // writable roots (as root: any root-owned file). The command's filter stops those calls
 // (SeccompConfig::notify_metadata) and the host carries each one out itself, on the object it
 // resolved and pinned, only when that object lies inside a writable root and outside every
-// protected path. See supervise_metadata.cc.
+// protected path. See supervise_metadata.cc. The same file holds isolated mode's one supervised
+// class, its placeholders left out of listings (HideRules below), which reuses the listing.
 //
 // Threading: HandleMetadata runs on the sandbox's supervisor thread (supervisor.cc),
 // never on the host's loop: a call the command makes slow (a walk through 40 symlinks of 4 kB
