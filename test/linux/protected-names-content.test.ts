@@ -16,7 +16,7 @@ import type { SandboxPolicy } from '../../lib/policy-types';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
 import { DENIED, expectDenied } from '../helpers/denied';
 import { git, gitEnv } from '../helpers/git';
-import { BASE_ENV, expectUnchanged, makeScene, probeOps, sh, snapshot, type Scene } from '../helpers/sandbox';
+import { BASE_ENV, eventually, expectUnchanged, makeScene, probeOps, sh, snapshot, type Scene } from '../helpers/sandbox';
 
 // (ENOENT: node's recursive mkdir reports the refused parent's absence.)
 const NAMES_DENIED = [...DENIED, 'EEXIST', 'ENOTDIR', 'ENOENT'];
@@ -151,6 +151,23 @@ describe.runIf(caps.linux)('missing protected names are held without becoming wo
       // The outside: nothing was made or changed.
       expectUnchanged(before, snapshot(ws), 'the workspace');
       for (const p of ['.mcp.json', '.deny.cfg', '.claude']) expect(fs.existsSync(`${ws}/${p}`), p).toBe(false);
+    });
+
+    it.skipIf(contentSkip)("two runs at once in the workspace: neither lists the other's placeholders or its own", async () => {
+      // The first run waits for the second, which plans while the first one's placeholders exist
+      // (isolated mode: it binds them as existing paths, .claude as a directory on the way).
+      const first = sh('until [ -e go.flag ]; do sleep 0.05; done; echo "== ls"; ls -A', { cwd: ws, policy, timeout: 60_000 });
+      if (mode === 'isolated') {
+        expect(await eventually(() => fs.existsSync(`${ws}/.mcp.json`) && fs.existsSync(`${ws}/.claude`), 30_000), "the first run's placeholders").toBe(true);
+      }
+      const second = await sh('echo "== ls"; ls -A; echo "== find"; find . -name ".*" -not -path "./.git/*"; : > go.flag', { cwd: ws, policy });
+      expect(second.code, second.stderr).toBe(0);
+      expect(sections(second.stdout)).toEqual({ ls: ['.git', 'a.txt', 'package.json'], find: ['.', './.git'] });
+      const r = await first;
+      expect(r.code, r.stderr).toBe(0);
+      expect(sections(r.stdout).ls).toEqual(['.git', 'a.txt', 'go.flag', 'package.json']);
+      // The outside: both runs' placeholders are gone.
+      expect(fs.readdirSync(ws).sort()).toEqual(['.git', 'a.txt', 'go.flag', 'package.json']);
     });
 
     // (changes: 'stage' is isolated mode's only.)

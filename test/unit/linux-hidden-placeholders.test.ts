@@ -16,13 +16,15 @@ beforeEach(() => {
 });
 afterEach(() => fs.rmSync(ws, { recursive: true, force: true }));
 
+const probeOf = (connectSupervisor: number) => ({ landlockAbi: 7, seccomp: 0, userns: 0, euid: 1000, connectSupervisor, supervisorAccess: connectSupervisor === 0 ? 'pidfd' : 'none' });
+const baseRules = (mode: 'isolated' | 'landlock') => ({
+  readAll: true, readRoots: [], writeRoots: [ws], readOnly: [`${ws}/.mcp.json`, `${ws}/.codex`, `${ws}/.bashrc`, `${ws}/.other`], denyRead: [],
+  tmp: 'host', network: { kind: 'none' }, mode, degraded: true, limits: {},
+});
+
 function plan(mode: 'isolated' | 'landlock', connectSupervisor: number, placeholders?: string[]) {
-  const probe = { landlockAbi: 7, seccomp: 0, userns: 0, euid: 1000, connectSupervisor, supervisorAccess: connectSupervisor === 0 ? 'pidfd' : 'none' };
-  const rules = {
-    readAll: true, readRoots: [], writeRoots: [ws], readOnly: [`${ws}/.mcp.json`, `${ws}/.codex`, `${ws}/.bashrc`, `${ws}/.other`], denyRead: [],
-    tmp: 'host', network: { kind: 'none' }, mode, degraded: true, limits: {},
-  } as unknown as Parameters<typeof planLinux>[0]['rules'];
-  return planLinux({ rules, mode, file: '/bin/true', argv: ['true'], env: {}, cwd: ws, probe: probe as never, placeholders });
+  const rules = baseRules(mode) as unknown as Parameters<typeof planLinux>[0]['rules'];
+  return planLinux({ rules, mode, file: '/bin/true', argv: ['true'], env: {}, cwd: ws, probe: probeOf(connectSupervisor) as never, placeholders });
 }
 
 describe('isolated mode: placeholders left out of listings', () => {
@@ -35,6 +37,19 @@ describe('isolated mode: placeholders left out of listings', () => {
     expect(p.native.seccomp?.hideNames).toEqual([`${ws}/.codex`, `${ws}/.mcp.json`, `${ws}/.other`]);
     expect(p.enforcement.mechanisms.placeholderListing).toBe('unlisted (seccomp-user-notif)');
     expect(p.enforcement.notes).toBeUndefined();
+  });
+
+  it("names another run's placeholder directory on the way to a protected path, not a real directory there", () => {
+    // Another run holds a missing .claude for .claude/commands: an empty 0555 directory.
+    fs.mkdirSync(`${ws}/.claude`, { mode: 0o555 });
+    fs.chmodSync(`${ws}/.claude`, 0o555);
+    fs.mkdirSync(`${ws}/.vscode`);
+    const p = planLinux({
+      rules: { ...baseRules('isolated'), readOnly: [`${ws}/.claude/commands`, `${ws}/.vscode/settings.json`] } as never,
+      mode: 'isolated', file: '/bin/true', argv: ['true'], env: {}, cwd: ws, probe: probeOf(0) as never,
+    });
+    expect(p.native.seccomp?.hideNames).toEqual([`${ws}/.claude`, `${ws}/.claude/commands`, `${ws}/.vscode/settings.json`]);
+    fs.chmodSync(`${ws}/.claude`, 0o755);
   });
 
   it('without seccomp user notification: listed, and the report says so in notes (not a gap)', () => {

@@ -18,6 +18,7 @@ import { carveDenied, DENY_CARVE_MAX_RULES, type DenyCarve, type LandlockRule, D
 import { DEFAULT_MAX_PROCESSES, DEFAULT_MSGQUEUE_BYTES, DEFAULT_SIGPENDING, tmpfsSizes } from './limits';
 import { isolatedProcGap, LANDLOCK_FACT_GAPS, LANDLOCK_INHERENT_GAPS, landlockRefusal, noAccess, noSupervision, requireSeccomp } from './mode';
 import { MountKind, planMounts } from './mounts';
+import { looksLikePlaceholder } from './placeholders';
 import type { LinuxPlan, LinuxPlanInput } from './plan-types';
 
 let procChildren: boolean | undefined;
@@ -416,7 +417,7 @@ function planIsolatedMode(s: PlanState): void {
   if (!cg && probe.euid === 0 && probe.processTracing === 0) native.traceProcessCap = native.rlimitNproc;
   native.shmData = `mode=1777,${tmpfsSizes(limits.tmpBytes).shm}`;
   s.ghosts = m.ghosts;
-  planHiddenPlaceholders(s, [...m.ghosts, ...(input.placeholders ?? [])]);
+  planHiddenPlaceholders(s, [...m.ghosts, ...(input.placeholders ?? []), ...ancestorPlaceholders(rules)]);
   gaps.push(...m.protectGaps, ...m.denyGaps);
   s.protectPartial = m.protectGaps.length > 0 || (rules.gaps ?? []).length > 0;
   s.denyPartial = m.denyGaps.length > 0;
@@ -441,6 +442,21 @@ function planHiddenPlaceholders(s: PlanState, placeholders: string[]): void {
       `out of listings needs seccomp user notification with ADDFD (Linux 5.9+) and a way to read the command's memory ` +
       `(errno ${-(s.probe.connectSupervisor ?? -38)}${noAccess(s.probe)}); git inside still passes them by`,
   );
+}
+
+/**
+ * Other runs' placeholders on the way to a protected path, which this plan takes for existing
+ * directories: a concurrent run holds a missing `.claude` for `.claude/commands` with an empty
+ * 0555 directory, which is no protected path itself (so not claimed: input.placeholders).
+ */
+function ancestorPlaceholders(rules: ResolvedRules): string[] {
+  const dirs = new Set<string>();
+  for (const p of rules.readOnly) {
+    const root = rules.writeRoots.filter((w) => isWithin(p, w)).sort((a, b) => b.length - a.length)[0];
+    if (!root) continue;
+    for (let dir = path.dirname(p); dir !== root && isWithin(dir, root); dir = path.dirname(dir)) dirs.add(dir);
+  }
+  return [...dirs].filter((d) => looksLikePlaceholder(d));
 }
 
 /** Landlock mode: the process cap without a cgroup, and the gaps of this mode on this host. */
