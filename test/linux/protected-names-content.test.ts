@@ -145,7 +145,8 @@ describe.runIf(caps.linux)('missing protected names are held without becoming wo
       // Isolated mode: hidden from listings, not gone (the placeholders still hold the names);
       // Landlock mode holds them without placeholders.
       expect(s.stat).toEqual(mode === 'isolated' ? ['.bashrc', '.claude', '.mcp.json'] : ['.bashrc']);
-      // (Landlock mode refuses some of these with EACCES: that mode's refusals are its own tests'.)
+      // (Landlock mode refuses the existing .bashrc with EACCES, the missing names with EROFS: that
+      // mode's refusals are its own tests'.)
       expect(s.write).toHaveLength(3);
       for (const w of s.write!) expect(w).toMatch(mode === 'isolated' ? /^Read-only file system$/ : /^(Read-only file system|Permission denied)$/);
       // The outside: nothing was made or changed.
