@@ -733,7 +733,9 @@ void ResolveHidden(HideRules* rules, int init_pid) noexcept {
   for (const std::string& p : rules->paths) {
     const size_t slash = p.rfind('/');
     if (slash == std::string::npos || slash + 1 >= p.size()) continue;
-    // Relative to the sandbox's root (the plan's paths are canonical: no symlink on the way).
+    // Relative to the sandbox's root (the plan's paths are canonical: no symlink on the way; the
+    // command, already running, cannot swap a parent for one: each is a writable root or a pinned
+    // directory, both mount points. Were one swapped, it would only hide names from itself).
     const std::string parent = p.substr(1, slash == 0 ? 0 : slash - 1);
     struct stat st;
     if (fstatat(at.fd, parent.c_str(), &st, parent.empty() ? AT_EMPTY_PATH : 0) != 0 || !S_ISDIR(st.st_mode)) continue;
