@@ -56,6 +56,11 @@ export interface LinuxNativePlan {
     signalSupervisor?: boolean;
     /** Landlock mode, procPrivacy: read-only opens go to the read supervisor (supervise_reads.cc). */
     readSupervisor?: boolean;
+    /**
+     * Isolated mode: the placeholders (absolute paths) whose names listings of the directories
+     * holding them leave out; getdents goes to a supervisor (supervise_metadata.cc, HideRules).
+     */
+    hideNames?: string[];
     /** inotify: the run's share of the uid's inotify counters, counted as they are created. */
     metadataSupervisor?: {
       writable: string[];

@@ -169,6 +169,9 @@ Napi::Value WatchStarted(Napi::Env env, const LinuxSpawnResult& res, SupervisorC
       supervisor.reads.members.init = res.pid;
       supervisor.reads.members.init_pidfd = fcntl(res.pidfd, F_DUPFD_CLOEXEC, 0);
     }
+    // Isolated mode: the directories that hold placeholders, as the sandbox sees them now that
+    // its mounts are made (and before the supervisor answers the command's first listing).
+    if (supervisor.hide.enabled) ResolveHidden(&supervisor.hide, res.pid);
     // Owned by the supervisor from here on, whatever happens.
     int r = StartSupervisor(env, res.seccomp_listener_fd, std::move(supervisor));
     w->res.seccomp_listener_fd = -1;

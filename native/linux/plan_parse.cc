@@ -251,6 +251,15 @@ void ParsePlan(Napi::Env env, const Napi::Object& o, LinuxSpawnPlan* out, Superv
       metadata.list_dirs = true;
       cfg.notify_listdir = true;
     }
+    // Isolated mode with placeholders: listings of the directories that hold them leave their
+    // names out (supervise_metadata.cc, HideRules); the only class supervised in that mode.
+    if (s.Has("hideNames")) {
+      if (plan.mode != LinuxMode::kIsolated) throw Napi::TypeError::New(env, "plan.seccomp.hideNames needs isolated mode");
+      supervisor->hide.paths = GetStrings(s, "hideNames");
+      supervisor->hide.enabled = !supervisor->hide.paths.empty();
+      cfg.notify_listdir = supervisor->hide.enabled;
+      plan.seccomp_listener = plan.seccomp_listener || supervisor->hide.enabled;
+    }
     // Landlock mode below ABI 6: signals go through the host's signal supervisor, which lets
     // them reach members of the sandbox only (supervise_signals.cc).
     if (GetBool(s, "signalSupervisor", false)) {

@@ -275,8 +275,9 @@ int BuildSeccompFilterUncached(const SeccompConfig& cfg, std::vector<sock_filter
     out->clear();
     return -EINVAL;
   }
-  // The path and listing supervision share the metadata supervisor's listener and kernel requirements.
-  if ((cfg.notify_paths || cfg.notify_listdir || cfg.notify_stats) && !cfg.notify_metadata) {
+  // The path and listing supervision share the metadata supervisor's listener and kernel
+  // requirements; isolated mode supervises listings alone (its placeholders' names).
+  if ((cfg.notify_paths || (cfg.notify_listdir && mode == kLandlock) || cfg.notify_stats) && !cfg.notify_metadata) {
     out->clear();
     return -EINVAL;
   }

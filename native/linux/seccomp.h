@@ -129,7 +129,9 @@ struct SeccompConfig {
   bool notify_paths = false;
   // Landlock mode with deny-read paths under readable roots (needs notify_metadata): getdents64
   // and getdents stop too, and the supervisor refuses listings of denied directories (Landlock's
-  // list right on a directory reaches every directory below it).
+  // list right on a directory reaches every directory below it). Isolated mode with placeholders
+  // (alone: no other class is supervised there): the supervisor leaves the placeholders' names
+  // out of the listings of the directories that hold them (supervise_metadata.cc, HideRules).
   bool notify_listdir = false;
   // Landlock mode without signal scoping (ABI < 6): kill, tkill, tgkill, rt_sigqueueinfo,
   // rt_tgsigqueueinfo, pidfd_send_signal and fcntl F_SETOWN/F_SETOWN_EX stop in

@@ -177,7 +177,8 @@ constexpr uint32_t kSupervise = 0x00030000u;
 // inside writable roots, supervise_paths.cc), else ALLOW. Never a real return value either.
 constexpr uint32_t kSupervisePaths = 0x00030001u;
 // The same for directory listings: USER_NOTIF when the config asks the supervisor to judge them
-// (SeccompConfig::notify_listdir: deny-read paths under readable roots in Landlock mode), else ALLOW.
+// (SeccompConfig::notify_listdir: deny-read paths under readable roots in Landlock mode, isolated
+// mode's placeholders), else ALLOW.
 constexpr uint32_t kSuperviseList = 0x00030002u;
 // The same for the signal supervisor (SeccompConfig::notify_signals, supervise_signals.cc):
 // USER_NOTIF when the config has it, else ALLOW (Landlock's signal scope, ABI 6+, holds then).
@@ -517,9 +518,10 @@ constexpr Rule kRules[] = {
     Rule{__NR_inotify_add_watch, kAnyNet, kLandlock, kSupervise, {}},
     // Landlock's list right on a directory covers every directory below it, so a deny-read
     // directory under a listable one could be listed: the supervisor refuses listings of those
-    // (supervise_metadata.cc, kListDir).
-    Rule{__NR_getdents64, kAnyNet, kLandlock, kSuperviseList, {}},
-    Rule{kNrGetdents, kAnyNet, kLandlock, kSuperviseList, {}},
+    // (supervise_metadata.cc, kListDir). Isolated mode: the names of its placeholders are left
+    // out of the listings of the directories that hold them (supervise_metadata.cc, HideRules).
+    Rule{__NR_getdents64, kAnyNet, kAnyMode, kSuperviseList, {}},
+    Rule{kNrGetdents, kAnyNet, kAnyMode, kSuperviseList, {}},
     // Landlock does not check a lookup, a stat, access or readlink: the names inside a deny-read
     // directory could be guessed and their sizes and times read. The stat class answers these
     // as for a missing name there (supervise_stats.cc).

@@ -228,8 +228,8 @@ void KillTreeInChild(pid_t cmd) {
   if (a->pty_slave >= 0) Sys(__NR_close, a->pty_slave);
   for (int fd : p.cgroup_fds) Sys(__NR_close, fd);
   // Landlock mode: the channel carried only the command's seccomp listener (sent before its
-  // execve, which has happened now that vfork returned).
-  if (!isolated && a->fd_channel >= 0) Sys(__NR_close, a->fd_channel);
+  // execve, which has happened now that vfork returned); isolated mode, the listener last.
+  if ((!isolated || p.seccomp_listener) && a->fd_channel >= 0) Sys(__NR_close, a->fd_channel);
   for (int fd : {a->spare_ctrl, a->spare_init_ctrl, a->spare_relay}) {
     if (fd >= 0) Sys(__NR_close, fd);
   }

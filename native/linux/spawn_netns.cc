@@ -193,7 +193,9 @@ long CreateProxyListenerInChild(ChildArgs* a, uint16_t port) {
   if (r == 0) r = Sys(__NR_listen, s, 511);
   if (r == 0) r = SendFdInChild(a->fd_channel, static_cast<int>(s), 'L');
   Sys(__NR_close, s);
-  Sys(__NR_close, a->fd_channel);
+  // The command sends its seccomp listener on the same channel later (isolated mode's
+  // placeholders, supervise_metadata.cc): init closes it once the command has exec'd.
+  if (!a->plan->seccomp_listener) Sys(__NR_close, a->fd_channel);
   return r < 0 ? r : 0;
 }
 

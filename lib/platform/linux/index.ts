@@ -384,7 +384,7 @@ export function createLinuxBackend(native: LinuxNative): Backend {
       const p = planLinux({
         rules, mode, file: req.file, argv: req.argv, env, cwd: req.cwd, probe, landlockTmpDir: run.tmpDir,
         proxyPort: run.proxyPort, cgroup: cgroupInfo(run.cgroup), uidTasks: uidTasksFor(mode, run.cgroup, probe),
-        stageMounts: run.staged?.layer.mounts, changes: run.record?.plan,
+        stageMounts: run.staged?.layer.mounts, changes: run.record?.plan, placeholders: run.held.map((h) => h.path),
       });
       // Without the connect supervisor the host listener admits by uid only: any process of
       // this uid could have a credential rule's secret injected into its own requests.

@@ -35,6 +35,11 @@ export interface LinuxPlanInput {
   stageMounts?: LinuxMountOp[];
   /** Landlock mode, changes: 'record': the journal the path supervisor writes (lib/changes/record.ts). */
   changes?: RecordPlan;
+  /**
+   * Isolated mode: placeholders of other runs (or of a host that died) this run binds as existing
+   * paths (linux/placeholders.ts claimPlaceholders). Left out of listings like its own.
+   */
+  placeholders?: string[];
 }
 
 export interface LinuxPlan {

@@ -18,6 +18,7 @@ import { carveDenied, DENY_CARVE_MAX_RULES, type DenyCarve, type LandlockRule, D
 import { DEFAULT_MAX_PROCESSES, DEFAULT_MSGQUEUE_BYTES, DEFAULT_SIGPENDING, tmpfsSizes } from './limits';
 import { isolatedProcGap, LANDLOCK_FACT_GAPS, LANDLOCK_INHERENT_GAPS, landlockRefusal, noAccess, noSupervision, requireSeccomp } from './mode';
 import { MountKind, planMounts } from './mounts';
+import { looksLikePlaceholder } from './placeholders';
 import type { LinuxPlan, LinuxPlanInput } from './plan-types';
 
 let procChildren: boolean | undefined;
@@ -70,6 +71,8 @@ interface PlanState {
   shieldDir?: { dir: string; own: string };
   tmpGap?: string;
   ghosts: string[];
+  /** The report's notes (advice that is neither a guarantee nor a gap). */
+  notes: string[];
   namespaces: string[];
   protectPartial: boolean;
   denyPartial: boolean;
@@ -143,7 +146,7 @@ function startPlan(original: LinuxPlanInput): PlanState {
   return {
     input, rules, probe, mode, abi, net, caches, gaps, optedGaps, native, seccomp,
     unixPartial: false, supervised: false, metadataSupervised: false, listSupervised: false, signalSupervised: false,
-    pathsSupervised: false, procPrivate: false, listDenied: false, statDenied: false, grants: [], ghosts: [], namespaces: [],
+    pathsSupervised: false, procPrivate: false, listDenied: false, statDenied: false, grants: [], ghosts: [], notes: [], namespaces: [],
     protectPartial: false, denyPartial: false,
   };
 }
@@ -414,10 +417,46 @@ function planIsolatedMode(s: PlanState): void {
   if (!cg && probe.euid === 0 && probe.processTracing === 0) native.traceProcessCap = native.rlimitNproc;
   native.shmData = `mode=1777,${tmpfsSizes(limits.tmpBytes).shm}`;
   s.ghosts = m.ghosts;
+  planHiddenPlaceholders(s, [...m.ghosts, ...(input.placeholders ?? []), ...ancestorPlaceholders(rules)]);
   gaps.push(...m.protectGaps, ...m.denyGaps);
   s.protectPartial = m.protectGaps.length > 0 || (rules.gaps ?? []).length > 0;
   s.denyPartial = m.denyGaps.length > 0;
   s.namespaces = ['user', 'mnt', 'pid', 'ipc', 'uts', ...(net !== 'full' ? ['net'] : [])];
+}
+
+/**
+ * Isolated mode's placeholders (empty read-only files and directories holding missing protected
+ * names) are left out of listings inside, so that tar, npm pack or find do not take them for the
+ * command's files: getdents goes to a seccomp supervisor, which filters the listings of the
+ * directories that hold them and lets every other one continue (supervise_metadata.cc,
+ * HideRules). Cosmetic, not a guarantee: without the supervisor they are listed, and a note says so.
+ */
+function planHiddenPlaceholders(s: PlanState, placeholders: string[]): void {
+  if (placeholders.length === 0) return;
+  if (s.probe.connectSupervisor === 0) {
+    s.seccomp.hideNames = [...new Set(placeholders)].sort();
+    return;
+  }
+  s.notes.push(
+    `the placeholders that hold missing protected names are listed inside the sandbox (${placeholders.join(', ')}): leaving them ` +
+      `out of listings needs seccomp user notification with ADDFD (Linux 5.9+) and a way to read the command's memory ` +
+      `(errno ${-(s.probe.connectSupervisor ?? -38)}${noAccess(s.probe)}); git inside still passes them by`,
+  );
+}
+
+/**
+ * Other runs' placeholders on the way to a protected path, which this plan takes for existing
+ * directories: a concurrent run holds a missing `.claude` for `.claude/commands` with an empty
+ * 0555 directory, which is no protected path itself (so not claimed: input.placeholders).
+ */
+function ancestorPlaceholders(rules: ResolvedRules): string[] {
+  const dirs = new Set<string>();
+  for (const p of rules.readOnly) {
+    const root = rules.writeRoots.filter((w) => isWithin(p, w)).sort((a, b) => b.length - a.length)[0];
+    if (!root) continue;
+    for (let dir = path.dirname(p); dir !== root && isWithin(dir, root); dir = path.dirname(dir)) dirs.add(dir);
+  }
+  return [...dirs].filter((d) => looksLikePlaceholder(d));
 }
 
 /** Landlock mode: the process cap without a cgroup, and the gaps of this mode on this host. */
@@ -544,6 +583,7 @@ function planReport(s: PlanState): EnforcementReport {
     guarantees: guaranteesOf(s, watchGap),
     gaps,
     ...(isolated ? {} : { degradedBy }),
+    ...(s.notes.length > 0 ? { notes: s.notes } : {}),
     // What binds (mechanisms.processCap/memoryCap say how): RLIMIT_NPROC does not bind uid 0.
     limits: {
       maxProcesses: caps.maxProcesses,
@@ -655,6 +695,8 @@ function mechanismsOf(s: PlanState, caps: Caps): EnforcementReport['mechanisms']
       ? { denyReadNames: `unlisted; stat, access, readlink, xattrs${procPrivate ? ' and read-only opens' : ''} answer as missing (seccomp-user-notif)` }
       : {}),
     ...(mode === 'landlock' ? { signals: abi >= 6 ? 'landlock-scope' : signalSupervised ? 'seccomp-user-notif' : 'none' } : {}),
+    // Isolated mode: the placeholders' names left out of listings inside (planHiddenPlaceholders).
+    ...(seccomp.hideNames ? { placeholderListing: 'unlisted (seccomp-user-notif)' } : {}),
     processCap,
     memoryCap,
     ...(isolated ? { tmpfs: tmpfsSizes(limits.tmpBytes) } : {}),

@@ -3,7 +3,8 @@
 // writable roots (as root: any root-owned file). The command's filter stops those calls
 // (SeccompConfig::notify_metadata) and the host carries each one out itself, on the object it
 // resolved and pinned, only when that object lies inside a writable root and outside every
-// protected path. See supervise_metadata.cc.
+// protected path. See supervise_metadata.cc. The same file holds isolated mode's one supervised
+// class, its placeholders left out of listings (HideRules below), which reuses the listing.
 //
 // Threading: HandleMetadata runs on the sandbox's supervisor thread (supervisor.cc),
 // never on the host's loop: a call the command makes slow (a walk through 40 symlinks of 4 kB
@@ -13,6 +14,8 @@
 // and a listing runs with them, as before).
 // Tests: see supervise_metadata.cc.
 #pragma once
+
+#include <stdint.h>
 
 #include <memory>
 #include <string>
@@ -43,6 +46,35 @@ struct MetadataRules {
   // changes: 'record' (changes_journal.h): a chmod of a recorded object notes its mode first.
   std::shared_ptr<changes::Journal> journal;
 };
+
+// Isolated mode's placeholders (lib/platform/linux/mounts.ts): the empty read-only files and
+// directories that hold missing protected names for the run are left out of the listings of the
+// directories that hold them, so that tar, npm pack or find inside do not take them for the
+// command's files. Cosmetic, not a protection: HandleHidden says why it may be raced.
+struct HideRules {
+  bool enabled = false;
+  // The placeholders: absolute paths, as the plan names them.
+  std::vector<std::string> paths;
+  // A directory that holds placeholders, as the sandbox sees it (ResolveHidden), and their names.
+  struct Dir {
+    uint64_t dev = 0, ino = 0;
+    std::vector<std::string> names;
+  };
+  std::vector<Dir> dirs;
+};
+
+// Fills rules->dirs from rules->paths, each parent looked up in the mount tree of the sandbox
+// whose init is init_pid (under /proc/<init_pid>/root), once its mounts are made: a writable root
+// staged on an overlay (changes: 'stage') has the overlay's device there, not the host's. A
+// directory that cannot be looked up is left out (its placeholders stay listed).
+void ResolveHidden(HideRules* rules, int init_pid) noexcept;
+
+// Whether HandleHidden answers a notification for syscall nr (getdents64, getdents).
+bool IsHiddenListCall(int nr, const HideRules& rules) noexcept;
+
+// Answers notification n (IsHiddenListCall): a listing of a directory in rules.dirs without the
+// placeholders' names; any other call continues as it is.
+void HandleHidden(int listener, const notify::SeccompNotif& n, const HideRules& rules) noexcept;
 
 // Whether HandleMetadata answers a notification for syscall nr under these rules.
 bool IsMetadataCall(int nr, const MetadataRules& rules) noexcept;

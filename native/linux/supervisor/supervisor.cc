@@ -176,7 +176,7 @@ void OnEnvTeardown(void* arg) {
 }
 
 // The classes of calls (one file each, see the top of the file).
-enum class CallClass { kContinue, kConnect, kMetadata, kPaths, kReads, kSignals, kStats };
+enum class CallClass { kContinue, kConnect, kMetadata, kPaths, kReads, kSignals, kStats, kHide };
 
 CallClass ClassOf(const Supervisor& s, const SeccompNotif& n) {
   const int nr = n.data.nr;
@@ -187,6 +187,7 @@ CallClass ClassOf(const Supervisor& s, const SeccompNotif& n) {
   if (s.config.paths.enabled && IsPathCall(nr)) return CallClass::kPaths;
   if (s.config.signals.enabled && IsSignalCall(n)) return CallClass::kSignals;
   if (s.config.stats.enabled && IsStatCall(nr)) return CallClass::kStats;
+  if (IsHiddenListCall(nr, s.config.hide)) return CallClass::kHide;
   return CallClass::kContinue;
 }
 
@@ -219,7 +220,7 @@ void Dispatch(Supervisor* s, const SeccompNotif& n) {
   // The paths and metadata classes leave this thread's effective capabilities cleared between
   // their calls (nargs::LowerThreadCaps); the classes that may use them get them back first.
   // The reads class clears and restores them itself around each call, from the full set.
-  if (cls == CallClass::kConnect || cls == CallClass::kSignals || cls == CallClass::kReads) nargs::RaiseThreadCaps();
+  if (cls == CallClass::kConnect || cls == CallClass::kSignals || cls == CallClass::kReads || cls == CallClass::kHide) nargs::RaiseThreadCaps();
   switch (cls) {
     case CallClass::kConnect:
       HandleConnect(s->connect, s->listener, n);
@@ -241,6 +242,10 @@ void Dispatch(Supervisor* s, const SeccompNotif& n) {
       return;
     case CallClass::kStats:
       return HandleStat(s->listener, n, s->config.stats);
+    case CallClass::kHide:
+      HandleHidden(s->listener, n, s->config.hide);
+      PSB_PROF_MARK(kOther);
+      return;
     case CallClass::kContinue:
       Continue(s->listener, n.id);
       PSB_PROF_MARK(kOther);

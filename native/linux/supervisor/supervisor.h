@@ -9,7 +9,9 @@
 // creates, renames and removals are carried out outside read-only carve-outs only
 // (supervise_paths.cc); below Landlock ABI 6, signals reach members of the sandbox only
 // (supervise_signals.cc); with deny-read paths under readable roots, the stat family answers
-// for a name inside a denied directory as for a missing one (supervise_stats.cc).
+// for a name inside a denied directory as for a missing one (supervise_stats.cc). Isolated mode
+// supervises one class only: listings, which leave its placeholders' names out
+// (supervise_metadata.cc, HideRules).
 // Tests: see supervisor.cc and the class files.
 #pragma once
 
@@ -36,6 +38,8 @@ struct SupervisorConfig {
   ReadRules reads;
   // Landlock mode with deny-read paths under readable roots: the stat family (supervise_stats.cc).
   StatRules stats;
+  // Isolated mode with placeholders: their names left out of listings (supervise_metadata.cc).
+  HideRules hide;
   // Landlock mode's inotify caps: how many instances (inotify_init*) and watches
   // (inotify_add_watch) the sandbox may create in its lifetime. The kernel counts both per uid,
   // host included, and tells nobody when one is released, so creations are what is counted.
