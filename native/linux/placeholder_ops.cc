@@ -36,6 +36,26 @@ int OpenParentNoFollow(const std::string& path, std::string* name) {
   return fd < 0 ? -errno : static_cast<int>(fd);
 }
 
+// unlinkat(dir, name) for a placeholder made inside another placeholder directory. Init makes
+// them with its capabilities in the sandbox's user namespace, so a run that relies on a directory
+// another run made on the way (.claude for .claude/commands) can make its own inside that run's
+// empty 0555 directory; an unprivileged host then has no write permission there to remove them,
+// and they were left behind for good. Only when the parent itself looks like one of ours (a 0555
+// directory the host owns) is it made writable for the one removal and put back: a run that binds
+// it keeps its read-only mount throughout, so no command can create in it meanwhile.
+int UnlinkInPlaceholder(int dir, const std::string& name, int flags) {
+  if (unlinkat(dir, name.c_str(), flags) == 0) return 0;
+  const int e = errno;
+  struct stat p;
+  if (e != EACCES || fstat(dir, &p) != 0 || !S_ISDIR(p.st_mode) || (p.st_mode & 07777) != 0555 || p.st_uid != geteuid()) return -e;
+  // dir is O_PATH (no fchmod): its /proc/self/fd link names the same directory (the JS thread's table).
+  const std::string self = "/proc/self/fd/" + std::to_string(dir);
+  if (chmod(self.c_str(), 0755) != 0) return -e;
+  const int r = unlinkat(dir, name.c_str(), flags) == 0 ? 0 : -errno;
+  chmod(self.c_str(), 0555);
+  return r;
+}
+
 }  // namespace
 
 // native.lockPlaceholder(path) -> fd (holding a shared flock) or -errno.
@@ -89,7 +109,7 @@ Napi::Value ReleasePlaceholderJs(const Napi::CallbackInfo& info) {
     struct stat a, b;
     if (dir >= 0 && fstat(fd, &a) == 0 && fstatat(dir, name.c_str(), &b, AT_SYMLINK_NOFOLLOW) == 0 && a.st_ino == b.st_ino &&
         a.st_dev == b.st_dev) {
-      removed = unlinkat(dir, name.c_str(), S_ISDIR(b.st_mode) ? AT_REMOVEDIR : 0) == 0;
+      removed = UnlinkInPlaceholder(dir, name, S_ISDIR(b.st_mode) ? AT_REMOVEDIR : 0) == 0;
     }
     if (dir >= 0) close(dir);
   }

@@ -105,6 +105,10 @@ export function claimPlaceholders(native: LinuxNative, paths: string[]): HeldPla
   return held;
 }
 
+/** Deepest first: a directory made on the way is empty, and so removable, only after what is in it. */
 export function releasePlaceholders(native: LinuxNative, held: HeldPlaceholder[]): void {
-  for (const h of held) native.releasePlaceholder(h.fd, h.path, looksLikePlaceholder(h.path, true));
+  const depth = (p: string): number => p.split('/').length;
+  for (const h of [...held].sort((a, b) => depth(b.path) - depth(a.path))) {
+    native.releasePlaceholder(h.fd, h.path, looksLikePlaceholder(h.path, true));
+  }
 }
