@@ -25,6 +25,7 @@
 #include "stdio_adopt.h"
 #include "supervisor/supervise_connect.h"
 #include "supervisor/supervise_paths.h"
+#include "supervisor/supervision_envelope.h"
 #include "tree_walk.h"
 
 namespace psb {
@@ -46,11 +47,39 @@ Napi::Value SpawnJs(const Napi::CallbackInfo& info) {
   if (supervisor.paths.enabled && plan.landlock && plan.landlock_plan.stdio_terminals) {
     RecordStdioTerminals(&supervisor.paths, plan.stdio);
   }
-  LinuxSpawnResult res;
-  Status s = SpawnLinux(plan, &res);
-  if (!s.ok()) ThrowSandboxError(env, s);
-  return WatchStarted(env, res, std::move(supervisor), info[1].As<Napi::Function>(), &ends,
-                      plan.landlock ? plan.landlock_plan.abi : 0);
+  // Landlock mode with a supervision: spawned from the supervision's thread, confined by the
+  // policy's outer envelope first (supervisor.h, StartSupervisionThread).
+  SupervisionThread* on = nullptr;
+  if (plan.mode == LinuxMode::kLandlock && plan.seccomp_listener && plan.envelope_plan.abi > 0) {
+    const LandlockPlan envelope = SupervisionEnvelope(plan);
+    int err = 0;
+    on = StartSupervisionThread(envelope, &err);
+    if (on == nullptr) {
+      ThrowSandboxError(env, Status::Sys(ErrorCode::kESECCOMP_INSTALL, "the supervision's thread could not be confined by its Landlock envelope",
+                                         "landlock_restrict_self", -err));
+    }
+  }
+  struct Spawn {
+    LinuxSpawnPlan* plan;
+    LinuxSpawnResult res;
+    Status s;
+  } sp{&plan, {}, {}};
+  auto spawn = [](void* a) {
+    Spawn* p = static_cast<Spawn*>(a);
+    p->s = SpawnLinux(*p->plan, &p->res);
+  };
+  if (on != nullptr) {
+    RunOnSupervisionThread(on, spawn, &sp);
+  } else {
+    spawn(&sp);
+  }
+  if (!sp.s.ok()) {
+    if (on != nullptr) EndSupervisionThread(on);
+    ThrowSandboxError(env, sp.s);
+  }
+  if (on != nullptr) SupervisionThreadSpawned(on, sp.res.pidfd);
+  return WatchStarted(env, sp.res, std::move(supervisor), info[1].As<Napi::Function>(), &ends,
+                      plan.landlock ? plan.landlock_plan.abi : 0, on);
 }
 
 // native.listenLoopback() -> { fd, port }: a listener on 127.0.0.1 for Landlock mode's proxy.
@@ -204,6 +233,7 @@ void InitPlatform(Napi::Env env, Napi::Object exports) {
   exports.Set("closeChangesJournal", Napi::Function::New(env, CloseChangesJournalJs, "closeChangesJournal"));
   exports.Set("mkfifo", Napi::Function::New(env, MkfifoJs, "mkfifo"));
   exports.Set("testPosixLock", Napi::Function::New(env, TestPosixLockJs, "testPosixLock"));
+  exports.Set("testSkipPathChecks", Napi::Function::New(env, TestSkipPathChecksJs, "testSkipPathChecks"));
   exports.Set("seccompSelfCheck", Napi::Function::New(env, SeccompSelfCheckJs, "seccompSelfCheck"));
   RegisterPty(env, exports);
   RegisterTreeWalk(env, exports);

@@ -87,6 +87,9 @@ struct LinuxSpawnPlan {
   int tmp_slots = 0;
   bool landlock = false;            // apply plan.landlock in the command
   LandlockPlan landlock_plan;
+  // Landlock mode: the policy's outer envelope (plan.landlock.envelope), the supervision's
+  // (supervisor/supervision_envelope.h); abi 0 when the plan has none.
+  LandlockPlan envelope_plan;
   bool seccomp = false;
   std::vector<sock_filter> seccomp_filter;
   // Landlock mode: the filter notifies connect() (SeccompConfig::notify_connect). The command

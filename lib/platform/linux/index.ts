@@ -84,10 +84,21 @@ function applyQuotaShare(plan: Omit<LinuxNativePlan, 'stdio'>, enforcement: Enfo
  * Facts only known after the spawn: the Landlock ABI applied, whether the net namespace is
  * shared, and whether the sandbox was prepared ahead (linux/spare.ts).
  */
-function withNativeFacts(report: EnforcementReport, res: { landlockAbi: number; sharedNetns?: boolean }, preparedAhead: boolean): EnforcementReport {
+export const SUPERVISION_CONFINED =
+  "confined by Landlock to the policy's outer envelope (readable and writable roots before deny-read carving, TMPDIR, allowed devices, the terminals on stdio, /proc)";
+export const SUPERVISION_UNCONFINED = "the host process's authority (a sandbox prepared ahead: its supervision is not confined)";
+
+function withNativeFacts(
+  report: EnforcementReport,
+  res: { landlockAbi: number; sharedNetns?: boolean; supervisionConfined?: boolean },
+  preparedAhead: boolean,
+): EnforcementReport {
   if (!report.sandboxed) return report;
   const mechanisms = { ...report.mechanisms };
   if (preparedAhead) mechanisms.preparedAhead = true;
+  // Landlock mode: what the supervision (the host's thread that carries out supervised calls for
+  // the command) may reach. A sandbox prepared ahead is served by an unconfined one.
+  if (res.supervisionConfined !== undefined) mechanisms.supervision = res.supervisionConfined ? SUPERVISION_CONFINED : SUPERVISION_UNCONFINED;
   if (res.landlockAbi) mechanisms.landlockAbi = res.landlockAbi;
   if (res.sharedNetns) {
     mechanisms.namespaces = (mechanisms.namespaces as string[]).map((n) => (n === 'net' ? 'net (shared, empty)' : n));

@@ -234,7 +234,13 @@ function planLandlock(s: PlanState): void {
     }
   }
   if (abi >= 1) {
-    native.landlock = { net, rules: s.carve?.rules ?? grants, ...(mode === 'landlock' ? { stdioTerminals: true } : {}) };
+    native.landlock = {
+      net,
+      rules: s.carve?.rules ?? grants,
+      // The supervision acts within the grants whole: it lists and stats deny-read paths, and
+      // judges carve-outs inside writable roots itself.
+      ...(mode === 'landlock' ? { stdioTerminals: true, envelope: envelopeOf(grants, input) } : {}),
+    };
     // The temp dir's entries, carved for the shield alone (no deny-read path of the policy's
     // there): a prepared sandbox may hold an older set of them (linux/spare.ts planKey).
     const tmpHome = s.shieldDir && s.carve ? path.dirname(s.shieldDir.dir) : undefined;
@@ -243,6 +249,17 @@ function planLandlock(s: PlanState): void {
     }
     if (net === 'proxy' && !s.supervised) native.landlock.connectPorts = [input.proxyPort!];
   }
+}
+
+/**
+ * Landlock mode: the outer envelope its supervision is confined to (lib/native.ts
+ * landlock.envelope): the grants before carving, and the `changes: 'record'` journal directory,
+ * which the supervision writes and the command is denied.
+ */
+function envelopeOf(grants: LandlockRule[], input: LinuxPlanInput): NonNullable<LinuxNativePlan['landlock']>['envelope'] {
+  const out = grants.map(({ path: p, access }) => ({ path: p, access }));
+  if (input.changes) out.push({ path: input.changes.dir, access: 'write' });
+  return out;
 }
 
 /** Landlock mode's metadata supervisor: where it carries out chmod and friends, and what it treats as readable. */
