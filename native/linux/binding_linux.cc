@@ -49,36 +49,18 @@ Napi::Value SpawnJs(const Napi::CallbackInfo& info) {
   }
   // Landlock mode with a supervision: spawned from the supervision's thread, confined by the
   // policy's outer envelope first (supervisor.h, StartSupervisionThread).
+  LinuxSpawnResult res;
   SupervisionThread* on = nullptr;
-  if (plan.mode == LinuxMode::kLandlock && plan.seccomp_listener && plan.envelope_plan.abi > 0) {
-    const LandlockPlan envelope = SupervisionEnvelope(plan);
-    int err = 0;
-    on = StartSupervisionThread(envelope, &err);
-    if (on == nullptr) {
-      ThrowSandboxError(env, Status::Sys(ErrorCode::kESECCOMP_INSTALL, "the supervision's thread could not be confined by its Landlock envelope",
-                                         "landlock_restrict_self", -err));
-    }
-  }
-  struct Spawn {
-    LinuxSpawnPlan* plan;
-    LinuxSpawnResult res;
-    Status s;
-  } sp{&plan, {}, {}};
-  auto spawn = [](void* a) {
-    Spawn* p = static_cast<Spawn*>(a);
-    p->s = SpawnLinux(*p->plan, &p->res);
-  };
-  if (on != nullptr) {
-    RunOnSupervisionThread(on, spawn, &sp);
-  } else {
-    spawn(&sp);
-  }
-  if (!sp.s.ok()) {
-    if (on != nullptr) EndSupervisionThread(on);
-    ThrowSandboxError(env, sp.s);
-  }
-  if (on != nullptr) SupervisionThreadSpawned(on, sp.res.pidfd);
-  return WatchStarted(env, sp.res, std::move(supervisor), info[1].As<Napi::Function>(), &ends,
+  Status s = SpawnWhereSupervised(
+      plan,
+      [&](int* pidfd) {
+        Status st = SpawnLinux(plan, &res);
+        *pidfd = res.pidfd;
+        return st;
+      },
+      &on);
+  if (!s.ok()) ThrowSandboxError(env, s);
+  return WatchStarted(env, res, std::move(supervisor), info[1].As<Napi::Function>(), &ends,
                       plan.landlock ? plan.landlock_plan.abi : 0, on);
 }
 

@@ -180,6 +180,7 @@ Status PrepareSpare(LinuxSpawnPlan&& plan, LinuxSpare** out) noexcept;
 // was made from names another inode now (or too many stdio fds): the caller spawns afresh.
 Status GoSpare(LinuxSpare* spare, SpareGo& go, LinuxSpawnResult* out, bool* used) noexcept;
 void DiscardSpare(LinuxSpare* spare) noexcept;
+int SparePidfd(const LinuxSpare* spare) noexcept;  // its init's (the spare keeps it)
 
 // Probes used by probe(): can this process create the namespaces isolated mode needs?
 // Returns 0 or -errno from the attempt; *procfs gets 0 or -errno from mounting a fresh procfs in

@@ -86,7 +86,7 @@ function applyQuotaShare(plan: Omit<LinuxNativePlan, 'stdio'>, enforcement: Enfo
  */
 export const SUPERVISION_CONFINED =
   "confined by Landlock to the policy's outer envelope (readable and writable roots before deny-read carving, TMPDIR, allowed devices, the terminals on stdio, /proc)";
-export const SUPERVISION_UNCONFINED = "the host process's authority (a sandbox prepared ahead: its supervision is not confined)";
+export const SUPERVISION_UNCONFINED = "the host process's authority (not confined)";
 
 function withNativeFacts(
   report: EnforcementReport,

@@ -37,4 +37,35 @@ LandlockPlan SupervisionEnvelope(const LinuxSpawnPlan& plan) {
   return e;
 }
 
+Status SpawnWhereSupervised(const LinuxSpawnPlan& plan, const std::function<Status(int* pidfd)>& spawn, SupervisionThread** on) {
+  *on = nullptr;
+  int pidfd = -1;
+  if (plan.mode != LinuxMode::kLandlock || !plan.seccomp_listener || plan.envelope_plan.abi <= 0) return spawn(&pidfd);
+  const LandlockPlan envelope = SupervisionEnvelope(plan);
+  int err = 0;
+  SupervisionThread* t = StartSupervisionThread(envelope, &err);
+  if (t == nullptr) {
+    return Status::Sys(ErrorCode::kESECCOMP_INSTALL, "the supervision's thread could not be confined by its Landlock envelope",
+                       "landlock_restrict_self", -err);
+  }
+  struct Job {
+    const std::function<Status(int*)>* spawn;
+    Status s;
+    int pidfd = -1;
+  } job{&spawn, {}};
+  RunOnSupervisionThread(
+      t, [](void* a) {
+        Job* j = static_cast<Job*>(a);
+        j->s = (*j->spawn)(&j->pidfd);
+      },
+      &job);
+  if (!job.s.ok()) {
+    EndSupervisionThread(t);
+    return job.s;
+  }
+  SupervisionThreadSpawned(t, job.pidfd);
+  *on = t;
+  return job.s;
+}
+
 }  // namespace psb
