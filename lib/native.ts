@@ -43,7 +43,7 @@ export interface LinuxNativePlan {
      * (plus /proc and the terminals on stdio) before it spawns the command
      * (native/linux/supervisor/supervision_envelope.cc).
      */
-    envelope?: Array<{ path: string; access: 'read' | 'write' | 'device' | 'list' }>;
+    envelope?: Array<{ path: string; access: 'read' | 'write' | 'device' | 'list'; exact?: boolean }>;
   };
   /** unixSockets: allow socket(AF_UNIX, SOCK_STREAM|SOCK_SEQPACKET) whatever `net` says. */
   /**

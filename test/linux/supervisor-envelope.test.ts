@@ -10,14 +10,16 @@
  * the hook both are refused by the check; a file in the writable root is written either way.
  * The terminal case (another session's terminal, with the held-terminal check off) is in
  * landlock-terminals.test.ts. The report says the supervision is confined (mechanisms.supervision).
+ * Fail closed: where the envelope cannot be applied (no Landlock layer left), nothing runs.
  */
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 
 import { loadLinuxNative } from '../../lib/native';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
-import { makeScene, py } from '../helpers/sandbox';
+import { hostScript, makeScene, NODE, py, PYTHON } from '../helpers/sandbox';
 
 const scene = makeScene('envelope');
 afterAll(() => scene.cleanup());
@@ -48,6 +50,21 @@ for p in sys.argv[1:]:
         print('ok', flush=True)
     except OSError as e:
         print('errno', e.errno, flush=True)
+`;
+
+// Restricts itself with argv[1] Landlock layers that handle only block-device creation (nothing a
+// run needs), then execs argv[2:].
+const LAYERS = `
+import ctypes, os, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+assert libc.prctl(38, 1, 0, 0, 0) == 0  # PR_SET_NO_NEW_PRIVS
+attr = ctypes.create_string_buffer(struct.pack('Q', 1 << 11))  # LANDLOCK_ACCESS_FS_MAKE_BLOCK
+for _ in range(int(sys.argv[1])):
+    fd = libc.syscall(444, attr, 8, 0)  # landlock_create_ruleset
+    assert fd >= 0 and libc.syscall(446, fd, 0) == 0, ctypes.get_errno()  # landlock_restrict_self
+    os.close(fd)
+os.execv(sys.argv[2], sys.argv[2:])
 `;
 
 function files() {
@@ -90,6 +107,30 @@ describe.runIf(caps.linux)('the supervision confined to the policy\'s outer enve
   it.skipIf(landlockSkip)(`the hook is refused without PSB_TEST_HOOKS=1${landlockSkip ? ` (skipped: ${landlockSkip})` : ''}`, () => {
     delete process.env.PSB_TEST_HOOKS;
     expect(() => loadLinuxNative().testSkipPathChecks(2)).toThrow(/for tests only/);
+  });
+
+  // Fail closed: a host already nested 16 Landlock layers deep (the kernel's limit) has no room
+  // for the envelope; the spawn throws and nothing runs. With 14 layers, room for the envelope
+  // and the command's own, it runs.
+  it.skipIf(landlockSkip)(`a host with no Landlock layer left for the envelope: the spawn is refused and nothing runs${landlockSkip ? ` (skipped: ${landlockSkip})` : ''}`, () => {
+    const ran = path.join(scene.ws, 'ran');
+    const host = hostScript(
+      scene.root,
+      'nested-host.js',
+      `try {
+  const p = lib.spawn('/bin/sh', ['-c', 'echo ran > ${ran}'], { policy: { mode: 'landlock', degraded: true, filesystem: { write: [${JSON.stringify(scene.ws)}] } }, cwd: ${JSON.stringify(scene.ws)}, stdio: 'ignore' });
+  p.on('exit', (c) => console.log('exit', c));
+} catch (e) {
+  console.log('threw', e.code, e.message);
+}`,
+    );
+    const layered = (n: number) => spawnSync(PYTHON, ['-c', LAYERS, String(n), NODE, host], { encoding: 'utf8', timeout: 60_000 });
+    const full = layered(16);
+    expect(full.stdout, full.stderr).toBe("threw ELANDLOCK_UNSUPPORTED the supervision's Landlock envelope could not be applied\n");
+    expect(fs.existsSync(ran)).toBe(false);
+    const room = layered(14);
+    expect(room.stdout, room.stderr).toBe('exit 0\n');
+    expect(fs.readFileSync(ran, 'utf8')).toBe('ran\n');
   });
 
   for (const { name: mode, skip } of MODES) {

@@ -254,12 +254,13 @@ function planLandlock(s: PlanState): void {
 /**
  * Landlock mode: the outer envelope its supervision is confined to (lib/native.ts
  * landlock.envelope): the grants before carving, and the `changes: 'record'` journal directory,
- * which the supervision writes and the command is denied.
+ * which the supervision writes and the command is denied. A writable root swapped for a link
+ * since planning gets no rule in it (exact) rather than failing there: the command's own rule
+ * then fails the spawn as it always did (ELOOP, EMOUNT_SETUP), and nothing moves either way.
  */
 function envelopeOf(grants: LandlockRule[], input: LinuxPlanInput): NonNullable<LinuxNativePlan['landlock']>['envelope'] {
-  const out = grants.map(({ path: p, access }) => ({ path: p, access }));
-  if (input.changes) out.push({ path: input.changes.dir, access: 'write' });
-  return out;
+  const writes = [...grants.filter((r) => r.access === 'write').map((r) => r.path), ...(input.changes ? [input.changes.dir] : [])];
+  return [...grants.filter((r) => r.access !== 'write').map(({ path: p, access }) => ({ path: p, access })), ...writes.map((p) => ({ path: p, access: 'write' as const, exact: true }))];
 }
 
 /** Landlock mode's metadata supervisor: where it carries out chmod and friends, and what it treats as readable. */

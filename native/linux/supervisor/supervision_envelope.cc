@@ -44,21 +44,24 @@ Status SpawnWhereSupervised(const LinuxSpawnPlan& plan, const std::function<Stat
   const LandlockPlan envelope = SupervisionEnvelope(plan);
   int err = 0;
   SupervisionThread* t = StartSupervisionThread(envelope, &err);
-  if (t == nullptr) {
-    return Status::Sys(ErrorCode::kESECCOMP_INSTALL, "the supervision's thread could not be confined by its Landlock envelope",
-                       "landlock_restrict_self", -err);
-  }
+  if (t == nullptr) return Status::Sys(ErrorCode::kESECCOMP_INSTALL, "the supervision's thread could not be started", "pthread_create", -err);
   struct Job {
     const std::function<Status(int*)>* spawn;
     Status s;
     int pidfd = -1;
   } job{&spawn, {}};
-  RunOnSupervisionThread(
+  const int confined = RunOnSupervisionThread(
       t, [](void* a) {
         Job* j = static_cast<Job*>(a);
         j->s = (*j->spawn)(&j->pidfd);
       },
       &job);
+  // Fail closed: nothing was spawned. As for the command's own Landlock layer (E2BIG: the host
+  // is nested too deep already, 16 layers at most; the envelope takes one more per sandbox).
+  if (confined < 0) {
+    return Status::Sys(ErrorCode::kELANDLOCK_UNSUPPORTED, "the supervision's Landlock envelope could not be applied",
+                       "landlock_restrict_self", -confined);
+  }
   if (!job.s.ok()) {
     EndSupervisionThread(t);
     return job.s;

@@ -457,9 +457,8 @@ void* Main(void* arg) {
 struct SupervisionThread {
   std::mutex mu;
   std::condition_variable cv;
-  const LandlockPlan* envelope = nullptr;  // until reported
-  bool reported = false;
-  int err = 0;
+  const LandlockPlan* envelope = nullptr;  // until the thread has confined itself
+  int err = 0;  // -errno: it could not, and has ended
   void (*job)(void*) = nullptr;
   void* job_arg = nullptr;
   Supervisor* serve = nullptr;
@@ -489,14 +488,13 @@ void* SupervisionMain(void* arg) {
   // Both are per task without TSYNC: the host's other threads stay as they were.
   int err = prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 ? 0 : -errno;
   if (err == 0) err = ApplyLandlockInChild(*t->envelope);
-  {
-    std::lock_guard<std::mutex> g(t->mu);
-    t->err = err;
-    t->reported = true;
-    t->cv.notify_all();
-  }
-  if (err < 0) return nullptr;  // StartSupervisionThread frees t
   std::unique_lock<std::mutex> g(t->mu);
+  t->envelope = nullptr;  // the JS thread's, which may go once a job returns
+  if (err < 0) {
+    t->err = err;  // RunOnSupervisionThread frees t
+    t->cv.notify_all();
+    return nullptr;
+  }
   for (;;) {
     t->cv.wait(g, [t] { return t->job != nullptr || t->serve != nullptr || t->end; });
     if (t->job == nullptr) break;
@@ -569,24 +567,21 @@ SupervisionThread* StartSupervisionThread(const LandlockPlan& envelope, int* err
     *err = -rc;
     return nullptr;
   }
-  std::unique_lock<std::mutex> g(t->mu);
-  t->cv.wait(g, [t] { return t->reported; });
-  if (t->err < 0) {
-    *err = t->err;
-    g.unlock();
-    delete t;  // the thread has returned, or returns without touching it again
-    return nullptr;
-  }
-  t->envelope = nullptr;
-  return t;
+  return t;  // confining itself meanwhile: the first job waits for it (one wake-up less)
 }
 
-void RunOnSupervisionThread(SupervisionThread* t, void (*fn)(void*), void* arg) noexcept {
+int RunOnSupervisionThread(SupervisionThread* t, void (*fn)(void*), void* arg) noexcept {
   std::unique_lock<std::mutex> g(t->mu);
   t->job = fn;
   t->job_arg = arg;
   t->cv.notify_all();
-  t->cv.wait(g, [t] { return t->job == nullptr; });
+  t->cv.wait(g, [t] { return t->job == nullptr || t->err < 0; });
+  const int err = t->err;
+  if (err < 0) {
+    g.unlock();
+    delete t;  // the thread has returned, or returns without touching it again
+  }
+  return err;
 }
 
 void SupervisionThreadSpawned(SupervisionThread* t, int init_pidfd) noexcept {

@@ -60,10 +60,12 @@ int StartSupervisor(napi_env env, int listener_fd, SupervisorConfig config, Supe
 // supervision_envelope.h) before anything else; the command is then spawned from it
 // (RunOnSupervisionThread), so the command's own domain nests under the envelope and the
 // supervision, confined, may still reach it (Landlock's ptrace rule). nullptr with *err = -errno
-// when the thread could not start or confine itself (it has ended then).
+// when the thread could not start. `envelope` must live until RunOnSupervisionThread returns.
 SupervisionThread* StartSupervisionThread(const LandlockPlan& envelope, int* err) noexcept;
-// Runs fn on the thread and waits until it has returned.
-void RunOnSupervisionThread(SupervisionThread* t, void (*fn)(void*), void* arg) noexcept;
+// Runs fn on the thread once it has confined itself, and waits until fn has returned: 0; or
+// -errno without running fn when the thread could not confine itself (it has ended, and t is
+// gone).
+int RunOnSupervisionThread(SupervisionThread* t, void (*fn)(void*), void* arg) noexcept;
 // The spawn run on it succeeded: the thread outlives init (a copy of init_pidfd is taken), whose
 // parent it is (supervisor.cc OutliveInit).
 void SupervisionThreadSpawned(SupervisionThread* t, int init_pidfd) noexcept;
