@@ -19,7 +19,8 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest';
 
 import { loadLinuxNative } from '../../lib/native';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
-import { hostScript, makeScene, NODE, py, PYTHON } from '../helpers/sandbox';
+import { spareStats } from '../../lib/platform/linux/spare';
+import { eventually, hostScript, makeScene, NODE, py, PYTHON } from '../helpers/sandbox';
 
 const scene = makeScene('envelope');
 afterAll(() => scene.cleanup());
@@ -102,6 +103,24 @@ describe.runIf(caps.linux)('the supervision confined to the policy\'s outer enve
     expect(fs.readFileSync(outside, 'utf8')).toBe('original');
     const after = fs.statSync(outside, { bigint: true });
     expect([after.mtimeNs, after.ctimeNs, after.size]).toEqual([before.mtimeNs, before.ctimeNs, before.size]);
+  });
+
+  // A sandbox prepared ahead (linux/spare.ts) is prepared on a supervision thread of its own,
+  // confined the same way, which serves the run that uses it.
+  it.skipIf(landlockSkip)(`a run served by a sandbox prepared ahead: the same backstop${landlockSkip ? ` (skipped: ${landlockSkip})` : ''}`, async () => {
+    const { outside, prot, inside, policy } = files();
+    const ready = spareStats().ready;
+    for (let i = 0; i < 2; i++) expect((await py('pass', [], { cwd: scene.ws, policy })).code).toBe(0);
+    expect(await eventually(() => spareStats().ready > ready, 30_000), 'a spare was prepared').toBe(true);
+    const used = spareStats().used;
+    skipChecks(2);
+    const r = await py(WRITE, [outside, prot, inside], { cwd: scene.ws, policy });
+    expect(spareStats().used, 'the run was served by the spare').toBe(used + 1);
+    expect(r.enforcement.mechanisms.preparedAhead).toBe(true);
+    expect(r.enforcement.mechanisms.supervision).toMatch(/^confined by Landlock to the policy's outer envelope/);
+    expect(r.stdout).toBe('errno 13\nok\nok\n');
+    expect(fs.readFileSync(outside, 'utf8')).toBe('original');
+    expect(fs.readFileSync(prot, 'utf8')).toBe('changed');
   });
 
   it.skipIf(landlockSkip)(`the hook is refused without PSB_TEST_HOOKS=1${landlockSkip ? ` (skipped: ${landlockSkip})` : ''}`, () => {

@@ -539,8 +539,8 @@ int StartThread(void* (*fn)(void*), void* arg) {
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  // The largest frame of the supervision holds a 4 kB page and PATH_MAX; the spawn's parent side
-  // (SupervisionThread) less.
+  // The supervision's largest frame holds a 4 kB page and PATH_MAX; the spawn's parent side
+  // (run on a supervision thread, SupervisionMain) needs less.
   pthread_attr_setstacksize(&attr, 512 * 1024);
   sigset_t all, old;
   sigfillset(&all);
