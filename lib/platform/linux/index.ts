@@ -97,7 +97,7 @@ function withNativeFacts(
   const mechanisms = { ...report.mechanisms };
   if (preparedAhead) mechanisms.preparedAhead = true;
   // Landlock mode: what the supervision (the host's thread that carries out supervised calls for
-  // the command) may reach. A sandbox prepared ahead is served by an unconfined one.
+  // the command) may reach, as the addon made it (a sandbox prepared ahead included).
   if (res.supervisionConfined !== undefined) mechanisms.supervision = res.supervisionConfined ? SUPERVISION_CONFINED : SUPERVISION_UNCONFINED;
   if (res.landlockAbi) mechanisms.landlockAbi = res.landlockAbi;
   if (res.sharedNetns) {
