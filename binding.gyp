@@ -5,7 +5,10 @@
     'target_name': 'process_sandbox',
     'sources': ["<!@(node -p \"require('./native/sources.json').common.join(' ')\")"],
     'dependencies': ["<!(node -p \"require('node-addon-api').targets\"):node_addon_api_except"],
-    'defines': ['NAPI_VERSION=8', 'NODE_ADDON_API_DISABLE_DEPRECATED'],
+    # NODE_API_SWALLOW_UNTHROWABLE_EXCEPTIONS: a callback that fails while a Worker's env is being
+    # torn down (an AsyncWorker's OnOK calling JS) must not turn into a C++ exception that escapes
+    # into libuv and aborts the whole host ("terminate called after throwing Napi::Error").
+    'defines': ['NAPI_VERSION=8', 'NODE_ADDON_API_DISABLE_DEPRECATED', 'NODE_API_SWALLOW_UNTHROWABLE_EXCEPTIONS'],
     'conditions': [
       ['OS=="linux"', {
         'sources': ["<!@(node -p \"require('./native/sources.json').linux.join(' ')\")"],

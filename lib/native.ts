@@ -37,6 +37,13 @@ export interface LinuxNativePlan {
     connectPorts?: number[];
     /** Landlock mode: device rights for the terminals on fds 0-2, by inode (landlock.h). */
     stdioTerminals?: boolean;
+    /**
+     * Landlock mode: the policy's outer envelope (its grants before deny-read carving: readable
+     * and writable roots whole, devices, TMPDIR). The supervision's thread confines itself to it
+     * (plus /proc and the terminals on stdio) before it spawns the command
+     * (native/linux/supervisor/supervision_envelope.cc).
+     */
+    envelope?: Array<{ path: string; access: 'read' | 'write' | 'device' | 'list'; exact?: boolean }>;
   };
   /** unixSockets: allow socket(AF_UNIX, SOCK_STREAM|SOCK_SEQPACKET) whatever `net` says. */
   /**
@@ -124,6 +131,11 @@ export interface LinuxSpawnResult {
   ptyFd?: number;
   /** Isolated mode without a proxy: init joined the process-wide empty network namespace. */
   sharedNetns?: boolean;
+  /**
+   * Landlock mode with a supervisor: whether it acts from inside the policy's outer envelope
+   * (Landlock, native/linux/supervisor/supervision_envelope.h) or with the host's authority.
+   */
+  supervisionConfined?: boolean;
 }
 
 export interface LinuxProbe {
@@ -239,6 +251,12 @@ export interface LinuxNative extends NativeCommon, NativeRelay {
   seccompSelfCheck(): { mismatches: number; cases: number; configs: number; first: string };
   /** Test hook: a POSIX record lock (fcntl F_SETLK, whole file) taken (true) or released on fd by this process; 0 or -errno. */
   testPosixLock(fd: number, lock: boolean): number;
+  /**
+   * Test hook (throws unless PSB_TEST_HOOKS=1): the path supervisor's write checks to skip in this
+   * process, 1: the held-terminal check, 2: the writable-root check; 0: none
+   * (native/linux/supervisor/supervise_paths.h).
+   */
+  testSkipPathChecks(skips: number): void;
   /** A pseudo-terminal pair (both close-on-exec) with the given window size. */
   openPty(cols: number, rows: number): { master: number; slave: number; name: string };
   resizePty(fd: number, cols: number, rows: number): void;

@@ -25,6 +25,7 @@
 #include "stdio_adopt.h"
 #include "supervisor/supervise_connect.h"
 #include "supervisor/supervise_paths.h"
+#include "supervisor/supervision_envelope.h"
 #include "tree_walk.h"
 
 namespace psb {
@@ -46,11 +47,21 @@ Napi::Value SpawnJs(const Napi::CallbackInfo& info) {
   if (supervisor.paths.enabled && plan.landlock && plan.landlock_plan.stdio_terminals) {
     RecordStdioTerminals(&supervisor.paths, plan.stdio);
   }
+  // Landlock mode with a supervision: spawned from the supervision's thread, confined by the
+  // policy's outer envelope first (supervisor.h, StartSupervisionThread).
   LinuxSpawnResult res;
-  Status s = SpawnLinux(plan, &res);
+  SupervisionThread* on = nullptr;
+  Status s = SpawnWhereSupervised(
+      plan,
+      [&](int* pidfd) {
+        Status st = SpawnLinux(plan, &res);
+        *pidfd = res.pidfd;
+        return st;
+      },
+      &on);
   if (!s.ok()) ThrowSandboxError(env, s);
   return WatchStarted(env, res, std::move(supervisor), info[1].As<Napi::Function>(), &ends,
-                      plan.landlock ? plan.landlock_plan.abi : 0);
+                      plan.landlock ? plan.landlock_plan.abi : 0, on);
 }
 
 // native.listenLoopback() -> { fd, port }: a listener on 127.0.0.1 for Landlock mode's proxy.
@@ -204,6 +215,7 @@ void InitPlatform(Napi::Env env, Napi::Object exports) {
   exports.Set("closeChangesJournal", Napi::Function::New(env, CloseChangesJournalJs, "closeChangesJournal"));
   exports.Set("mkfifo", Napi::Function::New(env, MkfifoJs, "mkfifo"));
   exports.Set("testPosixLock", Napi::Function::New(env, TestPosixLockJs, "testPosixLock"));
+  exports.Set("testSkipPathChecks", Napi::Function::New(env, TestSkipPathChecksJs, "testSkipPathChecks"));
   exports.Set("seccompSelfCheck", Napi::Function::New(env, SeccompSelfCheckJs, "seccompSelfCheck"));
   RegisterPty(env, exports);
   RegisterTreeWalk(env, exports);

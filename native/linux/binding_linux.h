@@ -43,6 +43,7 @@ Napi::Value CgroupDelegatedJs(const Napi::CallbackInfo& info);
 Napi::Value UidTaskCountJs(const Napi::CallbackInfo& info);
 Napi::Value SeccompSelfCheckJs(const Napi::CallbackInfo& info);
 Napi::Value TestPosixLockJs(const Napi::CallbackInfo& info);
+Napi::Value TestSkipPathChecksJs(const Napi::CallbackInfo& info);
 
 // exit_watch.h: KillJs, SetRefJs.
 

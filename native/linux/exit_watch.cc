@@ -154,9 +154,11 @@ void TeardownWatch(napi_async_cleanup_hook_handle, void* arg) {
 }  // namespace
 
 Napi::Value WatchStarted(Napi::Env env, const LinuxSpawnResult& res, SupervisorConfig&& supervisor,
-                         const Napi::Function& on_exit, StdioEnds* ends, int landlock_abi) {
+                         const Napi::Function& on_exit, StdioEnds* ends, int landlock_abi,
+                         SupervisionThread* on) {
   ChildWatch* w = new ChildWatch();
   w->res = res;
+  const bool confined = on != nullptr;  // the supervision acts from inside its envelope
   uv_loop_t* loop = nullptr;
   napi_get_uv_event_loop(env, &loop);
   if (res.seccomp_listener_fd >= 0) {
@@ -173,13 +175,15 @@ Napi::Value WatchStarted(Napi::Env env, const LinuxSpawnResult& res, SupervisorC
     // its mounts are made (and before the supervisor answers the command's first listing).
     if (supervisor.hide.enabled) ResolveHidden(&supervisor.hide, res.pid);
     // Owned by the supervisor from here on, whatever happens.
-    int r = StartSupervisor(env, res.seccomp_listener_fd, std::move(supervisor));
+    int r = StartSupervisor(env, res.seccomp_listener_fd, std::move(supervisor), on);
+    on = nullptr;
     w->res.seccomp_listener_fd = -1;
     if (r < 0) {
       // The command runs already: its connects would fail (ENOSYS), never leak. Stop it anyway.
       SignalTree(w->res, SIGKILL);
     }
   }
+  if (on != nullptr) EndSupervisionThread(on);  // no listener: nothing to serve
   w->on_exit = Napi::Persistent(on_exit);
   // Before any poll exists (see ChildWatch::cleanup). If it cannot be added, the watch works as
   // before, without teardown on env exit.
@@ -209,6 +213,7 @@ Napi::Value WatchStarted(Napi::Env env, const LinuxSpawnResult& res, SupervisorC
   if (res.proxy_listener_fd >= 0) result.Set("listenerFd", Napi::Number::New(env, res.proxy_listener_fd));
   if (res.pty_master_fd >= 0) result.Set("ptyFd", Napi::Number::New(env, res.pty_master_fd));
   result.Set("sharedNetns", Napi::Boolean::New(env, res.shared_netns));
+  if (res.seccomp_listener_fd >= 0) result.Set("supervisionConfined", Napi::Boolean::New(env, confined));
   return result;
 }
 

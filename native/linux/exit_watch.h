@@ -13,9 +13,12 @@
 namespace psb {
 
 // A started sandbox: its supervisor, its exit watch, and the JS result
-// { pid, handle, fds, landlockAbi, listenerFd?, ptyFd?, sharedNetns }.
+// { pid, handle, fds, landlockAbi, listenerFd?, ptyFd?, sharedNetns, supervisionConfined? }
+// (supervisionConfined, with a supervisor: whether it is served from `on`, confined by the
+// policy's outer envelope, supervisor.h StartSupervisionThread).
 Napi::Value WatchStarted(Napi::Env env, const LinuxSpawnResult& res, SupervisorConfig&& supervisor,
-                         const Napi::Function& on_exit, StdioEnds* ends, int landlock_abi);
+                         const Napi::Function& on_exit, StdioEnds* ends, int landlock_abi,
+                         SupervisionThread* on = nullptr);
 
 Napi::Value KillJs(const Napi::CallbackInfo& info);
 Napi::Value SetRefJs(const Napi::CallbackInfo& info);

@@ -7,6 +7,8 @@
 #include <fcntl.h>
 #include <napi.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <sys/xattr.h>
@@ -19,6 +21,7 @@
 #include "seccomp.h"
 #include "spawn_linux.h"
 #include "supervisor/supervise_connect.h"
+#include "supervisor/supervise_paths.h"
 #include "supervisor/task_access.h"
 #include "syscall_numbers.h"
 
@@ -138,6 +141,18 @@ Napi::Value TestPosixLockJs(const Napi::CallbackInfo& info) {
   fl.l_whence = SEEK_SET;
   const int r = fcntl(info[0].As<Napi::Number>().Int32Value(), F_SETLK, &fl);
   return Napi::Number::New(env, r == 0 ? 0 : -errno);
+}
+
+// native.testSkipPathChecks(skips) -> undefined: the path class's write checks to skip in this
+// process (supervise_paths.h kSkip*; 0: none). For tests only, and refused (a TypeError) unless
+// the environment has PSB_TEST_HOOKS=1: the checks stay in force for any host that did not ask.
+Napi::Value TestSkipPathChecksJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const char* on = getenv("PSB_TEST_HOOKS");
+  if (on == nullptr || strcmp(on, "1") != 0) throw Napi::TypeError::New(env, "native.testSkipPathChecks is for tests only (PSB_TEST_HOOKS=1)");
+  if (info.Length() != 1 || !info[0].IsNumber()) throw Napi::TypeError::New(env, "Usage: native.testSkipPathChecks(skips)");
+  SetPathCheckSkips(info[0].As<Napi::Number>().Uint32Value());
+  return env.Undefined();
 }
 
 }  // namespace psb

@@ -19,6 +19,24 @@
 namespace psb {
 namespace {
 
+// plan.landlock's rules (or its envelope's) into ll, for ll->abi.
+void AddRules(const Napi::Array& rules, const char* what, LandlockPlan* ll) {
+  const int abi = ll->abi;
+  for (uint32_t i = 0; i < rules.Length(); ++i) {
+    Napi::Object r = GetObjectAt(rules, i, what);
+    std::string access = GetString(r, "access");
+    uint64_t bits = LandlockReadAccess(abi);
+    if (access == "write") bits = LandlockWriteAccess(abi);
+    if (access == "list") bits = landlock::kFsReadDir;
+    if (access == "device") {
+      bits |= landlock::kFsWriteFile | (abi >= 5 ? landlock::kFsIoctlDev : 0) | (abi >= 3 ? landlock::kFsTruncate : 0);
+    }
+    const uint8_t flags = (GetBool(r, "exact", false) ? LandlockPlan::kPathExact : 0) |
+                          (GetBool(r, "volatile", false) ? LandlockPlan::kPathVolatile : 0);
+    ll->AddPath(GetString(r, "path"), bits, flags);
+  }
+}
+
 void FillLandlock(Napi::Env env, const Napi::Object& o, LandlockPlan* ll) {
   int abi = LandlockAbi();
   if (abi <= 0) {
@@ -34,20 +52,7 @@ void FillLandlock(Napi::Env env, const Napi::Object& o, LandlockPlan* ll) {
     if (GetBool(o, "scopeSignals", true)) ll->scoped |= landlock::kScopeSignal;
     if (net != "full") ll->scoped |= landlock::kScopeAbstractUnix;
   }
-  Napi::Array rules = GetArray(o, "rules");
-  for (uint32_t i = 0; i < rules.Length(); ++i) {
-    Napi::Object r = GetObjectAt(rules, i, "plan.landlock.rules");
-    std::string access = GetString(r, "access");
-    uint64_t bits = LandlockReadAccess(abi);
-    if (access == "write") bits = LandlockWriteAccess(abi);
-    if (access == "list") bits = landlock::kFsReadDir;
-    if (access == "device") {
-      bits |= landlock::kFsWriteFile | (abi >= 5 ? landlock::kFsIoctlDev : 0) | (abi >= 3 ? landlock::kFsTruncate : 0);
-    }
-    const uint8_t flags = (GetBool(r, "exact", false) ? LandlockPlan::kPathExact : 0) |
-                          (GetBool(r, "volatile", false) ? LandlockPlan::kPathVolatile : 0);
-    ll->AddPath(GetString(r, "path"), bits, flags);
-  }
+  AddRules(GetArray(o, "rules"), "plan.landlock.rules", ll);
   ll->stdio_terminals = GetBool(o, "stdioTerminals", false);
   Napi::Value ports = o.Get("connectPorts");
   if (ports.IsArray()) {
@@ -139,6 +144,12 @@ void ParsePlan(Napi::Env env, const Napi::Object& o, LinuxSpawnPlan* out, Superv
   if (ll.IsObject()) {
     plan.landlock = true;
     FillLandlock(env, ll.As<Napi::Object>(), &plan.landlock_plan);
+    Napi::Value e = ll.As<Napi::Object>().Get("envelope");
+    if (e.IsArray()) {
+      plan.envelope_plan.abi = plan.landlock_plan.abi;
+      plan.envelope_plan.handled_fs = plan.landlock_plan.handled_fs;
+      AddRules(e.As<Napi::Array>(), "plan.landlock.envelope", &plan.envelope_plan);
+    }
   }
   Napi::Value sc = o.Get("seccomp");
   uint16_t& connect_port = supervisor->proxy_port;

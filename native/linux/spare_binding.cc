@@ -16,13 +16,15 @@
 #include "plan_parse.h"
 #include "proc_fields.h"
 #include "spawn_linux.h"
+#include "supervisor/supervision_envelope.h"
 
 namespace psb {
 namespace {
 
 // A spare's JS handle, returned at once while a thread of libuv's pool prepares the spare (those
 // threads live as long as the process, which init's parent-death signal needs: it follows the
-// thread that cloned it). Using or discarding it waits for the preparation to end; it is used
+// thread that cloned it; in Landlock mode with a supervision the pool thread has the spare
+// prepared on the supervision's thread, which outlives init: supervision_envelope.h). Using or discarding it waits for the preparation to end; it is used
 // or discarded once. Whatever is left when the env goes away (a Worker ending, the process
 // exiting) or JS drops the handle is discarded then, without waiting.
 struct SpareRecord {
@@ -32,6 +34,9 @@ struct SpareRecord {
   bool abandoned = false;  // dropped before it ended: the pool thread discards what it made
   Status status;
   LinuxSpare* spare = nullptr;
+  // Landlock mode with a supervision: the thread the spare was prepared on, confined by the
+  // envelope, which serves its supervision when it is used (supervision_envelope.h).
+  SupervisionThread* on = nullptr;
   SupervisorConfig supervisor;
   int landlock_abi = 0;
   napi_env env = nullptr;
@@ -42,23 +47,33 @@ struct SpareRecord {
     if (--refs == 0) delete this;
   }
   // The prepared spare, now owned by the caller (null if preparing failed or it was taken).
-  LinuxSpare* Take() {
+  LinuxSpare* Take(SupervisionThread** thread) {
     std::unique_lock<std::mutex> lock(mu);
     cv.wait(lock, [this] { return done; });
     LinuxSpare* s = spare;
     spare = nullptr;
+    *thread = on;
+    on = nullptr;
     return s;
   }
   // Without waiting: what was made is discarded now, or by the pool thread when it is done.
   void Abandon() {
     LinuxSpare* s;
+    SupervisionThread* t;
     {
       std::lock_guard<std::mutex> lock(mu);
       abandoned = true;
       s = spare;
       spare = nullptr;
+      t = on;
+      on = nullptr;
     }
+    Discard(s, t);
+  }
+  // The spare's processes exit and are reaped, then its thread ends.
+  static void Discard(LinuxSpare* s, SupervisionThread* t) {
     if (s != nullptr) DiscardSpare(s);
+    if (t != nullptr) EndSupervisionThread(t);
   }
   void Unhook() {
     if (hooked) napi_remove_env_cleanup_hook(env, OnEnvExit, this);
@@ -78,17 +93,29 @@ class PrepareWorker : public Napi::AsyncWorker {
   ~PrepareWorker() override { rec_->Release(); }
   void Execute() override {
     LinuxSpare* spare = nullptr;
-    Status st = PrepareSpare(std::move(plan_), &spare);
+    SupervisionThread* on = nullptr;
+    // Where its supervision will act from, as native.spawn does (binding_linux.cc).
+    Status st = SpawnWhereSupervised(
+        plan_,
+        [&](int* pidfd) {
+          Status s = PrepareSpare(std::move(plan_), &spare);
+          if (spare != nullptr) *pidfd = SparePidfd(spare);
+          return s;
+        },
+        &on);
     bool abandoned;
     {
       std::lock_guard<std::mutex> lock(rec_->mu);
       abandoned = rec_->abandoned;
       rec_->status = st;
-      if (!abandoned) rec_->spare = spare;
+      if (!abandoned) {
+        rec_->spare = spare;
+        rec_->on = on;
+      }
       rec_->done = true;
     }
     rec_->cv.notify_all();
-    if (abandoned && spare != nullptr) DiscardSpare(spare);
+    if (abandoned) SpareRecord::Discard(spare, on);
   }
   void OnOK() override {
     Napi::Env env = Env();
@@ -164,10 +191,11 @@ Napi::Value SpawnSpareJs(const Napi::CallbackInfo& info) {
   StdioEnds ends;
   ParseStdio(env, GetArray(o, "stdio"), &go.stdio, &ends);
   rec->Unhook();
-  LinuxSpare* spare = rec->Take();
+  SupervisionThread* on = nullptr;
+  LinuxSpare* spare = rec->Take(&on);
   int mask = ReadUmask();
   if (spare == nullptr || mask < 0) {
-    if (spare != nullptr) DiscardSpare(spare);
+    SpareRecord::Discard(spare, on);
     return env.Null();
   }
   go.umask = static_cast<unsigned>(mask);
@@ -184,10 +212,13 @@ Napi::Value SpawnSpareJs(const Napi::CallbackInfo& info) {
   }
   LinuxSpawnResult res;
   bool used = false;
-  Status s = GoSpare(spare, go, &res, &used);
-  if (!s.ok()) ThrowSandboxError(env, s);
-  if (!used) return env.Null();
-  return WatchStarted(env, res, std::move(rec->supervisor), info[2].As<Napi::Function>(), &ends, rec->landlock_abi);
+  Status s = GoSpare(spare, go, &res, &used);  // the spare is gone (reaped) unless used
+  if (!s.ok() || !used) {
+    SpareRecord::Discard(nullptr, on);
+    if (!s.ok()) ThrowSandboxError(env, s);
+    return env.Null();
+  }
+  return WatchStarted(env, res, std::move(rec->supervisor), info[2].As<Napi::Function>(), &ends, rec->landlock_abi, on);
 }
 
 // Ends a spare unused on a thread of libuv's pool (its preparation may still be under way, and its
@@ -198,8 +229,9 @@ class DiscardWorker : public Napi::AsyncWorker {
     handle_ = Napi::Persistent(handle);  // the record lives until we are done
   }
   void Execute() override {
-    LinuxSpare* spare = rec_->Take();
-    if (spare != nullptr) DiscardSpare(spare);
+    SupervisionThread* on = nullptr;
+    LinuxSpare* spare = rec_->Take(&on);
+    SpareRecord::Discard(spare, on);
   }
 
  private:
@@ -220,8 +252,9 @@ Napi::Value DiscardSpareAsyncJs(const Napi::CallbackInfo& info) {
 Napi::Value DiscardSpareJs(const Napi::CallbackInfo& info) {
   SpareRecord* rec = SpareArg(info);
   rec->Unhook();
-  LinuxSpare* spare = rec->Take();
-  if (spare != nullptr) DiscardSpare(spare);
+  SupervisionThread* on = nullptr;
+  LinuxSpare* spare = rec->Take(&on);
+  SpareRecord::Discard(spare, on);
   return info.Env().Undefined();
 }
 

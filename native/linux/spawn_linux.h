@@ -5,8 +5,10 @@
 //   Status s = SpawnLinux(plan, &res); // parent; blocks until the command has exec'd or failed
 //   ... watch res.pidfd; on readable: CollectExit(res, &code, &signal)
 //
-// Threading: SpawnLinux runs on the JS thread. Everything the child needs is allocated before
-// clone. Child-side functions carry the InChild suffix and make raw syscalls only (raw_syscall.h).
+// Threading: SpawnLinux runs on the JS thread, or in Landlock mode with a supervision on the
+// supervision's thread, confined by the policy's outer envelope, while the JS thread waits
+// (supervisor/supervision_envelope.h SpawnWhereSupervised). Everything the child needs is
+// allocated before clone. Child-side functions carry the InChild suffix and make raw syscalls only (raw_syscall.h).
 //
 // Shapes:
 //   kPlain / kLandlock: clone(CLONE_VM|CLONE_VFORK) straight into the command: no page-table copy,
@@ -87,6 +89,9 @@ struct LinuxSpawnPlan {
   int tmp_slots = 0;
   bool landlock = false;            // apply plan.landlock in the command
   LandlockPlan landlock_plan;
+  // Landlock mode: the policy's outer envelope (plan.landlock.envelope), the supervision's
+  // (supervisor/supervision_envelope.h); abi 0 when the plan has none.
+  LandlockPlan envelope_plan;
   bool seccomp = false;
   std::vector<sock_filter> seccomp_filter;
   // Landlock mode: the filter notifies connect() (SeccompConfig::notify_connect). The command
@@ -159,8 +164,8 @@ int SignalTree(const LinuxSpawnResult& res, int sig) noexcept;
 
 // Landlock mode, prepared ahead (spawn_spare.cc): a sandbox set up completely, whose command
 // waits for its argv, envp, cwd and stdio. PrepareSpare blocks until the command is parked; run it
-// on a thread that lives as long as the process (init's parent-death signal follows the thread
-// that cloned it). The spare is used by GoSpare or discarded (DiscardSpare), never both, once.
+// on a thread that lives as long as the process, or at least as long as init (init's
+// parent-death signal follows the thread that cloned it: a supervision thread outlives init). The spare is used by GoSpare or discarded (DiscardSpare), never both, once.
 struct LinuxSpare;
 struct SpareGo {
   std::string file;
@@ -177,6 +182,7 @@ Status PrepareSpare(LinuxSpawnPlan&& plan, LinuxSpare** out) noexcept;
 // was made from names another inode now (or too many stdio fds): the caller spawns afresh.
 Status GoSpare(LinuxSpare* spare, SpareGo& go, LinuxSpawnResult* out, bool* used) noexcept;
 void DiscardSpare(LinuxSpare* spare) noexcept;
+int SparePidfd(const LinuxSpare* spare) noexcept;  // its init's (the spare keeps it)
 
 // Probes used by probe(): can this process create the namespaces isolated mode needs?
 // Returns 0 or -errno from the attempt; *procfs gets 0 or -errno from mounting a fresh procfs in

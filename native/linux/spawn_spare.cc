@@ -198,4 +198,6 @@ Status GoSpare(LinuxSpare* spare, SpareGo& go, LinuxSpawnResult* out, bool* used
 
 void DiscardSpare(LinuxSpare* s) noexcept { delete s; }
 
+int SparePidfd(const LinuxSpare* s) noexcept { return s->res.pidfd; }
+
 }  // namespace psb

@@ -16,9 +16,10 @@ import { spawn as spawnHost, type ChildProcessWithoutNullStreams } from 'node:ch
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import readline from 'node:readline';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
 
 import { spawn } from '../../lib/index';
+import { loadLinuxNative } from '../../lib/native';
 import type { SandboxPolicy } from '../../lib/policy-types';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
 import { BASE_ENV, makeScene, py, PYTHON } from '../helpers/sandbox';
@@ -189,6 +190,57 @@ ${ATTACK.replace('path, onto, via, marker = sys.argv[1], int(sys.argv[2]), sys.a
     expect(out).toContain('rw-errno 13\r\nro-errno 13\r\n');
     expect(seen.out).toBe('END-OUT');
     expect(seen.in).toBe(`${TYPED}END-IN`);
+  });
+});
+
+// The kernel's backstop: Landlock mode's supervision is confined to the policy's outer envelope
+// (native/linux/supervisor/supervision_envelope.h), which grants the terminals on the command's
+// stdio by inode and no other. With the path supervisor's held-terminal check switched off (a
+// test hook standing for a judging bug), the attack is still refused, by the kernel (EACCES),
+// and the command's own terminal still opens.
+describe.runIf(caps.linux)('the held-terminal check switched off (test hook, Landlock mode)', () => {
+  const s = MODES.find((m) => m.name === 'landlock')!.skip ?? landlockSkip ?? (caps.python ? undefined : 'no system python3');
+  const skipChecks = (skips: number) => {
+    process.env.PSB_TEST_HOOKS = '1';
+    loadLinuxNative().testSkipPathChecks(skips);
+  };
+  afterEach(() => skipChecks(0));
+
+  for (const [onto, via] of [
+    [0, 'name'],
+    [2, 'wo'],
+    [0, 'std'],
+  ] as const) {
+    it.skipIf(s)(`O_PATH onto fd ${onto}, then a write-open ${via === 'std' ? 'through /dev/std*' : 'by name'}: the kernel refuses it${s ? ` (skipped: ${s})` : ''}`, async () => {
+      const t = new HostTerminal();
+      const path = await t.open();
+      const m = marker();
+      skipChecks(1);
+      const r = await py(ATTACK, [path, String(onto), via, m], { cwd: scene.ws, policy: policyFor('landlock') });
+      const seen = await t.finish();
+      expect(r.enforcement.mechanisms.pathSupervisor).toBe('seccomp-user-notif');
+      expect(r.enforcement.mechanisms.supervision).toMatch(/^confined by Landlock/);
+      expect(r.stdout).toBe('rw-errno 13\nro-errno 13\n');
+      // The outside: nothing was printed on the other terminal, the typed line is unread.
+      expect(seen.out).toBe('END-OUT');
+      expect(seen.in).toBe(`${TYPED}END-IN`);
+    });
+  }
+
+  it.skipIf(s)(`control: the command's own terminal still opens by name and is written${s ? ` (skipped: ${s})` : ''}`, async () => {
+    skipChecks(1);
+    const script = `
+import os
+fd = os.open(os.ttyname(0), os.O_RDWR | os.O_NOCTTY)
+os.write(fd, b'wrote-own\\n')
+`;
+    const p = spawn(PYTHON, ['-c', script], { pty: { cols: 100, rows: 30 }, policy: policyFor('landlock'), cwd: scene.ws, env: BASE_ENV });
+    let out = '';
+    p.onData((d) => (out += d));
+    const closed = await new Promise<[number | null, string | null]>((r) => p.on('close', (c, sig) => r([c, sig])));
+    expect(p.enforcement.mechanisms.supervision).toMatch(/^confined by Landlock/);
+    expect(closed, out).toEqual([0, null]);
+    expect(out).toContain('wrote-own\r\n');
   });
 });
 

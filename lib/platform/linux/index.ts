@@ -80,14 +80,33 @@ function applyQuotaShare(plan: Omit<LinuxNativePlan, 'stdio'>, enforcement: Enfo
   return { plan: next, enforcement: { ...enforcement, mechanisms } };
 }
 
+/** What the supervision (the host's task that carries out supervised calls) may reach. */
+export const SUPERVISION_CONFINED =
+  "confined by Landlock to the policy's outer envelope (readable and writable roots before deny-read carving, TMPDIR, allowed devices, the terminals on stdio, /proc)";
+export const SUPERVISION_UNCONFINED = "the host process's authority (not confined)";
+/** Isolated mode's only supervised class: listings of the directories holding placeholders. */
+export const SUPERVISION_LISTINGS =
+  "listings of the directories holding placeholders only, with the host process's authority (not confined by Landlock)";
+
 /**
  * Facts only known after the spawn: the Landlock ABI applied, whether the net namespace is
- * shared, and whether the sandbox was prepared ahead (linux/spare.ts).
+ * shared, what the supervision may reach, and whether the sandbox was prepared ahead
+ * (linux/spare.ts).
  */
-function withNativeFacts(report: EnforcementReport, res: { landlockAbi: number; sharedNetns?: boolean }, preparedAhead: boolean): EnforcementReport {
+function withNativeFacts(
+  report: EnforcementReport,
+  res: { landlockAbi: number; sharedNetns?: boolean; supervisionConfined?: boolean },
+  preparedAhead: boolean,
+): EnforcementReport {
   if (!report.sandboxed) return report;
   const mechanisms = { ...report.mechanisms };
   if (preparedAhead) mechanisms.preparedAhead = true;
+  // Landlock mode: what the supervision (the host's thread that carries out supervised calls for
+  // the command) may reach, as the addon made it (a sandbox prepared ahead included).
+  if (res.supervisionConfined !== undefined) {
+    const listingsOnly = !res.supervisionConfined && mechanisms.placeholderListing !== undefined;
+    mechanisms.supervision = res.supervisionConfined ? SUPERVISION_CONFINED : listingsOnly ? SUPERVISION_LISTINGS : SUPERVISION_UNCONFINED;
+  }
   if (res.landlockAbi) mechanisms.landlockAbi = res.landlockAbi;
   if (res.sharedNetns) {
     mechanisms.namespaces = (mechanisms.namespaces as string[]).map((n) => (n === 'net' ? 'net (shared, empty)' : n));

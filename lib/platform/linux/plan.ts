@@ -237,7 +237,13 @@ function planLandlock(s: PlanState): void {
     }
   }
   if (abi >= 1) {
-    native.landlock = { net, rules: s.carve?.rules ?? grants, ...(mode === 'landlock' ? { stdioTerminals: true } : {}) };
+    native.landlock = {
+      net,
+      rules: s.carve?.rules ?? grants,
+      // The supervision acts within the grants whole: it lists and stats deny-read paths, and
+      // judges carve-outs inside writable roots itself.
+      ...(mode === 'landlock' ? { stdioTerminals: true, envelope: envelopeOf(grants, input) } : {}),
+    };
     // The temp dir's entries, carved for the shield alone (no deny-read path of the policy's
     // there): a prepared sandbox may hold an older set of them (linux/spare.ts planKey).
     const tmpHome = s.shieldDir && s.carve ? path.dirname(s.shieldDir.dir) : undefined;
@@ -246,6 +252,18 @@ function planLandlock(s: PlanState): void {
     }
     if (net === 'proxy' && !s.supervised) native.landlock.connectPorts = [input.proxyPort!];
   }
+}
+
+/**
+ * Landlock mode: the outer envelope its supervision is confined to (lib/native.ts
+ * landlock.envelope): the grants before carving, and the `changes: 'record'` journal directory,
+ * which the supervision writes and the command is denied. A writable root swapped for a link
+ * since planning gets no rule in it (exact) rather than failing there: the command's own rule
+ * then fails the spawn as it always did (ELOOP, EMOUNT_SETUP), and nothing moves either way.
+ */
+function envelopeOf(grants: LandlockRule[], input: LinuxPlanInput): NonNullable<LinuxNativePlan['landlock']>['envelope'] {
+  const writes = [...grants.filter((r) => r.access === 'write').map((r) => r.path), ...(input.changes ? [input.changes.dir] : [])];
+  return [...grants.filter((r) => r.access !== 'write').map(({ path: p, access }) => ({ path: p, access })), ...writes.map((p) => ({ path: p, access: 'write' as const, exact: true }))];
 }
 
 /** Landlock mode's metadata supervisor: where it carries out chmod and friends, and what it treats as readable. */

@@ -94,6 +94,14 @@ PathRules BuildPathRules(const std::vector<std::string>& writable, const std::ve
 // host before the spawn; a sandbox prepared ahead gets no stdio terminal (its caller checks).
 void RecordStdioTerminals(PathRules* r, const std::vector<int>& stdio);
 
+// Tests only (native.testSkipPathChecks, refused unless PSB_TEST_HOOKS=1): checks of the write
+// judgement (MayWrite) to skip in this process, to show that the kernel still refuses what a
+// check disabled by mistake would let through (Landlock mode's supervision envelope,
+// supervision_envelope.h; test/linux/supervisor-envelope.test.ts).
+constexpr unsigned kSkipTerminalCheck = 1;  // any character device counts as a held terminal
+constexpr unsigned kSkipWritableCheck = 2;  // any path counts as inside a writable root
+void SetPathCheckSkips(unsigned skips) noexcept;
+
 // Whether syscall nr is one the path supervisor answers.
 bool IsPathCall(int nr) noexcept;
 

@@ -60,10 +60,25 @@
 //   Why a confined task and not a process of its own: it gives the separate fd table, locks,
 // cwd and umask and a per-sandbox fd budget for a clone and a few closes per spawn, with the
 // notify round trip unchanged. It does not give what a process would: a crash of it is still the
-// host's crash, memory is shared, and it holds the host's credentials and authority (the
-// classes narrow what they do by the rules, not by the kernel; the read opener is the one
-// thread confined by Landlock). A setuid() of the host's does not reach it (glibc changes the
-// credentials of the threads it knows, and knows it as the waiting thread).
+// host's crash, memory is shared, and it holds the host's credentials. A setuid() of the host's
+// does not reach it (glibc changes the credentials of the threads it knows, and knows it as the
+// waiting thread).
+//
+// The envelope: the classes narrow what they do by the policy's rules; the kernel narrows it to
+// the policy's outer envelope (supervision_envelope.h: its roots before deny-read carving, its
+// devices, the terminals on stdio, /proc), so a judging bug or a check disabled by mistake is
+// still refused there. The thread that serves (SupervisionMain) is started before the spawn: it
+// sets no_new_privs and restricts itself with that Landlock ruleset (per task, no TSYNC: the
+// host's other threads are untouched), then runs the spawn for the JS thread, which waits. It
+// must be the one that spawns: Landlock lets a task reach another (pidfd_getfd, /proc/<pid>/mem
+// and fd/N, ADDFD's target) only when the other's domain is its own or nested in it, and the
+// command's domain nests in the envelope only because init and the command are made by this
+// thread and restrict themselves further. Sharing the host's fd table, it leaves every fd the
+// spawn makes (pidfd, status pipe, listener, terminal master) in the host's table as before.
+// Then it serves as Main does: the sibling and every thread it starts (the read opener, the FIFO
+// waiters) inherit the envelope. init's parent-death signal follows it, so it ends only once init
+// has (OutliveInit). A sandbox prepared ahead is prepared on such a thread too (spare_binding.cc),
+// which then lives from the preparation to the end of the run or the discard.
 //
 // Lifetime: the thread ends when the listener reports POLLHUP (no task of the sandbox, setsid'd
 // or not, holds the filter any more) or when the env that started it is torn down (an env
@@ -91,6 +106,7 @@
 #include <linux/futex.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -438,9 +454,75 @@ void* Main(void* arg) {
   return nullptr;
 }
 
+}  // namespace
+
+// The supervision thread (supervisor.h, StartSupervisionThread): confined first, then it runs the
+// jobs the JS thread hands it one at a time (the spawn), then serves (Main) or ends. It frees
+// itself; the JS thread never touches it after handing it `serve` or `end`.
+struct SupervisionThread {
+  std::mutex mu;
+  std::condition_variable cv;
+  const LandlockPlan* envelope = nullptr;  // until the thread has confined itself
+  int err = 0;  // -errno: it could not, and has ended
+  void (*job)(void*) = nullptr;
+  void* job_arg = nullptr;
+  Supervisor* serve = nullptr;
+  bool end = false;
+  int init_pidfd = -1;  // the spawned init's (a copy of its own): outlived (OutliveInit)
+};
+
+namespace {
+
+// init's parent-death signal follows the thread that spawned it, this one (spawn_init.cc: init
+// then kills the tree and reports it killed). The supervision ends when the listener reports no
+// task holds the filter, which the kernel says as the command's last task exits, before init
+// has heard of that exit: this thread waits for init to end too, or init would take the
+// thread's exit for the host's death and report a command that exited by itself as killed.
+// (The host's death still ends the thread, and so signals init.)
+void OutliveInit(int pidfd) {
+  if (pidfd < 0) return;
+  struct pollfd p = {pidfd, POLLIN, 0};
+  while (poll(&p, 1, -1) < 0 && errno == EINTR) {
+  }
+  close(pidfd);
+}
+
+void* SupervisionMain(void* arg) {
+  SupervisionThread* t = static_cast<SupervisionThread*>(arg);
+  pthread_setname_np(pthread_self(), "psb-supervisor");
+  // Both are per task without TSYNC: the host's other threads stay as they were.
+  int err = prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 ? 0 : -errno;
+  if (err == 0) err = ApplyLandlockInChild(*t->envelope);
+  std::unique_lock<std::mutex> g(t->mu);
+  t->envelope = nullptr;  // the JS thread's, which may go once a job returns
+  if (err < 0) {
+    t->err = err;  // RunOnSupervisionThread frees t
+    t->cv.notify_all();
+    return nullptr;
+  }
+  for (;;) {
+    t->cv.wait(g, [t] { return t->job != nullptr || t->serve != nullptr || t->end; });
+    if (t->job == nullptr) break;
+    g.unlock();
+    t->job(t->job_arg);
+    g.lock();
+    t->job = nullptr;
+    t->cv.notify_all();
+  }
+  Supervisor* s = t->serve;
+  const int init_pidfd = t->init_pidfd;
+  g.unlock();
+  delete t;
+  if (s != nullptr) Main(s);
+  OutliveInit(init_pidfd);
+  return nullptr;
+}
+
 // Undoes StartSupervisor's steps when the thread did not start or could not set itself up (it
-// has ended): on the JS thread, in the host's table.
-int Abandon(Supervisor* s, int err) {
+// has ended): on the JS thread, in the host's table. `on`: the supervision thread, not yet
+// handed the supervision, ends too.
+int Abandon(Supervisor* s, int err, SupervisionThread* on = nullptr) {
+  if (on != nullptr) EndSupervisionThread(on);
   {
     std::lock_guard<std::mutex> g(live_mu);
     live.erase(std::remove(live.begin(), live.end(), s->wake), live.end());
@@ -456,15 +538,76 @@ int Abandon(Supervisor* s, int err) {
   return err;
 }
 
+// A detached thread with every signal blocked (no signal is ever delivered to it: Node's
+// handlers run on its own threads). 0 or an errno.
+int StartThread(void* (*fn)(void*), void* arg) {
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  // The supervision's largest frame holds a 4 kB page and PATH_MAX; the spawn's parent side
+  // (run on a supervision thread, SupervisionMain) needs less.
+  pthread_attr_setstacksize(&attr, 512 * 1024);
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_t t;
+  const int rc = pthread_create(&t, &attr, fn, arg);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  pthread_attr_destroy(&attr);
+  return rc;
+}
+
 }  // namespace
 
-int StartSupervisor(napi_env env, int listener_fd, SupervisorConfig config) noexcept {
+SupervisionThread* StartSupervisionThread(const LandlockPlan& envelope, int* err) noexcept {
+  SupervisionThread* t = new (std::nothrow) SupervisionThread();
+  if (t == nullptr) {
+    *err = -ENOMEM;
+    return nullptr;
+  }
+  t->envelope = &envelope;
+  const int rc = StartThread(SupervisionMain, t);
+  if (rc != 0) {
+    delete t;
+    *err = -rc;
+    return nullptr;
+  }
+  return t;  // confining itself meanwhile: the first job waits for it (one wake-up less)
+}
+
+int RunOnSupervisionThread(SupervisionThread* t, void (*fn)(void*), void* arg) noexcept {
+  std::unique_lock<std::mutex> g(t->mu);
+  t->job = fn;
+  t->job_arg = arg;
+  t->cv.notify_all();
+  t->cv.wait(g, [t] { return t->job == nullptr || t->err < 0; });
+  const int err = t->err;
+  if (err < 0) {
+    g.unlock();
+    delete t;  // the thread has returned, or returns without touching it again
+  }
+  return err;
+}
+
+void SupervisionThreadSpawned(SupervisionThread* t, int init_pidfd) noexcept {
+  std::lock_guard<std::mutex> g(t->mu);
+  t->init_pidfd = fcntl(init_pidfd, F_DUPFD_CLOEXEC, 0);
+}
+
+void EndSupervisionThread(SupervisionThread* t) noexcept {
+  std::lock_guard<std::mutex> g(t->mu);
+  t->end = true;
+  t->cv.notify_all();
+}
+
+int StartSupervisor(napi_env env, int listener_fd, SupervisorConfig config, SupervisionThread* on) noexcept {
   Supervisor* s = new (std::nothrow) Supervisor();
   Wake* wake = new (std::nothrow) Wake();
   if (s == nullptr || wake == nullptr) {
     delete s;
     delete wake;
     close(listener_fd);
+    if (on != nullptr) EndSupervisionThread(on);
     return -ENOMEM;
   }
   s->listener = listener_fd;
@@ -479,9 +622,9 @@ int StartSupervisor(napi_env env, int listener_fd, SupervisorConfig config) noex
   // supervisor, so what one sandbox parks never counts against another.
   s->config.paths.fifo_waiters = s->config.reads.fifo_waiters = later::NewShare();
   s->stop = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (s->stop < 0) return Abandon(s, -errno);
+  if (s->stop < 0) return Abandon(s, -errno, on);
   if (s->config.proxy_port != 0) s->connect = NewConnectClass(s->config.proxy_port);
-  if (s->config.proxy_port != 0 && s->connect == nullptr) return Abandon(s, -ENOMEM);
+  if (s->config.proxy_port != 0 && s->connect == nullptr) return Abandon(s, -ENOMEM, on);
   wake->env = env;
   wake->fd = s->stop;
   if (s->connect != nullptr) wake->keep_rx = ConnectReceiveEnd(s->connect);
@@ -506,19 +649,14 @@ int StartSupervisor(napi_env env, int listener_fd, SupervisorConfig config) noex
   const std::vector<int> handed = HandedFds(*s);
   Setup setup;
   s->setup = &setup;
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_attr_setstacksize(&attr, 512 * 1024);  // the largest frame holds a 4 kB page and PATH_MAX
-  // No signal is ever delivered to this thread: Node's handlers run on its own threads.
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  pthread_t t;
-  int rc = pthread_create(&t, &attr, Main, s);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  pthread_attr_destroy(&attr);
-  if (rc != 0) return Abandon(s, -rc);
+  if (on != nullptr) {
+    std::lock_guard<std::mutex> g(on->mu);
+    on->serve = s;
+    on->cv.notify_all();
+  } else {
+    const int rc = StartThread(Main, s);
+    if (rc != 0) return Abandon(s, -rc);
+  }
   // Its setup is a table copy, a few closes (and with procPrivacy the opener's confinement).
   std::unique_lock<std::mutex> g(setup.mu);
   setup.cv.wait(g, [&setup] { return setup.done; });

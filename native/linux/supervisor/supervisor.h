@@ -19,6 +19,7 @@
 
 #include <napi.h>
 
+#include "../landlock.h"
 #include "supervise_metadata.h"
 #include "supervise_paths.h"
 #include "supervise_reads.h"
@@ -52,6 +53,27 @@ struct SupervisorConfig {
 // env's loop. Called on env's thread; returns once that task has set itself up (its fd table,
 // the read opener). Returns 0 or -errno (then listener_fd is closed, and every notified call
 // fails with ENOSYS).
-int StartSupervisor(napi_env env, int listener_fd, SupervisorConfig config) noexcept;
+// `on`: the supervision thread the spawn ran on (StartSupervisionThread); the supervision is
+// then served from it, inside its envelope, and it is used up either way. nullptr: a thread of
+// its own, with the host's whole authority (a sandbox prepared ahead).
+struct SupervisionThread;
+int StartSupervisor(napi_env env, int listener_fd, SupervisorConfig config, SupervisionThread* on = nullptr) noexcept;
+
+// Landlock mode: the thread that will carry the supervision, started before the spawn. It sets
+// no_new_privs on itself and restricts itself with `envelope` (the policy's outer envelope,
+// supervision_envelope.h) before anything else; the command is then spawned from it
+// (RunOnSupervisionThread), so the command's own domain nests under the envelope and the
+// supervision, confined, may still reach it (Landlock's ptrace rule). nullptr with *err = -errno
+// when the thread could not start. `envelope` must live until RunOnSupervisionThread returns.
+SupervisionThread* StartSupervisionThread(const LandlockPlan& envelope, int* err) noexcept;
+// Runs fn on the thread once it has confined itself, and waits until fn has returned: 0; or
+// -errno without running fn when the thread could not confine itself (it has ended, and t is
+// gone).
+int RunOnSupervisionThread(SupervisionThread* t, void (*fn)(void*), void* arg) noexcept;
+// The spawn run on it succeeded: the thread outlives init (a copy of init_pidfd is taken), whose
+// parent it is (supervisor.cc OutliveInit).
+void SupervisionThreadSpawned(SupervisionThread* t, int init_pidfd) noexcept;
+// Ends the thread without a supervision to serve (the spawn failed).
+void EndSupervisionThread(SupervisionThread* t) noexcept;
 
 }  // namespace psb
