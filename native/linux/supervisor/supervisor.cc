@@ -505,6 +505,9 @@ void* SupervisionMain(void* arg) {
     if (t->job == nullptr) break;
     g.unlock();
     t->job(t->job_arg);
+    // Until it serves (Main names it again): for a sandbox prepared ahead this thread waits here
+    // for the spawn that takes it, or for its discard, as long as the spare is kept.
+    pthread_setname_np(pthread_self(), "psb-sup-parked");
     g.lock();
     t->job = nullptr;
     t->cv.notify_all();
