@@ -131,18 +131,7 @@ bool Start(const std::shared_ptr<Share>& share, int listener, uint64_t id, int f
     Leave(share.get());
     return false;
   }
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_attr_setstacksize(&attr, 64 * 1024);
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  pthread_t t;
-  const int rc = pthread_create(&t, &attr, Waiter, w);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  pthread_attr_destroy(&attr);
-  if (rc != 0) {
+  if (StartSignalFreeThread(Waiter, w, 64 * 1024) != 0) {
     close(w->listener);
     delete w;
     Leave(share.get());
@@ -164,6 +153,21 @@ bool MustDropFirst(int fd) {
 }
 
 }  // namespace
+
+int StartSignalFreeThread(void* (*fn)(void*), void* arg, size_t stack_size) {
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, stack_size);
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_t t;
+  const int rc = pthread_create(&t, &attr, fn, arg);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  pthread_attr_destroy(&attr);
+  return rc;
+}
 
 void AnswerWithFd(int listener, uint64_t id, int fd, bool cloexec) {
   static std::atomic<bool> no_send{false};

@@ -19,6 +19,7 @@
 // Tests: see answer_later.cc.
 #pragma once
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include <atomic>
@@ -61,6 +62,11 @@ bool WaitForWriter(const std::shared_ptr<Share>& share, int listener, uint64_t i
 // command's own permission check), and answers with the fd made blocking, or with the open's
 // errno. True when a waiter took it; false (obj still the caller's): none could be started.
 bool WaitForReader(const std::shared_ptr<Share>& share, int listener, uint64_t id, int obj, int flags, bool cloexec);
+
+// A detached thread with every signal blocked (no signal is ever delivered to the supervision's
+// threads: Node's handlers run on its own). 0 or an errno. Used for the waiters here and for the
+// supervision's own thread (supervisor.cc).
+int StartSignalFreeThread(void* (*fn)(void*), void* arg, size_t stack_size);
 
 }  // namespace later
 }  // namespace psb

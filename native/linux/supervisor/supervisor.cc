@@ -541,24 +541,9 @@ int Abandon(Supervisor* s, int err, SupervisionThread* on = nullptr) {
   return err;
 }
 
-// A detached thread with every signal blocked (no signal is ever delivered to it: Node's
-// handlers run on its own threads). 0 or an errno.
-int StartThread(void* (*fn)(void*), void* arg) {
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  // The supervision's largest frame holds a 4 kB page and PATH_MAX; the spawn's parent side
-  // (run on a supervision thread, SupervisionMain) needs less.
-  pthread_attr_setstacksize(&attr, 512 * 1024);
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  pthread_t t;
-  const int rc = pthread_create(&t, &attr, fn, arg);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  pthread_attr_destroy(&attr);
-  return rc;
-}
+// The supervision's largest frame holds a 4 kB page and PATH_MAX; the spawn's parent side (run on
+// a supervision thread, SupervisionMain) needs less.
+int StartThread(void* (*fn)(void*), void* arg) { return later::StartSignalFreeThread(fn, arg, 512 * 1024); }
 
 }  // namespace
 
