@@ -11,6 +11,7 @@ import fs from 'node:fs';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
 import { spawn } from '../../lib/index';
+import { clearSpares, sparesSettled } from '../../lib/platform/linux/spare';
 import type { SandboxPolicy } from '../../lib/policy-types';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
 import { BASE_ENV, makeScene, PYTHON, py, sh, type Scene } from '../helpers/sandbox';
@@ -121,15 +122,22 @@ describe.runIf(caps.linux)('named FIFOs opened for writing', () => {
 
     it.skipIf(s)('a writer still waiting when the run is killed leaves the host clean', async () => {
       await sh('true', { cwd: ws, policy }); // the host's own threads (libuv) are up before counting
+      // A sandbox prepared ahead holds a thread of its own while it waits: none is kept while
+      // this test counts, so every thread the killed run made must be gone.
+      const noSpares = async (): Promise<void> => {
+        await expect.poll(sparesSettled, { timeout: 10_000 }).toBe(true);
+        clearSpares();
+        await expect.poll(() => hostThreads().filter((t) => t === 'psb-sup-parked'), { timeout: 5_000 }).toEqual([]);
+      };
+      await noSpares();
       const before = hostThreads();
       const r = await sh('echo lost > f; echo after-open', { cwd: ws, policy, timeout: 1_500 });
       expect(r.timedOut).toBe(true);
       expect(r.stdout).toBe('');
       // The waiter notices the call is gone and ends (it polls, so allow it a moment).
       await expect.poll(() => hostThreads().filter((t) => t.startsWith('psb-fifo')), { timeout: 5_000 }).toEqual([]);
-      // (A sandbox prepared ahead for the next spawn of this shape keeps a parked thread of its own.)
-      const counted = (): number => hostThreads().filter((t) => t !== 'psb-sup-parked').length;
-      await expect.poll(counted, { timeout: 5_000 }).toBeLessThanOrEqual(before.filter((t) => t !== 'psb-sup-parked').length);
+      await noSpares();
+      await expect.poll(() => hostThreads().length, { timeout: 5_000 }).toBeLessThanOrEqual(before.length);
       const later = await sh('echo alive', { cwd: ws, policy, timeout: HANG });
       expect(later.stdout).toBe('alive\n');
     });
