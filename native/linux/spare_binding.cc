@@ -24,8 +24,8 @@ namespace {
 // A spare's JS handle, returned at once while a thread of libuv's pool prepares the spare (those
 // threads live as long as the process, which init's parent-death signal needs: it follows the
 // thread that cloned it; in Landlock mode with a supervision the pool thread has the spare
-// prepared on the supervision's thread, which outlives init: supervision_envelope.h). Using or discarding it waits for the preparation to end; it is used
-// or discarded once. Whatever is left when the env goes away (a Worker ending, the process
+// prepared on the supervision's thread, which outlives init: supervision_envelope.h). Using or
+// discarding it waits for the preparation to end; it is used or discarded once. Whatever is left when the env goes away (a Worker ending, the process
 // exiting) or JS drops the handle is discarded then, without waiting.
 struct SpareRecord {
   std::mutex mu;
