@@ -136,6 +136,8 @@ export interface LinuxSpawnResult {
    * (Landlock, native/linux/supervisor/supervision_envelope.h) or with the host's authority.
    */
   supervisionConfined?: boolean;
+  /** Landlock mode in the supervision process (PSB_SUPERVISION=process): that process's pid. */
+  supervisionProcess?: number;
 }
 
 export interface LinuxProbe {
@@ -190,6 +192,19 @@ interface NativeCommon {
 export interface LinuxNative extends NativeCommon, NativeRelay {
   platform: 'linux';
   spawn(plan: LinuxNativePlan, onExit: (code: number | null, signal: number | null) => void): LinuxSpawnResult;
+  /**
+   * Landlock mode's spawn made and supervised by the supervision process
+   * (lib/platform/linux/supervision-process.ts, native/linux/supervision_process.cc).
+   */
+  spawnInSupervisionProcess(plan: LinuxNativePlan, onExit: (code: number | null, signal: number | null) => void): LinuxSpawnResult;
+  /** The supervision process's main loop; returns when the host is gone. */
+  serveSupervision(fd: number): void;
+  /** [hostFd, processFd]: the channel to a supervision process about to start. */
+  supervisionSocketpair(): [number, number];
+  /** Waits for the supervision process on hostFd to be ready; its pid. */
+  supervisionAttach(hostFd: number, timeoutMs: number): number;
+  /** The running supervision process's pid, 0 when none. */
+  supervisionProcess(): number;
   /** Sandboxes prepared ahead, both modes (lib/platform/linux/spare.ts). */
   prepareSpare(plan: Omit<LinuxNativePlan, 'stdio'>, done: (err: Error | null) => void): object;
   /** ptyCols/ptyRows: the size of a spare's own terminal (isolated mode), set before the go. */

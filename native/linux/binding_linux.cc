@@ -23,6 +23,7 @@
 #include "relay.h"
 #include "spawn_linux.h"
 #include "stdio_adopt.h"
+#include "supervision_process.h"
 #include "supervisor/supervise_connect.h"
 #include "supervisor/supervise_paths.h"
 #include "supervisor/supervision_envelope.h"
@@ -87,8 +88,11 @@ Napi::Value AdmitProxyPeerJs(const Napi::CallbackInfo& info) {
   int proxy_port = info[0].As<Napi::Number>().Int32Value();
   int peer_port = info[1].As<Napi::Number>().Int32Value();
   if (proxy_port < 1 || proxy_port > 65535 || peer_port < 1 || peer_port > 65535) return Napi::Boolean::New(env, false);
-  return Napi::Boolean::New(env, AdmitProxyPeer(static_cast<uint16_t>(proxy_port), static_cast<uint16_t>(peer_port),
-                                                info[2].As<Napi::Boolean>().Value()));
+  const bool supervised = info[2].As<Napi::Boolean>().Value();
+  const uint16_t proxy = static_cast<uint16_t>(proxy_port), peer = static_cast<uint16_t>(peer_port);
+  // A sandbox supervised by the supervision process: its connect class registered the peer there.
+  return Napi::Boolean::New(env, AdmitProxyPeer(proxy, peer, supervised) ||
+                                     (supervised && AdmitProxyPeerInSupervisionProcess(proxy, peer, supervised)));
 }
 
 // native.dropQueuedConnections(fd) -> how many connections were waiting on a listener, each
@@ -191,6 +195,11 @@ Napi::Value DirWatchPollJs(const Napi::CallbackInfo& info) {
 void InitPlatform(Napi::Env env, Napi::Object exports) {
   exports.Set("platform", "linux");
   exports.Set("spawn", Napi::Function::New(env, SpawnJs, "spawn"));
+  exports.Set("spawnInSupervisionProcess", Napi::Function::New(env, SpawnInSupervisionProcessJs, "spawnInSupervisionProcess"));
+  exports.Set("serveSupervision", Napi::Function::New(env, ServeSupervisionJs, "serveSupervision"));
+  exports.Set("supervisionSocketpair", Napi::Function::New(env, SupervisionSocketpairJs, "supervisionSocketpair"));
+  exports.Set("supervisionAttach", Napi::Function::New(env, SupervisionAttachJs, "supervisionAttach"));
+  exports.Set("supervisionProcess", Napi::Function::New(env, SupervisionProcessJs, "supervisionProcess"));
   exports.Set("kill", Napi::Function::New(env, KillJs, "kill"));
   exports.Set("prepareSpare", Napi::Function::New(env, PrepareSpareJs, "prepareSpare"));
   exports.Set("admitProxyPeer", Napi::Function::New(env, AdmitProxyPeerJs, "admitProxyPeer"));

@@ -638,9 +638,16 @@ bool ReadCommandStatus(const LinuxSpawnResult& res, int* code, int* signal, bool
 bool CollectExit(const LinuxSpawnResult& res, int* code, int* signal) noexcept {
   siginfo_t si;
   memset(&si, 0, sizeof si);
-  if (waitid(static_cast<idtype_t>(P_PIDFD), res.pidfd, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == 0) {
-    return false;
+  if (waitid(static_cast<idtype_t>(P_PIDFD), res.pidfd, &si, WEXITED | WNOHANG | WNOWAIT) < 0) {
+    // Not this process's child (init made by the supervision process, which reaps it): the pidfd
+    // became readable, so it has exited, and its status went to the status pipe if it had one.
+    // Reported as killed: whatever came first through the pipe was delivered already.
+    if (errno != ECHILD) return false;
+    *code = -1;
+    *signal = SIGKILL;
+    return true;
   }
+  if (si.si_pid == 0) return false;
   memset(&si, 0, sizeof si);
   while (waitid(static_cast<idtype_t>(P_PIDFD), res.pidfd, &si, WEXITED) < 0 && errno == EINTR) {
   }

@@ -28,6 +28,7 @@ import { type QuotaShare, takeQuotaShare } from './quotas';
 import { cgroupFor, cgroupInfo, proxyPortFor, proxyPortOf, uidTasksFor } from './resources';
 import { LinuxRun } from './run';
 import { planKey, replacePath, scheduleSpare, type SpareResources, SpareSlot } from './spare';
+import { ensureSupervisionProcess, supervisionProcessWanted } from './supervision-process';
 import { makeTmpDir, removeTmpDir, tmpParent, warnLeft, watchTmpDir, withTmpCheck } from './tmpdir';
 
 const PLAIN_REPORT = unsandboxedReport('linux', {
@@ -84,6 +85,9 @@ function applyQuotaShare(plan: Omit<LinuxNativePlan, 'stdio'>, enforcement: Enfo
 export const SUPERVISION_CONFINED =
   "confined by Landlock to the policy's outer envelope (readable and writable roots before deny-read carving, TMPDIR, allowed devices, the terminals on stdio, /proc)";
 export const SUPERVISION_UNCONFINED = "the host process's authority (not confined)";
+/** Landlock mode with PSB_SUPERVISION=process (linux/supervision-process.ts). */
+export const supervisionInProcess = (pid: number): string =>
+  `a process of its own (pid ${pid}), started from the host's executable, ${SUPERVISION_CONFINED.replace(/^confined/, 'each sandbox confined')}`;
 /** Isolated mode's only supervised class: listings of the directories holding placeholders. */
 export const SUPERVISION_LISTINGS =
   "listings of the directories holding placeholders only, with the host process's authority (not confined by Landlock)";
@@ -95,7 +99,7 @@ export const SUPERVISION_LISTINGS =
  */
 function withNativeFacts(
   report: EnforcementReport,
-  res: { landlockAbi: number; sharedNetns?: boolean; supervisionConfined?: boolean },
+  res: { landlockAbi: number; sharedNetns?: boolean; supervisionConfined?: boolean; supervisionProcess?: number },
   preparedAhead: boolean,
 ): EnforcementReport {
   if (!report.sandboxed) return report;
@@ -105,7 +109,13 @@ function withNativeFacts(
   // the command) may reach, as the addon made it (a sandbox prepared ahead included).
   if (res.supervisionConfined !== undefined) {
     const listingsOnly = !res.supervisionConfined && mechanisms.placeholderListing !== undefined;
-    mechanisms.supervision = res.supervisionConfined ? SUPERVISION_CONFINED : listingsOnly ? SUPERVISION_LISTINGS : SUPERVISION_UNCONFINED;
+    mechanisms.supervision = res.supervisionProcess
+      ? supervisionInProcess(res.supervisionProcess)
+      : res.supervisionConfined
+        ? SUPERVISION_CONFINED
+        : listingsOnly
+          ? SUPERVISION_LISTINGS
+          : SUPERVISION_UNCONFINED;
   }
   if (res.landlockAbi) mechanisms.landlockAbi = res.landlockAbi;
   if (res.sharedNetns) {
@@ -368,6 +378,13 @@ export function createLinuxBackend(native: LinuxNative): Backend {
     const mode = chooseLinuxMode(asked, probe);
     // changes: the journal directory is made now and denied to the command (lib/changes/record.ts);
     // isolated mode stages instead (lib/changes/overlay-layer.ts, below).
+    const inProcess = mode === 'landlock' && supervisionProcessWanted();
+    if (inProcess && req.changes?.mode === 'record') {
+      throw new SandboxError(
+        'EUNSUPPORTED_POLICY',
+        "changes: 'record' does not run with the supervision in a process of its own yet (PSB_SUPERVISION=process): unset it for this run",
+      );
+    }
     if (req.changes && mode === 'landlock') run.record = prepareRecord(req.changes, mode, asked, native, tmpParent);
     const rules = run.record?.rules ?? asked;
     const out: PreparedRun = { plan: { mode, file: req.file, argv: req.argv, envp: [], cwd: req.cwd }, enforcement: PLAIN_REPORT, ghosts: [] };
@@ -376,7 +393,8 @@ export function createLinuxBackend(native: LinuxNative): Backend {
     // inside an isolated sandbox is made with the spare, and is part of its shape.
     let basePlan: Omit<LinuxNativePlan, 'stdio'> | undefined;
     // (Not with `changes`: each run records or stages on its own.)
-    if (!pty && !req.changes && typeof native.prepareSpare === 'function' && (mode === 'isolated' || !stdio.some(isTerminal))) {
+    // (Nor with the supervision in a process of its own: a spare is prepared in the host.)
+    if (!pty && !req.changes && !inProcess && typeof native.prepareSpare === 'function' && (mode === 'isolated' || !stdio.some(isTerminal))) {
       const key = `${req.cwd}\0${nsPty ? 'pty' : ''}\0${JSON.stringify(rules)}`;
       const spare = noSpare ? undefined : spares.take(key);
       // Its resources are this run's from here: released with the run, or on any failure.
@@ -501,7 +519,13 @@ export function createLinuxBackend(native: LinuxNative): Backend {
     onExit: (code: number | null, sig: number | null) => void,
   ): NativeSpawnResult | null {
     const spare = run.spare;
-    if (!spare) return native.spawn({ ...plan, stdio }, onExit);
+    if (!spare) {
+      if (plan.mode === 'landlock' && supervisionProcessWanted()) {
+        ensureSupervisionProcess(native);
+        return native.spawnInSupervisionProcess({ ...plan, stdio }, onExit);
+      }
+      return native.spawn({ ...plan, stdio }, onExit);
+    }
     const { file, argv, envp, cwd } = plan;
     // Landlock mode with the proxy: the spare's listener on 127.0.0.1 waited where anything
     // local could connect to it. What queued before the command can connect is dropped, not

@@ -1,0 +1,53 @@
+/**
+ * Landlock mode's supervision in a process of its own (native/linux/supervision_process.cc has the
+ * design and why it is one process started once from a fresh image, not a fork per sandbox).
+ *
+ * Opt-in for now: PSB_SUPERVISION=process. The host then starts this file with its own
+ * executable (process.execPath; under Electron with ELECTRON_RUN_AS_NODE=1), its end of a
+ * socketpair on fd 3, once, at the first Landlock-mode spawn, and again after it died. Every
+ * Landlock-mode spawn goes to it: it confines a thread of its own to the policy's envelope,
+ * spawns the sandbox from there and serves its supervised calls; the host watches the sandbox
+ * as before. Sandboxes prepared ahead are not used with it, nor `changes: 'record'` (its journal
+ * is closed by the host: not yet carried over).
+ */
+import { spawn as spawnChild } from 'node:child_process';
+import fs from 'node:fs';
+
+import { SandboxError } from '../../errors';
+import { loadLinuxNative, type LinuxNative } from '../../native';
+
+/** Whether the host asked for Landlock mode's supervision in a process of its own. */
+export function supervisionProcessWanted(): boolean {
+  return process.env.PSB_SUPERVISION === 'process';
+}
+
+const START_TIMEOUT_MS = 20_000;
+
+/** The supervision process's pid, started (and waited for) if none runs. */
+export function ensureSupervisionProcess(native: LinuxNative): number {
+  const running = native.supervisionProcess();
+  if (running > 0) return running;
+  const [hostFd, processFd] = native.supervisionSocketpair();
+  let child;
+  try {
+    child = spawnChild(process.execPath, [__filename], {
+      stdio: ['ignore', 'ignore', 'inherit', processFd],
+      env: { ...process.env, ...(process.versions.electron ? { ELECTRON_RUN_AS_NODE: '1' } : {}) },
+    });
+  } catch (e) {
+    fs.closeSync(hostFd);
+    throw new SandboxError('ESPAWN', `the supervision process could not be started (${process.execPath}): ${(e as Error).message}`);
+  } finally {
+    fs.closeSync(processFd);
+  }
+  // It lives as long as the host does (it ends when the channel closes); it keeps no loop alive.
+  child.on('error', () => {});
+  child.unref();
+  return native.supervisionAttach(hostFd, START_TIMEOUT_MS);
+}
+
+if (require.main === module) {
+  // The supervision process: its JS thread serves the host's requests until the host is gone.
+  loadLinuxNative().serveSupervision(3);
+  process.exit(0);
+}

@@ -1,0 +1,434 @@
+// Landlock mode's supervision in a process of its own (opt-in: PSB_SUPERVISION=process;
+// lib/platform/linux/supervision-process.ts starts it).
+//
+// Why a process, and why this one: the supervision carries out calls for the command with the
+// authority of whatever runs it. As tasks of the host (supervisor.cc) it already has an fd table,
+// cwd and umask of its own and is confined by Landlock to the policy's envelope, but a crash of
+// it is the host's crash, it shares the host's memory, and it cannot be killed alone. A process
+// cannot be made from the host cheaply: fork() copies the host's page tables (a 50 MB process:
+// about 2.4 ms on this project's 2-vCPU test VM) and write-protects every page, so the host then
+// takes a copy-on-write fault on each page it writes while the child lives (about 30 ms of the
+// host's CPU for 50 MB there). So the host starts ONE supervision process, once, from a fresh
+// image: its own executable (process.execPath) running this addon (about 50 ms and 42 MB, once
+// per host), and asks it for each Landlock-mode spawn. There, exactly as in the host before, a
+// thread confines itself to the policy's envelope, spawns init and the command (so the command's
+// Landlock domain nests inside it: Landlock's ptrace rule; and the supervision is the command's
+// ancestor, which Yama's ptrace_scope=1 requires for pidfd_getfd and /proc/<pid>/mem) and serves
+// it. Every sandbox's supervision is then a task of that process: what one sandbox's holds still
+// counts against its own fd table (supervisor.cc, Confinement), and none of it is the host's.
+//
+// The channel: a SOCK_SEQPACKET socketpair (message boundaries kept, fds passed with SCM_RIGHTS).
+//   host -> process: kSpawn: the plan as JSON (stdio and cgroupFds replaced by indexes into the
+//     message's fds) with the fds; kAdmit: a proxy peer to look up (supervise_connect.h).
+//   process -> host: kReady once (its pid); per kSpawn a reply: init's pid, the Landlock ABI,
+//     and init's pidfd and the read end of a status pipe; or the failure (a Status).
+// The host keeps watching the sandbox as before (exit_watch.cc: the status pipe first, then the
+// pidfd); kill() signals init through its pidfd. init's parent is the supervision process, which
+// reaps it and writes the wait status to the pipe. The process reads requests one at a time on
+// its main thread; the host sends them under one mutex, each with its reply.
+//
+// Failure, closed: if the supervision process dies (killed, crashed), its tasks die with it: the
+// listeners close (a waiting supervised call fails ENOSYS), and each init gets its parent-death
+// signal and kills its sandbox's tree (spawn_init.cc) before exiting. The host's status pipe
+// reaches EOF without a report: the command is reported killed (SIGKILL) and the watch reaps
+// nothing (init is not the host's child). The next spawn starts a new supervision process. If
+// the host dies, the process reads EOF and exits, and the same happens to every sandbox.
+// Tests: test/linux/supervision-process.test.ts, test/linux/supervisor-sqlite.test.ts.
+#include "supervision_process.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../js_error.h"
+#include "exit_watch.h"
+#include "plan_parse.h"
+#include "spawn_linux.h"
+#include "supervisor/supervise_connect.h"
+#include "supervisor/supervision_envelope.h"
+#include "supervisor/supervisor.h"
+
+namespace psb {
+namespace {
+
+enum : uint32_t { kReady = 1, kSpawn = 2, kAdmit = 3 };
+// Fixed fields ahead of each message's bytes. kSpawn reply: a = 0 (ok) or the ErrorCode, b =
+// init's pid or the errno, c = the Landlock ABI; the bytes: "" or the message, NUL, the syscall.
+struct Header {
+  uint32_t type;
+  int32_t a, b, c;
+};
+constexpr size_t kMaxFds = 64;
+constexpr size_t kMaxMessage = 192 * 1024;  // under the socket's default send buffer
+
+int SendMessage(int sock, const Header& h, const std::string& bytes, const std::vector<int>& fds) {
+  if (fds.size() > kMaxFds || sizeof h + bytes.size() > kMaxMessage) return -EMSGSIZE;
+  struct iovec iov[2] = {{const_cast<Header*>(&h), sizeof h}, {const_cast<char*>(bytes.data()), bytes.size()}};
+  msghdr m{};
+  m.msg_iov = iov;
+  m.msg_iovlen = bytes.empty() ? 1 : 2;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)];
+  if (!fds.empty()) {
+    m.msg_control = control;
+    m.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+    cmsghdr* c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+  }
+  ssize_t n;
+  do {
+    n = sendmsg(sock, &m, MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  return n < 0 ? -errno : 0;
+}
+
+// 1: a message; 0: EOF (the other side is gone); -errno. Received fds are CLOEXEC and owned by
+// the caller. timeout_ms < 0: wait for ever.
+int ReceiveMessage(int sock, Header* h, std::string* bytes, std::vector<int>* fds, int timeout_ms = -1) {
+  if (timeout_ms >= 0) {
+    struct pollfd p = {sock, POLLIN, 0};
+    int r;
+    do {
+      r = poll(&p, 1, timeout_ms);
+    } while (r < 0 && errno == EINTR);
+    if (r == 0) return -ETIMEDOUT;
+    if (r < 0) return -errno;
+  }
+  std::vector<char> buf(kMaxMessage);
+  struct iovec iov = {buf.data(), buf.size()};
+  msghdr m{};
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)];
+  m.msg_control = control;
+  m.msg_controllen = sizeof control;
+  ssize_t n;
+  do {
+    n = recvmsg(sock, &m, MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) return -errno;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&m); c != nullptr; c = CMSG_NXTHDR(&m, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    const int* in = reinterpret_cast<const int*>(CMSG_DATA(c));
+    for (size_t i = 0; i < k; ++i) fds->push_back(in[i]);
+  }
+  if (n == 0) return 0;
+  if (static_cast<size_t>(n) < sizeof *h || (m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0) {
+    for (int fd : *fds) close(fd);
+    fds->clear();
+    return -EPROTO;
+  }
+  memcpy(h, buf.data(), sizeof *h);
+  bytes->assign(buf.data() + sizeof *h, static_cast<size_t>(n) - sizeof *h);
+  return 1;
+}
+
+void CloseAll(const std::vector<int>& fds) {
+  for (int fd : fds) {
+    if (fd >= 0) close(fd);
+  }
+}
+
+// ---- the host's side ----
+std::mutex g_mu;
+int g_sock = -1;
+pid_t g_pid = 0;
+
+bool AliveLocked() {
+  if (g_sock < 0) return false;
+  struct pollfd p = {g_sock, 0, 0};
+  if (poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR)) != 0) {
+    close(g_sock);
+    g_sock = -1;
+    g_pid = 0;
+  }
+  return g_sock >= 0;
+}
+
+// One request and its reply, under g_mu. The process gone: the socket is forgotten (the next
+// spawn starts another) and -EPIPE is returned.
+int RoundTrip(const Header& req, const std::string& bytes, const std::vector<int>& fds, Header* reply, std::string* rbytes,
+              std::vector<int>* rfds) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!AliveLocked()) return -EPIPE;
+  int r = SendMessage(g_sock, req, bytes, fds);
+  if (r == 0) r = ReceiveMessage(g_sock, reply, rbytes, rfds);
+  if (r == 1 && reply->type == req.type) return 0;
+  CloseAll(*rfds);
+  rfds->clear();
+  close(g_sock);
+  g_sock = -1;
+  g_pid = 0;
+  return r < 0 ? r : -EPIPE;
+}
+
+// ---- the supervision process's side ----
+
+// Init's exit, written to the host's status pipe as the wait status init's own status pipe
+// carries in isolated mode (ReadCommandStatus); then init's stack is given back.
+void ReapInto(LinuxSpawnResult res, int status_w) {
+  std::thread([res, status_w]() mutable {
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    int r;
+    do {
+      r = waitid(static_cast<idtype_t>(P_PIDFD), res.pidfd, &si, WEXITED);
+    } while (r < 0 && errno == EINTR);
+    int32_t st = si.si_code == CLD_EXITED ? (si.si_status & 0xff) << 8 : (si.si_status & 0x7f);
+    if (r == 0) (void)!write(status_w, &st, sizeof st);
+    close(status_w);
+    close(res.pidfd);
+    ReleaseInitStack(&res);
+  }).detach();
+}
+
+// Replaces the indexes a kSpawn's JSON names fds by in `key` with the fds received.
+void MapFds(Napi::Env env, Napi::Object o, const char* key, const std::vector<int>& fds) {
+  Napi::Value v = o.Get(key);
+  if (!v.IsArray()) return;
+  Napi::Array a = v.As<Napi::Array>();
+  for (uint32_t i = 0; i < a.Length(); ++i) {
+    Napi::Value e = a.Get(i);
+    if (!e.IsNumber()) continue;
+    int k = e.As<Napi::Number>().Int32Value();
+    a.Set(i, Napi::Number::New(env, k >= 0 && static_cast<size_t>(k) < fds.size() ? fds[k] : -1));
+  }
+}
+
+Header SpawnHere(Napi::Env env, const std::string& json, const std::vector<int>& fds, std::string* out, std::vector<int>* out_fds) {
+  Header h{kSpawn, 0, 0, 0};
+  auto fail = [&](const Status& s) {
+    h.a = static_cast<int32_t>(s.code), h.b = s.sys_error;
+    *out = s.message + '\0' + s.syscall;
+    return h;
+  };
+  LinuxSpawnPlan plan;
+  SupervisorConfig supervisor;
+  StdioEnds ends;
+  try {
+    Napi::Object json_obj = env.Global().Get("JSON").As<Napi::Object>();
+    Napi::Object o = json_obj.Get("parse").As<Napi::Function>().Call(json_obj, {Napi::String::New(env, json)}).As<Napi::Object>();
+    MapFds(env, o, "stdio", fds);
+    MapFds(env, o, "cgroupFds", fds);
+    ParsePlan(env, o, &plan, &supervisor);
+    ParseStdio(env, o.Get("stdio").As<Napi::Array>(), &plan.stdio, &ends);
+  } catch (const Napi::Error& e) {
+    return fail(Status::Error(ErrorCode::kEINVALID_ARGUMENT, "the supervision process could not read the plan: " + e.Message()));
+  }
+  if (plan.mode != LinuxMode::kLandlock) return fail(Status::Error(ErrorCode::kEINVALID_ARGUMENT, "the supervision process spawns Landlock mode only"));
+  if (supervisor.paths.enabled && plan.landlock && plan.landlock_plan.stdio_terminals) RecordStdioTerminals(&supervisor.paths, plan.stdio);
+  LinuxSpawnResult res;
+  SupervisionThread* on = nullptr;
+  Status s = SpawnWhereSupervised(
+      plan,
+      [&](int* pidfd) {
+        Status st = SpawnLinux(plan, &res);
+        *pidfd = res.pidfd;
+        return st;
+      },
+      &on);
+  if (!s.ok()) return fail(s);
+  // As WatchStarted does in the host: members are init's descendants; the listener is served.
+  if (res.seccomp_listener_fd >= 0) {
+    if (supervisor.signals.enabled) {
+      supervisor.signals.init = res.pid;
+      supervisor.signals.init_pidfd = fcntl(res.pidfd, F_DUPFD_CLOEXEC, 0);
+    }
+    if (supervisor.reads.enabled) {
+      supervisor.reads.members.init = res.pid;
+      supervisor.reads.members.init_pidfd = fcntl(res.pidfd, F_DUPFD_CLOEXEC, 0);
+    }
+    if (StartSupervisor(env, res.seccomp_listener_fd, std::move(supervisor), on) < 0) SignalTree(res, SIGKILL);
+    on = nullptr;
+    res.seccomp_listener_fd = -1;
+  }
+  if (on != nullptr) EndSupervisionThread(on);
+  int status[2];
+  int host_pidfd = fcntl(res.pidfd, F_DUPFD_CLOEXEC, 0);
+  if (host_pidfd < 0 || pipe2(status, O_CLOEXEC) < 0) {
+    // The sandbox runs already; the host could not watch it: stop it.
+    SignalTree(res, SIGKILL);
+    if (host_pidfd >= 0) close(host_pidfd);
+    ReapInto(res, -1);
+    return fail(Status::Sys(ErrorCode::kESPAWN, "the supervision process could not hand the sandbox to the host", "pipe2", errno));
+  }
+  ReapInto(res, status[1]);
+  *out_fds = {host_pidfd, status[0]};
+  h.b = res.pid;
+  h.c = plan.landlock ? plan.landlock_plan.abi : 0;
+  return h;
+}
+
+}  // namespace
+
+// native.serveSupervision(fd): the supervision process's main loop (its JS thread stays here).
+// Returns when the host is gone (EOF).
+Napi::Value ServeSupervisionJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() != 1 || !info[0].IsNumber()) throw Napi::TypeError::New(env, "Usage: native.serveSupervision(fd)");
+  const int sock = info[0].As<Napi::Number>().Int32Value();
+  fcntl(sock, F_SETFD, FD_CLOEXEC);
+  if (SendMessage(sock, Header{kReady, getpid(), 0, 0}, "", {}) < 0) return env.Undefined();
+  for (;;) {
+    Header h;
+    std::string bytes;
+    std::vector<int> fds;
+    int r = ReceiveMessage(sock, &h, &bytes, &fds);
+    if (r <= 0) {
+      CloseAll(fds);
+      if (r == 0 || r == -EBADF || r == -ENOTSOCK) break;
+      continue;
+    }
+    std::string out;
+    std::vector<int> out_fds;
+    Header reply{h.type, 0, 0, 0};
+    if (h.type == kSpawn) {
+      reply = SpawnHere(env, bytes, fds, &out, &out_fds);
+    } else if (h.type == kAdmit) {
+      reply.a = AdmitProxyPeer(static_cast<uint16_t>(h.a), static_cast<uint16_t>(h.b), h.c != 0) ? 1 : 0;
+    }
+    CloseAll(fds);  // the command has its copies (or none was spawned)
+    r = SendMessage(sock, reply, out, out_fds);
+    CloseAll(out_fds);
+    if (r < 0) break;
+  }
+  return env.Undefined();
+}
+
+// native.supervisionSocketpair() -> [hostFd, processFd] (both CLOEXEC; the process's end is
+// placed at its fd 3 by the spawn that starts it).
+Napi::Value SupervisionSocketpairJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+    ThrowSandboxError(env, Status::Sys(ErrorCode::kESPAWN, "socketpair(2) for the supervision process failed", "socketpair", errno));
+  }
+  Napi::Array a = Napi::Array::New(env, 2);
+  a.Set(0u, Napi::Number::New(env, sv[0]));
+  a.Set(1u, Napi::Number::New(env, sv[1]));
+  return a;
+}
+
+// native.supervisionAttach(hostFd, timeoutMs) -> the process's pid: waits for it to say it is
+// ready; from then on Landlock-mode spawns may go to it. Throws (and closes hostFd) if it does not.
+Napi::Value SupervisionAttachJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() != 2 || !info[0].IsNumber() || !info[1].IsNumber()) throw Napi::TypeError::New(env, "Usage: native.supervisionAttach(fd, timeoutMs)");
+  const int fd = info[0].As<Napi::Number>().Int32Value();
+  Header h;
+  std::string bytes;
+  std::vector<int> fds;
+  int r = ReceiveMessage(fd, &h, &bytes, &fds, info[1].As<Napi::Number>().Int32Value());
+  CloseAll(fds);
+  if (r != 1 || h.type != kReady || h.a <= 0) {
+    close(fd);
+    ThrowSandboxError(env, Status::Sys(ErrorCode::kESPAWN,
+                                       r == -ETIMEDOUT ? "the supervision process did not start in time"
+                                                       : "the supervision process ended before it was ready",
+                                       "recvmsg", r < 0 ? -r : 0));
+  }
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_sock >= 0) close(g_sock);
+  g_sock = fd;
+  g_pid = h.a;
+  return Napi::Number::New(env, g_pid);
+}
+
+// native.supervisionProcess() -> its pid, or 0 when none is running (or it has died).
+Napi::Value SupervisionProcessJs(const Napi::CallbackInfo& info) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return Napi::Number::New(info.Env(), AliveLocked() ? g_pid : 0);
+}
+
+// native.spawnInSupervisionProcess(plan, onExit): native.spawn for Landlock mode, made and
+// supervised by the supervision process. The plan is checked here first (the same errors as
+// native.spawn), its pipes made here; the result is watched here as any other.
+Napi::Value SpawnInSupervisionProcessJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() != 2 || !info[0].IsObject() || !info[1].IsFunction()) {
+    throw Napi::TypeError::New(env, "Usage: native.spawnInSupervisionProcess(plan, onExit)");
+  }
+  Napi::Object o = info[0].As<Napi::Object>();
+  LinuxSpawnPlan plan;
+  SupervisorConfig unused;
+  ParsePlan(env, o, &plan, &unused);
+  StdioEnds ends;
+  ParseStdio(env, o.Get("stdio").As<Napi::Array>(), &plan.stdio, &ends);
+  // The fds travel with the message; the JSON names them by index.
+  std::vector<int> fds;
+  Napi::Object copy = env.Global().Get("Object").As<Napi::Object>().Get("assign").As<Napi::Function>().Call({Napi::Object::New(env), o}).As<Napi::Object>();
+  Napi::Array stdio = Napi::Array::New(env, plan.stdio.size());
+  for (size_t i = 0; i < plan.stdio.size(); ++i) {
+    int idx = -1;
+    if (plan.stdio[i] >= 0) idx = static_cast<int>(fds.size()), fds.push_back(plan.stdio[i]);
+    stdio.Set(static_cast<uint32_t>(i), Napi::Number::New(env, idx));
+  }
+  copy.Set("stdio", stdio);
+  if (!plan.cgroup_fds.empty()) {
+    Napi::Array cg = Napi::Array::New(env, plan.cgroup_fds.size());
+    for (size_t i = 0; i < plan.cgroup_fds.size(); ++i) {
+      cg.Set(static_cast<uint32_t>(i), Napi::Number::New(env, static_cast<int>(fds.size())));
+      fds.push_back(plan.cgroup_fds[i]);
+    }
+    copy.Set("cgroupFds", cg);
+  }
+  Napi::Object json_obj = env.Global().Get("JSON").As<Napi::Object>();
+  std::string json = json_obj.Get("stringify").As<Napi::Function>().Call(json_obj, {copy}).As<Napi::String>().Utf8Value();
+  Header reply;
+  std::string bytes;
+  std::vector<int> rfds;
+  int r = RoundTrip(Header{kSpawn, 0, 0, 0}, json, fds, &reply, &bytes, &rfds);
+  if (r < 0) {
+    ThrowSandboxError(env, Status::Sys(ErrorCode::kESPAWN, "the supervision process is gone; nothing was spawned", "sendmsg", -r));
+  }
+  if (reply.a != 0) {
+    CloseAll(rfds);
+    size_t nul = bytes.find('\0');
+    Status s = Status::Sys(static_cast<ErrorCode>(reply.a), bytes.substr(0, nul), nul == std::string::npos ? "" : bytes.substr(nul + 1), reply.b);
+    ThrowSandboxError(env, s);
+  }
+  if (rfds.size() != 2) {
+    CloseAll(rfds);
+    ThrowSandboxError(env, Status::Error(ErrorCode::kESPAWN, "the supervision process answered a spawn without its fds"));
+  }
+  LinuxSpawnResult res;
+  res.mode = LinuxMode::kLandlock;
+  res.pid = reply.b;
+  res.pidfd = rfds[0];
+  res.status_fd = rfds[1];
+  Napi::Object result = WatchStarted(env, res, SupervisorConfig{}, info[1].As<Napi::Function>(), &ends, reply.c, nullptr).As<Napi::Object>();
+  result.Set("supervisionConfined", Napi::Boolean::New(env, true));
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    result.Set("supervisionProcess", Napi::Number::New(env, g_pid));
+  }
+  return result;
+}
+
+bool AdmitProxyPeerInSupervisionProcess(uint16_t proxy_port, uint16_t peer_port, bool supervised) noexcept {
+  Header reply;
+  std::string bytes;
+  std::vector<int> fds;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (g_sock < 0) return false;
+  }
+  if (RoundTrip(Header{kAdmit, proxy_port, peer_port, supervised ? 1 : 0}, "", {}, &reply, &bytes, &fds) < 0) return false;
+  CloseAll(fds);
+  return reply.a == 1;
+}
+
+}  // namespace psb

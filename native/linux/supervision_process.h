@@ -1,0 +1,23 @@
+// Landlock mode's supervision in a process of its own (supervision_process.cc has the design).
+// The host starts it (lib/platform/linux/supervision-process.ts) and attaches to it; its
+// Landlock-mode spawns then go to it. Tests: see supervision_process.cc.
+#pragma once
+
+#include <stdint.h>
+
+#include <napi.h>
+
+namespace psb {
+
+// The process's side: its main loop (native.serveSupervision(fd)).
+Napi::Value ServeSupervisionJs(const Napi::CallbackInfo& info);
+// The host's side: the channel, waiting for the process, whether it runs, and a spawn through it.
+Napi::Value SupervisionSocketpairJs(const Napi::CallbackInfo& info);
+Napi::Value SupervisionAttachJs(const Napi::CallbackInfo& info);
+Napi::Value SupervisionProcessJs(const Napi::CallbackInfo& info);
+Napi::Value SpawnInSupervisionProcessJs(const Napi::CallbackInfo& info);
+// AdmitProxyPeer (supervise_connect.h) asked of the process, whose connect classes registered
+// the peers of the sandboxes it supervises. False when none runs.
+bool AdmitProxyPeerInSupervisionProcess(uint16_t proxy_port, uint16_t peer_port, bool supervised) noexcept;
+
+}  // namespace psb
