@@ -19,19 +19,20 @@
 //
 // The channel: a SOCK_SEQPACKET socketpair (message boundaries kept, fds passed with SCM_RIGHTS).
 //   host -> process: kSpawn: the plan as JSON (stdio and cgroupFds replaced by indexes into the
-//     message's fds) with the fds; kAdmit: a proxy peer to look up (supervise_connect.h).
+//     message's fds) with the fds; a JSON past the message size travels in a sealed memfd, the
+//     last fd; the test hook's path-check skips (PSB_TEST_HOOKS=1 only) ride along. kAdmit: a
+//     proxy peer to look up (supervise_connect.h).
 //   process -> host: kReady once (its pid); per kSpawn a reply: init's pid, the Landlock ABI,
 //     and init's pidfd and the read end of a status pipe; or the failure (a Status).
-// The host keeps watching the sandbox as before (exit_watch.cc: the status pipe first, then the
+// The host keeps watching the sandbox as before (exit_watch.cc: init's status pipe first, then the
 // pidfd); kill() signals init through its pidfd. init's parent is the supervision process, which
-// reaps it and writes the wait status to the pipe. The process reads requests one at a time on
+// reaps it. The process reads requests one at a time on
 // its main thread; the host sends them under one mutex, each with its reply.
 //
 // Failure, closed: if the supervision process dies (killed, crashed), its tasks die with it: the
 // listeners close (a waiting supervised call fails ENOSYS), and each init gets its parent-death
-// signal and kills its sandbox's tree (spawn_init.cc) before exiting. The host's status pipe
-// reaches EOF without a report: the command is reported killed (SIGKILL) and the watch reaps
-// nothing (init is not the host's child). The next spawn starts a new supervision process. If
+// signal, kills its sandbox's tree and reports the command killed by SIGKILL through its status
+// pipe (spawn_init.cc) before exiting; the host's watch reaps nothing (init is not its child). The next spawn starts a new supervision process. If
 // the host dies, the process reads EOF and exits, and the same happens to every sandbox.
 // Tests: test/linux/supervision-process.test.ts, test/linux/supervisor-sqlite.test.ts.
 #include "supervision_process.h"
@@ -41,7 +42,10 @@
 #include <poll.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -55,6 +59,7 @@
 #include "plan_parse.h"
 #include "spawn_linux.h"
 #include "supervisor/supervise_connect.h"
+#include "supervisor/supervise_paths.h"
 #include "supervisor/supervision_envelope.h"
 #include "supervisor/supervisor.h"
 
@@ -62,7 +67,8 @@ namespace psb {
 namespace {
 
 enum : uint32_t { kReady = 1, kSpawn = 2, kAdmit = 3 };
-// Fixed fields ahead of each message's bytes. kSpawn reply: a = 0 (ok) or the ErrorCode, b =
+// Fixed fields ahead of each message's bytes. kSpawn: a = the path-check skips (a test hook), b =
+// 1 when the JSON is in the last fd (a memfd). kSpawn reply: a = 0 (ok) or the ErrorCode, b =
 // init's pid or the errno, c = the Landlock ABI; the bytes: "" or the message, NUL, the syscall.
 struct Header {
   uint32_t type;
@@ -136,6 +142,37 @@ int ReceiveMessage(int sock, Header* h, std::string* bytes, std::vector<int>* fd
   return 1;
 }
 
+// A JSON too large for one message: written to a sealed memfd, sent as an fd. -errno on failure.
+int JsonInMemfd(const std::string& json) {
+  int fd = static_cast<int>(syscall(SYS_memfd_create, "psb-plan", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (fd < 0) return -errno;
+  for (size_t off = 0; off < json.size();) {
+    ssize_t n = write(fd, json.data() + off, json.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int e = n < 0 ? errno : EIO;
+      close(fd);
+      return -e;
+    }
+    off += static_cast<size_t>(n);
+  }
+  fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL);
+  return fd;
+}
+
+bool JsonFromFd(int fd, std::string* json) {
+  struct stat st;
+  if (fstat(fd, &st) != 0 || st.st_size < 0 || st.st_size > (64 << 20)) return false;
+  json->resize(static_cast<size_t>(st.st_size));
+  for (size_t off = 0; off < json->size();) {
+    ssize_t n = pread(fd, &(*json)[off], json->size() - off, static_cast<off_t>(off));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    off += static_cast<size_t>(n);
+  }
+  return true;
+}
+
 void CloseAll(const std::vector<int>& fds) {
   for (int fd : fds) {
     if (fd >= 0) close(fd);
@@ -165,6 +202,7 @@ int RoundTrip(const Header& req, const std::string& bytes, const std::vector<int
   std::lock_guard<std::mutex> lock(g_mu);
   if (!AliveLocked()) return -EPIPE;
   int r = SendMessage(g_sock, req, bytes, fds);
+  if (r == -EMSGSIZE) return r;  // nothing was sent: the channel is as it was
   if (r == 0) r = ReceiveMessage(g_sock, reply, rbytes, rfds);
   if (r == 1 && reply->type == req.type) return 0;
   CloseAll(*rfds);
@@ -177,19 +215,13 @@ int RoundTrip(const Header& req, const std::string& bytes, const std::vector<int
 
 // ---- the supervision process's side ----
 
-// Init's exit, written to the host's status pipe as the wait status init's own status pipe
-// carries in isolated mode (ReadCommandStatus); then init's stack is given back.
-void ReapInto(LinuxSpawnResult res, int status_w) {
-  std::thread([res, status_w]() mutable {
+// init is this process's child: reaped here (its status reaches the host through its own status
+// pipe, whose read end the host holds), then its stack is given back.
+void Reap(LinuxSpawnResult res) {
+  std::thread([res]() mutable {
     siginfo_t si;
-    memset(&si, 0, sizeof si);
-    int r;
-    do {
-      r = waitid(static_cast<idtype_t>(P_PIDFD), res.pidfd, &si, WEXITED);
-    } while (r < 0 && errno == EINTR);
-    int32_t st = si.si_code == CLD_EXITED ? (si.si_status & 0xff) << 8 : (si.si_status & 0x7f);
-    if (r == 0) (void)!write(status_w, &st, sizeof st);
-    close(status_w);
+    while (waitid(static_cast<idtype_t>(P_PIDFD), res.pidfd, &si, WEXITED) < 0 && errno == EINTR) {
+    }
     close(res.pidfd);
     ReleaseInitStack(&res);
   }).detach();
@@ -256,17 +288,18 @@ Header SpawnHere(Napi::Env env, const std::string& json, const std::vector<int>&
     res.seccomp_listener_fd = -1;
   }
   if (on != nullptr) EndSupervisionThread(on);
-  int status[2];
   int host_pidfd = fcntl(res.pidfd, F_DUPFD_CLOEXEC, 0);
-  if (host_pidfd < 0 || pipe2(status, O_CLOEXEC) < 0) {
+  if (host_pidfd < 0 || res.status_fd < 0) {
     // The sandbox runs already; the host could not watch it: stop it.
     SignalTree(res, SIGKILL);
     if (host_pidfd >= 0) close(host_pidfd);
-    ReapInto(res, -1);
-    return fail(Status::Sys(ErrorCode::kESPAWN, "the supervision process could not hand the sandbox to the host", "pipe2", errno));
+    if (res.status_fd >= 0) close(res.status_fd);
+    Reap(res);
+    return fail(Status::Sys(ErrorCode::kESPAWN, "the supervision process could not hand the sandbox to the host", "fcntl", errno));
   }
-  ReapInto(res, status[1]);
-  *out_fds = {host_pidfd, status[0]};
+  *out_fds = {host_pidfd, res.status_fd};
+  res.status_fd = -1;
+  Reap(res);
   h.b = res.pid;
   h.c = plan.landlock ? plan.landlock_plan.abi : 0;
   return h;
@@ -296,6 +329,12 @@ Napi::Value ServeSupervisionJs(const Napi::CallbackInfo& info) {
     std::vector<int> out_fds;
     Header reply{h.type, 0, 0, 0};
     if (h.type == kSpawn) {
+      // The test hook, as the host has it: nonzero only where the host's own gate let a test set
+      // it (native.testSkipPathChecks refuses unless PSB_TEST_HOOKS=1); only the host writes here.
+      SetPathCheckSkips(static_cast<unsigned>(h.a));
+      if (h.b == 1 && (fds.empty() || !JsonFromFd(fds.back(), &bytes))) {
+        bytes.clear();  // SpawnHere reports the unreadable plan
+      }
       reply = SpawnHere(env, bytes, fds, &out, &out_fds);
     } else if (h.type == kAdmit) {
       reply.a = AdmitProxyPeer(static_cast<uint16_t>(h.a), static_cast<uint16_t>(h.b), h.c != 0) ? 1 : 0;
@@ -387,10 +426,20 @@ Napi::Value SpawnInSupervisionProcessJs(const Napi::CallbackInfo& info) {
   }
   Napi::Object json_obj = env.Global().Get("JSON").As<Napi::Object>();
   std::string json = json_obj.Get("stringify").As<Napi::Function>().Call(json_obj, {copy}).As<Napi::String>().Utf8Value();
+  Header req{kSpawn, static_cast<int32_t>(PathCheckSkips()), 0, 0};
+  int memfd = -1;
+  if (json.size() + sizeof req > kMaxMessage) {
+    memfd = JsonInMemfd(json);
+    if (memfd < 0) ThrowSandboxError(env, Status::Sys(ErrorCode::kESPAWN, "the plan could not be handed to the supervision process", "memfd_create", -memfd));
+    fds.push_back(memfd);
+    json.clear();
+    req.b = 1;
+  }
   Header reply;
   std::string bytes;
   std::vector<int> rfds;
-  int r = RoundTrip(Header{kSpawn, 0, 0, 0}, json, fds, &reply, &bytes, &rfds);
+  int r = RoundTrip(req, json, fds, &reply, &bytes, &rfds);
+  if (memfd >= 0) close(memfd);
   if (r < 0) {
     ThrowSandboxError(env, Status::Sys(ErrorCode::kESPAWN, "the supervision process is gone; nothing was spawned", "sendmsg", -r));
   }

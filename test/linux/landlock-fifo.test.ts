@@ -11,6 +11,7 @@ import fs from 'node:fs';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
 import { spawn } from '../../lib/index';
+import { loadLinuxNative } from '../../lib/native';
 import { clearSpares, sparesSettled } from '../../lib/platform/linux/spare';
 import type { SandboxPolicy } from '../../lib/policy-types';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
@@ -28,13 +29,26 @@ const HANG = 20_000;
 // Waits until process $1 sleeps (S: blocked in its open) or has exited (Z), never on a clock.
 const WAIT_BLOCKED = 'until s=$(cut -d" " -f3 /proc/$1/stat 2>/dev/null); [ "$s" = S ] || [ "$s" = Z ] || [ -z "$s" ]; do :; done';
 
+/**
+ * The threads of the supervision: the host's own, and with PSB_SUPERVISION=process the
+ * supervision process's too (where the waiters then run).
+ */
 function hostThreads(): string[] {
-  return fs.readdirSync('/proc/self/task').map((t) => {
+  const pid = caps.linux ? loadLinuxNative().supervisionProcess() : 0;
+  return ['self', ...(pid > 0 ? [String(pid)] : [])].flatMap((p) => {
+    let tasks: string[] = [];
     try {
-      return fs.readFileSync(`/proc/self/task/${t}/comm`, 'utf8').trim();
+      tasks = fs.readdirSync(`/proc/${p}/task`);
     } catch {
-      return '';
+      return [];
     }
+    return tasks.map((t) => {
+      try {
+        return fs.readFileSync(`/proc/${p}/task/${t}/comm`, 'utf8').trim();
+      } catch {
+        return '';
+      }
+    });
   });
 }
 

@@ -86,8 +86,7 @@ export const SUPERVISION_CONFINED =
   "confined by Landlock to the policy's outer envelope (readable and writable roots before deny-read carving, TMPDIR, allowed devices, the terminals on stdio, /proc)";
 export const SUPERVISION_UNCONFINED = "the host process's authority (not confined)";
 /** Landlock mode with PSB_SUPERVISION=process (linux/supervision-process.ts). */
-export const supervisionInProcess = (pid: number): string =>
-  `a process of its own (pid ${pid}), started from the host's executable, ${SUPERVISION_CONFINED.replace(/^confined/, 'each sandbox confined')}`;
+export const supervisionInProcess = (pid: number): string => `${SUPERVISION_CONFINED}, in a process of its own (pid ${pid}, started from the host's executable)`;
 /** Isolated mode's only supervised class: listings of the directories holding placeholders. */
 export const SUPERVISION_LISTINGS =
   "listings of the directories holding placeholders only, with the host process's authority (not confined by Landlock)";

@@ -11,7 +11,7 @@
  * is closed by the host: not yet carried over).
  */
 import { spawn as spawnChild } from 'node:child_process';
-import fs from 'node:fs';
+import path from 'node:path';
 
 import { SandboxError } from '../../errors';
 import { loadLinuxNative, type LinuxNative } from '../../native';
@@ -23,6 +23,11 @@ export function supervisionProcessWanted(): boolean {
 
 const START_TIMEOUT_MS = 20_000;
 
+/** This file as built (run from the sources, as the tests do, the build's copy). */
+function processScript(): string {
+  return __filename.endsWith('.js') ? __filename : path.join(__dirname, '..', '..', '..', 'dist', 'platform', 'linux', 'supervision-process.js');
+}
+
 /** The supervision process's pid, started (and waited for) if none runs. */
 export function ensureSupervisionProcess(native: LinuxNative): number {
   const running = native.supervisionProcess();
@@ -30,15 +35,17 @@ export function ensureSupervisionProcess(native: LinuxNative): number {
   const [hostFd, processFd] = native.supervisionSocketpair();
   let child;
   try {
-    child = spawnChild(process.execPath, [__filename], {
+    child = spawnChild(process.execPath, [processScript()], {
       stdio: ['ignore', 'ignore', 'inherit', processFd],
       env: { ...process.env, ...(process.versions.electron ? { ELECTRON_RUN_AS_NODE: '1' } : {}) },
     });
   } catch (e) {
-    fs.closeSync(hostFd);
+    native.closeOnPool(hostFd);
     throw new SandboxError('ESPAWN', `the supervision process could not be started (${process.execPath}): ${(e as Error).message}`);
   } finally {
-    fs.closeSync(processFd);
+    // (Not fs.closeSync: in a Worker, Node warns about closing an fd it did not open.) Once the
+    // process has its copy, the host keeps only its own end: the process's death is then a hang-up.
+    native.closeOnPool(processFd);
   }
   // It lives as long as the host does (it ends when the channel closes); it keeps no loop alive.
   child.on('error', () => {});

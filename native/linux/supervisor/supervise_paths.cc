@@ -469,7 +469,10 @@ int ResolveForWrite(Fd* own, Fd* base, std::string path, int flags, bool follow,
       if (links >= kMaxLinks) return -ELOOP;
       char buf[PATH_MAX];
       ssize_t len = readlinkat(fd, "", buf, sizeof buf);
-      if (len <= 0 || len >= static_cast<ssize_t>(sizeof buf)) return len == 0 ? -ENOENT : -ENAMETOOLONG;
+      // (A link this task may not read, e.g. another process's /proc magic link outside the
+      // envelope's domain: that refusal, not a length.)
+      if (len < 0) return -errno;
+      if (len == 0 || len >= static_cast<ssize_t>(sizeof buf)) return len == 0 ? -ENOENT : -ENAMETOOLONG;
       path.assign(buf, static_cast<size_t>(len));
       if (nm.slash) path += "/";
       hop.Reset(nm.dir.Release());
@@ -983,6 +986,7 @@ void RecordStdioTerminals(PathRules* r, const std::vector<int>& stdio) {
 }
 
 void SetPathCheckSkips(unsigned skips) noexcept { __atomic_store_n(&g_check_skips, skips, __ATOMIC_RELAXED); }
+unsigned PathCheckSkips() noexcept { return __atomic_load_n(&g_check_skips, __ATOMIC_RELAXED); }
 
 bool IsPathCall(int nr) noexcept { return FindCall(nr) != nullptr; }
 

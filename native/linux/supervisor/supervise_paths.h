@@ -101,6 +101,7 @@ void RecordStdioTerminals(PathRules* r, const std::vector<int>& stdio);
 constexpr unsigned kSkipTerminalCheck = 1;  // any character device counts as a held terminal
 constexpr unsigned kSkipWritableCheck = 2;  // any path counts as inside a writable root
 void SetPathCheckSkips(unsigned skips) noexcept;
+unsigned PathCheckSkips() noexcept;
 
 // Whether syscall nr is one the path supervisor answers.
 bool IsPathCall(int nr) noexcept;

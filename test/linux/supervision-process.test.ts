@@ -1,0 +1,175 @@
+/**
+ * Landlock mode's supervision in a process of its own (PSB_SUPERVISION=process;
+ * native/linux/supervision_process.cc, lib/platform/linux/supervision-process.ts): one process,
+ * started from the host's executable, spawns and supervises every Landlock-mode sandbox of the
+ * host; none of it runs in the host process.
+ *
+ * - It enforces as the host's supervision did (a carve-out refused, a write inside done) and the
+ *   report names its pid; the host has none of the supervision's threads, the process has them.
+ * - Killed (SIGKILL) or crashed (SIGSEGV) mid-run: that run's command is stopped (its init gets
+ *   its parent-death signal and kills the tree), the host lives on and reports the command killed,
+ *   and its next spawn works through a new supervision process.
+ * - The host's end (an exit, or a kill) ends the supervision process and every sandbox in it.
+ * - It cannot be started (the host's executable is not runnable as node): the spawn fails with
+ *   ESPAWN and nothing runs.
+ * The other Landlock suites run with it too (scripts/test-all.sh, the process pass); the lock and
+ * SQLite tests have a host row with it.
+ */
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+import { run, spawn } from '../../lib/index';
+import { loadLinuxNative } from '../../lib/native';
+import { caps, MODES } from '../helpers/capabilities';
+import { BASE_ENV, eventually, hostScript, makeScene, NODE, pidsWith, type Scene, sleepers, uniqueSleep } from '../helpers/sandbox';
+
+const landlockSkip =
+  MODES.find((m) => m.name === 'landlock')!.skip ??
+  (caps.metadataSupervisor ? undefined : 'this kernel has no seccomp user notification with ADDFD (5.9+): Landlock mode has no supervision');
+// eslint-disable-next-line no-console
+if (landlockSkip) console.warn(`[supervision-process] SKIPPING: ${landlockSkip}`);
+
+const threadsOf = (pid: number | 'self'): string[] =>
+  fs.readdirSync(`/proc/${pid}/task`).flatMap((t) => {
+    try {
+      return [fs.readFileSync(`/proc/${pid}/task/${t}/comm`, 'utf8').trim()];
+    } catch {
+      return [];
+    }
+  });
+const alive = (pid: number): boolean => {
+  try {
+    return !fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].startsWith('Z');
+  } catch {
+    return false;
+  }
+};
+const supervisionPid = (mechanisms: Record<string, unknown>): number => Number(/in a process of its own \(pid (\d+)/.exec(String(mechanisms.supervision))?.[1] ?? 0);
+
+describe.skipIf(landlockSkip)('Landlock mode: the supervision in a process of its own', () => {
+  let scene: Scene;
+  let saved: string | undefined;
+  const policy = () => ({ mode: 'landlock' as const, filesystem: { write: [scene.ws] } });
+  beforeAll(() => {
+    saved = process.env.PSB_SUPERVISION;
+    process.env.PSB_SUPERVISION = 'process';
+    scene = makeScene('supervision-process');
+    fs.mkdirSync(path.join(scene.ws, '.git', 'hooks'), { recursive: true });
+  });
+  afterAll(() => {
+    if (saved === undefined) delete process.env.PSB_SUPERVISION;
+    else process.env.PSB_SUPERVISION = saved;
+    scene?.cleanup();
+  });
+
+  it('enforces from a process of its own: a carve-out refused, a write inside done; no supervision thread in the host', async () => {
+    const marker = uniqueSleep();
+    const child = spawn('/bin/sh', ['-c', `echo inside > a.txt; echo hook > .git/hooks/pre-commit; echo rc=$?; exec sleep ${marker}`], {
+      cwd: scene.ws,
+      env: BASE_ENV,
+      policy: policy(),
+    });
+    let out = '';
+    child.stdout!.on('data', (d: Buffer) => (out += d));
+    expect(await eventually(() => sleepers(marker).length > 0)).toBe(true);
+    const pid = supervisionPid(child.enforcement.mechanisms);
+    expect(pid, String(child.enforcement.mechanisms.supervision)).toBeGreaterThan(0);
+    expect(String(child.enforcement.mechanisms.supervision)).toMatch(/^confined by Landlock to the policy's outer envelope/);
+    // A process of its own, from the host's executable; the supervision's threads are there.
+    expect(pid).not.toBe(process.pid);
+    expect(fs.readFileSync(`/proc/${pid}/status`, 'utf8')).toMatch(new RegExp(`\\nTgid:\\s+${pid}\\n`));
+    expect(fs.realpathSync(`/proc/${pid}/exe`)).toBe(fs.realpathSync(process.execPath));
+    expect(threadsOf(pid)).toContain('psb-supervisor');
+    expect(threadsOf('self').filter((t) => t.startsWith('psb-'))).toEqual([]);
+    child.kill('SIGKILL');
+    await child.exited;
+    expect(out).toBe('rc=2\n');
+    expect(fs.readFileSync(path.join(scene.ws, 'a.txt'), 'utf8')).toBe('inside\n');
+    expect(fs.existsSync(path.join(scene.ws, '.git', 'hooks', 'pre-commit'))).toBe(false);
+    expect(loadLinuxNative().supervisionProcess()).toBe(pid);
+  });
+
+  for (const sig of ['SIGKILL', 'SIGSEGV'] as const) {
+    it(`the supervision process ${sig === 'SIGKILL' ? 'killed' : 'crashing'} mid-run (${sig}): the command is stopped, the host lives on, its next spawn works`, async () => {
+      fs.writeFileSync(path.join(scene.ws, 'f'), 'x');
+      const pidFile = path.join(scene.ws, `cmd-${sig}.pid`);
+      // Supervised calls (chmod inside the writable root) in a loop, its pid written first.
+      const child = spawn('/bin/sh', ['-c', `echo $$ > ${pidFile}; while :; do chmod 644 f && echo ok; sleep 0.05; done`], {
+        cwd: scene.ws,
+        env: BASE_ENV,
+        policy: policy(),
+      });
+      let out = '';
+      child.stdout!.on('data', (d: Buffer) => (out += d));
+      expect(await eventually(() => out.includes('ok\nok\n'))).toBe(true);
+      const pid = supervisionPid(child.enforcement.mechanisms);
+      const cmd = Number(fs.readFileSync(pidFile, 'utf8'));
+      expect(alive(cmd)).toBe(true);
+      process.kill(pid, sig);
+      const r = await child.exited;
+      expect(r).toMatchObject({ code: null, signal: 'SIGKILL' });
+      expect(await eventually(() => !alive(cmd) && !alive(pid))).toBe(true);
+      expect(loadLinuxNative().supervisionProcess()).toBe(0);
+      // The next spawn: a new supervision process, enforcing again.
+      const next = await run('/bin/sh', ['-c', 'chmod 600 f && echo again; echo x > .git/hooks/h; echo rc=$?'], { cwd: scene.ws, env: BASE_ENV, policy: policy() });
+      expect(next.stdout).toBe('again\nrc=2\n');
+      expect(fs.statSync(path.join(scene.ws, 'f')).mode & 0o777).toBe(0o600);
+      const again = supervisionPid(next.enforcement.mechanisms);
+      expect(again).toBeGreaterThan(0);
+      expect(again).not.toBe(pid);
+    });
+  }
+
+  // A host of its own (a node process on the built package) that ends while a sandbox runs.
+  const HOST = `
+const marker = process.argv[2], how = process.argv[3];
+process.env.PSB_SUPERVISION = 'process';
+const child = lib.spawn('/bin/sh', ['-c', 'exec sleep ' + marker], { cwd: process.argv[4], env: { PATH: '/usr/bin:/bin' }, policy: { mode: 'landlock', filesystem: { write: [process.argv[4]] } } });
+const pid = Number(/in a process of its own \\(pid (\\d+)/.exec(child.enforcement.mechanisms.supervision)[1]);
+// Once the sandbox's sleep runs: its pid, then the end.
+const fs = require('fs');
+const sleeper = () => fs.readdirSync('/proc').find((d) => { try { return fs.readFileSync('/proc/' + d + '/cmdline', 'utf8') === 'sleep\\0' + marker + '\\0'; } catch { return false; } });
+const wait = () => { const s = sleeper(); if (!s) return setTimeout(wait, 20); console.log(JSON.stringify({ pid, sleeper: Number(s) })); how === 'exit' ? process.exit(0) : process.kill(process.pid, 'SIGKILL'); };
+wait();
+`;
+  for (const how of ['exit', 'kill'] as const) {
+    it(`the host's end (${how === 'exit' ? 'process.exit' : 'SIGKILL'}) ends the supervision process and its sandbox`, async () => {
+      const marker = uniqueSleep();
+      const script = hostScript(scene.root, `host-${how}.js`, HOST);
+      const r = spawnSync(NODE, [script, marker, how, scene.ws], { encoding: 'utf8', timeout: 60_000 });
+      const { pid, sleeper } = JSON.parse(r.stdout.trim().split('\n')[0]) as { pid: number; sleeper: number };
+      expect(pid).toBeGreaterThan(0);
+      expect(sleeper).toBeGreaterThan(0);
+      expect(await eventually(() => !alive(pid) && !alive(sleeper) && pidsWith(marker).length === 0)).toBe(true);
+    });
+  }
+
+  it('a supervision process that cannot start: ESPAWN, and nothing runs', async () => {
+    const marker = path.join(scene.ws, 'ran');
+    const host = (tag: string, execPath: string) =>
+      spawnSync(
+        NODE,
+        [
+          hostScript(
+            scene.root,
+            `host-${tag}.js`,
+            `process.env.PSB_SUPERVISION = 'process';
+${execPath ? `process.execPath = ${JSON.stringify(execPath)};` : ''}
+lib.run('/bin/sh', ['-c', 'touch ${marker}'], { cwd: ${JSON.stringify(scene.ws)}, env: { PATH: '/usr/bin:/bin' }, policy: { mode: 'landlock', filesystem: { write: [${JSON.stringify(scene.ws)}] } } })
+  .then(() => console.log('"ran"'), (e) => console.log(JSON.stringify({ name: e.name, code: e.code, message: e.message })));`,
+          ),
+        ],
+        { encoding: 'utf8', timeout: 60_000 },
+      );
+    const r = host('nostart', '/bin/false');
+    const e = JSON.parse(r.stdout.trim().split('\n').pop() ?? 'null') as { name: string; code: string; message: string };
+    expect(e, r.stderr).toMatchObject({ name: 'SandboxError', code: 'ESPAWN' });
+    expect(e.message).toMatch(/supervision process/);
+    expect(fs.existsSync(marker)).toBe(false);
+    // Control: the same host with its real executable runs it.
+    expect(host('start', '').stdout.trim()).toBe('"ran"');
+    expect(fs.existsSync(marker)).toBe(true);
+  });
+});
