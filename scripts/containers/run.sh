@@ -160,7 +160,7 @@ podman_row() {
   PODMAN_HOME=$(mktemp -d /var/tmp/psb-podman-home.XXXXXX) && chown "$u": "$PODMAN_HOME"
   # The project copy psbtest can read (this tree may sit under a directory only root enters).
   local src=$PODMAN_HOME/src
-  mkdir -p "$src" && tar -C "$ROOT" --exclude=./.git --exclude=./node_modules/@openai --exclude=./.win -cf - . | tar -C "$src" -xf -
+  mkdir -p "$src" && tar -C "$ROOT" --exclude=./.git --exclude=./node_modules/@openai --exclude=./node_modules/better-sqlite3 --exclude=./.win -cf - . | tar -C "$src" -xf -
   cp "$(command -v node)" "$PODMAN_HOME/node" && chmod 0755 "$PODMAN_HOME/node" && cp -r "$LOGS/bin" "$PODMAN_HOME/bin"
   chown -R "$u": "$PODMAN_HOME" && chmod 0777 "$LOGS/results"
   runuser -u "$u" -- env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$PODMAN_HOME" XDG_RUNTIME_DIR="$PODMAN_HOME/run" \

@@ -64,7 +64,7 @@ rm -rf "$LOGS" && mkdir -p "$LOGS"
 STAGE=$(mktemp -d /var/tmp/psb-matrix-stage.XXXXXX)
 trap 'rm -rf "$STAGE" "$STAGE.arm64"' EXIT
 tar -C "$ROOT" --exclude=./.git --exclude=./.win --exclude=./node_modules/@openai --exclude=./node_modules/typescript \
-  --exclude=./prebuilds -cf - . | tar -C "$STAGE" -xf -
+  --exclude=./node_modules/better-sqlite3 --exclude=./prebuilds -cf - . | tar -C "$STAGE" -xf -
 mkdir -p "$STAGE/.kernel-matrix"
 cp "$(command -v node)" "$STAGE/.kernel-matrix/node"
 CACHE=${PSB_MATRIX_CACHE:-/var/cache/process-sandbox/kernel-matrix}
