@@ -15,7 +15,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 
 import { caps, MODES } from '../helpers/capabilities';
 import { buildPtraceFilter } from '../helpers/ptrace-filter';
-import { hostScript, makeScene, NODE, type Scene } from '../helpers/sandbox';
+import { DIST_INDEX, hostScript, makeScene, NODE, type Scene } from '../helpers/sandbox';
 
 const landlockSkip = caps.metadataSupervisor ? undefined : 'this kernel has no seccomp user notification with ADDFD (5.9+): Landlock mode has no supervisors';
 // eslint-disable-next-line no-console
@@ -29,9 +29,12 @@ const [mode, ws] = process.argv.slice(2);
 const policy = { mode, ...(mode === 'landlock' ? { degraded: true } : {}), filesystem: { write: [ws] } };
 const env = { PATH: '/usr/bin:/bin' };
 const fdCount = () => fs.readdirSync('/proc/self/fd').length;
-const threads = (name) => fs.readdirSync('/proc/self/task').filter((t) => {
-  try { return fs.readFileSync('/proc/self/task/' + t + '/comm', 'utf8').trim() === name; } catch { return false; }
-}).length;
+// The supervision's threads: the host's, and with PSB_SUPERVISION=process the supervision process's.
+const native = require(${JSON.stringify(path.join(path.dirname(DIST_INDEX), 'native.js'))}).loadLinuxNative();
+const taskDirs = () => { const p = native.supervisionProcess(); return ['/proc/self/task', ...(p > 0 ? ['/proc/' + p + '/task'] : [])]; };
+const threads = (name) => taskDirs().reduce((n, d) => { let ts = []; try { ts = fs.readdirSync(d); } catch {} return n + ts.filter((t) => {
+  try { return fs.readFileSync(d + '/' + t + '/comm', 'utf8').trim() === name; } catch { return false; }
+}).length; }, 0);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 async function until(cond, ms = 60000) { for (const end = Date.now() + ms; Date.now() < end; await sleep(50)) if (cond()) return true; return cond(); }
 // A sandbox of the same host running a FIFO pipeline (its writer waits for the reader).

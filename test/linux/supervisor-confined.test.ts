@@ -99,8 +99,10 @@ const hostFds = () => [0, 1, 2, ...fds].map((fd) => { try { return fd + ' ' + fs
 `;
 
 const HOSTS = [
-  { host: 'a plain host', filtered: false },
-  { host: "a host under a container runtime's seccomp profile (unshare and pidfd_getfd refused)", filtered: true },
+  { host: 'a plain host', filtered: false, inProcess: false },
+  { host: "a host under a container runtime's seccomp profile (unshare and pidfd_getfd refused)", filtered: true, inProcess: false },
+  // Landlock mode's supervision in a process of its own (PSB_SUPERVISION=process).
+  { host: 'a host whose supervision is a process of its own', filtered: false, inProcess: true },
 ];
 
 describe.runIf(caps.linux)("the host's POSIX locks outlive its sandboxes' supervised calls", () => {
@@ -129,18 +131,18 @@ describe.runIf(caps.linux)("the host's POSIX locks outlive its sandboxes' superv
 
     const whyNot = (filtered: boolean) =>
       skip ?? pythonSkip ?? (mode === 'landlock' ? landlockSkip : undefined) ?? (filtered ? (ccSkip ?? (mode === 'isolated' ? 'isolated mode needs unshare: no case' : undefined)) : undefined);
-    for (const { host, filtered } of HOSTS) {
-     it.skipIf(whyNot(filtered))(`${host}: every class of call leaves both locks held; unlocking frees them`, () => {
+    for (const { host, filtered, inProcess } of HOSTS) {
+     it.skipIf(whyNot(filtered) ?? (inProcess && mode === 'isolated' ? 'isolated mode has no supervision process' : undefined))(`${host}: every class of call leaves both locks held; unlocking frees them`, () => {
       const inFile = path.join(scene.ws, 'held.txt');
       const outFile = path.join(scene.out, 'held.txt');
       fs.writeFileSync(inFile, 'inside');
-      const script = hostScript(scene.root, `locks-${filtered}.js`, HOST);
+      const script = hostScript(scene.root, `locks-${filtered}-${inProcess}.js`, HOST);
       const argv = [NODE, script, mode, scene.ws, outFile, inFile];
       const r = spawnSync(filtered ? filter! : argv[0], filtered ? argv : argv.slice(1), {
         encoding: 'utf8',
         timeout: 200_000,
         // Below ABI 6 the signal class is supervised too (Landlock's signal scope is ABI 6).
-        env: { ...process.env, PSB_LANDLOCK_ABI_MAX: '5', CASE: JSON.stringify({ STEPS, CHECK, PY_FD, PY_CONNECT, PYTHON }) },
+        env: { ...process.env, PSB_LANDLOCK_ABI_MAX: '5', PSB_SUPERVISION: inProcess ? 'process' : '', CASE: JSON.stringify({ STEPS, CHECK, PY_FD, PY_CONNECT, PYTHON }) },
       });
       const last = r.stdout.trim().split('\n').pop() ?? '';
       expect(r.signal, `host died: ${r.stderr}`).toBeNull();
@@ -159,6 +161,7 @@ describe.runIf(caps.linux)("the host's POSIX locks outlive its sandboxes' superv
       expect(fs.readFileSync(inFile, 'utf8')).toBe('insidemore\n');
       expect(fs.readFileSync(outFile, 'utf8')).toBe('outside');
       if (mode === 'landlock') expect(out.mechanisms.pathSupervisor).toBe('seccomp-user-notif');
+      expect(String(out.mechanisms.supervision ?? '')).toMatch(inProcess ? /in a process of its own/ : /^(?![\s\S]*process of its own)/);
       // Positive control: released by the host, the checker takes them.
       expect(out.released).toEqual([0, 0]);
       expect(out.after).toEqual(['free', 'free']);

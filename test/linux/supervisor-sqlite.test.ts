@@ -118,8 +118,10 @@ const open = (f) => { const d = new Database(f); d.exec('CREATE TABLE IF NOT EXI
 `;
 
 const HOSTS = [
-  { host: 'a plain host', filtered: false },
-  { host: "a host under a container runtime's seccomp profile (unshare and pidfd_getfd refused)", filtered: true },
+  { host: 'a plain host', filtered: false, inProcess: false },
+  { host: "a host under a container runtime's seccomp profile (unshare and pidfd_getfd refused)", filtered: true, inProcess: false },
+  // Landlock mode's supervision in a process of its own (PSB_SUPERVISION=process).
+  { host: 'a host whose supervision is a process of its own', filtered: false, inProcess: true },
 ];
 
 describe.runIf(caps.linux)("the host's SQLite write transaction outlives its sandboxes' supervised calls", () => {
@@ -144,9 +146,9 @@ describe.runIf(caps.linux)("the host's SQLite write transaction outlives its san
       outsideSkip ??
       (mode === 'landlock' ? landlockSkip : undefined) ??
       (filtered ? (ccSkip ?? (mode === 'isolated' ? 'isolated mode needs unshare: no case' : undefined)) : undefined);
-    for (const { host, filtered } of HOSTS) {
-      it.skipIf(whyNot(filtered))(`${host}: no other writer gets in through any class of call; after the commit it does`, () => {
-        const tag = filtered ? 'f' : 'p';
+    for (const { host, filtered, inProcess } of HOSTS) {
+      it.skipIf(whyNot(filtered) ?? (inProcess && mode === 'isolated' ? 'isolated mode has no supervision process' : undefined))(`${host}: no other writer gets in through any class of call; after the commit it does`, () => {
+        const tag = filtered ? 'f' : inProcess ? 's' : 'p';
         const outDb = path.join(scene.out, `state-${tag}.db`);
         const inDb = path.join(scene.ws, `work-${tag}.db`);
         const controlDb = path.join(scene.out, `control-${tag}.db`);
@@ -156,7 +158,7 @@ describe.runIf(caps.linux)("the host's SQLite write transaction outlives its san
           encoding: 'utf8',
           timeout: 200_000,
           // Below ABI 6 the signal class is supervised too (Landlock's signal scope is ABI 6).
-          env: { ...process.env, PSB_LANDLOCK_ABI_MAX: '5', SQLITE_MODULE: sqlite.path, CASE: JSON.stringify({ STEPS, WRITER, PY_FD, PY_READ, PYTHON }) },
+          env: { ...process.env, PSB_LANDLOCK_ABI_MAX: '5', PSB_SUPERVISION: inProcess ? 'process' : '', SQLITE_MODULE: sqlite.path, CASE: JSON.stringify({ STEPS, WRITER, PY_FD, PY_READ, PYTHON }) },
         });
         const last = r.stdout.trim().split('\n').pop() ?? '';
         expect(r.signal, `host died: ${r.stderr}`).toBeNull();
@@ -177,6 +179,7 @@ describe.runIf(caps.linux)("the host's SQLite write transaction outlives its san
         expect(out.outputs['a rename and back']).toMatch(/moved$/);
         expect(out.outputs['listings']).toMatch(/listed$/);
         if (mode === 'landlock') expect(out.mechanisms.pathSupervisor).toBe('seccomp-user-notif');
+        expect(String(out.mechanisms.supervision ?? '')).toMatch(inProcess ? /in a process of its own/ : /^(?![\s\S]*process of its own)/);
         // Positive control: committed, the other writer takes the lock and reads the host's row.
         expect(out.after).toEqual(['free 1', 'free 1']);
       }, 240_000);
