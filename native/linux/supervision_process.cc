@@ -393,17 +393,28 @@ Napi::Value SupervisionProcessJs(const Napi::CallbackInfo& info) {
 }
 
 // native.spawnInSupervisionProcess(plan, onExit): native.spawn for Landlock mode, made and
-// supervised by the supervision process. The plan is checked here first (the same errors as
-// native.spawn), its pipes made here; the result is watched here as any other.
+// supervised by the supervision process, which reads and checks the plan (a plan it refuses is
+// an EINVALID_ARGUMENT SandboxError); its pipes are made here, and the result is watched here as
+// any other.
 Napi::Value SpawnInSupervisionProcessJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (info.Length() != 2 || !info[0].IsObject() || !info[1].IsFunction()) {
     throw Napi::TypeError::New(env, "Usage: native.spawnInSupervisionProcess(plan, onExit)");
   }
   Napi::Object o = info[0].As<Napi::Object>();
+  // The plan is read (and checked) by the supervision process; here only its fds: the stdio
+  // (pipes made here) and the cgroup's.
   LinuxSpawnPlan plan;
-  SupervisorConfig unused;
-  ParsePlan(env, o, &plan, &unused);
+  Napi::Value cg = o.Get("cgroupFds");
+  if (cg.IsArray()) {
+    Napi::Array a = cg.As<Napi::Array>();
+    for (uint32_t i = 0; i < a.Length(); ++i) {
+      Napi::Value v = a.Get(i);
+      if (!v.IsNumber() || v.As<Napi::Number>().Int32Value() < 0) throw Napi::TypeError::New(env, "Expected plan.cgroupFds to hold open fds");
+      plan.cgroup_fds.push_back(v.As<Napi::Number>().Int32Value());
+    }
+  }
+  if (!o.Get("stdio").IsArray()) throw Napi::TypeError::New(env, "Expected plan.stdio to be an array");
   StdioEnds ends;
   ParseStdio(env, o.Get("stdio").As<Napi::Array>(), &plan.stdio, &ends);
   // The fds travel with the message; the JSON names them by index.
