@@ -41,6 +41,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -68,7 +69,8 @@ namespace {
 
 enum : uint32_t { kReady = 1, kSpawn = 2, kAdmit = 3 };
 // Fixed fields ahead of each message's bytes. kSpawn: a = the path-check skips (a test hook), b =
-// 1 when the JSON is in the last fd (a memfd). kSpawn reply: a = 0 (ok) or the ErrorCode, b =
+// 1 when the JSON is in the last fd (a memfd), c = the host's umask (the command's, as when the
+// host spawns it). kSpawn reply: a = 0 (ok) or the ErrorCode, b =
 // init's pid or the errno, c = the Landlock ABI; the bytes: "" or the message, NUL, the syscall.
 struct Header {
   uint32_t type;
@@ -180,6 +182,18 @@ void CloseAll(const std::vector<int>& fds) {
 }
 
 // ---- the host's side ----
+
+// The host's umask, read without changing it (umask(2) would, for a moment, for every thread).
+int HostUmask() {
+  int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  char buf[4096];
+  ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+  if (fd >= 0) close(fd);
+  if (n <= 0) return 022;
+  buf[n] = '\0';
+  const char* u = strstr(buf, "\nUmask:");
+  return u == nullptr ? 022 : static_cast<int>(strtol(u + 7, nullptr, 8));
+}
 std::mutex g_mu;
 int g_sock = -1;
 pid_t g_pid = 0;
@@ -240,7 +254,7 @@ void MapFds(Napi::Env env, Napi::Object o, const char* key, const std::vector<in
   }
 }
 
-Header SpawnHere(Napi::Env env, const std::string& json, const std::vector<int>& fds, std::string* out, std::vector<int>* out_fds) {
+Header SpawnHere(Napi::Env env, const std::string& json, const std::vector<int>& fds, int umask_of_host, std::string* out, std::vector<int>* out_fds) {
   Header h{kSpawn, 0, 0, 0};
   auto fail = [&](const Status& s) {
     h.a = static_cast<int32_t>(s.code), h.b = s.sys_error;
@@ -264,6 +278,8 @@ Header SpawnHere(Napi::Env env, const std::string& json, const std::vector<int>&
   if (supervisor.paths.enabled && plan.landlock && plan.landlock_plan.stdio_terminals) RecordStdioTerminals(&supervisor.paths, plan.stdio);
   LinuxSpawnResult res;
   SupervisionThread* on = nullptr;
+  // The command's umask is the host's (the requests are handled one at a time, on this thread).
+  const mode_t saved_umask = umask(static_cast<mode_t>(umask_of_host) & 0777);
   Status s = SpawnWhereSupervised(
       plan,
       [&](int* pidfd) {
@@ -272,6 +288,7 @@ Header SpawnHere(Napi::Env env, const std::string& json, const std::vector<int>&
         return st;
       },
       &on);
+  umask(saved_umask);
   if (!s.ok()) return fail(s);
   // As WatchStarted does in the host: members are init's descendants; the listener is served.
   if (res.seccomp_listener_fd >= 0) {
@@ -335,7 +352,7 @@ Napi::Value ServeSupervisionJs(const Napi::CallbackInfo& info) {
       if (h.b == 1 && (fds.empty() || !JsonFromFd(fds.back(), &bytes))) {
         bytes.clear();  // SpawnHere reports the unreadable plan
       }
-      reply = SpawnHere(env, bytes, fds, &out, &out_fds);
+      reply = SpawnHere(env, bytes, fds, h.c, &out, &out_fds);
     } else if (h.type == kAdmit) {
       reply.a = AdmitProxyPeer(static_cast<uint16_t>(h.a), static_cast<uint16_t>(h.b), h.c != 0) ? 1 : 0;
     }
@@ -437,7 +454,7 @@ Napi::Value SpawnInSupervisionProcessJs(const Napi::CallbackInfo& info) {
   }
   Napi::Object json_obj = env.Global().Get("JSON").As<Napi::Object>();
   std::string json = json_obj.Get("stringify").As<Napi::Function>().Call(json_obj, {copy}).As<Napi::String>().Utf8Value();
-  Header req{kSpawn, static_cast<int32_t>(PathCheckSkips()), 0, 0};
+  Header req{kSpawn, static_cast<int32_t>(PathCheckSkips()), 0, HostUmask()};
   int memfd = -1;
   if (json.size() + sizeof req > kMaxMessage) {
     memfd = JsonInMemfd(json);

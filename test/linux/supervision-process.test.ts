@@ -91,6 +91,20 @@ describe.skipIf(landlockSkip)('Landlock mode: the supervision in a process of it
     expect(loadLinuxNative().supervisionProcess()).toBe(pid);
   });
 
+  it("the command gets the host's umask at each spawn, and its own session", async () => {
+    const old = process.umask(0o027);
+    try {
+      const r = await run('/bin/sh', ['-c', 'umask; cut -d" " -f6 /proc/$$/stat'], { cwd: scene.ws, env: BASE_ENV, policy: policy() });
+      const [mask, sid] = r.stdout.trim().split('\n');
+      expect(mask).toBe('0027');
+      // Not the host's session, nor the supervision process's: the command's own (setsid).
+      expect(Number(sid)).not.toBe(Number(fs.readFileSync('/proc/self/stat', 'utf8').split(') ')[1].split(' ')[4]));
+      expect(Number(sid)).not.toBe(supervisionPid(r.enforcement.mechanisms));
+    } finally {
+      process.umask(old);
+    }
+  });
+
   for (const sig of ['SIGKILL', 'SIGSEGV'] as const) {
     it(`the supervision process ${sig === 'SIGKILL' ? 'killed' : 'crashing'} mid-run (${sig}): the command is stopped, the host lives on, its next spawn works`, async () => {
       fs.writeFileSync(path.join(scene.ws, 'f'), 'x');

@@ -37,6 +37,10 @@ export function ensureSupervisionProcess(native: LinuxNative): number {
   try {
     child = spawnChild(process.execPath, [processScript()], {
       stdio: ['ignore', 'ignore', 'inherit', processFd],
+      // A session of its own: a terminal's ^C or hang-up for the host's group never reaches it
+      // (the sandboxes it serves end with the host, through the channel, not with the group).
+      detached: true,
+      cwd: '/',
       env: { ...process.env, ...(process.versions.electron ? { ELECTRON_RUN_AS_NODE: '1' } : {}) },
     });
   } catch (e) {
