@@ -9,6 +9,7 @@
 #include <string>
 
 #include "binding_linux.h"
+#include "supervision_process.h"
 #include "supervisor/changes_journal.h"
 
 namespace psb {
@@ -38,7 +39,11 @@ Napi::Value XattrJs(const Napi::CallbackInfo& info) {
 Napi::Value CloseChangesJournalJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (info.Length() < 1 || !info[0].IsString()) throw Napi::TypeError::New(env, "Usage: native.closeChangesJournal(dir)");
-  return Napi::Number::New(env, changes::CloseByDir(info[0].As<Napi::String>().Utf8Value()));
+  const std::string dir = info[0].As<Napi::String>().Utf8Value();
+  int r = changes::CloseByDir(dir);
+  // A sandbox made by the supervision process (PSB_SUPERVISION=process): its journal is open there.
+  if (r == 0) r = CloseJournalInSupervisionProcess(dir);
+  return Napi::Number::New(env, r);
 }
 
 // native.mkfifo(path, mode): 0 or -errno. Revert puts back a FIFO a recorded command removed

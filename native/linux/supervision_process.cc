@@ -21,7 +21,8 @@
 //   host -> process: kSpawn: the plan as JSON (stdio and cgroupFds replaced by indexes into the
 //     message's fds) with the fds; a JSON past the message size travels in a sealed memfd, the
 //     last fd; the test hook's path-check skips (PSB_TEST_HOOKS=1 only) ride along. kAdmit: a
-//     proxy peer to look up (supervise_connect.h).
+//     proxy peer to look up (supervise_connect.h). kCloseJournal: a `changes: 'record'` journal
+//     (by its directory) to close once its sandbox has ended (changes_journal.h CloseByDir).
 //   process -> host: kReady once (its pid); per kSpawn a reply: init's pid, the Landlock ABI,
 //     and init's pidfd and the read end of a status pipe; or the failure (a Status).
 // The host keeps watching the sandbox as before (exit_watch.cc: init's status pipe first, then the
@@ -59,6 +60,7 @@
 #include "exit_watch.h"
 #include "plan_parse.h"
 #include "spawn_linux.h"
+#include "supervisor/changes_journal.h"
 #include "supervisor/supervise_connect.h"
 #include "supervisor/supervise_paths.h"
 #include "supervisor/supervision_envelope.h"
@@ -67,7 +69,7 @@
 namespace psb {
 namespace {
 
-enum : uint32_t { kReady = 1, kSpawn = 2, kAdmit = 3 };
+enum : uint32_t { kReady = 1, kSpawn = 2, kAdmit = 3, kCloseJournal = 4 };
 // Fixed fields ahead of each message's bytes. kSpawn: a = the path-check skips (a test hook), b =
 // 1 when the JSON is in the last fd (a memfd), c = the host's umask (the command's, as when the
 // host spawns it). kSpawn reply: a = 0 (ok) or the ErrorCode, b =
@@ -353,6 +355,8 @@ Napi::Value ServeSupervisionJs(const Napi::CallbackInfo& info) {
         bytes.clear();  // SpawnHere reports the unreadable plan
       }
       reply = SpawnHere(env, bytes, fds, h.c, &out, &out_fds);
+    } else if (h.type == kCloseJournal) {
+      reply.a = changes::CloseByDir(bytes);
     } else if (h.type == kAdmit) {
       reply.a = AdmitProxyPeer(static_cast<uint16_t>(h.a), static_cast<uint16_t>(h.b), h.c != 0) ? 1 : 0;
     }
@@ -506,6 +510,19 @@ bool AdmitProxyPeerInSupervisionProcess(uint16_t proxy_port, uint16_t peer_port,
   if (RoundTrip(Header{kAdmit, proxy_port, peer_port, supervised ? 1 : 0}, "", {}, &reply, &bytes, &fds) < 0) return false;
   CloseAll(fds);
   return reply.a == 1;
+}
+
+int CloseJournalInSupervisionProcess(const std::string& dir) noexcept {
+  Header reply;
+  std::string bytes;
+  std::vector<int> fds;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (g_sock < 0) return 0;
+  }
+  if (RoundTrip(Header{kCloseJournal, 0, 0, 0}, dir, {}, &reply, &bytes, &fds) < 0) return 0;
+  CloseAll(fds);
+  return reply.a;
 }
 
 }  // namespace psb

@@ -5,6 +5,8 @@
 
 #include <stdint.h>
 
+#include <string>
+
 #include <napi.h>
 
 namespace psb {
@@ -19,5 +21,8 @@ Napi::Value SpawnInSupervisionProcessJs(const Napi::CallbackInfo& info);
 // AdmitProxyPeer (supervise_connect.h) asked of the process, whose connect classes registered
 // the peers of the sandboxes it supervises. False when none runs.
 bool AdmitProxyPeerInSupervisionProcess(uint16_t proxy_port, uint16_t peer_port, bool supervised) noexcept;
+// changes::CloseByDir (changes_journal.h) asked of the process, where the journals of the
+// sandboxes it made are open. 0 when none runs (or it has no such journal).
+int CloseJournalInSupervisionProcess(const std::string& dir) noexcept;
 
 }  // namespace psb

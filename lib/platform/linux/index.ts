@@ -378,12 +378,6 @@ export function createLinuxBackend(native: LinuxNative): Backend {
     // changes: the journal directory is made now and denied to the command (lib/changes/record.ts);
     // isolated mode stages instead (lib/changes/overlay-layer.ts, below).
     const inProcess = mode === 'landlock' && supervisionProcessWanted();
-    if (inProcess && req.changes?.mode === 'record') {
-      throw new SandboxError(
-        'EUNSUPPORTED_POLICY',
-        "changes: 'record' does not run with the supervision in a process of its own yet (PSB_SUPERVISION=process): unset it for this run",
-      );
-    }
     if (req.changes && mode === 'landlock') run.record = prepareRecord(req.changes, mode, asked, native, tmpParent);
     const rules = run.record?.rules ?? asked;
     const out: PreparedRun = { plan: { mode, file: req.file, argv: req.argv, envp: [], cwd: req.cwd }, enforcement: PLAIN_REPORT, ghosts: [] };

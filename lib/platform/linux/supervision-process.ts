@@ -7,8 +7,7 @@
  * socketpair on fd 3, once, at the first Landlock-mode spawn, and again after it died. Every
  * Landlock-mode spawn goes to it: it confines a thread of its own to the policy's envelope,
  * spawns the sandbox from there and serves its supervised calls; the host watches the sandbox
- * as before. Sandboxes prepared ahead are not used with it, nor `changes: 'record'` (its journal
- * is closed by the host: not yet carried over).
+ * as before. Sandboxes prepared ahead are not used with it (each spawn is made afresh).
  */
 import { spawn as spawnChild } from 'node:child_process';
 import path from 'node:path';
