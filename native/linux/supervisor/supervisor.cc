@@ -68,9 +68,11 @@
 // the policy's outer envelope (supervision_envelope.h: its roots before deny-read carving, its
 // devices, the terminals on stdio, /proc), so a judging bug or a check disabled by mistake is
 // still refused there. The thread that serves (SupervisionMain) is started before the spawn: it
-// sets no_new_privs and restricts itself with that Landlock ruleset (per task, no TSYNC: the
-// host's other threads are untouched), then runs the spawn for the JS thread, which waits. It
-// must be the one that spawns: Landlock lets a task reach another (pidfd_getfd, /proc/<pid>/mem
+// sets no_new_privs while the thread that started it builds the envelope's Landlock ruleset (the
+// opens and rules overlap the thread's start; a ruleset fd grants nothing by itself), takes the
+// fd with the spawn in one hand-off, restricts itself with it (per task, no TSYNC: the host's
+// other threads are untouched) and closes it, then runs the spawn for the JS thread, which
+// waits. It must be the one that spawns: Landlock lets a task reach another (pidfd_getfd, /proc/<pid>/mem
 // and fd/N, ADDFD's target) only when the other's domain is its own or nested in it, and the
 // command's domain nests in the envelope only because init and the command are made by this
 // thread and restrict themselves further. Sharing the host's fd table, it leaves every fd the
@@ -462,8 +464,9 @@ void* Main(void* arg) {
 struct SupervisionThread {
   std::mutex mu;
   std::condition_variable cv;
-  const LandlockPlan* envelope = nullptr;  // until the thread has confined itself
-  int err = 0;  // -errno: it could not, and has ended
+  int ruleset = -1;  // the envelope's ruleset fd, handed with the first job; the thread closes it
+  bool confined = false;
+  int err = 0;  // -errno: it could not confine itself, and has ended
   void (*job)(void*) = nullptr;
   void* job_arg = nullptr;
   Supervisor* serve = nullptr;
@@ -490,19 +493,25 @@ void OutliveInit(int pidfd) {
 void* SupervisionMain(void* arg) {
   SupervisionThread* t = static_cast<SupervisionThread*>(arg);
   pthread_setname_np(pthread_self(), "psb-supervisor");
-  // Both are per task without TSYNC: the host's other threads stay as they were.
+  // Both are per task without TSYNC: the host's other threads stay as they were. The ruleset is
+  // built meanwhile by the thread that started this one and comes with the first job.
   int err = prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 ? 0 : -errno;
-  if (err == 0) err = ApplyLandlockInChild(*t->envelope);
   std::unique_lock<std::mutex> g(t->mu);
-  t->envelope = nullptr;  // the JS thread's, which may go once a job returns
-  if (err < 0) {
-    t->err = err;  // RunOnSupervisionThread frees t
-    t->cv.notify_all();
-    return nullptr;
-  }
   for (;;) {
     t->cv.wait(g, [t] { return t->job != nullptr || t->serve != nullptr || t->end; });
     if (t->job == nullptr) break;
+    if (!t->confined) {
+      // Confined before anything it runs: nothing runs unconfined on this thread.
+      if (err == 0) err = RestrictWithRuleset(t->ruleset);
+      else close(t->ruleset);
+      t->ruleset = -1;
+      if (err < 0) {
+        t->err = err;  // RunOnSupervisionThread frees t
+        t->cv.notify_all();
+        return nullptr;
+      }
+      t->confined = true;
+    }
     g.unlock();
     t->job(t->job_arg);
     // Until it serves (Main names it again): for a sandbox prepared ahead this thread waits here
@@ -547,24 +556,24 @@ int StartThread(void* (*fn)(void*), void* arg) { return later::StartSignalFreeTh
 
 }  // namespace
 
-SupervisionThread* StartSupervisionThread(const LandlockPlan& envelope, int* err) noexcept {
+SupervisionThread* StartSupervisionThread(int* err) noexcept {
   SupervisionThread* t = new (std::nothrow) SupervisionThread();
   if (t == nullptr) {
     *err = -ENOMEM;
     return nullptr;
   }
-  t->envelope = &envelope;
   const int rc = StartThread(SupervisionMain, t);
   if (rc != 0) {
     delete t;
     *err = -rc;
     return nullptr;
   }
-  return t;  // confining itself meanwhile: the first job waits for it (one wake-up less)
+  return t;  // starting meanwhile, while the caller builds the ruleset
 }
 
-int RunOnSupervisionThread(SupervisionThread* t, void (*fn)(void*), void* arg) noexcept {
+int RunOnSupervisionThread(SupervisionThread* t, int ruleset_fd, void (*fn)(void*), void* arg) noexcept {
   std::unique_lock<std::mutex> g(t->mu);
+  t->ruleset = ruleset_fd;
   t->job = fn;
   t->job_arg = arg;
   t->cv.notify_all();
