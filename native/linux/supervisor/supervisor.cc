@@ -64,23 +64,23 @@
 // does not reach it (glibc changes the credentials of the threads it knows, and knows it as the
 // waiting thread).
 //
-// The envelope: the classes narrow what they do by the policy's rules; the kernel narrows it to
-// the policy's outer envelope (supervision_envelope.h: its roots before deny-read carving, its
-// devices, the terminals on stdio, /proc), so a judging bug or a check disabled by mistake is
-// still refused there. The thread that serves (SupervisionMain) is started before the spawn: it
-// sets no_new_privs while the thread that started it builds the envelope's Landlock ruleset (the
-// opens and rules overlap the thread's start; a ruleset fd grants nothing by itself), takes the
-// fd with the spawn in one hand-off, restricts itself with it (per task, no TSYNC: the host's
-// other threads are untouched) and closes it, then runs the spawn for the JS thread, which
-// waits. It must be the one that spawns: Landlock lets a task reach another (pidfd_getfd, /proc/<pid>/mem
-// and fd/N, ADDFD's target) only when the other's domain is its own or nested in it, and the
-// command's domain nests in the envelope only because init and the command are made by this
-// thread and restrict themselves further. Sharing the host's fd table, it leaves every fd the
-// spawn makes (pidfd, status pipe, listener, terminal master) in the host's table as before.
-// Then it serves as Main does: the sibling and every thread it starts (the read opener, the FIFO
-// waiters) inherit the envelope. init's parent-death signal follows it, so it ends only once init
-// has (OutliveInit). A sandbox prepared ahead is prepared on such a thread too (spare_binding.cc),
-// which then lives from the preparation to the end of the run or the discard.
+// The envelope: the classes narrow what they do by the policy's rules; the kernel narrows it to the
+// policy's outer envelope (supervision_envelope.h: its roots before deny-read carving, its devices,
+// the terminals on stdio, /proc), so a judging bug or a check disabled by mistake is still refused
+// there. The thread that serves (SupervisionMain) is started before the spawn: it sets no_new_privs
+// while the thread that started it builds the envelope's Landlock ruleset (the opens and rules
+// overlap the thread's start; a ruleset fd grants nothing by itself), takes the fd with the spawn
+// in one hand-off, restricts itself with it (per task, no TSYNC: the host's other threads are
+// untouched) and closes it, then runs the spawn for the JS thread, which waits. It must be the one
+// that spawns: Landlock lets a task reach another (pidfd_getfd, /proc/<pid>/mem and fd/N, ADDFD's
+// target) only when the other's domain is its own or nested in it, and the command's domain nests
+// in the envelope only because init and the command are made by this thread and restrict themselves
+// further. Sharing the host's fd table, it leaves every fd the spawn makes (pidfd, status pipe,
+// listener, terminal master) in the host's table as before. Then it serves as Main does: the
+// sibling and every thread it starts (the read opener, the FIFO waiters) inherit the envelope.
+// init's parent-death signal follows it, so it ends only once init has (OutliveInit). A sandbox
+// prepared ahead is prepared on such a thread too (spare_binding.cc), which then lives from the
+// preparation to the end of the run or the discard.
 //
 // Lifetime: the thread ends when the listener reports POLLHUP (no task of the sandbox, setsid'd
 // or not, holds the filter any more) or when the env that started it is torn down (an env
