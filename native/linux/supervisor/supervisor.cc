@@ -472,6 +472,8 @@ struct SupervisionThread {
   Supervisor* serve = nullptr;
   bool end = false;
   int init_pidfd = -1;  // the spawned init's (a copy of its own): outlived (OutliveInit)
+  bool pinned = false;  // started on its starter's CPU only; `cpus` is the starter's whole set
+  cpu_set_t cpus;
 };
 
 namespace {
@@ -511,6 +513,7 @@ void* SupervisionMain(void* arg) {
         return nullptr;
       }
       t->confined = true;
+      if (t->pinned) sched_setaffinity(0, sizeof t->cpus, &t->cpus);
     }
     g.unlock();
     t->job(t->job_arg);
@@ -562,7 +565,16 @@ SupervisionThread* StartSupervisionThread(int* err) noexcept {
     *err = -ENOMEM;
     return nullptr;
   }
-  const int rc = StartThread(SupervisionMain, t);
+  cpu_set_t here;
+  CPU_ZERO(&here);
+  const int cpu = sched_getcpu();
+  t->pinned = cpu >= 0 && cpu < CPU_SETSIZE && sched_getaffinity(0, sizeof t->cpus, &t->cpus) == 0;
+  if (t->pinned) CPU_SET(cpu, &here);
+  int rc = later::StartSignalFreeThread(SupervisionMain, t, 512 * 1024, t->pinned ? &here : nullptr);
+  if (rc != 0 && t->pinned) {
+    t->pinned = false;
+    rc = StartThread(SupervisionMain, t);
+  }
   if (rc != 0) {
     delete t;
     *err = -rc;
