@@ -71,7 +71,7 @@ uint64_t LandlockReadAccess(int abi) noexcept {
 
 uint64_t LandlockWriteAccess(int abi) noexcept { return LandlockHandledFs(abi); }
 
-int BuildLandlockRuleset(const LandlockPlan& plan) noexcept {
+int ApplyLandlockInChild(const LandlockPlan& plan) noexcept {
   if (plan.abi <= 0) return -ENOSYS;
   RulesetAttr attr = {plan.handled_fs, plan.handled_net, plan.scoped};
   // The attribute struct grew with the ABI; older kernels reject a larger size with E2BIG.
@@ -159,18 +159,9 @@ int BuildLandlockRuleset(const LandlockPlan& plan) noexcept {
       }
     }
   }
-  return fd;
-}
-
-int RestrictWithRuleset(int ruleset_fd) noexcept {
-  long r = Sys(__NR_landlock_restrict_self, ruleset_fd, 0);
-  Sys(__NR_close, ruleset_fd);
+  long r = Sys(__NR_landlock_restrict_self, fd, 0);
+  Sys(__NR_close, fd);
   return r < 0 ? static_cast<int>(r) : 0;
-}
-
-int ApplyLandlockInChild(const LandlockPlan& plan) noexcept {
-  const int fd = BuildLandlockRuleset(plan);
-  return fd < 0 ? fd : RestrictWithRuleset(fd);
 }
 
 }  // namespace psb

@@ -100,11 +100,5 @@ struct LandlockPlan {
 // Child side. Requires no_new_privs (or CAP_SYS_ADMIN). A path that does not exist is skipped:
 // nothing beneath it can be granted, which is the safe direction.
 int ApplyLandlockInChild(const LandlockPlan& plan) noexcept;
-// Its two halves (raw syscalls only, like it): the ruleset fd the plan's rules make, or -errno;
-// and restricting the calling task with it (no_new_privs first), which closes it: 0 or -errno.
-// A ruleset fd grants nothing by itself, so one task may build it for another to restrict
-// itself with (the supervision's thread, supervisor.h RunOnSupervisionThread).
-int BuildLandlockRuleset(const LandlockPlan& plan) noexcept;
-int RestrictWithRuleset(int ruleset_fd) noexcept;
 
 }  // namespace psb

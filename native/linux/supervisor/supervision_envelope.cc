@@ -37,45 +37,31 @@ LandlockPlan SupervisionEnvelope(const LinuxSpawnPlan& plan) {
   return e;
 }
 
-namespace {
-
-// Fail closed: nothing was spawned. As for the command's own Landlock layer (E2BIG: the host is
-// nested too deep already, 16 layers at most; the envelope takes one more per sandbox).
-Status EnvelopeRefused(int err) {
-  return Status::Sys(ErrorCode::kELANDLOCK_UNSUPPORTED, "the supervision's Landlock envelope could not be applied",
-                     "landlock_restrict_self", -err);
-}
-
-}  // namespace
-
 Status SpawnWhereSupervised(const LinuxSpawnPlan& plan, const std::function<Status(int* pidfd)>& spawn, SupervisionThread** on) {
   *on = nullptr;
   int pidfd = -1;
   if (plan.mode != LinuxMode::kLandlock || !plan.seccomp_listener || plan.envelope_plan.abi <= 0) return spawn(&pidfd);
   const LandlockPlan envelope = SupervisionEnvelope(plan);
   int err = 0;
-  SupervisionThread* t = StartSupervisionThread(&err);
+  SupervisionThread* t = StartSupervisionThread(envelope, &err);
   if (t == nullptr) return Status::Sys(ErrorCode::kESECCOMP_INSTALL, "the supervision's thread could not be started", "pthread_create", -err);
-  // Built here while the thread starts (its opens and rules overlap the thread's start), in the
-  // host's fd table, which the thread shares. The fd grants nothing until the thread restricts
-  // itself with it, before it runs the spawn.
-  const int ruleset = BuildLandlockRuleset(envelope);
-  if (ruleset < 0) {
-    EndSupervisionThread(t);
-    return EnvelopeRefused(ruleset);
-  }
   struct Job {
     const std::function<Status(int*)>* spawn;
     Status s;
     int pidfd = -1;
   } job{&spawn, {}};
   const int confined = RunOnSupervisionThread(
-      t, ruleset, [](void* a) {
+      t, [](void* a) {
         Job* j = static_cast<Job*>(a);
         j->s = (*j->spawn)(&j->pidfd);
       },
       &job);
-  if (confined < 0) return EnvelopeRefused(confined);
+  // Fail closed: nothing was spawned. As for the command's own Landlock layer (E2BIG: the host
+  // is nested too deep already, 16 layers at most; the envelope takes one more per sandbox).
+  if (confined < 0) {
+    return Status::Sys(ErrorCode::kELANDLOCK_UNSUPPORTED, "the supervision's Landlock envelope could not be applied",
+                       "landlock_restrict_self", -confined);
+  }
   if (!job.s.ok()) {
     EndSupervisionThread(t);
     return job.s;

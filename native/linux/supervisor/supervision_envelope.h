@@ -13,9 +13,8 @@
 namespace psb {
 
 // Built from the parsed plan (its envelope_plan) before the spawn, on the thread that asked for
-// it (the JS thread, or a pool thread for a spare); its paths are opened there too, into the
-// ruleset the supervision's thread restricts itself with, while that thread starts (the host's
-// fd table, which both share).
+// it (the JS thread, or a pool thread for a spare); its paths are opened by the supervision's
+// thread, in the host's fd table.
 LandlockPlan SupervisionEnvelope(const LinuxSpawnPlan& plan);
 
 // Runs `spawn` (a SpawnLinux or a PrepareSpare of `plan`; it sets the init pidfd it made) where

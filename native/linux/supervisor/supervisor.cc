@@ -64,23 +64,21 @@
 // does not reach it (glibc changes the credentials of the threads it knows, and knows it as the
 // waiting thread).
 //
-// The envelope: the classes narrow what they do by the policy's rules; the kernel narrows it to the
-// policy's outer envelope (supervision_envelope.h: its roots before deny-read carving, its devices,
-// the terminals on stdio, /proc), so a judging bug or a check disabled by mistake is still refused
-// there. The thread that serves (SupervisionMain) is started before the spawn: it sets no_new_privs
-// while the thread that started it builds the envelope's Landlock ruleset (the opens and rules
-// overlap the thread's start; a ruleset fd grants nothing by itself), takes the fd with the spawn
-// in one hand-off, restricts itself with it (per task, no TSYNC: the host's other threads are
-// untouched) and closes it, then runs the spawn for the JS thread, which waits. It must be the one
-// that spawns: Landlock lets a task reach another (pidfd_getfd, /proc/<pid>/mem and fd/N, ADDFD's
-// target) only when the other's domain is its own or nested in it, and the command's domain nests
-// in the envelope only because init and the command are made by this thread and restrict themselves
-// further. Sharing the host's fd table, it leaves every fd the spawn makes (pidfd, status pipe,
-// listener, terminal master) in the host's table as before. Then it serves as Main does: the
-// sibling and every thread it starts (the read opener, the FIFO waiters) inherit the envelope.
-// init's parent-death signal follows it, so it ends only once init has (OutliveInit). A sandbox
-// prepared ahead is prepared on such a thread too (spare_binding.cc), which then lives from the
-// preparation to the end of the run or the discard.
+// The envelope: the classes narrow what they do by the policy's rules; the kernel narrows it to
+// the policy's outer envelope (supervision_envelope.h: its roots before deny-read carving, its
+// devices, the terminals on stdio, /proc), so a judging bug or a check disabled by mistake is
+// still refused there. The thread that serves (SupervisionMain) is started before the spawn: it
+// sets no_new_privs and restricts itself with that Landlock ruleset (per task, no TSYNC: the
+// host's other threads are untouched), then runs the spawn for the JS thread, which waits. It
+// must be the one that spawns: Landlock lets a task reach another (pidfd_getfd, /proc/<pid>/mem
+// and fd/N, ADDFD's target) only when the other's domain is its own or nested in it, and the
+// command's domain nests in the envelope only because init and the command are made by this
+// thread and restrict themselves further. Sharing the host's fd table, it leaves every fd the
+// spawn makes (pidfd, status pipe, listener, terminal master) in the host's table as before.
+// Then it serves as Main does: the sibling and every thread it starts (the read opener, the FIFO
+// waiters) inherit the envelope. init's parent-death signal follows it, so it ends only once init
+// has (OutliveInit). A sandbox prepared ahead is prepared on such a thread too (spare_binding.cc),
+// which then lives from the preparation to the end of the run or the discard.
 //
 // Lifetime: the thread ends when the listener reports POLLHUP (no task of the sandbox, setsid'd
 // or not, holds the filter any more) or when the env that started it is torn down (an env
@@ -464,16 +462,15 @@ void* Main(void* arg) {
 struct SupervisionThread {
   std::mutex mu;
   std::condition_variable cv;
-  int ruleset = -1;  // the envelope's ruleset fd, handed with the first job; the thread closes it
-  bool confined = false;
-  int err = 0;  // -errno: it could not confine itself, and has ended
+  const LandlockPlan* envelope = nullptr;  // until the thread has confined itself
+  int err = 0;  // -errno: it could not, and has ended
   void (*job)(void*) = nullptr;
   void* job_arg = nullptr;
   Supervisor* serve = nullptr;
   bool end = false;
   int init_pidfd = -1;  // the spawned init's (a copy of its own): outlived (OutliveInit)
-  bool pinned = false;  // started on its starter's CPU only; `cpus` is the starter's whole set
-  cpu_set_t cpus;
+  bool pinned = false;  // started on its starter's CPU only (StartSupervisionThread)
+  cpu_set_t cpus;       // then: the starter's own set, which it takes back at once
 };
 
 namespace {
@@ -492,29 +489,33 @@ void OutliveInit(int pidfd) {
   close(pidfd);
 }
 
+// Where it runs from its first instruction on: anywhere its starter may (the set init and the
+// command inherit, as when the JS thread spawned). A set refused meanwhile (the host's cpuset
+// changed) falls back to every CPU, which the kernel narrows to what is allowed.
+void TakeStartersCpus(SupervisionThread* t) {
+  if (!t->pinned || sched_setaffinity(0, sizeof t->cpus, &t->cpus) == 0) return;
+  cpu_set_t all;
+  memset(&all, 0xff, sizeof all);
+  sched_setaffinity(0, sizeof all, &all);
+}
+
 void* SupervisionMain(void* arg) {
   SupervisionThread* t = static_cast<SupervisionThread*>(arg);
+  TakeStartersCpus(t);
   pthread_setname_np(pthread_self(), "psb-supervisor");
-  // Both are per task without TSYNC: the host's other threads stay as they were. The ruleset is
-  // built meanwhile by the thread that started this one and comes with the first job.
+  // Both are per task without TSYNC: the host's other threads stay as they were.
   int err = prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 ? 0 : -errno;
+  if (err == 0) err = ApplyLandlockInChild(*t->envelope);
   std::unique_lock<std::mutex> g(t->mu);
+  t->envelope = nullptr;  // the JS thread's, which may go once a job returns
+  if (err < 0) {
+    t->err = err;  // RunOnSupervisionThread frees t
+    t->cv.notify_all();
+    return nullptr;
+  }
   for (;;) {
     t->cv.wait(g, [t] { return t->job != nullptr || t->serve != nullptr || t->end; });
     if (t->job == nullptr) break;
-    if (!t->confined) {
-      // Confined before anything it runs: nothing runs unconfined on this thread.
-      if (err == 0) err = RestrictWithRuleset(t->ruleset);
-      else close(t->ruleset);
-      t->ruleset = -1;
-      if (err < 0) {
-        t->err = err;  // RunOnSupervisionThread frees t
-        t->cv.notify_all();
-        return nullptr;
-      }
-      t->confined = true;
-      if (t->pinned) sched_setaffinity(0, sizeof t->cpus, &t->cpus);
-    }
     g.unlock();
     t->job(t->job_arg);
     // Until it serves (Main names it again): for a sandbox prepared ahead this thread waits here
@@ -559,19 +560,25 @@ int StartThread(void* (*fn)(void*), void* arg) { return later::StartSignalFreeTh
 
 }  // namespace
 
-SupervisionThread* StartSupervisionThread(int* err) noexcept {
+SupervisionThread* StartSupervisionThread(const LandlockPlan& envelope, int* err) noexcept {
   SupervisionThread* t = new (std::nothrow) SupervisionThread();
   if (t == nullptr) {
     *err = -ENOMEM;
     return nullptr;
   }
+  t->envelope = &envelope;
+  // Started on this thread's CPU, which this thread leaves at once to wait for it: the new one
+  // then runs there without waking another CPU, and wakes this one there when the spawn is done.
+  // A wake-up of an idle vCPU costs 10-35 us on a 2-vCPU VM (see the top of the file); started
+  // anywhere, a spawn often paid two (its start, and the wake-up back). Only where it starts: it
+  // takes this thread's whole set back as it starts (TakeStartersCpus).
   cpu_set_t here;
   CPU_ZERO(&here);
   const int cpu = sched_getcpu();
   t->pinned = cpu >= 0 && cpu < CPU_SETSIZE && sched_getaffinity(0, sizeof t->cpus, &t->cpus) == 0;
   if (t->pinned) CPU_SET(cpu, &here);
   int rc = later::StartSignalFreeThread(SupervisionMain, t, 512 * 1024, t->pinned ? &here : nullptr);
-  if (rc != 0 && t->pinned) {
+  if (rc != 0 && t->pinned) {  // that CPU refused meanwhile: anywhere
     t->pinned = false;
     rc = StartThread(SupervisionMain, t);
   }
@@ -580,12 +587,11 @@ SupervisionThread* StartSupervisionThread(int* err) noexcept {
     *err = -rc;
     return nullptr;
   }
-  return t;  // starting meanwhile, while the caller builds the ruleset
+  return t;  // confining itself meanwhile: the first job waits for it (one wake-up less)
 }
 
-int RunOnSupervisionThread(SupervisionThread* t, int ruleset_fd, void (*fn)(void*), void* arg) noexcept {
+int RunOnSupervisionThread(SupervisionThread* t, void (*fn)(void*), void* arg) noexcept {
   std::unique_lock<std::mutex> g(t->mu);
-  t->ruleset = ruleset_fd;
   t->job = fn;
   t->job_arg = arg;
   t->cv.notify_all();

@@ -60,17 +60,16 @@ struct SupervisionThread;
 int StartSupervisor(napi_env env, int listener_fd, SupervisorConfig config, SupervisionThread* on = nullptr) noexcept;
 
 // Landlock mode: the thread that will carry the supervision, started before the spawn. It sets
-// no_new_privs on itself and restricts itself with the policy's outer envelope
-// (supervision_envelope.h), handed with its first job, before it runs anything; the command is
-// then spawned from it (RunOnSupervisionThread), so the command's own domain nests under the
-// envelope and the supervision, confined, may still reach it (Landlock's ptrace rule). nullptr
-// with *err = -errno when the thread could not start.
-SupervisionThread* StartSupervisionThread(int* err) noexcept;
-// Hands the thread the envelope's ruleset fd (landlock.h BuildLandlockRuleset, built by the
-// caller while the thread started; taken over and closed) with fn in one hand-off; the thread
-// restricts itself with it, then runs fn, and this waits until fn has returned: 0; or -errno
-// without running fn when the thread could not confine itself (it has ended, and t is gone).
-int RunOnSupervisionThread(SupervisionThread* t, int ruleset_fd, void (*fn)(void*), void* arg) noexcept;
+// no_new_privs on itself and restricts itself with `envelope` (the policy's outer envelope,
+// supervision_envelope.h) before anything else; the command is then spawned from it
+// (RunOnSupervisionThread), so the command's own domain nests under the envelope and the
+// supervision, confined, may still reach it (Landlock's ptrace rule). nullptr with *err = -errno
+// when the thread could not start. `envelope` must live until RunOnSupervisionThread returns.
+SupervisionThread* StartSupervisionThread(const LandlockPlan& envelope, int* err) noexcept;
+// Runs fn on the thread once it has confined itself, and waits until fn has returned: 0; or
+// -errno without running fn when the thread could not confine itself (it has ended, and t is
+// gone).
+int RunOnSupervisionThread(SupervisionThread* t, void (*fn)(void*), void* arg) noexcept;
 // The spawn run on it succeeded: the thread outlives init (a copy of init_pidfd is taken), whose
 // parent it is (supervisor.cc OutliveInit).
 void SupervisionThreadSpawned(SupervisionThread* t, int init_pidfd) noexcept;
