@@ -154,12 +154,11 @@ bool MustDropFirst(int fd) {
 
 }  // namespace
 
-int StartSignalFreeThread(void* (*fn)(void*), void* arg, size_t stack_size, const cpu_set_t* cpus) {
+int StartSignalFreeThread(void* (*fn)(void*), void* arg, size_t stack_size) {
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
   pthread_attr_setstacksize(&attr, stack_size);
-  if (cpus != nullptr) pthread_attr_setaffinity_np(&attr, sizeof *cpus, cpus);
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);

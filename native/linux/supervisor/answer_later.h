@@ -66,8 +66,7 @@ bool WaitForReader(const std::shared_ptr<Share>& share, int listener, uint64_t i
 // A detached thread with every signal blocked (no signal is ever delivered to the supervision's
 // threads: Node's handlers run on its own). 0 or an errno. Used for the waiters here and for the
 // supervision's own thread (supervisor.cc).
-// `cpus`: the CPUs it may start on (null: any).
-int StartSignalFreeThread(void* (*fn)(void*), void* arg, size_t stack_size, const cpu_set_t* cpus = nullptr);
+int StartSignalFreeThread(void* (*fn)(void*), void* arg, size_t stack_size);
 
 }  // namespace later
 }  // namespace psb

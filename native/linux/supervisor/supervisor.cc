@@ -469,8 +469,6 @@ struct SupervisionThread {
   Supervisor* serve = nullptr;
   bool end = false;
   int init_pidfd = -1;  // the spawned init's (a copy of its own): outlived (OutliveInit)
-  bool pinned = false;  // started on its starter's CPU only (StartSupervisionThread)
-  cpu_set_t cpus;       // then: the starter's own set, which it takes back at once
 };
 
 namespace {
@@ -489,19 +487,8 @@ void OutliveInit(int pidfd) {
   close(pidfd);
 }
 
-// Where it runs from its first instruction on: anywhere its starter may (the set init and the
-// command inherit, as when the JS thread spawned). A set refused meanwhile (the host's cpuset
-// changed) falls back to every CPU, which the kernel narrows to what is allowed.
-void TakeStartersCpus(SupervisionThread* t) {
-  if (!t->pinned || sched_setaffinity(0, sizeof t->cpus, &t->cpus) == 0) return;
-  cpu_set_t all;
-  memset(&all, 0xff, sizeof all);
-  sched_setaffinity(0, sizeof all, &all);
-}
-
 void* SupervisionMain(void* arg) {
   SupervisionThread* t = static_cast<SupervisionThread*>(arg);
-  TakeStartersCpus(t);
   pthread_setname_np(pthread_self(), "psb-supervisor");
   // Both are per task without TSYNC: the host's other threads stay as they were.
   int err = prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 ? 0 : -errno;
@@ -567,21 +554,7 @@ SupervisionThread* StartSupervisionThread(const LandlockPlan& envelope, int* err
     return nullptr;
   }
   t->envelope = &envelope;
-  // Started on this thread's CPU, which this thread leaves at once to wait for it: the new one
-  // then runs there without waking another CPU, and wakes this one there when the spawn is done.
-  // A wake-up of an idle vCPU costs 10-35 us on a 2-vCPU VM (see the top of the file); started
-  // anywhere, a spawn often paid two (its start, and the wake-up back). Only where it starts: it
-  // takes this thread's whole set back as it starts (TakeStartersCpus).
-  cpu_set_t here;
-  CPU_ZERO(&here);
-  const int cpu = sched_getcpu();
-  t->pinned = cpu >= 0 && cpu < CPU_SETSIZE && sched_getaffinity(0, sizeof t->cpus, &t->cpus) == 0;
-  if (t->pinned) CPU_SET(cpu, &here);
-  int rc = later::StartSignalFreeThread(SupervisionMain, t, 512 * 1024, t->pinned ? &here : nullptr);
-  if (rc != 0 && t->pinned) {  // that CPU refused meanwhile: anywhere
-    t->pinned = false;
-    rc = StartThread(SupervisionMain, t);
-  }
+  const int rc = StartThread(SupervisionMain, t);
   if (rc != 0) {
     delete t;
     *err = -rc;
