@@ -43,5 +43,11 @@ long KeyNumber(const char* text, const char* key, int base, long missing) {
   return missing;
 }
 
+int Umask() {
+  char buf[2048];
+  if (!ReadSmall("/proc/thread-self/status", buf, sizeof buf)) return -1;
+  return static_cast<int>(KeyNumber(buf, "Umask", 8, -1));
+}
+
 }  // namespace procfs
 }  // namespace psb

@@ -34,5 +34,9 @@ int ReadStat(long pid, StatFields* out);
 // file's contents), or `missing` when no line starts with that key.
 long KeyNumber(const char* text, const char* key, int base, long missing);
 
+// The calling process's umask, without changing it (umask(2) can only set it: another thread
+// could create a file in between). -1 when it cannot be read.
+int Umask();
+
 }  // namespace procfs
 }  // namespace psb

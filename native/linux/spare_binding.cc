@@ -161,14 +161,6 @@ SpareRecord* SpareArg(const Napi::CallbackInfo& info) {
   return info[0].As<Napi::External<SpareRecord>>().Data();
 }
 
-// The host's umask, without changing it (umask(2) can only set it: another thread could create a
-// file in between). -1 when it cannot be read.
-int ReadUmask() {
-  char buf[2048];
-  if (!procfs::ReadSmall("/proc/thread-self/status", buf, sizeof buf)) return -1;
-  return static_cast<int>(procfs::KeyNumber(buf, "Umask", 8, -1));
-}
-
 // native.spawnSpare(spare, { file, argv, envp, cwd, stdio, ptyCols?, ptyRows? }, onExit): the
 // spawn result as native.spawn gives it, or null when the spare cannot be used (its preparation
 // failed, or a path one of its rules was made from names another inode now). Either way the
@@ -193,7 +185,7 @@ Napi::Value SpawnSpareJs(const Napi::CallbackInfo& info) {
   rec->Unhook();
   SupervisionThread* on = nullptr;
   LinuxSpare* spare = rec->Take(&on);
-  int mask = ReadUmask();
+  int mask = procfs::Umask();
   if (spare == nullptr || mask < 0) {
     SpareRecord::Discard(spare, on);
     return env.Null();

@@ -42,7 +42,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -59,6 +58,7 @@
 #include "../js_error.h"
 #include "exit_watch.h"
 #include "plan_parse.h"
+#include "proc_fields.h"
 #include "spawn_linux.h"
 #include "supervisor/changes_journal.h"
 #include "supervisor/supervise_connect.h"
@@ -185,17 +185,6 @@ void CloseAll(const std::vector<int>& fds) {
 
 // ---- the host's side ----
 
-// The host's umask, read without changing it (umask(2) would, for a moment, for every thread).
-int HostUmask() {
-  int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
-  char buf[4096];
-  ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
-  if (fd >= 0) close(fd);
-  if (n <= 0) return 022;
-  buf[n] = '\0';
-  const char* u = strstr(buf, "\nUmask:");
-  return u == nullptr ? 022 : static_cast<int>(strtol(u + 7, nullptr, 8));
-}
 std::mutex g_mu;
 int g_sock = -1;
 pid_t g_pid = 0;
@@ -458,7 +447,8 @@ Napi::Value SpawnInSupervisionProcessJs(const Napi::CallbackInfo& info) {
   }
   Napi::Object json_obj = env.Global().Get("JSON").As<Napi::Object>();
   std::string json = json_obj.Get("stringify").As<Napi::Function>().Call(json_obj, {copy}).As<Napi::String>().Utf8Value();
-  Header req{kSpawn, static_cast<int32_t>(PathCheckSkips()), 0, HostUmask()};
+  const int mask = procfs::Umask();
+  Header req{kSpawn, static_cast<int32_t>(PathCheckSkips()), 0, mask >= 0 ? mask : 022};
   int memfd = -1;
   if (json.size() + sizeof req > kMaxMessage) {
     memfd = JsonInMemfd(json);
