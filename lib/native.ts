@@ -206,7 +206,7 @@ export interface LinuxNative extends NativeCommon, NativeRelay {
   /** The running supervision process's pid, 0 when none. */
   supervisionProcess(): number;
   /** Sandboxes prepared ahead, both modes (lib/platform/linux/spare.ts). */
-  prepareSpare(plan: Omit<LinuxNativePlan, 'stdio'>, done: (err: Error | null) => void): object;
+  prepareSpare(plan: Omit<LinuxNativePlan, 'stdio'>, done: (err: Error | null) => void, inSupervisionProcess?: boolean): object;
   /** ptyCols/ptyRows: the size of a spare's own terminal (isolated mode), set before the go. */
   spawnSpare(
     spare: object,

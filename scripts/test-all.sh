@@ -37,7 +37,7 @@ PROCESS_SUITES=""
 if [ $# -eq 0 ] && [ "${PSB_SKIP_PROCESS_PASS:-0}" != 1 ]; then
   for f in supervision-process threats-fs threats-net threats-proc threats-rob landlock-holes landlock-carveouts landlock-deny-read \
     landlock-denyread-stat landlock-denyread-procfs landlock-terminals landlock-fifo connect-supervisor proxy-peers \
-    supervisor-envelope supervisor-budget supervisor-access supervisor-thread; do PROCESS_SUITES+=" test/linux/$f.test.ts"; done
+    supervisor-envelope supervisor-budget supervisor-access supervisor-thread spare; do PROCESS_SUITES+=" test/linux/$f.test.ts"; done
   PROCESS_SUITES+=" test/changes/record-landlock.test.ts test/changes/journal.test.ts"
   echo "== vitest as $(id -un), the supervision in a process of its own =="
   PSB_SUPERVISION=process npx vitest run --reporter=default --reporter=json --outputFile.json="$RESULTS/root-process.json" $PROCESS_SUITES || status=1

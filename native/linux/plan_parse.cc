@@ -318,4 +318,18 @@ void ParseStdio(Napi::Env env, const Napi::Array& stdio, std::vector<int>* out, 
   }
 }
 
+// The go of a sandbox prepared ahead: { file, argv, envp, cwd, stdio, ptyCols?, ptyRows? }.
+SpareGo ParseSpareGo(Napi::Env env, const Napi::Object& o, StdioEnds* ends) {
+  SpareGo go;
+  go.file = GetString(o, "file");
+  go.argv = GetStrings(o, "argv");
+  if (go.argv.empty()) throw Napi::TypeError::New(env, "Expected argv to hold at least argv[0]");
+  go.envp = GetStrings(o, "envp");
+  go.cwd = GetString(o, "cwd");
+  go.pty_cols = static_cast<uint16_t>(GetNumber(o, "ptyCols", 0));
+  go.pty_rows = static_cast<uint16_t>(GetNumber(o, "ptyRows", 0));
+  ParseStdio(env, GetArray(o, "stdio"), &go.stdio, ends);
+  return go;
+}
+
 }  // namespace psb

@@ -27,4 +27,8 @@ struct StdioEnds {
 // stdio: number = host fd to pass, -1 = /dev/null, 'in'/'out' = a new pipe.
 void ParseStdio(Napi::Env env, const Napi::Array& stdio, std::vector<int>* out, StdioEnds* ends);
 
+// The go of a sandbox prepared ahead (native.spawnSpare's request): its stdio as ParseStdio
+// makes it; the umask is the caller's to set.
+SpareGo ParseSpareGo(Napi::Env env, const Napi::Object& o, StdioEnds* ends);
+
 }  // namespace psb

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "../js_error.h"
 #include "binding_linux.h"
@@ -16,6 +17,7 @@
 #include "plan_parse.h"
 #include "proc_fields.h"
 #include "spawn_linux.h"
+#include "supervision_process.h"
 #include "supervisor/supervision_envelope.h"
 
 namespace psb {
@@ -39,6 +41,12 @@ struct SpareRecord {
   SupervisionThread* on = nullptr;
   SupervisorConfig supervisor;
   int landlock_abi = 0;
+  // Prepared in the supervision process (supervision_process.h): its id there once prepared,
+  // and the plan as sent; spare and on stay null.
+  bool remote = false;
+  int32_t remote_id = 0;
+  std::string remote_json;
+  std::vector<int> remote_fds;
   napi_env env = nullptr;
   bool hooked = false;
   std::atomic<int> refs{2};  // the JS handle and the worker
@@ -47,19 +55,22 @@ struct SpareRecord {
     if (--refs == 0) delete this;
   }
   // The prepared spare, now owned by the caller (null if preparing failed or it was taken).
-  LinuxSpare* Take(SupervisionThread** thread) {
+  LinuxSpare* Take(SupervisionThread** thread, int32_t* id = nullptr) {
     std::unique_lock<std::mutex> lock(mu);
     cv.wait(lock, [this] { return done; });
     LinuxSpare* s = spare;
     spare = nullptr;
     *thread = on;
     on = nullptr;
+    if (id != nullptr) *id = remote_id;
+    remote_id = 0;
     return s;
   }
   // Without waiting: what was made is discarded now, or by the pool thread when it is done.
   void Abandon() {
     LinuxSpare* s;
     SupervisionThread* t;
+    int32_t id;
     {
       std::lock_guard<std::mutex> lock(mu);
       abandoned = true;
@@ -67,13 +78,17 @@ struct SpareRecord {
       spare = nullptr;
       t = on;
       on = nullptr;
+      id = remote_id;
+      remote_id = 0;
     }
-    Discard(s, t);
+    Discard(s, t, id);
   }
-  // The spare's processes exit and are reaped, then its thread ends.
-  static void Discard(LinuxSpare* s, SupervisionThread* t) {
+  // The spare's processes exit and are reaped, then its thread ends (in the supervision process
+  // when it was prepared there).
+  static void Discard(LinuxSpare* s, SupervisionThread* t, int32_t id = 0) {
     if (s != nullptr) DiscardSpare(s);
     if (t != nullptr) EndSupervisionThread(t);
+    if (id > 0) DiscardSpareInSupervisionProcess(id);
   }
   void Unhook() {
     if (hooked) napi_remove_env_cleanup_hook(env, OnEnvExit, this);
@@ -92,6 +107,7 @@ class PrepareWorker : public Napi::AsyncWorker {
       : Napi::AsyncWorker(cb, "psb:prepareSpare"), plan_(std::move(plan)), rec_(rec) {}
   ~PrepareWorker() override { rec_->Release(); }
   void Execute() override {
+    if (rec_->remote) return ExecuteThere();
     LinuxSpare* spare = nullptr;
     SupervisionThread* on = nullptr;
     // Where its supervision will act from, as native.spawn does (binding_linux.cc).
@@ -117,6 +133,21 @@ class PrepareWorker : public Napi::AsyncWorker {
     rec_->cv.notify_all();
     if (abandoned) SpareRecord::Discard(spare, on);
   }
+  // Prepared in the supervision process: the same record, with its id there.
+  void ExecuteThere() {
+    int32_t id = 0;
+    Status st = PrepareSpareInSupervisionProcess(std::move(rec_->remote_json), std::move(rec_->remote_fds), &id);
+    bool abandoned;
+    {
+      std::lock_guard<std::mutex> lock(rec_->mu);
+      abandoned = rec_->abandoned;
+      rec_->status = st;
+      if (!abandoned) rec_->remote_id = id;
+      rec_->done = true;
+    }
+    rec_->cv.notify_all();
+    if (abandoned && id > 0) DiscardSpareInSupervisionProcess(id);
+  }
   void OnOK() override {
     Napi::Env env = Env();
     Callback().Call({rec_->status.ok() ? env.Null() : MakeSandboxError(env, rec_->status)});
@@ -129,17 +160,21 @@ class PrepareWorker : public Napi::AsyncWorker {
 
 }  // namespace
 
-// native.prepareSpare(plan, done(err)) -> spare: plan as for spawn, without stdio. done is called
-// once the preparation has ended; the handle may be used (or discarded) before that.
+// native.prepareSpare(plan, done(err), inSupervisionProcess?) -> spare: plan as for spawn, without
+// stdio. done is called once the preparation has ended; the handle may be used (or discarded)
+// before that. inSupervisionProcess: prepared (and later served) by the supervision process
+// (supervision_process.h), which must be running.
 Napi::Value PrepareSpareJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (info.Length() != 2 || !info[0].IsObject() || !info[1].IsFunction()) {
-    throw Napi::TypeError::New(env, "Usage: native.prepareSpare(plan, callback)");
+  if (info.Length() < 2 || info.Length() > 3 || !info[0].IsObject() || !info[1].IsFunction()) {
+    throw Napi::TypeError::New(env, "Usage: native.prepareSpare(plan, callback, inSupervisionProcess?)");
   }
   LinuxSpawnPlan plan;
   SpareRecord* rec = new SpareRecord();
   try {
-    ParsePlan(env, info[0].As<Napi::Object>(), &plan, &rec->supervisor);
+    rec->remote = info.Length() == 3 && info[2].ToBoolean().Value();
+    if (rec->remote) SpareToWire(env, info[0].As<Napi::Object>(), &rec->remote_json, &rec->remote_fds);
+    else ParsePlan(env, info[0].As<Napi::Object>(), &plan, &rec->supervisor);
   } catch (...) {
     delete rec;
     throw;
@@ -172,18 +207,15 @@ Napi::Value SpawnSpareJs(const Napi::CallbackInfo& info) {
     throw Napi::TypeError::New(env, "Usage: native.spawnSpare(spare, request, onExit)");
   }
   Napi::Object o = info[1].As<Napi::Object>();
-  SpareGo go;
-  go.file = GetString(o, "file");
-  go.argv = GetStrings(o, "argv");
-  if (go.argv.empty()) throw Napi::TypeError::New(env, "Expected argv to hold at least argv[0]");
-  go.envp = GetStrings(o, "envp");
-  go.cwd = GetString(o, "cwd");
-  go.pty_cols = static_cast<uint16_t>(GetNumber(o, "ptyCols", 0));
-  go.pty_rows = static_cast<uint16_t>(GetNumber(o, "ptyRows", 0));
   StdioEnds ends;
-  ParseStdio(env, GetArray(o, "stdio"), &go.stdio, &ends);
   rec->Unhook();
   SupervisionThread* on = nullptr;
+  if (rec->remote) {
+    int32_t id = 0;
+    rec->Take(&on, &id);
+    return id > 0 ? SpawnSpareInSupervisionProcess(env, id, o, info[2].As<Napi::Function>()) : env.Null();
+  }
+  SpareGo go = ParseSpareGo(env, o, &ends);
   LinuxSpare* spare = rec->Take(&on);
   int mask = procfs::Umask();
   if (spare == nullptr || mask < 0) {
@@ -191,17 +223,7 @@ Napi::Value SpawnSpareJs(const Napi::CallbackInfo& info) {
     return env.Null();
   }
   go.umask = static_cast<unsigned>(mask);
-  // The carve-outs as they are now (one may have been made or removed since the preparation):
-  // the parked command makes no call before GoSpare releases it.
-  // What is not built from the tree (the policy's bind right) is kept across the rebuild.
-  PathRules& paths = rec->supervisor.paths;
-  if (paths.enabled) {
-    const bool inet_bind = paths.inet_bind;
-    std::shared_ptr<changes::Journal> journal = std::move(paths.journal);
-    paths = BuildPathRules(paths.writable, paths.carveouts_in, paths.present_only_in, paths.devices_in);
-    paths.inet_bind = inet_bind;
-    paths.journal = std::move(journal);
-  }
+  RebuildPathRules(&rec->supervisor.paths);
   LinuxSpawnResult res;
   bool used = false;
   Status s = GoSpare(spare, go, &res, &used);  // the spare is gone (reaped) unless used
@@ -222,8 +244,9 @@ class DiscardWorker : public Napi::AsyncWorker {
   }
   void Execute() override {
     SupervisionThread* on = nullptr;
-    LinuxSpare* spare = rec_->Take(&on);
-    SpareRecord::Discard(spare, on);
+    int32_t id = 0;
+    LinuxSpare* spare = rec_->Take(&on, &id);
+    SpareRecord::Discard(spare, on, id);
   }
 
  private:
@@ -245,8 +268,9 @@ Napi::Value DiscardSpareJs(const Napi::CallbackInfo& info) {
   SpareRecord* rec = SpareArg(info);
   rec->Unhook();
   SupervisionThread* on = nullptr;
-  LinuxSpare* spare = rec->Take(&on);
-  SpareRecord::Discard(spare, on);
+  int32_t id = 0;
+  LinuxSpare* spare = rec->Take(&on, &id);
+  SpareRecord::Discard(spare, on, id);
   return info.Env().Undefined();
 }
 

@@ -20,28 +20,30 @@
 // The channel: a SOCK_SEQPACKET socketpair (message boundaries kept, fds passed with SCM_RIGHTS).
 //   host -> process: kSpawn: the plan as JSON (stdio and cgroupFds replaced by indexes into the
 //     message's fds) with the fds; a JSON past the message size travels in a sealed memfd, the
-//     last fd; the test hook's path-check skips (PSB_TEST_HOOKS=1 only) ride along. kAdmit: a
-//     proxy peer to look up (supervise_connect.h). kCloseJournal: a `changes: 'record'` journal
-//     (by its directory) to close once its sandbox has ended (changes_journal.h CloseByDir).
-//   process -> host: kReady once (its pid); per kSpawn a reply: init's pid, the Landlock ABI,
-//     and init's pidfd and the read end of a status pipe; or the failure (a Status).
+//     last fd; the host's umask and the test hook's path-check skips ride along. kPrepare: a
+//     sandbox prepared ahead (spare_binding.cc), kept there under an id; kGo: its go (argv,
+//     envp, cwd, stdio as for kSpawn); kDiscard: an id dropped unused. kAdmit: a proxy peer to
+//     look up (supervise_connect.h). kCloseJournal: a `changes: 'record'` journal (by its
+//     directory) to close once its sandbox has ended (changes_journal.h CloseByDir).
+//   process -> host: kReady once (its pid); per kSpawn and kGo a reply: init's pid, the Landlock
+//     ABI, and init's pidfd and the read end of init's status pipe; or the failure (a Status).
 // The host keeps watching the sandbox as before (exit_watch.cc: init's status pipe first, then the
 // pidfd); kill() signals init through its pidfd. init's parent is the supervision process, which
-// reaps it. The process reads requests one at a time on
-// its main thread; the host sends them under one mutex, each with its reply.
+// reaps it. The process reads requests one at a time on its main thread; the host sends them
+// under one mutex, each with its reply.
 //
 // Failure, closed: if the supervision process dies (killed, crashed), its tasks die with it: the
 // listeners close (a waiting supervised call fails ENOSYS), and each init gets its parent-death
 // signal, kills its sandbox's tree and reports the command killed by SIGKILL through its status
-// pipe (spawn_init.cc) before exiting; the host's watch reaps nothing (init is not its child). The next spawn starts a new supervision process. If
-// the host dies, the process reads EOF and exits, and the same happens to every sandbox.
+// pipe (spawn_init.cc) before exiting; the host's watch reaps nothing (init is not its child).
+// The next spawn starts a new supervision process. If the host dies, the process reads EOF and
+// exits, and the same happens to every sandbox.
 // Tests: test/linux/supervision-process.test.ts, test/linux/supervisor-sqlite.test.ts.
 #include "supervision_process.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <pthread.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -50,13 +52,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "../js_error.h"
 #include "exit_watch.h"
+#include "plan_args.h"
 #include "plan_parse.h"
 #include "proc_fields.h"
 #include "spawn_linux.h"
@@ -69,14 +74,16 @@
 namespace psb {
 namespace {
 
-enum : uint32_t { kReady = 1, kSpawn = 2, kAdmit = 3, kCloseJournal = 4 };
-// Fixed fields ahead of each message's bytes. kSpawn: a = the path-check skips (a test hook), b =
-// 1 when the JSON is in the last fd (a memfd), c = the host's umask (the command's, as when the
-// host spawns it). kSpawn reply: a = 0 (ok) or the ErrorCode, b =
-// init's pid or the errno, c = the Landlock ABI; the bytes: "" or the message, NUL, the syscall.
+enum : uint32_t { kReady = 1, kSpawn, kAdmit, kCloseJournal, kPrepare, kGo, kDiscard };
+// Fixed fields ahead of each message's bytes. Requests with a JSON (kSpawn, kPrepare, kGo): a =
+// the path-check skips (a test hook, nonzero only where the host's gate let a test set it), b = 1
+// when the JSON is in the last fd (a memfd), c = the host's umask (the command's, as when the host
+// spawns it), d = the spare's id (kGo, kDiscard). Replies: a = 0 (ok) or the ErrorCode, b =
+// init's pid or the errno, c = the Landlock ABI, d = the spare's id (kPrepare; 0 for a kGo whose
+// spare could not be used); the bytes: "" or the message, NUL, the syscall.
 struct Header {
   uint32_t type;
-  int32_t a, b, c;
+  int32_t a, b, c, d;
 };
 constexpr size_t kMaxFds = 64;
 constexpr size_t kMaxMessage = 192 * 1024;  // under the socket's default send buffer
@@ -220,6 +227,8 @@ int RoundTrip(const Header& req, const std::string& bytes, const std::vector<int
 
 // ---- the supervision process's side ----
 
+// ---- the supervision process's side ----
+
 // init is this process's child: reaped here (its status reaches the host through its own status
 // pipe, whose read end the host holds), then its stack is given back.
 void Reap(LinuxSpawnResult res) {
@@ -232,7 +241,7 @@ void Reap(LinuxSpawnResult res) {
   }).detach();
 }
 
-// Replaces the indexes a kSpawn's JSON names fds by in `key` with the fds received.
+// Replaces the indexes a request's JSON names fds by in `key` with the fds received.
 void MapFds(Napi::Env env, Napi::Object o, const char* key, const std::vector<int>& fds) {
   Napi::Value v = o.Get(key);
   if (!v.IsArray()) return;
@@ -245,43 +254,31 @@ void MapFds(Napi::Env env, Napi::Object o, const char* key, const std::vector<in
   }
 }
 
-Header SpawnHere(Napi::Env env, const std::string& json, const std::vector<int>& fds, int umask_of_host, std::string* out, std::vector<int>* out_fds) {
-  Header h{kSpawn, 0, 0, 0};
-  auto fail = [&](const Status& s) {
-    h.a = static_cast<int32_t>(s.code), h.b = s.sys_error;
-    *out = s.message + '\0' + s.syscall;
-    return h;
-  };
-  LinuxSpawnPlan plan;
-  SupervisorConfig supervisor;
-  StdioEnds ends;
-  try {
-    Napi::Object json_obj = env.Global().Get("JSON").As<Napi::Object>();
-    Napi::Object o = json_obj.Get("parse").As<Napi::Function>().Call(json_obj, {Napi::String::New(env, json)}).As<Napi::Object>();
-    MapFds(env, o, "stdio", fds);
-    MapFds(env, o, "cgroupFds", fds);
-    ParsePlan(env, o, &plan, &supervisor);
-    ParseStdio(env, o.Get("stdio").As<Napi::Array>(), &plan.stdio, &ends);
-  } catch (const Napi::Error& e) {
-    return fail(Status::Error(ErrorCode::kEINVALID_ARGUMENT, "the supervision process could not read the plan: " + e.Message()));
-  }
-  if (plan.mode != LinuxMode::kLandlock) return fail(Status::Error(ErrorCode::kEINVALID_ARGUMENT, "the supervision process spawns Landlock mode only"));
-  if (supervisor.paths.enabled && plan.landlock && plan.landlock_plan.stdio_terminals) RecordStdioTerminals(&supervisor.paths, plan.stdio);
-  LinuxSpawnResult res;
+Header Failed(uint32_t type, const Status& s, std::string* out) {
+  *out = s.message + '\0' + s.syscall;
+  return Header{type, static_cast<int32_t>(s.code), s.sys_error, 0, 0};
+}
+
+// A sandbox prepared ahead, kept here until its go or its discard.
+struct Spare {
+  LinuxSpare* spare = nullptr;
   SupervisionThread* on = nullptr;
-  // The command's umask is the host's (the requests are handled one at a time, on this thread).
-  const mode_t saved_umask = umask(static_cast<mode_t>(umask_of_host) & 0777);
-  Status s = SpawnWhereSupervised(
-      plan,
-      [&](int* pidfd) {
-        Status st = SpawnLinux(plan, &res);
-        *pidfd = res.pidfd;
-        return st;
-      },
-      &on);
-  umask(saved_umask);
-  if (!s.ok()) return fail(s);
-  // As WatchStarted does in the host: members are init's descendants; the listener is served.
+  SupervisorConfig supervisor;
+  int landlock_abi = 0;
+};
+std::map<int32_t, Spare> g_spares;  // the main thread's only
+int32_t g_next_spare = 1;
+
+void Discard(Spare* sp) {
+  if (sp->spare != nullptr) DiscardSpare(sp->spare);
+  if (sp->on != nullptr) EndSupervisionThread(sp->on);
+  sp->spare = nullptr, sp->on = nullptr;
+}
+
+// The sandbox runs: its supervision is served here (as WatchStarted does in the host: members
+// are init's descendants), init is reaped here, and the host gets init's pidfd and status pipe.
+Header Started(Napi::Env env, uint32_t type, LinuxSpawnResult res, SupervisorConfig&& supervisor, SupervisionThread* on, int abi,
+               std::string* out, std::vector<int>* out_fds) {
   if (res.seccomp_listener_fd >= 0) {
     if (supervisor.signals.enabled) {
       supervisor.signals.init = res.pid;
@@ -303,13 +300,106 @@ Header SpawnHere(Napi::Env env, const std::string& json, const std::vector<int>&
     if (host_pidfd >= 0) close(host_pidfd);
     if (res.status_fd >= 0) close(res.status_fd);
     Reap(res);
-    return fail(Status::Sys(ErrorCode::kESPAWN, "the supervision process could not hand the sandbox to the host", "fcntl", errno));
+    return Failed(type, Status::Sys(ErrorCode::kESPAWN, "the supervision process could not hand the sandbox to the host", "fcntl", errno), out);
   }
   *out_fds = {host_pidfd, res.status_fd};
   res.status_fd = -1;
+  const pid_t pid = res.pid;
   Reap(res);
-  h.b = res.pid;
-  h.c = plan.landlock ? plan.landlock_plan.abi : 0;
+  return Header{type, 0, pid, abi, 0};
+}
+
+// Serves one request with a JSON: parses it (its fds put in place), then `then` with the object.
+template <typename Then>
+Header WithJson(Napi::Env env, const Header& h, std::string bytes, const std::vector<int>& fds, std::string* out, Then then) {
+  if (h.b == 1 && (fds.empty() || !JsonFromFd(fds.back(), &bytes))) bytes.clear();
+  // The test hook, as the host has it: nonzero only where the host's own gate let a test set it
+  // (native.testSkipPathChecks refuses unless PSB_TEST_HOOKS=1); only the host writes here.
+  SetPathCheckSkips(static_cast<unsigned>(h.a));
+  // The command's umask is the host's (requests are handled one at a time, on this thread).
+  const mode_t saved_umask = umask(static_cast<mode_t>(h.c) & 0777);
+  Header r;
+  try {
+    Napi::Object json = env.Global().Get("JSON").As<Napi::Object>();
+    Napi::Object o = json.Get("parse").As<Napi::Function>().Call(json, {Napi::String::New(env, bytes)}).As<Napi::Object>();
+    MapFds(env, o, "stdio", fds);
+    MapFds(env, o, "cgroupFds", fds);
+    r = then(o);
+  } catch (const Napi::Error& e) {
+    r = Failed(h.type, Status::Error(ErrorCode::kEINVALID_ARGUMENT, "the supervision process could not read the request: " + e.Message()), out);
+  }
+  umask(saved_umask);
+  return r;
+}
+
+Header SpawnHere(Napi::Env env, const Napi::Object& o, std::string* out, std::vector<int>* out_fds) {
+  LinuxSpawnPlan plan;
+  SupervisorConfig supervisor;
+  StdioEnds ends;
+  ParsePlan(env, o, &plan, &supervisor);
+  ParseStdio(env, GetArray(o, "stdio"), &plan.stdio, &ends);
+  if (plan.mode != LinuxMode::kLandlock) return Failed(kSpawn, Status::Error(ErrorCode::kEINVALID_ARGUMENT, "the supervision process spawns Landlock mode only"), out);
+  if (supervisor.paths.enabled && plan.landlock && plan.landlock_plan.stdio_terminals) RecordStdioTerminals(&supervisor.paths, plan.stdio);
+  LinuxSpawnResult res;
+  SupervisionThread* on = nullptr;
+  Status s = SpawnWhereSupervised(
+      plan,
+      [&](int* pidfd) {
+        Status st = SpawnLinux(plan, &res);
+        *pidfd = res.pidfd;
+        return st;
+      },
+      &on);
+  if (!s.ok()) return Failed(kSpawn, s, out);
+  return Started(env, kSpawn, res, std::move(supervisor), on, plan.landlock ? plan.landlock_plan.abi : 0, out, out_fds);
+}
+
+// As PrepareWorker does in the host (spare_binding.cc), on this thread.
+Header PrepareHere(Napi::Env env, const Napi::Object& o, std::string* out) {
+  Spare sp;
+  LinuxSpawnPlan plan;
+  ParsePlan(env, o, &plan, &sp.supervisor);
+  if (plan.mode != LinuxMode::kLandlock) return Failed(kPrepare, Status::Error(ErrorCode::kEINVALID_ARGUMENT, "the supervision process prepares Landlock mode only"), out);
+  sp.landlock_abi = plan.landlock ? plan.landlock_plan.abi : 0;
+  Status s = SpawnWhereSupervised(
+      plan,
+      [&](int* pidfd) {
+        Status st = PrepareSpare(std::move(plan), &sp.spare);
+        if (sp.spare != nullptr) *pidfd = SparePidfd(sp.spare);
+        return st;
+      },
+      &sp.on);
+  if (!s.ok()) {
+    Discard(&sp);
+    return Failed(kPrepare, s, out);
+  }
+  const int32_t id = g_next_spare++;
+  g_spares.emplace(id, std::move(sp));
+  return Header{kPrepare, 0, 0, 0, id};
+}
+
+// As SpawnSpareJs does in the host. d = 0 in the reply: the spare could not be used (it is gone).
+Header GoHere(Napi::Env env, int32_t id, const Napi::Object& o, std::string* out, std::vector<int>* out_fds) {
+  auto it = g_spares.find(id);
+  StdioEnds ends;
+  SpareGo go = ParseSpareGo(env, o, &ends);
+  if (it == g_spares.end()) return Header{kGo, 0, 0, 0, 0};
+  Spare sp = std::move(it->second);
+  g_spares.erase(it);
+  const mode_t mask = umask(0);
+  umask(mask);
+  go.umask = mask;
+  RebuildPathRules(&sp.supervisor.paths);
+  LinuxSpawnResult res;
+  bool used = false;
+  Status s = GoSpare(sp.spare, go, &res, &used);  // the spare is gone (reaped) unless used
+  sp.spare = nullptr;
+  if (!s.ok() || !used) {
+    Discard(&sp);
+    return s.ok() ? Header{kGo, 0, 0, 0, 0} : Failed(kGo, s, out);
+  }
+  Header h = Started(env, kGo, res, std::move(sp.supervisor), sp.on, sp.landlock_abi, out, out_fds);
+  h.d = id;
   return h;
 }
 
@@ -322,7 +412,7 @@ Napi::Value ServeSupervisionJs(const Napi::CallbackInfo& info) {
   if (info.Length() != 1 || !info[0].IsNumber()) throw Napi::TypeError::New(env, "Usage: native.serveSupervision(fd)");
   const int sock = info[0].As<Napi::Number>().Int32Value();
   fcntl(sock, F_SETFD, FD_CLOEXEC);
-  if (SendMessage(sock, Header{kReady, getpid(), 0, 0}, "", {}) < 0) return env.Undefined();
+  if (SendMessage(sock, Header{kReady, getpid(), 0, 0, 0}, "", {}) < 0) return env.Undefined();
   for (;;) {
     Header h;
     std::string bytes;
@@ -335,15 +425,19 @@ Napi::Value ServeSupervisionJs(const Napi::CallbackInfo& info) {
     }
     std::string out;
     std::vector<int> out_fds;
-    Header reply{h.type, 0, 0, 0};
+    Header reply{h.type, 0, 0, 0, 0};
     if (h.type == kSpawn) {
-      // The test hook, as the host has it: nonzero only where the host's own gate let a test set
-      // it (native.testSkipPathChecks refuses unless PSB_TEST_HOOKS=1); only the host writes here.
-      SetPathCheckSkips(static_cast<unsigned>(h.a));
-      if (h.b == 1 && (fds.empty() || !JsonFromFd(fds.back(), &bytes))) {
-        bytes.clear();  // SpawnHere reports the unreadable plan
+      reply = WithJson(env, h, std::move(bytes), fds, &out, [&](const Napi::Object& o) { return SpawnHere(env, o, &out, &out_fds); });
+    } else if (h.type == kPrepare) {
+      reply = WithJson(env, h, std::move(bytes), fds, &out, [&](const Napi::Object& o) { return PrepareHere(env, o, &out); });
+    } else if (h.type == kGo) {
+      reply = WithJson(env, h, std::move(bytes), fds, &out, [&](const Napi::Object& o) { return GoHere(env, h.d, o, &out, &out_fds); });
+    } else if (h.type == kDiscard) {
+      auto it = g_spares.find(h.d);
+      if (it != g_spares.end()) {
+        Discard(&it->second);
+        g_spares.erase(it);
       }
-      reply = SpawnHere(env, bytes, fds, h.c, &out, &out_fds);
     } else if (h.type == kCloseJournal) {
       reply.a = changes::CloseByDir(bytes);
     } else if (h.type == kAdmit) {
@@ -402,6 +496,81 @@ Napi::Value SupervisionProcessJs(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), AliveLocked() ? g_pid : 0);
 }
 
+namespace {
+
+// A request object as JSON, its fds by index: `stdio` (already made: ParseStdio) and cgroupFds.
+void ToWire(Napi::Env env, const Napi::Object& o, const std::vector<int>* stdio, std::string* json, std::vector<int>* fds) {
+  Napi::Object copy = env.Global().Get("Object").As<Napi::Object>().Get("assign").As<Napi::Function>().Call({Napi::Object::New(env), o}).As<Napi::Object>();
+  if (stdio != nullptr) {
+    Napi::Array a = Napi::Array::New(env, stdio->size());
+    for (size_t i = 0; i < stdio->size(); ++i) {
+      int idx = -1;
+      if ((*stdio)[i] >= 0) idx = static_cast<int>(fds->size()), fds->push_back((*stdio)[i]);
+      a.Set(static_cast<uint32_t>(i), Napi::Number::New(env, idx));
+    }
+    copy.Set("stdio", a);
+  }
+  Napi::Value cg = o.Get("cgroupFds");
+  if (cg.IsArray()) {
+    Napi::Array in = cg.As<Napi::Array>();
+    Napi::Array a = Napi::Array::New(env, in.Length());
+    for (uint32_t i = 0; i < in.Length(); ++i) {
+      Napi::Value v = in.Get(i);
+      if (!v.IsNumber() || v.As<Napi::Number>().Int32Value() < 0) throw Napi::TypeError::New(env, "Expected plan.cgroupFds to hold open fds");
+      a.Set(i, Napi::Number::New(env, static_cast<int>(fds->size())));
+      fds->push_back(v.As<Napi::Number>().Int32Value());
+    }
+    copy.Set("cgroupFds", a);
+  }
+  Napi::Object j = env.Global().Get("JSON").As<Napi::Object>();
+  *json = j.Get("stringify").As<Napi::Function>().Call(j, {copy}).As<Napi::String>().Utf8Value();
+}
+
+// Sends a request with a JSON (in a memfd past the message size), the host's umask and the test
+// hook's skips; its reply. -errno when the process is gone (or the memfd could not be made).
+int Request(uint32_t type, int32_t id, std::string json, std::vector<int> fds, Header* reply, std::string* bytes, std::vector<int>* rfds) {
+  const int mask = procfs::Umask();
+  Header req{type, static_cast<int32_t>(PathCheckSkips()), 0, mask >= 0 ? mask : 022, id};
+  int memfd = -1;
+  if (json.size() + sizeof req > kMaxMessage) {
+    memfd = JsonInMemfd(json);
+    if (memfd < 0) return memfd;
+    fds.push_back(memfd);
+    json.clear();
+    req.b = 1;
+  }
+  int r = RoundTrip(req, json, fds, reply, bytes, rfds);
+  if (memfd >= 0) close(memfd);
+  return r;
+}
+
+Status ReplyStatus(const Header& reply, const std::string& bytes) {
+  size_t nul = bytes.find('\0');
+  return Status::Sys(static_cast<ErrorCode>(reply.a), bytes.substr(0, nul), nul == std::string::npos ? "" : bytes.substr(nul + 1), reply.b);
+}
+
+Status Gone(int r) { return Status::Sys(ErrorCode::kESPAWN, "the supervision process is gone; nothing was spawned", "sendmsg", -r); }
+
+// A started sandbox's reply: watched here as any other (exit_watch.cc), as native.spawn returns it.
+Napi::Value Watch(Napi::Env env, const Header& reply, std::vector<int>* rfds, const Napi::Function& on_exit, StdioEnds* ends) {
+  if (rfds->size() != 2) {
+    CloseAll(*rfds);
+    ThrowSandboxError(env, Status::Error(ErrorCode::kESPAWN, "the supervision process answered a spawn without its fds"));
+  }
+  LinuxSpawnResult res;
+  res.mode = LinuxMode::kLandlock;
+  res.pid = reply.b;
+  res.pidfd = (*rfds)[0];
+  res.status_fd = (*rfds)[1];
+  Napi::Object result = WatchStarted(env, res, SupervisorConfig{}, on_exit, ends, reply.c, nullptr).As<Napi::Object>();
+  result.Set("supervisionConfined", Napi::Boolean::New(env, true));
+  std::lock_guard<std::mutex> lock(g_mu);
+  result.Set("supervisionProcess", Napi::Number::New(env, g_pid));
+  return result;
+}
+
+}  // namespace
+
 // native.spawnInSupervisionProcess(plan, onExit): native.spawn for Landlock mode, made and
 // supervised by the supervision process, which reads and checks the plan (a plan it refuses is
 // an EINVALID_ARGUMENT SandboxError); its pipes are made here, and the result is watched here as
@@ -412,81 +581,67 @@ Napi::Value SpawnInSupervisionProcessJs(const Napi::CallbackInfo& info) {
     throw Napi::TypeError::New(env, "Usage: native.spawnInSupervisionProcess(plan, onExit)");
   }
   Napi::Object o = info[0].As<Napi::Object>();
-  // The plan is read (and checked) by the supervision process; here only its fds: the stdio
-  // (pipes made here) and the cgroup's.
-  LinuxSpawnPlan plan;
-  Napi::Value cg = o.Get("cgroupFds");
-  if (cg.IsArray()) {
-    Napi::Array a = cg.As<Napi::Array>();
-    for (uint32_t i = 0; i < a.Length(); ++i) {
-      Napi::Value v = a.Get(i);
-      if (!v.IsNumber() || v.As<Napi::Number>().Int32Value() < 0) throw Napi::TypeError::New(env, "Expected plan.cgroupFds to hold open fds");
-      plan.cgroup_fds.push_back(v.As<Napi::Number>().Int32Value());
-    }
-  }
-  if (!o.Get("stdio").IsArray()) throw Napi::TypeError::New(env, "Expected plan.stdio to be an array");
+  std::vector<int> stdio;
   StdioEnds ends;
-  ParseStdio(env, o.Get("stdio").As<Napi::Array>(), &plan.stdio, &ends);
-  // The fds travel with the message; the JSON names them by index.
+  ParseStdio(env, GetArray(o, "stdio"), &stdio, &ends);
+  std::string json;
   std::vector<int> fds;
-  Napi::Object copy = env.Global().Get("Object").As<Napi::Object>().Get("assign").As<Napi::Function>().Call({Napi::Object::New(env), o}).As<Napi::Object>();
-  Napi::Array stdio = Napi::Array::New(env, plan.stdio.size());
-  for (size_t i = 0; i < plan.stdio.size(); ++i) {
-    int idx = -1;
-    if (plan.stdio[i] >= 0) idx = static_cast<int>(fds.size()), fds.push_back(plan.stdio[i]);
-    stdio.Set(static_cast<uint32_t>(i), Napi::Number::New(env, idx));
-  }
-  copy.Set("stdio", stdio);
-  if (!plan.cgroup_fds.empty()) {
-    Napi::Array cg = Napi::Array::New(env, plan.cgroup_fds.size());
-    for (size_t i = 0; i < plan.cgroup_fds.size(); ++i) {
-      cg.Set(static_cast<uint32_t>(i), Napi::Number::New(env, static_cast<int>(fds.size())));
-      fds.push_back(plan.cgroup_fds[i]);
-    }
-    copy.Set("cgroupFds", cg);
-  }
-  Napi::Object json_obj = env.Global().Get("JSON").As<Napi::Object>();
-  std::string json = json_obj.Get("stringify").As<Napi::Function>().Call(json_obj, {copy}).As<Napi::String>().Utf8Value();
-  const int mask = procfs::Umask();
-  Header req{kSpawn, static_cast<int32_t>(PathCheckSkips()), 0, mask >= 0 ? mask : 022};
-  int memfd = -1;
-  if (json.size() + sizeof req > kMaxMessage) {
-    memfd = JsonInMemfd(json);
-    if (memfd < 0) ThrowSandboxError(env, Status::Sys(ErrorCode::kESPAWN, "the plan could not be handed to the supervision process", "memfd_create", -memfd));
-    fds.push_back(memfd);
-    json.clear();
-    req.b = 1;
-  }
+  ToWire(env, o, &stdio, &json, &fds);
   Header reply;
   std::string bytes;
   std::vector<int> rfds;
-  int r = RoundTrip(req, json, fds, &reply, &bytes, &rfds);
-  if (memfd >= 0) close(memfd);
-  if (r < 0) {
-    ThrowSandboxError(env, Status::Sys(ErrorCode::kESPAWN, "the supervision process is gone; nothing was spawned", "sendmsg", -r));
-  }
+  int r = Request(kSpawn, 0, std::move(json), std::move(fds), &reply, &bytes, &rfds);
+  if (r < 0) ThrowSandboxError(env, Gone(r));
   if (reply.a != 0) {
     CloseAll(rfds);
-    size_t nul = bytes.find('\0');
-    Status s = Status::Sys(static_cast<ErrorCode>(reply.a), bytes.substr(0, nul), nul == std::string::npos ? "" : bytes.substr(nul + 1), reply.b);
-    ThrowSandboxError(env, s);
+    ThrowSandboxError(env, ReplyStatus(reply, bytes));
   }
-  if (rfds.size() != 2) {
+  return Watch(env, reply, &rfds, info[1].As<Napi::Function>(), &ends);
+}
+
+void SpareToWire(Napi::Env env, const Napi::Object& plan, std::string* json, std::vector<int>* fds) { ToWire(env, plan, nullptr, json, fds); }
+
+Status PrepareSpareInSupervisionProcess(std::string json, std::vector<int> fds, int32_t* id) noexcept {
+  *id = 0;
+  Header reply;
+  std::string bytes;
+  std::vector<int> rfds;
+  int r = Request(kPrepare, 0, std::move(json), std::move(fds), &reply, &bytes, &rfds);
+  CloseAll(rfds);
+  if (r < 0) return Gone(r);
+  if (reply.a != 0) return ReplyStatus(reply, bytes);
+  *id = reply.d;
+  return Status::Ok();
+}
+
+Napi::Value SpawnSpareInSupervisionProcess(Napi::Env env, int32_t id, const Napi::Object& go, const Napi::Function& on_exit) {
+  std::vector<int> stdio;
+  StdioEnds ends;
+  ParseStdio(env, GetArray(go, "stdio"), &stdio, &ends);
+  std::string json;
+  std::vector<int> fds;
+  ToWire(env, go, &stdio, &json, &fds);
+  Header reply;
+  std::string bytes;
+  std::vector<int> rfds;
+  int r = Request(kGo, id, std::move(json), std::move(fds), &reply, &bytes, &rfds);
+  if (r < 0) return env.Null();  // the process (and the spare) is gone: the caller starts afresh
+  if (reply.a != 0) {
     CloseAll(rfds);
-    ThrowSandboxError(env, Status::Error(ErrorCode::kESPAWN, "the supervision process answered a spawn without its fds"));
+    ThrowSandboxError(env, ReplyStatus(reply, bytes));
   }
-  LinuxSpawnResult res;
-  res.mode = LinuxMode::kLandlock;
-  res.pid = reply.b;
-  res.pidfd = rfds[0];
-  res.status_fd = rfds[1];
-  Napi::Object result = WatchStarted(env, res, SupervisorConfig{}, info[1].As<Napi::Function>(), &ends, reply.c, nullptr).As<Napi::Object>();
-  result.Set("supervisionConfined", Napi::Boolean::New(env, true));
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    result.Set("supervisionProcess", Napi::Number::New(env, g_pid));
+  if (reply.d == 0) {
+    CloseAll(rfds);
+    return env.Null();
   }
-  return result;
+  return Watch(env, reply, &rfds, on_exit, &ends);
+}
+
+void DiscardSpareInSupervisionProcess(int32_t id) noexcept {
+  Header reply;
+  std::string bytes;
+  std::vector<int> rfds;
+  if (RoundTrip(Header{kDiscard, 0, 0, 0, id}, "", {}, &reply, &bytes, &rfds) == 0) CloseAll(rfds);
 }
 
 bool AdmitProxyPeerInSupervisionProcess(uint16_t proxy_port, uint16_t peer_port, bool supervised) noexcept {
@@ -497,7 +652,7 @@ bool AdmitProxyPeerInSupervisionProcess(uint16_t proxy_port, uint16_t peer_port,
     std::lock_guard<std::mutex> lock(g_mu);
     if (g_sock < 0) return false;
   }
-  if (RoundTrip(Header{kAdmit, proxy_port, peer_port, supervised ? 1 : 0}, "", {}, &reply, &bytes, &fds) < 0) return false;
+  if (RoundTrip(Header{kAdmit, proxy_port, peer_port, supervised ? 1 : 0, 0}, "", {}, &reply, &bytes, &fds) < 0) return false;
   CloseAll(fds);
   return reply.a == 1;
 }
@@ -510,7 +665,7 @@ int CloseJournalInSupervisionProcess(const std::string& dir) noexcept {
     std::lock_guard<std::mutex> lock(g_mu);
     if (g_sock < 0) return 0;
   }
-  if (RoundTrip(Header{kCloseJournal, 0, 0, 0}, dir, {}, &reply, &bytes, &fds) < 0) return 0;
+  if (RoundTrip(Header{kCloseJournal, 0, 0, 0, 0}, dir, {}, &reply, &bytes, &fds) < 0) return 0;
   CloseAll(fds);
   return reply.a;
 }

@@ -6,8 +6,11 @@
 #include <stdint.h>
 
 #include <string>
+#include <vector>
 
 #include <napi.h>
+
+#include "../status.h"
 
 namespace psb {
 
@@ -24,5 +27,13 @@ bool AdmitProxyPeerInSupervisionProcess(uint16_t proxy_port, uint16_t peer_port,
 // changes::CloseByDir (changes_journal.h) asked of the process, where the journals of the
 // sandboxes it made are open. 0 when none runs (or it has no such journal).
 int CloseJournalInSupervisionProcess(const std::string& dir) noexcept;
+
+// Sandboxes prepared ahead there (spare_binding.cc routes a spare made with `inProcess` here):
+// the plan as sent (on the JS thread); the preparation (off it: it waits for the process); the
+// go (null when the spare could not be used: it is gone, the caller starts afresh); a discard.
+void SpareToWire(Napi::Env env, const Napi::Object& plan, std::string* json, std::vector<int>* fds);
+Status PrepareSpareInSupervisionProcess(std::string json, std::vector<int> fds, int32_t* id) noexcept;
+Napi::Value SpawnSpareInSupervisionProcess(Napi::Env env, int32_t id, const Napi::Object& go, const Napi::Function& on_exit);
+void DiscardSpareInSupervisionProcess(int32_t id) noexcept;
 
 }  // namespace psb

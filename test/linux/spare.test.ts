@@ -16,12 +16,15 @@ import { afterEach, beforeEach, describe, expect, test } from 'vitest';
 import { run, spawn } from '../../lib/index';
 import { TMP_PARENT_PREFIX } from '../../lib/platform/linux/landlock-rules';
 import { clearSpares, setSpareIdleMs, sparesSettled, spareStats } from '../../lib/platform/linux/spare';
+import { loadLinuxNative } from '../../lib/native';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
 import { BASE_ENV, DIST_INDEX, eventually, makeScene, PYTHON, sh, type Scene } from '../helpers/sandbox';
 
 /** Our live children named psb-init (a sandbox's init, spare or running). */
 function initChildren(): number[] {
   const out: number[] = [];
+  // (With PSB_SUPERVISION=process, Landlock mode's inits are the supervision process's children.)
+  const parents = [process.pid, ...(caps.linux ? [loadLinuxNative().supervisionProcess()] : [])];
   for (const name of fs.readdirSync('/proc')) {
     if (!/^\d+$/.test(name)) continue;
     try {
@@ -29,7 +32,7 @@ function initChildren(): number[] {
       const comm = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
       const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
       const state = stat.slice(stat.lastIndexOf(')') + 2).split(' ')[0];
-      if (comm === 'psb-init' && ppid === process.pid && state !== 'Z') out.push(Number(name));
+      if (comm === 'psb-init' && parents.includes(ppid) && state !== 'Z') out.push(Number(name));
     } catch {
       // gone
     }

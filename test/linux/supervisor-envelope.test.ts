@@ -107,9 +107,7 @@ describe.runIf(caps.linux)('the supervision confined to the policy\'s outer enve
 
   // A sandbox prepared ahead (linux/spare.ts) is prepared on a supervision thread of its own,
   // confined the same way, which serves the run that uses it.
-  // (With the supervision in a process of its own, sandboxes are not prepared ahead.)
-  const spareSkip = landlockSkip ?? (process.env.PSB_SUPERVISION === 'process' ? 'PSB_SUPERVISION=process prepares no sandbox ahead' : undefined);
-  it.skipIf(spareSkip)(`a run served by a sandbox prepared ahead: the same backstop${spareSkip ? ` (skipped: ${spareSkip})` : ''}`, async () => {
+  it.skipIf(landlockSkip)(`a run served by a sandbox prepared ahead: the same backstop${landlockSkip ? ` (skipped: ${landlockSkip})` : ''}`, async () => {
     const { outside, prot, inside, policy } = files();
     const ready = spareStats().ready;
     for (let i = 0; i < 2; i++) expect((await py('pass', [], { cwd: scene.ws, policy })).code).toBe(0);

@@ -227,6 +227,7 @@ export function createLinuxBackend(native: LinuxNative): Backend {
     probe: LinuxProbe,
     base: { plan: Omit<LinuxNativePlan, 'stdio'>; tmpDir: string | undefined; cgroup: string },
     nsPty: { cols: number; rows: number } | undefined,
+    inProcess: boolean,
   ): void {
     // Concurrent spawns of one shape each ask for one: the first makes it.
     if (spares.holds(key)) return;
@@ -254,7 +255,9 @@ export function createLinuxBackend(native: LinuxNative): Backend {
       // Its own terminal, added as spawnOn adds it, last (planKey compares the JSON text; the
       // spawn that takes it sets the size).
       if (nsPty) plan = { ...plan, setsid: true, ctty: true, ptyCols: nsPty.cols, ptyRows: nsPty.rows };
-      spares.fill(key, plan, made);
+      // In the supervision process, as the spawn that takes it will be; started if none runs.
+      if (inProcess) ensureSupervisionProcess(native);
+      spares.fill(key, plan, made, inProcess);
     } catch {
       releaseResources(made); // the spawn itself succeeded; the next one simply starts from nothing
     }
@@ -386,9 +389,9 @@ export function createLinuxBackend(native: LinuxNative): Backend {
     // inside an isolated sandbox is made with the spare, and is part of its shape.
     let basePlan: Omit<LinuxNativePlan, 'stdio'> | undefined;
     // (Not with `changes`: each run records or stages on its own.)
-    // (Nor with the supervision in a process of its own: a spare is prepared in the host.)
-    if (!pty && !req.changes && !inProcess && typeof native.prepareSpare === 'function' && (mode === 'isolated' || !stdio.some(isTerminal))) {
-      const key = `${req.cwd}\0${nsPty ? 'pty' : ''}\0${JSON.stringify(rules)}`;
+    if (!pty && !req.changes && typeof native.prepareSpare === 'function' && (mode === 'isolated' || !stdio.some(isTerminal))) {
+      // (Landlock mode: prepared where it will be supervised, the host or the supervision process.)
+      const key = `${req.cwd}\0${nsPty ? 'pty' : ''}\0${inProcess ? 'process' : ''}\0${JSON.stringify(rules)}`;
       const spare = noSpare ? undefined : spares.take(key);
       // Its resources are this run's from here: released with the run, or on any failure.
       if (spare) run.adopt(spare);
@@ -403,7 +406,7 @@ export function createLinuxBackend(native: LinuxNative): Backend {
         // Once this run's exit has been delivered: the JS side of the preparation then runs
         // between runs (in the pause before the next one, or during the next command when
         // they follow back to back), never inside this one's time.
-        out.afterExit = () => scheduleSpare(() => prepareSpare(key, req, rules, mode, probe, base, nsPty));
+        out.afterExit = () => scheduleSpare(() => prepareSpare(key, req, rules, mode, probe, base, nsPty, inProcess));
       };
     }
     try {

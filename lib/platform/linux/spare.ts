@@ -145,7 +145,7 @@ export class SpareSlot {
   }
 
   /** Starts preparing a spare from this plan (its resources are the spare's from now on). */
-  fill(key: string, plan: Omit<LinuxNativePlan, 'stdio'>, resources: SpareResources): void {
+  fill(key: string, plan: Omit<LinuxNativePlan, 'stdio'>, resources: SpareResources, inSupervisionProcess = false): void {
     this.clear();
     let spare: Spare | undefined;
     pending++;
@@ -165,7 +165,7 @@ export class SpareSlot {
         clearTimeout(this.timer);
         this.release(resources, false);
       }
-    });
+    }, inSupervisionProcess);
     spare = { key, planKey: planKey(plan), handle, resources };
     this.spare = spare;
     this.stats.prepared++;

@@ -7,7 +7,7 @@
  * socketpair on fd 3, once, at the first Landlock-mode spawn, and again after it died. Every
  * Landlock-mode spawn goes to it: it confines a thread of its own to the policy's envelope,
  * spawns the sandbox from there and serves its supervised calls; the host watches the sandbox
- * as before. Sandboxes prepared ahead are not used with it (each spawn is made afresh).
+ * as before. Sandboxes prepared ahead are prepared there too (native.prepareSpare's last argument).
  */
 import { spawn as spawnChild } from 'node:child_process';
 import path from 'node:path';

@@ -1062,4 +1062,16 @@ bool HandlePaths(int listener, const SeccompNotif& n, const PathRules& rules, bo
   return true;
 }
 
+void RebuildPathRules(PathRules* paths) {
+  // The carve-outs as they are now (one may have been made or removed since the preparation):
+  // the parked command makes no call before GoSpare releases it.
+  // What is not built from the tree (the policy's bind right) is kept across the rebuild.
+  if (!paths->enabled) return;
+  const bool inet_bind = paths->inet_bind;
+  std::shared_ptr<changes::Journal> journal = std::move(paths->journal);
+  *paths = BuildPathRules(paths->writable, paths->carveouts_in, paths->present_only_in, paths->devices_in);
+  paths->inet_bind = inet_bind;
+  paths->journal = std::move(journal);
+}
+
 }  // namespace psb

@@ -93,6 +93,10 @@ PathRules BuildPathRules(const std::vector<std::string>& writable, const std::ve
 // character devices that answer TCGETS, as the command's Landlock rule picks them. Called on the
 // host before the spawn; a sandbox prepared ahead gets no stdio terminal (its caller checks).
 void RecordStdioTerminals(PathRules* r, const std::vector<int>& stdio);
+// A sandbox prepared ahead, at its go: the rules built again from what they were built from,
+// for the tree as it is now (a carve-out made or removed since); the policy's bind right and
+// the journal are kept.
+void RebuildPathRules(PathRules* paths);
 
 // Tests only (native.testSkipPathChecks, refused unless PSB_TEST_HOOKS=1): checks of the write
 // judgement (MayWrite) to skip in this process, to show that the kernel still refuses what a
