@@ -52,14 +52,7 @@ Napi::Value SpawnJs(const Napi::CallbackInfo& info) {
   // policy's outer envelope first (supervisor.h, StartSupervisionThread).
   LinuxSpawnResult res;
   SupervisionThread* on = nullptr;
-  Status s = SpawnWhereSupervised(
-      plan,
-      [&](int* pidfd) {
-        Status st = SpawnLinux(plan, &res);
-        *pidfd = res.pidfd;
-        return st;
-      },
-      &on);
+  Status s = SpawnLinuxWhereSupervised(plan, &res, &on);
   if (!s.ok()) ThrowSandboxError(env, s);
   return WatchStarted(env, res, std::move(supervisor), info[1].As<Napi::Function>(), &ends,
                       plan.landlock ? plan.landlock_plan.abi : 0, on);

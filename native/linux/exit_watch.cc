@@ -162,15 +162,7 @@ Napi::Value WatchStarted(Napi::Env env, const LinuxSpawnResult& res, SupervisorC
   uv_loop_t* loop = nullptr;
   napi_get_uv_event_loop(env, &loop);
   if (res.seccomp_listener_fd >= 0) {
-    // Landlock mode: members of the sandbox are init's descendants (supervise_signals.cc).
-    if (supervisor.signals.enabled) {
-      supervisor.signals.init = res.pid;
-      supervisor.signals.init_pidfd = fcntl(res.pidfd, F_DUPFD_CLOEXEC, 0);
-    }
-    if (supervisor.reads.enabled) {
-      supervisor.reads.members.init = res.pid;
-      supervisor.reads.members.init_pidfd = fcntl(res.pidfd, F_DUPFD_CLOEXEC, 0);
-    }
+    SetSandboxInit(&supervisor, res.pid, res.pidfd);
     // Isolated mode: the directories that hold placeholders, as the sandbox sees them now that
     // its mounts are made (and before the supervisor answers the command's first listing).
     if (supervisor.hide.enabled) ResolveHidden(&supervisor.hide, res.pid);

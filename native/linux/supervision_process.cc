@@ -280,14 +280,7 @@ void Discard(Spare* sp) {
 Header Started(Napi::Env env, uint32_t type, LinuxSpawnResult res, SupervisorConfig&& supervisor, SupervisionThread* on, int abi,
                std::string* out, std::vector<int>* out_fds) {
   if (res.seccomp_listener_fd >= 0) {
-    if (supervisor.signals.enabled) {
-      supervisor.signals.init = res.pid;
-      supervisor.signals.init_pidfd = fcntl(res.pidfd, F_DUPFD_CLOEXEC, 0);
-    }
-    if (supervisor.reads.enabled) {
-      supervisor.reads.members.init = res.pid;
-      supervisor.reads.members.init_pidfd = fcntl(res.pidfd, F_DUPFD_CLOEXEC, 0);
-    }
+    SetSandboxInit(&supervisor, res.pid, res.pidfd);
     if (StartSupervisor(env, res.seccomp_listener_fd, std::move(supervisor), on) < 0) SignalTree(res, SIGKILL);
     on = nullptr;
     res.seccomp_listener_fd = -1;
@@ -342,14 +335,7 @@ Header SpawnHere(Napi::Env env, const Napi::Object& o, std::string* out, std::ve
   if (supervisor.paths.enabled && plan.landlock && plan.landlock_plan.stdio_terminals) RecordStdioTerminals(&supervisor.paths, plan.stdio);
   LinuxSpawnResult res;
   SupervisionThread* on = nullptr;
-  Status s = SpawnWhereSupervised(
-      plan,
-      [&](int* pidfd) {
-        Status st = SpawnLinux(plan, &res);
-        *pidfd = res.pidfd;
-        return st;
-      },
-      &on);
+  Status s = SpawnLinuxWhereSupervised(plan, &res, &on);
   if (!s.ok()) return Failed(kSpawn, s, out);
   return Started(env, kSpawn, res, std::move(supervisor), on, plan.landlock ? plan.landlock_plan.abi : 0, out, out_fds);
 }

@@ -7,6 +7,9 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { afterAll, beforeAll } from 'vitest';
+
+import { caps } from './capabilities';
 
 const SOURCE = path.resolve(__dirname, '..', 'fixtures', 'ptrace_filter.c');
 
@@ -17,4 +20,39 @@ export function buildPtraceFilter(): string {
   execFileSync('cc', ['-O2', '-o', bin, SOURCE], { stdio: 'pipe' });
   fs.chmodSync(bin, 0o755);
   return bin;
+}
+
+/** Why the container-profile rows cannot run here (no C compiler for the filter), or undefined. */
+export const ptraceFilterSkip = caps.cc ? undefined : 'no C compiler for the container-profile filter (test/fixtures/ptrace_filter.c)';
+
+/**
+ * The filter for the current describe block: built before its tests (where a compiler exists),
+ * removed after. The getter gives its path (undefined before, or without a compiler).
+ */
+export function usePtraceFilter(): () => string | undefined {
+  let filter: string | undefined;
+  beforeAll(() => {
+    if (!ptraceFilterSkip) filter = buildPtraceFilter();
+  });
+  afterAll(() => {
+    if (filter) fs.rmSync(path.dirname(filter), { recursive: true, force: true });
+  });
+  return () => filter;
+}
+
+/**
+ * The hosts the lock tests run a host script on: a plain one, one under a container runtime's
+ * seccomp profile (through the filter), and one whose Landlock-mode supervision is a process of
+ * its own (PSB_SUPERVISION=process).
+ */
+export const LOCK_HOSTS = [
+  { host: 'a plain host', filtered: false, inProcess: false },
+  { host: "a host under a container runtime's seccomp profile (unshare and pidfd_getfd refused)", filtered: true, inProcess: false },
+  { host: 'a host whose supervision is a process of its own', filtered: false, inProcess: true },
+];
+
+/** Why a lock-test host row cannot run in this mode, or undefined. */
+export function lockHostSkip(mode: string, row: { filtered: boolean; inProcess: boolean }): string | undefined {
+  if (row.filtered) return ptraceFilterSkip ?? (mode === 'isolated' ? 'isolated mode needs unshare: no case' : undefined);
+  return row.inProcess && mode === 'isolated' ? 'isolated mode has no supervision process' : undefined;
 }

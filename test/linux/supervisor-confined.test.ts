@@ -18,14 +18,13 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { caps, MODES } from '../helpers/capabilities';
-import { buildPtraceFilter } from '../helpers/ptrace-filter';
+import { LOCK_HOSTS, lockHostSkip, ptraceFilterSkip, usePtraceFilter } from '../helpers/ptrace-filter';
 import { DIST_INDEX, hostScript, makeScene, NODE, PYTHON, type Scene } from '../helpers/sandbox';
 
 const landlockSkip = caps.metadataSupervisor ? undefined : 'this kernel has no seccomp user notification with ADDFD (5.9+): Landlock mode has no supervisors';
 const pythonSkip = caps.python ? undefined : 'no /usr/bin/python3 (the outside lock checker)';
-const ccSkip = caps.cc ? undefined : 'no C compiler for the container-profile filter (test/fixtures/ptrace_filter.c)';
 // eslint-disable-next-line no-console
-for (const r of [landlockSkip, pythonSkip, ccSkip]) if (r) console.warn(`[supervisor-confined] SKIPPING cases: ${r}`);
+for (const r of [landlockSkip, pythonSkip, ptraceFilterSkip]) if (r) console.warn(`[supervisor-confined] SKIPPING cases: ${r}`);
 
 // 'held' when another process cannot take a write lock on the file (EAGAIN/EACCES), 'free' when it can.
 const CHECK = `import fcntl, os, sys
@@ -98,21 +97,8 @@ const hostFds = () => [0, 1, 2, ...fds].map((fd) => { try { return fd + ' ' + fs
 })().catch((e) => console.log(JSON.stringify({ error: String(e && e.stack) })));
 `;
 
-const HOSTS = [
-  { host: 'a plain host', filtered: false, inProcess: false },
-  { host: "a host under a container runtime's seccomp profile (unshare and pidfd_getfd refused)", filtered: true, inProcess: false },
-  // Landlock mode's supervision in a process of its own (PSB_SUPERVISION=process).
-  { host: 'a host whose supervision is a process of its own', filtered: false, inProcess: true },
-];
-
 describe.runIf(caps.linux)("the host's POSIX locks outlive its sandboxes' supervised calls", () => {
-  let filter: string | undefined;
-  beforeAll(() => {
-    if (!ccSkip) filter = buildPtraceFilter();
-  });
-  afterAll(() => {
-    if (filter) fs.rmSync(path.dirname(filter), { recursive: true, force: true });
-  });
+  const filterPath = usePtraceFilter();
 
   describe.each(MODES)('$name mode', ({ name: mode, skip }) => {
     let scene: Scene;
@@ -129,16 +115,16 @@ describe.runIf(caps.linux)("the host's POSIX locks outlive its sandboxes' superv
     });
     afterAll(() => scene?.cleanup());
 
-    const whyNot = (filtered: boolean) =>
-      skip ?? pythonSkip ?? (mode === 'landlock' ? landlockSkip : undefined) ?? (filtered ? (ccSkip ?? (mode === 'isolated' ? 'isolated mode needs unshare: no case' : undefined)) : undefined);
-    for (const { host, filtered, inProcess } of HOSTS) {
-     it.skipIf(whyNot(filtered) ?? (inProcess && mode === 'isolated' ? 'isolated mode has no supervision process' : undefined))(`${host}: every class of call leaves both locks held; unlocking frees them`, () => {
+    const whyNot = (filtered: boolean, inProcess: boolean) =>
+      skip ?? pythonSkip ?? (mode === 'landlock' ? landlockSkip : undefined) ?? lockHostSkip(mode, { filtered, inProcess });
+    for (const { host, filtered, inProcess } of LOCK_HOSTS) {
+     it.skipIf(whyNot(filtered, inProcess))(`${host}: every class of call leaves both locks held; unlocking frees them`, () => {
       const inFile = path.join(scene.ws, 'held.txt');
       const outFile = path.join(scene.out, 'held.txt');
       fs.writeFileSync(inFile, 'inside');
       const script = hostScript(scene.root, `locks-${filtered}-${inProcess}.js`, HOST);
       const argv = [NODE, script, mode, scene.ws, outFile, inFile];
-      const r = spawnSync(filtered ? filter! : argv[0], filtered ? argv : argv.slice(1), {
+      const r = spawnSync(filtered ? filterPath()! : argv[0], filtered ? argv : argv.slice(1), {
         encoding: 'utf8',
         timeout: 200_000,
         // Below ABI 6 the signal class is supervised too (Landlock's signal scope is ABI 6).

@@ -22,7 +22,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { caps, MODES } from '../helpers/capabilities';
-import { buildPtraceFilter } from '../helpers/ptrace-filter';
+import { LOCK_HOSTS, lockHostSkip, ptraceFilterSkip, usePtraceFilter } from '../helpers/ptrace-filter';
 import { hostScript, makeScene, NODE, PYTHON, type Scene } from '../helpers/sandbox';
 
 const require = createRequire(import.meta.url);
@@ -40,9 +40,8 @@ const sqlite = sqliteModule();
 const pythonSqlite = caps.python && spawnSync(caps.python, ['-c', 'import sqlite3'], { stdio: 'ignore' }).status === 0;
 const landlockSkip = caps.metadataSupervisor ? undefined : 'this kernel has no seccomp user notification with ADDFD (5.9+): Landlock mode has no supervisors';
 const outsideSkip = pythonSqlite ? undefined : "no python3 with its sqlite3 module (the outside writer)";
-const ccSkip = caps.cc ? undefined : 'no C compiler for the container-profile filter (test/fixtures/ptrace_filter.c)';
 // eslint-disable-next-line no-console
-for (const r of [sqlite.skip, landlockSkip, outsideSkip, ccSkip]) if (r) console.warn(`[supervisor-sqlite] SKIPPING cases: ${r}`);
+for (const r of [sqlite.skip, landlockSkip, outsideSkip, ptraceFilterSkip]) if (r) console.warn(`[supervisor-sqlite] SKIPPING cases: ${r}`);
 
 // The other writer: 'held' when BEGIN IMMEDIATE finds the database locked, 'free' when it got the
 // write lock (then rolled back: it never writes). With a second argument, the rows it reads.
@@ -117,21 +116,8 @@ const open = (f) => { const d = new Database(f); d.exec('CREATE TABLE IF NOT EXI
 })().catch((e) => console.log(JSON.stringify({ error: String(e && e.stack) })));
 `;
 
-const HOSTS = [
-  { host: 'a plain host', filtered: false, inProcess: false },
-  { host: "a host under a container runtime's seccomp profile (unshare and pidfd_getfd refused)", filtered: true, inProcess: false },
-  // Landlock mode's supervision in a process of its own (PSB_SUPERVISION=process).
-  { host: 'a host whose supervision is a process of its own', filtered: false, inProcess: true },
-];
-
 describe.runIf(caps.linux)("the host's SQLite write transaction outlives its sandboxes' supervised calls", () => {
-  let filter: string | undefined;
-  beforeAll(() => {
-    if (!ccSkip) filter = buildPtraceFilter();
-  });
-  afterAll(() => {
-    if (filter) fs.rmSync(path.dirname(filter), { recursive: true, force: true });
-  });
+  const filterPath = usePtraceFilter();
 
   describe.each(MODES)('$name mode', ({ name: mode, skip }) => {
     let scene: Scene;
@@ -140,21 +126,17 @@ describe.runIf(caps.linux)("the host's SQLite write transaction outlives its san
     });
     afterAll(() => scene?.cleanup());
 
-    const whyNot = (filtered: boolean) =>
-      skip ??
-      sqlite.skip ??
-      outsideSkip ??
-      (mode === 'landlock' ? landlockSkip : undefined) ??
-      (filtered ? (ccSkip ?? (mode === 'isolated' ? 'isolated mode needs unshare: no case' : undefined)) : undefined);
-    for (const { host, filtered, inProcess } of HOSTS) {
-      it.skipIf(whyNot(filtered) ?? (inProcess && mode === 'isolated' ? 'isolated mode has no supervision process' : undefined))(`${host}: no other writer gets in through any class of call; after the commit it does`, () => {
+    const whyNot = (filtered: boolean, inProcess: boolean) =>
+      skip ?? sqlite.skip ?? outsideSkip ?? (mode === 'landlock' ? landlockSkip : undefined) ?? lockHostSkip(mode, { filtered, inProcess });
+    for (const { host, filtered, inProcess } of LOCK_HOSTS) {
+      it.skipIf(whyNot(filtered, inProcess))(`${host}: no other writer gets in through any class of call; after the commit it does`, () => {
         const tag = filtered ? 'f' : inProcess ? 's' : 'p';
         const outDb = path.join(scene.out, `state-${tag}.db`);
         const inDb = path.join(scene.ws, `work-${tag}.db`);
         const controlDb = path.join(scene.out, `control-${tag}.db`);
         const script = hostScript(scene.root, `sqlite-${tag}.js`, HOST);
         const argv = [NODE, script, mode, scene.ws, outDb, inDb, controlDb];
-        const r = spawnSync(filtered ? filter! : argv[0], filtered ? argv : argv.slice(1), {
+        const r = spawnSync(filtered ? filterPath()! : argv[0], filtered ? argv : argv.slice(1), {
           encoding: 'utf8',
           timeout: 200_000,
           // Below ABI 6 the signal class is supervised too (Landlock's signal scope is ABI 6).

@@ -71,4 +71,15 @@ Status SpawnWhereSupervised(const LinuxSpawnPlan& plan, const std::function<Stat
   return job.s;
 }
 
+Status SpawnLinuxWhereSupervised(LinuxSpawnPlan& plan, LinuxSpawnResult* res, SupervisionThread** on) {
+  return SpawnWhereSupervised(
+      plan,
+      [&](int* pidfd) {
+        Status st = SpawnLinux(plan, res);
+        *pidfd = res->pidfd;
+        return st;
+      },
+      on);
+}
+
 }  // namespace psb

@@ -22,5 +22,7 @@ LandlockPlan SupervisionEnvelope(const LinuxSpawnPlan& plan);
 // thread confined by the envelope first, returned in *on for StartSupervisor (or null when the
 // spawn failed: the thread has ended); else on the calling thread, *on null.
 Status SpawnWhereSupervised(const LinuxSpawnPlan& plan, const std::function<Status(int* pidfd)>& spawn, SupervisionThread** on);
+// The same for a spawn made now (SpawnLinux into *res).
+Status SpawnLinuxWhereSupervised(LinuxSpawnPlan& plan, LinuxSpawnResult* res, SupervisionThread** on);
 
 }  // namespace psb

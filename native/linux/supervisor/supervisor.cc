@@ -657,4 +657,15 @@ int StartSupervisor(napi_env env, int listener_fd, SupervisorConfig config, Supe
   return 0;
 }
 
+void SetSandboxInit(SupervisorConfig* config, pid_t init, int init_pidfd) noexcept {
+  if (config->signals.enabled) {
+    config->signals.init = init;
+    config->signals.init_pidfd = fcntl(init_pidfd, F_DUPFD_CLOEXEC, 0);
+  }
+  if (config->reads.enabled) {
+    config->reads.members.init = init;
+    config->reads.members.init_pidfd = fcntl(init_pidfd, F_DUPFD_CLOEXEC, 0);
+  }
+}
+
 }  // namespace psb

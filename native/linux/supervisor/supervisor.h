@@ -48,6 +48,10 @@ struct SupervisorConfig {
   uint32_t inotify_instances = 0, inotify_watches = 0;
 };
 
+// Landlock mode: the sandbox's members are init's descendants (supervise_signals.cc); the
+// classes that judge by membership get init's pid and a copy of its pidfd.
+void SetSandboxInit(SupervisorConfig* config, pid_t init, int init_pidfd) noexcept;
+
 // Takes ownership of listener_fd (the filter's notification fd) and serves it on a task of its
 // own until no task uses the filter any more (POLLHUP) or env is torn down. Holds no handle on
 // env's loop. Called on env's thread; returns once that task has set itself up (its fd table,
