@@ -53,7 +53,14 @@ export function ensureSupervisionProcess(native: LinuxNative): number {
   // It lives as long as the host does (it ends when the channel closes); it keeps no loop alive.
   child.on('error', () => {});
   child.unref();
-  return native.supervisionAttach(hostFd, START_TIMEOUT_MS);
+  try {
+    return native.supervisionAttach(hostFd, START_TIMEOUT_MS);
+  } catch (e) {
+    // Not ours to leave running: whatever started in its place (an Electron app whose RunAsNode
+    // fuse is off starts as the app) is stopped.
+    child.kill('SIGKILL');
+    throw e;
+  }
 }
 
 if (require.main === module) {
