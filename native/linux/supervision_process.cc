@@ -55,6 +55,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -227,18 +228,20 @@ int RoundTrip(const Header& req, const std::string& bytes, const std::vector<int
 
 // ---- the supervision process's side ----
 
-// ---- the supervision process's side ----
-
 // init is this process's child: reaped here (its status reaches the host through its own status
 // pipe, whose read end the host holds), then its stack is given back.
+// (Without a thread, out of resources: init stays a zombie until this process ends.)
 void Reap(LinuxSpawnResult res) {
-  std::thread([res]() mutable {
-    siginfo_t si;
-    while (waitid(static_cast<idtype_t>(P_PIDFD), res.pidfd, &si, WEXITED) < 0 && errno == EINTR) {
-    }
-    close(res.pidfd);
-    ReleaseInitStack(&res);
-  }).detach();
+  try {
+    std::thread([res]() mutable {
+      siginfo_t si;
+      while (waitid(static_cast<idtype_t>(P_PIDFD), res.pidfd, &si, WEXITED) < 0 && errno == EINTR) {
+      }
+      close(res.pidfd);
+      ReleaseInitStack(&res);
+    }).detach();
+  } catch (const std::system_error&) {
+  }
 }
 
 // Replaces the indexes a request's JSON names fds by in `key` with the fds received.
@@ -365,16 +368,14 @@ Header PrepareHere(Napi::Env env, const Napi::Object& o, std::string* out) {
 }
 
 // As SpawnSpareJs does in the host. d = 0 in the reply: the spare could not be used (it is gone).
-Header GoHere(Napi::Env env, int32_t id, const Napi::Object& o, std::string* out, std::vector<int>* out_fds) {
+Header GoHere(Napi::Env env, int32_t id, int host_umask, const Napi::Object& o, std::string* out, std::vector<int>* out_fds) {
   auto it = g_spares.find(id);
   StdioEnds ends;
   SpareGo go = ParseSpareGo(env, o, &ends);
   if (it == g_spares.end()) return Header{kGo, 0, 0, 0, 0};
   Spare sp = std::move(it->second);
   g_spares.erase(it);
-  const mode_t mask = umask(0);
-  umask(mask);
-  go.umask = mask;
+  go.umask = static_cast<unsigned>(host_umask) & 0777;
   RebuildPathRules(&sp.supervisor.paths);
   LinuxSpawnResult res;
   bool used = false;
@@ -417,7 +418,7 @@ Napi::Value ServeSupervisionJs(const Napi::CallbackInfo& info) {
     } else if (h.type == kPrepare) {
       reply = WithJson(env, h, std::move(bytes), fds, &out, [&](const Napi::Object& o) { return PrepareHere(env, o, &out); });
     } else if (h.type == kGo) {
-      reply = WithJson(env, h, std::move(bytes), fds, &out, [&](const Napi::Object& o) { return GoHere(env, h.d, o, &out, &out_fds); });
+      reply = WithJson(env, h, std::move(bytes), fds, &out, [&](const Napi::Object& o) { return GoHere(env, h.d, h.c, o, &out, &out_fds); });
     } else if (h.type == kDiscard) {
       auto it = g_spares.find(h.d);
       if (it != g_spares.end()) {
