@@ -46,6 +46,7 @@
 #include <poll.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -399,6 +400,10 @@ Napi::Value ServeSupervisionJs(const Napi::CallbackInfo& info) {
   if (info.Length() != 1 || !info[0].IsNumber()) throw Napi::TypeError::New(env, "Usage: native.serveSupervision(fd)");
   const int sock = info[0].As<Napi::Number>().Int32Value();
   fcntl(sock, F_SETFD, FD_CLOEXEC);
+  // No core file of this process: its memory holds what the supervision saw for every sandbox
+  // and the host's environment (and its cwd is /). The commands get core 0 from their plans.
+  struct rlimit no_core = {0, 0};
+  setrlimit(RLIMIT_CORE, &no_core);
   if (SendMessage(sock, Header{kReady, getpid(), 0, 0, 0}, "", {}) < 0) return env.Undefined();
   for (;;) {
     Header h;

@@ -7,8 +7,9 @@
  * - It enforces as the host's supervision did (a carve-out refused, a write inside done) and the
  *   report names its pid; the host has none of the supervision's threads, the process has them.
  * - Killed (SIGKILL) or crashed (SIGSEGV) mid-run: that run's command is stopped (its init gets
- *   its parent-death signal and kills the tree), the host lives on and reports the command killed,
- *   and its next spawn works through a new supervision process.
+ *   its parent-death signal and kills the tree), the host lives on, reports the command killed
+ *   and warns that the supervision process ended (PSB_SUPERVISION_LOST), and its next spawn works
+ *   through a new supervision process.
  * - The host's end (an exit, or a kill) ends the supervision process and every sandbox in it.
  * - It cannot be started (the host's executable is not runnable as node): the spawn fails with
  *   ESPAWN and nothing runs.
@@ -122,11 +123,19 @@ describe.skipIf(landlockSkip)('Landlock mode: the supervision in a process of it
       const pid = supervisionPid(child.enforcement.mechanisms);
       const cmd = Number(fs.readFileSync(pidFile, 'utf8'));
       expect(alive(cmd)).toBe(true);
+      const warnings: string[] = [];
+      const onWarning = (w: Error & { code?: string }) => void (w.code === 'PSB_SUPERVISION_LOST' && warnings.push(w.message));
+      process.on('warning', onWarning);
       process.kill(pid, sig);
       const r = await child.exited;
       expect(r).toMatchObject({ code: null, signal: 'SIGKILL' });
-      // (Its channel closes once its last thread is gone, which may follow the leader's exit.)
-      expect(await eventually(() => !alive(cmd) && !alive(pid) && loadLinuxNative().supervisionProcess() === 0)).toBe(true);
+      // The host says so (a process warning).
+      expect(await eventually(() => warnings.length > 0)).toBe(true);
+      process.off('warning', onWarning);
+      expect(warnings[0]).toContain(`pid ${pid}) ended (${sig})`);
+      // (Its channel closes once its last thread is gone, which may follow the leader's exit. A
+      // new one may be running already: a sandbox prepared ahead for the next spawn starts it.)
+      expect(await eventually(() => !alive(cmd) && !alive(pid) && loadLinuxNative().supervisionProcess() !== pid)).toBe(true);
       // The next spawn: a new supervision process, enforcing again.
       const next = await run('/bin/sh', ['-c', 'chmod 600 f && echo again; echo x > .git/hooks/h; echo rc=$?'], { cwd: scene.ws, env: BASE_ENV, policy: policy() });
       expect(next.stdout).toBe('again\nrc=2\n');

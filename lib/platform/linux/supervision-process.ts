@@ -51,10 +51,22 @@ export function ensureSupervisionProcess(native: LinuxNative): number {
     native.closeOnPool(processFd);
   }
   // It lives as long as the host does (it ends when the channel closes); it keeps no loop alive.
+  // Any end the host sees is unexpected (killed, crashed): its sandboxes were stopped; said so.
   child.on('error', () => {});
+  child.once('exit', (code, signal) => {
+    if (started) {
+      process.emitWarning(
+        `process-sandbox: the supervision process (pid ${child.pid}) ended (${signal ?? `exit ${code}`}); the Landlock-mode sandboxes it served were stopped`,
+        { code: 'PSB_SUPERVISION_LOST' },
+      );
+    }
+  });
   child.unref();
+  let started = false;
   try {
-    return native.supervisionAttach(hostFd, START_TIMEOUT_MS);
+    const pid = native.supervisionAttach(hostFd, START_TIMEOUT_MS);
+    started = true;
+    return pid;
   } catch (e) {
     // Not ours to leave running: whatever started in its place (an Electron app whose RunAsNode
     // fuse is off starts as the app) is stopped.
