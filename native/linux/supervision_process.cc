@@ -272,6 +272,9 @@ struct Spare {
 };
 std::map<int32_t, Spare> g_spares;  // the main thread's only
 int32_t g_next_spare = 1;
+// Inits of sandboxes just handed to the host: their reapers start once the reply is sent (a
+// thread's start is not the spawn's to wait for). The main thread's only.
+std::vector<LinuxSpawnResult> g_reap_after_reply;
 
 void Discard(Spare* sp) {
   if (sp->spare != nullptr) DiscardSpare(sp->spare);
@@ -296,14 +299,13 @@ Header Started(Napi::Env env, uint32_t type, LinuxSpawnResult res, SupervisorCon
     SignalTree(res, SIGKILL);
     if (host_pidfd >= 0) close(host_pidfd);
     if (res.status_fd >= 0) close(res.status_fd);
-    Reap(res);
+    g_reap_after_reply.push_back(res);
     return Failed(type, Status::Sys(ErrorCode::kESPAWN, "the supervision process could not hand the sandbox to the host", "fcntl", errno), out);
   }
   *out_fds = {host_pidfd, res.status_fd};
   res.status_fd = -1;
-  const pid_t pid = res.pid;
-  Reap(res);
-  return Header{type, 0, pid, abi, 0};
+  g_reap_after_reply.push_back(res);
+  return Header{type, 0, res.pid, abi, 0};
 }
 
 // Serves one request with a JSON: parses it (its fds put in place), then `then` with the object.
@@ -438,6 +440,8 @@ Napi::Value ServeSupervisionJs(const Napi::CallbackInfo& info) {
     CloseAll(fds);  // the command has its copies (or none was spawned)
     r = SendMessage(sock, reply, out, out_fds);
     CloseAll(out_fds);
+    for (const LinuxSpawnResult& res : g_reap_after_reply) Reap(res);
+    g_reap_after_reply.clear();
     if (r < 0) break;
   }
   return env.Undefined();
@@ -561,6 +565,32 @@ Napi::Value Watch(Napi::Env env, const Header& reply, std::vector<int>* rfds, co
   return result;
 }
 
+// A spawn (kSpawn) or a spare's go (kGo, its id) made there from `o`, its stdio made here; the
+// result watched here. A go whose spare is gone (with the process, or unusable) is null: the
+// caller starts afresh; a spawn the process cannot take throws.
+Napi::Value StartThere(Napi::Env env, uint32_t type, int32_t id, const Napi::Object& o, const Napi::Function& on_exit) {
+  std::vector<int> stdio;
+  StdioEnds ends;
+  ParseStdio(env, GetArray(o, "stdio"), &stdio, &ends);
+  std::string json;
+  std::vector<int> fds;
+  ToWire(env, o, &stdio, &json, &fds);
+  Header reply;
+  std::string bytes;
+  std::vector<int> rfds;
+  int r = Request(type, id, std::move(json), std::move(fds), &reply, &bytes, &rfds);
+  if (r < 0) {
+    if (type == kGo) return env.Null();
+    ThrowSandboxError(env, Gone(r));
+  }
+  if (reply.a != 0 || (type == kGo && reply.d == 0)) {
+    CloseAll(rfds);
+    if (reply.a != 0) ThrowSandboxError(env, ReplyStatus(reply, bytes));
+    return env.Null();
+  }
+  return Watch(env, reply, &rfds, on_exit, &ends);
+}
+
 }  // namespace
 
 // native.spawnInSupervisionProcess(plan, onExit): native.spawn for Landlock mode, made and
@@ -572,23 +602,7 @@ Napi::Value SpawnInSupervisionProcessJs(const Napi::CallbackInfo& info) {
   if (info.Length() != 2 || !info[0].IsObject() || !info[1].IsFunction()) {
     throw Napi::TypeError::New(env, "Usage: native.spawnInSupervisionProcess(plan, onExit)");
   }
-  Napi::Object o = info[0].As<Napi::Object>();
-  std::vector<int> stdio;
-  StdioEnds ends;
-  ParseStdio(env, GetArray(o, "stdio"), &stdio, &ends);
-  std::string json;
-  std::vector<int> fds;
-  ToWire(env, o, &stdio, &json, &fds);
-  Header reply;
-  std::string bytes;
-  std::vector<int> rfds;
-  int r = Request(kSpawn, 0, std::move(json), std::move(fds), &reply, &bytes, &rfds);
-  if (r < 0) ThrowSandboxError(env, Gone(r));
-  if (reply.a != 0) {
-    CloseAll(rfds);
-    ThrowSandboxError(env, ReplyStatus(reply, bytes));
-  }
-  return Watch(env, reply, &rfds, info[1].As<Napi::Function>(), &ends);
+  return StartThere(env, kSpawn, 0, info[0].As<Napi::Object>(), info[1].As<Napi::Function>());
 }
 
 void SpareToWire(Napi::Env env, const Napi::Object& plan, std::string* json, std::vector<int>* fds) { ToWire(env, plan, nullptr, json, fds); }
@@ -607,26 +621,7 @@ Status PrepareSpareInSupervisionProcess(std::string json, std::vector<int> fds, 
 }
 
 Napi::Value SpawnSpareInSupervisionProcess(Napi::Env env, int32_t id, const Napi::Object& go, const Napi::Function& on_exit) {
-  std::vector<int> stdio;
-  StdioEnds ends;
-  ParseStdio(env, GetArray(go, "stdio"), &stdio, &ends);
-  std::string json;
-  std::vector<int> fds;
-  ToWire(env, go, &stdio, &json, &fds);
-  Header reply;
-  std::string bytes;
-  std::vector<int> rfds;
-  int r = Request(kGo, id, std::move(json), std::move(fds), &reply, &bytes, &rfds);
-  if (r < 0) return env.Null();  // the process (and the spare) is gone: the caller starts afresh
-  if (reply.a != 0) {
-    CloseAll(rfds);
-    ThrowSandboxError(env, ReplyStatus(reply, bytes));
-  }
-  if (reply.d == 0) {
-    CloseAll(rfds);
-    return env.Null();
-  }
-  return Watch(env, reply, &rfds, on_exit, &ends);
+  return StartThere(env, kGo, id, go, on_exit);
 }
 
 void DiscardSpareInSupervisionProcess(int32_t id) noexcept {
@@ -640,10 +635,7 @@ bool AdmitProxyPeerInSupervisionProcess(uint16_t proxy_port, uint16_t peer_port,
   Header reply;
   std::string bytes;
   std::vector<int> fds;
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    if (g_sock < 0) return false;
-  }
+  // (None running: RoundTrip says so, -EPIPE.)
   if (RoundTrip(Header{kAdmit, proxy_port, peer_port, supervised ? 1 : 0, 0}, "", {}, &reply, &bytes, &fds) < 0) return false;
   CloseAll(fds);
   return reply.a == 1;
@@ -653,10 +645,6 @@ int CloseJournalInSupervisionProcess(const std::string& dir) noexcept {
   Header reply;
   std::string bytes;
   std::vector<int> fds;
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    if (g_sock < 0) return 0;
-  }
   if (RoundTrip(Header{kCloseJournal, 0, 0, 0, 0}, dir, {}, &reply, &bytes, &fds) < 0) return 0;
   CloseAll(fds);
   return reply.a;

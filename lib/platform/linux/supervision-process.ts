@@ -51,7 +51,9 @@ export function ensureSupervisionProcess(native: LinuxNative): number {
     native.closeOnPool(processFd);
   }
   // It lives as long as the host does (it ends when the channel closes); it keeps no loop alive.
-  // Any end the host sees is unexpected (killed, crashed): its sandboxes were stopped; said so.
+  // Any end the host sees once it was ready is unexpected (killed, crashed): its sandboxes were
+  // stopped; said so.
+  let started = false;
   child.on('error', () => {});
   child.once('exit', (code, signal) => {
     if (started) {
@@ -62,7 +64,6 @@ export function ensureSupervisionProcess(native: LinuxNative): number {
     }
   });
   child.unref();
-  let started = false;
   try {
     const pid = native.supervisionAttach(hostFd, START_TIMEOUT_MS);
     started = true;
