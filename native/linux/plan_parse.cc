@@ -67,7 +67,7 @@ void FillLandlock(Napi::Env env, const Napi::Object& o, LandlockPlan* ll) {
 
 }  // namespace
 
-void ParsePlan(Napi::Env env, const Napi::Object& o, LinuxSpawnPlan* out, SupervisorConfig* supervisor) {
+void ParsePlan(Napi::Env env, const Napi::Object& o, LinuxSpawnPlan* out, SupervisorConfig* supervisor, PlanFor where) {
   LinuxSpawnPlan& plan = *out;
   std::string mode = GetString(o, "mode");
   if (mode == "plain") {
@@ -206,23 +206,25 @@ void ParsePlan(Napi::Env env, const Napi::Object& o, LinuxSpawnPlan* out, Superv
       Napi::Value ps = s.Get("pathSupervisor");
       if (ps.IsObject()) {
         Napi::Object po = ps.As<Napi::Object>();
-        supervisor->paths = BuildPathRules(metadata.writable, GetStrings(po, "carveOuts"), GetStrings(po, "presentOnly"),
-                                           GetStrings(po, "devices"));
-        supervisor->paths.inet_bind = net == "full";
+        PathRules& paths = supervisor->paths;
+        paths.enabled = true;
+        paths.writable = metadata.writable;
+        paths.carveouts_in = GetStrings(po, "carveOuts");
+        paths.present_only_in = GetStrings(po, "presentOnly");
+        paths.devices_in = GetStrings(po, "devices");
+        paths.inet_bind = net == "full";
         cfg.notify_paths = true;
         // changes: 'record': the journal both supervisors write (changes_journal.h), its
         // directory made by the host already.
         Napi::Value ch = po.Get("changes");
         if (ch.IsObject()) {
           Napi::Object co = ch.As<Napi::Object>();
-          const std::string dir = GetString(co, "dir");
-          auto journal = changes::Journal::Open(dir, GetStrings(co, "roots"), co.Has("exclude") ? GetStrings(co, "exclude") : std::vector<std::string>(), static_cast<uint64_t>(GetNumber(co, "maxBytes", 0)));
-          if (!journal) {
-            ThrowSandboxError(env, Status::Sys(ErrorCode::kESECCOMP_INSTALL, "changes: the journal in " + dir + " cannot be opened", "open", errno));
-          }
-          changes::Register(journal, dir);
-          supervisor->paths.journal = journal;
-          metadata.journal = journal;
+          SupervisorConfig::JournalSpec& j = supervisor->journal_spec;
+          j.dir = GetString(co, "dir");
+          j.roots = GetStrings(co, "roots");
+          if (co.Has("exclude")) j.exclude = GetStrings(co, "exclude");
+          j.max_bytes = static_cast<uint64_t>(GetNumber(co, "maxBytes", 0));
+          if (j.dir.empty()) throw Napi::TypeError::New(env, "Expected plan.seccomp.pathSupervisor.changes.dir to name the journal's directory");
         }
       }
       // The sandbox's lifetime share of the uid's inotify instances and watches (linux/quotas.ts).
@@ -251,7 +253,6 @@ void ParsePlan(Napi::Env env, const Napi::Object& o, LinuxSpawnPlan* out, Superv
         ThrowSandboxError(env, Status::Sys(ErrorCode::kESECCOMP_INSTALL,
                                            "procPrivacy: the Landlock-confined opener thread could not be set up", "landlock_restrict_self", ENOSYS));
       }
-      supervisor->reads.opener_plan = std::make_shared<const LandlockPlan>(plan.landlock_plan);
       supervisor->reads.enabled = true;
       cfg.notify_reads = true;
       // With the stat class, an open of a name inside a denied directory answers as missing too.
@@ -286,6 +287,36 @@ void ParsePlan(Napi::Env env, const Napi::Object& o, LinuxSpawnPlan* out, Superv
     }
     plan.seccomp = true;
   }
+  if (where == PlanFor::kHere) {
+    Status st = MaterializeSupervisor(plan, supervisor);
+    if (!st.ok()) ThrowSandboxError(env, st);
+  }
+}
+
+Status MaterializeSupervisor(const LinuxSpawnPlan& plan, SupervisorConfig* supervisor) noexcept {
+  try {
+    // Read-only carve-outs inside the writable roots: the path supervisor (supervise_paths.cc)
+    // looks them up now, before the command starts.
+    PathRules& paths = supervisor->paths;
+    if (paths.enabled) {
+      const bool inet_bind = paths.inet_bind;
+      paths = BuildPathRules(paths.writable, paths.carveouts_in, paths.present_only_in, paths.devices_in);
+      paths.inet_bind = inet_bind;
+    }
+    const SupervisorConfig::JournalSpec& j = supervisor->journal_spec;
+    if (!j.dir.empty() && paths.enabled) {
+      auto journal = changes::Journal::Open(j.dir, j.roots, j.exclude, j.max_bytes);
+      if (!journal) return Status::Sys(ErrorCode::kESECCOMP_INSTALL, "changes: the journal in " + j.dir + " cannot be opened", "open", errno);
+      changes::Register(journal, j.dir);
+      paths.journal = journal;
+      supervisor->metadata.journal = journal;
+    }
+    // The read supervisor's opener thread is confined by the rules the command gets.
+    if (supervisor->reads.enabled) supervisor->reads.opener_plan = std::make_shared<const LandlockPlan>(plan.landlock_plan);
+  } catch (const std::bad_alloc&) {
+    return Status::Sys(ErrorCode::kESECCOMP_INSTALL, "the supervisor's rules could not be made", "malloc", ENOMEM);
+  }
+  return Status::Ok();
 }
 
 StdioEnds::~StdioEnds() {

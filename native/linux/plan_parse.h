@@ -13,9 +13,21 @@
 
 namespace psb {
 
+// Where a parsed plan is spawned: here (in this process), or in the supervision process
+// (supervision_process.h), which gets it as bytes (plan_wire.h).
+enum class PlanFor { kHere, kSupervisionProcess };
+
 // The plan's fields other than stdio (mode, command, limits, mounts, Landlock, seccomp) into
 // *plan, and the supervisor's configuration into *supervisor. Throws on a malformed plan.
-void ParsePlan(Napi::Env env, const Napi::Object& o, LinuxSpawnPlan* out, SupervisorConfig* supervisor);
+// kHere: what the supervisor makes from the files (MaterializeSupervisor) is made too;
+// kSupervisionProcess: only its inputs are read, to be made there.
+void ParsePlan(Napi::Env env, const Napi::Object& o, LinuxSpawnPlan* out, SupervisorConfig* supervisor,
+               PlanFor where = PlanFor::kHere);
+
+// What the supervisor makes from its inputs and the files as they are now: the path rules'
+// lookups (BuildPathRules), the changes journal (opened and registered), the read opener's rules.
+// Run where the sandbox is spawned, once per plan.
+Status MaterializeSupervisor(const LinuxSpawnPlan& plan, SupervisorConfig* supervisor) noexcept;
 
 // The parent's ends of the pipes made for 'in'/'out' stdio entries; closed unless released.
 struct StdioEnds {

@@ -45,7 +45,7 @@ struct SpareRecord {
   // and the plan as sent; spare and on stay null.
   bool remote = false;
   int32_t remote_id = 0;
-  std::string remote_json;
+  std::string remote_bytes;
   std::vector<int> remote_fds;
   napi_env env = nullptr;
   bool hooked = false;
@@ -136,7 +136,7 @@ class PrepareWorker : public Napi::AsyncWorker {
   // Prepared in the supervision process: the same record, with its id there.
   void ExecuteThere() {
     int32_t id = 0;
-    Status st = PrepareSpareInSupervisionProcess(std::move(rec_->remote_json), std::move(rec_->remote_fds), &id);
+    Status st = PrepareSpareInSupervisionProcess(std::move(rec_->remote_bytes), std::move(rec_->remote_fds), &id);
     bool abandoned;
     {
       std::lock_guard<std::mutex> lock(rec_->mu);
@@ -173,7 +173,7 @@ Napi::Value PrepareSpareJs(const Napi::CallbackInfo& info) {
   SpareRecord* rec = new SpareRecord();
   try {
     rec->remote = info.Length() == 3 && info[2].ToBoolean().Value();
-    if (rec->remote) SpareToWire(env, info[0].As<Napi::Object>(), &rec->remote_json, &rec->remote_fds);
+    if (rec->remote) SpareToWire(env, info[0].As<Napi::Object>(), &rec->remote_bytes, &rec->remote_fds);
     else ParsePlan(env, info[0].As<Napi::Object>(), &plan, &rec->supervisor);
   } catch (...) {
     delete rec;

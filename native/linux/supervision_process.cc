@@ -18,9 +18,10 @@
 // counts against its own fd table (supervisor.cc, Confinement), and none of it is the host's.
 //
 // The channel: a SOCK_SEQPACKET socketpair (message boundaries kept, fds passed with SCM_RIGHTS).
-//   host -> process: kSpawn: the plan as JSON (stdio and cgroupFds replaced by indexes into the
-//     message's fds) with the fds; a JSON past the message size travels in a sealed memfd, the
-//     last fd; the host's umask and the test hook's path-check skips ride along. kPrepare: a
+//   host -> process: kSpawn: the plan, read and checked by the host (ParsePlan) and sent as bytes
+//     (plan_wire.h; stdio and cgroup.procs fds by index into the message's fds) with the fds;
+//     bytes past the message size travel in a sealed memfd, the last fd; the host's umask and
+//     the test hook's path-check skips ride along. kPrepare: a
 //     sandbox prepared ahead (spare_binding.cc), kept there under an id; kGo: its go (argv,
 //     envp, cwd, stdio as for kSpawn); kDiscard: an id dropped unused. kAdmit: a proxy peer to
 //     look up (supervise_connect.h). kCloseJournal: a `changes: 'record'` journal (by its
@@ -65,6 +66,7 @@
 #include "exit_watch.h"
 #include "plan_args.h"
 #include "plan_parse.h"
+#include "plan_wire.h"
 #include "proc_fields.h"
 #include "spawn_linux.h"
 #include "supervisor/changes_journal.h"
@@ -77,9 +79,9 @@ namespace psb {
 namespace {
 
 enum : uint32_t { kReady = 1, kSpawn, kAdmit, kCloseJournal, kPrepare, kGo, kDiscard };
-// Fixed fields ahead of each message's bytes. Requests with a JSON (kSpawn, kPrepare, kGo): a =
-// the path-check skips (a test hook, nonzero only where the host's gate let a test set it), b = 1
-// when the JSON is in the last fd (a memfd), c = the host's umask (the command's, as when the host
+// Fixed fields ahead of each message's bytes. Requests with a plan or a go (kSpawn, kPrepare,
+// kGo): a = the path-check skips (a test hook, nonzero only where the host's gate let a test set
+// it), b = 1 when the bytes are in the last fd (a memfd), c = the host's umask (the command's, as when the host
 // spawns it), d = the spare's id (kGo, kDiscard). Replies: a = 0 (ok) or the ErrorCode, b =
 // init's pid or the errno, c = the Landlock ABI, d = the spare's id (kPrepare; 0 for a kGo whose
 // spare could not be used); the bytes: "" or the message, NUL, the syscall.
@@ -155,12 +157,12 @@ int ReceiveMessage(int sock, Header* h, std::string* bytes, std::vector<int>* fd
   return 1;
 }
 
-// A JSON too large for one message: written to a sealed memfd, sent as an fd. -errno on failure.
-int JsonInMemfd(const std::string& json) {
+// Bytes too many for one message: written to a sealed memfd, sent as an fd. -errno on failure.
+int BytesInMemfd(const std::string& data) {
   int fd = static_cast<int>(syscall(SYS_memfd_create, "psb-plan", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (fd < 0) return -errno;
-  for (size_t off = 0; off < json.size();) {
-    ssize_t n = write(fd, json.data() + off, json.size() - off);
+  for (size_t off = 0; off < data.size();) {
+    ssize_t n = write(fd, data.data() + off, data.size() - off);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       int e = n < 0 ? errno : EIO;
@@ -173,12 +175,12 @@ int JsonInMemfd(const std::string& json) {
   return fd;
 }
 
-bool JsonFromFd(int fd, std::string* json) {
+bool BytesFromFd(int fd, std::string* data) {
   struct stat st;
   if (fstat(fd, &st) != 0 || st.st_size < 0 || st.st_size > (64 << 20)) return false;
-  json->resize(static_cast<size_t>(st.st_size));
-  for (size_t off = 0; off < json->size();) {
-    ssize_t n = pread(fd, &(*json)[off], json->size() - off, static_cast<off_t>(off));
+  data->resize(static_cast<size_t>(st.st_size));
+  for (size_t off = 0; off < data->size();) {
+    ssize_t n = pread(fd, &(*data)[off], data->size() - off, static_cast<off_t>(off));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return false;
     off += static_cast<size_t>(n);
@@ -245,19 +247,6 @@ void Reap(LinuxSpawnResult res) {
   }
 }
 
-// Replaces the indexes a request's JSON names fds by in `key` with the fds received.
-void MapFds(Napi::Env env, Napi::Object o, const char* key, const std::vector<int>& fds) {
-  Napi::Value v = o.Get(key);
-  if (!v.IsArray()) return;
-  Napi::Array a = v.As<Napi::Array>();
-  for (uint32_t i = 0; i < a.Length(); ++i) {
-    Napi::Value e = a.Get(i);
-    if (!e.IsNumber()) continue;
-    int k = e.As<Napi::Number>().Int32Value();
-    a.Set(i, Napi::Number::New(env, k >= 0 && static_cast<size_t>(k) < fds.size() ? fds[k] : -1));
-  }
-}
-
 Header Failed(uint32_t type, const Status& s, std::string* out) {
   *out = s.message + '\0' + s.syscall;
   return Header{type, static_cast<int32_t>(s.code), s.sys_error, 0, 0};
@@ -308,36 +297,43 @@ Header Started(Napi::Env env, uint32_t type, LinuxSpawnResult res, SupervisorCon
   return Header{type, 0, res.pid, abi, 0};
 }
 
-// Serves one request with a JSON: parses it (its fds put in place), then `then` with the object.
+// Serves one request with a plan or a go: its bytes (from the memfd when they came in one), the
+// host's test hook and umask set while `then` runs with them.
 template <typename Then>
-Header WithJson(Napi::Env env, const Header& h, std::string bytes, const std::vector<int>& fds, std::string* out, Then then) {
-  if (h.b == 1 && (fds.empty() || !JsonFromFd(fds.back(), &bytes))) bytes.clear();
+Header WithBytes(const Header& h, std::string bytes, const std::vector<int>& fds, Then then) {
+  if (h.b == 1 && (fds.empty() || !BytesFromFd(fds.back(), &bytes))) bytes.clear();
   // The test hook, as the host has it: nonzero only where the host's own gate let a test set it
   // (native.testSkipPathChecks refuses unless PSB_TEST_HOOKS=1); only the host writes here.
   SetPathCheckSkips(static_cast<unsigned>(h.a));
   // The command's umask is the host's (requests are handled one at a time, on this thread).
   const mode_t saved_umask = umask(static_cast<mode_t>(h.c) & 0777);
-  Header r;
-  try {
-    Napi::Object json = env.Global().Get("JSON").As<Napi::Object>();
-    Napi::Object o = json.Get("parse").As<Napi::Function>().Call(json, {Napi::String::New(env, bytes)}).As<Napi::Object>();
-    MapFds(env, o, "stdio", fds);
-    MapFds(env, o, "cgroupFds", fds);
-    r = then(o);
-  } catch (const Napi::Error& e) {
-    r = Failed(h.type, Status::Error(ErrorCode::kEINVALID_ARGUMENT, "the supervision process could not read the request: " + e.Message()), out);
-  }
+  Header r = then(bytes);
   umask(saved_umask);
   return r;
 }
 
-Header SpawnHere(Napi::Env env, const Napi::Object& o, std::string* out, std::vector<int>* out_fds) {
+Header Unreadable(uint32_t type, std::string* out) {
+  return Failed(type, Status::Error(ErrorCode::kEINVALID_ARGUMENT, "the supervision process could not read the request"), out);
+}
+
+// A plan as sent (plan_wire.h), with what the supervisor makes from the files made here.
+Header ReadPlan(uint32_t type, const std::string& bytes, const std::vector<int>& fds, LinuxSpawnPlan* plan, SupervisorConfig* supervisor,
+                std::string* out, bool* ok) {
+  *ok = false;
+  if (!DecodePlan(bytes, fds, plan, supervisor)) return Unreadable(type, out);
+  if (plan->mode != LinuxMode::kLandlock) return Failed(type, Status::Error(ErrorCode::kEINVALID_ARGUMENT, "the supervision process spawns Landlock mode only"), out);
+  Status s = MaterializeSupervisor(*plan, supervisor);
+  if (!s.ok()) return Failed(type, s, out);
+  *ok = true;
+  return Header{type, 0, 0, 0, 0};
+}
+
+Header SpawnHere(Napi::Env env, const std::string& bytes, const std::vector<int>& fds, std::string* out, std::vector<int>* out_fds) {
   LinuxSpawnPlan plan;
   SupervisorConfig supervisor;
-  StdioEnds ends;
-  ParsePlan(env, o, &plan, &supervisor);
-  ParseStdio(env, GetArray(o, "stdio"), &plan.stdio, &ends);
-  if (plan.mode != LinuxMode::kLandlock) return Failed(kSpawn, Status::Error(ErrorCode::kEINVALID_ARGUMENT, "the supervision process spawns Landlock mode only"), out);
+  bool ok;
+  Header read = ReadPlan(kSpawn, bytes, fds, &plan, &supervisor, out, &ok);
+  if (!ok) return read;
   if (supervisor.paths.enabled && plan.landlock && plan.landlock_plan.stdio_terminals) RecordStdioTerminals(&supervisor.paths, plan.stdio);
   LinuxSpawnResult res;
   SupervisionThread* on = nullptr;
@@ -347,11 +343,12 @@ Header SpawnHere(Napi::Env env, const Napi::Object& o, std::string* out, std::ve
 }
 
 // As PrepareWorker does in the host (spare_binding.cc), on this thread.
-Header PrepareHere(Napi::Env env, const Napi::Object& o, std::string* out) {
+Header PrepareHere(const std::string& bytes, const std::vector<int>& fds, std::string* out) {
   Spare sp;
   LinuxSpawnPlan plan;
-  ParsePlan(env, o, &plan, &sp.supervisor);
-  if (plan.mode != LinuxMode::kLandlock) return Failed(kPrepare, Status::Error(ErrorCode::kEINVALID_ARGUMENT, "the supervision process prepares Landlock mode only"), out);
+  bool ok;
+  Header read = ReadPlan(kPrepare, bytes, fds, &plan, &sp.supervisor, out, &ok);
+  if (!ok) return read;
   sp.landlock_abi = plan.landlock ? plan.landlock_plan.abi : 0;
   Status s = SpawnWhereSupervised(
       plan,
@@ -371,10 +368,11 @@ Header PrepareHere(Napi::Env env, const Napi::Object& o, std::string* out) {
 }
 
 // As SpawnSpareJs does in the host. d = 0 in the reply: the spare could not be used (it is gone).
-Header GoHere(Napi::Env env, int32_t id, int host_umask, const Napi::Object& o, std::string* out, std::vector<int>* out_fds) {
+Header GoHere(Napi::Env env, int32_t id, int host_umask, const std::string& bytes, const std::vector<int>& fds, std::string* out,
+             std::vector<int>* out_fds) {
   auto it = g_spares.find(id);
-  StdioEnds ends;
-  SpareGo go = ParseSpareGo(env, o, &ends);
+  SpareGo go;
+  if (!DecodeGo(bytes, fds, &go)) return Unreadable(kGo, out);
   if (it == g_spares.end()) return Header{kGo, 0, 0, 0, 0};
   Spare sp = std::move(it->second);
   g_spares.erase(it);
@@ -421,11 +419,11 @@ Napi::Value ServeSupervisionJs(const Napi::CallbackInfo& info) {
     std::vector<int> out_fds;
     Header reply{h.type, 0, 0, 0, 0};
     if (h.type == kSpawn) {
-      reply = WithJson(env, h, std::move(bytes), fds, &out, [&](const Napi::Object& o) { return SpawnHere(env, o, &out, &out_fds); });
+      reply = WithBytes(h, std::move(bytes), fds, [&](const std::string& b) { return SpawnHere(env, b, fds, &out, &out_fds); });
     } else if (h.type == kPrepare) {
-      reply = WithJson(env, h, std::move(bytes), fds, &out, [&](const Napi::Object& o) { return PrepareHere(env, o, &out); });
+      reply = WithBytes(h, std::move(bytes), fds, [&](const std::string& b) { return PrepareHere(b, fds, &out); });
     } else if (h.type == kGo) {
-      reply = WithJson(env, h, std::move(bytes), fds, &out, [&](const Napi::Object& o) { return GoHere(env, h.d, h.c, o, &out, &out_fds); });
+      reply = WithBytes(h, std::move(bytes), fds, [&](const std::string& b) { return GoHere(env, h.d, h.c, b, fds, &out, &out_fds); });
     } else if (h.type == kDiscard) {
       auto it = g_spares.find(h.d);
       if (it != g_spares.end()) {
@@ -494,48 +492,20 @@ Napi::Value SupervisionProcessJs(const Napi::CallbackInfo& info) {
 
 namespace {
 
-// A request object as JSON, its fds by index: `stdio` (already made: ParseStdio) and cgroupFds.
-void ToWire(Napi::Env env, const Napi::Object& o, const std::vector<int>* stdio, std::string* json, std::vector<int>* fds) {
-  Napi::Object copy = env.Global().Get("Object").As<Napi::Object>().Get("assign").As<Napi::Function>().Call({Napi::Object::New(env), o}).As<Napi::Object>();
-  if (stdio != nullptr) {
-    Napi::Array a = Napi::Array::New(env, stdio->size());
-    for (size_t i = 0; i < stdio->size(); ++i) {
-      int idx = -1;
-      if ((*stdio)[i] >= 0) idx = static_cast<int>(fds->size()), fds->push_back((*stdio)[i]);
-      a.Set(static_cast<uint32_t>(i), Napi::Number::New(env, idx));
-    }
-    copy.Set("stdio", a);
-  }
-  Napi::Value cg = o.Get("cgroupFds");
-  if (cg.IsArray()) {
-    Napi::Array in = cg.As<Napi::Array>();
-    Napi::Array a = Napi::Array::New(env, in.Length());
-    for (uint32_t i = 0; i < in.Length(); ++i) {
-      Napi::Value v = in.Get(i);
-      if (!v.IsNumber() || v.As<Napi::Number>().Int32Value() < 0) throw Napi::TypeError::New(env, "Expected plan.cgroupFds to hold open fds");
-      a.Set(i, Napi::Number::New(env, static_cast<int>(fds->size())));
-      fds->push_back(v.As<Napi::Number>().Int32Value());
-    }
-    copy.Set("cgroupFds", a);
-  }
-  Napi::Object j = env.Global().Get("JSON").As<Napi::Object>();
-  *json = j.Get("stringify").As<Napi::Function>().Call(j, {copy}).As<Napi::String>().Utf8Value();
-}
-
-// Sends a request with a JSON (in a memfd past the message size), the host's umask and the test
-// hook's skips; its reply. -errno when the process is gone (or the memfd could not be made).
-int Request(uint32_t type, int32_t id, std::string json, std::vector<int> fds, Header* reply, std::string* bytes, std::vector<int>* rfds) {
+// Sends a request with its bytes (in a memfd past the message size), the host's umask and the
+// test hook's skips; its reply. -errno when the process is gone (or the memfd could not be made).
+int Request(uint32_t type, int32_t id, std::string data, std::vector<int> fds, Header* reply, std::string* bytes, std::vector<int>* rfds) {
   const int mask = procfs::Umask();
   Header req{type, static_cast<int32_t>(PathCheckSkips()), 0, mask >= 0 ? mask : 022, id};
   int memfd = -1;
-  if (json.size() + sizeof req > kMaxMessage) {
-    memfd = JsonInMemfd(json);
+  if (data.size() + sizeof req > kMaxMessage) {
+    memfd = BytesInMemfd(data);
     if (memfd < 0) return memfd;
     fds.push_back(memfd);
-    json.clear();
+    data.clear();
     req.b = 1;
   }
-  int r = RoundTrip(req, json, fds, reply, bytes, rfds);
+  int r = RoundTrip(req, data, fds, reply, bytes, rfds);
   if (memfd >= 0) close(memfd);
   return r;
 }
@@ -565,20 +535,27 @@ Napi::Value Watch(Napi::Env env, const Header& reply, std::vector<int>* rfds, co
   return result;
 }
 
-// A spawn (kSpawn) or a spare's go (kGo, its id) made there from `o`, its stdio made here; the
-// result watched here. A go whose spare is gone (with the process, or unusable) is null: the
-// caller starts afresh; a spawn the process cannot take throws.
+// A spawn (kSpawn: `o` is the plan) or a spare's go (kGo, its id; `o` is the go) made there, read
+// and checked here, its stdio made here; the result watched here. A go whose spare is gone (with
+// the process, or unusable) is null: the caller starts afresh; a spawn the process cannot take
+// throws.
 Napi::Value StartThere(Napi::Env env, uint32_t type, int32_t id, const Napi::Object& o, const Napi::Function& on_exit) {
-  std::vector<int> stdio;
   StdioEnds ends;
-  ParseStdio(env, GetArray(o, "stdio"), &stdio, &ends);
-  std::string json;
+  std::string data;
   std::vector<int> fds;
-  ToWire(env, o, &stdio, &json, &fds);
+  if (type == kSpawn) {
+    LinuxSpawnPlan plan;
+    SupervisorConfig supervisor;
+    ParsePlan(env, o, &plan, &supervisor, PlanFor::kSupervisionProcess);
+    ParseStdio(env, GetArray(o, "stdio"), &plan.stdio, &ends);
+    EncodePlan(plan, supervisor, &data, &fds);
+  } else {
+    EncodeGo(ParseSpareGo(env, o, &ends), &data, &fds);
+  }
   Header reply;
   std::string bytes;
   std::vector<int> rfds;
-  int r = Request(type, id, std::move(json), std::move(fds), &reply, &bytes, &rfds);
+  int r = Request(type, id, std::move(data), std::move(fds), &reply, &bytes, &rfds);
   if (r < 0) {
     if (type == kGo) return env.Null();
     ThrowSandboxError(env, Gone(r));
@@ -605,14 +582,19 @@ Napi::Value SpawnInSupervisionProcessJs(const Napi::CallbackInfo& info) {
   return StartThere(env, kSpawn, 0, info[0].As<Napi::Object>(), info[1].As<Napi::Function>());
 }
 
-void SpareToWire(Napi::Env env, const Napi::Object& plan, std::string* json, std::vector<int>* fds) { ToWire(env, plan, nullptr, json, fds); }
+void SpareToWire(Napi::Env env, const Napi::Object& o, std::string* bytes, std::vector<int>* fds) {
+  LinuxSpawnPlan plan;
+  SupervisorConfig supervisor;
+  ParsePlan(env, o, &plan, &supervisor, PlanFor::kSupervisionProcess);
+  EncodePlan(plan, supervisor, bytes, fds);
+}
 
-Status PrepareSpareInSupervisionProcess(std::string json, std::vector<int> fds, int32_t* id) noexcept {
+Status PrepareSpareInSupervisionProcess(std::string data, std::vector<int> fds, int32_t* id) noexcept {
   *id = 0;
   Header reply;
   std::string bytes;
   std::vector<int> rfds;
-  int r = Request(kPrepare, 0, std::move(json), std::move(fds), &reply, &bytes, &rfds);
+  int r = Request(kPrepare, 0, std::move(data), std::move(fds), &reply, &bytes, &rfds);
   CloseAll(rfds);
   if (r < 0) return Gone(r);
   if (reply.a != 0) return ReplyStatus(reply, bytes);

@@ -31,8 +31,8 @@ int CloseJournalInSupervisionProcess(const std::string& dir) noexcept;
 // Sandboxes prepared ahead there (spare_binding.cc routes a spare made with `inProcess` here):
 // the plan as sent (on the JS thread); the preparation (off it: it waits for the process); the
 // go (null when the spare could not be used: it is gone, the caller starts afresh); a discard.
-void SpareToWire(Napi::Env env, const Napi::Object& plan, std::string* json, std::vector<int>* fds);
-Status PrepareSpareInSupervisionProcess(std::string json, std::vector<int> fds, int32_t* id) noexcept;
+void SpareToWire(Napi::Env env, const Napi::Object& plan, std::string* data, std::vector<int>* fds);
+Status PrepareSpareInSupervisionProcess(std::string data, std::vector<int> fds, int32_t* id) noexcept;
 Napi::Value SpawnSpareInSupervisionProcess(Napi::Env env, int32_t id, const Napi::Object& go, const Napi::Function& on_exit);
 void DiscardSpareInSupervisionProcess(int32_t id) noexcept;
 

@@ -46,6 +46,13 @@ struct SupervisorConfig {
   // host included, and tells nobody when one is released, so creations are what is counted.
   bool inotify = false;
   uint32_t inotify_instances = 0, inotify_watches = 0;
+  // changes: 'record': where the journal is to be opened (MaterializeSupervisor opens it; the
+  // host has made the directory). Empty dir: none.
+  struct JournalSpec {
+    std::string dir;
+    std::vector<std::string> roots, exclude;
+    uint64_t max_bytes = 0;
+  } journal_spec;
 };
 
 // Landlock mode: the sandbox's members are init's descendants (supervise_signals.cc); the
