@@ -272,6 +272,12 @@ export interface LinuxNative extends NativeCommon, NativeRelay {
    * (native/linux/supervisor/supervise_paths.h).
    */
   testSkipPathChecks(skips: number): void;
+  /**
+   * A check of the supervision process's plan codec (native/linux/plan_wire.h): the plan read,
+   * sent as bytes and read back; same: the second encoding equals the first; refused: how many
+   * of its truncations were refused (all of them: `bytes`).
+   */
+  testPlanWire(plan: LinuxNativePlan): { bytes: number; fds: number; same: boolean; refused: number };
   /** A pseudo-terminal pair (both close-on-exec) with the given window size. */
   openPty(cols: number, rows: number): { master: number; slave: number; name: string };
   resizePty(fd: number, cols: number, rows: number): void;

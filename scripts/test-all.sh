@@ -30,17 +30,18 @@ npm run --silent build:ts || { echo "TypeScript build failed"; exit 1; }
 status=0
 echo "== vitest as $(id -un) (uid $(id -u)) =="
 npx vitest run --reporter=default --reporter=json --outputFile.json="$RESULTS/root.json" "$@" || status=1
-# The whole suite (no files named): the Landlock-mode suites again with the supervision in a
-# process of its own (PSB_SUPERVISION=process, lib/platform/linux/supervision-process.ts), as
-# root and as the unprivileged user. (The lock and SQLite tests have a row of their own for it.)
-PROCESS_SUITES=""
-if [ $# -eq 0 ] && [ "${PSB_SKIP_PROCESS_PASS:-0}" != 1 ]; then
+# The whole suite (no files named): the Landlock-mode suites again with the supervision as
+# threads of the host (PSB_SUPERVISION=thread, the opt-out from the default, a process of its own:
+# lib/platform/linux/supervision-process.ts), as root and as the unprivileged user. (The lock and
+# SQLite tests have a row of their own for it.)
+THREAD_SUITES=""
+if [ $# -eq 0 ] && [ "${PSB_SKIP_THREAD_PASS:-0}" != 1 ]; then
   for f in supervision-process threats-fs threats-net threats-proc threats-rob landlock-holes landlock-carveouts landlock-deny-read \
     landlock-denyread-stat landlock-denyread-procfs landlock-terminals landlock-fifo connect-supervisor proxy-peers \
-    supervisor-envelope supervisor-budget supervisor-access supervisor-thread spare; do PROCESS_SUITES+=" test/linux/$f.test.ts"; done
-  PROCESS_SUITES+=" test/changes/record-landlock.test.ts test/changes/journal.test.ts"
-  echo "== vitest as $(id -un), the supervision in a process of its own =="
-  PSB_SUPERVISION=process npx vitest run --reporter=default --reporter=json --outputFile.json="$RESULTS/root-process.json" $PROCESS_SUITES || status=1
+    supervisor-envelope supervisor-budget supervisor-access supervisor-thread spare; do THREAD_SUITES+=" test/linux/$f.test.ts"; done
+  THREAD_SUITES+=" test/changes/record-landlock.test.ts test/changes/journal.test.ts"
+  echo "== vitest as $(id -un), the supervision as threads of the host =="
+  PSB_SUPERVISION=thread npx vitest run --reporter=default --reporter=json --outputFile.json="$RESULTS/root-thread.json" $THREAD_SUITES || status=1
 fi
 
 if [ "$(id -u)" = 0 ] && [ "${PSB_SKIP_UNPRIVILEGED:-0}" != 1 ]; then
@@ -53,10 +54,10 @@ if [ "$(id -u)" = 0 ] && [ "${PSB_SKIP_UNPRIVILEGED:-0}" != 1 ]; then
   echo "== vitest as $UNPRIV_USER (uid $(id -u "$UNPRIV_USER")) in $COPY =="
   runuser -u "$UNPRIV_USER" -- env -i PATH="$PATH" HOME="$(getent passwd "$UNPRIV_USER" | cut -d: -f6)" \
     LANG=C.UTF-8 CI="${CI:-}" bash -c "cd '$COPY' && npx vitest run --reporter=default --reporter=json --outputFile.json='$RESULTS/unpriv.json' $*" || status=1
-  if [ -n "$PROCESS_SUITES" ]; then
-    echo "== vitest as $UNPRIV_USER, the supervision in a process of its own =="
+  if [ -n "$THREAD_SUITES" ]; then
+    echo "== vitest as $UNPRIV_USER, the supervision as threads of the host =="
     runuser -u "$UNPRIV_USER" -- env -i PATH="$PATH" HOME="$(getent passwd "$UNPRIV_USER" | cut -d: -f6)" \
-      LANG=C.UTF-8 CI="${CI:-}" PSB_SUPERVISION=process bash -c "cd '$COPY' && npx vitest run --reporter=default --reporter=json --outputFile.json='$RESULTS/unpriv-process.json' $PROCESS_SUITES" || status=1
+      LANG=C.UTF-8 CI="${CI:-}" PSB_SUPERVISION=thread bash -c "cd '$COPY' && npx vitest run --reporter=default --reporter=json --outputFile.json='$RESULTS/unpriv-thread.json' $THREAD_SUITES" || status=1
   fi
   rm -rf "$COPY"
 fi

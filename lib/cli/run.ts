@@ -11,6 +11,7 @@ import { withoutSecretEnv } from '../permissions';
 import { fail, UsageError, usageFail } from './args';
 import { JsonFileReplaced, openJsonSink } from './json-sink';
 import { cliMessage, parseRunArgs, policyFromArgs, type RunArgs } from './run-args';
+import { preferSupervisionInHost } from '../platform/linux/supervision-process';
 
 export const usage = `Usage: process-sandbox run [options] [--] <command> [args...]
 
@@ -49,6 +50,8 @@ ${RUN_CHANGES_USAGE}  --no-sandbox           run without a sandbox
 `;
 
 export async function main(argv: string[]): Promise<number> {
+  // One command, and the CLI ends with it: Landlock mode's supervision stays in this process.
+  preferSupervisionInHost('a one-command CLI: the host ends with the command; PSB_SUPERVISION=process moves it out');
   let a: RunArgs;
   let emitJson: (obj: unknown) => void;
   try {

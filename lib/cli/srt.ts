@@ -13,6 +13,7 @@ import { SandboxError } from '../errors';
 import { networkRestrictionOf, toPolicy, validateConfig, type SandboxRuntimeConfig } from '../srt/config';
 import { spawnMapped, statusOf } from '../srt/runtime';
 import { version } from './args';
+import { preferSupervisionInHost } from '../platform/linux/supervision-process';
 
 export const usage = `Usage: process-sandbox srt [options] [command...]
 
@@ -122,6 +123,8 @@ function loadSettings(inline: string | undefined, named: string | undefined): un
 }
 
 export async function main(args: string[]): Promise<number> {
+  // One command, and the CLI ends with it: Landlock mode's supervision stays in this process.
+  preferSupervisionInHost('a one-command CLI: the host ends with the command; PSB_SUPERVISION=process moves it out');
   const argv = [...args];
   let settings: string | undefined;
   let inline: string | undefined;

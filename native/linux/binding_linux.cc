@@ -218,6 +218,7 @@ void InitPlatform(Napi::Env env, Napi::Object exports) {
   exports.Set("mkfifo", Napi::Function::New(env, MkfifoJs, "mkfifo"));
   exports.Set("testPosixLock", Napi::Function::New(env, TestPosixLockJs, "testPosixLock"));
   exports.Set("testSkipPathChecks", Napi::Function::New(env, TestSkipPathChecksJs, "testSkipPathChecks"));
+  exports.Set("testPlanWire", Napi::Function::New(env, TestPlanWireJs, "testPlanWire"));
   exports.Set("seccompSelfCheck", Napi::Function::New(env, SeccompSelfCheckJs, "seccompSelfCheck"));
   RegisterPty(env, exports);
   RegisterTreeWalk(env, exports);

@@ -633,3 +633,41 @@ int CloseJournalInSupervisionProcess(const std::string& dir) noexcept {
 }
 
 }  // namespace psb
+
+namespace psb {
+
+// native.testPlanWire(plan) -> { bytes, fds, same, refused }: the plan read as for the supervision
+// process, sent through plan_wire.h and back: `same` when the second encoding (and its fds)
+// equals the first; `refused` how many of its truncations the decoder refused (every one, when
+// it reads nothing past what it got). A check of the codec (test/linux/supervision-process.test.ts).
+Napi::Value TestPlanWireJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() != 1 || !info[0].IsObject()) throw Napi::TypeError::New(env, "Usage: native.testPlanWire(plan)");
+  LinuxSpawnPlan plan;
+  SupervisorConfig supervisor;
+  ParsePlan(env, info[0].As<Napi::Object>(), &plan, &supervisor, PlanFor::kSupervisionProcess);
+  StdioEnds ends;
+  Napi::Value stdio = info[0].As<Napi::Object>().Get("stdio");
+  if (stdio.IsArray()) ParseStdio(env, stdio.As<Napi::Array>(), &plan.stdio, &ends);
+  std::string a, b;
+  std::vector<int> fa, fb;
+  EncodePlan(plan, supervisor, &a, &fa);
+  LinuxSpawnPlan p2;
+  SupervisorConfig s2;
+  bool decoded = DecodePlan(a, fa, &p2, &s2);
+  if (decoded) EncodePlan(p2, s2, &b, &fb);
+  uint32_t refused = 0;
+  for (size_t n = 0; n < a.size(); ++n) {
+    LinuxSpawnPlan p3;
+    SupervisorConfig s3;
+    if (!DecodePlan(a.substr(0, n), fa, &p3, &s3)) ++refused;
+  }
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("bytes", Napi::Number::New(env, static_cast<double>(a.size())));
+  o.Set("fds", Napi::Number::New(env, static_cast<double>(fa.size())));
+  o.Set("same", Napi::Boolean::New(env, decoded && a == b && fa == fb));
+  o.Set("refused", Napi::Number::New(env, refused));
+  return o;
+}
+
+}  // namespace psb

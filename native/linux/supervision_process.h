@@ -21,6 +21,7 @@ Napi::Value SupervisionSocketpairJs(const Napi::CallbackInfo& info);
 Napi::Value SupervisionAttachJs(const Napi::CallbackInfo& info);
 Napi::Value SupervisionProcessJs(const Napi::CallbackInfo& info);
 Napi::Value SpawnInSupervisionProcessJs(const Napi::CallbackInfo& info);
+Napi::Value TestPlanWireJs(const Napi::CallbackInfo& info);
 // AdmitProxyPeer (supervise_connect.h) asked of the process, whose connect classes registered
 // the peers of the sandboxes it supervises. False when none runs.
 bool AdmitProxyPeerInSupervisionProcess(uint16_t proxy_port, uint16_t peer_port, bool supervised) noexcept;

@@ -41,14 +41,16 @@ export function usePtraceFilter(): () => string | undefined {
 }
 
 /**
- * The hosts the lock tests run a host script on: a plain one, one under a container runtime's
- * seccomp profile (through the filter), and one whose Landlock-mode supervision is a process of
- * its own (PSB_SUPERVISION=process).
+ * The hosts the lock tests run a host script on: a plain one and one under a container runtime's
+ * seccomp profile (through the filter), each with Landlock mode's supervision in a process of its
+ * own (the default) and as threads of the host (PSB_SUPERVISION=thread).
  */
+const FILTERED = "a host under a container runtime's seccomp profile (unshare and pidfd_getfd refused)";
 export const LOCK_HOSTS = [
-  { host: 'a plain host', filtered: false, inProcess: false },
-  { host: "a host under a container runtime's seccomp profile (unshare and pidfd_getfd refused)", filtered: true, inProcess: false },
-  { host: 'a host whose supervision is a process of its own', filtered: false, inProcess: true },
+  { host: 'a plain host (the supervision in a process of its own, the default)', filtered: false, inProcess: true },
+  { host: 'a plain host, the supervision as threads of it (PSB_SUPERVISION=thread)', filtered: false, inProcess: false },
+  { host: `${FILTERED}, the supervision in a process of its own`, filtered: true, inProcess: true },
+  { host: `${FILTERED}, the supervision as threads of it`, filtered: true, inProcess: false },
 ];
 
 /** Why a lock-test host row cannot run in this mode, or undefined. */

@@ -1,5 +1,6 @@
 /**
- * Landlock mode's supervision in a process of its own (PSB_SUPERVISION=process;
+ * Landlock mode's supervision in a process of its own (the default; PSB_SUPERVISION=process asks
+ * for it even under Electron, PSB_SUPERVISION=thread keeps it in the host;
  * native/linux/supervision_process.cc, lib/platform/linux/supervision-process.ts): one process,
  * started from the host's executable, spawns and supervises every Landlock-mode sandbox of the
  * host; none of it runs in the host process.
@@ -24,7 +25,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { run, spawn } from '../../lib/index';
 import { loadLinuxNative } from '../../lib/native';
 import { caps, MODES } from '../helpers/capabilities';
-import { BASE_ENV, eventually, hostScript, makeScene, NODE, pidsWith, type Scene, sleepers, uniqueSleep } from '../helpers/sandbox';
+import { BASE_ENV, DIST_INDEX, eventually, hostScript, makeScene, NODE, pidsWith, type Scene, sleepers, uniqueSleep } from '../helpers/sandbox';
 
 const landlockSkip =
   MODES.find((m) => m.name === 'landlock')!.skip ??
@@ -195,5 +196,88 @@ lib.run('/bin/sh', ['-c', 'touch ${marker}'], { cwd: ${JSON.stringify(scene.ws)}
     // Control: the same host with its real executable runs it.
     expect(host('start', '').stdout.trim()).toBe('"ran"');
     expect(fs.existsSync(marker)).toBe(true);
+  });
+  it('sends the plan as bytes that read back to the same plan, and refuses every truncation of them', async () => {
+    // The plan of a rich policy (carve-out, deny-read, the proxy's connect class, changes
+    // recorded), as the host hands it to the native side, caught there.
+    const native = loadLinuxNative();
+    const orig = native.spawnInSupervisionProcess;
+    const plans: Parameters<typeof orig>[0][] = [];
+    native.spawnInSupervisionProcess = (plan, onExit) => (plans.push(plan), orig.call(native, plan, onExit));
+    const secret = path.join(scene.root, 'wire-secret');
+    fs.mkdirSync(secret, { recursive: true });
+    try {
+      const r = await run('/bin/true', [], {
+        cwd: scene.ws,
+        env: BASE_ENV,
+        stdio: 'ignore',
+        changes: 'record',
+        policy: { mode: 'landlock', filesystem: { write: [scene.ws], denyRead: [secret] }, network: { proxy: { allow: ['example.com'] } } },
+      });
+      expect(r.code).toBe(0);
+    } finally {
+      native.spawnInSupervisionProcess = orig;
+    }
+    expect(plans.length).toBe(1);
+    const plan = plans[0] as unknown as Record<string, unknown>;
+    expect(JSON.stringify(plan)).toContain('wire-secret');
+    const w = native.testPlanWire({ ...plan, stdio: [0, 1, 2] } as never);
+    expect(w.same).toBe(true);
+    expect(w.fds).toBeGreaterThanOrEqual(3);
+    expect(w.bytes).toBeGreaterThan(1000);
+    expect(w.refused).toBe(w.bytes);
+  });
+  it("is the default; PSB_SUPERVISION=thread keeps it in the host, and says so; an unknown value is refused and nothing runs", async () => {
+    const marker = path.join(scene.ws, 'ran-bogus');
+    const withSetting = async (value: string | undefined) => {
+      if (value === undefined) delete process.env.PSB_SUPERVISION;
+      else process.env.PSB_SUPERVISION = value;
+      try {
+        const marker = uniqueSleep();
+        const child = spawn('/bin/sh', ['-c', `exec sleep ${marker}`], { cwd: scene.ws, env: BASE_ENV, policy: policy() });
+        expect(await eventually(() => sleepers(marker).length > 0)).toBe(true);
+        const hostThreads = threadsOf('self').filter((t) => t === 'psb-supervisor').length;
+        child.kill('SIGKILL');
+        await child.exited;
+        return { supervision: String(child.enforcement.mechanisms.supervision), hostThreads };
+      } finally {
+        process.env.PSB_SUPERVISION = 'process';
+      }
+    };
+    const byDefault = await withSetting(undefined);
+    expect(byDefault.supervision).toMatch(/, in a process of its own \(pid \d+/);
+    expect(byDefault.hostThreads).toBe(0);
+    const thread = await withSetting('thread');
+    expect(thread.supervision).toMatch(/^confined by Landlock to the policy's outer envelope .*, as threads of the host process \(PSB_SUPERVISION=thread\)$/);
+    expect(thread.hostThreads).toBeGreaterThan(0);
+    process.env.PSB_SUPERVISION = 'bogus';
+    try {
+      expect(() => spawn('/bin/sh', ['-c', `touch ${marker}`], { cwd: scene.ws, env: BASE_ENV, policy: policy() })).toThrow(
+        expect.objectContaining({ code: 'EINVALID_ARGUMENT', message: expect.stringMatching(/PSB_SUPERVISION="bogus"/) }),
+      );
+    } finally {
+      process.env.PSB_SUPERVISION = 'process';
+    }
+    expect(fs.existsSync(marker)).toBe(false);
+  });
+  it("the CLI (one command, then it ends) keeps it in its own process unless PSB_SUPERVISION=process; says which", () => {
+    const cli = (value: string | undefined) => {
+      const env: NodeJS.ProcessEnv = { ...process.env };
+      if (value === undefined) delete env.PSB_SUPERVISION;
+      else env.PSB_SUPERVISION = value;
+      const r = spawnSync(NODE, [path.resolve(DIST_INDEX, '..', 'cli.js'), 'run', '--mode', 'landlock', '--write', scene.ws, '--json', '--', '/bin/sh', '-c', 'echo cli > cli.txt'], {
+        cwd: scene.ws,
+        env,
+        encoding: 'utf8',
+        timeout: 60_000,
+      });
+      const json = JSON.parse(r.stderr.trim().split('\n').pop() ?? 'null') as { enforcement: { mechanisms: Record<string, unknown> } };
+      expect(r.status, r.stderr).toBe(0);
+      expect(fs.readFileSync(path.join(scene.ws, 'cli.txt'), 'utf8')).toBe('cli\n');
+      fs.rmSync(path.join(scene.ws, 'cli.txt'));
+      return String(json.enforcement.mechanisms.supervision);
+    };
+    expect(cli(undefined)).toMatch(/, as threads of the host process \(a one-command CLI: /);
+    expect(cli('process')).toMatch(/, in a process of its own \(pid \d+/);
   });
 });

@@ -128,7 +128,7 @@ describe.runIf(caps.linux)("the host's POSIX locks outlive its sandboxes' superv
         encoding: 'utf8',
         timeout: 200_000,
         // Below ABI 6 the signal class is supervised too (Landlock's signal scope is ABI 6).
-        env: { ...process.env, PSB_LANDLOCK_ABI_MAX: '5', PSB_SUPERVISION: inProcess ? 'process' : '', CASE: JSON.stringify({ STEPS, CHECK, PY_FD, PY_CONNECT, PYTHON }) },
+        env: { ...process.env, PSB_LANDLOCK_ABI_MAX: '5', PSB_SUPERVISION: inProcess ? 'process' : 'thread', CASE: JSON.stringify({ STEPS, CHECK, PY_FD, PY_CONNECT, PYTHON }) },
       });
       const last = r.stdout.trim().split('\n').pop() ?? '';
       expect(r.signal, `host died: ${r.stderr}`).toBeNull();

@@ -130,7 +130,7 @@ describe.runIf(caps.linux)("the host's SQLite write transaction outlives its san
       skip ?? sqlite.skip ?? outsideSkip ?? (mode === 'landlock' ? landlockSkip : undefined) ?? lockHostSkip(mode, { filtered, inProcess });
     for (const { host, filtered, inProcess } of LOCK_HOSTS) {
       it.skipIf(whyNot(filtered, inProcess))(`${host}: no other writer gets in through any class of call; after the commit it does`, () => {
-        const tag = filtered ? 'f' : inProcess ? 's' : 'p';
+        const tag = `${filtered ? 'f' : 'p'}${inProcess ? 's' : 't'}`;
         const outDb = path.join(scene.out, `state-${tag}.db`);
         const inDb = path.join(scene.ws, `work-${tag}.db`);
         const controlDb = path.join(scene.out, `control-${tag}.db`);
@@ -140,7 +140,7 @@ describe.runIf(caps.linux)("the host's SQLite write transaction outlives its san
           encoding: 'utf8',
           timeout: 200_000,
           // Below ABI 6 the signal class is supervised too (Landlock's signal scope is ABI 6).
-          env: { ...process.env, PSB_LANDLOCK_ABI_MAX: '5', PSB_SUPERVISION: inProcess ? 'process' : '', SQLITE_MODULE: sqlite.path, CASE: JSON.stringify({ STEPS, WRITER, PY_FD, PY_READ, PYTHON }) },
+          env: { ...process.env, PSB_LANDLOCK_ABI_MAX: '5', PSB_SUPERVISION: inProcess ? 'process' : 'thread', SQLITE_MODULE: sqlite.path, CASE: JSON.stringify({ STEPS, WRITER, PY_FD, PY_READ, PYTHON }) },
         });
         const last = r.stdout.trim().split('\n').pop() ?? '';
         expect(r.signal, `host died: ${r.stderr}`).toBeNull();

@@ -28,7 +28,7 @@ import { type QuotaShare, takeQuotaShare } from './quotas';
 import { cgroupFor, cgroupInfo, proxyPortFor, proxyPortOf, uidTasksFor } from './resources';
 import { LinuxRun } from './run';
 import { planKey, replacePath, scheduleSpare, type SpareResources, SpareSlot } from './spare';
-import { ensureSupervisionProcess, supervisionProcessWanted } from './supervision-process';
+import { ensureSupervisionProcess, supervisionInHost, supervisionProcessWanted } from './supervision-process';
 import { makeTmpDir, removeTmpDir, tmpParent, warnLeft, watchTmpDir, withTmpCheck } from './tmpdir';
 
 const PLAIN_REPORT = unsandboxedReport('linux', {
@@ -85,8 +85,10 @@ function applyQuotaShare(plan: Omit<LinuxNativePlan, 'stdio'>, enforcement: Enfo
 export const SUPERVISION_CONFINED =
   "confined by Landlock to the policy's outer envelope (readable and writable roots before deny-read carving, TMPDIR, allowed devices, the terminals on stdio, /proc)";
 export const SUPERVISION_UNCONFINED = "the host process's authority (not confined)";
-/** Landlock mode with PSB_SUPERVISION=process (linux/supervision-process.ts). */
+/** Landlock mode's supervision in a process of its own, the default (linux/supervision-process.ts). */
 export const supervisionInProcess = (pid: number): string => `${SUPERVISION_CONFINED}, in a process of its own (pid ${pid}, started from the host's executable)`;
+/** ... or in the host process, and why. */
+export const supervisionInHostProcess = (why: string): string => `${SUPERVISION_CONFINED}, as threads of the host process (${why})`;
 /** Isolated mode's only supervised class: listings of the directories holding placeholders. */
 export const SUPERVISION_LISTINGS =
   "listings of the directories holding placeholders only, with the host process's authority (not confined by Landlock)";
@@ -111,7 +113,7 @@ function withNativeFacts(
     mechanisms.supervision = res.supervisionProcess
       ? supervisionInProcess(res.supervisionProcess)
       : res.supervisionConfined
-        ? SUPERVISION_CONFINED
+        ? supervisionInHostProcess(supervisionInHost() ?? 'a sandbox prepared before the setting changed')
         : listingsOnly
           ? SUPERVISION_LISTINGS
           : SUPERVISION_UNCONFINED;

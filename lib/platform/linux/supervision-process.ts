@@ -2,12 +2,18 @@
  * Landlock mode's supervision in a process of its own (native/linux/supervision_process.cc has the
  * design and why it is one process started once from a fresh image, not a fork per sandbox).
  *
- * Opt-in for now: PSB_SUPERVISION=process. The host then starts this file with its own
- * executable (process.execPath; under Electron with ELECTRON_RUN_AS_NODE=1), its end of a
- * socketpair on fd 3, once, at the first Landlock-mode spawn, and again after it died. Every
- * Landlock-mode spawn goes to it: it confines a thread of its own to the policy's envelope,
- * spawns the sandbox from there and serves its supervised calls; the host watches the sandbox
- * as before. Sandboxes prepared ahead are prepared there too (native.prepareSpare's last argument).
+ * The default. The host starts this file with its own executable (process.execPath; under
+ * Electron with ELECTRON_RUN_AS_NODE=1), its end of a socketpair on fd 3, once, at the first
+ * Landlock-mode spawn, and again after it died. Every Landlock-mode spawn goes to it: it confines
+ * a thread of its own to the policy's envelope, spawns the sandbox from there and serves its
+ * supervised calls; the host watches the sandbox as before. Sandboxes prepared ahead are
+ * prepared there too (native.prepareSpare's last argument).
+ *
+ * The supervision stays in the host (as threads of it, each confined to its sandbox's envelope)
+ * where the host's executable cannot be started as Node: under Electron (unless
+ * PSB_SUPERVISION=process: it needs the RunAsNode fuse) and in a single-executable application;
+ * in a host that runs one command and ends with it (the CLI: preferSupervisionInHost); and where
+ * the host asks for it: PSB_SUPERVISION=thread. The report says which, and why.
  */
 import { spawn as spawnChild } from 'node:child_process';
 import path from 'node:path';
@@ -15,9 +21,48 @@ import path from 'node:path';
 import { SandboxError } from '../../errors';
 import { loadLinuxNative, type LinuxNative } from '../../native';
 
-/** Whether the host asked for Landlock mode's supervision in a process of its own. */
+/** Whether this host runs as a single-executable application (its executable runs its own code, not a script). */
+function isSingleExecutable(): boolean {
+  try {
+    return (require('node:sea') as { isSea(): boolean }).isSea();
+  } catch {
+    return false; // (No node:sea before Node 20.12: no such application either.)
+  }
+}
+
+let oneCommandHost: string | undefined;
+
+/**
+ * For a host that runs one command and ends with it (the CLI's `run` and `srt`): the supervision
+ * stays in it unless PSB_SUPERVISION says otherwise. A process of its own would cost its start
+ * (about 50 ms, docs/performance.md) and protect nothing: such a host holds no state of its own
+ * beyond the command's, and a crash of the supervision ends the command either way.
+ */
+export function preferSupervisionInHost(why: string): void {
+  oneCommandHost = why;
+}
+
+/**
+ * Why Landlock mode's supervision runs in the host process (as threads of it) for this spawn, or
+ * undefined when it runs in a process of its own (the default). An unknown PSB_SUPERVISION is an
+ * error: a host that asked for something gets it or is told.
+ */
+export function supervisionInHost(): string | undefined {
+  const asked = process.env.PSB_SUPERVISION;
+  if (asked !== undefined && asked !== '' && asked !== 'process' && asked !== 'thread') {
+    throw new SandboxError('EINVALID_ARGUMENT', `PSB_SUPERVISION=${JSON.stringify(asked)}: expected 'process' (the default) or 'thread'`);
+  }
+  if (asked === 'thread') return 'PSB_SUPERVISION=thread';
+  if (asked === 'process') return undefined;
+  if (oneCommandHost) return oneCommandHost;
+  if (process.versions.electron) return "under Electron (PSB_SUPERVISION=process moves it out; it needs the RunAsNode fuse)";
+  if (isSingleExecutable()) return "a single-executable application (its executable cannot run the supervision's script)";
+  return undefined;
+}
+
+/** Whether Landlock mode's supervision runs in a process of its own for this spawn. */
 export function supervisionProcessWanted(): boolean {
-  return process.env.PSB_SUPERVISION === 'process';
+  return supervisionInHost() === undefined;
 }
 
 const START_TIMEOUT_MS = 20_000;
