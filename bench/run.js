@@ -35,6 +35,23 @@ function oursSpawn(policy, cwd, proxy) {
   return (file, args) => spawn(file, args, opts).exited;
 }
 
+/**
+ * fn with an environment variable set while it runs synchronously (our spawn reads PSB_CGROUP and
+ * PSB_SUPERVISION at each spawn, before its first await).
+ */
+function withEnv(name, value, fn) {
+  return (...a) => {
+    const saved = process.env[name];
+    process.env[name] = value;
+    try {
+      return fn(...a);
+    } finally {
+      if (saved === undefined) delete process.env[name];
+      else process.env[name] = saved;
+    }
+  };
+}
+
 async function latencies(fn, file, args, n, gapMs = 0) {
   const out = [];
   for (let i = 0; i < n; i++) {
@@ -110,25 +127,15 @@ async function main() {
   }
   if (p.features.landlockMode) {
     variants.push(['ours, landlock mode', oursSpawn(policy('landlock'), ws)]);
+    // Its supervision as threads of the host (the opt-out) against the default, a process of its
+    // own (native/linux/supervision_process.cc).
+    variants.push(['ours, landlock, host supervision', withEnv('PSB_SUPERVISION', 'thread', oursSpawn(policy('landlock'), ws))]);
     variants.push(['ours, landlock, network proxy', oursSpawn(policy('landlock', viaProxy), ws, proxy)]);
     // As root where no pids cgroup can be made (a default container; PSB_CGROUP=off, read at each
     // spawn, emulates it): init traces the tree and counts (native/linux/spawn_trace.cc). The
     // second workload forks three times inside, through init each time.
     if (p.features.euid === 0 && p.features.processTracing) {
-      const traced = oursSpawn(policy('landlock'), ws);
-      variants.push([
-        'ours, landlock, traced cap',
-        (file, args) => {
-          const saved = process.env.PSB_CGROUP;
-          process.env.PSB_CGROUP = 'off';
-          try {
-            return traced(file, args);
-          } finally {
-            if (saved === undefined) delete process.env.PSB_CGROUP;
-            else process.env.PSB_CGROUP = saved;
-          }
-        },
-      ]);
+      variants.push(['ours, landlock, traced cap', withEnv('PSB_CGROUP', 'off', oursSpawn(policy('landlock'), ws))]);
     }
   }
   // A workspace shaped like a checkout (250 directories three levels deep, a nested repository):
@@ -255,6 +262,8 @@ async function fileHeavyBench(p) {
   };
   if (p.features.isolatedMode) variants.push(['isolated mode', ours('isolated')]);
   if (p.features.landlockMode) variants.push(['landlock mode', ours('landlock')]);
+  // Its supervision as threads of the host (PSB_SUPERVISION=thread) against the default.
+  if (p.features.landlockMode) variants.push(['landlock, host supervision', withEnv('PSB_SUPERVISION', 'thread', ours('landlock'))]);
   // procPrivacy: every read-only open (git reads the index, objects, config...) also goes to
   // the supervisor, and those of files through its Landlock-confined opener thread.
   if (p.features.landlockMode && p.features.metadataSupervisor) variants.push(['landlock, procPrivacy', ours('landlock', true)]);

@@ -1,5 +1,5 @@
-// Landlock mode's supervision in a process of its own (opt-in: PSB_SUPERVISION=process;
-// lib/platform/linux/supervision-process.ts starts it).
+// Landlock mode's supervision in a process of its own (the default; PSB_SUPERVISION=thread keeps it in
+// the host, supervisor.cc; lib/platform/linux/supervision-process.ts starts it and says when).
 //
 // Why a process, and why this one: the supervision carries out calls for the command with the
 // authority of whatever runs it. As tasks of the host (supervisor.cc) it already has an fd table,
@@ -127,7 +127,8 @@ int ReceiveMessage(int sock, Header* h, std::string* bytes, std::vector<int>* fd
     if (r == 0) return -ETIMEDOUT;
     if (r < 0) return -errno;
   }
-  std::vector<char> buf(kMaxMessage);
+  // (One buffer per thread, made once: 192 KB zeroed per message cost more than the message.)
+  static thread_local std::vector<char> buf(kMaxMessage);
   struct iovec iov = {buf.data(), buf.size()};
   msghdr m{};
   m.msg_iov = &iov;
