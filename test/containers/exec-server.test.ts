@@ -139,6 +139,8 @@ describe.skipIf(skip !== undefined)(`the exec-server container (Docker, token la
       '--read-only', '--tmpfs', '/tmp:rw,exec,mode=1777', '--cap-drop', 'ALL', '--security-opt', 'no-new-privileges',
       '--user', `${UID}:${UID}`,
       '-v', `${ws}:${ws}`, '-v', `${out}:${out}`, '-v', `${secrets}:${TOKEN_DIR}:ro`,
+      // The host's choice of where Landlock mode's supervision runs (scripts/containers/run.sh).
+      ...(process.env.PSB_SUPERVISION ? ['-e', `PSB_SUPERVISION=${process.env.PSB_SUPERVISION}`] : []),
       IMAGE!,
       '--listen', 'ws://127.0.0.1:0', '--ws-auth', 'capability-token', '--ws-token-file', `${TOKEN_DIR}/token`,
       '--require-sandbox', '--floor-write', ws,
