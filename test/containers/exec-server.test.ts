@@ -161,6 +161,8 @@ describe.skipIf(skip !== undefined)(`the exec-server container (Docker, token la
   afterAll(() => {
     const logs = spawnSync(DOCKER, ['logs', name], { encoding: 'utf8' });
     console.log(`[containers/exec-server] server log:\n${logs.stdout}${logs.stderr}`);
+    // Its processes after the tool call: with PSB_SUPERVISION=process, the supervision process among them.
+    console.log(`[containers/exec-server] processes:\n${spawnSync(DOCKER, ['exec', name, 'ps', '-eo', 'pid,ppid,args'], { encoding: 'utf8' }).stdout}`);
     spawnSync(DOCKER, ['rm', '-f', name]);
     if (mounted) spawnSync('umount', [secrets]);
     fs.rmSync(base, { recursive: true, force: true });
