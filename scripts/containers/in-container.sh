@@ -31,7 +31,12 @@ fs.chmodSync(path.join(dir, `try_syscall-${hash}`), 0o755);
 ' || exit 1
 log "probe: $(node -e '
 const p = require("./dist/index.js").probe(), f = p.features;
-console.log(`defaultMode=${p.defaultMode} isolatedMode=${f.isolatedMode} userNamespacesErrno=${f.userNamespacesErrno} landlockAbi=${f.landlockAbi} connectSupervisor=${f.connectSupervisor}`);
+console.log(`defaultMode=${p.defaultMode} isolatedMode=${f.isolatedMode} userNamespacesErrno=${f.userNamespacesErrno} landlockAbi=${f.landlockAbi} connectSupervisor=${f.connectSupervisor} PSB_SUPERVISION=${process.env.PSB_SUPERVISION ?? ""}`);
+' 2>&1)"
+# Where Landlock mode's supervision ran for one command (PSB_SUPERVISION=process: in a process of its own).
+log "supervision: $(node -e '
+require("./dist/index.js").run("true", [], { policy: { mode: "landlock" } })
+  .then((r) => console.log(r.enforcement.mechanisms.supervision), (e) => console.log(`${e.code}: ${e.message}`));
 ' 2>&1)"
 exec env CI=1 NO_COLOR=1 TERM=dumb PSB_SKIP_BUILD=1 PSB_TEST_WORKERS="${PSB_TEST_WORKERS:-2}" \
   node node_modules/vitest/vitest.mjs run --reporter=default --reporter=json \

@@ -22,6 +22,8 @@
 # Prints `containers: <engine> <user> <pass|fail> N passed, N failed, N skipped` per row and the
 # times, then `N passed, N failed` over all rows; exits non-zero on any failure (a row that did not
 # report counts as failed). PSB_CONTAINERS_SUITES replaces the suites run in the suite rows.
+# PSB_SUPERVISION set here (e.g. PSB_SUPERVISION=process: Landlock mode's supervision in a process
+# of its own) is passed on to the suites in every row, and to the exec-server's container.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd -P)
 ROOT=$(cd "$HERE/../.." && pwd -P)
@@ -37,6 +39,9 @@ export DOCKER_HOST=unix://$RUN/docker.sock
 DOCKER=/usr/bin/docker
 [ -x "$DOCKER" ] || DOCKER=$(command -v docker || echo docker)
 export PSB_DOCKER=$DOCKER
+# The one host setting the rows pass on (-e for docker and podman; exec-server.sh's test reads it).
+ENV_ARGS=()
+[ -n "${PSB_SUPERVISION:-}" ] && ENV_ARGS=(-e "PSB_SUPERVISION=$PSB_SUPERVISION") && echo "containers: PSB_SUPERVISION=$PSB_SUPERVISION in every row"
 start=$(date +%s)
 
 [ "$(id -u)" = 0 ] || { echo "containers: needs root (dockerd, mmdebstrap)"; exit 1; }
@@ -140,7 +145,7 @@ suite_row() { # engine user
   t0=$(date +%s)
   [ "$2" = root ] || user_args=(--user 1000:1000)
   # Default: the engine's default seccomp profile and capabilities, no --privileged, no network.
-  "$DOCKER" run --rm --network none "${user_args[@]}" -e PSB_TEST_WORKERS="$WORKERS" "${MOUNTS[@]}" \
+  "$DOCKER" run --rm --network none "${user_args[@]}" -e PSB_TEST_WORKERS="$WORKERS" "${ENV_ARGS[@]}" "${MOUNTS[@]}" \
     "$IMAGE" bash /psb-src/scripts/containers/in-container.sh "$1-$2" $SUITES >"$LOGS/$1-$2.log" 2>&1
   rc=$?
   grep -a '^containers-inside: ' "$LOGS/$1-$2.log" | sed 's/^/  /'
@@ -151,7 +156,8 @@ suite_row() { # engine user
 podman_row() {
   # Rootless: psbtest's own Podman (its subuid/subgid range maps the container's users), its own
   # storage under a fresh HOME; the image is the same tarball, imported into that storage.
-  local u=psbtest t0 rc json=$LOGS/results/podman-rootless.json tar
+  local u=psbtest t0 rc json=$LOGS/results/podman-rootless.json tar envs=""
+  [ ${#ENV_ARGS[@]} = 0 ] || envs=$(printf '%q ' "${ENV_ARGS[@]}")
   t0=$(date +%s)
   id "$u" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$u"
   grep -q "^$u:" /etc/subuid || usermod --add-subuids 200000-265535 "$u"
@@ -166,7 +172,7 @@ podman_row() {
   runuser -u "$u" -- env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$PODMAN_HOME" XDG_RUNTIME_DIR="$PODMAN_HOME/run" \
     bash -c "mkdir -p \$XDG_RUNTIME_DIR && chmod 0700 \$XDG_RUNTIME_DIR && cd \$HOME &&
       podman import '$tar' psb-deb12:podman >/dev/null &&
-      podman run --rm --network none -e PSB_TEST_WORKERS=$WORKERS -v \$HOME/node:/usr/local/bin/node:ro \
+      podman run --rm --network none -e PSB_TEST_WORKERS=$WORKERS $envs-v \$HOME/node:/usr/local/bin/node:ro \
         -v $src:/psb-src:ro -v \$HOME/bin:/psb-bin:ro -v $LOGS/results:/psb-results psb-deb12:podman \
         bash /psb-src/scripts/containers/in-container.sh podman-rootless $SUITES" >"$LOGS/podman-rootless.log" 2>&1
   rc=$?

@@ -10,7 +10,7 @@ set -uo pipefail
 SRC=/opt/psb-src
 CONFIG=$(sed -n 's/.*psb\.config=\([^ ]*\).*/\1/p' /proc/cmdline)
 # shellcheck disable=SC1091
-. "$SRC/.kernel-matrix/env" # WORKERS, USERS, SUITES_<user>
+. "$SRC/.kernel-matrix/env" # WORKERS, USERS, SUITES_<user>, PSB_SUPERVISION (the host's, or empty)
 RES=/var/tmp/psb-results
 mkdir -p "$RES" && chmod 0777 "$RES"
 log() { echo "kernel-matrix-guest: $*"; }
@@ -41,6 +41,14 @@ done
 
 VITEST="node node_modules/vitest/vitest.mjs run --reporter=default --reporter=json"
 ENVS="CI=1 NO_COLOR=1 TERM=dumb PSB_SKIP_BUILD=1 PSB_TEST_WORKERS=$WORKERS PSB_MATRIX_CONFIG=$CONFIG PSB_MATRIX_DELEGATE=$DELEGATE"
+# The host's PSB_SUPERVISION, and where Landlock mode's supervision then ran for one command (root's).
+if [ -n "${PSB_SUPERVISION:-}" ]; then
+  ENVS="$ENVS PSB_SUPERVISION=$PSB_SUPERVISION"
+  log "PSB_SUPERVISION=$PSB_SUPERVISION: supervision: $(cd "$SRC" && PSB_SUPERVISION=$PSB_SUPERVISION node -e '
+require("./dist/index.js").run("true", [], { policy: { mode: "landlock" } })
+  .then((r) => console.log(r.enforcement.mechanisms.supervision), (e) => console.log(`${e.code}: ${e.message}`));
+' 2>&1)"
+fi
 LABEL=$CONFIG # the row's name in the result lines (apparmor-userns: one per phase)
 
 summary() { # json file -> "N passed, N failed, N skipped" (suites that failed to load count as failed)

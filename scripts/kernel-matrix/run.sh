@@ -19,6 +19,8 @@
 # arm64), mmdebstrap and Debian's mirror for the first image builds (build-image.sh, cached); arm64
 # also fetches the arm64 twins of node and of the test runner's native packages from the npm
 # registry once (cached beside the images). Logs: $PSB_MATRIX_LOGS (default /var/tmp/psb-kernel-matrix).
+# PSB_SUPERVISION set here (e.g. PSB_SUPERVISION=process: Landlock mode's supervision in a process
+# of its own) is passed on to the suites in every row.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd -P)
 ROOT=$(cd "$HERE/../.." && pwd -P)
@@ -148,7 +150,7 @@ for spec in $CONFIGS; do
   else
     [ "$config" = arm64 ] && stage=$STAGE_ARM
     {
-      printf 'WORKERS=%q\nUSERS=%q\n' "$WORKERS" "$users"
+      printf 'WORKERS=%q\nUSERS=%q\nPSB_SUPERVISION=%q\n' "$WORKERS" "$users" "${PSB_SUPERVISION:-}"
       for u in $users; do printf 'SUITES_%s=%q\n' "$u" "$(suites_for "$config" "$u")"; done
     } > "$stage/.kernel-matrix/env"
     t1=$(date +%s)

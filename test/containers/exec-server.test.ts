@@ -139,6 +139,8 @@ describe.skipIf(skip !== undefined)(`the exec-server container (Docker, token la
       '--read-only', '--tmpfs', '/tmp:rw,exec,mode=1777', '--cap-drop', 'ALL', '--security-opt', 'no-new-privileges',
       '--user', `${UID}:${UID}`,
       '-v', `${ws}:${ws}`, '-v', `${out}:${out}`, '-v', `${secrets}:${TOKEN_DIR}:ro`,
+      // The host's choice of where Landlock mode's supervision runs (scripts/containers/run.sh).
+      ...(process.env.PSB_SUPERVISION ? ['-e', `PSB_SUPERVISION=${process.env.PSB_SUPERVISION}`] : []),
       IMAGE!,
       '--listen', 'ws://127.0.0.1:0', '--ws-auth', 'capability-token', '--ws-token-file', `${TOKEN_DIR}/token`,
       '--require-sandbox', '--floor-write', ws,
@@ -159,6 +161,8 @@ describe.skipIf(skip !== undefined)(`the exec-server container (Docker, token la
   afterAll(() => {
     const logs = spawnSync(DOCKER, ['logs', name], { encoding: 'utf8' });
     console.log(`[containers/exec-server] server log:\n${logs.stdout}${logs.stderr}`);
+    // Its processes after the tool call: with PSB_SUPERVISION=process, the supervision process among them.
+    console.log(`[containers/exec-server] processes:\n${spawnSync(DOCKER, ['exec', name, 'ps', '-eo', 'pid,ppid,args'], { encoding: 'utf8' }).stdout}`);
     spawnSync(DOCKER, ['rm', '-f', name]);
     if (mounted) spawnSync('umount', [secrets]);
     fs.rmSync(base, { recursive: true, force: true });
