@@ -41,10 +41,13 @@ struct SpareRecord {
   SupervisionThread* on = nullptr;
   SupervisorConfig supervisor;
   int landlock_abi = 0;
-  // Prepared in the supervision process (supervision_process.h): its id there once prepared,
-  // and the plan as sent; spare and on stay null.
+  // Prepared in the supervision process (supervision_process.h): its id there (chosen here;
+  // 0 once taken, dropped, or when the preparation could not be sent), whether the preparation
+  // has been sent (or never will be), and the plan to send; spare and on stay null. Its go may
+  // follow as soon as it is sent: the process serves them in order.
   bool remote = false;
   int32_t remote_id = 0;
+  bool sent = false;
   std::string remote_bytes;
   std::vector<int> remote_fds;
   napi_env env = nullptr;
@@ -57,7 +60,7 @@ struct SpareRecord {
   // The prepared spare, now owned by the caller (null if preparing failed or it was taken).
   LinuxSpare* Take(SupervisionThread** thread, int32_t* id = nullptr) {
     std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [this] { return done; });
+    cv.wait(lock, [this] { return done || (remote && sent); });
     LinuxSpare* s = spare;
     spare = nullptr;
     *thread = on;
@@ -78,7 +81,7 @@ struct SpareRecord {
       spare = nullptr;
       t = on;
       on = nullptr;
-      id = remote_id;
+      id = sent ? remote_id : 0;  // (not sent yet: it never will be)
       remote_id = 0;
     }
     Discard(s, t, id);
@@ -133,20 +136,27 @@ class PrepareWorker : public Napi::AsyncWorker {
     rec_->cv.notify_all();
     if (abandoned) SpareRecord::Discard(spare, on);
   }
-  // Prepared in the supervision process: the same record, with its id there.
+  // Prepared in the supervision process: the same record, with its id there. The preparation
+  // is sent under the record's lock, so that a discard (Abandon) can only follow it.
   void ExecuteThere() {
-    int32_t id = 0;
-    Status st = PrepareSpareInSupervisionProcess(std::move(rec_->remote_bytes), std::move(rec_->remote_fds), &id);
-    bool abandoned;
+    std::shared_ptr<SupervisionReply> sent;
+    Status st;
     {
       std::lock_guard<std::mutex> lock(rec_->mu);
-      abandoned = rec_->abandoned;
+      if (!rec_->abandoned) {
+        sent = SendPrepareToSupervisionProcess(std::move(rec_->remote_bytes), std::move(rec_->remote_fds), rec_->remote_id, &st);
+        if (!sent) rec_->remote_id = 0;
+      }
+      rec_->sent = true;
+    }
+    rec_->cv.notify_all();
+    if (sent) st = AwaitPrepareInSupervisionProcess(sent);
+    {
+      std::lock_guard<std::mutex> lock(rec_->mu);
       rec_->status = st;
-      if (!abandoned) rec_->remote_id = id;
       rec_->done = true;
     }
     rec_->cv.notify_all();
-    if (abandoned && id > 0) DiscardSpareInSupervisionProcess(id);
   }
   void OnOK() override {
     Napi::Env env = Env();
@@ -173,7 +183,10 @@ Napi::Value PrepareSpareJs(const Napi::CallbackInfo& info) {
   SpareRecord* rec = new SpareRecord();
   try {
     rec->remote = info.Length() == 3 && info[2].ToBoolean().Value();
-    if (rec->remote) SpareToWire(env, info[0].As<Napi::Object>(), &rec->remote_bytes, &rec->remote_fds);
+    if (rec->remote) {
+      SpareToWire(env, info[0].As<Napi::Object>(), &rec->remote_bytes, &rec->remote_fds);
+      rec->remote_id = NextSpareIdInSupervisionProcess();
+    }
     else ParsePlan(env, info[0].As<Napi::Object>(), &plan, &rec->supervisor);
   } catch (...) {
     delete rec;

@@ -22,7 +22,8 @@
 //     (plan_wire.h; stdio and cgroup.procs fds by index into the message's fds) with the fds;
 //     bytes past the message size travel in a sealed memfd, the last fd; the host's umask and
 //     the test hook's path-check skips ride along. kPrepare: a
-//     sandbox prepared ahead (spare_binding.cc), kept there under an id; kGo: its go (argv,
+//     sandbox prepared ahead (spare_binding.cc), kept there under the id the host chose (so
+//     that its go can be sent right behind it, before its reply); kGo: its go (argv,
 //     envp, cwd, stdio as for kSpawn); kDiscard: an id dropped unused. kAdmit: a proxy peer to
 //     look up (supervise_connect.h). kCloseJournal: a `changes: 'record'` journal (by its
 //     directory) to close once its sandbox has ended (changes_journal.h CloseByDir).
@@ -30,8 +31,9 @@
 //     ABI, and init's pidfd and the read end of init's status pipe; or the failure (a Status).
 // The host keeps watching the sandbox as before (exit_watch.cc: init's status pipe first, then the
 // pidfd); kill() signals init through its pidfd. init's parent is the supervision process, which
-// reaps it. The process reads requests one at a time on its main thread; the host sends them
-// under one mutex, each with its reply.
+// reaps it. The process reads requests one at a time on its main thread and answers each in
+// turn; the host sends them under one mutex and does not hold it while it awaits a reply (a
+// waiting thread reads the next reply and hands it to its owner: AwaitReply).
 //
 // Failure, closed: if the supervision process dies (killed, crashed), its tasks die with it: the
 // listeners close (a waiting supervised call fails ENOSYS), and each init gets its parent-death
@@ -55,7 +57,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <condition_variable>
+#include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <system_error>
@@ -83,7 +89,7 @@ enum : uint32_t { kReady = 1, kSpawn, kAdmit, kCloseJournal, kPrepare, kGo, kDis
 // Fixed fields ahead of each message's bytes. Requests with a plan or a go (kSpawn, kPrepare,
 // kGo): a = the path-check skips (a test hook, nonzero only where the host's gate let a test set
 // it), b = 1 when the bytes are in the last fd (a memfd), c = the host's umask (the command's, as when the host
-// spawns it), d = the spare's id (kGo, kDiscard). Replies: a = 0 (ok) or the ErrorCode, b =
+// spawns it), d = the spare's id (kPrepare, kGo, kDiscard). Replies: a = 0 (ok) or the ErrorCode, b =
 // init's pid or the errno, c = the Landlock ABI, d = the spare's id (kPrepare; 0 for a kGo whose
 // spare could not be used); the bytes: "" or the message, NUL, the syscall.
 struct Header {
@@ -199,36 +205,111 @@ void CloseAll(const std::vector<int>& fds) {
 // ---- the host's side ----
 
 std::mutex g_mu;
+std::condition_variable g_cv;
 int g_sock = -1;
 pid_t g_pid = 0;
+
+// Requests sent whose replies have not been read, oldest first: the process answers in the order
+// it reads them. The channel is not held while a reply is awaited, so a request can be sent while
+// an earlier one is being served there: a spare's go right behind that spare's preparation (the
+// process then goes from one to the other without waiting for the host, and the host waits once).
+// Whichever waiting thread finds no one reading reads the next reply and hands it to its owner.
+}  // namespace
+struct SupervisionReply {
+  uint32_t type = 0;
+  int sock = -1;  // the channel it was sent on
+  bool done = false;
+  int r = 0;
+  Header reply{};
+  std::string bytes;
+  std::vector<int> fds;
+};
+namespace {
+std::deque<std::shared_ptr<SupervisionReply>> g_owed;
+bool g_reading = false;
 
 bool AliveLocked() {
   if (g_sock < 0) return false;
   struct pollfd p = {g_sock, 0, 0};
   if (poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR)) != 0) {
-    close(g_sock);
+    // Gone. A thread reading it closes it once its read fails; else it is closed now.
+    if (g_owed.empty() && !g_reading) close(g_sock);
     g_sock = -1;
     g_pid = 0;
   }
   return g_sock >= 0;
 }
 
-// One request and its reply, under g_mu. The process gone: the socket is forgotten (the next
-// spawn starts another) and -EPIPE is returned.
+// Sends a request; its reply is then awaited with AwaitReply. Null with *err = -errno when it
+// could not be sent (-EPIPE: the process is gone; -EMSGSIZE: nothing was sent, the channel is as
+// it was).
+std::shared_ptr<SupervisionReply> SendRequest(const Header& req, const std::string& bytes, const std::vector<int>& fds, int* err) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  *err = -EPIPE;
+  if (!AliveLocked()) return nullptr;
+  int r = SendMessage(g_sock, req, bytes, fds);
+  if (r < 0) {
+    *err = r;
+    // A send that failed otherwise leaves the channel in no known state: it is given up.
+    if (r != -EMSGSIZE && g_owed.empty() && !g_reading) close(g_sock);
+    if (r != -EMSGSIZE) g_sock = -1, g_pid = 0;
+    return nullptr;
+  }
+  auto owed = std::make_shared<SupervisionReply>();
+  owed->type = req.type;
+  owed->sock = g_sock;
+  g_owed.push_back(owed);
+  return owed;
+}
+
+// The reply to a request sent. The process gone (or a reply out of order): every request owed on
+// that channel fails with -EPIPE (or the read's -errno), the channel is closed and forgotten (the
+// next spawn starts another process).
+int AwaitReply(const std::shared_ptr<SupervisionReply>& me, Header* reply, std::string* rbytes, std::vector<int>* rfds) {
+  std::unique_lock<std::mutex> lock(g_mu);
+  while (!me->done) {
+    if (g_reading) {
+      g_cv.wait(lock);
+      continue;
+    }
+    std::shared_ptr<SupervisionReply> head = g_owed.front();
+    const int sock = head->sock;
+    g_reading = true;
+    lock.unlock();
+    Header h{};
+    std::string b;
+    std::vector<int> f;
+    const int r = ReceiveMessage(sock, &h, &b, &f);
+    lock.lock();
+    g_reading = false;
+    if (r == 1 && h.type == head->type) {
+      g_owed.pop_front();
+      head->reply = h, head->bytes = std::move(b), head->fds = std::move(f), head->done = true;
+    } else {
+      CloseAll(f);
+      for (auto it = g_owed.begin(); it != g_owed.end();) {
+        if ((*it)->sock != sock) {
+          ++it;
+          continue;
+        }
+        (*it)->r = r < 0 ? r : -EPIPE, (*it)->done = true;
+        it = g_owed.erase(it);
+      }
+      if (g_sock == sock) g_sock = -1, g_pid = 0;
+      close(sock);
+    }
+    g_cv.notify_all();
+  }
+  if (me->r < 0) return me->r;
+  *reply = me->reply, *rbytes = std::move(me->bytes), *rfds = std::move(me->fds);
+  return 0;
+}
+
 int RoundTrip(const Header& req, const std::string& bytes, const std::vector<int>& fds, Header* reply, std::string* rbytes,
               std::vector<int>* rfds) {
-  std::lock_guard<std::mutex> lock(g_mu);
-  if (!AliveLocked()) return -EPIPE;
-  int r = SendMessage(g_sock, req, bytes, fds);
-  if (r == -EMSGSIZE) return r;  // nothing was sent: the channel is as it was
-  if (r == 0) r = ReceiveMessage(g_sock, reply, rbytes, rfds);
-  if (r == 1 && reply->type == req.type) return 0;
-  CloseAll(*rfds);
-  rfds->clear();
-  close(g_sock);
-  g_sock = -1;
-  g_pid = 0;
-  return r < 0 ? r : -EPIPE;
+  int err;
+  std::shared_ptr<SupervisionReply> owed = SendRequest(req, bytes, fds, &err);
+  return owed ? AwaitReply(owed, reply, rbytes, rfds) : err;
 }
 
 // ---- the supervision process's side ----
@@ -306,7 +387,6 @@ struct Spare {
   int landlock_abi = 0;
 };
 std::map<int32_t, Spare> g_spares;  // the main thread's only
-int32_t g_next_spare = 1;
 // Inits of sandboxes just handed to the host: given to the reaper once the reply is sent. The
 // main thread's only.
 std::vector<LinuxSpawnResult> g_reap_after_reply;
@@ -389,7 +469,8 @@ Header SpawnHere(Napi::Env env, const std::string& bytes, const std::vector<int>
 }
 
 // As PrepareWorker does in the host (spare_binding.cc), on this thread.
-Header PrepareHere(const std::string& bytes, const std::vector<int>& fds, std::string* out) {
+Header PrepareHere(int32_t id, const std::string& bytes, const std::vector<int>& fds, std::string* out) {
+  if (id <= 0 || g_spares.count(id) != 0) return Unreadable(kPrepare, out);
   Spare sp;
   LinuxSpawnPlan plan;
   bool ok;
@@ -408,7 +489,6 @@ Header PrepareHere(const std::string& bytes, const std::vector<int>& fds, std::s
     Discard(&sp);
     return Failed(kPrepare, s, out);
   }
-  const int32_t id = g_next_spare++;
   g_spares.emplace(id, std::move(sp));
   return Header{kPrepare, 0, 0, 0, id};
 }
@@ -467,7 +547,7 @@ Napi::Value ServeSupervisionJs(const Napi::CallbackInfo& info) {
     if (h.type == kSpawn) {
       reply = WithBytes(h, std::move(bytes), fds, [&](const std::string& b) { return SpawnHere(env, b, fds, &out, &out_fds); });
     } else if (h.type == kPrepare) {
-      reply = WithBytes(h, std::move(bytes), fds, [&](const std::string& b) { return PrepareHere(b, fds, &out); });
+      reply = WithBytes(h, std::move(bytes), fds, [&](const std::string& b) { return PrepareHere(h.d, b, fds, &out); });
     } else if (h.type == kGo) {
       reply = WithBytes(h, std::move(bytes), fds, [&](const std::string& b) { return GoHere(env, h.d, h.c, b, fds, &out, &out_fds); });
     } else if (h.type == kDiscard) {
@@ -524,7 +604,7 @@ Napi::Value SupervisionAttachJs(const Napi::CallbackInfo& info) {
                                        "recvmsg", r < 0 ? -r : 0));
   }
   std::lock_guard<std::mutex> lock(g_mu);
-  if (g_sock >= 0) close(g_sock);
+  if (g_sock >= 0 && g_owed.empty() && !g_reading) close(g_sock);
   g_sock = fd;
   g_pid = h.a;
   return Napi::Number::New(env, g_pid);
@@ -540,20 +620,33 @@ namespace {
 
 // Sends a request with its bytes (in a memfd past the message size), the host's umask and the
 // test hook's skips; its reply. -errno when the process is gone (or the memfd could not be made).
-int Request(uint32_t type, int32_t id, std::string data, std::vector<int> fds, Header* reply, std::string* bytes, std::vector<int>* rfds) {
+// Sends a request with its bytes (in a memfd past the message size), the host's umask and the
+// test hook's skips. Null with *err = -errno when the process is gone (or the memfd could not be
+// made).
+std::shared_ptr<SupervisionReply> SendWithBytes(uint32_t type, int32_t id, std::string data, std::vector<int> fds, int* err) {
   const int mask = procfs::Umask();
   Header req{type, static_cast<int32_t>(PathCheckSkips()), 0, mask >= 0 ? mask : 022, id};
   int memfd = -1;
   if (data.size() + sizeof req > kMaxMessage) {
     memfd = BytesInMemfd(data);
-    if (memfd < 0) return memfd;
+    if (memfd < 0) {
+      *err = memfd;
+      return nullptr;
+    }
     fds.push_back(memfd);
     data.clear();
     req.b = 1;
   }
-  int r = RoundTrip(req, data, fds, reply, bytes, rfds);
-  if (memfd >= 0) close(memfd);
-  return r;
+  std::shared_ptr<SupervisionReply> owed = SendRequest(req, data, fds, err);
+  if (memfd >= 0) close(memfd);  // (the process has its own copy once it is sent)
+  return owed;
+}
+
+// The same, and its reply.
+int Request(uint32_t type, int32_t id, std::string data, std::vector<int> fds, Header* reply, std::string* bytes, std::vector<int>* rfds) {
+  int err;
+  std::shared_ptr<SupervisionReply> owed = SendWithBytes(type, id, std::move(data), std::move(fds), &err);
+  return owed ? AwaitReply(owed, reply, bytes, rfds) : err;
 }
 
 Status ReplyStatus(const Header& reply, const std::string& bytes) {
@@ -635,17 +728,31 @@ void SpareToWire(Napi::Env env, const Napi::Object& o, std::string* bytes, std::
   EncodePlan(plan, supervisor, bytes, fds);
 }
 
-Status PrepareSpareInSupervisionProcess(std::string data, std::vector<int> fds, int32_t* id) noexcept {
-  *id = 0;
+int32_t NextSpareIdInSupervisionProcess() noexcept {
+  static std::atomic<int32_t> next{1};
+  return next.fetch_add(1);
+}
+
+std::shared_ptr<SupervisionReply> SendPrepareToSupervisionProcess(std::string data, std::vector<int> fds, int32_t id, Status* err) noexcept {
+  int r = 0;
+  std::shared_ptr<SupervisionReply> owed;
+  try {
+    owed = SendWithBytes(kPrepare, id, std::move(data), std::move(fds), &r);
+  } catch (const std::bad_alloc&) {
+    r = -ENOMEM;
+  }
+  if (!owed) *err = Gone(r);
+  return owed;
+}
+
+Status AwaitPrepareInSupervisionProcess(const std::shared_ptr<SupervisionReply>& owed) noexcept {
   Header reply;
   std::string bytes;
   std::vector<int> rfds;
-  int r = Request(kPrepare, 0, std::move(data), std::move(fds), &reply, &bytes, &rfds);
+  int r = AwaitReply(owed, &reply, &bytes, &rfds);
   CloseAll(rfds);
   if (r < 0) return Gone(r);
-  if (reply.a != 0) return ReplyStatus(reply, bytes);
-  *id = reply.d;
-  return Status::Ok();
+  return reply.a != 0 ? ReplyStatus(reply, bytes) : Status::Ok();
 }
 
 Napi::Value SpawnSpareInSupervisionProcess(Napi::Env env, int32_t id, const Napi::Object& go, const Napi::Function& on_exit) {

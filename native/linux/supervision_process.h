@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,8 +33,14 @@ int CloseJournalInSupervisionProcess(const std::string& dir) noexcept;
 // Sandboxes prepared ahead there (spare_binding.cc routes a spare made with `inProcess` here):
 // the plan as sent (on the JS thread); the preparation (off it: it waits for the process); the
 // go (null when the spare could not be used: it is gone, the caller starts afresh); a discard.
+// The preparation is sent (its id chosen here, NextSpareIdInSupervisionProcess), then its end is
+// awaited; the go may be sent as soon as it is sent (the process serves them in that order).
 void SpareToWire(Napi::Env env, const Napi::Object& plan, std::string* data, std::vector<int>* fds);
-Status PrepareSpareInSupervisionProcess(std::string data, std::vector<int> fds, int32_t* id) noexcept;
+struct SupervisionReply;
+int32_t NextSpareIdInSupervisionProcess() noexcept;
+// Null (with *err) when it could not be sent.
+std::shared_ptr<SupervisionReply> SendPrepareToSupervisionProcess(std::string data, std::vector<int> fds, int32_t id, Status* err) noexcept;
+Status AwaitPrepareInSupervisionProcess(const std::shared_ptr<SupervisionReply>& sent) noexcept;
 Napi::Value SpawnSpareInSupervisionProcess(Napi::Env env, int32_t id, const Napi::Object& go, const Napi::Function& on_exit);
 void DiscardSpareInSupervisionProcess(int32_t id) noexcept;
 

@@ -21,13 +21,21 @@ import path from 'node:path';
 import { SandboxError } from '../../errors';
 import { loadLinuxNative, type LinuxNative } from '../../native';
 
-/** Whether this host runs as a single-executable application (its executable runs its own code, not a script). */
+/**
+ * Whether this host runs as a single-executable application (its executable runs its own code,
+ * not a script). Asked once: where node:sea does not exist (Node 20 before 20.12 throws, and the
+ * throw costs about a millisecond) the answer cannot change.
+ */
+let singleExecutable: boolean | undefined;
 function isSingleExecutable(): boolean {
-  try {
-    return (require('node:sea') as { isSea(): boolean }).isSea();
-  } catch {
-    return false; // (No node:sea before Node 20.12: no such application either.)
+  if (singleExecutable === undefined) {
+    try {
+      singleExecutable = (require('node:sea') as { isSea(): boolean }).isSea();
+    } catch {
+      singleExecutable = false; // (No node:sea: no such application either.)
+    }
   }
+  return singleExecutable;
 }
 
 let oneCommandHost: string | undefined;
