@@ -31,9 +31,11 @@
 //     ABI, and init's pidfd and the read end of init's status pipe; or the failure (a Status).
 // The host keeps watching the sandbox as before (exit_watch.cc: init's status pipe first, then the
 // pidfd); kill() signals init through its pidfd. init's parent is the supervision process, which
-// reaps it. The process reads requests one at a time on its main thread and answers each in
-// turn; the host sends them under one mutex and does not hold it while it awaits a reply (a
-// waiting thread reads the next reply and hands it to its owner: AwaitReply).
+// reaps it. The process reads requests on its main thread and serves them there in turn, but for
+// preparations, which a thread of its own serves (Preparer: a spawn or a proxy peer's admission
+// is not served behind one); each reply carries its request's number. The host sends requests
+// under one mutex and does not hold it while it awaits a reply (a waiting thread reads the next
+// reply and hands it to its owner: AwaitReply).
 //
 // Failure, closed: if the supervision process dies (killed, crashed), its tasks die with it: the
 // listeners close (a waiting supervised call fails ENOSYS), and each init gets its parent-death
@@ -61,6 +63,7 @@
 #include <condition_variable>
 #include <deque>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -89,12 +92,14 @@ enum : uint32_t { kReady = 1, kSpawn, kAdmit, kCloseJournal, kPrepare, kGo, kDis
 // Fixed fields ahead of each message's bytes. Requests with a plan or a go (kSpawn, kPrepare,
 // kGo): a = the path-check skips (a test hook, nonzero only where the host's gate let a test set
 // it), b = 1 when the bytes are in the last fd (a memfd), c = the host's umask (the command's, as when the host
-// spawns it), d = the spare's id (kPrepare, kGo, kDiscard). Replies: a = 0 (ok) or the ErrorCode, b =
+// spawns it), d = the spare's id (kPrepare, kGo, kDiscard); seq: the host's number for the
+// request, which its reply carries. Replies: a = 0 (ok) or the ErrorCode, b =
 // init's pid or the errno, c = the Landlock ABI, d = the spare's id (kPrepare; 0 for a kGo whose
 // spare could not be used); the bytes: "" or the message, NUL, the syscall.
 struct Header {
   uint32_t type;
   int32_t a, b, c, d;
+  uint32_t seq = 0;  // the request's number, given back with its reply (replies may come out of order)
 };
 constexpr size_t kMaxFds = 64;
 constexpr size_t kMaxMessage = 192 * 1024;  // under the socket's default send buffer
@@ -209,14 +214,15 @@ std::condition_variable g_cv;
 int g_sock = -1;
 pid_t g_pid = 0;
 
-// Requests sent whose replies have not been read, oldest first: the process answers in the order
-// it reads them. The channel is not held while a reply is awaited, so a request can be sent while
-// an earlier one is being served there: a spare's go right behind that spare's preparation (the
-// process then goes from one to the other without waiting for the host, and the host waits once).
-// Whichever waiting thread finds no one reading reads the next reply and hands it to its owner.
+// Requests sent whose replies have not been read, each with its number (replies come in any
+// order: preparations are served on a thread of their own there). The channel is not held while
+// a reply is awaited, so a request can be sent while an earlier one is being served there: a
+// spare's go right behind that spare's preparation. Whichever waiting thread finds no one reading
+// reads the next reply and hands it to its owner.
 }  // namespace
 struct SupervisionReply {
   uint32_t type = 0;
+  uint32_t seq = 0;
   int sock = -1;  // the channel it was sent on
   bool done = false;
   int r = 0;
@@ -227,6 +233,7 @@ struct SupervisionReply {
 namespace {
 std::deque<std::shared_ptr<SupervisionReply>> g_owed;
 bool g_reading = false;
+uint32_t g_seq = 0;
 
 bool AliveLocked() {
   if (g_sock < 0) return false;
@@ -247,7 +254,9 @@ std::shared_ptr<SupervisionReply> SendRequest(const Header& req, const std::stri
   std::lock_guard<std::mutex> lock(g_mu);
   *err = -EPIPE;
   if (!AliveLocked()) return nullptr;
-  int r = SendMessage(g_sock, req, bytes, fds);
+  Header numbered = req;
+  numbered.seq = ++g_seq;
+  int r = SendMessage(g_sock, numbered, bytes, fds);
   if (r < 0) {
     *err = r;
     // A send that failed otherwise leaves the channel in no known state: it is given up.
@@ -257,6 +266,7 @@ std::shared_ptr<SupervisionReply> SendRequest(const Header& req, const std::stri
   }
   auto owed = std::make_shared<SupervisionReply>();
   owed->type = req.type;
+  owed->seq = numbered.seq;
   owed->sock = g_sock;
   g_owed.push_back(owed);
   return owed;
@@ -272,8 +282,7 @@ int AwaitReply(const std::shared_ptr<SupervisionReply>& me, Header* reply, std::
       g_cv.wait(lock);
       continue;
     }
-    std::shared_ptr<SupervisionReply> head = g_owed.front();
-    const int sock = head->sock;
+    const int sock = g_owed.front()->sock;
     g_reading = true;
     lock.unlock();
     Header h{};
@@ -282,9 +291,14 @@ int AwaitReply(const std::shared_ptr<SupervisionReply>& me, Header* reply, std::
     const int r = ReceiveMessage(sock, &h, &b, &f);
     lock.lock();
     g_reading = false;
-    if (r == 1 && h.type == head->type) {
-      g_owed.pop_front();
-      head->reply = h, head->bytes = std::move(b), head->fds = std::move(f), head->done = true;
+    auto owner = g_owed.end();
+    for (auto it = g_owed.begin(); r == 1 && it != g_owed.end(); ++it) {
+      if ((*it)->sock == sock && (*it)->seq == h.seq && (*it)->type == h.type) owner = it;
+    }
+    if (owner != g_owed.end()) {
+      std::shared_ptr<SupervisionReply> o = *owner;
+      g_owed.erase(owner);
+      o->reply = h, o->bytes = std::move(b), o->fds = std::move(f), o->done = true;
     } else {
       CloseAll(f);
       for (auto it = g_owed.begin(); it != g_owed.end();) {
@@ -321,6 +335,11 @@ int RoundTrip(const Header& req, const std::string& bytes, const std::vector<int
 // (Without the thread or the set, out of resources: an init stays a zombie until this process ends.)
 class Reaper {
  public:
+  // Started with the process (a thread count that does not change later).
+  void Warm() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ep_ < 0) Start();
+  }
   void Add(LinuxSpawnResult res) {
     std::lock_guard<std::mutex> lock(mu_);
     if (ep_ < 0 && !Start()) return;
@@ -386,7 +405,32 @@ struct Spare {
   SupervisorConfig supervisor;
   int landlock_abi = 0;
 };
-std::map<int32_t, Spare> g_spares;  // the main thread's only
+// Preparations run on a thread of their own (the preparer), so that a spawn, a go or a proxy
+// peer's admission is not served behind one (≈1-2 ms); a go or a discard of a spare still being
+// prepared waits for it. Replies are sent from both threads, one whole message at a time.
+std::mutex g_spares_mu;
+std::condition_variable g_spares_cv;
+std::map<int32_t, Spare> g_spares;  // under g_spares_mu
+std::set<int32_t> g_preparing;      // under g_spares_mu: ids sent to the preparer, not yet done
+std::mutex g_send_mu;
+int g_serve_sock = -1;
+
+int SendReply(const Header& request, Header reply, const std::string& out, const std::vector<int>& out_fds) {
+  reply.seq = request.seq;
+  std::lock_guard<std::mutex> lock(g_send_mu);
+  return SendMessage(g_serve_sock, reply, out, out_fds);
+}
+
+// The spare `id` once its preparation (if any) has ended: taken out of the map (null: none).
+bool TakeSpare(int32_t id, Spare* out) {
+  std::unique_lock<std::mutex> lock(g_spares_mu);
+  g_spares_cv.wait(lock, [id] { return g_preparing.count(id) == 0; });
+  auto it = g_spares.find(id);
+  if (it == g_spares.end()) return false;
+  *out = std::move(it->second);
+  g_spares.erase(it);
+  return true;
+}
 // Inits of sandboxes just handed to the host: given to the reaper once the reply is sent. The
 // main thread's only.
 std::vector<LinuxSpawnResult> g_reap_after_reply;
@@ -470,7 +514,10 @@ Header SpawnHere(Napi::Env env, const std::string& bytes, const std::vector<int>
 
 // As PrepareWorker does in the host (spare_binding.cc), on this thread.
 Header PrepareHere(int32_t id, const std::string& bytes, const std::vector<int>& fds, std::string* out) {
-  if (id <= 0 || g_spares.count(id) != 0) return Unreadable(kPrepare, out);
+  {
+    std::lock_guard<std::mutex> lock(g_spares_mu);
+    if (id <= 0 || g_spares.count(id) != 0) return Unreadable(kPrepare, out);
+  }
   Spare sp;
   LinuxSpawnPlan plan;
   bool ok;
@@ -489,6 +536,7 @@ Header PrepareHere(int32_t id, const std::string& bytes, const std::vector<int>&
     Discard(&sp);
     return Failed(kPrepare, s, out);
   }
+  std::lock_guard<std::mutex> lock(g_spares_mu);
   g_spares.emplace(id, std::move(sp));
   return Header{kPrepare, 0, 0, 0, id};
 }
@@ -496,12 +544,15 @@ Header PrepareHere(int32_t id, const std::string& bytes, const std::vector<int>&
 // As SpawnSpareJs does in the host. d = 0 in the reply: the spare could not be used (it is gone).
 Header GoHere(Napi::Env env, int32_t id, int host_umask, const std::string& bytes, const std::vector<int>& fds, std::string* out,
              std::vector<int>* out_fds) {
-  auto it = g_spares.find(id);
   SpareGo go;
-  if (!DecodeGo(bytes, fds, &go)) return Unreadable(kGo, out);
-  if (it == g_spares.end()) return Header{kGo, 0, 0, 0, 0};
-  Spare sp = std::move(it->second);
-  g_spares.erase(it);
+  Spare sp;
+  const bool decoded = DecodeGo(bytes, fds, &go);
+  const bool found = TakeSpare(id, &sp);
+  if (!decoded) {
+    if (found) Discard(&sp);
+    return Unreadable(kGo, out);
+  }
+  if (!found) return Header{kGo, 0, 0, 0, 0};
   go.umask = static_cast<unsigned>(host_umask) & 0777;
   RebuildPathRules(&sp.supervisor.paths);
   LinuxSpawnResult res;
@@ -517,6 +568,72 @@ Header GoHere(Napi::Env env, int32_t id, int host_umask, const std::string& byte
   return h;
 }
 
+// The preparer: one thread, started at the first preparation, serving them in order and sending
+// each reply itself. (Without it, out of resources, a preparation is served on the main thread.)
+class Preparer {
+ public:
+  struct Job {
+    Header h;
+    std::string bytes;
+    std::vector<int> fds;
+  };
+  // Started with the process (a thread count that does not change later), else at the first job.
+  bool Warm() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return StartLocked();
+  }
+  // False when the thread cannot run: the caller serves the job itself.
+  bool Push(Job&& job) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!StartLocked()) return false;
+    jobs_.push_back(std::move(job));
+    cv_.notify_one();
+    return true;
+  }
+  static void Serve(Job& job) {
+    std::string out;
+    std::string bytes = std::move(job.bytes);
+    if (job.h.b == 1 && (job.fds.empty() || !BytesFromFd(job.fds.back(), &bytes))) bytes.clear();
+    Header reply = PrepareHere(job.h.d, bytes, job.fds, &out);
+    CloseAll(job.fds);
+    {
+      std::lock_guard<std::mutex> lock(g_spares_mu);
+      g_preparing.erase(job.h.d);
+    }
+    g_spares_cv.notify_all();
+    SendReply(job.h, reply, out, {});
+  }
+
+ private:
+  bool StartLocked() {
+    if (started_) return true;
+    try {
+      std::thread([this] { Run(); }).detach();
+    } catch (const std::system_error&) {
+      return false;
+    }
+    started_ = true;
+    return true;
+  }
+  void Run() {
+    for (;;) {
+      Job job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] { return !jobs_.empty(); });
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      Serve(job);
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> jobs_;
+  bool started_ = false;
+};
+Preparer* g_preparer = new Preparer();  // (never destroyed: its thread runs until the process ends)
+
 }  // namespace
 
 // native.serveSupervision(fd): the supervision process's main loop (its JS thread stays here).
@@ -531,6 +648,9 @@ Napi::Value ServeSupervisionJs(const Napi::CallbackInfo& info) {
   struct rlimit no_core = {0, 0};
   setrlimit(RLIMIT_CORE, &no_core);
   if (SendMessage(sock, Header{kReady, getpid(), 0, 0, 0}, "", {}) < 0) return env.Undefined();
+  g_serve_sock = sock;
+  g_reaper->Warm();
+  g_preparer->Warm();
   for (;;) {
     Header h;
     std::string bytes;
@@ -547,22 +667,26 @@ Napi::Value ServeSupervisionJs(const Napi::CallbackInfo& info) {
     if (h.type == kSpawn) {
       reply = WithBytes(h, std::move(bytes), fds, [&](const std::string& b) { return SpawnHere(env, b, fds, &out, &out_fds); });
     } else if (h.type == kPrepare) {
-      reply = WithBytes(h, std::move(bytes), fds, [&](const std::string& b) { return PrepareHere(h.d, b, fds, &out); });
+      // On the preparer, which replies (a go or discard of it waits for it: TakeSpare).
+      {
+        std::lock_guard<std::mutex> lock(g_spares_mu);
+        g_preparing.insert(h.d);
+      }
+      Preparer::Job job{h, std::move(bytes), std::move(fds)};
+      if (!g_preparer->Push(std::move(job))) Preparer::Serve(job);
+      continue;
     } else if (h.type == kGo) {
       reply = WithBytes(h, std::move(bytes), fds, [&](const std::string& b) { return GoHere(env, h.d, h.c, b, fds, &out, &out_fds); });
     } else if (h.type == kDiscard) {
-      auto it = g_spares.find(h.d);
-      if (it != g_spares.end()) {
-        Discard(&it->second);
-        g_spares.erase(it);
-      }
+      Spare sp;
+      if (TakeSpare(h.d, &sp)) Discard(&sp);
     } else if (h.type == kCloseJournal) {
       reply.a = changes::CloseByDir(bytes);
     } else if (h.type == kAdmit) {
       reply.a = AdmitProxyPeer(static_cast<uint16_t>(h.a), static_cast<uint16_t>(h.b), h.c != 0) ? 1 : 0;
     }
     CloseAll(fds);  // the command has its copies (or none was spawned)
-    r = SendMessage(sock, reply, out, out_fds);
+    r = SendReply(h, reply, out, out_fds);
     CloseAll(out_fds);
     for (const LinuxSpawnResult& res : g_reap_after_reply) Reap(res);
     g_reap_after_reply.clear();
