@@ -22,8 +22,8 @@
 # Prints `containers: <engine> <user> <pass|fail> N passed, N failed, N skipped` per row and the
 # times, then `N passed, N failed` over all rows; exits non-zero on any failure (a row that did not
 # report counts as failed). PSB_CONTAINERS_SUITES replaces the suites run in the suite rows.
-# PSB_SUPERVISION set here (e.g. PSB_SUPERVISION=process: Landlock mode's supervision in a process
-# of its own) is passed on to the suites in every row, and to the exec-server's container.
+# PSB_SUPERVISION set here (e.g. PSB_SUPERVISION=thread: Landlock mode's supervision as threads of
+# the host, not the default process of its own) is passed on to the suites in every row, and to the exec-server's container.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd -P)
 ROOT=$(cd "$HERE/../.." && pwd -P)

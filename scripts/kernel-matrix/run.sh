@@ -19,8 +19,8 @@
 # arm64), mmdebstrap and Debian's mirror for the first image builds (build-image.sh, cached); arm64
 # also fetches the arm64 twins of node and of the test runner's native packages from the npm
 # registry once (cached beside the images). Logs: $PSB_MATRIX_LOGS (default /var/tmp/psb-kernel-matrix).
-# PSB_SUPERVISION set here (e.g. PSB_SUPERVISION=process: Landlock mode's supervision in a process
-# of its own) is passed on to the suites in every row.
+# PSB_SUPERVISION set here (e.g. PSB_SUPERVISION=thread: Landlock mode's supervision as threads of
+# the host, not the default process of its own) is passed on to the suites in every row.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd -P)
 ROOT=$(cd "$HERE/../.." && pwd -P)
