@@ -280,4 +280,46 @@ lib.run('/bin/sh', ['-c', 'touch ${marker}'], { cwd: ${JSON.stringify(scene.ws)}
     expect(cli(undefined)).toMatch(/, as threads of the host process \(a one-command CLI: /);
     expect(cli('process')).toMatch(/, in a process of its own \(pid \d+/);
   });
+  const pid1Skip =
+    process.getuid?.() !== 0
+      ? 'a pid namespace of its own for the host needs root here (unshare --pid)'
+      : spawnSync('unshare', ['--pid', '--fork', '--mount-proc', '/bin/true']).status !== 0
+        ? 'unshare --pid --fork --mount-proc fails on this host'
+        : undefined;
+  // eslint-disable-next-line no-console
+  if (pid1Skip) console.warn(`[supervision-process] SKIPPING the PID 1 host case: ${pid1Skip}`);
+  it.skipIf(pid1Skip)('a host that is PID 1 (a container entry point) is left no zombie by the inits it inherits when the supervision process dies', () => {
+    const script = hostScript(
+      scene.root,
+      'host-pid1.js',
+      `const fs = require('fs');
+const mine = () => fs.readdirSync('/proc').filter((p) => /^\\d+$/.test(p)).flatMap((p) => {
+  try {
+    const st = fs.readFileSync('/proc/' + p + '/stat', 'utf8');
+    const comm = st.slice(st.indexOf('(') + 1, st.lastIndexOf(')'));
+    const [state, ppid] = st.slice(st.lastIndexOf(')') + 2).split(' ');
+    return comm === 'psb-init' && Number(ppid) === process.pid ? [state] : [];
+  } catch { return []; }
+});
+(async () => {
+  const child = lib.spawn('/bin/sleep', ['30'], { cwd: ${JSON.stringify(scene.ws)}, env: { PATH: '/usr/bin:/bin' }, policy: { mode: 'landlock', filesystem: { write: [${JSON.stringify(scene.ws)}] } } });
+  const m = /in a process of its own \\(pid (\\d+)/.exec(String(child.enforcement.mechanisms.supervision));
+  process.kill(Number(m[1]), 'SIGKILL');
+  let seen = 0;
+  const r = await child.exited;
+  // Watched for a second at least (they come, then go), then until none is left (at most 20 s).
+  const first = Date.now() + 1000, last = Date.now() + 20000;
+  while (Date.now() < first || (mine().length > 0 && Date.now() < last)) { seen = Math.max(seen, mine().length); await new Promise((res) => setTimeout(res, 10)); }
+  console.log(JSON.stringify({ pid: process.pid, signal: r.signal, seen, left: mine() }));
+  process.exit(0);
+})();`,
+    );
+    const r = spawnSync('unshare', ['--pid', '--fork', '--mount-proc', NODE, script], { encoding: 'utf8', timeout: 60_000 });
+    const out = JSON.parse(r.stdout.trim().split('\n').pop() ?? 'null') as { pid: number; signal: string; seen: number; left: string[] };
+    expect(out, r.stderr).toMatchObject({ pid: 1, signal: 'SIGKILL' });
+    // The inits did come to the host (the case is real), and none is left a zombie: the host's
+    // exit watch holds each init's pidfd and, once init is its child, its wait reaps it.
+    expect(out.seen).toBeGreaterThan(0);
+    expect(out.left).toEqual([]);
+  });
 });
