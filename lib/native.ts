@@ -136,7 +136,7 @@ export interface LinuxSpawnResult {
    * (Landlock, native/linux/supervisor/supervision_envelope.h) or with the host's authority.
    */
   supervisionConfined?: boolean;
-  /** Landlock mode in the supervision process (PSB_SUPERVISION=process): that process's pid. */
+  /** Landlock mode in the supervision process (the default; not PSB_SUPERVISION=thread): its pid. */
   supervisionProcess?: number;
 }
 

@@ -41,7 +41,7 @@ Napi::Value CloseChangesJournalJs(const Napi::CallbackInfo& info) {
   if (info.Length() < 1 || !info[0].IsString()) throw Napi::TypeError::New(env, "Usage: native.closeChangesJournal(dir)");
   const std::string dir = info[0].As<Napi::String>().Utf8Value();
   int r = changes::CloseByDir(dir);
-  // A sandbox made by the supervision process (PSB_SUPERVISION=process): its journal is open there.
+  // A sandbox made by the supervision process (the default): its journal is open there.
   if (r == 0) r = CloseJournalInSupervisionProcess(dir);
   return Napi::Number::New(env, r);
 }

@@ -33,7 +33,7 @@ log "probe: $(node -e '
 const p = require("./dist/index.js").probe(), f = p.features;
 console.log(`defaultMode=${p.defaultMode} isolatedMode=${f.isolatedMode} userNamespacesErrno=${f.userNamespacesErrno} landlockAbi=${f.landlockAbi} connectSupervisor=${f.connectSupervisor} PSB_SUPERVISION=${process.env.PSB_SUPERVISION ?? ""}`);
 ' 2>&1)"
-# Where Landlock mode's supervision ran for one command (PSB_SUPERVISION=process: in a process of its own).
+# Where Landlock mode's supervision ran for one command (by default in a process of its own; PSB_SUPERVISION=thread: the host).
 log "supervision: $(node -e '
 require("./dist/index.js").run("true", [], { policy: { mode: "landlock" } })
   .then((r) => console.log(r.enforcement.mechanisms.supervision), (e) => console.log(`${e.code}: ${e.message}`));

@@ -161,7 +161,7 @@ describe.skipIf(skip !== undefined)(`the exec-server container (Docker, token la
   afterAll(() => {
     const logs = spawnSync(DOCKER, ['logs', name], { encoding: 'utf8' });
     console.log(`[containers/exec-server] server log:\n${logs.stdout}${logs.stderr}`);
-    // Its processes after the tool call: with PSB_SUPERVISION=process, the supervision process among them.
+    // Its processes after the tool call: the supervision process among them (not with PSB_SUPERVISION=thread).
     console.log(`[containers/exec-server] processes:\n${spawnSync(DOCKER, ['exec', name, 'ps', '-eo', 'pid,ppid,args'], { encoding: 'utf8' }).stdout}`);
     spawnSync(DOCKER, ['rm', '-f', name]);
     if (mounted) spawnSync('umount', [secrets]);

@@ -30,7 +30,7 @@ const HANG = 20_000;
 const WAIT_BLOCKED = 'until s=$(cut -d" " -f3 /proc/$1/stat 2>/dev/null); [ "$s" = S ] || [ "$s" = Z ] || [ -z "$s" ]; do :; done';
 
 /**
- * The threads of the supervision: the host's own, and with PSB_SUPERVISION=process the
+ * The threads of the supervision: the host's own, and (by default) the
  * supervision process's too (where the waiters then run).
  */
 function hostThreads(): string[] {

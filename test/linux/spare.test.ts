@@ -23,7 +23,7 @@ import { BASE_ENV, DIST_INDEX, eventually, makeScene, PYTHON, sh, type Scene } f
 /** Our live children named psb-init (a sandbox's init, spare or running). */
 function initChildren(): number[] {
   const out: number[] = [];
-  // (With PSB_SUPERVISION=process, Landlock mode's inits are the supervision process's children.)
+  // (By default Landlock mode's inits are the supervision process's children.)
   const parents = [process.pid, ...(caps.linux ? [loadLinuxNative().supervisionProcess()] : [])];
   for (const name of fs.readdirSync('/proc')) {
     if (!/^\d+$/.test(name)) continue;

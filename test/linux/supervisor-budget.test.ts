@@ -29,7 +29,7 @@ const [mode, ws] = process.argv.slice(2);
 const policy = { mode, ...(mode === 'landlock' ? { degraded: true } : {}), filesystem: { write: [ws] } };
 const env = { PATH: '/usr/bin:/bin' };
 const fdCount = () => fs.readdirSync('/proc/self/fd').length;
-// The supervision's threads: the host's, and with PSB_SUPERVISION=process the supervision process's.
+// The supervision's threads: the host's, and (by default) the supervision process's.
 const native = require(${JSON.stringify(path.join(path.dirname(DIST_INDEX), 'native.js'))}).loadLinuxNative();
 const taskDirs = () => { const p = native.supervisionProcess(); return ['/proc/self/task', ...(p > 0 ? ['/proc/' + p + '/task'] : [])]; };
 const threads = (name) => taskDirs().reduce((n, d) => { let ts = []; try { ts = fs.readdirSync(d); } catch {} return n + ts.filter((t) => {
