@@ -3,13 +3,14 @@
  * wrapper that runs a command under a seccomp filter refusing what a container runtime's default
  * profile refuses the supervisors (pidfd_getfd, process_vm_*, ptrace, kcmp, unshare).
  */
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { afterAll, beforeAll } from 'vitest';
+import { afterAll, beforeAll, expect } from 'vitest';
 
 import { caps } from './capabilities';
+import { NODE } from './sandbox';
 
 const SOURCE = path.resolve(__dirname, '..', 'fixtures', 'ptrace_filter.c');
 
@@ -57,4 +58,36 @@ export const LOCK_HOSTS = [
 export function lockHostSkip(mode: string, row: { filtered: boolean; inProcess: boolean }): string | undefined {
   if (row.filtered) return ptraceFilterSkip ?? (mode === 'isolated' ? 'isolated mode needs unshare: no case' : undefined);
   return row.inProcess && mode === 'isolated' ? 'isolated mode has no supervision process' : undefined;
+}
+
+/** What a lock test's host script prints last: its findings, and the report of one run. */
+export type LockHostResult = Record<string, unknown> & { outputs: Record<string, string>; mechanisms: Record<string, unknown> };
+
+/**
+ * Runs a lock test's host script (`script args...`) on one LOCK_HOSTS row: under the filter when
+ * the row is filtered, with the row's PSB_SUPERVISION, Landlock's ABI held below 6 (so that the
+ * signal class is supervised too: Landlock's signal scope is ABI 6) and `env` added. Checks that
+ * the host lived and printed its result without an error, and returns that result.
+ */
+export function runLockHost(
+  row: { filtered: boolean; inProcess: boolean },
+  filter: string | undefined,
+  script: string,
+  args: string[],
+  env: Record<string, string | undefined>,
+): LockHostResult {
+  const argv = [NODE, script, ...args];
+  const r = spawnSync(row.filtered ? filter! : argv[0], row.filtered ? argv : argv.slice(1), {
+    encoding: 'utf8',
+    timeout: 200_000,
+    env: { ...process.env, PSB_LANDLOCK_ABI_MAX: '5', PSB_SUPERVISION: row.inProcess ? 'process' : 'thread', ...env },
+  });
+  const last = r.stdout.trim().split('\n').pop() ?? '';
+  expect(r.signal, `host died: ${r.stderr}`).toBeNull();
+  expect(last.startsWith('{'), `host printed no result (code ${r.status}): ${r.stdout}\n${r.stderr}`).toBe(true);
+  const out = JSON.parse(last) as LockHostResult;
+  expect(out.error, out.error as string).toBeUndefined();
+  // Where the supervision ran is the row's.
+  expect(String(out.mechanisms.supervision ?? '')).toMatch(row.inProcess ? /in a process of its own/ : /^(?![\s\S]*process of its own)/);
+  return out;
 }
