@@ -167,7 +167,9 @@ Napi::Value WatchStarted(Napi::Env env, const LinuxSpawnResult& res, SupervisorC
     // its mounts are made (and before the supervisor answers the command's first listing).
     if (supervisor.hide.enabled) ResolveHidden(&supervisor.hide, res.pid);
     // Owned by the supervisor from here on, whatever happens.
-    int r = StartSupervisor(env, res.seccomp_listener_fd, std::move(supervisor), on);
+    const bool sandboxed = res.mode != LinuxMode::kPlain;
+    int r = StartSupervisor(env, res.seccomp_listener_fd, std::move(supervisor), on, sandboxed ? res.pidfd : -1,
+                            InitSignalFor(res.mode, SIGKILL));
     on = nullptr;
     w->res.seccomp_listener_fd = -1;
     if (r < 0) {

@@ -661,13 +661,16 @@ bool CollectExit(const LinuxSpawnResult& res, int* code, int* signal) noexcept {
   return true;
 }
 
+int InitSignalFor(LinuxMode mode, int sig) noexcept {
+  // Isolated: SIGKILL ends init and with it the pid namespace; other signals are forwarded to
+  // the command's group. Landlock: init must stay alive to kill the tree, so SIGKILL becomes its
+  // teardown signal.
+  return mode == LinuxMode::kLandlock && sig == SIGKILL ? kKillTreeSignal : sig;
+}
+
 int SignalTree(const LinuxSpawnResult& res, int sig) noexcept {
   if (res.mode != LinuxMode::kPlain) {
-    // To init. Isolated: SIGKILL ends init and with it the pid namespace; other signals are
-    // forwarded to the command's group. Landlock: init must stay alive to kill the tree, so
-    // SIGKILL becomes its teardown signal.
-    if (res.mode == LinuxMode::kLandlock && sig == SIGKILL) sig = kKillTreeSignal;
-    long r = Sys(__NR_pidfd_send_signal, res.pidfd, sig, 0, 0);
+    long r = Sys(__NR_pidfd_send_signal, res.pidfd, InitSignalFor(res.mode, sig), 0, 0);
     return r < 0 ? static_cast<int>(r) : 0;
   }
   if (kill(-res.pid, sig) == 0) return 0;

@@ -161,6 +161,8 @@ bool ReadCommandStatus(const LinuxSpawnResult& res, int* code, int* signal, bool
 // Signals the sandboxed tree. Isolated: SIGKILL kills init (and so the namespace); other signals go
 // to init, which forwards them to the command's group. Plain/Landlock: the command's group.
 int SignalTree(const LinuxSpawnResult& res, int sig) noexcept;
+// What SignalTree sends to a sandbox's init (its pidfd) for sig, in both sandbox modes.
+int InitSignalFor(LinuxMode mode, int sig) noexcept;
 
 // Landlock mode, prepared ahead (spawn_spare.cc): a sandbox set up completely, whose command
 // waits for its argv, envp, cwd and stdio. PrepareSpare blocks until the command is parked; run it

@@ -447,7 +447,9 @@ Header Started(Napi::Env env, uint32_t type, LinuxSpawnResult res, SupervisorCon
                std::string* out, std::vector<int>* out_fds) {
   if (res.seccomp_listener_fd >= 0) {
     SetSandboxInit(&supervisor, res.pid, res.pidfd);
-    if (StartSupervisor(env, res.seccomp_listener_fd, std::move(supervisor), on) < 0) SignalTree(res, SIGKILL);
+    if (StartSupervisor(env, res.seccomp_listener_fd, std::move(supervisor), on, res.pidfd, InitSignalFor(res.mode, SIGKILL)) < 0) {
+      SignalTree(res, SIGKILL);
+    }
     on = nullptr;
     res.seccomp_listener_fd = -1;
   }

@@ -236,7 +236,10 @@ lib.run('/bin/sh', ['-c', 'touch ${marker}'], { cwd: ${JSON.stringify(scene.ws)}
         const marker = uniqueSleep();
         const child = spawn('/bin/sh', ['-c', `exec sleep ${marker}`], { cwd: scene.ws, env: BASE_ENV, policy: policy() });
         expect(await eventually(() => sleepers(marker).length > 0)).toBe(true);
-        const hostThreads = threadsOf('self').filter((t) => t === 'psb-supervisor').length;
+        const count = () => threadsOf('self').filter((t) => t === 'psb-supervisor').length;
+        // The serving task takes its name as it starts serving, which the spawn does not wait for.
+        if (value === 'thread') await eventually(() => count() > 0);
+        const hostThreads = count();
         child.kill('SIGKILL');
         await child.exited;
         return { supervision: String(child.enforcement.mechanisms.supervision), hostThreads };

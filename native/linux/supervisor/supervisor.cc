@@ -40,8 +40,11 @@
 // table and cwd/umask of its own at birth, and waits for it. The sibling closes every fd of its
 // copy but the ones made for it (HandedFds: the listener, the init pidfds, the held terminals,
 // the connect class's sending end; and the stop eventfd, which the host keeps too): it keeps no
-// copy of the host's pipes or files (an EOF the host waits for would never come), and the host
-// then closes its copies of the handed fds. Every thread the sibling starts (the read opener, the
+// copy of the host's pipes or files (an EOF the host waits for would never come), and the thread
+// that cloned it closes the host's copies of the handed fds as soon as the clone returns (the
+// sibling has its own copies from then on). Nobody waits for the sibling's setup: the spawn
+// returns at once, and the command's notified calls wait on the listener until it serves (a
+// setup that fails tears the sandbox down: Serve). Every thread the sibling starts (the read opener, the
 // FIFO waiters) shares its table, and what one sandbox's supervision holds counts against that
 // table only (RLIMIT_NOFILE applies to each table), never the host's or another sandbox's.
 // Closing a copy in its own table drops no lock of the host's: the kernel's lock owner is the
@@ -133,16 +136,6 @@ using notify::Continue;
 using notify::Respond;
 using notify::SeccompNotif;
 
-// What the thread reports to StartSupervisor once it is set up (StartSupervisor waits on the
-// JS thread's stack for it; the thread never touches it after).
-struct Setup {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  int err = 0;             // 0 or -errno: the thread has ended, StartSupervisor frees what it made
-  bool own_table = false;  // the thread's fd table is its own (see the top of the file)
-};
-
 // Host side: the eventfd that wakes one supervisor when its env is torn down, and the host's
 // copies of what it shares with the serving task. Kept apart from the Supervisor: the serving
 // task (the sibling, with a table of its own) cannot close the host's copies, so when it ends it
@@ -159,7 +152,11 @@ struct Supervisor {
   int stop = -1;  // eventfd: the env is torn down (the same number in the host's table and ours)
   bool own_table = false;
   Wake* wake = nullptr;
-  Setup* setup = nullptr;  // until the thread has reported
+  // A copy of init's pidfd and the signal that tears the sandbox down (spawn_linux.h
+  // InitSignalFor): sent when the setup fails, so the command does not run on with its
+  // supervised calls failing (ENOSYS, closed). -1: none (they fail closed all the same).
+  int kill_pidfd = -1;
+  int kill_signal = 0;
   napi_env env = nullptr;
   SupervisorConfig config;
   ConnectClass* connect = nullptr;  // with a proxy port
@@ -282,6 +279,7 @@ void End(Supervisor* s) {
     wake->ended = true;  // not woken any more: its eventfd may go
   }
   close(s->stop);
+  if (s->kill_pidfd >= 0) close(s->kill_pidfd);
   const bool own = s->own_table;
   delete s;  // the rules' fds (pidfds, terminals) are closed in this task's table
   // Sharing the host's table (no sibling), the host's copies are ours: closed here.
@@ -292,6 +290,7 @@ void End(Supervisor* s) {
 // which both keep: the thread keeps its copies and the host closes its own.
 std::vector<int> HandedFds(const Supervisor& s) {
   std::vector<int> fds = {s.listener};
+  if (s.kill_pidfd >= 0) fds.push_back(s.kill_pidfd);
   if (s.connect != nullptr) fds.push_back(ConnectSendEnd(s.connect));
   if (s.config.signals.init_pidfd >= 0) fds.push_back(s.config.signals.init_pidfd);
   if (s.config.reads.members.init_pidfd >= 0) fds.push_back(s.config.reads.members.init_pidfd);
@@ -347,20 +346,15 @@ int Confine(Supervisor* s) {
   return 0;
 }
 
-// Sets up, reports to StartSupervisor, answers calls until the end, frees s. False: the setup
-// failed (StartSupervisor then frees everything).
-bool Serve(Supervisor* s) {
-  {
-    const int err = Confine(s);
-    // A failed start: StartSupervisor frees everything in the host's table; ours is emptied.
-    if (err < 0 && s->own_table) CloseAllBut({});
-    Setup* setup = s->setup;
-    std::lock_guard<std::mutex> g(setup->mu);
-    setup->err = err;
-    setup->own_table = s->own_table;
-    setup->done = true;
-    setup->cv.notify_one();
-    if (err < 0) return false;
+// Sets up, answers calls until the end, frees s. Nobody waits for the setup (StartSupervisor
+// has returned): the command's notified calls queue on the listener until the loop below reads
+// them. A failed setup tears the sandbox down and ends as a supervision that dies does: the
+// listener closes, and every notified call fails with ENOSYS.
+void Serve(Supervisor* s) {
+  if (Confine(s) < 0) {
+    if (s->kill_pidfd >= 0) syscall(__NR_pidfd_send_signal, s->kill_pidfd, s->kill_signal, nullptr, 0);
+    End(s);
+    return;
   }
   struct pollfd fds[2 + kMaxWatched];
   PSB_PROF_START();
@@ -395,7 +389,6 @@ bool Serve(Supervisor* s) {
     Dispatch(s, n);
   }
   End(s);
-  return true;
 }
 
 // The sibling task (see the top of the file): a thread of the host cloned without CLONE_FILES
@@ -405,33 +398,31 @@ bool Serve(Supervisor* s) {
 // thread-local storage are closed before it ends, or that thread's exit would close those
 // numbers in the host's table. glibc knows it as that thread: nothing here asks glibc for the
 // caller's thread id (no robust, PI or error-checking mutex; its name is set by prctl).
-struct SiblingRun {
-  Supervisor* s;
-  bool served = false;  // set up and served (else StartSupervisor frees everything)
-};
-
 int SiblingMain(void* arg) {
-  SiblingRun* run = static_cast<SiblingRun*>(arg);
-  run->s->own_table = true;
+  Supervisor* s = static_cast<Supervisor*>(arg);
+  s->own_table = true;
   umask(0);  // its own context (the path class's, supervise_paths.cc: OwnFsContext)
-  run->served = Serve(run->s);
+  Serve(s);
   nargs::CloseThreadFds();
   return 0;
 }
 
-// Clones the sibling task and waits until it has ended (the kernel clears `tid` then and wakes
-// the futex: CLONE_CHILD_CLEARTID). False when it could not be cloned.
-bool Sibling(SiblingRun* run) {
+// Clones the sibling task, closes the host's copies of the fds made for it (`handed`: the
+// sibling has its own copies from the clone on), and waits until it has ended (the kernel
+// clears `tid` then and wakes the futex: CLONE_CHILD_CLEARTID). False when it could not be
+// cloned (nothing was closed).
+bool Sibling(Supervisor* s, const std::vector<int>& handed) {
   constexpr size_t kStack = 512 * 1024, kGuard = 4096;
   char* stack = static_cast<char*>(mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0));
   if (stack == MAP_FAILED) return false;
   mprotect(stack, kGuard, PROT_NONE);
   pid_t tid = 0;
   const int flags = CLONE_VM | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM | CLONE_PARENT_SETTID | CLONE_CHILD_CLEARTID;
-  if (clone(SiblingMain, stack + kStack, flags, run, &tid, nullptr, &tid) < 0) {
+  if (clone(SiblingMain, stack + kStack, flags, s, &tid, nullptr, &tid) < 0) {
     munmap(stack, kStack);
     return false;
   }
+  for (int fd : handed) close(fd);
   pthread_setname_np(pthread_self(), "psb-sup-waiter");
   for (pid_t v; (v = __atomic_load_n(&tid, __ATOMIC_ACQUIRE)) != 0;) {
     syscall(SYS_futex, &tid, FUTEX_WAIT, v, nullptr, nullptr, 0);
@@ -445,10 +436,10 @@ void* Main(void* arg) {
   pthread_setname_np(pthread_self(), "psb-supervisor");
   // Read now: the sibling frees s.
   Wake* wake = s->wake;
-  SiblingRun run{s};
-  if (!Sibling(&run)) {
+  const std::vector<int> handed = HandedFds(*s);
+  if (!Sibling(s, handed)) {
     Serve(s);  // no sibling (out of memory): this thread serves on the host's table
-  } else if (run.served) {
+  } else {
     ForgetWake(wake);  // the sibling has ended: the host's copies are this thread's to close
   }
   return nullptr;
@@ -521,9 +512,8 @@ void* SupervisionMain(void* arg) {
   return nullptr;
 }
 
-// Undoes StartSupervisor's steps when the thread did not start or could not set itself up (it
-// has ended): on the JS thread, in the host's table. `on`: the supervision thread, not yet
-// handed the supervision, ends too.
+// Undoes StartSupervisor's steps when the thread could not be started: on the JS thread, in
+// the host's table. `on`: the supervision thread, not yet handed the supervision, ends too.
 int Abandon(Supervisor* s, int err, SupervisionThread* on = nullptr) {
   if (on != nullptr) EndSupervisionThread(on);
   {
@@ -537,6 +527,7 @@ int Abandon(Supervisor* s, int err, SupervisionThread* on = nullptr) {
   }
   close(s->stop);
   close(s->listener);
+  if (s->kill_pidfd >= 0) close(s->kill_pidfd);
   delete s;
   return err;
 }
@@ -588,7 +579,7 @@ void EndSupervisionThread(SupervisionThread* t) noexcept {
   t->cv.notify_all();
 }
 
-int StartSupervisor(napi_env env, int listener_fd, SupervisorConfig config, SupervisionThread* on) noexcept {
+int StartSupervisor(napi_env env, int listener_fd, SupervisorConfig config, SupervisionThread* on, int init_pidfd, int kill_signal) noexcept {
   Supervisor* s = new (std::nothrow) Supervisor();
   Wake* wake = new (std::nothrow) Wake();
   if (s == nullptr || wake == nullptr) {
@@ -601,6 +592,11 @@ int StartSupervisor(napi_env env, int listener_fd, SupervisorConfig config, Supe
   s->listener = listener_fd;
   s->env = env;
   s->wake = wake;
+  if (init_pidfd >= 0) {
+    s->kill_pidfd = fcntl(init_pidfd, F_DUPFD_CLOEXEC, 0);
+    if (s->kill_pidfd < 0) return Abandon(s, -errno, on);
+    s->kill_signal = kill_signal;
+  }
   // Both wake-ups of a call on the CPU of the task that makes them (see the top of the file).
   // The flag only moves where a woken task runs; a kernel without it (before 6.6) says EINVAL
   // and the call costs what it did.
@@ -633,10 +629,9 @@ int StartSupervisor(napi_env env, int listener_fd, SupervisorConfig config, Supe
     }
     live.push_back(wake);
   }
-  // Read now: once set up, the thread may end and free s at any time.
-  const std::vector<int> handed = HandedFds(*s);
-  Setup setup;
-  s->setup = &setup;
+  // From here on s is the thread's: it sets itself up (its table, the read opener) while the
+  // spawn returns (the command's notified calls wait on the listener meanwhile), and the thread
+  // that clones the serving task closes the host's copies of the fds made for it.
   if (on != nullptr) {
     std::lock_guard<std::mutex> g(on->mu);
     on->serve = s;
@@ -644,15 +639,6 @@ int StartSupervisor(napi_env env, int listener_fd, SupervisorConfig config, Supe
   } else {
     const int rc = StartThread(Main, s);
     if (rc != 0) return Abandon(s, -rc);
-  }
-  // Its setup is a table copy, a few closes (and with procPrivacy the opener's confinement).
-  std::unique_lock<std::mutex> g(setup.mu);
-  setup.cv.wait(g, [&setup] { return setup.done; });
-  if (setup.err < 0) return Abandon(s, setup.err);
-  // The thread holds its own copies now: the host's go, or an EOF the host waits for (the
-  // listener's, a pidfd's) would never come while the sandbox runs.
-  if (setup.own_table) {
-    for (int fd : handed) close(fd);
   }
   return 0;
 }

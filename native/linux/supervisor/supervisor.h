@@ -61,14 +61,17 @@ void SetSandboxInit(SupervisorConfig* config, pid_t init, int init_pidfd) noexce
 
 // Takes ownership of listener_fd (the filter's notification fd) and serves it on a task of its
 // own until no task uses the filter any more (POLLHUP) or env is torn down. Holds no handle on
-// env's loop. Called on env's thread; returns once that task has set itself up (its fd table,
-// the read opener). Returns 0 or -errno (then listener_fd is closed, and every notified call
-// fails with ENOSYS).
+// env's loop. Called on env's thread; returns without waiting for that task to set itself up
+// (its fd table, the read opener): the command's notified calls wait on the listener until it
+// serves. Returns 0 or -errno (the thread could not start: listener_fd is closed, and every
+// notified call fails with ENOSYS). init_pidfd (copied) and kill_signal: what tears the sandbox
+// down if the task's setup fails later (spawn_linux.h InitSignalFor); -1: nothing is sent, and
+// the notified calls fail with ENOSYS all the same.
 // `on`: the supervision thread the spawn ran on (StartSupervisionThread); the supervision is
 // then served from it, inside its envelope, and it is used up either way. nullptr: a thread of
 // its own, with the host's whole authority (a sandbox prepared ahead).
 struct SupervisionThread;
-int StartSupervisor(napi_env env, int listener_fd, SupervisorConfig config, SupervisionThread* on = nullptr) noexcept;
+int StartSupervisor(napi_env env, int listener_fd, SupervisorConfig config, SupervisionThread* on, int init_pidfd, int kill_signal) noexcept;
 
 // Landlock mode: the thread that will carry the supervision, started before the spawn. It sets
 // no_new_privs on itself and restricts itself with `envelope` (the policy's outer envelope,
