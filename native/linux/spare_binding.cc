@@ -236,7 +236,7 @@ Napi::Value SpawnSpareJs(const Napi::CallbackInfo& info) {
     return env.Null();
   }
   go.umask = static_cast<unsigned>(mask);
-  RebuildPathRules(&rec->supervisor.paths);
+  rec->supervisor.paths.rebuild_at_serve = true;
   LinuxSpawnResult res;
   bool used = false;
   Status s = GoSpare(spare, go, &res, &used);  // the spare is gone (reaped) unless used

@@ -556,7 +556,7 @@ Header GoHere(Napi::Env env, int32_t id, int host_umask, const std::string& byte
   }
   if (!found) return Header{kGo, 0, 0, 0, 0};
   go.umask = static_cast<unsigned>(host_umask) & 0777;
-  RebuildPathRules(&sp.supervisor.paths);
+  sp.supervisor.paths.rebuild_at_serve = true;
   LinuxSpawnResult res;
   bool used = false;
   Status s = GoSpare(sp.spare, go, &res, &used);  // the spare is gone (reaped) unless used

@@ -1069,9 +1069,11 @@ void RebuildPathRules(PathRules* paths) {
   if (!paths->enabled) return;
   const bool inet_bind = paths->inet_bind;
   std::shared_ptr<changes::Journal> journal = std::move(paths->journal);
+  std::shared_ptr<later::Share> fifo_waiters = std::move(paths->fifo_waiters);
   *paths = BuildPathRules(paths->writable, paths->carveouts_in, paths->present_only_in, paths->devices_in);
   paths->inet_bind = inet_bind;
   paths->journal = std::move(journal);
+  paths->fifo_waiters = std::move(fifo_waiters);
 }
 
 }  // namespace psb

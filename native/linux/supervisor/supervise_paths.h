@@ -73,6 +73,9 @@ struct PathRules {
   // bind(): whether an AF_INET/AF_INET6 bind is the command's to make (network 'full'); else
   // it is refused as Landlock refuses it (EACCES). Unix sockets are bound like any create.
   bool inet_bind = false;
+  // A sandbox prepared ahead, at its go: the serving task rebuilds the rules (RebuildPathRules)
+  // before it answers any call, off the spawn's path. Not on the plan's wire (set after it).
+  bool rebuild_at_serve = false;
   // What the rules were built from (BuildPathRules' arguments): a sandbox prepared ahead
   // rebuilds them when it is used, so that they describe the tree as the command starts.
   std::vector<std::string> carveouts_in, present_only_in, devices_in;
@@ -93,9 +96,10 @@ PathRules BuildPathRules(const std::vector<std::string>& writable, const std::ve
 // character devices that answer TCGETS, as the command's Landlock rule picks them. Called on the
 // host before the spawn; a sandbox prepared ahead gets no stdio terminal (its caller checks).
 void RecordStdioTerminals(PathRules* r, const std::vector<int>& stdio);
-// A sandbox prepared ahead, at its go: the rules built again from what they were built from,
-// for the tree as it is now (a carve-out made or removed since); the policy's bind right and
-// the journal are kept.
+// A sandbox prepared ahead, once it is used (by its serving task, before the first answer: the
+// command's calls wait until then): the rules built again from what they were built from, for
+// the tree as it is now (a carve-out made or removed since); the policy's bind right and the
+// journal are kept.
 void RebuildPathRules(PathRules* paths);
 
 // Tests only (native.testSkipPathChecks, refused unless PSB_TEST_HOOKS=1): checks of the write

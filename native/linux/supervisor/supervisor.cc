@@ -356,6 +356,10 @@ void Serve(Supervisor* s) {
     End(s);
     return;
   }
+  if (s->config.paths.rebuild_at_serve) {
+    RebuildPathRules(&s->config.paths);
+    s->config.paths.rebuild_at_serve = false;
+  }
   struct pollfd fds[2 + kMaxWatched];
   PSB_PROF_START();
   for (;;) {
