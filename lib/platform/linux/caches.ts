@@ -18,7 +18,7 @@ import { SandboxError } from '../../errors';
 import type { LinuxMountOp } from '../../native';
 import type { CachesMode } from '../../policy-types';
 import { isStrictlyWithin, isWithin } from '../../paths';
-import { realpathOrNull } from '../../permissions/canonical';
+import { realpathOrNull, statOrNull } from '../../permissions/canonical';
 import type { ResolvedRules } from '../../rules';
 
 /** Mirrors MountKind in linux/plan.ts (native/linux/spawn_linux.h MountOpKind). */
@@ -141,9 +141,10 @@ export interface CachePlan {
 }
 
 function realDir(p: string): string | null {
+  // Most cache sites are absent: stat says so without the exception a failed realpath throws.
+  if (!statOrNull(p)?.isDirectory()) return null;
   try {
-    const real = fs.realpathSync.native(p);
-    return fs.statSync(real).isDirectory() ? real : null;
+    return fs.realpathSync.native(p);
   } catch {
     return null;
   }

@@ -84,6 +84,9 @@ const ISOLATED_DEVICE_RULES = ['/dev/ptmx', '/dev/pts'];
 
 export function realpathOrNull(p: string): string | null {
   try {
+    // A missing path is a common answer here: lstat says so without the exception a failed
+    // realpath throws (several per plan).
+    if (fs.lstatSync(p, { throwIfNoEntry: false }) === undefined) return null;
     return fs.realpathSync.native(p);
   } catch {
     return null;
@@ -104,20 +107,38 @@ export type LandlockRule = { path: string; access: 'read' | 'write' | 'device' |
  * anywhere, and the harmless device files by name. (Isolated mode's /dev is our own minimal one.)
  */
 function landlockReadAllRules(): LandlockRule[] {
-  const out: LandlockRule[] = [{ path: '/', access: 'list' }];
-  // The listing is cached between plans while no entry of / is created, removed or renamed.
-  const { found: names } = cachedWalk('/', lstatOrNull('/'), () => ({ found: listRoot(), truncated: false, dirs: ['/'] }), undefined, 'root-listing');
-  for (const n of names) if (n !== 'dev') out.push({ path: `/${n}`, access: 'read' });
+  const root: LandlockRule = { path: '/', access: 'list' };
+  canonical.add(root);
+  const out: LandlockRule[] = [root];
+  // The listing (`l/name` for a symlink, `o/name` else) is cached between plans while no entry
+  // of / is created, removed, renamed or changed (a directory swapped for a link is a change).
+  const { found } = cachedWalk('/', lstatOrNull('/'), () => ({ found: listRoot(), truncated: false, dirs: ['/'] }), undefined, 'root-listing');
+  for (const e of found) {
+    const name = e.slice(2);
+    if (name === 'dev') continue;
+    const r: LandlockRule = { path: `/${name}`, access: 'read' };
+    // An entry of / that is not a link is its own canonical path: no realpath per plan for it.
+    if (e[0] !== 'l') canonical.add(r);
+    out.push(r);
+  }
   for (const d of DEVICE_READS) out.push({ path: d, access: 'read' });
   return out;
 }
 
 function listRoot(): string[] {
   try {
-    return fs.readdirSync('/');
+    return fs.readdirSync('/', { withFileTypes: true }).map((e) => `${e.isSymbolicLink() ? 'l' : 'o'}/${e.name}`);
   } catch {
     return [];
   }
+}
+
+/** Rules whose path is known to be canonical (landlockReadAllRules: entries of / that are not links). */
+const canonical = new WeakSet<LandlockRule>();
+
+/** A rule's path as the kernel resolves it: its target when it goes through a link. */
+function realOf(r: LandlockRule): string {
+  return canonical.has(r) ? r.path : (realpathOrNull(r.path) ?? r.path);
 }
 
 let platformPresent: string[] | undefined;
@@ -252,7 +273,7 @@ export function carveDenied(rules: LandlockRule[], deny: string[], nestedRoots: 
     }
     // Deny-read paths are canonical; a grant through a link (/lib64, /bin on merged-/usr hosts)
     // is compared, and carved, at its target.
-    const real = realpathOrNull(r.path) ?? r.path;
+    const real = realOf(r);
     // Inside a denied path: dropped, unless it is the user's own root nested there, which is
     // then carved like any other (a deny-read path can lie inside it in turn).
     const over = deny.find((d) => isWithin(real, d));
@@ -300,7 +321,7 @@ export function tmpShield(input: LinuxPlanInput, grants: LandlockRule[]): { dir:
   if (input.mode !== 'landlock' || !tmp) return null;
   const own = realpathOrNull(tmp) ?? tmp;
   const parent = path.dirname(own);
-  const exposed = grants.some((r) => (r.access === 'read' || r.access === 'write') && isWithin(parent, realpathOrNull(r.path) ?? r.path));
+  const exposed = grants.some((r) => (r.access === 'read' || r.access === 'write') && isWithin(parent, realOf(r)));
   if (!exposed) return null;
   if (!path.basename(parent).startsWith(TMP_PARENT_PREFIX)) {
     return { gap: `it was made in ${parent}, not in a directory of this user's own (which could not be made or was not trusted)` };
