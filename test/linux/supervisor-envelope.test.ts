@@ -20,7 +20,7 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { loadLinuxNative } from '../../lib/native';
 import { caps, MODES, modePolicy } from '../helpers/capabilities';
 import { spareStats } from '../../lib/platform/linux/spare';
-import { eventually, hostScript, makeScene, NODE, py, PYTHON } from '../helpers/sandbox';
+import { eventually, hostScript, makeScene, NODE, py, PYTHON, sh } from '../helpers/sandbox';
 
 const scene = makeScene('envelope');
 afterAll(() => scene.cleanup());
@@ -121,6 +121,38 @@ describe.runIf(caps.linux)('the supervision confined to the policy\'s outer enve
     expect(r.stdout).toBe('errno 13\nok\nok\n');
     expect(fs.readFileSync(outside, 'utf8')).toBe('original');
     expect(fs.readFileSync(prot, 'utf8')).toBe('changed');
+  });
+
+  // The spawn does not wait for the serving task to set itself up (its fd table, the read opener):
+  // a setup that fails later must tear the sandbox down, in either placement of the supervision.
+  // The hook (kFailServingSetup) makes it fail. Control: the same command, set up as usual, runs
+  // to its end and writes its file.
+  it.skipIf(landlockSkip)(`a serving task that cannot set itself up tears its sandbox down: nothing is written; the host and its next spawn work${landlockSkip ? ` (skipped: ${landlockSkip})` : ''}`, async () => {
+    const policy = modePolicy('landlock', { filesystem: { write: [scene.ws] } });
+    const saved = process.env.PSB_SUPERVISION;
+    try {
+      for (const placement of ['process', 'thread']) {
+        process.env.PSB_SUPERVISION = placement;
+        const made = path.join(scene.ws, `made-${placement}-${Math.random().toString(36).slice(2)}`);
+        const script = `sleep 0.5; echo x > ${made}; echo done`;
+        const ok = await sh(script, { cwd: scene.ws, policy });
+        expect([ok.code, ok.stdout], placement).toEqual([0, 'done\n']);
+        expect(ok.enforcement.mechanisms.pathSupervisor).toBe('seccomp-user-notif');
+        expect(fs.readFileSync(made, 'utf8')).toBe('x\n');
+        fs.rmSync(made);
+        skipChecks(4);
+        const r = await sh(script, { cwd: scene.ws, policy });
+        skipChecks(0);
+        expect(r.stdout, placement).toBe('');
+        expect(r.code === 0 && r.signal === null, `${placement}: code ${r.code}, signal ${r.signal}`).toBe(false);
+        expect(fs.existsSync(made), placement).toBe(false);
+        const again = await sh('echo again', { cwd: scene.ws, policy });
+        expect([again.code, again.stdout], placement).toEqual([0, 'again\n']);
+      }
+    } finally {
+      if (saved === undefined) delete process.env.PSB_SUPERVISION;
+      else process.env.PSB_SUPERVISION = saved;
+    }
   });
 
   it.skipIf(landlockSkip)(`the hook is refused without PSB_TEST_HOOKS=1${landlockSkip ? ` (skipped: ${landlockSkip})` : ''}`, () => {

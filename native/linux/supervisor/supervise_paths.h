@@ -108,6 +108,9 @@ void RebuildPathRules(PathRules* paths);
 // supervision_envelope.h; test/linux/supervisor-envelope.test.ts).
 constexpr unsigned kSkipTerminalCheck = 1;  // any character device counts as a held terminal
 constexpr unsigned kSkipWritableCheck = 2;  // any path counts as inside a writable root
+// Not a check: the serving task's setup fails (as an fd table it cannot empty would), so a test
+// sees the sandbox torn down (supervisor.cc Serve).
+constexpr unsigned kFailServingSetup = 4;
 void SetPathCheckSkips(unsigned skips) noexcept;
 unsigned PathCheckSkips() noexcept;
 

@@ -157,6 +157,7 @@ struct Supervisor {
   // supervised calls failing (ENOSYS, closed). -1: none (they fail closed all the same).
   int kill_pidfd = -1;
   int kill_signal = 0;
+  bool fail_setup_for_test = false;  // PathCheckSkips() & kFailServingSetup, read at the start
   napi_env env = nullptr;
   SupervisorConfig config;
   ConnectClass* connect = nullptr;  // with a proxy port
@@ -351,7 +352,7 @@ int Confine(Supervisor* s) {
 // them. A failed setup tears the sandbox down and ends as a supervision that dies does: the
 // listener closes, and every notified call fails with ENOSYS.
 void Serve(Supervisor* s) {
-  if (Confine(s) < 0) {
+  if (s->fail_setup_for_test || Confine(s) < 0) {
     if (s->kill_pidfd >= 0) syscall(__NR_pidfd_send_signal, s->kill_pidfd, s->kill_signal, nullptr, 0);
     End(s);
     return;
@@ -596,6 +597,7 @@ int StartSupervisor(napi_env env, int listener_fd, SupervisorConfig config, Supe
   s->listener = listener_fd;
   s->env = env;
   s->wake = wake;
+  s->fail_setup_for_test = (PathCheckSkips() & kFailServingSetup) != 0;
   if (init_pidfd >= 0) {
     s->kill_pidfd = fcntl(init_pidfd, F_DUPFD_CLOEXEC, 0);
     if (s->kill_pidfd < 0) return Abandon(s, -errno, on);
