@@ -92,9 +92,9 @@ Napi::Value LockPlaceholderJs(const Napi::CallbackInfo& info) {
 // native.releasePlaceholder(fd, path, remove) -> true when it removed the placeholder. Removal
 // happens only if no other run holds it (LOCK_EX succeeds) and `path`, looked up without
 // following a link on the way (OpenParentNoFollow), is still the same inode.
-// The fd is closed either way: after a removal on the thread pool (CloseOnPool), otherwise at
-// once (a shared lock kept a moment longer would make another run's release fail and leave the
-// placeholder behind).
+// The fd is unlocked and closed either way: after a removal on the thread pool (CloseOnPool),
+// otherwise at once (a shared lock kept a moment longer would make another run's release fail
+// and leave the placeholder behind).
 Napi::Value ReleasePlaceholderJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (info.Length() != 3 || !info[0].IsNumber() || !info[1].IsString() || !info[2].IsBoolean()) {
@@ -113,6 +113,11 @@ Napi::Value ReleasePlaceholderJs(const Napi::CallbackInfo& info) {
     }
     if (dir >= 0) close(dir);
   }
+  // Unlocked before the close: the lock belongs to the open file, and a copy of this fd in
+  // another table (a supervision's serving task still emptying the copy of the host's table it
+  // was cloned with, a child between fork and exec) would otherwise keep it held after the close,
+  // and another run's release would then fail and leave the placeholder behind.
+  flock(fd, LOCK_UN);
   if (removed) CloseOnPool(env, fd);
   else close(fd);
   return Napi::Boolean::New(env, removed);
