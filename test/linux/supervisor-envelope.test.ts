@@ -10,7 +10,8 @@
  * the hook both are refused by the check; a file in the writable root is written either way.
  * The terminal case (another session's terminal, with the held-terminal check off) is in
  * landlock-terminals.test.ts. The report says the supervision is confined (mechanisms.supervision).
- * Fail closed: where the envelope cannot be applied (no Landlock layer left), nothing runs.
+ * Fail closed: where the envelope cannot be applied (no Landlock layer left), nothing runs; a
+ * serving task whose setup fails after the spawn returned tears its sandbox down (both modes).
  */
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -31,6 +32,11 @@ const landlockSkip =
   (caps.python ? undefined : 'no system python3');
 // eslint-disable-next-line no-console
 if (landlockSkip) console.warn(`[supervisor-envelope] SKIPPING the Landlock-mode cases: ${landlockSkip}`);
+const isolatedSkip =
+  MODES.find((m) => m.name === 'isolated')!.skip ??
+  (caps.listSupervised ? undefined : 'this kernel has no seccomp user notification: isolated mode has no supervision to set up');
+// eslint-disable-next-line no-console
+if (isolatedSkip) console.warn(`[supervisor-envelope] SKIPPING the isolated-mode case: ${isolatedSkip}`);
 
 const skipChecks = (skips: number) => {
   process.env.PSB_TEST_HOOKS = '1';
@@ -124,35 +130,49 @@ describe.runIf(caps.linux)('the supervision confined to the policy\'s outer enve
   });
 
   // The spawn does not wait for the serving task to set itself up (its fd table, the read opener):
-  // a setup that fails later must tear the sandbox down, in either placement of the supervision.
-  // The hook (kFailServingSetup) makes it fail. Control: the same command, set up as usual, runs
-  // to its end and writes its file.
+  // a setup that fails later must tear the sandbox down, in both modes and in either placement
+  // of Landlock mode's supervision. The hook (kFailServingSetup) makes it fail. Control: the same
+  // command, set up as usual, runs to its end and writes its file.
+  const tornDown = async (label: string, policy: ReturnType<typeof modePolicy>, supervised: (r: Awaited<ReturnType<typeof sh>>) => void) => {
+    const made = path.join(scene.ws, `made-${label}-${Math.random().toString(36).slice(2)}`);
+    const script = `sleep 0.5; echo x > ${made}; echo done`;
+    const ok = await sh(script, { cwd: scene.ws, policy });
+    expect([ok.code, ok.stdout], label).toEqual([0, 'done\n']);
+    supervised(ok);
+    expect(fs.readFileSync(made, 'utf8')).toBe('x\n');
+    fs.rmSync(made);
+    try {
+      skipChecks(4);
+      const r = await sh(script, { cwd: scene.ws, policy });
+      expect(r.stdout, label).toBe('');
+      expect(r.code === 0 && r.signal === null, `${label}: code ${r.code}, signal ${r.signal}`).toBe(false);
+    } finally {
+      skipChecks(0);
+    }
+    expect(fs.existsSync(made), label).toBe(false);
+    const again = await sh('echo again', { cwd: scene.ws, policy });
+    expect([again.code, again.stdout], label).toEqual([0, 'again\n']);
+  };
+
   it.skipIf(landlockSkip)(`a serving task that cannot set itself up tears its sandbox down: nothing is written; the host and its next spawn work${landlockSkip ? ` (skipped: ${landlockSkip})` : ''}`, async () => {
     const policy = modePolicy('landlock', { filesystem: { write: [scene.ws] } });
     const saved = process.env.PSB_SUPERVISION;
     try {
       for (const placement of ['process', 'thread']) {
         process.env.PSB_SUPERVISION = placement;
-        const made = path.join(scene.ws, `made-${placement}-${Math.random().toString(36).slice(2)}`);
-        const script = `sleep 0.5; echo x > ${made}; echo done`;
-        const ok = await sh(script, { cwd: scene.ws, policy });
-        expect([ok.code, ok.stdout], placement).toEqual([0, 'done\n']);
-        expect(ok.enforcement.mechanisms.pathSupervisor).toBe('seccomp-user-notif');
-        expect(fs.readFileSync(made, 'utf8')).toBe('x\n');
-        fs.rmSync(made);
-        skipChecks(4);
-        const r = await sh(script, { cwd: scene.ws, policy });
-        skipChecks(0);
-        expect(r.stdout, placement).toBe('');
-        expect(r.code === 0 && r.signal === null, `${placement}: code ${r.code}, signal ${r.signal}`).toBe(false);
-        expect(fs.existsSync(made), placement).toBe(false);
-        const again = await sh('echo again', { cwd: scene.ws, policy });
-        expect([again.code, again.stdout], placement).toEqual([0, 'again\n']);
+        await tornDown(placement, policy, (ok) => expect(ok.enforcement.mechanisms.pathSupervisor).toBe('seccomp-user-notif'));
       }
     } finally {
       if (saved === undefined) delete process.env.PSB_SUPERVISION;
       else process.env.PSB_SUPERVISION = saved;
     }
+  });
+
+  // Isolated mode's supervision (listings of the directories holding placeholders) is set up the
+  // same way, and torn down the same way when it cannot be.
+  it.skipIf(isolatedSkip)(`isolated mode: a serving task that cannot set itself up tears its sandbox down${isolatedSkip ? ` (skipped: ${isolatedSkip})` : ''}`, async () => {
+    const policy = modePolicy('isolated', { filesystem: { write: [scene.ws] } });
+    await tornDown('isolated', policy, (ok) => expect(ok.enforcement.mechanisms.placeholderListing).toMatch(/seccomp-user-notif/));
   });
 
   it.skipIf(landlockSkip)(`the hook is refused without PSB_TEST_HOOKS=1${landlockSkip ? ` (skipped: ${landlockSkip})` : ''}`, () => {

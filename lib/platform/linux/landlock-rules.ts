@@ -110,10 +110,9 @@ function landlockReadAllRules(): LandlockRule[] {
   const root: LandlockRule = { path: '/', access: 'list' };
   canonical.add(root);
   const out: LandlockRule[] = [root];
-  // The listing (`l/name` for a symlink, `o/name` else) is cached between plans while no entry
-  // of / is created, removed, renamed or changed (a directory swapped for a link is a change).
-  const { found } = cachedWalk('/', lstatOrNull('/'), () => ({ found: listRoot(), truncated: false, dirs: ['/'] }), undefined, 'root-listing');
-  for (const e of found) {
+  // The listing of / with each entry's type (cached as a deny-read chain directory's is, so a
+  // carve through / reads the same entry). An unreadable / grants no entry.
+  for (const e of typedListing('/') ?? []) {
     const name = e.slice(2);
     if (name === 'dev') continue;
     const r: LandlockRule = { path: `/${name}`, access: 'read' };
@@ -123,14 +122,6 @@ function landlockReadAllRules(): LandlockRule[] {
   }
   for (const d of DEVICE_READS) out.push({ path: d, access: 'read' });
   return out;
-}
-
-function listRoot(): string[] {
-  try {
-    return fs.readdirSync('/', { withFileTypes: true }).map((e) => `${e.isSymbolicLink() ? 'l' : 'o'}/${e.name}`);
-  } catch {
-    return [];
-  }
 }
 
 /** Rules whose path is known to be canonical (landlockReadAllRules: entries of / that are not links). */
@@ -182,10 +173,14 @@ export function landlockRules(input: LinuxPlanInput, mode: 'isolated' | 'landloc
  */
 export const DENY_CARVE_MAX_RULES = 8192;
 
-/** The entries of a directory on the way down to a deny-read path: `d/name`, `l/name`, `f/name`. */
-function chainListing(dir: string): string[] | null {
-  // Cached between plans while nothing in the directory is created, removed or renamed (a home
-  // directory with hundreds of entries is read once, not on every spawn).
+/**
+ * The entries of a directory with their types, `d/name`, `l/name` (a symlink), `f/name`: / for
+ * the read-everything rules, and each directory on the way down to a deny-read path. Null when
+ * it cannot be read.
+ */
+function typedListing(dir: string): string[] | null {
+  // Cached between plans while nothing in the directory is created, removed, renamed or changed
+  // (a home directory with hundreds of entries is read once, not on every spawn).
   const { found, truncated } = cachedWalk(
     dir,
     lstatOrNull(dir),
@@ -242,7 +237,7 @@ export function carveDenied(rules: LandlockRule[], deny: string[], nestedRoots: 
   const expand = (dir: string, access: 'read' | 'write', inside: string[]) => {
     chainDirs.push(dir);
     out.push({ path: dir, access: 'list', exact: true });
-    const names = chainListing(dir);
+    const names = typedListing(dir);
     if (names === null) {
       unlisted.push(dir);
       return;

@@ -44,7 +44,9 @@
 // that cloned it closes the host's copies of the handed fds as soon as the clone returns (the
 // sibling has its own copies from then on). Nobody waits for the sibling's setup: the spawn
 // returns at once, and the command's notified calls wait on the listener until it serves (a
-// setup that fails tears the sandbox down: Serve). Every thread the sibling starts (the read opener, the
+// setup that fails tears the sandbox down: Serve). Until the sibling has emptied its copy, a
+// pipe the host closes gives its EOF a moment later, and a flock the host drops by a close stays
+// held (placeholder_ops.cc unlocks first). Every thread the sibling starts (the read opener, the
 // FIFO waiters) shares its table, and what one sandbox's supervision holds counts against that
 // table only (RLIMIT_NOFILE applies to each table), never the host's or another sandbox's.
 // Closing a copy in its own table drops no lock of the host's: the kernel's lock owner is the
